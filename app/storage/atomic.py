@@ -1,0 +1,192 @@
+"""Crash-safe file writes: temp file in the same directory, fsync, rename, fsync the directory.
+
+A failed write or fsync is a failed operation: the temp file is removed and the previous
+version of the target stays in place. We never retry an fsync and then report success,
+because Linux may drop dirty pages after a failed writeback ("fsyncgate").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import InsufficientStorage, PayloadTooLarge
+from .layout import TMP_PREFIX
+
+CHUNK = 1 << 20
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _read_umask() -> int:
+    # os.umask() can only be read by setting it, which races with other threads.
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+FILE_MODE = 0o666 & ~_read_umask()
+
+
+def translate_os_error(exc: OSError) -> Exception:
+    """Turn a full disk into InsufficientStorage; leave every other OSError as it is."""
+    if exc.errno in _NO_SPACE:
+        return InsufficientStorage(f"no space left on the storage device ({exc.strerror})")
+    return exc
+
+
+@contextlib.contextmanager
+def os_errors() -> Iterator[None]:
+    """Re-raise ENOSPC/EDQUOT as InsufficientStorage."""
+    try:
+        yield
+    except OSError as exc:
+        translated = translate_os_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: Path, stop: Path) -> None:
+    """Create ``path`` and missing parents below ``stop``, fsyncing each new entry's parent."""
+    missing: list[Path] = []
+    current = path
+    while current != stop and not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        with os_errors():
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                continue
+            fsync_dir(directory.parent)
+
+
+def _new_temp(directory: Path) -> tuple[int, Path]:
+    # O_EXCL on a random name: two writers never share a temp file.
+    for _ in range(16):
+        tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        except FileExistsError:
+            continue
+        return fd, tmp
+    raise FileExistsError(f"could not create a temp file in {directory}")
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
+    with os_errors():
+        fd, tmp = _new_temp(path.parent)
+        try:
+            try:
+                if isinstance(data, bytes | bytearray | memoryview):
+                    _write_all(fd, data)
+                else:
+                    for chunk in data:
+                        _write_all(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        fsync_dir(path.parent)
+
+
+class StagedFile:
+    """A fully written, fsynced temp file waiting to be published by :meth:`publish`.
+
+    Used for uploads: the bytes are streamed and synced before any lock is taken, and the
+    lock is held only for the rename. Unpublished staged files are removed on close.
+    """
+
+    def __init__(self, tmp: Path, size: int, sha256: str) -> None:
+        self.tmp = tmp
+        self.size = size
+        self.sha256 = sha256
+        self._published = False
+
+    def publish(self, path: Path) -> None:
+        with os_errors():
+            os.replace(self.tmp, path)
+            self._published = True
+            fsync_dir(path.parent)
+
+    def discard(self) -> None:
+        if not self._published:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+            self._published = True
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+
+def stage_stream(directory: Path, stream: BinaryIO, *, limit: int) -> StagedFile:
+    """Copy ``stream`` into a synced temp file in ``directory``, refusing more than ``limit`` bytes.
+
+    Reads 1 MiB at a time, so memory stays flat whatever the body size; the size is counted
+    here rather than trusted from Content-Length.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    with os_errors():
+        fd, tmp = _new_temp(directory)
+        try:
+            try:
+                while True:
+                    chunk = stream.read(CHUNK)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > limit:
+                        raise PayloadTooLarge(
+                            f"artifact exceeds the limit of {limit} bytes", limit=limit
+                        )
+                    digest.update(chunk)
+                    _write_all(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+    return StagedFile(tmp, size, digest.hexdigest())
+
+
+def remove_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,180 @@
+"""Every name rule and every path of the storage tree.
+
+On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
+
+    <root>/<tenant>/<project>/<task>/task.json            record: owner, created_at
+    <root>/<tenant>/<project>/<task>/0000-turn/meta.json  record: the TurnRecord (commit point)
+    <root>/<tenant>/<project>/<task>/0000-turn/summary.md derived copy of the summary
+    <root>/<tenant>/<project>/<task>/0000-turn/artifacts/<name>   the bytes
+    <root>/<tenant>/<project>/<task>/index.json           derived task index
+    <root>/<tenant>/<project>/_project.md                 derived digest
+    <root>/<tenant>/<project>/_listing.sqlite3            derived listing index (WAL)
+    <root>/.locks/...                                     lock side files, never deleted
+    <root>/.trash/                                        deletions in progress
+    <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
+
+Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
+collide with a tenant, project or task: a task called ``project.md`` or ``index.json`` works.
+Temp files carry ``~``, which no id or artifact name may contain.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidName, UnsafePath
+
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+MAX_TURN = 9999
+
+_ID_RE = re.compile(ID_PATTERN)
+_ARTIFACT_RE = re.compile(ARTIFACT_NAME_PATTERN)
+
+TASK_RECORD = "task.json"
+TURN_META = "meta.json"
+TURN_SUMMARY = "summary.md"
+ARTIFACTS_DIR = "artifacts"
+TASK_INDEX = "index.json"
+PROJECT_DIGEST = "_project.md"
+PROJECT_LISTING = "_listing.sqlite3"
+LOCKS_DIR = ".locks"
+TRASH_DIR = ".trash"
+TMP_PREFIX = ".~tmp-"
+TURN_DIR_RE = re.compile(r"(\d{4})-turn")
+
+
+def _check_common(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidName(field, value, "must be a string")
+    if not value.isascii():
+        raise InvalidName(field, value, "must be ASCII")
+    return value
+
+
+def validate_id(field: str, value: object) -> str:
+    """Return ``value`` if it is a valid tenant, project or task id, else raise InvalidName."""
+    text = _check_common(field, value)
+    if not _ID_RE.fullmatch(text):
+        raise InvalidName(field, value, f"must match {ID_PATTERN}")
+    # A trailing dot is legal on Linux but silently dropped by Windows and SMB, so a tree
+    # copied there would merge two tasks; refuse it rather than store something fragile.
+    if text.endswith("."):
+        raise InvalidName(field, value, "must not end with '.'")
+    return text
+
+
+def validate_artifact_name(value: object) -> str:
+    """Return ``value`` if it is a valid artifact name, else raise InvalidName."""
+    text = _check_common("name", value)
+    if not _ARTIFACT_RE.fullmatch(text):
+        raise InvalidName("name", value, f"must match {ARTIFACT_NAME_PATTERN}")
+    if text in (".", ".."):
+        raise InvalidName("name", value, "'.' and '..' are not artifact names")
+    if text.endswith("."):
+        raise InvalidName("name", value, "must not end with '.'")
+    return text
+
+
+def validate_turn(value: object) -> int:
+    """Return ``value`` if it is a turn number in 0..9999, else raise InvalidName."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidName("turn", value, "must be an integer")
+    if not 0 <= value <= MAX_TURN:
+        raise InvalidName("turn", value, f"must be between 0 and {MAX_TURN}")
+    return value
+
+
+def turn_dirname(turn: int) -> str:
+    return f"{turn:04d}-turn"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A validated tenant/project pair: every project-memory call is made inside one."""
+
+    tenant: str
+    project: str
+
+    def __post_init__(self) -> None:
+        validate_id("tenant", self.tenant)
+        validate_id("project", self.project)
+
+
+class Layout:
+    """Build every path from validated ids; nothing else in the engine joins paths."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(os.path.abspath(root))
+
+    # -- project level -------------------------------------------------------------------
+    def project_dir(self, scope: Scope) -> Path:
+        return self.root / scope.tenant / scope.project
+
+    def digest(self, scope: Scope) -> Path:
+        return self.project_dir(scope) / PROJECT_DIGEST
+
+    def listing(self, scope: Scope) -> Path:
+        return self.project_dir(scope) / PROJECT_LISTING
+
+    # -- task level ----------------------------------------------------------------------
+    def task_dir(self, scope: Scope, task_id: str) -> Path:
+        return self.project_dir(scope) / validate_id("task_id", task_id)
+
+    def task_record(self, scope: Scope, task_id: str) -> Path:
+        return self.task_dir(scope, task_id) / TASK_RECORD
+
+    def task_index(self, scope: Scope, task_id: str) -> Path:
+        return self.task_dir(scope, task_id) / TASK_INDEX
+
+    def turn_dir(self, scope: Scope, task_id: str, turn: int) -> Path:
+        return self.task_dir(scope, task_id) / turn_dirname(validate_turn(turn))
+
+    def artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> Path:
+        return self.turn_dir(scope, task_id, turn) / ARTIFACTS_DIR / validate_artifact_name(name)
+
+    # -- side trees ----------------------------------------------------------------------
+    def locks_dir(self) -> Path:
+        return self.root / LOCKS_DIR
+
+    def task_lock(self, scope: Scope, task_id: str) -> Path:
+        validate_id("task_id", task_id)
+        return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.lock"
+
+    def task_dirty_marker(self, scope: Scope, task_id: str) -> Path:
+        """Present while a writer holds the task lock and its derived files may lag."""
+        validate_id("task_id", task_id)
+        return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.dirty"
+
+    def project_lock(self, scope: Scope) -> Path:
+        return self.locks_dir() / scope.tenant / scope.project / "project.lock"
+
+    def trash_dir(self) -> Path:
+        return self.root / TRASH_DIR
+
+    def check_inside(self, path: Path) -> Path:
+        """Refuse a path outside the root or one that passes through a symlink.
+
+        The service never creates symlinks, so one inside the root is an attack or a
+        mistake; following it could read or overwrite files outside the root.
+        """
+        try:
+            rel = path.relative_to(self.root)
+        except ValueError:
+            raise UnsafePath(f"{path} escapes the storage root") from None
+        current = self.root
+        for part in rel.parts:
+            if part in ("", ".", ".."):
+                raise UnsafePath(f"{path} has a '.' or '..' component")
+            current = current / part
+            try:
+                st = os.lstat(current)
+            except FileNotFoundError:
+                break
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafePath(f"{current} is a symlink; the service never follows one")
+        return path

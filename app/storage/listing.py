@@ -1,0 +1,281 @@
+"""The per-project listing index: a derived SQLite file (WAL) beside the tasks.
+
+Listing must not scan directories (10,000 task directories cost ~240 ms to scan and parse;
+a keyed index answers a page in well under a millisecond), and a turn write must cost the
+same whatever the project size, which rules out rewriting a whole-project file per write.
+SQLite gives an ordered index, transactions across processes and a crash-safe journal from
+the standard library. It is derived: fsck rebuilds it from the records.
+
+The task lock serializes writers of one task; SQLite serializes the short transactions of
+writers of different tasks. Each write bumps ``generation``, which tells the digest
+whether it is stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LockTimeout
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id TEXT PRIMARY KEY,
+    updated_us INTEGER NOT NULL,
+    retain_until_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_recent ON tasks (updated_us DESC, task_id DESC);
+CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks (retain_until_us);
+CREATE TABLE IF NOT EXISTS turns (
+    task_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    updated_us INTEGER NOT NULL,
+    retain_until_us INTEGER NOT NULL,
+    PRIMARY KEY (task_id, turn)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
+    ('digest_generation', -1), ('digest_valid_until_us', 0);
+"""
+
+_ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
+_PAGE_COLUMNS = f"""
+    SELECT t.task_id, t.updated_us, t.retain_until_us,
+        (SELECT count(*) {_ALIVE_TURNS}), (SELECT max(turn) {_ALIVE_TURNS})
+    FROM tasks t
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    turn: int
+    updated_us: int
+    retain_until_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    task_id: str
+    updated_us: int
+    retain_until_us: int
+    turn_count: int
+    latest_turn: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestRow:
+    task_id: str
+    updated_us: int
+    latest_turn: int
+
+
+class _Connections(threading.local):
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.by_path: dict[str, sqlite3.Connection] = {}
+
+
+_CACHE_LIMIT = 32
+
+
+class Listing:
+    """Open the listing index of one project; cheap to construct (connections are cached)."""
+
+    _local = _Connections()
+
+    def __init__(self, path: Path, *, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    # -- connections -----------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        local = self._local
+        if local.pid != os.getpid():
+            # A connection must never cross a fork: the child starts with an empty cache.
+            local.pid = os.getpid()
+            local.by_path = {}
+        key = str(self.path)
+        conn = local.by_path.get(key)
+        if conn is None:
+            if len(local.by_path) >= _CACHE_LIMIT:
+                _, old = local.by_path.popitem()
+                old.close()
+            conn = sqlite3.connect(key, timeout=self.timeout, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: the WAL is fsynced at every commit, like every other write we acknowledge.
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
+            local.by_path[key] = conn
+        return conn
+
+    @classmethod
+    def forget(cls, path: Path) -> None:
+        conn = cls._local.by_path.pop(str(path), None)
+        if conn is not None:
+            conn.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise LockTimeout(f"listing index is busy: {exc}") from None
+        try:
+            yield conn
+            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    # -- writes ----------------------------------------------------------------------------
+    def set_task(self, task_id: str, turns: Iterable[TurnRow]) -> None:
+        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task)."""
+        rows = list(turns)
+        with self._write() as conn:
+            existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+            conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
+            if not rows:
+                if existed:
+                    conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+                    conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'tasks'")
+                return
+            conn.executemany(
+                "INSERT INTO turns VALUES (?, ?, ?, ?)",
+                [(task_id, r.turn, r.updated_us, r.retain_until_us) for r in rows],
+            )
+            updated = max(r.updated_us for r in rows)
+            retain = max(r.retain_until_us for r in rows)
+            conn.execute(
+                "INSERT INTO tasks VALUES (?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET"
+                " updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us",
+                (task_id, updated, retain),
+            )
+            if not existed:
+                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+
+    def put_turn(self, task_id: str, row: TurnRow) -> None:
+        """Record one written turn: O(log n) whatever the project size."""
+        with self._write() as conn:
+            existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+            conn.execute(
+                "INSERT INTO turns VALUES (?, ?, ?, ?) ON CONFLICT (task_id, turn) DO UPDATE SET"
+                " updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us",
+                (task_id, row.turn, row.updated_us, row.retain_until_us),
+            )
+            conn.execute(
+                "INSERT INTO tasks VALUES (?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET"
+                " updated_us = max(updated_us, excluded.updated_us),"
+                " retain_until_us = max(retain_until_us, excluded.retain_until_us)",
+                (task_id, row.updated_us, row.retain_until_us),
+            )
+            if not existed:
+                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+
+    def set_digest_state(self, generation: int, valid_until_us: int) -> None:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "UPDATE counters SET value = ? WHERE name = 'digest_generation'", (generation,)
+            )
+            conn.execute(
+                "UPDATE counters SET value = ? WHERE name = 'digest_valid_until_us'",
+                (valid_until_us,),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    # -- reads -----------------------------------------------------------------------------
+    def page(
+        self, *, now_us: int, limit: int, after: tuple[int, str] | None
+    ) -> tuple[list[TaskRow], int]:
+        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total."""
+        params: dict[str, object] = {"now": now_us, "limit": limit}
+        where = "t.retain_until_us > :now"
+        if after is not None:
+            where += " AND (t.updated_us < :u OR (t.updated_us = :u AND t.task_id < :id))"
+            params["u"], params["id"] = after
+        with self._read() as conn:
+            rows = conn.execute(
+                f"{_PAGE_COLUMNS} WHERE {where}"  # noqa: S608 - fixed fragments, bound values
+                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                params,
+            ).fetchall()
+            (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+            # Rows past their retention but not yet swept are few: count those, not the live ones.
+            (expired,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
+            ).fetchone()
+        return [TaskRow(*r) for r in rows], count - expired
+
+    def generation(self) -> int:
+        (value,) = (
+            self._conn().execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()
+        )
+        return int(value)
+
+    def digest_is_fresh(self, now_us: int) -> bool:
+        rows = dict(self._conn().execute("SELECT name, value FROM counters").fetchall())
+        return bool(
+            rows["digest_generation"] == rows["generation"]
+            and now_us < rows["digest_valid_until_us"]
+        )
+
+    def digest_snapshot(self, now_us: int) -> tuple[int, list[DigestRow]]:
+        """Return the generation and every live task with its latest live turn, in one read."""
+        with self._read() as conn:
+            (generation,) = conn.execute(
+                "SELECT value FROM counters WHERE name = 'generation'"
+            ).fetchone()
+            rows = conn.execute(
+                f"SELECT t.task_id, t.updated_us, (SELECT max(turn) {_ALIVE_TURNS}) AS latest"
+                " FROM tasks t WHERE t.retain_until_us > :now"
+                " ORDER BY t.updated_us DESC, t.task_id DESC",
+                {"now": now_us},
+            ).fetchall()
+        return int(generation), [DigestRow(*r) for r in rows if r[2] is not None]
+
+    def all_tasks(self) -> tuple[dict[str, list[TurnRow]], int]:
+        """Every row and the task counter, for fsck's comparison with a rebuild."""
+        with self._read() as conn:
+            tasks: dict[str, list[TurnRow]] = {
+                r[0]: [] for r in conn.execute("SELECT task_id FROM tasks")
+            }
+            for task_id, turn, updated, retain in conn.execute(
+                "SELECT task_id, turn, updated_us, retain_until_us FROM turns"
+                " ORDER BY task_id, turn"
+            ):
+                tasks.setdefault(task_id, []).append(TurnRow(turn, updated, retain))
+            (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+        return tasks, int(count)
+
+    def task_updated_us(self, task_id: str) -> int | None:
+        row = (
+            self._conn()
+            .execute("SELECT updated_us FROM tasks WHERE task_id = ?", (task_id,))
+            .fetchone()
+        )
+        return None if row is None else int(row[0])

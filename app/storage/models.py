@@ -1,0 +1,109 @@
+"""Frozen values the storage engine returns; the HTTP layer serializes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactInfo:
+    name: str
+    content_type: str
+    size: int
+    sha256: str
+    updated_at: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    task_id: str
+    turn: int
+    meta: dict[str, Any]
+    summary_md: str
+    artifacts: tuple[ArtifactInfo, ...]
+    created_at: str
+    updated_at: str
+    retain_until: str
+    # Strictly increasing per task (the task lock serializes writers), so it names a version.
+    updated_us: int
+
+    @property
+    def etag(self) -> str:
+        return f'"t{self.updated_us}"'
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """One turn as the task index lists it: no summary, artifact names only."""
+
+    turn: int
+    meta: dict[str, Any]
+    artifacts: tuple[str, ...]
+    created_at: str
+    updated_at: str
+    retain_until: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIndex:
+    task_id: str
+    owner: str | None
+    created_at: str
+    updated_at: str
+    retain_until: str
+    turns: tuple[TurnEntry, ...]
+
+    @property
+    def latest_turn(self) -> int | None:
+        return self.turns[-1].turn if self.turns else None
+
+    @property
+    def turn_count(self) -> int:
+        return len(self.turns)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    task_id: str
+    latest_turn: int | None
+    turn_count: int
+    updated_at: str
+    retain_until: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    tasks: tuple[TaskSummary, ...]
+    total: int
+    next_cursor: str | None
+
+
+@dataclass(slots=True)
+class ArtifactStream:
+    """An open artifact: the caller streams ``file`` and must close it."""
+
+    info: ArtifactInfo
+    file: BinaryIO
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDeletion:
+    task_id: str
+    owner: str | None
+
+
+@dataclass(slots=True)
+class FsckReport:
+    problems: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    unrepairable: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems

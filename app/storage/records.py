@@ -1,0 +1,232 @@
+"""Reading and writing the JSON records of the project-memory tree.
+
+``meta.json`` of a turn is the commit point: it holds the whole TurnRecord (meta, summary,
+artifact list, times). ``summary.md``, ``index.json``, the listing and the digest are all
+derived from the records and rebuilt from them by fsck.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_atomic
+from .clock import parse_iso_us
+from .errors import Corrupt
+from .layout import ARTIFACTS_DIR, TASK_INDEX, TASK_RECORD, TURN_DIR_RE, TURN_META
+from .listing import TurnRow
+from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
+
+FORMAT_VERSION = 1
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=False).encode("utf-8") + b"\n"
+
+
+def read_json(path: Path) -> Any | None:
+    """Parse ``path``; None when it does not exist. Never follows a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        # ELOOP: the final component is a symlink someone planted.
+        raise Corrupt(f"{path}: cannot open ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read()
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Corrupt(f"{path}: not valid JSON ({exc})") from None
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, dumps(obj))
+
+
+# -- turn records -------------------------------------------------------------------------
+def turn_to_json(record: TurnRecord) -> dict[str, Any]:
+    return {
+        "version": FORMAT_VERSION,
+        "task_id": record.task_id,
+        "turn": record.turn,
+        "meta": record.meta,
+        "summary_md": record.summary_md,
+        "artifacts": [
+            {
+                "name": a.name,
+                "content_type": a.content_type,
+                "size": a.size,
+                "sha256": a.sha256,
+                "updated_at": a.updated_at,
+            }
+            for a in record.artifacts
+        ],
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "retain_until": record.retain_until,
+        "updated_us": record.updated_us,
+    }
+
+
+def turn_from_json(obj: Any, path: Path) -> TurnRecord:
+    try:
+        return TurnRecord(
+            task_id=str(obj["task_id"]),
+            turn=int(obj["turn"]),
+            meta=dict(obj["meta"]),
+            summary_md=str(obj["summary_md"]),
+            artifacts=tuple(
+                ArtifactInfo(
+                    name=str(a["name"]),
+                    content_type=str(a["content_type"]),
+                    size=int(a["size"]),
+                    sha256=str(a["sha256"]),
+                    updated_at=str(a["updated_at"]),
+                )
+                for a in obj["artifacts"]
+            ),
+            created_at=str(obj["created_at"]),
+            updated_at=str(obj["updated_at"]),
+            retain_until=str(obj["retain_until"]),
+            updated_us=int(obj.get("updated_us") or parse_iso_us(obj["updated_at"])),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Corrupt(f"{path}: not a turn record ({exc!r})") from None
+
+
+def read_turn(turn_dir: Path) -> TurnRecord | None:
+    path = turn_dir / TURN_META
+    obj = read_json(path)
+    return None if obj is None else turn_from_json(obj, path)
+
+
+def turn_row(record: TurnRecord) -> TurnRow:
+    return TurnRow(record.turn, record.updated_us, parse_iso_us(record.retain_until))
+
+
+def turn_entry(record: TurnRecord) -> TurnEntry:
+    return TurnEntry(
+        turn=record.turn,
+        meta=record.meta,
+        artifacts=tuple(a.name for a in record.artifacts),
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        retain_until=record.retain_until,
+    )
+
+
+# -- task record and index ----------------------------------------------------------------
+def read_task_record(task_dir: Path) -> dict[str, Any] | None:
+    obj = read_json(task_dir / TASK_RECORD)
+    if obj is not None and not isinstance(obj, dict):
+        raise Corrupt(f"{task_dir / TASK_RECORD}: not an object")
+    return obj
+
+
+def turn_dirs(task_dir: Path) -> list[tuple[int, Path]]:
+    """The turn directories of a task, in turn order (never following symlinks)."""
+    found = []
+    with os.scandir(task_dir) as it:
+        for entry in it:
+            match = TURN_DIR_RE.fullmatch(entry.name)
+            if match and entry.is_dir(follow_symlinks=False):
+                found.append((int(match.group(1)), Path(entry.path)))
+    found.sort()
+    return found
+
+
+def entry_to_json(entry: TurnEntry, updated_us: int) -> dict[str, Any]:
+    return {
+        "turn": entry.turn,
+        "meta": entry.meta,
+        "artifacts": list(entry.artifacts),
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+        "retain_until": entry.retain_until,
+        "updated_us": updated_us,
+    }
+
+
+def build_index(task_id: str, task_record: dict[str, Any] | None, turns: list[TurnRecord]) -> dict[str, Any]:
+    """The index.json document for a task, from its records."""
+    turns = sorted(turns, key=lambda r: r.turn)
+    created = (task_record or {}).get("created_at") or min(
+        (r.created_at for r in turns), default=""
+    )
+    return {
+        "version": FORMAT_VERSION,
+        "task_id": task_id,
+        "owner": (task_record or {}).get("owner"),
+        "created_at": created,
+        "updated_us": max((r.updated_us for r in turns), default=0),
+        "turns": [entry_to_json(turn_entry(r), r.updated_us) for r in turns],
+    }
+
+
+def index_with_turn(index: dict[str, Any] | None, task_id: str, task_record: dict[str, Any] | None, record: TurnRecord) -> dict[str, Any]:
+    """Return ``index`` with ``record``'s entry replaced or inserted (O(turns), no record reads)."""
+    if index is None:
+        return build_index(task_id, task_record, [record])
+    turns = [t for t in index["turns"] if t["turn"] != record.turn]
+    turns.append(entry_to_json(turn_entry(record), record.updated_us))
+    turns.sort(key=lambda t: t["turn"])
+    return {**index, "updated_us": max(index["updated_us"], record.updated_us), "turns": turns}
+
+
+def index_rows(index: dict[str, Any]) -> list[TurnRow]:
+    return [
+        TurnRow(t["turn"], t["updated_us"], parse_iso_us(t["retain_until"])) for t in index["turns"]
+    ]
+
+
+def index_from_json(obj: Any, path: Path, now_us: int) -> TaskIndex | None:
+    """The task index with expired turns left out; None when no turn is alive."""
+    try:
+        entries = tuple(
+            TurnEntry(
+                turn=int(t["turn"]),
+                meta=dict(t["meta"]),
+                artifacts=tuple(t["artifacts"]),
+                created_at=str(t["created_at"]),
+                updated_at=str(t["updated_at"]),
+                retain_until=str(t["retain_until"]),
+            )
+            for t in obj["turns"]
+            if parse_iso_us(t["retain_until"]) > now_us
+        )
+        if not entries:
+            return None
+        return TaskIndex(
+            task_id=str(obj["task_id"]),
+            owner=obj.get("owner"),
+            created_at=str(obj["created_at"]),
+            updated_at=max(e.updated_at for e in entries),
+            retain_until=max(e.retain_until for e in entries),
+            turns=entries,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Corrupt(f"{path}: not a task index ({exc!r})") from None
+
+
+def rebuild_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
+    """Read every record of a task and return its index document (None: no turns)."""
+    records = [r for _, d in turn_dirs(task_dir) if (r := read_turn(d)) is not None]
+    if not records:
+        return None
+    return build_index(task_id, read_task_record(task_dir), records)
+
+
+def artifact_files(turn_dir: Path) -> list[str]:
+    directory = turn_dir / ARTIFACTS_DIR
+    try:
+        with os.scandir(directory) as it:
+            return sorted(e.name for e in it if not e.name.startswith(".~"))
+    except FileNotFoundError:
+        return []
+
+
+

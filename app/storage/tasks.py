@@ -1,0 +1,508 @@
+"""The project-memory engine: turns, artifacts, task indexes, listing and digest.
+
+Write protocol for every task mutation, under the task lock:
+
+1. stamp the task's dirty marker (beside its lock file);
+2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
+3. write the derived files (``summary.md``, ``index.json``, the listing row);
+4. remove the marker.
+
+A writer killed between 1 and 4 leaves the marker; the next holder of the lock sees it and
+rebuilds the task's derived files from the records before doing anything else, so a crash
+never leaves a stale index behind for long. Readers take no lock: every file they read was
+published by an atomic rename, so it is the old version or the new one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import io
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ulid import ULID
+
+from . import digest as digest_mod
+from .atomic import (
+    fsync_dir,
+    make_dirs,
+    os_errors,
+    remove_quietly,
+    stage_stream,
+    write_atomic,
+)
+from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
+from .errors import InvalidName, NotFound, NotOwner, PreconditionFailed
+from .layout import (
+    ARTIFACTS_DIR,
+    TASK_RECORD,
+    TURN_META,
+    TURN_SUMMARY,
+    Layout,
+    Scope,
+    validate_artifact_name,
+    validate_id,
+    validate_turn,
+)
+from .listing import Listing
+from .locks import locked, touch
+from .models import (
+    ArtifactInfo,
+    ArtifactStream,
+    TaskIndex,
+    TaskPage,
+    TaskSummary,
+    TurnRecord,
+)
+from .records import (
+    index_from_json,
+    index_rows,
+    index_with_turn,
+    read_json,
+    read_task_record,
+    read_turn,
+    rebuild_index,
+    turn_row,
+    turn_to_json,
+    write_json,
+)
+
+MiB = 1 << 20
+DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
+MAX_SUMMARY_BYTES = 1 * MiB
+MAX_PAGE = 1000
+CURSOR_VERSION = 1
+
+
+@dataclass
+class _Txn:
+    """One locked mutation of a task; :meth:`begin` marks it dirty before the first write."""
+
+    marker: Path
+    dirty: bool = False
+
+    def begin(self) -> None:
+        if not self.dirty:
+            touch(self.marker)
+            self.dirty = True
+
+
+class TaskStore:
+    """Durable per-task turn history of every tenant/project under one storage root."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        retention: timedelta = timedelta(days=30),
+        lock_timeout: float = 10.0,
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
+        self.layout = Layout(root)
+        self.retention = retention
+        self.lock_timeout = lock_timeout
+        self.clock = clock
+        self.max_artifact_bytes = max_artifact_bytes
+        self._retention_us = retention // timedelta(microseconds=1)
+        self._cursor_key = self._load_cursor_key()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def now_us(self) -> int:
+        return to_us(self.clock())
+
+    def _listing(self, scope: Scope) -> Listing:
+        return Listing(self.layout.listing(scope), timeout=self.lock_timeout)
+
+    def _load_cursor_key(self) -> bytes:
+        """A per-root secret that signs list cursors, shared by every worker through the file."""
+        root = self.layout.root
+        make_dirs(root, root.parent)
+        path = root / ".cursor-key"
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            pass
+        tmp = root / f".~tmp-key-{secrets.token_hex(8)}"
+        write_atomic(tmp, secrets.token_bytes(32))
+        try:
+            # link() fails if another worker won the race; then everyone uses the winner's key.
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            remove_quietly(tmp)
+        return path.read_bytes()
+
+    @contextlib.contextmanager
+    def _task_txn(self, scope: Scope, task_id: str) -> Iterator[_Txn]:
+        marker = self.layout.task_dirty_marker(scope, task_id)
+        with locked(self.layout.task_lock(scope, task_id), self.lock_timeout):
+            if marker.exists():
+                # The previous holder died (or failed) between its records and its derived
+                # files: bring the derived files back in line before anything else.
+                self.repair_task(scope, task_id)
+                remove_quietly(marker)
+            txn = _Txn(marker)
+            try:
+                yield txn
+            except BaseException:
+                if txn.dirty:
+                    with contextlib.suppress(Exception):
+                        self.repair_task(scope, task_id)
+                        remove_quietly(marker)
+                raise
+            if txn.dirty:
+                remove_quietly(marker)
+
+    def _alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
+        if record is None or parse_iso_us(record.retain_until) <= now_us:
+            return None
+        return record
+
+    def _task_dir_checked(self, scope: Scope, task_id: str) -> Path:
+        return self.layout.check_inside(self.layout.task_dir(scope, task_id))
+
+    def _next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
+        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
+        # on it even when the clock stalls or steps back.
+        last = index["updated_us"] if index else 0
+        return max(now_us, last + 1)
+
+    def _write_derived(
+        self, scope: Scope, task_id: str, task_dir: Path, record: TurnRecord, *, summary: bool
+    ) -> None:
+        turn_dir = task_dir / f"{record.turn:04d}-turn"
+        if summary:
+            write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"))
+        index_path = task_dir / "index.json"
+        index = index_with_turn(
+            read_json(index_path), task_id, read_task_record(task_dir), record
+        )
+        write_json(index_path, index)
+        self._listing(scope).put_turn(task_id, turn_row(record))
+
+    # -- turns -------------------------------------------------------------------------------
+    def put_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        meta: dict[str, Any],
+        summary_md: str,
+        actor: str | None = None,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> TurnRecord:
+        """Create or replace one turn's meta and summary; keep created_at and artifacts."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        if len(summary_md.encode("utf-8")) > MAX_SUMMARY_BYTES:
+            raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
+        task_dir = self._task_dir_checked(scope, task_id)
+        turn_dir = task_dir / f"{turn:04d}-turn"
+        expired_dir: Path | None = None
+        with self._task_txn(scope, task_id) as txn, os_errors():
+            now_us = self.now_us()
+            self.layout.check_inside(turn_dir / TURN_META)
+            previous = read_turn(turn_dir) if turn_dir.exists() else None
+            alive = self._alive(previous, now_us)
+            _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
+            index = read_json(task_dir / "index.json") if task_dir.exists() else None
+            updated_us = self._next_updated_us(index, now_us)
+            txn.begin()
+            if not task_dir.exists() or read_task_record(task_dir) is None:
+                make_dirs(task_dir, self.layout.root)
+                write_json(
+                    task_dir / TASK_RECORD,
+                    {"version": 1, "task_id": task_id, "owner": actor,
+                     "created_at": iso_us(now_us)},
+                )
+            if previous is not None and alive is None:
+                # The old turn expired: it is gone for every reader, so its artifacts must
+                # not come back with the new write.
+                expired_dir = self._trash(turn_dir)
+            make_dirs(turn_dir / ARTIFACTS_DIR, self.layout.root)
+            record = TurnRecord(
+                task_id=task_id,
+                turn=turn,
+                meta=meta,
+                summary_md=summary_md,
+                artifacts=alive.artifacts if alive else (),
+                created_at=alive.created_at if alive else iso_us(updated_us),
+                updated_at=iso_us(updated_us),
+                retain_until=iso_us(updated_us + self._retention_us),
+                updated_us=updated_us,
+            )
+            write_json(turn_dir / TURN_META, turn_to_json(record))
+            self._write_derived(scope, task_id, task_dir, record, summary=True)
+        if expired_dir is not None:
+            shutil.rmtree(expired_dir, ignore_errors=True)
+        return record
+
+    def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
+        """Read one live turn."""
+        validate_turn(turn)
+        task_dir = self._task_dir_checked(scope, task_id)
+        turn_dir = task_dir / f"{turn:04d}-turn"
+        self.layout.check_inside(turn_dir / TURN_META)
+        record = self._alive(read_turn(turn_dir), self.now_us())
+        if record is None:
+            raise NotFound(f"turn {turn} of task {task_id} not found")
+        return record
+
+    # -- tasks -------------------------------------------------------------------------------
+    def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
+        """Read a task's index with only its live turns."""
+        path = self._task_dir_checked(scope, task_id) / "index.json"
+        self.layout.check_inside(path)
+        obj = read_json(path)
+        index = None if obj is None else index_from_json(obj, path, self.now_us())
+        if index is None:
+            raise NotFound(f"task {task_id} not found")
+        return index
+
+    def list_tasks(self, scope: Scope, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
+        """List live tasks, most recently updated first, with a signed keyset cursor."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
+        after = self._decode_cursor(scope, cursor) if cursor else None
+        listing = self._listing(scope)
+        if not listing.exists():
+            return TaskPage((), 0, None)
+        rows, total = listing.page(now_us=self.now_us(), limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        tasks = tuple(
+            TaskSummary(
+                task_id=r.task_id,
+                latest_turn=r.latest_turn,
+                turn_count=r.turn_count,
+                updated_at=iso_us(r.updated_us),
+                retain_until=iso_us(r.retain_until_us),
+            )
+            for r in rows
+        )
+        next_cursor = self._encode_cursor(scope, rows[-1].updated_us, rows[-1].task_id) if more else None
+        return TaskPage(tasks, total, next_cursor)
+
+    def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
+        """Delete a task: move it to the trash in one rename, then drop it from the listing."""
+        task_dir = self._task_dir_checked(scope, task_id)
+        with self._task_txn(scope, task_id) as txn, os_errors():
+            path = task_dir / "index.json"
+            obj = read_json(path)
+            index = None if obj is None else index_from_json(obj, path, self.now_us())
+            if index is None:
+                raise NotFound(f"task {task_id} not found")
+            if only_owner is not None and index.owner != only_owner:
+                raise NotOwner(task_id)
+            txn.begin()
+            trashed = self._trash(task_dir)
+            self._listing(scope).set_task(task_id, [])
+        shutil.rmtree(trashed, ignore_errors=True)
+
+    def _trash(self, directory: Path) -> Path:
+        """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
+        trash = self.layout.trash_dir()
+        make_dirs(trash, self.layout.root)
+        target = trash / f"{ULID()}-{directory.name}"
+        os.rename(directory, target)
+        fsync_dir(directory.parent)
+        fsync_dir(trash)
+        return target
+
+    def owner_of(self, scope: Scope, task_id: str) -> str | None:
+        """The token id that created the task (None when unknown or absent)."""
+        record = read_task_record(self._task_dir_checked(scope, task_id))
+        return None if record is None else record.get("owner")
+
+    # -- artifacts ---------------------------------------------------------------------------
+    def put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: BinaryIO,
+        *,
+        content_type: str,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> ArtifactInfo:
+        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock."""
+        validate_turn(turn)
+        validate_artifact_name(name)
+        path = self.layout.artifact(scope, task_id, turn, name)
+        self.layout.check_inside(path)
+        turn_dir = path.parent.parent
+        if self._alive(read_turn(turn_dir), self.now_us()) is None:
+            raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
+        with stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged:
+            with self._task_txn(scope, task_id) as txn, os_errors():
+                now_us = self.now_us()
+                record = self._alive(read_turn(turn_dir), now_us)
+                if record is None:
+                    raise NotFound(f"turn {turn} of task {task_id} not found")
+                current = next((a for a in record.artifacts if a.name == name), None)
+                _check_preconditions(current.etag if current else None, if_match, if_none_match)
+                task_dir = turn_dir.parent
+                updated_us = self._next_updated_us(read_json(task_dir / "index.json"), now_us)
+                info = ArtifactInfo(
+                    name=name,
+                    content_type=content_type,
+                    size=staged.size,
+                    sha256=staged.sha256,
+                    updated_at=iso_us(updated_us),
+                )
+                txn.begin()
+                staged.publish(path)
+                record = replace(
+                    record,
+                    artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
+                    updated_at=info.updated_at,
+                    retain_until=iso_us(updated_us + self._retention_us),
+                    updated_us=updated_us,
+                )
+                write_json(turn_dir / TURN_META, turn_to_json(record))
+                self._write_derived(scope, task_id, task_dir, record, summary=False)
+        return info
+
+    def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
+        """Open a live artifact for streaming; the caller closes ``file``."""
+        validate_turn(turn)
+        validate_artifact_name(name)
+        path = self.layout.artifact(scope, task_id, turn, name)
+        self.layout.check_inside(path)
+        record = self._alive(read_turn(path.parent.parent), self.now_us())
+        info = None if record is None else next((a for a in record.artifacts if a.name == name), None)
+        if info is None:
+            raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found") from None
+        file = os.fdopen(fd, "rb")
+        return ArtifactStream(info=info, file=file, size=os.fstat(fd).st_size)
+
+    # -- project digest ----------------------------------------------------------------------
+    def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
+        """Open ``project.md``, rendering it first if any write (or expiry) made it stale.
+
+        Writes only bump the listing generation, so a turn costs the same in a project of 10
+        tasks as in one of 10,000; the O(project) render happens at most once per change, on
+        the first read after it, under the project lock (concurrent readers wait for it).
+        """
+        listing = self._listing(scope)
+        path = self.layout.digest(scope)
+        if not listing.exists():
+            data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
+            return io.BytesIO(data), len(data)
+        if not listing.digest_is_fresh(self.now_us()) or not path.exists():
+            self.refresh_digest(scope)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        return os.fdopen(fd, "rb"), os.fstat(fd).st_size
+
+    def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
+        """Re-render ``project.md`` if stale; return whether it was written."""
+        listing = self._listing(scope)
+        path = self.layout.digest(scope)
+        with locked(self.layout.project_lock(scope), self.lock_timeout), os_errors():
+            now_us = self.now_us()
+            if not force and listing.digest_is_fresh(now_us) and path.exists():
+                return False
+            generation, rows = listing.digest_snapshot(now_us)
+            valid_until = [2**62]
+
+            def read(task_id: str, turn: int) -> TurnRecord | None:
+                turn_dir = self.layout.turn_dir(scope, task_id, turn)
+                record = self._alive(read_turn(turn_dir), now_us)
+                if record is not None:
+                    valid_until[0] = min(valid_until[0], parse_iso_us(record.retain_until))
+                return record
+
+            write_atomic(path, digest_mod.render(scope, rows, read))
+            listing.set_digest_state(generation, valid_until[0])
+        return True
+
+    # -- repair ------------------------------------------------------------------------------
+    def repair_task(self, scope: Scope, task_id: str) -> None:
+        """Rebuild a task's derived files (summaries, index.json, listing rows) from its records.
+
+        The caller holds the task lock.
+        """
+        task_dir = self._task_dir_checked(scope, task_id)
+        index = rebuild_index(task_dir, task_id) if task_dir.is_dir() else None
+        if index is None:
+            if task_dir.is_dir():
+                remove_quietly(task_dir / "index.json")
+            self._listing(scope).set_task(task_id, [])
+            return
+        for entry in index["turns"]:
+            turn_dir = task_dir / f"{entry['turn']:04d}-turn"
+            record = read_turn(turn_dir)
+            if record is None:
+                continue
+            summary = record.summary_md.encode("utf-8")
+            try:
+                current = (turn_dir / TURN_SUMMARY).read_bytes()
+            except FileNotFoundError:
+                current = None
+            if current != summary:
+                write_atomic(turn_dir / TURN_SUMMARY, summary)
+        if read_json(task_dir / "index.json") != index:
+            write_json(task_dir / "index.json", index)
+        self._listing(scope).set_task(task_id, index_rows(index))
+
+    # -- cursors -----------------------------------------------------------------------------
+    def _scope_tag(self, scope: Scope) -> str:
+        return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
+
+    def _encode_cursor(self, scope: Scope, updated_us: int, task_id: str) -> str:
+        body = json.dumps(
+            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)},
+            separators=(",", ":"),
+        ).encode()
+        sig = hmac.new(self._cursor_key, body, hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(body + sig).decode().rstrip("=")
+
+    def _decode_cursor(self, scope: Scope, cursor: str) -> tuple[int, str]:
+        bad = InvalidName("cursor", cursor, "is not a cursor this server issued for this project")
+        if len(cursor) > 1024:
+            raise bad
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        except (ValueError, TypeError):
+            raise bad from None
+        body, sig = raw[:-16], raw[-16:]
+        expected = hmac.new(self._cursor_key, body, hashlib.sha256).digest()[:16]
+        if len(raw) <= 16 or not hmac.compare_digest(sig, expected):
+            raise bad
+        try:
+            obj = json.loads(body)
+            if obj["v"] != CURSOR_VERSION or obj["s"] != self._scope_tag(scope):
+                raise bad
+            return int(obj["u"]), validate_id("task_id", obj["id"])
+        except (ValueError, KeyError, TypeError, InvalidName):
+            raise bad from None
+
+
+def _check_preconditions(current_etag: str | None, if_match: str | None, if_none_match: bool) -> None:
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed("the resource already exists (If-None-Match: *)")
+    if if_match is not None and if_match != "*" and current_etag != if_match:
+        raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
+    if if_match == "*" and current_etag is None:
+        raise PreconditionFailed("the resource does not exist (If-Match: *)")
+
