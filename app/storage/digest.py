@@ -34,8 +34,5 @@ def render(
         summary = record.summary_md
         if summary and not summary.endswith("\n"):
             summary += "\n"
-        head = (
-            f"\n## {row.task_id}\n\n"
-            f"Latest turn: {record.turn}, updated {record.updated_at}\n\n"
-        )
+        head = f"\n## {row.task_id}\n\nLatest turn: {record.turn}, updated {record.updated_at}\n\n"
         yield (head + summary).encode("utf-8")

@@ -44,11 +44,11 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
 """
 
 _ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
-_PAGE_COLUMNS = f"""
-    SELECT t.task_id, t.updated_us, t.retain_until_us,
-        (SELECT count(*) {_ALIVE_TURNS}), (SELECT max(turn) {_ALIVE_TURNS})
-    FROM tasks t
-"""
+_PAGE_COLUMNS = (
+    "SELECT t.task_id, t.updated_us, t.retain_until_us,"
+    f" (SELECT count(*) {_ALIVE_TURNS}), (SELECT max(turn) {_ALIVE_TURNS})"
+    " FROM tasks t"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +220,7 @@ class Listing:
             params["u"], params["id"] = after
         with self._read() as conn:
             rows = conn.execute(
-                f"{_PAGE_COLUMNS} WHERE {where}"  # noqa: S608 - fixed fragments, bound values
+                f"{_PAGE_COLUMNS} WHERE {where}"
                 " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
                 params,
             ).fetchall()

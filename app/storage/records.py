@@ -15,7 +15,7 @@ from typing import Any
 from .atomic import write_atomic
 from .clock import parse_iso_us
 from .errors import Corrupt
-from .layout import ARTIFACTS_DIR, TASK_INDEX, TASK_RECORD, TURN_DIR_RE, TURN_META
+from .layout import ARTIFACTS_DIR, TASK_RECORD, TURN_DIR_RE, TURN_META
 from .listing import TurnRow
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
 
@@ -151,7 +151,9 @@ def entry_to_json(entry: TurnEntry, updated_us: int) -> dict[str, Any]:
     }
 
 
-def build_index(task_id: str, task_record: dict[str, Any] | None, turns: list[TurnRecord]) -> dict[str, Any]:
+def build_index(
+    task_id: str, task_record: dict[str, Any] | None, turns: list[TurnRecord]
+) -> dict[str, Any]:
     """The index.json document for a task, from its records."""
     turns = sorted(turns, key=lambda r: r.turn)
     created = (task_record or {}).get("created_at") or min(
@@ -167,7 +169,12 @@ def build_index(task_id: str, task_record: dict[str, Any] | None, turns: list[Tu
     }
 
 
-def index_with_turn(index: dict[str, Any] | None, task_id: str, task_record: dict[str, Any] | None, record: TurnRecord) -> dict[str, Any]:
+def index_with_turn(
+    index: dict[str, Any] | None,
+    task_id: str,
+    task_record: dict[str, Any] | None,
+    record: TurnRecord,
+) -> dict[str, Any]:
     """Return ``index`` with ``record``'s entry replaced or inserted (O(turns), no record reads)."""
     if index is None:
         return build_index(task_id, task_record, [record])
@@ -227,6 +234,3 @@ def artifact_files(turn_dir: Path) -> list[str]:
             return sorted(e.name for e in it if not e.name.startswith(".~"))
     except FileNotFoundError:
         return []
-
-
-

@@ -127,7 +127,7 @@ class TaskStore:
     def _load_cursor_key(self) -> bytes:
         """A per-root secret that signs list cursors, shared by every worker through the file."""
         root = self.layout.root
-        make_dirs(root, root.parent)
+        make_dirs(root, Path(root.anchor))
         path = root / ".cursor-key"
         try:
             return path.read_bytes()
@@ -186,9 +186,7 @@ class TaskStore:
         if summary:
             write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"))
         index_path = task_dir / "index.json"
-        index = index_with_turn(
-            read_json(index_path), task_id, read_task_record(task_dir), record
-        )
+        index = index_with_turn(read_json(index_path), task_id, read_task_record(task_dir), record)
         write_json(index_path, index)
         self._listing(scope).put_turn(task_id, turn_row(record))
 
@@ -226,8 +224,12 @@ class TaskStore:
                 make_dirs(task_dir, self.layout.root)
                 write_json(
                     task_dir / TASK_RECORD,
-                    {"version": 1, "task_id": task_id, "owner": actor,
-                     "created_at": iso_us(now_us)},
+                    {
+                        "version": 1,
+                        "task_id": task_id,
+                        "owner": actor,
+                        "created_at": iso_us(now_us),
+                    },
                 )
             if previous is not None and alive is None:
                 # The old turn expired: it is gone for every reader, so its artifacts must
@@ -294,7 +296,9 @@ class TaskStore:
             )
             for r in rows
         )
-        next_cursor = self._encode_cursor(scope, rows[-1].updated_us, rows[-1].task_id) if more else None
+        next_cursor = (
+            self._encode_cursor(scope, rows[-1].updated_us, rows[-1].task_id) if more else None
+        )
         return TaskPage(tasks, total, next_cursor)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
@@ -349,34 +353,37 @@ class TaskStore:
         turn_dir = path.parent.parent
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        with stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged:
-            with self._task_txn(scope, task_id) as txn, os_errors():
-                now_us = self.now_us()
-                record = self._alive(read_turn(turn_dir), now_us)
-                if record is None:
-                    raise NotFound(f"turn {turn} of task {task_id} not found")
-                current = next((a for a in record.artifacts if a.name == name), None)
-                _check_preconditions(current.etag if current else None, if_match, if_none_match)
-                task_dir = turn_dir.parent
-                updated_us = self._next_updated_us(read_json(task_dir / "index.json"), now_us)
-                info = ArtifactInfo(
-                    name=name,
-                    content_type=content_type,
-                    size=staged.size,
-                    sha256=staged.sha256,
-                    updated_at=iso_us(updated_us),
-                )
-                txn.begin()
-                staged.publish(path)
-                record = replace(
-                    record,
-                    artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
-                    updated_at=info.updated_at,
-                    retain_until=iso_us(updated_us + self._retention_us),
-                    updated_us=updated_us,
-                )
-                write_json(turn_dir / TURN_META, turn_to_json(record))
-                self._write_derived(scope, task_id, task_dir, record, summary=False)
+        with (
+            stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged,
+            self._task_txn(scope, task_id) as txn,
+            os_errors(),
+        ):
+            now_us = self.now_us()
+            record = self._alive(read_turn(turn_dir), now_us)
+            if record is None:
+                raise NotFound(f"turn {turn} of task {task_id} not found")
+            current = next((a for a in record.artifacts if a.name == name), None)
+            _check_preconditions(current.etag if current else None, if_match, if_none_match)
+            task_dir = turn_dir.parent
+            updated_us = self._next_updated_us(read_json(task_dir / "index.json"), now_us)
+            info = ArtifactInfo(
+                name=name,
+                content_type=content_type,
+                size=staged.size,
+                sha256=staged.sha256,
+                updated_at=iso_us(updated_us),
+            )
+            txn.begin()
+            staged.publish(path)
+            record = replace(
+                record,
+                artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
+                updated_at=info.updated_at,
+                retain_until=iso_us(updated_us + self._retention_us),
+                updated_us=updated_us,
+            )
+            write_json(turn_dir / TURN_META, turn_to_json(record))
+            self._write_derived(scope, task_id, task_dir, record, summary=False)
         return info
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
@@ -386,7 +393,9 @@ class TaskStore:
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
         record = self._alive(read_turn(path.parent.parent), self.now_us())
-        info = None if record is None else next((a for a in record.artifacts if a.name == name), None)
+        info = (
+            None if record is None else next((a for a in record.artifacts if a.name == name), None)
+        )
         if info is None:
             raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
         try:
@@ -498,11 +507,12 @@ class TaskStore:
             raise bad from None
 
 
-def _check_preconditions(current_etag: str | None, if_match: str | None, if_none_match: bool) -> None:
+def _check_preconditions(
+    current_etag: str | None, if_match: str | None, if_none_match: bool
+) -> None:
     if if_none_match and current_etag is not None:
         raise PreconditionFailed("the resource already exists (If-None-Match: *)")
     if if_match is not None and if_match != "*" and current_etag != if_match:
         raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
     if if_match == "*" and current_etag is None:
         raise PreconditionFailed("the resource does not exist (If-Match: *)")
-

@@ -1,0 +1,47 @@
+"""Project Memory: durable memory for AI coding agents, over a plain filesystem tree."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # importing app.storage must not import Flask
+    from flask import Flask
+
+
+def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
+    """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
+    from flask import Flask
+
+    from . import cli, requestlog
+    from .api import project_memory, public
+    from .config import load_config
+    from .errors import register_error_handlers
+    from .storage import TaskStore
+    from .storage.tokens import TokenRegistry
+
+    app = Flask(__name__)
+    load_config(app, overrides)
+    clock = app.config.get("CLOCK")
+    extra = {"clock": clock} if clock else {}
+    app.extensions["task_store"] = TaskStore(
+        Path(app.config["STORAGE_ROOT"]),
+        retention=timedelta(days=app.config["RETENTION_DAYS"]),
+        lock_timeout=app.config["LOCK_TIMEOUT"],
+        max_artifact_bytes=app.config["MAX_ARTIFACT_BYTES"],
+        **extra,
+    )
+    app.extensions["token_registry"] = TokenRegistry(
+        Path(app.config["TOKENS_FILE"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
+    )
+    app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    requestlog.init_app(app)
+    register_error_handlers(app)
+    app.register_blueprint(public.bp)
+    app.register_blueprint(project_memory.bp)
+    cli.init_app(app)
+    return app

@@ -1,0 +1,1 @@
+"""HTTP blueprints: thin views that validate, make one storage call and serialize."""

@@ -1,0 +1,139 @@
+"""Request helpers shared by the blueprints: JSON bodies, path parameters, headers."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from flask import current_app, request
+from marshmallow import Schema
+
+from ..errors import ApiError, validation_error
+from ..schemas.common import load
+from ..storage import InvalidName
+from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
+
+MAX_JSON_DEPTH = 64
+_CONTENT_TYPE_RE = re.compile(
+    r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?"
+)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def json_body(schema: Schema) -> Any:
+    """Parse the request body as JSON and load it with ``schema`` (every fault → 422)."""
+    request.max_content_length = current_app.config["MAX_JSON_BYTES"]
+    raw = request.get_data(cache=False)
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise validation_error(["body"], f"JSON decode error: {exc}", "json_invalid") from None
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise validation_error(
+            ["body"], f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error"
+        )
+    try:
+        # Lone surrogates (\ud800) parse but cannot be stored as UTF-8.
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise validation_error(
+            ["body"], "contains unpaired UTF-16 surrogates", "value_error"
+        ) from None
+    if not isinstance(data, dict):
+        raise validation_error(["body"], "Input should be a valid dictionary", "dict_type", data)
+    return load(schema, data)
+
+
+def path_task_id(value: str) -> str:
+    try:
+        return validate_id("task_id", value)
+    except InvalidName as exc:
+        raise validation_error(
+            ["path", "task_id"], exc.message, "string_pattern_mismatch", value[:200]
+        ) from None
+
+
+def path_turn(value: str) -> int:
+    if not value.isascii() or not value.isdigit() or len(value) > 6 or int(value) > MAX_TURN:
+        raise validation_error(
+            ["path", "turn"],
+            f"Input should be an integer between 0 and {MAX_TURN}",
+            "int_parsing",
+            value[:200],
+        )
+    return int(value)
+
+
+def path_artifact_name(value: str) -> str:
+    try:
+        return validate_artifact_name(value)
+    except InvalidName as exc:
+        raise validation_error(
+            ["path", "name"], exc.message, "string_pattern_mismatch", value[:200]
+        ) from None
+
+
+def query_int(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.lstrip("-").isdigit() or len(raw) > 12:
+        raise validation_error(
+            ["query", name], "Input should be a valid integer", "int_parsing", raw[:200]
+        )
+    value = int(raw)
+    if not low <= value <= high:
+        raise validation_error(
+            ["query", name],
+            f"Input should be between {low} and {high}",
+            "value_error",
+            value,
+            ge=low,
+            le=high,
+        )
+    return value
+
+
+def content_type() -> str:
+    value = request.headers.get("Content-Type")
+    if value is None or not value.strip():
+        return "application/octet-stream"
+    value = value.strip()
+    if len(value) > 255 or not _CONTENT_TYPE_RE.fullmatch(value):
+        raise validation_error(
+            ["header", "Content-Type"], "not a valid media type", "value_error", value[:200]
+        )
+    return value
+
+
+def if_match() -> str | None:
+    return request.headers.get("If-Match")
+
+
+def if_none_match_star() -> bool:
+    value = request.headers.get("If-None-Match")
+    if value is None:
+        return False
+    if value.strip() != "*":
+        raise ApiError(400, "only 'If-None-Match: *' is supported on writes")
+    return True

@@ -1,0 +1,281 @@
+"""Project memory API (seed 000) under /sandbox/memory/v1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+from werkzeug.wsgi import wrap_file
+
+from ..auth import current_principal, require_principal
+from ..schemas import project_memory as s
+from ..storage import PayloadTooLarge, TaskStore
+from .common import (
+    content_type,
+    if_match,
+    if_none_match_star,
+    json_body,
+    path_artifact_name,
+    path_task_id,
+    path_turn,
+    query_int,
+)
+from .docs import doc
+
+PREFIX = "/sandbox/memory/v1"
+
+TASK_ID = {
+    "name": "task_id",
+    "in": "path",
+    "required": True,
+    "description": "Task id: [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},
+}
+TURN = {
+    "name": "turn",
+    "in": "path",
+    "required": True,
+    "description": "Turn number (stored zero-padded, 0000-9999)",
+    "schema": {"type": "integer", "minimum": 0, "maximum": 9999},
+}
+NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "Artifact name: [A-Za-z0-9._-]{1,128}",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"},
+}
+CONDITIONAL = [
+    {
+        "name": "If-Match",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "Write only if the current ETag matches (412 otherwise).",
+    },
+    {
+        "name": "If-None-Match",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string", "enum": ["*"]},
+        "description": "'*': write only if the resource does not exist yet (412 otherwise).",
+    },
+]
+ETAG_HEADER = {
+    200: {"ETag": {"schema": {"type": "string"}, "description": "Version of the resource."}}
+}
+ERRORS: dict[int, object] = {
+    401: "HTTPError",
+    403: "HTTPError",
+    422: "HTTPValidationError",
+    503: "HTTPError",
+}
+bp = Blueprint("project_memory", __name__, url_prefix=PREFIX)
+
+put_turn_in = s.PutTurnRequest()
+turn_out = s.TurnRecord()
+task_out = s.TaskIndex()
+task_list_out = s.TaskList()
+artifact_out = s.ArtifactRecord()
+
+# Types a browser renders without running script; anything else is sent as a download.
+PASSIVE_TYPES = frozenset(
+    {"text/plain", "application/json", "image/png", "image/jpeg", "image/gif", "image/webp"}
+)
+ARTIFACT_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "sandbox; default-src 'none'",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+@bp.before_request
+def _authenticate() -> None:
+    require_principal()
+
+
+def store() -> TaskStore:
+    task_store: TaskStore = current_app.extensions["task_store"]
+    return task_store
+
+
+def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    response = current_app.json.response(payload)
+    response.status_code = status
+    if headers:
+        response.headers.update(headers)
+    return response
+
+
+@bp.get("/project.md")
+@doc(responses={200: ("text/markdown", {"type": "string"}), **ERRORS})
+def get_project_md() -> Response:
+    """Project digest: one section per task with its latest summary"""
+    file, size = store().open_digest(current_principal().scope)
+    response = Response(
+        wrap_file(request.environ, file),
+        mimetype="text/markdown",
+        direct_passthrough=True,
+    )
+    response.content_length = size
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@bp.get("/tasks")
+@doc(
+    params=[
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+        },
+        {
+            "name": "cursor",
+            "in": "query",
+            "required": False,
+            "schema": {"type": ["string", "null"]},
+        },
+    ],
+    responses={200: s.TaskList, **ERRORS},
+)
+def list_tasks() -> Response:
+    """List tasks in project memory (most recently updated first)"""
+    limit = query_int("limit", 50, 1, 1000)
+    cursor = request.args.get("cursor") or None
+    page = store().list_tasks(current_principal().scope, limit=limit, cursor=cursor)
+    return _json(task_list_out.dump(page))
+
+
+@bp.delete("/tasks/<task_id>")
+@doc(params=[TASK_ID], responses={204: None, 404: "HTTPError", **ERRORS})
+def delete_task(task_id: str) -> Response:
+    """Delete a task's memory (owner, or project_admin and above)"""
+    task_id = path_task_id(task_id)
+    principal = current_principal()
+    only_owner = None if principal.at_least("project_admin") else principal.token.id
+    store().delete_task(principal.scope, task_id, only_owner=only_owner)
+    return Response(status=204)
+
+
+@bp.get("/tasks/<task_id>")
+@doc(params=[TASK_ID], responses={200: s.TaskIndex, 404: "HTTPError", **ERRORS})
+def get_task(task_id: str) -> Response:
+    """Task index: turns, meta, artifact names"""
+    index = store().get_task(current_principal().scope, path_task_id(task_id))
+    payload = task_out.dump(index)
+    payload["latest_turn"] = index.latest_turn
+    payload["turn_count"] = index.turn_count
+    return _json(payload)
+
+
+@bp.get("/tasks/<task_id>/turns/<turn>")
+@doc(
+    params=[TASK_ID, TURN],
+    responses={200: s.TurnRecord, 404: "HTTPError", **ERRORS},
+    headers=ETAG_HEADER,
+)
+def get_turn(task_id: str, turn: str) -> Response:
+    """One turn: meta, summary, artifact list"""
+    record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
+    return _json(turn_out.dump(record), headers={"ETag": record.etag})
+
+
+@bp.put("/tasks/<task_id>/turns/<turn>")
+@doc(
+    params=[TASK_ID, TURN, *CONDITIONAL],
+    body=s.PutTurnRequest,
+    responses={200: s.TurnRecord, 412: "HTTPError", **ERRORS},
+    headers=ETAG_HEADER,
+)
+def put_turn(task_id: str, turn: str) -> Response:
+    """Upsert one turn's meta + summary; refreshes the task index and project.md"""
+    task_id, turn_no = path_task_id(task_id), path_turn(turn)
+    data = json_body(put_turn_in)
+    principal = current_principal()
+    record = store().put_turn(
+        principal.scope,
+        task_id,
+        turn_no,
+        meta=data["meta"],
+        summary_md=data["summary_md"],
+        actor=principal.token.id,
+        if_match=if_match(),
+        if_none_match=if_none_match_star(),
+    )
+    return _json(turn_out.dump(record), headers={"ETag": record.etag})
+
+
+@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@doc(
+    params=[TASK_ID, TURN, NAME],
+    responses={
+        200: ("application/octet-stream", {"type": "string", "format": "binary"}),
+        304: None,
+        404: "HTTPError",
+        **ERRORS,
+    },
+    headers=ETAG_HEADER,
+)
+def get_artifact(task_id: str, turn: str, name: str) -> Response:
+    """Download a turn artifact (stored Content-Type)"""
+    opened = store().open_artifact(
+        current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
+    )
+    response = Response(
+        wrap_file(request.environ, opened.file),
+        content_type=opened.info.content_type,
+        direct_passthrough=True,
+    )
+    response.content_length = opened.size
+    response.set_etag(opened.info.sha256)
+    response.last_modified = None
+    response.headers.update(ARTIFACT_SECURITY_HEADERS)
+    base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
+    disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
+    response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
+    return response.make_conditional(
+        request.environ, accept_ranges=True, complete_length=opened.size
+    )
+
+
+@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@doc(
+    params=[TASK_ID, TURN, NAME, *CONDITIONAL],
+    body={"type": "string", "format": "binary"},
+    body_content_type="application/octet-stream",
+    responses={
+        200: s.ArtifactRecord,
+        404: "HTTPError",
+        412: "HTTPError",
+        413: "HTTPError",
+        **ERRORS,
+    },
+    headers=ETAG_HEADER,
+)
+def put_artifact(task_id: str, turn: str, name: str) -> Response:
+    """Store a turn artifact (raw body, Content-Type kept, max 50 MiB)"""
+    task_id, turn_no, name = path_task_id(task_id), path_turn(turn), path_artifact_name(name)
+    kind = content_type()
+    task_store = store()
+    limit = task_store.max_artifact_bytes
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise PayloadTooLarge(f"artifact of {declared} bytes exceeds the limit", limit=limit)
+    # One above the limit: werkzeug refuses a read once the limit is reached, which would
+    # turn a body of exactly the limit into a 413; stage_stream counts the bytes itself.
+    request.max_content_length = limit + 1
+    info = task_store.put_artifact(
+        current_principal().scope,
+        task_id,
+        turn_no,
+        name,
+        request.stream,
+        content_type=kind,
+        if_match=if_match(),
+        if_none_match=if_none_match_star(),
+    )
+    payload = artifact_out.dump(info)
+    payload.update(task_id=task_id, turn=turn_no)
+    return _json(payload, headers={"ETag": info.etag})

@@ -1,0 +1,196 @@
+"""The one place that turns storage errors and HTTP errors into response bodies.
+
+Two APIs, two documented shapes:
+
+* project memory (``/sandbox/memory/v1``): ``422 {"detail": [ValidationError...]}`` for
+  validation, ``{"detail": "<message>"}`` for everything else;
+* memory stores (``/v1/memory_stores``):
+  ``{"type": "error", "error": {"type", "message"}, "request_id"}``.
+
+Responses are built from ``e.get_response()`` so headers such as ``WWW-Authenticate``,
+``Allow`` and ``Retry-After`` survive.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException, InternalServerError
+
+from .storage import errors as se
+
+log = logging.getLogger("app.errors")
+
+STORES_PREFIX = "/v1/memory_stores"
+
+
+class ApiError(HTTPException):
+    """An HTTP error with a message (and, for memory stores, an explicit error type)."""
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        error_type: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(description=message)
+        self.code = code
+        self.message = message
+        self.extra_headers = headers or {}
+        self.error_type = error_type
+        self.extra = extra or {}
+
+    def get_headers(self, environ: Any = None, scope: Any = None) -> list[tuple[str, str]]:
+        return [("Content-Type", "application/json"), *self.extra_headers.items()]
+
+
+class RequestValidationError(HTTPException):
+    """422 with a list of FastAPI-style ValidationError items."""
+
+    code = 422
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(description="validation error")
+        self.errors = errors
+
+
+def validation_error(
+    loc: list[str | int], msg: str, type_: str, input_: Any = None, **ctx: Any
+) -> RequestValidationError:
+    item: dict[str, Any] = {"loc": loc, "msg": msg, "type": type_}
+    if input_ is not None:
+        item["input"] = input_
+    if ctx:
+        item["ctx"] = ctx
+    return RequestValidationError([item])
+
+
+# Anthropic-style error types for the memory-stores API, by status.
+STORE_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "conflict_error",
+    412: "invalid_request_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    507: "api_error",
+}
+
+
+def _is_stores_request() -> bool:
+    return request.path.startswith(STORES_PREFIX)
+
+
+def _message(exc: HTTPException) -> str:
+    if isinstance(exc, ApiError):
+        return exc.message
+    if exc.code == 413:
+        limit = getattr(exc, "limit", None) or request.max_content_length
+        return (
+            f"request body too large (limit {limit} bytes)" if limit else "request body too large"
+        )
+    return exc.description or exc.name
+
+
+def render(exc: HTTPException) -> Response:
+    """Build the response body for ``exc`` in the shape of the API the request addressed."""
+    response = exc.get_response()
+    code = exc.code or 500
+    if _is_stores_request():
+        if isinstance(exc, RequestValidationError):
+            message = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+                for e in exc.errors
+            )
+            code = 400
+        else:
+            message = _message(exc)
+        error_type = getattr(exc, "error_type", None) or STORE_ERROR_TYPES.get(code, "api_error")
+        body: dict[str, Any] = {"type": "error", "error": {"type": error_type, "message": message}}
+        body["error"].update(getattr(exc, "extra", {}) or {})
+        body["request_id"] = g.get("correlation_id")
+    elif isinstance(exc, RequestValidationError):
+        body = {"detail": exc.errors}
+    else:
+        body = {"detail": _message(exc)}
+    response.set_data(jsonify(body).get_data())
+    response.status_code = code
+    response.content_type = "application/json"
+    return response
+
+
+_FIELD_LOCATIONS = {
+    "task_id": "path",
+    "turn": "path",
+    "name": "path",
+    "cursor": "query",
+    "limit": "query",
+    "tenant": "header",
+    "project": "header",
+}
+
+
+def from_storage(exc: se.StorageError) -> HTTPException:
+    """The storage-error → HTTP mapping table."""
+    if isinstance(exc, se.InvalidName):
+        where = _FIELD_LOCATIONS.get(exc.field, "body")
+        return validation_error(
+            [where, exc.field], exc.message, "value_error", _safe_input(exc.value)
+        )
+    if isinstance(exc, se.NotFound | se.UnsafePath):
+        if isinstance(exc, se.UnsafePath):
+            log.warning("refused unsafe path: %s", exc)
+            return ApiError(404, "not found")
+        return ApiError(404, str(exc))
+    if isinstance(exc, se.NotOwner):
+        return ApiError(403, "only the task's owner or a project_admin may delete it")
+    if isinstance(exc, se.PreconditionFailed):
+        return ApiError(412, str(exc))
+    if isinstance(exc, se.Conflict):
+        return ApiError(409, str(exc))
+    if isinstance(exc, se.PayloadTooLarge):
+        return ApiError(413, f"{exc} (limit {exc.limit} bytes)")
+    if isinstance(exc, se.LockTimeout):
+        return ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, se.InsufficientStorage):
+        return ApiError(507, "insufficient storage: the server's disk is full")
+    log.error("storage error: %r", exc)
+    return ApiError(500, "internal error")
+
+
+def _safe_input(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > 200:
+        return value[:200] + "…"
+    return value
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(HTTPException)
+    def handle_http(exc: HTTPException) -> Response:
+        return render(exc)
+
+    @app.errorhandler(se.StorageError)
+    def handle_storage(exc: se.StorageError) -> Response:
+        return render(from_storage(exc))
+
+    @app.errorhandler(OSError)
+    def handle_os_error(exc: OSError) -> Response:
+        log.error("I/O error: %r", exc)
+        return render(ApiError(500, "internal error: a storage operation failed"))
+
+    @app.errorhandler(Exception)
+    def handle_unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return render(InternalServerError(description="internal error"))

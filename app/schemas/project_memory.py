@@ -1,0 +1,145 @@
+"""Schemas of the project-memory API (seed 000), named as the seed names them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import INCLUDE, RAISE, Schema, fields, post_load
+from marshmallow import ValidationError as MarshmallowError
+
+from ..storage import MAX_SUMMARY_BYTES
+from .common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
+
+
+class TurnMeta(Schema):
+    """Run metadata for one turn. Every field is optional; unknown keys are kept."""
+
+    class Meta:
+        unknown = INCLUDE
+
+    agent_id = StrictString(allow_none=True)
+    model = StrictString(allow_none=True)
+    job_id = StrictString(allow_none=True)
+    sandbox_id = StrictString(allow_none=True)
+    commit = StrictString(allow_none=True)
+    exit_code = StrictInteger(allow_none=True)
+    started_at = TimeValue(
+        allow_none=True, metadata={"description": "ISO 8601 or epoch", "type": ["string", "number"]}
+    )
+    ended_at = TimeValue(
+        allow_none=True, metadata={"description": "ISO 8601 or epoch", "type": ["string", "number"]}
+    )
+    tokens = IntOrObject(allow_none=True, metadata={"type": ["integer", "object"]})
+    cost = NumberOrObject(allow_none=True, metadata={"type": ["number", "object"]})
+    claude_session_id = StrictString(allow_none=True)
+
+
+def _check_summary_size(value: str | None) -> None:
+    if value is not None and len(value.encode("utf-8", "surrogatepass")) > MAX_SUMMARY_BYTES:
+        raise MarshmallowError(f"Summary is longer than {MAX_SUMMARY_BYTES} bytes of UTF-8.")
+
+
+class PutTurnRequest(Schema):
+    class Meta:
+        unknown = RAISE
+
+    meta = fields.Nested(
+        TurnMeta,
+        allow_none=True,
+        load_default=dict,
+        metadata={
+            "description": "Run metadata for one turn. Every field is optional; unknown keys are kept."
+        },
+    )
+    summary_md = StrictString(
+        allow_none=True,
+        load_default="",
+        validate=_check_summary_size,
+        metadata={"description": 'Markdown summary of the turn (max 1 MiB). Default: "".'},
+    )
+
+    @post_load
+    def _defaults(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        data["meta"] = data.get("meta") or {}
+        data["summary_md"] = data.get("summary_md") or ""
+        return data
+
+
+class MemoryArtifact(Schema):
+    name = fields.String(required=True)
+    content_type = fields.String(required=True)
+    size = fields.Integer(required=True)
+    updated_at = fields.String(allow_none=True)
+
+
+class ArtifactRecord(MemoryArtifact):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+
+
+class TurnRecord(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    meta = fields.Dict(required=True)
+    summary_md = fields.String(required=True)
+    artifacts = fields.List(fields.Nested(MemoryArtifact), required=True)
+    created_at = fields.String(allow_none=True)
+    updated_at = fields.String(allow_none=True)
+    retain_until = fields.String(allow_none=True)
+
+
+class TaskSummary(Schema):
+    task_id = fields.String(required=True)
+    latest_turn = fields.Integer(allow_none=True)
+    turn_count = fields.Integer(allow_none=True)
+    updated_at = fields.String(allow_none=True)
+    retain_until = fields.String(allow_none=True)
+
+
+class TaskList(Schema):
+    tasks = fields.List(fields.Nested(TaskSummary), required=True)
+    total = fields.Integer(required=True)
+    next_cursor = fields.String(
+        allow_none=True,
+        metadata={"description": "Pass back as ?cursor= for the next page; null at the end."},
+    )
+
+
+class TaskTurn(Schema):
+    turn = fields.Integer(required=True)
+    meta = fields.Dict(required=True)
+    artifacts = fields.List(fields.String(), required=True)
+    created_at = fields.String(allow_none=True)
+    updated_at = fields.String(allow_none=True)
+    retain_until = fields.String(allow_none=True)
+
+
+class TaskIndex(Schema):
+    task_id = fields.String(required=True)
+    owner = fields.String(
+        allow_none=True, metadata={"description": "Id of the token that first wrote the task."}
+    )
+    created_at = fields.String(allow_none=True)
+    updated_at = fields.String(allow_none=True)
+    retain_until = fields.String(allow_none=True)
+    latest_turn = fields.Integer(allow_none=True)
+    turn_count = fields.Integer(required=True)
+    turns = fields.List(fields.Nested(TaskTurn), required=True)
+
+
+class ValidationError(Schema):
+    loc = fields.List(
+        fields.Raw(metadata={"oneOf": [{"type": "string"}, {"type": "integer"}]}), required=True
+    )
+    msg = fields.String(required=True)
+    type = fields.String(required=True)
+    input = fields.Raw()
+    ctx = fields.Dict()
+
+
+class HTTPValidationError(Schema):
+    detail = fields.List(fields.Nested(ValidationError))
+
+
+class HTTPError(Schema):
+    detail = fields.String(required=True)
