@@ -166,10 +166,12 @@ class Layout:
             rel = path.relative_to(self.root)
         except ValueError:
             raise UnsafePath(f"{path} escapes the storage root") from None
+        # Check every component before the walk below stops at the first missing one:
+        # root/missing/../../etc would otherwise pass.
+        if any(part in ("", ".", "..") for part in rel.parts):
+            raise UnsafePath(f"{path} has a '.' or '..' component")
         current = self.root
         for part in rel.parts:
-            if part in ("", ".", ".."):
-                raise UnsafePath(f"{path} has a '.' or '..' component")
             current = current / part
             try:
                 st = os.lstat(current)
