@@ -47,11 +47,19 @@ def _finish(response: Response) -> Response:
     return response
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Write to whatever sys.stderr is now (test runners and daemons swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def init_app(app: Flask) -> None:
     app.before_request(_start)
     app.after_request(_finish)
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
         log.propagate = False

@@ -64,8 +64,17 @@ def app(tmp_path: Path, clock: FixedClock) -> Iterator[Flask]:
     yield application
 
 
+class BufferedClient(FlaskClient):
+    """Consume and close every response body, as a WSGI server does (streamed files included)."""
+
+    def open(self, *args: object, **kwargs: object):  # type: ignore[override]
+        kwargs.setdefault("buffered", True)
+        return super().open(*args, **kwargs)
+
+
 @pytest.fixture
 def client(app: Flask) -> FlaskClient:
+    app.test_client_class = BufferedClient
     return app.test_client()
 
 

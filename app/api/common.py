@@ -74,14 +74,15 @@ def path_task_id(value: str) -> str:
 
 
 def path_turn(value: str) -> int:
-    if not value.isascii() or not value.isdigit() or len(value) > 6 or int(value) > MAX_TURN:
+    digits = value.lstrip("0") or "0"
+    if not value.isascii() or not value.isdigit() or len(digits) > 4 or int(digits) > MAX_TURN:
         raise validation_error(
             ["path", "turn"],
             f"Input should be an integer between 0 and {MAX_TURN}",
             "int_parsing",
             value[:200],
         )
-    return int(value)
+    return int(digits)
 
 
 def path_artifact_name(value: str) -> str:
