@@ -1,0 +1,1 @@
+"""Benchmarks of the service against the framework ceiling and MLflow (see bench/README.md)."""

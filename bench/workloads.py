@@ -1,0 +1,166 @@
+"""The workloads: what one op is on each server (ours, hello-world, MLflow).
+
+Sizes follow issue 8: summary about 1 KB, one 16 KiB artifact, meta as in seed 000.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from .loadgen import Op, Session
+
+API = "/sandbox/memory/v1"
+SUMMARY = ("Fixed the flaky upload test by streaming the body to a temp file; " * 16)[:1000]
+ARTIFACT = bytes(random.Random(8).randbytes(16 * 1024))
+READ_TASKS = 64  # preloaded tasks (one turn each) that the read workload picks from
+
+
+def meta(client: int, seq: int) -> dict[str, Any]:
+    return {
+        "agent_id": f"agent-{client}",
+        "model": "claude-sonnet-4-5",
+        "job_id": f"job-{seq}",
+        "sandbox_id": f"sb-{client:04d}",
+        "commit": "3f9c2d1e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e",
+        "exit_code": 0,
+        "started_at": "2026-11-29T21:00:00Z",
+        "ended_at": "2026-11-29T21:04:10Z",
+        "tokens": {"input": 51234, "output": 2048},
+        "cost": 0.4312,
+        "claude_session_id": "c0ffee00-1234-4abc-9def-0123456789ab",
+    }
+
+
+def turn_body(client: int, seq: int) -> bytes:
+    return json.dumps({"meta": meta(client, seq), "summary_md": SUMMARY}).encode()
+
+
+JSON = {"Content-Type": "application/json"}
+OCTETS = {"Content-Type": "application/octet-stream"}
+
+
+# -- ours ------------------------------------------------------------------------------------
+def ours_record(tag: str, turns_per_task: int = 10) -> Op:
+    """Record a turn: PUT the turn, then PUT one 16 KiB artifact (two fsynced writes)."""
+
+    def op(s: Session, client: int, seq: int) -> None:
+        base = f"{API}/tasks/{tag}-c{client}-t{seq // turns_per_task}/turns/{seq % turns_per_task}"
+        s.request("PUT", base, turn_body(client, seq), JSON)
+        s.request("PUT", f"{base}/artifacts/out.bin", ARTIFACT, OCTETS)
+
+    return op
+
+
+def ours_put_turn(task_of_client: str) -> Op:
+    """PUT (upsert) turn 1 of the client's own existing task: no lock contention between clients."""
+
+    def op(s: Session, client: int, seq: int) -> None:
+        path = f"{API}/tasks/{task_of_client.format(client=client)}/turns/1"
+        s.request("PUT", path, turn_body(client, seq), JSON)
+
+    return op
+
+
+def ours_read() -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", f"{API}/tasks/pre-{(client * 7919 + seq) % READ_TASKS}/turns/0")
+
+    return op
+
+
+def ours_list() -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", f"{API}/tasks?limit=50")
+
+    return op
+
+
+def ours_digest() -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", f"{API}/project.md")
+
+    return op
+
+
+def ours_preload(s: Session) -> None:
+    for i in range(READ_TASKS):
+        base = f"{API}/tasks/pre-{i}/turns/0"
+        s.request("PUT", base, turn_body(i, 0), JSON)
+        s.request("PUT", f"{base}/artifacts/out.bin", ARTIFACT, OCTETS)
+
+
+# -- hello-world ceiling -----------------------------------------------------------------------
+def hello() -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", "/hello")
+
+    return op
+
+
+# -- MLflow ------------------------------------------------------------------------------------
+ML = "/api/2.0/mlflow"
+
+
+def _post(s: Session, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(s.request("POST", path, json.dumps(obj).encode(), JSON) or b"{}")
+
+
+def mlflow_experiment(s: Session, name: str) -> str:
+    return str(_post(s, f"{ML}/experiments/create", {"name": name})["experiment_id"])
+
+
+def mlflow_turn(s: Session, experiment_id: str, client: int, seq: int) -> str:
+    """Create run + log-batch of the meta as params/tags + upload summary and artifact + finish."""
+    run = _post(
+        s,
+        f"{ML}/runs/create",
+        {"experiment_id": experiment_id, "start_time": 1_700_000_000_000 + seq},
+    )["run"]["info"]
+    run_id = run["run_id"]
+    m = meta(client, seq)
+    params = [
+        {"key": k, "value": json.dumps(v) if isinstance(v, dict) else str(v)} for k, v in m.items()
+    ]
+    tags = [{"key": "task_id", "value": f"c{client}-t{seq // 10}"}, {"key": "turn", "value": "0"}]
+    _post(s, f"{ML}/runs/log-batch", {"run_id": run_id, "params": params, "tags": tags})
+    # --serve-artifacts: uploads go through the tracking server's artifact proxy.
+    prefix = run["artifact_uri"].removeprefix("mlflow-artifacts:").lstrip("/")
+    proxy = f"/api/2.0/mlflow-artifacts/artifacts/{prefix}"
+    s.request("PUT", f"{proxy}/summary.md", SUMMARY.encode(), {"Content-Type": "text/markdown"})
+    s.request("PUT", f"{proxy}/out.bin", ARTIFACT, OCTETS)
+    _post(
+        s,
+        f"{ML}/runs/update",
+        {"run_id": run_id, "status": "FINISHED", "end_time": 1_700_000_100_000 + seq},
+    )
+    return str(run_id)
+
+
+def mlflow_record(experiment_id: str) -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        mlflow_turn(s, experiment_id, client, seq)
+
+    return op
+
+
+def mlflow_read(run_ids: list[str]) -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        run_id = run_ids[(client * 7919 + seq) % len(run_ids)]
+        s.request("GET", f"{ML}/runs/get?run_id={run_id}")
+
+    return op
+
+
+def mlflow_list(experiment_id: str) -> Op:
+    body = {
+        "experiment_ids": [experiment_id],
+        "max_results": 50,
+        "order_by": ["attributes.start_time DESC"],
+    }
+
+    def op(s: Session, client: int, seq: int) -> None:
+        _post(s, f"{ML}/runs/search", body)
+
+    return op
