@@ -1,0 +1,168 @@
+"""Expected state computed from the records alone, and checks that the derived files match it.
+
+Nothing here calls the engine's own derived-file code paths except ``records.rebuild_index``
+(the documented rebuild that fsck and repair_task use); the digest and listing expectations
+are computed independently from the turn records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from app.storage import Scope, TaskStore
+from app.storage.clock import parse_iso_us
+from app.storage.layout import TMP_PREFIX, TURN_SUMMARY, validate_id
+from app.storage.listing import TurnRow
+from app.storage.models import TurnRecord
+from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
+
+MiB = 1 << 20
+
+
+class PatternStream:
+    """A file-like body of ``size`` bytes made on the fly, so a test never holds it all."""
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size = size
+        self.seed = seed
+        self.pos = 0
+        self._block = bytes((i * 31 + seed) % 251 for i in range(64 * 1024))
+
+    def read(self, n: int = -1) -> bytes:
+        left = self.size - self.pos
+        if n < 0 or n > left:
+            n = left
+        if n <= 0:
+            return b""
+        start = self.pos % len(self._block)
+        reps = (start + n) // len(self._block) + 1
+        out = (self._block * reps)[start : start + n]
+        self.pos += n
+        return out
+
+    def sha256(self) -> str:
+        """The digest of the whole body, computed from a fresh copy (streams, never holds it)."""
+        digest = hashlib.sha256()
+        for chunk in iter_chunks(PatternStream(self.size, self.seed)):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+
+def temp_files(root: Path) -> list[Path]:
+    """Every in-flight temp file left anywhere under ``root``."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            if name.startswith(TMP_PREFIX):
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def task_ids_on_disk(store: TaskStore, scope: Scope) -> list[str]:
+    project = store.layout.project_dir(scope)
+    if not project.exists():
+        return []
+    ids = []
+    for entry in os.scandir(project):
+        try:
+            validate_id("task_id", entry.name)
+        except Exception:  # noqa: S112 - engine files beside the tasks
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            ids.append(entry.name)
+    return sorted(ids)
+
+
+def records_of(store: TaskStore, scope: Scope, task_id: str) -> list[TurnRecord]:
+    task_dir = store.layout.task_dir(scope, task_id)
+    return [r for _, d in turn_dirs(task_dir) if (r := read_turn(d)) is not None]
+
+
+def live_records(store: TaskStore, scope: Scope, task_id: str, now_us: int) -> list[TurnRecord]:
+    return [r for r in records_of(store, scope, task_id) if parse_iso_us(r.retain_until) > now_us]
+
+
+def expected_digest(store: TaskStore, scope: Scope) -> str:
+    """project.md as the issue specifies it, computed from the live turn records."""
+    now_us = store.now_us()
+    sections = []
+    for task_id in task_ids_on_disk(store, scope):
+        live = live_records(store, scope, task_id, now_us)
+        if not live:
+            continue
+        all_turns = records_of(store, scope, task_id)
+        updated = max(r.updated_us for r in all_turns)
+        latest = max(live, key=lambda r: r.turn)
+        sections.append((updated, task_id, latest))
+    sections.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    text = f"# Project memory: {scope.tenant}/{scope.project}\n"
+    if not sections:
+        return text + "\nNo tasks yet.\n"
+    for _, task_id, rec in sections:
+        summary = rec.summary_md
+        if summary and not summary.endswith("\n"):
+            summary += "\n"
+        text += f"\n## {task_id}\n\nLatest turn: {rec.turn}, updated {rec.updated_at}\n\n{summary}"
+    return text
+
+
+def read_digest(store: TaskStore, scope: Scope) -> str:
+    fh, size = store.open_digest(scope)
+    with fh:
+        data = fh.read()
+    assert len(data) == size
+    return data.decode("utf-8")
+
+
+def listing_rows(store: TaskStore, scope: Scope) -> tuple[dict[str, list[TurnRow]], int]:
+    listing = store._listing(scope)
+    if not listing.exists():
+        return {}, 0
+    return listing.all_tasks()
+
+
+def assert_consistent(store: TaskStore, scope: Scope) -> None:
+    """index.json, summary.md, the listing rows and project.md equal a rebuild from the records."""
+    expected_rows: dict[str, list[TurnRow]] = {}
+    for task_id in task_ids_on_disk(store, scope):
+        task_dir = store.layout.task_dir(scope, task_id)
+        rebuilt = rebuild_index(task_dir, task_id)
+        on_disk = read_json(task_dir / "index.json")
+        assert on_disk == rebuilt, f"index.json of {task_id} differs from a rebuild"
+        if rebuilt is None:
+            continue
+        expected_rows[task_id] = index_rows(rebuilt)
+        for rec in records_of(store, scope, task_id):
+            summary = (task_dir / f"{rec.turn:04d}-turn" / TURN_SUMMARY).read_bytes()
+            assert summary == rec.summary_md.encode(), f"summary.md of {task_id}/{rec.turn}"
+    rows, counter = listing_rows(store, scope)
+    assert {k: sorted(v, key=lambda r: r.turn) for k, v in rows.items()} == expected_rows
+    assert counter == len(expected_rows)
+    assert read_digest(store, scope) == expected_digest(store, scope)
+    assert temp_files(store.layout.root) == []
+
+
+def snapshot(root: Path) -> dict[str, Any]:
+    """Path -> bytes (files) or None (directories) under root, without following links."""
+    out: dict[str, Any] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = None
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root)
+            if os.path.islink(full):
+                out[rel] = ("link", os.readlink(full))
+            else:
+                with open(full, "rb") as fh:
+                    out[rel] = fh.read()
+    return out
+
+
+def iter_chunks(fh: Any, size: int = MiB) -> Iterator[bytes]:
+    while chunk := fh.read(size):
+        yield chunk
