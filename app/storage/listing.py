@@ -279,3 +279,24 @@ class Listing:
             .fetchone()
         )
         return None if row is None else int(row[0])
+
+    # -- maintenance (fsck, retention sweeper) ----------------------------------------------
+    def expired_task_ids(self, *, now_us: int, limit: int, after: str = "") -> list[str]:
+        """Tasks with at least one turn past ``retain_until`` (keyset-paged by task id)."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT DISTINCT task_id FROM turns WHERE retain_until_us <= ? AND task_id > ?"
+                " ORDER BY task_id LIMIT ?",
+                (now_us, after, limit),
+            )
+            .fetchall()
+        )
+        return [r[0] for r in rows]
+
+    def recount_tasks(self) -> None:
+        """Reset the task counter to the number of task rows (fsck repair)."""
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE counters SET value = (SELECT count(*) FROM tasks) WHERE name = 'tasks'"
+            )

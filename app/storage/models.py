@@ -103,6 +103,8 @@ class FsckReport:
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     unrepairable: list[str] = field(default_factory=list)
+    # Things worth knowing that are not faults (e.g. a temp file of a write still in flight).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:

@@ -1,0 +1,564 @@
+"""Consistency check of the whole storage root, and its repair from the records.
+
+Records are ``task.json`` and each turn's ``meta.json`` (plus the artifact bytes it lists);
+everything else (``summary.md``, ``index.json``, the listing index, ``_project.md``) is
+derived and must equal a rebuild from the records. fsck reports every difference and, with
+``repair``, rebuilds the derived files under the same locks writers take.
+
+What cannot be rebuilt is never guessed at: a torn ``meta.json`` moves its turn directory
+to ``<root>/.lost+found/`` (so the tree is consistent again and a person can inspect the
+bytes), and a symlink is reported, never followed and never touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+from ulid import ULID
+
+from . import digest as digest_mod
+from .atomic import fsync_dir, make_dirs, remove_quietly
+from .clock import parse_iso_us
+from .errors import Corrupt, InvalidName, StorageError
+from .layout import (
+    ARTIFACTS_DIR,
+    LOCKS_DIR,
+    PROJECT_DIGEST,
+    PROJECT_LISTING,
+    TASK_INDEX,
+    TASK_RECORD,
+    TMP_PREFIX,
+    TRASH_DIR,
+    TURN_DIR_RE,
+    TURN_META,
+    TURN_SUMMARY,
+    Scope,
+    validate_artifact_name,
+    validate_id,
+)
+from .listing import DigestRow, Listing, TurnRow
+from .locks import locked
+from .models import FsckReport, TurnRecord
+from .records import (
+    build_index,
+    index_rows,
+    read_json,
+    read_task_record,
+    read_turn,
+    rebuild_index,
+    turn_to_json,
+    write_json,
+)
+from .tasks import TaskStore
+
+LOST_FOUND = ".lost+found"
+DEFAULT_GRACE = timedelta(minutes=10)
+_LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
+_HASH_CHUNK = 1 << 20
+
+
+def is_id(name: str) -> bool:
+    try:
+        validate_id("id", name)
+    except InvalidName:
+        return False
+    return True
+
+
+def age_seconds(path: Path, wall_now: float) -> float:
+    """Seconds since ``path`` last changed (mtime, never following a symlink)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0.0
+    return wall_now - st.st_mtime
+
+
+def trash_age_seconds(path: Path, wall_now: float) -> float:
+    """Age of a trash entry from the ULID its name starts with (rename keeps old mtimes)."""
+    try:
+        return wall_now - ULID.from_str(path.name[:26]).timestamp
+    except ValueError:
+        return age_seconds(path, wall_now)
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a directory tree without following symlinks."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        remove_quietly(path)
+
+
+def quarantine(root: Path, path: Path) -> Path:
+    """Move ``path`` to ``<root>/.lost+found/<ulid>/<its path under root>`` in one rename."""
+    target = root / LOST_FOUND / str(ULID()) / path.relative_to(root)
+    make_dirs(target.parent, root)
+    os.rename(path, target)
+    fsync_dir(path.parent)
+    fsync_dir(target.parent)
+    return target
+
+
+def sha256_file(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            size += len(chunk)
+            digest.update(chunk)
+    return size, digest.hexdigest()
+
+
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            return sorted(it, key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+
+
+def expected_digest(
+    store: TaskStore, scope: Scope, expected: dict[str, list[TurnRow]], now_us: int
+) -> bytes:
+    """Render ``_project.md`` from the records' rows (not from the listing, which may lag)."""
+    rows = []
+    for task_id, turns in expected.items():
+        live = [r for r in turns if r.retain_until_us > now_us]
+        if live:
+            rows.append(
+                DigestRow(task_id, max(r.updated_us for r in turns), max(r.turn for r in live))
+            )
+    rows.sort(key=lambda r: (r.updated_us, r.task_id), reverse=True)
+
+    def read(task_id: str, turn: int) -> TurnRecord | None:
+        try:
+            record = read_turn(store.layout.turn_dir(scope, task_id, turn))
+        except Corrupt:
+            return None
+        if record is None or parse_iso_us(record.retain_until) <= now_us:
+            return None
+        return record
+
+    return b"".join(digest_mod.render(scope, rows, read))
+
+
+class _Fsck:
+    def __init__(self, store: TaskStore, repair: bool, grace: timedelta, report: FsckReport):
+        self.store = store
+        self.layout = store.layout
+        self.root = store.layout.root
+        self.repair = repair
+        self.grace = grace.total_seconds()
+        self.report = report
+        self.wall_now = time.time()
+        self.visited: set[tuple[str, str, str]] = set()
+
+    # -- reporting ---------------------------------------------------------------------------
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def fault(self, message: str, fix: Callable[[], object] | None = None) -> bool:
+        """Record a problem; with repair, run ``fix`` now. Return whether it was fixed."""
+        self.report.problems.append(message)
+        if not self.repair:
+            return False
+        if fix is None:
+            self.report.unrepairable.append(message)
+            return False
+        try:
+            fix()
+        except (OSError, StorageError, sqlite3.Error) as exc:
+            self.report.unrepairable.append(f"{message} (repair failed: {exc})")
+            return False
+        self.report.repaired.append(message)
+        return True
+
+    def note(self, message: str) -> None:
+        self.report.notes.append(message)
+
+    def symlink(self, path: Path) -> None:
+        self.fault(f"{self.rel(path)}: symlink (never followed; remove it by hand)")
+
+    def temp(self, path: Path) -> None:
+        age = age_seconds(path, self.wall_now)
+        if age < self.grace:
+            self.note(f"{self.rel(path)}: temp file of a write in flight ({age:.0f}s old)")
+            return
+        self.fault(f"{self.rel(path)}: stale temp file ({age:.0f}s old)", lambda: remove_path(path))
+
+    def unindexed(self, path: Path, why: str = "not part of the layout") -> None:
+        self.fault(
+            f"{self.rel(path)}: unindexed entry, {why} (moved to {LOST_FOUND})",
+            lambda: quarantine(self.root, path),
+        )
+
+    def common(self, entry: os.DirEntry[str]) -> bool:
+        """Handle symlinks and temp files; return True when ``entry`` needs nothing else."""
+        if entry.is_symlink():
+            self.symlink(Path(entry.path))
+            return True
+        if entry.name.startswith(TMP_PREFIX):
+            self.temp(Path(entry.path))
+            return True
+        return False
+
+    # -- walk --------------------------------------------------------------------------------
+    def run(self) -> None:
+        if not self.root.is_dir():
+            self.fault(f"{self.root}: storage root does not exist")
+            return
+        for entry in _entries(self.root):
+            path = Path(entry.path)
+            if self.common(entry):
+                continue
+            name = entry.name
+            if name == LOCKS_DIR:
+                continue  # checked last, after every task was visited
+            if name == TRASH_DIR:
+                self.trash(path)
+            elif name == LOST_FOUND:
+                count = len(_entries(path))
+                if count:
+                    self.note(f"{LOST_FOUND}: {count} quarantined item(s) to inspect by hand")
+            elif name.startswith((".", "_")):
+                # Names no id can take: side files of the engine (cursor key, sweeper state)
+                # or of the memory-stores engine, which checks its own tree.
+                continue
+            elif is_id(name) and entry.is_dir(follow_symlinks=False):
+                self.tenant(name, path)
+            else:
+                self.unindexed(path)
+        self.locks()
+
+    def trash(self, path: Path) -> None:
+        for entry in _entries(path):
+            item = Path(entry.path)
+            age = trash_age_seconds(item, self.wall_now)
+            if age < self.grace:
+                self.note(f"{self.rel(item)}: deletion in progress")
+            else:
+                self.fault(
+                    f"{self.rel(item)}: unfinished deletion ({age:.0f}s old)",
+                    partial(remove_path, item),
+                )
+
+    def tenant(self, tenant: str, path: Path) -> None:
+        for entry in _entries(path):
+            if self.common(entry) or entry.name.startswith((".", "_")):
+                continue
+            if is_id(entry.name) and entry.is_dir(follow_symlinks=False):
+                self.project(Scope(tenant, entry.name), Path(entry.path))
+            else:
+                self.unindexed(Path(entry.path))
+
+    def project(self, scope: Scope, path: Path) -> None:
+        expected: dict[str, list[TurnRow]] = {}
+        for entry in _entries(path):
+            name = entry.name
+            if self.common(entry):
+                continue
+            if name in _LISTING_FILES or name == PROJECT_DIGEST:
+                if not entry.is_file(follow_symlinks=False):
+                    self.unindexed(Path(entry.path), "expected a regular file")
+                continue
+            if name.startswith((".", "_")):
+                continue
+            if is_id(name) and entry.is_dir(follow_symlinks=False):
+                rows = self.task(scope, name)
+                if rows:
+                    expected[name] = rows
+            else:
+                self.unindexed(Path(entry.path))
+        self.listing(scope, expected)
+        self.digest(scope, expected)
+
+    # -- one task, under its lock ------------------------------------------------------------
+    def task(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
+        self.visited.add((scope.tenant, scope.project, task_id))
+        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+            return self._task_locked(scope, task_id)
+
+    def _rebuild(self, scope: Scope, task_id: str) -> None:
+        self.store.repair_task(scope, task_id)
+        remove_quietly(self.layout.task_dirty_marker(scope, task_id))
+
+    def _task_locked(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
+        task_dir = self.layout.task_dir(scope, task_id)
+        if not task_dir.is_dir():
+            return None
+        rel = self.rel(task_dir)
+        records: list[TurnRecord] = []
+        for entry in _entries(task_dir):
+            if self.common(entry):
+                continue
+            name = entry.name
+            if name in (TASK_RECORD, TASK_INDEX) and entry.is_file(follow_symlinks=False):
+                continue
+            match = TURN_DIR_RE.fullmatch(name)
+            if match and entry.is_dir(follow_symlinks=False):
+                record = self.turn(task_id, int(match.group(1)), Path(entry.path))
+                if record is not None:
+                    records.append(record)
+            else:
+                self.unindexed(Path(entry.path))
+        task_record = self.task_record(task_id, task_dir, records)
+        rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
+        marker = self.layout.task_dirty_marker(scope, task_id)
+        if not records:
+            self.unindexed(task_dir, "a task directory without any turn record")
+            if self.repair:
+                self._rebuild(scope, task_id)  # drop its listing rows
+            return None
+        index = build_index(task_id, task_record, records)
+        try:
+            current = read_json(task_dir / TASK_INDEX)
+        except Corrupt:
+            current = "torn"
+        if current != index:
+            state = "missing" if current is None else "torn" if current == "torn" else "stale"
+            self.fault(f"{rel}/{TASK_INDEX}: {state}, differs from a rebuild", rebuild)
+        for record in records:
+            turn_dir = task_dir / f"{record.turn:04d}-turn"
+            try:
+                summary = (turn_dir / TURN_SUMMARY).read_bytes()
+            except FileNotFoundError:
+                summary = None
+            if summary != record.summary_md.encode("utf-8"):
+                self.fault(f"{self.rel(turn_dir)}/{TURN_SUMMARY}: differs from meta.json", rebuild)
+        if marker.exists():
+            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
+        return index_rows(index)
+
+    def task_record(
+        self, task_id: str, task_dir: Path, records: list[TurnRecord]
+    ) -> dict[str, object] | None:
+        path = task_dir / TASK_RECORD
+        try:
+            record = read_task_record(task_dir)
+        except Corrupt as exc:
+            record, problem = None, f"{self.rel(path)}: torn ({exc})"
+        else:
+            if record is not None or not records:
+                return record
+            problem = f"{self.rel(path)}: missing"
+        rebuilt = {
+            "version": 1,
+            "task_id": task_id,
+            "owner": None,  # unknown: only admins may delete the task from now on
+            "created_at": min(r.created_at for r in records) if records else "",
+        }
+
+        def fix() -> None:
+            if path.exists():
+                quarantine(self.root, path)
+            write_json(path, rebuilt)
+
+        if records:
+            self.fault(f"{problem}; rewritten from the turns with no owner", fix)
+        return rebuilt if records else record
+
+    def turn(self, task_id: str, turn: int, turn_dir: Path) -> TurnRecord | None:
+        rel = self.rel(turn_dir)
+        move = lambda: quarantine(self.root, turn_dir)  # noqa: E731
+        try:
+            record = read_turn(turn_dir)
+        except Corrupt as exc:
+            self.fault(f"{rel}/{TURN_META}: cannot be rebuilt ({exc}); turn quarantined", move)
+            return None
+        if record is None:
+            self.unindexed(turn_dir, "a turn directory without meta.json")
+            return None
+        if record.turn != turn or record.task_id != task_id:
+            self.fault(f"{rel}/{TURN_META}: names task {record.task_id} turn {record.turn}", move)
+            return None
+        files: dict[str, Path] = {}
+        for entry in _entries(turn_dir):
+            if self.common(entry):
+                continue
+            if entry.name in (TURN_META, TURN_SUMMARY) and entry.is_file(follow_symlinks=False):
+                continue
+            if entry.name == ARTIFACTS_DIR and entry.is_dir(follow_symlinks=False):
+                for art in _entries(Path(entry.path)):
+                    if self.common(art):
+                        continue
+                    if entry_is_artifact(art):
+                        files[art.name] = Path(art.path)
+                    else:
+                        self.unindexed(Path(art.path))
+                continue
+            self.unindexed(Path(entry.path))
+        return self.artifacts(record, turn_dir, files)
+
+    def artifacts(self, record: TurnRecord, turn_dir: Path, files: dict[str, Path]) -> TurnRecord:
+        bad: set[str] = set()
+        for info in record.artifacts:
+            path = files.pop(info.name, None)
+            where = f"{self.rel(turn_dir)}/{ARTIFACTS_DIR}/{info.name}"
+            if path is None:
+                self.fault(f"{where}: listed in meta.json but missing; entry dropped", lambda: None)
+                bad.add(info.name)
+                continue
+            size, sha = sha256_file(path)
+            if (size, sha) != (info.size, info.sha256):
+                self.fault(
+                    f"{where}: size/sha256 differ from meta.json; file quarantined",
+                    partial(quarantine, self.root, path),
+                )
+                bad.add(info.name)
+        for path in files.values():
+            self.unindexed(path, "an artifact file meta.json does not list")
+        if not bad or not self.repair:
+            return record
+        fixed = replace(record, artifacts=tuple(a for a in record.artifacts if a.name not in bad))
+        write_json(turn_dir / TURN_META, turn_to_json(fixed))
+        return fixed
+
+    # -- project-level derived files ---------------------------------------------------------
+    def listing(self, scope: Scope, expected: dict[str, list[TurnRow]]) -> None:
+        path = self.layout.listing(scope)
+        if not path.exists():
+            if expected:
+                self.fault(
+                    f"{self.rel(path)}: missing",
+                    partial(self.rebuild_all, scope, list(expected)),
+                )
+            return
+        listing = Listing(path, timeout=self.store.lock_timeout)
+        try:
+            rows, count = listing.all_tasks()
+        except sqlite3.DatabaseError as exc:
+            self.fault(f"{self.rel(path)}: unreadable ({exc}); stop the server and inspect it")
+            return
+        for task_id in sorted(set(rows) | set(expected)):
+            want = expected.get(task_id) or None
+            if (rows.get(task_id) or None) != want and self.confirm_stale(scope, task_id, want):
+                self.fault(
+                    f"{self.rel(path)}: rows of task {task_id} differ from the records",
+                    partial(self.task_rebuild, scope, task_id),
+                )
+        rows, count = listing.all_tasks()
+        if count != len(rows):
+            self.fault(
+                f"{self.rel(path)}: task counter is {count}, the index holds {len(rows)}",
+                listing.recount_tasks,
+            )
+
+    def confirm_stale(self, scope: Scope, task_id: str, want: list[TurnRow] | None) -> bool:
+        """Re-read the task under its lock: a writer may have moved on since we looked."""
+        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+            try:
+                index = rebuild_index(self.layout.task_dir(scope, task_id), task_id)
+                want = index_rows(index) if index else None
+            except (Corrupt, FileNotFoundError):
+                pass
+            rows, _ = Listing(self.layout.listing(scope), timeout=1).all_tasks()
+            return (rows.get(task_id) or None) != want
+
+    def rebuild_all(self, scope: Scope, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.task_rebuild(scope, task_id)
+
+    def task_rebuild(self, scope: Scope, task_id: str) -> None:
+        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+            self._rebuild(scope, task_id)
+
+    def digest(self, scope: Scope, expected: dict[str, list[TurnRow]]) -> None:
+        path = self.layout.digest(scope)
+        if not self.layout.listing(scope).exists():
+            return
+        listing = Listing(self.layout.listing(scope), timeout=self.store.lock_timeout)
+        now_us = self.store.now_us()
+        try:
+            fresh = listing.digest_is_fresh(now_us)
+        except sqlite3.DatabaseError:
+            return  # reported by the listing check
+        if not fresh or not path.exists():
+            # Writes only mark the digest stale; the next read renders it. Not a fault.
+            self.note(f"{self.rel(path)}: re-rendered on its next read")
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as fh:
+            actual = fh.read()
+        if actual != expected_digest(self.store, scope, expected, now_us):
+            self.fault(
+                f"{self.rel(path)}: differs from a fresh render",
+                lambda: self.store.refresh_digest(scope, force=True),
+            )
+
+    # -- lock tree ---------------------------------------------------------------------------
+    def locks(self) -> None:
+        """Report symlinks in the lock tree and repair tasks whose dirty marker outlived them."""
+        base = self.layout.locks_dir()
+        for dirpath, dirnames, filenames in os.walk(base):
+            here = Path(dirpath)
+            for name in list(dirnames):
+                if (here / name).is_symlink():
+                    self.symlink(here / name)
+                    dirnames.remove(name)  # os.walk would not follow it, but be explicit
+            for name in filenames:
+                path = here / name
+                if path.is_symlink():
+                    self.symlink(path)
+                    continue
+                if not name.endswith(".dirty") or here.name != "tasks":
+                    continue
+                parts = path.relative_to(base).parts
+                if len(parts) != 4 or not all(is_id(p) for p in parts[:2]):
+                    continue
+                task_id = name[: -len(".dirty")]
+                if not is_id(task_id) or (parts[0], parts[1], task_id) in self.visited:
+                    continue
+                scope = Scope(parts[0], parts[1])
+                with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+                    if path.exists():
+                        self.fault(
+                            f"{self.rel(path)}: dirty marker of a task that is gone",
+                            partial(self._rebuild, scope, task_id),
+                        )
+
+
+def entry_is_artifact(entry: os.DirEntry[str]) -> bool:
+    try:
+        validate_artifact_name(entry.name)
+    except InvalidName:
+        return False
+    return entry.is_file(follow_symlinks=False)
+
+
+def fsck(
+    store: TaskStore,
+    *,
+    repair: bool = False,
+    grace: timedelta = DEFAULT_GRACE,
+    report: FsckReport | None = None,
+) -> FsckReport:
+    """Check every file under the root against the records; with ``repair``, rebuild.
+
+    Temp files and trash younger than ``grace`` belong to writes in flight: noted, not
+    flagged. Safe to run while the service serves: each task is checked under its lock.
+    """
+    report = report if report is not None else FsckReport()
+    _Fsck(store, repair, grace, report).run()
+    return report

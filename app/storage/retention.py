@@ -1,0 +1,388 @@
+"""The retention sweep: free the disk of turns past their ``retain_until``.
+
+Every read already hides an expired turn; the sweep only reclaims the space, so it may run
+late or be killed at any point without anyone seeing a difference:
+
+* candidates come from the listing index (turn rows with ``retain_until_us <= now``), but
+  the decision is taken again from ``meta.json`` under the task lock writers take, so a
+  turn re-written just before its deadline survives;
+* a turn (or a task whose turns are all gone) leaves by one rename into ``<root>/.trash/``,
+  the derived files are rebuilt, and only then is the trash emptied, outside the lock;
+  a sweep killed in between leaves a dirty marker (repaired by the next lock holder) and
+  trash that the next sweep empties first;
+* two sweeps at once serialize on each task lock and the loser finds nothing left to do;
+* temp files and leftovers of writes that died (a turn directory without ``meta.json``, an
+  artifact file ``meta.json`` does not list, a task without records) go once they are older
+  than ``grace``, so nothing a write in flight still needs is touched;
+* lock files are never deleted.
+
+``now`` is a parameter: tests and ``flask sweep --now`` control time without patching.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from .clock import iso_us, parse_iso_us, to_us
+from .errors import Corrupt, StorageError
+from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, remove_path
+from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, Scope
+from .locks import locked
+from .records import read_turn, turn_dirs
+from .tasks import TaskStore
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectSweep:
+    """What one project lost (or, in a dry run, would lose)."""
+
+    tenant: str
+    project: str
+    turns: int
+    tasks: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    now: str
+    dry_run: bool
+    projects: tuple[ProjectSweep, ...] = ()
+    temp_files: int = 0
+    leftovers: int = 0
+    leftover_bytes: int = 0
+    trash_entries: int = 0
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def turns(self) -> int:
+        return sum(p.turns for p in self.projects)
+
+    @property
+    def tasks(self) -> int:
+        return sum(p.tasks for p in self.projects)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in self.projects) + self.leftover_bytes
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "now": self.now,
+            "dry_run": self.dry_run,
+            "turns": self.turns,
+            "tasks": self.tasks,
+            "bytes": self.bytes,
+            "temp_files": self.temp_files,
+            "leftovers": self.leftovers,
+            "trash_entries": self.trash_entries,
+            "projects": [
+                {
+                    "tenant": p.tenant,
+                    "project": p.project,
+                    "turns": p.turns,
+                    "tasks": p.tasks,
+                    "bytes": p.bytes,
+                }
+                for p in self.projects
+            ],
+            "errors": list(self.errors),
+        }
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of every file under ``path`` (symlinks are counted, never followed)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return 0
+    if not os.path.isdir(path) or os.path.islink(path):
+        return st.st_size
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def _rmtree(path: Path) -> None:
+    # Another sweeper (or the deleting writer) may be emptying the same entry: whatever is
+    # already gone is fine.
+    remove_path(path)
+
+
+def _dirs(directory: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if is_id(entry.name) and entry.is_dir(follow_symlinks=False):
+            yield entry
+
+
+def iter_projects(store: TaskStore) -> Iterator[Scope]:
+    for tenant in _dirs(store.layout.root):
+        for project in _dirs(Path(tenant.path)):
+            yield Scope(tenant.name, project.name)
+
+
+class _Sweep:
+    def __init__(self, store: TaskStore, now_us: int, dry_run: bool, grace: float) -> None:
+        self.store = store
+        self.layout = store.layout
+        self.now_us = now_us
+        self.dry_run = dry_run
+        self.grace = grace
+        self.wall_now = time.time()
+        self.temp_files = 0
+        self.leftovers = 0
+        self.leftover_bytes = 0
+        self.errors: list[str] = []
+
+    # -- expired turns -----------------------------------------------------------------------
+    def expired(self, task_dir: Path) -> tuple[list[Path], int]:
+        """The expired turn directories of a task and how many live (or unreadable) remain."""
+        gone: list[Path] = []
+        remaining = 0
+        for _, turn_dir in turn_dirs(task_dir):
+            try:
+                record = read_turn(turn_dir)
+            except Corrupt:
+                remaining += 1  # fsck quarantines it; never delete what we cannot read
+                continue
+            if record is None:
+                continue  # no commit point: a leftover, handled with the grace period
+            if parse_iso_us(record.retain_until) <= self.now_us:
+                gone.append(turn_dir)
+            else:
+                remaining += 1
+        return gone, remaining
+
+    def task(self, scope: Scope, task_id: str) -> tuple[int, int, int]:
+        """Sweep one task; return (turns, tasks, bytes) removed."""
+        task_dir = self.layout.task_dir(scope, task_id)
+        if self.dry_run:
+            if not task_dir.is_dir():
+                return 0, 0, 0
+            gone, remaining = self.expired(task_dir)
+            size = sum(tree_size(d) for d in gone)
+            if gone and not remaining:
+                return len(gone), 1, tree_size(task_dir)
+            return len(gone), 0, size
+        trashed: list[Path] = []
+        result = self.task_locked(scope, task_id, task_dir, trashed)
+        # Emptied outside the lock, and only after the derived files were rebuilt; if we die
+        # first, the entries wait in the trash for the next sweep.
+        for path in trashed:
+            _rmtree(path)
+        return result
+
+    def task_locked(
+        self, scope: Scope, task_id: str, task_dir: Path, trashed: list[Path]
+    ) -> tuple[int, int, int]:
+        with self.store._task_txn(scope, task_id) as txn:
+            if not task_dir.is_dir():
+                # A listing row without a task: bring the listing back to the records.
+                txn.begin()
+                self.store.repair_task(scope, task_id)
+                return 0, 0, 0
+            # Re-checked here, under the writers' lock: a rewrite may have moved the deadline.
+            gone, remaining = self.expired(task_dir)
+            if not gone:
+                # The listing named it but the records say otherwise (a rewrite won the
+                # race, or the listing lags): bring the listing back to the records.
+                txn.begin()
+                self.store.repair_task(scope, task_id)
+                return 0, 0, 0
+            txn.begin()
+            if not remaining:
+                size = tree_size(task_dir)
+                trashed.append(self.store._trash(task_dir))
+                self.store._listing(scope).set_task(task_id, [])
+                return len(gone), 1, size
+            size = 0
+            for turn_dir in gone:
+                size += tree_size(turn_dir)
+                trashed.append(self.store._trash(turn_dir))
+            self.store.repair_task(scope, task_id)
+            return len(gone), 0, size
+
+    def project(self, scope: Scope, batch: int) -> ProjectSweep:
+        turns = tasks = size = 0
+        for task_id in self.candidates(scope, batch):
+            try:
+                t, k, b = self.task(scope, task_id)
+            except (StorageError, OSError) as exc:
+                self.errors.append(f"{scope.tenant}/{scope.project}/{task_id}: {exc}")
+                continue
+            turns, tasks, size = turns + t, tasks + k, size + b
+        if turns and not self.dry_run:
+            try:
+                self.store.refresh_digest(scope)
+            except (StorageError, OSError) as exc:
+                self.errors.append(f"{scope.tenant}/{scope.project}: digest: {exc}")
+        return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
+
+    def candidates(self, scope: Scope, batch: int) -> Iterator[str]:
+        if self.dry_run:
+            # Opening the SQLite index would create its -wal/-shm files; a dry run changes
+            # nothing, so it reads the records instead.
+            for entry in _dirs(self.layout.project_dir(scope)):
+                yield entry.name
+            return
+        if not (self.layout.project_dir(scope) / PROJECT_LISTING).exists():
+            return
+        listing = self.store._listing(scope)
+        after = ""
+        while True:
+            ids = listing.expired_task_ids(now_us=self.now_us, limit=batch, after=after)
+            yield from ids
+            if len(ids) < batch:
+                return
+            after = ids[-1]
+
+    # -- trash and leftovers -----------------------------------------------------------------
+    def trash(self) -> int:
+        """Empty the trash a killed sweep (or delete) left behind."""
+        count = 0
+        trash = self.layout.trash_dir()
+        try:
+            entries = sorted(os.scandir(trash), key=lambda e: e.name)
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            count += 1
+            if not self.dry_run:
+                _rmtree(Path(entry.path))
+        return count
+
+    def stale(self, path: Path) -> bool:
+        return age_seconds(path, self.wall_now) >= self.grace
+
+    def drop(self, path: Path, *, temp: bool) -> None:
+        if temp:
+            self.temp_files += 1
+        else:
+            self.leftovers += 1
+        self.leftover_bytes += tree_size(path)
+        if not self.dry_run:
+            _rmtree(path)
+
+    def temps(self, directory: Path) -> None:
+        try:
+            with os.scandir(directory) as it:
+                names = [e.name for e in it if e.name.startswith(TMP_PREFIX)]
+        except FileNotFoundError:
+            return
+        for name in names:
+            if self.stale(directory / name):
+                self.drop(directory / name, temp=True)
+
+    def leftovers_pass(self) -> None:
+        root = self.layout.root
+        self.temps(root)
+        for tenant in _dirs(root):
+            self.temps(Path(tenant.path))
+            for project in _dirs(Path(tenant.path)):
+                scope = Scope(tenant.name, project.name)
+                self.temps(Path(project.path))
+                for task in _dirs(Path(project.path)):
+                    try:
+                        self.task_leftovers(scope, task.name, Path(task.path))
+                    except (StorageError, OSError) as exc:
+                        self.errors.append(f"{scope.tenant}/{scope.project}/{task.name}: {exc}")
+
+    def task_leftovers(self, scope: Scope, task_id: str, task_dir: Path) -> None:
+        if not self.find_leftovers(task_dir):
+            return
+        if self.dry_run:
+            for path, temp in self.find_leftovers(task_dir):
+                self.drop(path, temp=temp)
+            return
+        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+            # Found without the lock; decided again with it, where no write is half-done.
+            for path, temp in self.find_leftovers(task_dir):
+                self.drop(path, temp=temp)
+            if not task_dir.exists():
+                self.store.repair_task(scope, task_id)  # drop its listing rows, if any
+
+    def find_leftovers(self, task_dir: Path) -> list[tuple[Path, bool]]:
+        try:
+            names = sorted(os.listdir(task_dir))
+        except FileNotFoundError:
+            return []
+        turns = turn_dirs(task_dir)
+        if not turns:
+            # No turn at all: a write died before its first commit point.
+            found = [(task_dir, False)]
+        else:
+            found = [(task_dir / n, True) for n in names if n.startswith(TMP_PREFIX)]
+            for _, turn_dir in turns:
+                found += self.turn_leftovers(turn_dir)
+        return [(path, temp) for path, temp in found if self.stale(path)]
+
+    def turn_leftovers(self, turn_dir: Path) -> list[tuple[Path, bool]]:
+        try:
+            record = read_turn(turn_dir)
+        except Corrupt:
+            return []  # fsck's job
+        if record is None:
+            return [(turn_dir, False)]
+        found = [(turn_dir / n, True) for n in os.listdir(turn_dir) if n.startswith(TMP_PREFIX)]
+        listed = {a.name for a in record.artifacts}
+        art_dir = turn_dir / ARTIFACTS_DIR
+        try:
+            with os.scandir(art_dir) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            return found
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name.startswith(TMP_PREFIX):
+                found.append((path, True))
+            elif entry_is_artifact(entry) and entry.name not in listed:
+                found.append((path, False))
+        return found
+
+
+def sweep(
+    store: TaskStore,
+    *,
+    now: datetime,
+    dry_run: bool = False,
+    grace: timedelta = DEFAULT_GRACE,
+    batch: int = 100,
+) -> SweepReport:
+    """Delete every turn expired at ``now`` and every stale leftover; report what went."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    now_us = to_us(now)
+    run = _Sweep(store, now_us, dry_run, grace.total_seconds())
+    trash_entries = run.trash()
+    projects = []
+    for scope in iter_projects(store):
+        result = run.project(scope, batch)
+        if result.turns or result.tasks:
+            projects.append(result)
+    run.leftovers_pass()
+    # Trash of this run was emptied task by task; a racing delete's may remain until next time.
+    return SweepReport(
+        now=iso_us(now_us),
+        dry_run=dry_run,
+        projects=tuple(projects),
+        temp_files=run.temp_files,
+        leftovers=run.leftovers,
+        leftover_bytes=run.leftover_bytes,
+        trash_entries=trash_entries,
+        errors=tuple(run.errors),
+    )
