@@ -80,6 +80,8 @@ def resolve_scope(token: Token) -> Scope:
     """The tenant/project this request acts in, or 403/422 when the token cannot name it."""
     tenant_header = _header_id(TENANT_HEADER)
     project_header = _header_id(PROJECT_HEADER)
+    tenant: str | None
+    project: str | None
     if token.role == "admin":
         tenant = tenant_header or token.tenant
     else:

@@ -46,7 +46,7 @@ def create_token(
 @tokens.command("list")
 def list_tokens() -> None:
     """List tokens, one per line, starting with the id (secrets are never shown)."""
-    for t in _registry().list():
+    for t in _registry().all():
         state = "revoked" if t.revoked_at else "active"
         click.echo(
             f"{t.id}\t{t.role}\ttenant={t.tenant or '*'}\tproject={t.project or '*'}\t"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, g, jsonify, request
+from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from .storage import errors as se
@@ -104,7 +104,7 @@ def _message(exc: HTTPException) -> str:
     return exc.description or exc.name
 
 
-def render(exc: HTTPException) -> Response:
+def render(exc: HTTPException) -> Any:
     """Build the response body for ``exc`` in the shape of the API the request addressed."""
     response = exc.get_response()
     code = exc.code or 500
@@ -178,19 +178,19 @@ def _safe_input(value: Any) -> Any:
 
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HTTPException)
-    def handle_http(exc: HTTPException) -> Response:
+    def handle_http(exc: HTTPException) -> Any:
         return render(exc)
 
     @app.errorhandler(se.StorageError)
-    def handle_storage(exc: se.StorageError) -> Response:
+    def handle_storage(exc: se.StorageError) -> Any:
         return render(from_storage(exc))
 
     @app.errorhandler(OSError)
-    def handle_os_error(exc: OSError) -> Response:
+    def handle_os_error(exc: OSError) -> Any:
         log.error("I/O error: %r", exc)
         return render(ApiError(500, "internal error: a storage operation failed"))
 
     @app.errorhandler(Exception)
-    def handle_unexpected(exc: Exception) -> Response:
+    def handle_unexpected(exc: Exception) -> Any:
         log.exception("unhandled error")
         return render(InternalServerError(description="internal error"))

@@ -125,14 +125,14 @@ def build_spec(app: Flask) -> dict[str, Any]:
                 operation["tags"] = info["tags"]
             if info["body"] is not None:
                 body = info["body"]
-                schema = (
+                body_schema: Any = (
                     {"$ref": f"#/components/schemas/{body.__name__}"}
                     if isinstance(body, type)
                     else body
                 )
                 operation["requestBody"] = {
                     "required": True,
-                    "content": {info["body_content_type"]: {"schema": schema}},
+                    "content": {info["body_content_type"]: {"schema": body_schema}},
                 }
             for status, target in info["responses"].items():
                 operation["responses"][str(status)] = _response(spec, status, target)
@@ -146,7 +146,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
 
 @lru_cache(maxsize=4)
 def _cached_yaml(app_id: int, app: Flask) -> str:
-    return yaml.safe_dump(build_spec(app), sort_keys=False, allow_unicode=True)
+    text: str = yaml.safe_dump(build_spec(app), sort_keys=False, allow_unicode=True)
+    return text
 
 
 def spec_yaml(app: Flask) -> str:

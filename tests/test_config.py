@@ -22,9 +22,17 @@ def test_environment_sets_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("RETENTION_DAYS", "0"), ("RETENTION_DAYS", "soon"), ("LOCK_TIMEOUT", "-1"), ("MAX_ARTIFACT_BYTES", "0"), ("METRICS", "on")],
+    [
+        ("RETENTION_DAYS", "0"),
+        ("RETENTION_DAYS", "soon"),
+        ("LOCK_TIMEOUT", "-1"),
+        ("MAX_ARTIFACT_BYTES", "0"),
+        ("METRICS", "on"),
+    ],
 )
-def test_bad_values_fail_fast_with_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+def test_bad_values_fail_fast_with_a_clear_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
     monkeypatch.setenv("MEMORY_STORAGE_ROOT", str(tmp_path / "r"))
     monkeypatch.setenv("MEMORY_TOKENS_FILE", str(tmp_path / "t.json"))
     monkeypatch.setenv(f"MEMORY_{name}", value)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, current_app, request
+from flask.typing import ResponseReturnValue
+from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from ..auth import current_principal, require_principal
@@ -100,7 +102,7 @@ def store() -> TaskStore:
 
 
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    response = current_app.json.response(payload)
+    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
     response.status_code = status
     if headers:
         response.headers.update(headers)
@@ -109,7 +111,7 @@ def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None
 
 @bp.get("/project.md")
 @doc(responses={200: ("text/markdown", {"type": "string"}), **ERRORS})
-def get_project_md() -> Response:
+def get_project_md() -> ResponseReturnValue:
     """Project digest: one section per task with its latest summary"""
     file, size = store().open_digest(current_principal().scope)
     response = Response(
@@ -140,7 +142,7 @@ def get_project_md() -> Response:
     ],
     responses={200: s.TaskList, **ERRORS},
 )
-def list_tasks() -> Response:
+def list_tasks() -> ResponseReturnValue:
     """List tasks in project memory (most recently updated first)"""
     limit = query_int("limit", 50, 1, 1000)
     cursor = request.args.get("cursor") or None
@@ -150,7 +152,7 @@ def list_tasks() -> Response:
 
 @bp.delete("/tasks/<task_id>")
 @doc(params=[TASK_ID], responses={204: None, 404: "HTTPError", **ERRORS})
-def delete_task(task_id: str) -> Response:
+def delete_task(task_id: str) -> ResponseReturnValue:
     """Delete a task's memory (owner, or project_admin and above)"""
     task_id = path_task_id(task_id)
     principal = current_principal()
@@ -161,7 +163,7 @@ def delete_task(task_id: str) -> Response:
 
 @bp.get("/tasks/<task_id>")
 @doc(params=[TASK_ID], responses={200: s.TaskIndex, 404: "HTTPError", **ERRORS})
-def get_task(task_id: str) -> Response:
+def get_task(task_id: str) -> ResponseReturnValue:
     """Task index: turns, meta, artifact names"""
     index = store().get_task(current_principal().scope, path_task_id(task_id))
     payload = task_out.dump(index)
@@ -176,7 +178,7 @@ def get_task(task_id: str) -> Response:
     responses={200: s.TurnRecord, 404: "HTTPError", **ERRORS},
     headers=ETAG_HEADER,
 )
-def get_turn(task_id: str, turn: str) -> Response:
+def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """One turn: meta, summary, artifact list"""
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     return _json(turn_out.dump(record), headers={"ETag": record.etag})
@@ -189,7 +191,7 @@ def get_turn(task_id: str, turn: str) -> Response:
     responses={200: s.TurnRecord, 412: "HTTPError", **ERRORS},
     headers=ETAG_HEADER,
 )
-def put_turn(task_id: str, turn: str) -> Response:
+def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """Upsert one turn's meta + summary; refreshes the task index and project.md"""
     task_id, turn_no = path_task_id(task_id), path_turn(turn)
     data = json_body(put_turn_in)
@@ -218,7 +220,7 @@ def put_turn(task_id: str, turn: str) -> Response:
     },
     headers=ETAG_HEADER,
 )
-def get_artifact(task_id: str, turn: str, name: str) -> Response:
+def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     """Download a turn artifact (stored Content-Type)"""
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
@@ -254,7 +256,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> Response:
     },
     headers=ETAG_HEADER,
 )
-def put_artifact(task_id: str, turn: str, name: str) -> Response:
+def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     """Store a turn artifact (raw body, Content-Type kept, max 50 MiB)"""
     task_id, turn_no, name = path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     kind = content_type()

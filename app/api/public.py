@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app
+from flask import Blueprint, current_app
+from flask.typing import ResponseReturnValue
+from werkzeug.wrappers import Response
 
 bp = Blueprint("public", __name__)
 
@@ -10,13 +12,13 @@ PUBLIC_ENDPOINTS = frozenset({"public.get_openapi", "public.healthz", "public.re
 
 
 @bp.get("/healthz")
-def healthz() -> Response:
+def healthz() -> ResponseReturnValue:
     """Process is up"""
     return current_app.json.response({"status": "ok"})
 
 
 @bp.get("/readyz")
-def readyz() -> Response:
+def readyz() -> ResponseReturnValue:
     """Storage root is writable and locks are usable"""
     store = current_app.extensions["task_store"]
     ok, detail = store_ready(store)
@@ -34,7 +36,7 @@ def store_ready(store: object) -> tuple[bool, str]:
 
 
 @bp.get("/sandbox/memory/v1/openapi.yaml")
-def get_openapi() -> Response:
+def get_openapi() -> ResponseReturnValue:
     """OpenAPI document of the service"""
     from ..openapi import spec_yaml
 

@@ -47,7 +47,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class TimeValue(fields.Field):
+class TimeValue(fields.Field):  # type: ignore[type-arg]
     """ISO 8601 text or a number of seconds since the epoch."""
 
     default_error_messages = {
@@ -66,7 +66,7 @@ class TimeValue(fields.Field):
         raise self.make_error("invalid")
 
 
-class IntOrObject(fields.Field):
+class IntOrObject(fields.Field):  # type: ignore[type-arg]
     default_error_messages = {"invalid": "Not an integer or an object."}
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
@@ -75,7 +75,7 @@ class IntOrObject(fields.Field):
         raise self.make_error("invalid")
 
 
-class NumberOrObject(fields.Field):
+class NumberOrObject(fields.Field):  # type: ignore[type-arg]
     default_error_messages = {"invalid": "Not a number or an object."}
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:

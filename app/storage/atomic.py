@@ -14,7 +14,7 @@ import os
 import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from .errors import InsufficientStorage, PayloadTooLarge
 from .layout import TMP_PREFIX
@@ -154,7 +154,7 @@ class StagedFile:
         self.discard()
 
 
-def stage_stream(directory: Path, stream: BinaryIO, *, limit: int) -> StagedFile:
+def stage_stream(directory: Path, stream: IO[bytes], *, limit: int) -> StagedFile:
     """Copy ``stream`` into a synced temp file in ``directory``, refusing more than ``limit`` bytes.
 
     Reads 1 MiB at a time, so memory stays flat whatever the body size; the size is counted

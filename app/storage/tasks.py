@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from ulid import ULID
 
@@ -339,7 +339,7 @@ class TaskStore:
         task_id: str,
         turn: int,
         name: str,
-        stream: BinaryIO,
+        stream: IO[bytes],
         *,
         content_type: str,
         if_match: str | None = None,

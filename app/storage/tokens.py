@@ -96,7 +96,7 @@ class TokenRegistry:
             return None
         return token
 
-    def list(self) -> list[Token]:
+    def all(self) -> list[Token]:
         return self._load()
 
     def is_empty(self) -> bool:

@@ -12,7 +12,14 @@ from app.api.public import PUBLIC_ENDPOINTS
 from tests.conftest import FixedClock, Tokens
 
 BASE = "/sandbox/memory/v1"
-_SAMPLE = {"task_id": "t", "turn": "0", "name": "a.txt", "memory_store_id": "memstore_x", "memory_id": "mem_x", "memory_version_id": "memver_x"}
+_SAMPLE = {
+    "task_id": "t",
+    "turn": "0",
+    "name": "a.txt",
+    "memory_store_id": "memstore_x",
+    "memory_id": "mem_x",
+    "memory_version_id": "memver_x",
+}
 
 
 def protected_routes(app: Flask) -> list[tuple[str, str]]:
@@ -30,8 +37,16 @@ def test_every_non_public_route_requires_a_credential(app: Flask, client: FlaskC
     routes = protected_routes(app)
     assert len(routes) >= 8
     for method, url in routes:
-        for headers in ({}, {"Authorization": "Bearer pm_wrong"}, {"x-api-key": "nope"}, {"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer"}):
-            resp = client.open(url, method=method, headers=headers, data=b"{}", content_type="application/json")
+        for headers in (
+            {},
+            {"Authorization": "Bearer pm_wrong"},
+            {"x-api-key": "nope"},
+            {"Authorization": "Basic dXNlcjpwYXNz"},
+            {"Authorization": "Bearer"},
+        ):
+            resp = client.open(
+                url, method=method, headers=headers, data=b"{}", content_type="application/json"
+            )
             assert resp.status_code == 401, (method, url, headers, resp.status_code)
             assert resp.headers["WWW-Authenticate"].startswith("Bearer")
             assert b"summary" not in resp.data
@@ -48,10 +63,14 @@ def test_x_api_key_is_accepted(client: FlaskClient, tokens: Tokens) -> None:
     assert resp.status_code == 200
 
 
-def test_expired_and_revoked_tokens_are_refused(client: FlaskClient, tokens: Tokens, clock: FixedClock) -> None:
+def test_expired_and_revoked_tokens_are_refused(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
     from datetime import timedelta
 
-    token, secret = tokens.registry.create(role="reader", tenant="acme", project="web", expires_in=timedelta(days=1))
+    token, secret = tokens.registry.create(
+        role="reader", tenant="acme", project="web", expires_in=timedelta(days=1)
+    )
     headers = {"Authorization": f"Bearer {secret}"}
     assert client.get(f"{BASE}/tasks", headers=headers).status_code == 200
     clock.advance(days=1)
@@ -75,8 +94,16 @@ def test_registry_stores_only_hashes_with_mode_0600(app: Flask, tokens: Tokens) 
 
 def _seed(client: FlaskClient, tokens: Tokens) -> None:
     """acme/web has task "t" (turn 0 with artifact a.txt) written by "writer"."""
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "SECRET-SUMMARY"}, headers=tokens.headers("writer"))
-    client.put(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", data=b"SECRET-BYTES", headers=tokens.headers("writer"))
+    client.put(
+        f"{BASE}/tasks/t/turns/0",
+        json={"summary_md": "SECRET-SUMMARY"},
+        headers=tokens.headers("writer"),
+    )
+    client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/a.txt",
+        data=b"SECRET-BYTES",
+        headers=tokens.headers("writer"),
+    )
 
 
 ALL_ROUTES = [
@@ -101,7 +128,10 @@ def _call(client: FlaskClient, method: str, url: str, headers: dict[str, str]):
 
 def _still_intact(client: FlaskClient, tokens: Tokens) -> None:
     h = tokens.headers("reader")
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=h).get_json()["summary_md"] == "SECRET-SUMMARY"
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=h).get_json()["summary_md"]
+        == "SECRET-SUMMARY"
+    )
     assert client.get(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", headers=h).data == b"SECRET-BYTES"
 
 
@@ -119,7 +149,9 @@ def _still_intact(client: FlaskClient, tokens: Tokens) -> None:
         ("admin", {}, {422}),
     ],
 )
-def test_scoping_matrix(client: FlaskClient, tokens: Tokens, method: str, url: str, who: str, extra: dict, expected: set) -> None:
+def test_scoping_matrix(
+    client: FlaskClient, tokens: Tokens, method: str, url: str, who: str, extra: dict, expected: set
+) -> None:
     _seed(client, tokens)
     resp = _call(client, method, url, tokens.headers(who, **extra))
     assert resp.status_code in expected, (who, extra, resp.status_code, resp.data)
@@ -146,11 +178,18 @@ def test_other_projects_data_is_separate(client: FlaskClient, tokens: Tokens) ->
     assert b"SECRET" not in client.get(f"{BASE}/project.md", headers=h).data
 
 
-def test_tenant_admin_reaches_any_project_of_its_tenant(client: FlaskClient, tokens: Tokens) -> None:
+def test_tenant_admin_reaches_any_project_of_its_tenant(
+    client: FlaskClient, tokens: Tokens
+) -> None:
     _seed(client, tokens)
     h = tokens.headers("tenant_admin", **{"X-Sandbox-Project-Id": "web"})
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=h).get_json()["summary_md"] == "SECRET-SUMMARY"
-    other = tokens.headers("tenant_admin", **{"X-Sandbox-Tenant-Id": "globex", "X-Sandbox-Project-Id": "web"})
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=h).get_json()["summary_md"]
+        == "SECRET-SUMMARY"
+    )
+    other = tokens.headers(
+        "tenant_admin", **{"X-Sandbox-Tenant-Id": "globex", "X-Sandbox-Project-Id": "web"}
+    )
     assert client.get(f"{BASE}/tasks", headers=other).status_code == 403
 
 
@@ -166,18 +205,26 @@ def test_admin_with_default_scope_needs_no_headers(client: FlaskClient, tokens: 
     tokens.add("first", role="admin", tenant="acme", project="web")
     _seed(client, tokens)
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("first")).status_code == 200
-    elsewhere = tokens.headers("first", **{"X-Sandbox-Tenant-Id": "globex", "X-Sandbox-Project-Id": "p"})
+    elsewhere = tokens.headers(
+        "first", **{"X-Sandbox-Tenant-Id": "globex", "X-Sandbox-Project-Id": "p"}
+    )
     assert client.get(f"{BASE}/tasks", headers=elsewhere).get_json()["total"] == 0
 
 
 def test_duplicate_scope_headers_are_refused(client: FlaskClient, tokens: Tokens) -> None:
-    headers = [("Authorization", f"Bearer {tokens.secrets['tenant_admin']}"), ("X-Sandbox-Project-Id", "web"), ("X-Sandbox-Project-Id", "mobile")]
+    headers = [
+        ("Authorization", f"Bearer {tokens.secrets['tenant_admin']}"),
+        ("X-Sandbox-Project-Id", "web"),
+        ("X-Sandbox-Project-Id", "mobile"),
+    ]
     resp = client.get(f"{BASE}/tasks", headers=headers)
     assert resp.status_code == 422
     assert resp.get_json()["detail"][0]["loc"] == ["header", "X-Sandbox-Project-Id"]
 
 
-def test_log_lines_never_contain_the_secret(client: FlaskClient, tokens: Tokens, capfd: pytest.CaptureFixture[str]) -> None:
+def test_log_lines_never_contain_the_secret(
+    client: FlaskClient, tokens: Tokens, capfd: pytest.CaptureFixture[str]
+) -> None:
     _seed(client, tokens)
     client.get(f"{BASE}/tasks", headers=tokens.headers("reader"))
     client.get(f"{BASE}/tasks", headers={"Authorization": "Bearer pm_not_a_real_token_value"})

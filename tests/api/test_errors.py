@@ -20,49 +20,94 @@ BASE = "/sandbox/memory/v1"
 def test_busy_lock_is_503_with_retry_after(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
     store = app.extensions["task_store"]
     store.lock_timeout = 0.2
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer"))
+    client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer")
+    )
     with locked(store.layout.task_lock(Scope("acme", "web"), "t"), timeout=1):
-        resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer"))
+        resp = client.put(
+            f"{BASE}/tasks/t/turns/0",
+            json={"summary_md": "after"},
+            headers=tokens.headers("writer"),
+        )
         assert resp.status_code == 503
         assert resp.headers["Retry-After"] == "1"
         assert isinstance(resp.get_json()["detail"], str)
         # Readers never take the lock.
-        assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).status_code == 200
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()["summary_md"] == "before"
+        assert (
+            client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).status_code
+            == 200
+        )
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()[
+            "summary_md"
+        ]
+        == "before"
+    )
 
 
-def test_full_disk_is_507_and_keeps_the_old_turn(client: FlaskClient, tokens: Tokens, monkeypatch: pytest.MonkeyPatch) -> None:
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer"))
+def test_full_disk_is_507_and_keeps_the_old_turn(
+    client: FlaskClient, tokens: Tokens, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer")
+    )
     real_write = os.write
 
     def full(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer")
+    )
     monkeypatch.setattr(os, "write", real_write)
     assert resp.status_code == 507
     assert resp.get_json() == {"detail": "insufficient storage: the server's disk is full"}
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()["summary_md"] == "before"
-    assert client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer")).status_code == 200
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()[
+            "summary_md"
+        ]
+        == "before"
+    )
+    assert (
+        client.put(
+            f"{BASE}/tasks/t/turns/0",
+            json={"summary_md": "after"},
+            headers=tokens.headers("writer"),
+        ).status_code
+        == 200
+    )
 
 
-def test_io_error_is_500_without_internals(app: Flask, client: FlaskClient, tokens: Tokens, monkeypatch: pytest.MonkeyPatch) -> None:
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer"))
+def test_io_error_is_500_without_internals(
+    app: Flask, client: FlaskClient, tokens: Tokens, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer")
+    )
 
     def broken(fd: int) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", broken)
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer")
+    )
     monkeypatch.undo()
     assert resp.status_code == 500
     body = resp.get_data(as_text=True)
     assert "Traceback" not in body and str(app.config["STORAGE_ROOT"]) not in body
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()["summary_md"] == "before"
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()[
+            "summary_md"
+        ]
+        == "before"
+    )
 
 
-def test_corrupt_record_is_500_without_its_path(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
+def test_corrupt_record_is_500_without_its_path(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
     client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=tokens.headers("writer"))
     meta = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "0000-turn" / "meta.json"
     meta.write_text('{"torn": ')
@@ -71,14 +116,22 @@ def test_corrupt_record_is_500_without_its_path(app: Flask, client: FlaskClient,
     assert resp.get_json() == {"detail": "internal error"}
 
 
-def test_symlink_planted_in_the_tree_is_never_followed(app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path) -> None:
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "mine"}, headers=tokens.headers("writer"))
+def test_symlink_planted_in_the_tree_is_never_followed(
+    app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path
+) -> None:
+    client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "mine"}, headers=tokens.headers("writer")
+    )
     project = Path(app.config["STORAGE_ROOT"]) / "acme" / "web"
     outside = tmp_path / "outside"
     (outside / "0000-turn").mkdir(parents=True)
     (outside / "0000-turn" / "meta.json").write_text('{"secret": "OUTSIDE"}')
     os.symlink(outside, project / "evil")
-    for method, url in [("GET", f"{BASE}/tasks/evil"), ("GET", f"{BASE}/tasks/evil/turns/0"), ("PUT", f"{BASE}/tasks/evil/turns/1")]:
+    for method, url in [
+        ("GET", f"{BASE}/tasks/evil"),
+        ("GET", f"{BASE}/tasks/evil/turns/0"),
+        ("PUT", f"{BASE}/tasks/evil/turns/1"),
+    ]:
         resp = client.open(url, method=method, json={}, headers=tokens.headers("writer"))
         assert resp.status_code == 404, (method, url, resp.status_code)
         assert b"OUTSIDE" not in resp.data

@@ -52,15 +52,33 @@ def test_spec_has_the_seed_operations_schemas_and_security(client: FlaskClient) 
     operations = {(m, p) for p, ops in spec["paths"].items() for m in ops}
     assert SEED_OPERATIONS <= operations
     assert SEED_SCHEMAS <= set(spec["components"]["schemas"])
-    assert spec["components"]["securitySchemes"]["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+    assert spec["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http",
+        "scheme": "bearer",
+    }
     put = spec["paths"]["/sandbox/memory/v1/tasks/{task_id}/turns/{turn}"]["put"]
     assert put["operationId"] == "put_turn"
-    assert put["summary"] == "Upsert one turn's meta + summary; refreshes the task index and project.md"
-    assert put["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PutTurnRequest"}
-    assert put["responses"]["422"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/HTTPValidationError"}
+    assert (
+        put["summary"]
+        == "Upsert one turn's meta + summary; refreshes the task index and project.md"
+    )
+    assert put["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/PutTurnRequest"
+    }
+    assert put["responses"]["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/HTTPValidationError"
+    }
     assert "ETag" in put["responses"]["200"]["headers"]
     meta = spec["components"]["schemas"]["TurnMeta"]["properties"]
-    assert {"agent_id", "model", "exit_code", "started_at", "tokens", "cost", "claude_session_id"} <= set(meta)
+    assert {
+        "agent_id",
+        "model",
+        "exit_code",
+        "started_at",
+        "tokens",
+        "cost",
+        "claude_session_id",
+    } <= set(meta)
 
 
 def test_no_route_is_missing_from_the_spec(app: Flask, client: FlaskClient) -> None:

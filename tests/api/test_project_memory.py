@@ -13,12 +13,25 @@ from tests.conftest import FixedClock, Tokens
 BASE = "/sandbox/memory/v1"
 
 
-def put_turn(client: FlaskClient, tokens: Tokens, task: str, turn: int, summary: str = "s", meta=None, who="writer", **headers):
+def put_turn(
+    client: FlaskClient,
+    tokens: Tokens,
+    task: str,
+    turn: int,
+    summary: str = "s",
+    meta=None,
+    who="writer",
+    **headers,
+):
     body = {"meta": meta if meta is not None else {"model": "m"}, "summary_md": summary}
-    return client.put(f"{BASE}/tasks/{task}/turns/{turn}", json=body, headers=tokens.headers(who, **headers))
+    return client.put(
+        f"{BASE}/tasks/{task}/turns/{turn}", json=body, headers=tokens.headers(who, **headers)
+    )
 
 
-def test_put_then_get_turn_round_trips_every_seed_field(client: FlaskClient, tokens: Tokens) -> None:
+def test_put_then_get_turn_round_trips_every_seed_field(
+    client: FlaskClient, tokens: Tokens
+) -> None:
     meta = {
         "agent_id": "a1",
         "model": "claude",
@@ -49,7 +62,9 @@ def test_put_then_get_turn_round_trips_every_seed_field(client: FlaskClient, tok
     assert get.headers["ETag"] == put.headers["ETag"]
 
 
-def test_upsert_keeps_created_at_and_moves_updated_at(client: FlaskClient, tokens: Tokens, clock: FixedClock) -> None:
+def test_upsert_keeps_created_at_and_moves_updated_at(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
     first = put_turn(client, tokens, "t", 0, "one").get_json()
     clock.advance(hours=1)
     second = put_turn(client, tokens, "t", 0, "two", {"model": "x"}).get_json()
@@ -65,10 +80,14 @@ def test_defaults_when_meta_and_summary_are_omitted(client: FlaskClient, tokens:
     assert resp.get_json()["meta"] == {} and resp.get_json()["summary_md"] == ""
 
 
-def test_task_index_lists_turns_meta_and_artifact_names(client: FlaskClient, tokens: Tokens) -> None:
+def test_task_index_lists_turns_meta_and_artifact_names(
+    client: FlaskClient, tokens: Tokens
+) -> None:
     put_turn(client, tokens, "t", 0, meta={"model": "a"})
     put_turn(client, tokens, "t", 1, meta={"model": "b"})
-    client.put(f"{BASE}/tasks/t/turns/1/artifacts/log.txt", data=b"x", headers=tokens.headers("writer"))
+    client.put(
+        f"{BASE}/tasks/t/turns/1/artifacts/log.txt", data=b"x", headers=tokens.headers("writer")
+    )
     resp = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader"))
     assert resp.status_code == 200
     index = resp.get_json()
@@ -81,7 +100,9 @@ def test_task_index_lists_turns_meta_and_artifact_names(client: FlaskClient, tok
     assert "summary_md" not in index["turns"][0]
 
 
-def test_list_tasks_most_recent_first_with_cursor(client: FlaskClient, tokens: Tokens, clock: FixedClock) -> None:
+def test_list_tasks_most_recent_first_with_cursor(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
     for i in range(7):
         put_turn(client, tokens, f"task-{i}", 0)
         clock.advance(seconds=1)
@@ -112,7 +133,9 @@ def test_list_of_empty_project(client: FlaskClient, tokens: Tokens) -> None:
     assert resp.get_json() == {"tasks": [], "total": 0, "next_cursor": None}
 
 
-def test_project_md_has_one_section_per_task_with_latest_summary(client: FlaskClient, tokens: Tokens, clock: FixedClock) -> None:
+def test_project_md_has_one_section_per_task_with_latest_summary(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
     put_turn(client, tokens, "alpha", 0, "alpha zero")
     put_turn(client, tokens, "alpha", 1, "alpha **one**")
     clock.advance(seconds=5)
@@ -143,9 +166,13 @@ def test_delete_task_by_owner(client: FlaskClient, tokens: Tokens) -> None:
     put_turn(client, tokens, "t", 0)
     assert client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer")).status_code == 204
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 404
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).status_code == 404
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).status_code == 404
+    )
     assert client.get(f"{BASE}/tasks", headers=tokens.headers("reader")).get_json()["total"] == 0
-    assert "## t" not in client.get(f"{BASE}/project.md", headers=tokens.headers("reader")).get_data(as_text=True)
+    assert "## t" not in client.get(
+        f"{BASE}/project.md", headers=tokens.headers("reader")
+    ).get_data(as_text=True)
     assert client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer")).status_code == 404
 
 
@@ -153,9 +180,13 @@ def test_delete_needs_owner_or_project_admin(client: FlaskClient, tokens: Tokens
     put_turn(client, tokens, "t", 0, who="writer")
     refused = client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer2"))
     assert refused.status_code == 403
-    assert refused.get_json() == {"detail": "only the task's owner or a project_admin may delete it"}
+    assert refused.get_json() == {
+        "detail": "only the task's owner or a project_admin may delete it"
+    }
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 200
-    assert client.delete(f"{BASE}/tasks/t", headers=tokens.headers("project_admin")).status_code == 204
+    assert (
+        client.delete(f"{BASE}/tasks/t", headers=tokens.headers("project_admin")).status_code == 204
+    )
 
 
 @pytest.mark.parametrize("who", ["tenant_admin", "admin"])
@@ -188,7 +219,12 @@ def test_artifact_round_trip_keeps_content_type(client: FlaskClient, tokens: Tok
     assert get.headers["X-Content-Type-Options"] == "nosniff"
     turn = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()
     assert turn["artifacts"] == [
-        {"name": "data.bin", "content_type": "image/png", "size": len(body), "updated_at": record["updated_at"]}
+        {
+            "name": "data.bin",
+            "content_type": "image/png",
+            "size": len(body),
+            "updated_at": record["updated_at"],
+        }
     ]
 
 
@@ -204,13 +240,20 @@ def test_artifact_default_content_type(client: FlaskClient, tokens: Tokens) -> N
 
 
 def test_artifact_on_missing_turn_is_404(client: FlaskClient, tokens: Tokens) -> None:
-    resp = client.put(f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x", headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x", headers=tokens.headers("writer")
+    )
     assert resp.status_code == 404
     assert "PUT the turn first" in resp.get_json()["detail"]
 
 
-@pytest.mark.parametrize("ctype", ["text/html", "image/svg+xml", "application/javascript", "text/xml", "application/x-unknown"])
-def test_active_content_is_served_as_a_sandboxed_download(client: FlaskClient, tokens: Tokens, ctype: str) -> None:
+@pytest.mark.parametrize(
+    "ctype",
+    ["text/html", "image/svg+xml", "application/javascript", "text/xml", "application/x-unknown"],
+)
+def test_active_content_is_served_as_a_sandboxed_download(
+    client: FlaskClient, tokens: Tokens, ctype: str
+) -> None:
     put_turn(client, tokens, "t", 0)
     client.put(
         f"{BASE}/tasks/t/turns/0/artifacts/x.html",
@@ -225,12 +268,22 @@ def test_active_content_is_served_as_a_sandboxed_download(client: FlaskClient, t
 
 def test_artifact_conditional_get_and_range(client: FlaskClient, tokens: Tokens) -> None:
     put_turn(client, tokens, "t", 0)
-    client.put(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", data=b"0123456789", headers=tokens.headers("writer", **{"Content-Type": "text/plain"}))
+    client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/a.txt",
+        data=b"0123456789",
+        headers=tokens.headers("writer", **{"Content-Type": "text/plain"}),
+    )
     first = client.get(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", headers=tokens.headers("reader"))
     etag = first.headers["ETag"]
-    again = client.get(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", headers=tokens.headers("reader", **{"If-None-Match": etag}))
+    again = client.get(
+        f"{BASE}/tasks/t/turns/0/artifacts/a.txt",
+        headers=tokens.headers("reader", **{"If-None-Match": etag}),
+    )
     assert again.status_code == 304 and again.data == b""
-    part = client.get(f"{BASE}/tasks/t/turns/0/artifacts/a.txt", headers=tokens.headers("reader", Range="bytes=2-5"))
+    part = client.get(
+        f"{BASE}/tasks/t/turns/0/artifacts/a.txt",
+        headers=tokens.headers("reader", Range="bytes=2-5"),
+    )
     assert part.status_code == 206 and part.data == b"2345"
     assert part.headers["Content-Range"] == "bytes 2-5/10"
 
@@ -238,9 +291,13 @@ def test_artifact_conditional_get_and_range(client: FlaskClient, tokens: Tokens)
 def test_artifact_too_large_by_content_length(app, client: FlaskClient, tokens: Tokens) -> None:
     app.extensions["task_store"].max_artifact_bytes = 10
     put_turn(client, tokens, "t", 0)
-    ok = client.put(f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x" * 10, headers=tokens.headers("writer"))
+    ok = client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x" * 10, headers=tokens.headers("writer")
+    )
     assert ok.status_code == 200
-    big = client.put(f"{BASE}/tasks/t/turns/0/artifacts/b", data=b"x" * 11, headers=tokens.headers("writer"))
+    big = client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/b", data=b"x" * 11, headers=tokens.headers("writer")
+    )
     assert big.status_code == 413
     assert "10 bytes" in big.get_json()["detail"]
     turn = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()
@@ -254,14 +311,20 @@ def test_conditional_turn_writes(client: FlaskClient, tokens: Tokens) -> None:
     again = client.put(url, json={}, headers=tokens.headers("writer", **{"If-None-Match": "*"}))
     assert again.status_code == 412
     etag = created.headers["ETag"]
-    ok = client.put(url, json={"summary_md": "v2"}, headers=tokens.headers("writer", **{"If-Match": etag}))
+    ok = client.put(
+        url, json={"summary_md": "v2"}, headers=tokens.headers("writer", **{"If-Match": etag})
+    )
     assert ok.status_code == 200
-    stale = client.put(url, json={"summary_md": "v3"}, headers=tokens.headers("writer", **{"If-Match": etag}))
+    stale = client.put(
+        url, json={"summary_md": "v3"}, headers=tokens.headers("writer", **{"If-Match": etag})
+    )
     assert stale.status_code == 412
     assert client.get(url, headers=tokens.headers("reader")).get_json()["summary_md"] == "v2"
 
 
-def test_expired_turns_are_invisible(client: FlaskClient, tokens: Tokens, clock: FixedClock) -> None:
+def test_expired_turns_are_invisible(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
     put_turn(client, tokens, "old", 0, "old summary")
     clock.advance(days=29)
     put_turn(client, tokens, "new", 0, "new summary")
@@ -276,7 +339,9 @@ def test_expired_turns_are_invisible(client: FlaskClient, tokens: Tokens, clock:
 
 
 def test_correlation_id_is_echoed_or_generated(client: FlaskClient, tokens: Tokens) -> None:
-    resp = client.get(f"{BASE}/tasks", headers=tokens.headers("reader", **{"x-correlation-id": "run-42"}))
+    resp = client.get(
+        f"{BASE}/tasks", headers=tokens.headers("reader", **{"x-correlation-id": "run-42"})
+    )
     assert resp.headers["x-correlation-id"] == "run-42"
     generated = client.get(f"{BASE}/tasks")  # an error response carries one too
     assert generated.status_code == 401

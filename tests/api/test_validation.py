@@ -39,8 +39,12 @@ def assert_422(resp, loc: list, type_: str | None = None) -> dict:
         ({"cost": True}, "cost", "value_error"),
     ],
 )
-def test_turn_meta_types(client: FlaskClient, tokens: Tokens, meta: dict, field: str, type_: str) -> None:
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer"))
+def test_turn_meta_types(
+    client: FlaskClient, tokens: Tokens, meta: dict, field: str, type_: str
+) -> None:
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer")
+    )
     item = assert_422(resp, ["body", "meta", field], type_)
     assert item["input"] == meta[field]
 
@@ -55,33 +59,57 @@ def test_turn_meta_types(client: FlaskClient, tokens: Tokens, meta: dict, field:
     ],
 )
 def test_turn_meta_accepted_forms(client: FlaskClient, tokens: Tokens, meta: dict) -> None:
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer")
+    )
     assert resp.status_code == 200
     assert resp.get_json()["meta"] == meta
 
 
 def test_summary_limit_is_one_mib_of_utf8(client: FlaskClient, tokens: Tokens) -> None:
     ok = "é" * (512 * 1024)  # exactly 1 MiB of UTF-8
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": ok}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": ok}, headers=tokens.headers("writer")
+    )
     assert resp.status_code == 200
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": ok + "x"}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": ok + "x"}, headers=tokens.headers("writer")
+    )
     assert_422(resp, ["body", "summary_md"])
-    assert client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()["summary_md"] == ok
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).get_json()[
+            "summary_md"
+        ]
+        == ok
+    )
 
 
 def test_summary_must_be_a_string(client: FlaskClient, tokens: Tokens) -> None:
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": 12}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": 12}, headers=tokens.headers("writer")
+    )
     assert_422(resp, ["body", "summary_md"], "string_type")
 
 
 def test_unknown_top_level_field(client: FlaskClient, tokens: Tokens) -> None:
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"summary": "typo"}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary": "typo"}, headers=tokens.headers("writer")
+    )
     assert_422(resp, ["body", "summary"], "extra_forbidden")
 
 
 @pytest.mark.parametrize(
     "raw",
-    [b"not json", b"", b"[1, 2]", b'"text"', b"{\"a\": NaN}", b"\xff\xfe", b'{"summary_md": "\\ud800"}', b"[" * 5000],
+    [
+        b"not json",
+        b"",
+        b"[1, 2]",
+        b'"text"',
+        b'{"a": NaN}',
+        b"\xff\xfe",
+        b'{"summary_md": "\\ud800"}',
+        b"[" * 5000,
+    ],
 )
 def test_body_that_is_not_a_json_object(client: FlaskClient, tokens: Tokens, raw: bytes) -> None:
     resp = client.put(
@@ -98,7 +126,9 @@ def test_deeply_nested_meta_is_refused(client: FlaskClient, tokens: Tokens) -> N
     for _ in range(100):
         node["x"] = {}
         node = node["x"]
-    resp = client.put(f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0", json={"meta": meta}, headers=tokens.headers("writer")
+    )
     assert_422(resp, ["body"])
 
 
@@ -121,14 +151,26 @@ def test_invalid_turn_in_path(client: FlaskClient, tokens: Tokens, turn: str) ->
 
 def test_turn_bounds_and_zero_padding(client: FlaskClient, tokens: Tokens) -> None:
     for turn in ("0", "9999"):
-        assert client.put(f"{BASE}/tasks/t/turns/{turn}", json={}, headers=tokens.headers("writer")).status_code == 200
-    assert client.get(f"{BASE}/tasks/t/turns/0009999", headers=tokens.headers("reader")).get_json()["turn"] == 9999
+        assert (
+            client.put(
+                f"{BASE}/tasks/t/turns/{turn}", json={}, headers=tokens.headers("writer")
+            ).status_code
+            == 200
+        )
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0009999", headers=tokens.headers("reader")).get_json()[
+            "turn"
+        ]
+        == 9999
+    )
 
 
 @pytest.mark.parametrize("name", [".", "..", "a" * 129, "sp ace", "x.", "naïve"])
 def test_invalid_artifact_name(client: FlaskClient, tokens: Tokens, name: str) -> None:
     client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=tokens.headers("writer"))
-    resp = client.put(f"{BASE}/tasks/t/turns/0/artifacts/{name}", data=b"x", headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0/artifacts/{name}", data=b"x", headers=tokens.headers("writer")
+    )
     assert resp.status_code in (404, 422)
     if resp.status_code == 422:
         assert_422(resp, ["path", "name"])
@@ -151,12 +193,17 @@ def test_invalid_list_query(client: FlaskClient, tokens: Tokens, query: str, loc
 def test_cursor_from_another_project_is_refused(client: FlaskClient, tokens: Tokens) -> None:
     for i in range(3):
         client.put(f"{BASE}/tasks/t{i}/turns/0", json={}, headers=tokens.headers("writer"))
-    cursor = client.get(f"{BASE}/tasks?limit=1", headers=tokens.headers("reader")).get_json()["next_cursor"]
+    cursor = client.get(f"{BASE}/tasks?limit=1", headers=tokens.headers("reader")).get_json()[
+        "next_cursor"
+    ]
     assert cursor
     resp = client.get(f"{BASE}/tasks?cursor={cursor}", headers=tokens.headers("other_project"))
     assert_422(resp, ["query", "cursor"])
     tampered = cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")
-    assert_422(client.get(f"{BASE}/tasks?cursor={tampered}", headers=tokens.headers("reader")), ["query", "cursor"])
+    assert_422(
+        client.get(f"{BASE}/tasks?cursor={tampered}", headers=tokens.headers("reader")),
+        ["query", "cursor"],
+    )
 
 
 def test_bad_content_type_header_for_artifact(client: FlaskClient, tokens: Tokens) -> None:
@@ -170,7 +217,10 @@ def test_bad_content_type_header_for_artifact(client: FlaskClient, tokens: Token
 
 
 def test_bad_scope_header(client: FlaskClient, tokens: Tokens) -> None:
-    resp = client.get(f"{BASE}/tasks", headers=tokens.headers("tenant_admin", **{"X-Sandbox-Project-Id": "../etc"}))
+    resp = client.get(
+        f"{BASE}/tasks",
+        headers=tokens.headers("tenant_admin", **{"X-Sandbox-Project-Id": "../etc"}),
+    )
     assert_422(resp, ["header", "X-Sandbox-Project-Id"])
 
 

@@ -18,14 +18,19 @@ pytestmark = pytest.mark.e2e
 def test_concurrent_clients_on_one_task_and_ten_others(server: Server) -> None:
     secret = server.token("writer")
     headers = {"Authorization": f"Bearer {secret}"}
-    jobs = [("hot", n) for n in range(200)] + [(f"task-{i}", n) for i in range(10) for n in range(20)]
+    jobs = [("hot", n) for n in range(200)] + [
+        (f"task-{i}", n) for i in range(10) for n in range(20)
+    ]
 
     def write(job: tuple[str, int]) -> int:
         task, turn = job
         with requests.Session() as session:
             resp = session.put(
                 f"{server.url}{BASE}/tasks/{task}/turns/{turn}",
-                json={"meta": {"model": "e2e", "exit_code": 0}, "summary_md": f"{task} turn {turn}"},
+                json={
+                    "meta": {"model": "e2e", "exit_code": 0},
+                    "summary_md": f"{task} turn {turn}",
+                },
                 headers=headers,
                 timeout=30,
             )
@@ -41,12 +46,17 @@ def test_concurrent_clients_on_one_task_and_ten_others(server: Server) -> None:
         assert hot["turn_count"] == 200 and hot["latest_turn"] == 199
         assert [t["turn"] for t in hot["turns"]] == list(range(200))
         for turn in (0, 57, 199):
-            assert s.get(f"{server.url}{BASE}/tasks/hot/turns/{turn}", timeout=10).json()["summary_md"] == f"hot turn {turn}"
+            assert (
+                s.get(f"{server.url}{BASE}/tasks/hot/turns/{turn}", timeout=10).json()["summary_md"]
+                == f"hot turn {turn}"
+            )
         listing = s.get(f"{server.url}{BASE}/tasks?limit=100", timeout=10).json()
         assert listing["total"] == 11
         by_id = {t["task_id"]: t for t in listing["tasks"]}
         for i in range(10):
-            assert by_id[f"task-{i}"]["turn_count"] == 20 and by_id[f"task-{i}"]["latest_turn"] == 19
+            assert (
+                by_id[f"task-{i}"]["turn_count"] == 20 and by_id[f"task-{i}"]["latest_turn"] == 19
+            )
         digest = s.get(f"{server.url}{BASE}/project.md", timeout=10).text
     assert "hot turn 199" in digest
     for i in range(10):
@@ -71,7 +81,12 @@ def test_streamed_chunked_upload_of_exactly_the_limit(tmp_path: Path) -> None:
     srv = start_server(tmp_path, env_extra={"MEMORY_MAX_ARTIFACT_BYTES": str(limit)})
     try:
         headers = {"Authorization": f"Bearer {srv.token('writer')}"}
-        assert requests.put(f"{srv.url}{BASE}/tasks/t/turns/0", json={}, headers=headers, timeout=10).status_code == 200
+        assert (
+            requests.put(
+                f"{srv.url}{BASE}/tasks/t/turns/0", json={}, headers=headers, timeout=10
+            ).status_code
+            == 200
+        )
 
         def chunks(total: int):
             sent = 0
@@ -87,7 +102,12 @@ def test_streamed_chunked_upload_of_exactly_the_limit(tmp_path: Path) -> None:
         assert over.status_code == 413
         over_cl = requests.put(f"{url}3", data=b"a" * (limit + 1), headers=headers, timeout=30)
         assert over_cl.status_code == 413
-        names = [a["name"] for a in requests.get(f"{srv.url}{BASE}/tasks/t/turns/0", headers=headers, timeout=10).json()["artifacts"]]
+        names = [
+            a["name"]
+            for a in requests.get(
+                f"{srv.url}{BASE}/tasks/t/turns/0", headers=headers, timeout=10
+            ).json()["artifacts"]
+        ]
         assert names == ["big.bin"]
         assert list(srv.root.rglob(".~tmp-*")) == []
     finally:
@@ -105,7 +125,13 @@ def test_first_start_prints_a_working_token_and_curl_example(tmp_path: Path) -> 
         # Run the printed example (both commands) the way a newcomer pastes it.
         example = out[out.index("Try it:") :].split("\n\n")[0].splitlines()[1:]
         script = "\n".join(example)
-        result = subprocess.run(["bash", "-c", "set -e\n" + script], capture_output=True, text=True, timeout=30, cwd=REPO)
+        result = subprocess.run(
+            ["bash", "-c", "set -e\n" + script],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=REPO,
+        )
         assert result.returncode == 0, result.stderr
         assert '"summary_md":"First turn."' in result.stdout
         assert "## hello" in result.stdout
