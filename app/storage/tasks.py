@@ -46,6 +46,7 @@ from .errors import InvalidName, NotFound, NotOwner, PreconditionFailed
 from .layout import (
     ARTIFACTS_DIR,
     TASK_RECORD,
+    TMP_PREFIX,
     TURN_META,
     TURN_SUMMARY,
     Layout,
@@ -82,6 +83,9 @@ DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
 MAX_SUMMARY_BYTES = 1 * MiB
 MAX_PAGE = 1000
 CURSOR_VERSION = 1
+# A kept previous copy of an artifact while its replacement is being committed; a temp-file
+# name, so readers and listings skip it and the sweeper collects a stale one.
+_PREV_PREFIX = f"{TMP_PREFIX}prev-"
 
 
 @dataclass
@@ -374,6 +378,14 @@ class TaskStore:
                 updated_at=iso_us(updated_us),
             )
             txn.begin()
+            # The bytes are published before meta.json (the commit) names them. Keep the
+            # previous bytes as a hard link until the commit: if the write fails or dies in
+            # between, repair_task (run on failure, or by the next writer through the dirty
+            # marker) puts them back so the record and the bytes never disagree.
+            backup = path.parent / f"{_PREV_PREFIX}{name}"
+            remove_quietly(backup)
+            if os.path.lexists(path):
+                os.link(path, backup)
             staged.publish(path)
             record = replace(
                 record,
@@ -384,6 +396,7 @@ class TaskStore:
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             self._write_derived(scope, task_id, task_dir, record, summary=False)
+            remove_quietly(backup)
         return info
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
@@ -463,6 +476,7 @@ class TaskStore:
             record = read_turn(turn_dir)
             if record is None:
                 continue
+            _reconcile_artifacts(turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             try:
                 current = (turn_dir / TURN_SUMMARY).read_bytes()
@@ -505,6 +519,47 @@ class TaskStore:
             return int(obj["u"]), validate_id("task_id", obj["id"])
         except (ValueError, KeyError, TypeError, InvalidName):
             raise bad from None
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as fh:
+        while chunk := fh.read(MiB):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _reconcile_artifacts(directory: Path, record: TurnRecord) -> None:
+    """Make the artifact files of a turn match its committed record (caller holds the lock).
+
+    Artifacts are published only under the task lock and committed before it is released,
+    so a file the record does not name, or bytes that differ from the record next to a kept
+    previous copy, are what a failed or killed put_artifact left behind.
+    """
+    try:
+        with os.scandir(directory) as it:
+            names = [e.name for e in it if e.is_file(follow_symlinks=False)]
+    except FileNotFoundError:
+        return
+    expected = {a.name: a for a in record.artifacts}
+    for name in names:
+        if name.startswith(_PREV_PREFIX):
+            info = expected.get(name[len(_PREV_PREFIX) :])
+            if (
+                info is not None
+                and _file_sha256(directory / info.name) != info.sha256
+                and _file_sha256(directory / name) == info.sha256
+            ):
+                os.replace(directory / name, directory / info.name)
+                fsync_dir(directory)
+            else:
+                remove_quietly(directory / name)
+        elif not name.startswith(TMP_PREFIX) and name not in expected:
+            remove_quietly(directory / name)
 
 
 def _check_preconditions(
