@@ -1,0 +1,302 @@
+"""Fault injection SQLite-style: the Nth write/fsync/rename/mkdir fails with ENOSPC or EIO.
+
+For every step N of a put_turn and a put_artifact, the operation fails there; afterwards the
+previous state (or, past the commit point, the new one) is completely readable, no temp file
+is left, and the next write or repair_task brings every derived file back in line with the
+records.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
+from app.storage.locks import locked
+from tests.conftest import FixedClock
+from tests.storage._helpers import assert_consistent, records_of, temp_files
+
+SCOPE = Scope("acme", "web")
+FAULTY = ("replace", "fsync", "write", "mkdir", "rename")
+
+
+@dataclass
+class Fault:
+    """Make ``os.<name>`` fail on call number ``at`` (and after it, when persistent)."""
+
+    name: str
+    at: int
+    err: int
+    persistent: bool = False
+    only: Callable[[tuple[Any, ...]], bool] | None = None
+    calls: int = 0
+    fired: int = 0
+    real: Callable[..., Any] = field(init=False)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = getattr(os, self.name)
+        monkeypatch.setattr(os, self.name, self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.only is None or self.only(args):
+            self.calls += 1
+            if self.calls == self.at or (self.persistent and self.calls > self.at):
+                self.fired += 1
+                raise OSError(self.err, os.strerror(self.err))
+        return self.real(*args, **kwargs)
+
+
+def _base(root: Path, clock: FixedClock) -> TaskStore:
+    store = TaskStore(root, clock=clock, lock_timeout=5.0)
+    store.put_turn(SCOPE, "t1", 0, meta={"v": "old"}, summary_md="old summary")
+    store.put_artifact(SCOPE, "t1", 0, "a.bin", io.BytesIO(b"old bytes"), content_type="x/old")
+    clock.advance(seconds=1)
+    store.put_turn(SCOPE, "t2", 0, meta={}, summary_md="t2 summary")
+    clock.advance(seconds=1)
+    return store
+
+
+OPS: dict[str, Callable[[TaskStore], object]] = {
+    "put_turn_update": lambda s: s.put_turn(SCOPE, "t1", 0, meta={"v": "new"}, summary_md="new"),
+    "put_turn_new_turn": lambda s: s.put_turn(SCOPE, "t1", 1, meta={"v": 1}, summary_md="one"),
+    "put_turn_new_task": lambda s: s.put_turn(SCOPE, "t3", 0, meta={}, summary_md="t3"),
+    "put_artifact_new": lambda s: s.put_artifact(
+        SCOPE, "t1", 0, "b.bin", io.BytesIO(b"b" * 3000), content_type="x/b"
+    ),
+    "put_artifact_replace": lambda s: s.put_artifact(
+        SCOPE, "t1", 0, "a.bin", io.BytesIO(b"new bytes!"), content_type="x/new"
+    ),
+    "delete_task": lambda s: s.delete_task(SCOPE, "t2"),
+}
+
+
+def _visible_state(store: TaskStore) -> dict[str, Any]:
+    """Everything a client can read, with artifact bytes checked against their records."""
+    state: dict[str, Any] = {"turns": {}, "artifacts": {}}
+    for task_id in ("t1", "t2", "t3"):
+        try:
+            index = store.get_task(SCOPE, task_id)
+        except NotFound:
+            continue
+        for entry in index.turns:
+            rec = store.get_turn(SCOPE, task_id, entry.turn)
+            state["turns"][(task_id, entry.turn)] = (rec.meta, rec.summary_md)
+            for info in rec.artifacts:
+                art = store.open_artifact(SCOPE, task_id, entry.turn, info.name)
+                with art.file:
+                    data = art.file.read()
+                # The bytes served must be the bytes the record describes.
+                assert len(data) == info.size == art.size, (task_id, info.name)
+                assert hashlib.sha256(data).hexdigest() == info.sha256, (task_id, info.name)
+                state["artifacts"][(task_id, entry.turn, info.name)] = (data, info.content_type)
+    return state
+
+
+def _run_case(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    op_name: str,
+    fault_name: str,
+    n: int,
+    *,
+    err: int,
+    persistent: bool,
+    finish: str,
+) -> bool:
+    """Run one case; return False once N is past the operation's last call (no fault fired)."""
+    clock = FixedClock()
+    root = tmp_path / f"{op_name}-{fault_name}-{n}-{persistent}-{finish}"
+    store = _base(root, clock)
+    before = _visible_state(store)
+    after_ok = _expected_after(tmp_path / f"ref-{op_name}-{n}-{fault_name}-{finish}", op_name)
+    fault = Fault(fault_name, n, err, persistent=persistent)
+    fault.install(monkeypatch)
+    try:
+        OPS[op_name](store)
+        failed: BaseException | None = None
+    except (OSError, StorageError) as exc:
+        failed = exc
+    finally:
+        monkeypatch.setattr(os, fault_name, fault.real)
+    if not fault.fired:
+        assert failed is None
+        return False
+    if failed is None:
+        # Only a fault the engine may rightly absorb (mkdir of a directory that exists):
+        # then the operation really happened, completely.
+        assert fault_name == "mkdir", "an injected failure was swallowed and reported as success"
+        assert _visible_state(store) == after_ok
+        assert_consistent(store, SCOPE)
+        return True
+    if err == errno.ENOSPC and not isinstance(failed, InsufficientStorage):
+        # The lock tree's own mkdir is the one place a raw OSError may surface.
+        assert isinstance(failed, OSError), failed
+    left = temp_files(root)
+    if persistent:
+        # While the disk still refuses renames, the kept copy of a replaced artifact cannot be
+        # put back yet; it must be the only thing left, and the next write restores it.
+        left = [p for p in left if not p.name.startswith(".~tmp-prev-")]
+    else:
+        now = _visible_state(store)
+        assert now in (before, after_ok), f"neither the old nor the new state:\n{now}"
+    assert left == [], f"temp files left: {left}"
+    if finish == "next_write":
+        # The next writer of the task sees the dirty marker (if any) and repairs first.
+        clock.advance(seconds=1)
+        store.put_turn(SCOPE, "t1", 7, meta={}, summary_md="later")
+        store.put_turn(SCOPE, "t2", 7, meta={}, summary_md="later")
+        store.put_turn(SCOPE, "t3", 7, meta={}, summary_md="later")
+    else:
+        for task_id in ("t1", "t2", "t3"):
+            with locked(store.layout.task_lock(SCOPE, task_id), 5.0):
+                store.repair_task(SCOPE, task_id)
+    assert_consistent(store, SCOPE)
+    assert not any(store.layout.locks_dir().rglob("*.dirty")) or finish == "repair"
+    later = _visible_state(store)
+    for key in ("turns", "artifacts"):
+        settled = {k: v for k, v in later[key].items() if k[1] != 7}
+        assert settled in (before[key], after_ok[key]), f"{key} neither old nor new: {settled}"
+    return True
+
+
+_EXPECTED: dict[str, dict[str, Any]] = {}
+
+
+def _expected_after(root: Path, op_name: str) -> dict[str, Any]:
+    if op_name not in _EXPECTED:
+        store = _base(root, FixedClock())
+        OPS[op_name](store)
+        _EXPECTED[op_name] = _visible_state(store)
+    return _EXPECTED[op_name]
+
+
+@pytest.mark.parametrize("op_name", sorted(OPS))
+@pytest.mark.parametrize("fault_name", FAULTY)
+def test_single_fault_at_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, fault_name: str
+) -> None:
+    fired = 0
+    for n in range(1, 40):
+        err = errno.ENOSPC if n % 2 else errno.EIO
+        finish = "next_write" if n % 2 else "repair"
+        if not _run_case(
+            tmp_path, monkeypatch, op_name, fault_name, n, err=err, persistent=False, finish=finish
+        ):
+            break
+        fired += 1
+    else:
+        pytest.fail("the operation made more calls than the test expects")
+    if fault_name in ("replace", "fsync", "mkdir") and op_name != "delete_task":
+        assert fired > 0, f"{op_name} never called os.{fault_name}"
+
+
+@pytest.mark.parametrize("op_name", ["put_turn_update", "put_artifact_replace", "delete_task"])
+@pytest.mark.parametrize("fault_name", ["replace", "fsync", "write"])
+def test_persistent_fault_then_recovery(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, fault_name: str
+) -> None:
+    for n in range(1, 40):
+        if not _run_case(
+            tmp_path,
+            monkeypatch,
+            op_name,
+            fault_name,
+            n,
+            err=errno.EIO,
+            persistent=True,
+            finish="next_write",
+        ):
+            break
+
+
+def _is_file_fd(args: tuple[Any, ...]) -> bool:
+    return not stat.S_ISDIR(os.fstat(args[0]).st_mode)
+
+
+def test_failed_fsync_of_the_record_is_a_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsync fails, and would succeed if retried: the call raises and nothing new is published."""
+    clock = FixedClock()
+    store = _base(tmp_path / "r", clock)
+    turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
+    meta_before = (turn_dir / "meta.json").read_bytes()
+    fault = Fault("fsync", 1, errno.EIO, only=_is_file_fd)
+    fault.install(monkeypatch)
+    with pytest.raises(OSError):
+        store.put_turn(SCOPE, "t1", 0, meta={"v": "new"}, summary_md="new")
+    monkeypatch.undo()
+    assert fault.fired == 1
+    assert (turn_dir / "meta.json").read_bytes() == meta_before
+    assert store.get_turn(SCOPE, "t1", 0).summary_md == "old summary"
+    assert (turn_dir / "summary.md").read_text() == "old summary"
+    assert temp_files(store.layout.root) == []
+    assert_consistent(store, SCOPE)
+
+
+def test_failed_fsync_of_an_artifact_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FixedClock()
+    store = _base(tmp_path / "r", clock)
+    path = store.layout.artifact(SCOPE, "t1", 0, "a.bin")
+    fault = Fault("fsync", 1, errno.EIO, only=_is_file_fd)
+    fault.install(monkeypatch)
+    with pytest.raises(OSError):
+        store.put_artifact(SCOPE, "t1", 0, "a.bin", io.BytesIO(b"new"), content_type="x/new")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"old bytes"
+    art = store.open_artifact(SCOPE, "t1", 0, "a.bin")
+    with art.file:
+        assert art.file.read() == b"old bytes"
+    assert art.info.content_type == "x/old"
+    assert temp_files(store.layout.root) == []
+
+
+def test_a_full_disk_is_insufficient_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _base(tmp_path / "r", FixedClock())
+    Fault("write", 1, errno.ENOSPC, persistent=True).install(monkeypatch)
+    with pytest.raises(InsufficientStorage):
+        store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x")
+    with pytest.raises(InsufficientStorage):
+        store.put_artifact(SCOPE, "t1", 0, "c", io.BytesIO(b"c"), content_type="x")
+    monkeypatch.undo()
+    assert temp_files(store.layout.root) == []
+    assert store.get_turn(SCOPE, "t1", 0).summary_md == "old summary"
+
+
+def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """The dirty-marker protocol: records written, derived files not, marker left behind."""
+    store = _base(tmp_path / "r", clock)
+    marker = store.layout.task_dirty_marker(SCOPE, "t1")
+    # Simulate the dead writer: commit a new record by hand and leave the marker.
+    from app.storage.records import read_turn, turn_to_json, write_json
+
+    turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
+    rec = read_turn(turn_dir)
+    assert rec is not None
+    from dataclasses import replace
+
+    committed = replace(rec, summary_md="committed but not derived", updated_us=rec.updated_us + 5)
+    marker.touch()
+    write_json(turn_dir / "meta.json", turn_to_json(committed))
+    assert (turn_dir / "summary.md").read_text() == "old summary"
+    clock.advance(seconds=1)
+    store.put_turn(SCOPE, "t1", 3, meta={}, summary_md="next")
+    assert not marker.exists()
+    assert (turn_dir / "summary.md").read_text() == "committed but not derived"
+    assert [r.turn for r in records_of(store, SCOPE, "t1")] == [0, 3]
+    assert_consistent(store, SCOPE)
