@@ -298,6 +298,14 @@ class _Fsck:
             return self._task_locked(scope, task_id)
 
     def _rebuild(self, scope: Scope, task_id: str) -> None:
+        task_dir = self.layout.task_dir(scope, task_id)
+        try:
+            read_json(task_dir / TASK_INDEX)
+        except Corrupt:
+            # repair_task compares with the current index.json and cannot parse a torn one.
+            index = rebuild_index(task_dir, task_id)
+            if index is not None:
+                write_json(task_dir / TASK_INDEX, index)
         self.store.repair_task(scope, task_id)
         remove_quietly(self.layout.task_dirty_marker(scope, task_id))
 
@@ -329,6 +337,9 @@ class _Fsck:
                 self._rebuild(scope, task_id)  # drop its listing rows
             return None
         index = build_index(task_id, task_record, records)
+        if marker.exists():
+            # First: its rebuild also fixes the index and summaries the dead writer left.
+            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
         try:
             current = read_json(task_dir / TASK_INDEX)
         except Corrupt:
@@ -344,8 +355,6 @@ class _Fsck:
                 summary = None
             if summary != record.summary_md.encode("utf-8"):
                 self.fault(f"{self.rel(turn_dir)}/{TURN_SUMMARY}: differs from meta.json", rebuild)
-        if marker.exists():
-            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
         return index_rows(index)
 
     def task_record(

@@ -1,0 +1,250 @@
+"""fsck finds each planted fault; repair fixes each but the symlink, which it reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from app.storage import NotFound, Scope, TaskStore
+from app.storage.fsck import LOST_FOUND, fsck
+from app.storage.layout import TMP_PREFIX
+from app.storage.listing import Listing, TurnRow
+from app.storage.locks import touch
+from tests.conftest import FixedClock
+
+
+@pytest.fixture
+def populated(store: TaskStore, clock: FixedClock, scope: Scope) -> TaskStore:
+    """Three tasks, a few turns, one artifact, a rendered digest: a clean tree."""
+    for i, task in enumerate(["alpha", "beta", "gamma"]):
+        for turn in range(i + 1):
+            store.put_turn(
+                scope, task, turn, meta={"turn": turn}, summary_md=f"{task} turn {turn}\n"
+            )
+            clock.advance(seconds=1)
+    store.put_artifact(
+        scope, "beta", 1, "notes.txt", io.BytesIO(b"hello artifact"), content_type="text/plain"
+    )
+    fh, _ = store.open_digest(scope)
+    fh.close()
+    return store
+
+
+def old(path: Path) -> None:
+    stamp = time.time() - 3600
+    os.utime(path, (stamp, stamp), follow_symlinks=False)
+
+
+def test_a_tree_the_engine_wrote_is_clean(populated: TaskStore) -> None:
+    report = fsck(populated)
+    assert report.problems == [], report
+    assert report.clean
+
+
+def test_empty_or_new_root_is_clean(store: TaskStore) -> None:
+    assert fsck(store).clean
+
+
+def _torn_meta(store: TaskStore, scope: Scope) -> None:
+    (store.layout.turn_dir(scope, "gamma", 1) / "meta.json").write_bytes(b'{"task_id": "gam')
+
+
+def _torn_index(store: TaskStore, scope: Scope) -> None:
+    (store.layout.task_index(scope, "beta")).write_bytes(b'{"version": 1, "tur')
+
+
+def _stale_index(store: TaskStore, scope: Scope) -> None:
+    path = store.layout.task_index(scope, "gamma")
+    index = json.loads(path.read_text())
+    index["turns"] = index["turns"][:1]
+    path.write_text(json.dumps(index))
+
+
+def _missing_digest_section(store: TaskStore, scope: Scope) -> None:
+    path = store.layout.digest(scope)
+    text = path.read_text()
+    start = text.index("\n## beta")
+    end = text.index("\n## ", start + 1)
+    path.write_text(text[:start] + text[end:])
+
+
+def _stray_temp(store: TaskStore, scope: Scope) -> None:
+    stray = store.layout.task_dir(scope, "alpha") / f"{TMP_PREFIX}0123456789abcdef"
+    stray.write_bytes(b"half a write")
+    old(stray)
+
+
+def _stale_listing_row(store: TaskStore, scope: Scope) -> None:
+    listing = Listing(store.layout.listing(scope), timeout=1)
+    listing.put_turn("alpha", TurnRow(5, 1, 2**60))  # a turn that does not exist
+    listing.put_turn("nobody", TurnRow(0, 1, 2**60))  # a task that does not exist
+
+
+def _missing_summary(store: TaskStore, scope: Scope) -> None:
+    (store.layout.turn_dir(scope, "beta", 0) / "summary.md").unlink()
+
+
+def _artifact_mismatch(store: TaskStore, scope: Scope) -> None:
+    store.layout.artifact(scope, "beta", 1, "notes.txt").write_bytes(b"tampered")
+
+
+def _orphan_artifact(store: TaskStore, scope: Scope) -> None:
+    store.layout.artifact(scope, "alpha", 0, "orphan.bin").write_bytes(b"no entry")
+
+
+def _dirty_marker(store: TaskStore, scope: Scope) -> None:
+    # A writer died after its commit point: the record is new, the derived files are not.
+    turn_dir = store.layout.turn_dir(scope, "alpha", 0)
+    meta = json.loads((turn_dir / "meta.json").read_text())
+    meta["summary_md"] = "rewritten by a writer that died\n"
+    (turn_dir / "meta.json").write_text(json.dumps(meta))
+    touch(store.layout.task_dirty_marker(scope, "alpha"))
+
+
+def _unindexed_dir(store: TaskStore, scope: Scope) -> None:
+    stray = store.layout.task_dir(scope, "beta") / "notes"
+    stray.mkdir()
+    (stray / "x").write_text("?")
+
+
+def _wrong_counter(store: TaskStore, scope: Scope) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store.layout.listing(scope)) as conn:
+        conn.execute("UPDATE counters SET value = 7 WHERE name = 'tasks'")
+    conn.close()
+
+
+FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
+    "torn meta.json": (_torn_meta, "gamma/0001-turn/meta.json: cannot be rebuilt"),
+    "torn index.json": (_torn_index, "beta/index.json: torn"),
+    "stale index.json": (_stale_index, "gamma/index.json: stale"),
+    "missing project.md section": (_missing_digest_section, "_project.md: differs"),
+    "stray temp file": (_stray_temp, "stale temp file"),
+    "stale listing row": (_stale_listing_row, "rows of task alpha differ"),
+    "missing summary.md": (_missing_summary, "beta/0000-turn/summary.md: differs"),
+    "artifact bytes differ": (_artifact_mismatch, "notes.txt: size/sha256 differ"),
+    "artifact without entry": (_orphan_artifact, "orphan.bin: unindexed"),
+    "dirty marker": (_dirty_marker, "alpha: dirty marker"),
+    "unindexed directory": (_unindexed_dir, "beta/notes: unindexed"),
+    "wrong task counter": (_wrong_counter, "task counter is 7"),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_each_planted_fault_is_found_and_repaired(
+    populated: TaskStore, scope: Scope, fault: str
+) -> None:
+    plant, expected = FAULTS[fault]
+    plant(populated, scope)
+    report = fsck(populated)
+    assert not report.clean
+    assert any(expected in p for p in report.problems), report.problems
+
+    repaired = fsck(populated, repair=True)
+    assert repaired.unrepairable == [], repaired
+    assert any(expected in p for p in repaired.repaired)
+    after = fsck(populated)
+    assert after.problems == [], after
+
+
+def test_torn_meta_is_quarantined_not_deleted(populated: TaskStore, scope: Scope) -> None:
+    _torn_meta(populated, scope)
+    fsck(populated, repair=True)
+    lost = list((populated.layout.root / LOST_FOUND).rglob("0001-turn/meta.json"))
+    assert [p.read_bytes() for p in lost] == [b'{"task_id": "gam']
+    assert [t.turn for t in populated.get_task(scope, "gamma").turns] == [0, 2]
+    fh, _ = populated.open_digest(scope)
+    with fh:
+        assert b"gamma turn 2" in fh.read()
+
+
+def test_repaired_listing_and_digest_serve_the_records(populated: TaskStore, scope: Scope) -> None:
+    _stale_listing_row(populated, scope)
+    _missing_digest_section(populated, scope)
+    fsck(populated, repair=True)
+    page = populated.list_tasks(scope, limit=10)
+    assert [t.task_id for t in page.tasks] == [
+        "beta",
+        "gamma",
+        "alpha",
+    ]  # beta got the artifact last
+    assert page.total == 3
+    fh, _ = populated.open_digest(scope)
+    with fh:
+        assert b"## beta" in fh.read()
+
+
+def test_dirty_marker_repair_makes_the_record_visible(populated: TaskStore, scope: Scope) -> None:
+    _dirty_marker(populated, scope)
+    fsck(populated, repair=True)
+    assert not populated.layout.task_dirty_marker(scope, "alpha").exists()
+    summary = populated.layout.turn_dir(scope, "alpha", 0) / "summary.md"
+    assert summary.read_text() == "rewritten by a writer that died\n"
+
+
+def test_artifact_mismatch_drops_the_entry_and_keeps_the_bytes(
+    populated: TaskStore, scope: Scope
+) -> None:
+    _artifact_mismatch(populated, scope)
+    fsck(populated, repair=True)
+    with pytest.raises(NotFound):
+        populated.open_artifact(scope, "beta", 1, "notes.txt")
+    assert populated.get_turn(scope, "beta", 1).artifacts == ()
+    lost = list((populated.layout.root / LOST_FOUND).rglob("notes.txt"))
+    assert [p.read_bytes() for p in lost] == [b"tampered"]
+
+
+def test_symlink_is_reported_never_followed_never_repaired(
+    populated: TaskStore, scope: Scope, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("do not touch")
+    link = populated.layout.task_dir(scope, "alpha") / "escape"
+    link.symlink_to(outside)
+    dir_link = populated.layout.project_dir(scope) / "linked-task"
+    dir_link.symlink_to(outside, target_is_directory=True)
+    old(link)
+    report = fsck(populated, repair=True)
+    assert len([p for p in report.problems if "symlink" in p]) == 2
+    assert len(report.unrepairable) == 2
+    assert link.is_symlink() and dir_link.is_symlink()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert (outside / "secret").read_text() == "do not touch"
+    assert not fsck(populated).clean
+
+
+def test_young_temp_file_is_noted_not_flagged(populated: TaskStore, scope: Scope) -> None:
+    young = populated.layout.task_dir(scope, "alpha") / f"{TMP_PREFIX}inflight"
+    young.write_bytes(b"x")
+    report = fsck(populated, repair=True, grace=timedelta(minutes=10))
+    assert report.problems == []
+    assert any("in flight" in n for n in report.notes)
+    assert young.exists()
+
+
+def test_unfinished_trash_is_emptied(populated: TaskStore, scope: Scope) -> None:
+    trash = populated.layout.trash_dir()
+    trash.mkdir(exist_ok=True)
+    leftover = trash / "01ARZ3NDEKTSV4RRFFQ69G5FAV-alpha"  # a ULID from 2016
+    (leftover / "0000-turn").mkdir(parents=True)
+    report = fsck(populated, repair=True)
+    assert any("unfinished deletion" in p for p in report.repaired)
+    assert not leftover.exists()
+
+
+def test_task_record_torn_is_rewritten_from_the_turns(populated: TaskStore, scope: Scope) -> None:
+    populated.layout.task_record(scope, "beta").write_bytes(b"{")
+    report = fsck(populated)
+    assert any("beta/task.json: torn" in p for p in report.problems)
+    fsck(populated, repair=True)
+    assert fsck(populated).clean
+    assert populated.get_task(scope, "beta").owner is None
