@@ -1,0 +1,512 @@
+"""Memory stores API (seed 002) under /v1/memory_stores, wire-compatible with the SDKs.
+
+``anthropic-version``, ``anthropic-beta`` and ``?beta=true`` are accepted and ignored.
+Errors use the envelope ``{"type": "error", "error": {"type", "message"}, "request_id"}``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+from marshmallow import Schema
+from werkzeug.exceptions import HTTPException
+
+from ..auth import current_principal, require_principal
+from ..errors import ApiError, from_storage, render
+from ..schemas import memory_stores as s
+from ..storage import InvalidName, StorageError
+from ..storage.clock import to_us
+from ..storage.memstores import (
+    ContentPreconditionFailed,
+    HeadVersion,
+    MemoryPrefix,
+    MemoryStoreEngine,
+    Page,
+    PathConflict,
+    StoreArchived,
+    StoreFull,
+    VersionFilter,
+)
+from .common import json_body
+from .docs import doc
+
+PREFIX = "/v1/memory_stores"
+TAGS = ["memory-stores"]
+bp = Blueprint("memory_stores", __name__, url_prefix=PREFIX)
+
+
+def _path_param(name: str, prefix: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^{prefix}_[0-9A-HJKMNP-TV-Z]{{26}}$"},
+    }
+
+
+def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    param = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        param["description"] = description
+    return param
+
+
+STORE_ID = _path_param("memory_store_id", "memstore")
+MEMORY_ID = _path_param("memory_id", "mem")
+VERSION_ID = _path_param("memory_version_id", "memver")
+LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
+PAGE = _query("page", {"type": "string"}, "The next_page value of the previous response.")
+CREATED_RANGE = [
+    _query("created_at[gte]", {"type": "string", "format": "date-time"}, "Inclusive."),
+    _query("created_at[lte]", {"type": "string", "format": "date-time"}, "Inclusive."),
+]
+
+
+def _view_param(default: str) -> dict[str, Any]:
+    return _query(
+        "view",
+        {"type": "string", "enum": ["basic", "full"], "default": default},
+        "basic: content is null; full: content included (lists then hold at most 20 items).",
+    )
+
+
+ERRORS: dict[int, object] = {
+    400: "MemoryStoresError",
+    401: "MemoryStoresError",
+    403: "MemoryStoresError",
+    404: "MemoryStoresError",
+    503: "MemoryStoresError",
+}
+CONFLICTS: dict[int, object] = {**ERRORS, 409: "MemoryStoresError"}
+
+store_create_in = s.MemoryStoreCreateRequest()
+store_update_in = s.MemoryStoreUpdateRequest()
+empty_in = s.EmptyRequest()
+memory_create_in = s.MemoryCreateRequest()
+memory_update_in = s.MemoryUpdateRequest()
+store_out = s.MemoryStore()
+store_list_out = s.MemoryStoreList()
+deleted_store_out = s.DeletedMemoryStore()
+memory_out = s.Memory()
+prefix_out = s.MemoryPrefix()
+deleted_memory_out = s.DeletedMemory()
+version_out = s.MemoryVersion()
+version_list_out = s.MemoryVersionList()
+
+
+@bp.before_request
+def _authenticate() -> None:
+    require_principal()
+
+
+@bp.after_request
+def _no_retry_on_conflict(response: Response) -> Response:
+    # The SDKs retry 409 by default; a failed precondition or a taken path will not heal
+    # by itself, so tell them not to (the header the SDKs honour).
+    if response.status_code == 409:
+        response.headers["x-should-retry"] = "false"
+    return response
+
+
+@bp.errorhandler(StorageError)
+def _storage_error(exc: StorageError) -> Response:
+    response: Response = render(_http_error(exc))
+    return response
+
+
+def _http_error(exc: StorageError) -> HTTPException:
+    """Map the engine's errors to the reference's error types."""
+    if isinstance(exc, PathConflict):
+        return ApiError(
+            409,
+            str(exc),
+            error_type="memory_path_conflict_error",
+            extra={
+                "conflicting_memory_id": exc.memory_id,
+                "conflicting_path": exc.conflicting_path,
+            },
+        )
+    if isinstance(exc, ContentPreconditionFailed):
+        return ApiError(409, str(exc), error_type="memory_precondition_failed_error")
+    if isinstance(exc, StoreArchived | HeadVersion):
+        return ApiError(409, str(exc), error_type="conflict_error")
+    if isinstance(exc, StoreFull | InvalidName):
+        message = f"{exc.field}: {exc.message}" if isinstance(exc, InvalidName) else str(exc)
+        return ApiError(400, message, error_type="invalid_request_error")
+    return from_storage(exc)
+
+
+# -- request helpers -----------------------------------------------------------------------
+def engine() -> MemoryStoreEngine:
+    found: MemoryStoreEngine = current_app.extensions["memory_stores"]
+    return found
+
+
+def _bad_query(name: str, message: str) -> ApiError:
+    return ApiError(400, f"{name}: {message}", error_type="invalid_request_error")
+
+
+def _query_int(name: str, default: int, allowed: range) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.strip().lstrip("-").isdigit() or len(raw) > 12:
+        raise _bad_query(name, "must be an integer")
+    value = int(raw)
+    if value not in allowed:
+        raise _bad_query(name, f"must be between {allowed.start} and {allowed.stop - 1}")
+    return value
+
+
+def _view(default: str) -> bool:
+    """True for view=full."""
+    value = request.args.get("view", default)
+    if value not in ("basic", "full"):
+        raise _bad_query("view", "must be 'basic' or 'full'")
+    return value == "full"
+
+
+def _limit(full: bool) -> int:
+    # With view=full a larger limit is clamped to 20, not refused (reference A.5).
+    limit = _query_int("limit", 20, range(1, 101))
+    return min(limit, 20) if full else limit
+
+
+def _bool(name: str) -> bool:
+    raw = request.args.get(name)
+    if raw is None:
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise _bad_query(name, "must be true or false")
+
+
+def _time_us(name: str) -> int | None:
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace(" ", "+"))
+    except ValueError:
+        raise _bad_query(name, "must be an RFC 3339 timestamp") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return to_us(moment)
+
+
+def _optional_body(schema: Schema) -> Any:
+    """A body that may be absent (archive, redact): nothing or ``{}``."""
+    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if not request.content_length and not chunked:
+        return {}
+    return json_body(schema)
+
+
+def _actor() -> dict[str, Any]:
+    return {"type": "api_actor", "api_key_id": current_principal().token.id}
+
+
+def _json(payload: Any) -> Response:
+    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
+    return response
+
+
+def _memory_page(page: Page) -> dict[str, Any]:
+    return {
+        "data": [
+            prefix_out.dump(item) if isinstance(item, MemoryPrefix) else memory_out.dump(item)
+            for item in page.data
+        ],
+        "next_page": page.next_page,
+    }
+
+
+# -- stores --------------------------------------------------------------------------------
+@bp.post("")
+@doc(body=s.MemoryStoreCreateRequest, responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+def create_memory_store() -> Response:
+    """Create a memory store"""
+    data = json_body(store_create_in)
+    store = engine().create_store(
+        current_principal().scope,
+        name=data["name"],
+        description=data.get("description") or "",
+        metadata=data.get("metadata") or {},
+    )
+    return _json(store_out.dump(store))
+
+
+@bp.get("")
+@doc(
+    params=[
+        LIMIT,
+        PAGE,
+        _query("include_archived", {"type": "boolean", "default": False}),
+        *CREATED_RANGE,
+    ],
+    responses={200: s.MemoryStoreList, **ERRORS},
+    tags=TAGS,
+)
+def list_memory_stores() -> Response:
+    """List memory stores, newest first"""
+    page = engine().list_stores(
+        current_principal().scope,
+        limit=_limit(False),
+        page=request.args.get("page") or None,
+        include_archived=_bool("include_archived"),
+        created_gte_us=_time_us("created_at[gte]"),
+        created_lte_us=_time_us("created_at[lte]"),
+    )
+    return _json(store_list_out.dump(page))
+
+
+@bp.get("/<memory_store_id>")
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+def get_memory_store(memory_store_id: str) -> Response:
+    """Retrieve a memory store (archived ones too)"""
+    return _json(store_out.dump(engine().get_store(current_principal().scope, memory_store_id)))
+
+
+@bp.post("/<memory_store_id>")
+@doc(
+    params=[STORE_ID],
+    body=s.MemoryStoreUpdateRequest,
+    responses={200: s.MemoryStore, **CONFLICTS},
+    tags=TAGS,
+)
+def update_memory_store(memory_store_id: str) -> Response:
+    """Update a memory store's name, description or metadata (a patch)"""
+    data = json_body(store_update_in)
+    store = engine().update_store(
+        current_principal().scope,
+        memory_store_id,
+        name=data.get("name"),
+        description=data.get("description"),
+        metadata=data.get("metadata"),
+    )
+    return _json(store_out.dump(store))
+
+
+@bp.delete("/<memory_store_id>")
+@doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **ERRORS}, tags=TAGS)
+def delete_memory_store(memory_store_id: str) -> Response:
+    """Delete a memory store with all its memories and versions"""
+    deleted = engine().delete_store(current_principal().scope, memory_store_id)
+    return _json(deleted_store_out.dump(deleted))
+
+
+@bp.post("/<memory_store_id>/archive")
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+def archive_memory_store(memory_store_id: str) -> Response:
+    """Archive a memory store (one-way; it becomes read-only)"""
+    _optional_body(empty_in)
+    store = engine().archive_store(current_principal().scope, memory_store_id)
+    return _json(store_out.dump(store))
+
+
+# -- memories ------------------------------------------------------------------------------
+@bp.post("/<memory_store_id>/memories")
+@doc(
+    params=[STORE_ID, _view_param("basic")],
+    body=s.MemoryCreateRequest,
+    responses={200: s.Memory, **CONFLICTS},
+    tags=TAGS,
+)
+def create_memory(memory_store_id: str) -> Response:
+    """Create a memory at an unoccupied path"""
+    full = _view("basic")
+    data = json_body(memory_create_in)
+    memory = engine().create_memory(
+        current_principal().scope,
+        memory_store_id,
+        path=data["path"],
+        content=data["content"],
+        actor=_actor(),
+        full=full,
+    )
+    return _json(memory_out.dump(memory))
+
+
+@bp.get("/<memory_store_id>/memories")
+@doc(
+    params=[
+        STORE_ID,
+        _query("path_prefix", {"type": "string", "default": "/"}, "Ends with '/'."),
+        _query("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
+        LIMIT,
+        PAGE,
+        _view_param("basic"),
+    ],
+    responses={200: s.MemoryList, **ERRORS},
+    tags=TAGS,
+)
+def list_memories(memory_store_id: str) -> Response:
+    """List memories in path order (depth 1 rolls deeper paths up into memory_prefix)"""
+    full = _view("basic")
+    depth = request.args.get("depth")
+    if depth is not None and depth not in ("0", "1"):
+        raise _bad_query("depth", "must be 0 or 1")
+    page = engine().list_memories(
+        current_principal().scope,
+        memory_store_id,
+        path_prefix=request.args.get("path_prefix", "/"),
+        depth=int(depth or 0),
+        limit=_limit(full),
+        page=request.args.get("page") or None,
+        full=full,
+    )
+    return _json(_memory_page(page))
+
+
+@bp.get("/<memory_store_id>/memories/<memory_id>")
+@doc(
+    params=[STORE_ID, MEMORY_ID, _view_param("full")],
+    responses={200: s.Memory, **ERRORS},
+    tags=TAGS,
+)
+def get_memory(memory_store_id: str, memory_id: str) -> Response:
+    """Retrieve a memory"""
+    memory = engine().get_memory(
+        current_principal().scope, memory_store_id, memory_id, full=_view("full")
+    )
+    return _json(memory_out.dump(memory))
+
+
+def _update_memory(memory_store_id: str, memory_id: str) -> Response:
+    full = _view("basic")
+    data = json_body(memory_update_in)
+    precondition = data.get("precondition")
+    memory = engine().update_memory(
+        current_principal().scope,
+        memory_store_id,
+        memory_id,
+        content=data.get("content"),
+        path=data.get("path"),
+        precondition_sha256=precondition["content_sha256"] if precondition else None,
+        actor=_actor(),
+        full=full,
+    )
+    return _json(memory_out.dump(memory))
+
+
+UPDATE_DOC = doc(
+    params=[STORE_ID, MEMORY_ID, _view_param("basic")],
+    body=s.MemoryUpdateRequest,
+    responses={200: s.Memory, **CONFLICTS},
+    tags=TAGS,
+)
+
+
+@bp.post("/<memory_store_id>/memories/<memory_id>")
+@UPDATE_DOC
+def update_memory(memory_store_id: str, memory_id: str) -> Response:
+    """Update a memory's content and/or path (optionally on a content_sha256 precondition)"""
+    return _update_memory(memory_store_id, memory_id)
+
+
+@bp.patch("/<memory_store_id>/memories/<memory_id>")
+@UPDATE_DOC
+def patch_memory(memory_store_id: str, memory_id: str) -> Response:
+    """Update a memory (PATCH alias of the POST update)"""
+    return _update_memory(memory_store_id, memory_id)
+
+
+@bp.delete("/<memory_store_id>/memories/<memory_id>")
+@doc(
+    params=[
+        STORE_ID,
+        MEMORY_ID,
+        _query(
+            "expected_content_sha256",
+            {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "Delete only if the memory's content_sha256 equals this (409 otherwise).",
+        ),
+    ],
+    responses={200: s.DeletedMemory, **CONFLICTS},
+    tags=TAGS,
+)
+def delete_memory(memory_store_id: str, memory_id: str) -> Response:
+    """Delete a memory (its versions stay, subject to retention)"""
+    deleted = engine().delete_memory(
+        current_principal().scope,
+        memory_store_id,
+        memory_id,
+        expected_sha256=request.args.get("expected_content_sha256"),
+        actor=_actor(),
+    )
+    return _json(deleted_memory_out.dump(deleted))
+
+
+# -- versions ------------------------------------------------------------------------------
+@bp.get("/<memory_store_id>/memory_versions")
+@doc(
+    params=[
+        STORE_ID,
+        _query("memory_id", {"type": "string"}),
+        _query("operation", {"type": "string", "enum": ["created", "modified", "deleted"]}),
+        _query("api_key_id", {"type": "string"}),
+        _query("session_id", {"type": "string"}),
+        _query("service_account_id", {"type": "string"}),
+        *CREATED_RANGE,
+        LIMIT,
+        PAGE,
+        _view_param("basic"),
+    ],
+    responses={200: s.MemoryVersionList, **ERRORS},
+    tags=TAGS,
+)
+def list_memory_versions(memory_store_id: str) -> Response:
+    """List memory versions, newest first"""
+    full = _view("basic")
+    args = request.args
+    filters = VersionFilter(
+        memory_id=args.get("memory_id"),
+        operation=args.get("operation"),
+        api_key_id=args.get("api_key_id"),
+        session_id=args.get("session_id"),
+        service_account_id=args.get("service_account_id"),
+        created_gte_us=_time_us("created_at[gte]"),
+        created_lte_us=_time_us("created_at[lte]"),
+    )
+    page = engine().list_versions(
+        current_principal().scope,
+        memory_store_id,
+        filters=filters,
+        limit=_limit(full),
+        page=args.get("page") or None,
+        full=full,
+    )
+    return _json(version_list_out.dump(page))
+
+
+@bp.get("/<memory_store_id>/memory_versions/<memory_version_id>")
+@doc(
+    params=[STORE_ID, VERSION_ID, _view_param("full")],
+    responses={200: s.MemoryVersion, **ERRORS},
+    tags=TAGS,
+)
+def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
+    """Retrieve a memory version (a redacted one answers 200 with null content fields)"""
+    version = engine().get_version(
+        current_principal().scope, memory_store_id, memory_version_id, full=_view("full")
+    )
+    return _json(version_out.dump(version))
+
+
+@bp.post("/<memory_store_id>/memory_versions/<memory_version_id>/redact")
+@doc(
+    params=[STORE_ID, VERSION_ID],
+    responses={200: s.MemoryVersion, **CONFLICTS},
+    tags=TAGS,
+)
+def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
+    """Redact a memory version (not the head of a live memory)"""
+    _optional_body(empty_in)
+    version = engine().redact_version(
+        current_principal().scope, memory_store_id, memory_version_id, actor=_actor()
+    )
+    return _json(version_out.dump(version))
