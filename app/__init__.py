@@ -16,10 +16,12 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from flask import Flask
 
     from . import cli, requestlog
-    from .api import project_memory, public
+    from .api import memory_stores, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
+    from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
     from .storage import TaskStore
+    from .storage.memstores import MemoryStoreEngine
     from .storage.tokens import TokenRegistry
 
     app = Flask(__name__)
@@ -33,6 +35,10 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         max_artifact_bytes=app.config["MAX_ARTIFACT_BYTES"],
         **extra,
     )
+    app.extensions["memory_stores"] = MemoryStoreEngine(
+        Path(app.config["STORAGE_ROOT"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
+    )
+    app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
     app.extensions["token_registry"] = TokenRegistry(
         Path(app.config["TOKENS_FILE"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
     )
@@ -43,5 +49,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     register_error_handlers(app)
     app.register_blueprint(public.bp)
     app.register_blueprint(project_memory.bp)
+    app.register_blueprint(memory_stores.bp)
     cli.init_app(app)
     return app
