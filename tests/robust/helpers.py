@@ -1,0 +1,221 @@
+"""Shared tools of the robustness tests: a real gunicorn we can kill, faults, tree checks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from app.storage import TaskStore
+from app.storage.layout import TMP_PREFIX
+from app.storage.tokens import TokenRegistry
+from tests.e2e.conftest import REPO, VENV_BIN, free_port
+
+BASE = "/sandbox/memory/v1"
+
+
+@dataclass
+class Live:
+    """A gunicorn on 127.0.0.1 started by the test; it may be killed and started again."""
+
+    tmp_path: Path
+    root: Path
+    app: str = "wsgi:app"
+    workers: int = 2
+    threads: int = 4
+    worker_class: str = "gthread"
+    env_extra: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    url: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    starts: int = 0
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.tmp_path / "tokens.json"
+
+    def start(self) -> Live:
+        port = free_port()
+        self.env = {
+            **os.environ,
+            "MEMORY_STORAGE_ROOT": str(self.root),
+            "MEMORY_TOKENS_FILE": str(self.tokens_file),
+            "MEMORY_BIND": f"127.0.0.1:{port}",
+            "MEMORY_WORKERS": str(self.workers),
+            "MEMORY_THREADS": str(self.threads),
+            "MEMORY_LOG_LEVEL": "WARNING",
+            "MEMORY_SWEEP_INTERVAL": "0",
+            **self.env_extra,
+        }
+        self.starts += 1
+        self.log_path = self.tmp_path / f"gunicorn-{self.starts}-{port}.log"
+        args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "-k", self.worker_class]
+        args.append(self.app)
+        with open(self.log_path, "wb") as log:
+            # A session of its own: the whole server (master and workers) can be killed at once
+            # by process group, without touching any other gunicorn on the machine.
+            self.proc = subprocess.Popen(
+                args,
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited early:\n{self.log()}")
+            try:
+                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        self.kill_all()
+        raise RuntimeError(f"gunicorn did not come up:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def registry(self) -> TokenRegistry:
+        return TokenRegistry(self.tokens_file)
+
+    def token(self, role: str, tenant: str | None = "acme", project: str | None = "web") -> str:
+        """A new token, written to the registry file every worker reads (no CLI start-up)."""
+        _, secret = self.registry().create(role=role, tenant=tenant, project=project)
+        return secret
+
+    def worker_pids(self) -> list[int]:
+        assert self.proc is not None
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False
+        ).stdout
+        return [int(p) for p in out.split()]
+
+    def kill_all(self) -> None:
+        """SIGKILL the master and every worker at once (its own process group)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+        # Workers of a stopped master must be gone before the tree is inspected.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        self.kill_all()
+
+
+def start(tmp_path: Path, **kwargs: Any) -> Live:
+    root = kwargs.pop("root", None) or tmp_path / "storage"
+    return Live(tmp_path=tmp_path, root=root, **kwargs).start()
+
+
+@pytest.fixture
+def live_factory(tmp_path: Path):  # noqa: ANN201
+    """Start servers on demand; every one of them is stopped at the end of the test."""
+    started: list[Live] = []
+
+    def make(**kwargs: Any) -> Live:
+        server = start(tmp_path, **kwargs)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+def auth(secret: str, **extra: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}", **extra}
+
+
+# -- faults -------------------------------------------------------------------------------------
+@dataclass
+class Fault:
+    """Make ``os.<name>`` raise ``OSError(err)`` on call number ``at`` (and later, if persistent).
+
+    The SQLite test-VFS method: the real call is made on every other call.
+    """
+
+    name: str
+    at: int
+    err: int
+    persistent: bool = False
+    only: Callable[[tuple[Any, ...]], bool] | None = None
+    calls: int = 0
+    fired: int = 0
+    real: Callable[..., Any] | None = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> Fault:
+        self.real = getattr(os, self.name)
+        monkeypatch.setattr(os, self.name, self)
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.real is not None
+        if self.only is None or self.only(args):
+            self.calls += 1
+            if self.calls == self.at or (self.persistent and self.calls > self.at):
+                self.fired += 1
+                raise OSError(self.err, os.strerror(self.err))
+        return self.real(*args, **kwargs)
+
+
+# -- tree checks --------------------------------------------------------------------------------
+def temp_files(root: Path) -> list[Path]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            if name.startswith(TMP_PREFIX):
+                found.append(Path(dirpath) / name)
+    return found
+
+
+def json_files_parse(root: Path) -> list[str]:
+    """Every meta.json / index.json / task.json under root: the ones that are empty or torn."""
+    bad = []
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            if name.endswith(".json") and not name.startswith(TMP_PREFIX):
+                path = Path(dirpath) / name
+                data = path.read_bytes()
+                try:
+                    json.loads(data)
+                except ValueError:
+                    bad.append(f"{path} ({len(data)} bytes)")
+    return bad
+
+
+def tree_outside(path: Path) -> set[str]:
+    """Names under ``path`` (used to prove nothing was created outside the storage root)."""
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+def store_for(root: Path) -> TaskStore:
+    return TaskStore(root, lock_timeout=10.0)
