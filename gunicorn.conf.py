@@ -18,8 +18,59 @@ errorlog = "-"
 umask = 0o022
 
 
-def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
-    """Create the storage root and, on first start, a first token printed once."""
-    from app.bootstrap import first_start
+def _metrics_dir() -> None:
+    """Give prometheus-client's multiprocess mode an empty directory shared by every worker.
 
-    first_start(bind)
+    Must run before anything imports prometheus_client, hence first thing in on_starting.
+    """
+    if os.environ.get("MEMORY_METRICS", "off") != "token":
+        return
+    import shutil
+    import tempfile
+
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        shutil.rmtree(path, ignore_errors=True)  # stale files from a previous run
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="memory-metrics-")
+
+
+def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
+    """Create the storage root and, on first start, a first token printed once.
+
+    Also: after an unclean shutdown (the running sentinel is still there) run
+    `fsck --repair` before serving, so derived files a crash left stale are rebuilt.
+    """
+    _metrics_dir()
+    from app import create_app
+    from app.bootstrap import first_start
+    from app.sweeper import startup_recovery
+
+    app = create_app()
+    first_start(bind, app)
+    for line in startup_recovery(app):
+        server.log.warning(line)
+
+
+def post_worker_init(worker):  # noqa: ANN001, ANN201
+    """Start this worker's sweeper thread; only the holder of the leader lock sweeps."""
+    from app.sweeper import start_for_worker
+
+    start_for_worker(worker.wsgi)
+
+
+def child_exit(server, worker):  # noqa: ANN001, ANN201
+    """Drop a dead worker's live-gauge files (prometheus multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server):  # noqa: ANN001, ANN201
+    """A clean shutdown: remove the running sentinel (see on_starting)."""
+    from app import create_app
+    from app.sweeper import clean_shutdown
+
+    clean_shutdown(create_app())

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import click
 from flask import Flask, current_app
 from flask.cli import AppGroup
 
+from .storage import Scope, TaskStore
+from .storage.models import FsckReport
 from .storage.tokens import ROLES, TokenRegistry
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
@@ -67,5 +71,143 @@ def revoke_token(token_id: str) -> None:
     click.echo(f"revoked {token.id} at {token.revoked_at}")
 
 
+# -- operations: sweep, fsck, export, import ------------------------------------------------
+def _store() -> TaskStore:
+    store: TaskStore = current_app.extensions["task_store"]
+    return store
+
+
+def _parse_now(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 time", param_hint="--now") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@click.command("sweep")
+@click.option("--now", "now_text", default=None, help="Sweep as of this ISO 8601 time (UTC).")
+@click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
+    """Delete expired turns, empty tasks and stale leftovers; print what went."""
+    from .sweeper import run_sweep
+
+    report, versions = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "memory_store_versions": versions}))
+    else:
+        verb = "would remove" if dry_run else "removed"
+        click.echo(f"sweep as of {report.now}{' (dry run: nothing changed)' if dry_run else ''}")
+        for p in report.projects:
+            click.echo(
+                f"  {p.tenant}/{p.project}: {verb} {p.turns} turn(s), {p.tasks} task(s), "
+                f"{p.bytes} byte(s)"
+            )
+        click.echo(
+            f"total: {verb} {report.turns} turn(s), {report.tasks} task(s), "
+            f"{report.bytes} byte(s); {report.temp_files} stale temp file(s), "
+            f"{report.leftovers} leftover(s); {report.trash_entries} trash entr(ies) finished"
+        )
+        if versions is not None:
+            click.echo(f"memory-store versions: {versions}")
+        for error in report.errors:
+            click.echo(f"error: {error}", err=True)
+    if report.errors:
+        raise SystemExit(1)
+
+
+def _fsck_all(repair: bool, grace: timedelta) -> FsckReport:
+    from .storage.fsck import fsck
+
+    report = fsck(_store(), repair=repair, grace=grace)
+    stores = current_app.extensions.get("memory_stores")
+    check = getattr(stores, "fsck", None)
+    if callable(check):
+        check(report, repair=repair)
+    return report
+
+
+@click.command("fsck")
+@click.option("--repair", is_flag=True, help="Rebuild derived files from the records.")
+@click.option(
+    "--grace-minutes",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Temp files younger than this belong to writes in flight.",
+)
+def fsck_command(repair: bool, grace_minutes: float) -> None:
+    """Check the whole storage root; exit 0 when consistent (or repaired), 1 otherwise."""
+    grace = timedelta(minutes=grace_minutes)
+    report = _fsck_all(repair, grace)
+    fixed, broken = set(report.repaired), set(report.unrepairable)
+    for problem in report.problems:
+        state = "repaired" if problem in fixed else "UNREPAIRED" if repair else "problem"
+        click.echo(f"{state}: {problem}")
+    for line in report.unrepairable:
+        if line not in report.problems:
+            click.echo(f"UNREPAIRED: {line}")
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    if repair and report.problems:
+        # Trust, but verify: what repair left behind is what the next check finds.
+        report = _fsck_all(False, grace)
+    ok = report.clean and not broken
+    click.echo(
+        "fsck: clean"
+        if ok
+        else f"fsck: {len(report.problems)} problem(s)"
+        + ("" if repair else "; run `flask --app wsgi fsck --repair`")
+    )
+    if not ok:
+        raise SystemExit(1)
+
+
+@click.command("export")
+@click.option("--tenant", required=True)
+@click.option("--project", required=True)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def export_command(tenant: str, project: str, file: Path) -> None:
+    """Write a project (tasks, turns, artifacts, project.md) and a sha256 manifest to FILE."""
+    from .storage import StorageError
+    from .storage.archive import export_project
+
+    try:
+        summary = export_project(_store(), Scope(tenant, project), file)
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"exported {summary.tenant}/{summary.project}: {summary.tasks} task(s), "
+        f"{summary.files} file(s), {summary.bytes} byte(s) -> {file}"
+    )
+
+
+@click.command("import")
+@click.option("--tenant", default=None, help="Target tenant (default: the archive's).")
+@click.option("--project", default=None, help="Target project (default: the archive's).")
+@click.option("--overwrite", is_flag=True, help="Replace tasks that already exist.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def import_command(tenant: str | None, project: str | None, overwrite: bool, file: Path) -> None:
+    """Verify FILE against its manifest and load it; existing tasks are kept unless asked."""
+    from .storage import StorageError
+    from .storage.archive import import_project
+
+    try:
+        summary = import_project(
+            _store(), file, tenant=tenant, project=project, overwrite=overwrite
+        )
+    except StorageError as exc:
+        raise click.ClickException(f"import refused: {exc}") from None
+    click.echo(
+        f"imported {summary.tasks} task(s), {summary.files} file(s), {summary.bytes} byte(s) "
+        f"into {summary.tenant}/{summary.project}"
+    )
+
+
 def init_app(app: Flask) -> None:
     app.cli.add_command(tokens)
+    for command in (sweep_command, fsck_command, export_command, import_command):
+        app.cli.add_command(command)

@@ -56,7 +56,12 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def init_app(app: Flask) -> None:
+    from . import metrics
+
     app.before_request(_start)
+    # Registered before _finish: Flask runs after_request handlers in reverse order, so the
+    # metrics see the response after the log line has stamped the correlation id.
+    metrics.init_app(app)
     app.after_request(_finish)
     if not log.handlers:
         handler = _StderrHandler(sys.stderr)

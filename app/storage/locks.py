@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import filelock
 
 from .errors import LockTimeout
+
+# Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
+wait_observers: list[Callable[[float, bool], None]] = []
 
 
 @contextlib.contextmanager
@@ -24,10 +28,15 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
     # A new FileLock per acquisition: objects must not cross a fork (gunicorn preload), and
     # the default thread_local=True keeps gthread workers' threads excluding each other.
     lock = filelock.FileLock(str(path), timeout=timeout)
+    started = time.monotonic()
     try:
         lock.acquire()
     except filelock.Timeout:
+        for observe in wait_observers:
+            observe(time.monotonic() - started, False)
         raise LockTimeout(f"lock {path.name} is busy; retry shortly") from None
+    for observe in wait_observers:
+        observe(time.monotonic() - started, True)
     try:
         yield
     finally:

@@ -1,0 +1,187 @@
+"""The background sweeper: exactly one per storage root, however many gunicorn workers.
+
+Every worker starts a daemon thread (gunicorn's ``post_worker_init`` hook). The threads
+compete for a non-blocking flock on ``<root>/.locks/sweeper.leader``; the holder keeps it
+and sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds, the others retry now and then. When the
+leader dies the kernel drops its flock and another worker takes over, and because the time
+of the last run is kept in ``<root>/.sweeper.json`` (not in memory) the new leader keeps
+the same rhythm instead of sweeping at once. No cron, and no sweep runs twice: a thread per
+worker without the leader lock would sweep N times per interval, and a thread started
+before the fork (``--preload``) would not run at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .storage.atomic import write_atomic
+from .storage.fsck import fsck
+from .storage.records import dumps, read_json
+from .storage.retention import SweepReport, sweep
+
+if TYPE_CHECKING:
+    import filelock
+    from flask import Flask
+
+    from .storage import TaskStore
+
+LEADER_LOCK = "sweeper.leader"
+STATE_FILE = ".sweeper.json"
+RUNNING_SENTINEL = ".server-running"
+KEEP_RUNS = 50
+STANDBY_POLL = 5.0
+
+log = logging.getLogger("app.sweeper")
+
+
+def run_sweep(
+    app: Flask, *, now: datetime | None = None, dry_run: bool = False
+) -> tuple[SweepReport, Any]:
+    """Sweep the project-memory tree and, when present, the memory-store versions."""
+    from . import metrics
+
+    store: TaskStore = app.extensions["task_store"]
+    now = now or datetime.now(UTC)
+    report = sweep(store, now=now, dry_run=dry_run)
+    stores = app.extensions.get("memory_stores")
+    sweep_versions = getattr(stores, "sweep_versions", None)
+    versions = sweep_versions(now=now, dry_run=dry_run) if callable(sweep_versions) else None
+    if not dry_run:
+        metrics.record_sweep(report)
+    return report, versions
+
+
+def state_path(store: TaskStore) -> Path:
+    return store.layout.root / STATE_FILE
+
+
+def read_state(store: TaskStore) -> dict[str, Any]:
+    try:
+        state = read_json(state_path(store))
+    except Exception:  # noqa: BLE001 - a torn state file only costs us one early sweep
+        state = None
+    return state if isinstance(state, dict) else {"runs": 0, "recent": []}
+
+
+class Sweeper:
+    """The per-worker thread; only the one holding the leader lock sweeps."""
+
+    def __init__(self, app: Flask, interval: float, *, poll: float = STANDBY_POLL) -> None:
+        self.app = app
+        self.store: TaskStore = app.extensions["task_store"]
+        self.interval = interval
+        self.poll = min(poll, interval)
+        self._stop = threading.Event()
+        self._lock: filelock.BaseFileLock | None = None
+        self.thread = threading.Thread(target=self._loop, name="memory-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self.thread.join(timeout)
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._lock is not None
+
+    def _loop(self) -> None:
+        from .storage.locks import try_locked
+
+        leader = self.store.layout.locks_dir() / LEADER_LOCK
+        while not self._stop.is_set():
+            if self._lock is None:
+                self._lock = try_locked(leader)
+                if self._lock is None:
+                    self._stop.wait(self.poll)
+                    continue
+            last = read_state(self.store).get("last_started_epoch", 0.0)
+            wait = float(last) + self.interval - time.time()
+            if wait > 0:
+                self._stop.wait(min(wait, self.interval))
+                continue
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - the thread must outlive one bad run
+                log.exception("sweep failed")
+                self._stop.wait(self.poll)
+
+    def run_once(self) -> SweepReport:
+        """Sweep now and record the run; the caller holds the leader lock."""
+        started = time.time()
+        state = read_state(self.store)
+        # Recorded before the sweep: a leader killed mid-sweep does not make its successor
+        # sweep again at once, and the next run finishes whatever this one left in the trash.
+        state["last_started_epoch"] = started
+        write_atomic(state_path(self.store), dumps(state))
+        report, _ = run_sweep(self.app)
+        run = {
+            "pid": os.getpid(),
+            "started": datetime.fromtimestamp(started, UTC).isoformat(),
+            "finished": datetime.now(UTC).isoformat(),
+            "started_epoch": started,
+            "finished_epoch": time.time(),
+            "turns": report.turns,
+            "tasks": report.tasks,
+            "bytes": report.bytes,
+            "errors": len(report.errors),
+        }
+        state["runs"] = int(state.get("runs", 0)) + 1
+        state["recent"] = [*state.get("recent", []), run][-KEEP_RUNS:]
+        write_atomic(state_path(self.store), dumps(state))
+        log.info("sweep %s", run)
+        return report
+
+
+_started: Sweeper | None = None
+
+
+def start_for_worker(app: Any) -> Sweeper | None:
+    """Start this worker's sweeper thread (gunicorn ``post_worker_init``); once per process."""
+    global _started
+    extensions = getattr(app, "extensions", None)
+    if _started is not None or not extensions or "task_store" not in extensions:
+        return _started
+    interval = float(app.config.get("SWEEP_INTERVAL", 0))
+    if interval <= 0:
+        return None
+    _started = Sweeper(app, interval).start()
+    return _started
+
+
+def startup_recovery(app: Flask) -> list[str]:
+    """Mark the server running; if the last run did not shut down cleanly, fsck --repair.
+
+    Returns the lines worth printing (empty after a clean shutdown).
+    """
+    store: TaskStore = app.extensions["task_store"]
+    sentinel = store.layout.root / RUNNING_SENTINEL
+    lines: list[str] = []
+    if sentinel.exists():
+        report = fsck(store, repair=True)
+        lines.append(
+            "previous run did not shut down cleanly: fsck --repair found "
+            f"{len(report.problems)} problem(s), repaired {len(report.repaired)}, "
+            f"unrepairable {len(report.unrepairable)}"
+        )
+        lines += [f"  unrepairable: {p}" for p in report.unrepairable]
+    write_atomic(sentinel, f"{os.getpid()}\n".encode())
+    return lines
+
+
+def clean_shutdown(app: Flask) -> None:
+    store: TaskStore = app.extensions["task_store"]
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(store.layout.root / RUNNING_SENTINEL)
