@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 Clock = Callable[[], datetime]
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -28,6 +29,9 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# A list page formats two stamps per task, and the same stamps recur page after page: the
+# cache took list_tasks from ~20% of its CPU in strftime to near nothing (bench/README.md).
+@lru_cache(maxsize=8192)
 def iso_us(us: int) -> str:
     return iso(from_us(us))
 
