@@ -137,7 +137,10 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
             "list": w.ours_list(),
             "digest": w.ours_digest(),
         }
-        data: dict[str, tuple[list, list]] = {k: ([], []) for k in [*cases, "record a turn"]}
+        names = [*cases, "record a turn"]
+        data: dict[str, tuple[list, list]] = {
+            k: ([], []) for k in names if not args.only or k.split()[0] in args.only
+        }
         for rep in range(args.reps):
             for name in data:
                 op = w.ours_record(f"rec{rep}") if name == "record a turn" else cases[name]
@@ -216,6 +219,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.7)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--only", nargs="*", help="first words of the workloads to run: read list digest record"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
