@@ -1,0 +1,67 @@
+"""Process entry points for the concurrency tests (imported by spawned children: keep it light)."""
+
+from __future__ import annotations
+
+import io
+import traceback
+from pathlib import Path
+from typing import Any
+
+from app.storage import Scope, TaskStore
+
+SHARED_ARTIFACT_TURN = 9999
+
+
+def write_turns(
+    root: str,
+    worker: int,
+    rounds: int,
+    start: Any,
+    results: Any,
+) -> None:
+    """Write turns to one shared task and to many tasks; report every acknowledged write."""
+    acked: list[tuple[str, int, str]] = []
+    try:
+        store = TaskStore(Path(root), lock_timeout=60.0)
+        scope = Scope("acme", "web")
+        start.wait(30)
+        for i in range(rounds):
+            # One task, every worker: distinct turns, plus a turn they all overwrite.
+            turn = 1 + worker * 1000 + i
+            text = f"shared w{worker} i{i}"
+            store.put_turn(scope, "shared", turn, meta={"w": worker, "i": i}, summary_md=text)
+            acked.append(("shared", turn, text))
+            text0 = f"contended w{worker} i{i}"
+            store.put_turn(scope, "shared", 0, meta={"w": worker}, summary_md=text0)
+            acked.append(("shared", 0, text0))
+            # Many tasks: some private to this worker, some every worker writes.
+            own = f"w{worker}-task{i % 4}"
+            text = f"{own} i{i}"
+            store.put_turn(scope, own, i, meta={}, summary_md=text)
+            acked.append((own, i, text))
+            common = f"common-{i % 3}"
+            turn = worker * 1000 + i
+            text = f"{common} w{worker} i{i}"
+            store.put_turn(scope, common, turn, meta={}, summary_md=text)
+            acked.append((common, turn, text))
+            # Read-modify-write of ONE record by every worker: artifacts of the same turn.
+            name = f"w{worker}-{i}.bin"
+            body = f"artifact {name}"
+            store.put_artifact(
+                scope,
+                "shared",
+                SHARED_ARTIFACT_TURN,
+                name,
+                io.BytesIO(body.encode()),
+                content_type="x/y",
+            )
+            acked.append(("shared", SHARED_ARTIFACT_TURN, f"artifact:{name}:{body}"))
+            # Readers take no lock and never see a torn file.
+            if i % 3 == 0:
+                store.get_task(scope, "shared")
+                store.list_tasks(scope, limit=5)
+                fh, _ = store.open_digest(scope)
+                fh.close()
+        results.put((worker, "ok", acked))
+    except BaseException:
+        results.put((worker, "error", traceback.format_exc()))

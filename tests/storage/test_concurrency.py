@@ -1,0 +1,124 @@
+"""Several processes (spawned, each with its own TaskStore) write one task and many tasks at once.
+
+At the end every acknowledged turn is there, and index.json, the listing rows and project.md
+equal a rebuild from the records, with no temp file left. With the task lock disabled this
+test fails (index.json loses the turns of concurrent writers); see the engine's lock tree.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from app.storage import Scope, TaskStore
+from tests.storage import _workers
+from tests.storage._helpers import assert_consistent, records_of, temp_files
+
+WORKERS = 4
+ROUNDS = 15
+
+
+def _run_workers(root: Path) -> list[tuple[str, int, str]]:
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_workers.write_turns, args=(str(root), w, ROUNDS, start, results))
+        for w in range(WORKERS)
+    ]
+    for p in procs:
+        p.start()
+    acked: list[tuple[str, int, str]] = []
+    try:
+        start.set()
+        for _ in procs:
+            worker, status, payload = results.get(timeout=90)
+            assert status == "ok", f"worker {worker} failed:\n{payload}"
+            acked += payload
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+        results.join_thread()
+    assert all(p.exitcode == 0 for p in procs)
+    return acked
+
+
+def test_processes_writing_one_task_and_many_tasks(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    scope = Scope("acme", "web")
+    TaskStore(root).put_turn(
+        scope, "shared", _workers.SHARED_ARTIFACT_TURN, meta={}, summary_md="artifacts"
+    )
+    acked = _run_workers(root)
+    assert len(acked) == WORKERS * ROUNDS * 5
+
+    store = TaskStore(root)
+    expected: dict[tuple[str, int], str] = {}
+    contended: set[str] = set()
+    artifacts: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+    for task_id, turn, text in acked:
+        if text.startswith("artifact:"):
+            _, name, body = text.split(":", 2)
+            artifacts[(task_id, turn)][name] = body
+        elif (task_id, turn) == ("shared", 0):
+            contended.add(text)
+        else:
+            expected[(task_id, turn)] = text
+    for (task_id, turn), text in expected.items():
+        assert store.get_turn(scope, task_id, turn).summary_md == text
+    # The contended turn holds one of the acknowledged writes, the last one by updated_us.
+    last = store.get_turn(scope, "shared", 0)
+    assert last.summary_md in contended
+    for (task_id, turn), names in artifacts.items():
+        rec = store.get_turn(scope, task_id, turn)
+        lost = set(names) - {a.name for a in rec.artifacts}
+        assert not lost, f"{len(lost)} of {len(names)} acknowledged artifacts lost"
+        assert len(rec.artifacts) == len(names)
+        for name, body in names.items():
+            art = store.open_artifact(scope, task_id, turn, name)
+            with art.file:
+                assert art.file.read() == body.encode()
+
+    shared = store.get_task(scope, "shared")
+    assert len(shared.turns) == 2 + WORKERS * ROUNDS
+    # updated_us is strictly increasing per task: no two acknowledged writes share a version.
+    versions = [r.updated_us for r in records_of(store, scope, "shared")]
+    assert len(set(versions)) == len(versions)
+
+    tasks = {t for t, _ in expected} | {"shared"}
+    page = store.list_tasks(scope, limit=1000)
+    assert page.total == len(tasks) == len(page.tasks)
+    assert {t.task_id for t in page.tasks} == tasks
+    assert_consistent(store, scope)
+    assert temp_files(root) == []
+    assert not any(store.layout.locks_dir().rglob("*.dirty"))
+
+
+def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
+    """gthread workers: threads sharing one TaskStore must not lose index updates either."""
+    store = TaskStore(tmp_path / "root", lock_timeout=30.0)
+    scope = Scope("acme", "web")
+    errors: queue.Queue[BaseException] = queue.Queue()
+
+    def run(worker: int) -> None:
+        try:
+            for i in range(10):
+                store.put_turn(scope, "t", worker * 100 + i, meta={}, summary_md=f"{worker}/{i}")
+        except BaseException as exc:
+            errors.put(exc)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors.empty(), errors.get()
+    assert len(store.get_task(scope, "t").turns) == 40
+    assert_consistent(store, scope)
