@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 from flask import Flask, current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 
 from .storage import Scope, TaskStore
 from .storage.models import FsckReport
@@ -88,6 +88,7 @@ def _parse_now(text: str | None) -> datetime | None:
 
 
 @click.command("sweep")
+@with_appcontext
 @click.option("--now", "now_text", default=None, help="Sweep as of this ISO 8601 time (UTC).")
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
@@ -131,6 +132,7 @@ def _fsck_all(repair: bool, grace: timedelta) -> FsckReport:
 
 
 @click.command("fsck")
+@with_appcontext
 @click.option("--repair", is_flag=True, help="Rebuild derived files from the records.")
 @click.option(
     "--grace-minutes",
@@ -167,6 +169,7 @@ def fsck_command(repair: bool, grace_minutes: float) -> None:
 
 
 @click.command("export")
+@with_appcontext
 @click.option("--tenant", required=True)
 @click.option("--project", required=True)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -186,6 +189,7 @@ def export_command(tenant: str, project: str, file: Path) -> None:
 
 
 @click.command("import")
+@with_appcontext
 @click.option("--tenant", default=None, help="Target tenant (default: the archive's).")
 @click.option("--project", default=None, help="Target project (default: the archive's).")
 @click.option("--overwrite", is_flag=True, help="Replace tasks that already exist.")

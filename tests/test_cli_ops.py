@@ -1,0 +1,186 @@
+"""The operations commands: sweep, fsck, export, import (Flask's CLI runner and a real
+`flask --app wsgi` process)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskCliRunner
+
+from app.storage import Scope, TaskStore
+from app.storage.layout import TMP_PREFIX
+from tests.conftest import FixedClock
+from tests.e2e.conftest import REPO, VENV_BIN
+
+
+def tree(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink() or path.is_dir():
+                out[rel] = "link" if path.is_symlink() else "dir"
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def runner(app: Flask) -> FlaskCliRunner:
+    return app.test_cli_runner()
+
+
+@pytest.fixture
+def store(app: Flask) -> TaskStore:  # the app's own store, on the test clock
+    store: TaskStore = app.extensions["task_store"]
+    return store
+
+
+def fill(store: TaskStore, scope: Scope, clock: FixedClock) -> None:
+    store.put_turn(scope, "old", 0, meta={}, summary_md="old turn")
+    store.put_artifact(scope, "old", 0, "a.txt", io.BytesIO(b"abc"), content_type="text/plain")
+    clock.advance(days=20)
+    store.put_turn(scope, "young", 0, meta={}, summary_md="young turn")
+
+
+def test_sweep_dry_run_changes_nothing_then_sweep_removes(
+    runner: FlaskCliRunner, store: TaskStore, scope: Scope, clock: FixedClock
+) -> None:
+    fill(store, scope, clock)
+    fh, _ = store.open_digest(scope)
+    fh.close()
+    now = (clock.now + timedelta(days=15)).isoformat()
+    before = tree(store.layout.root)
+    result = runner.invoke(args=["sweep", "--dry-run", "--now", now])
+    assert result.exit_code == 0, result.output
+    assert "dry run: nothing changed" in result.output
+    assert "acme/web: would remove 1 turn(s), 1 task(s)" in result.output
+    assert tree(store.layout.root) == before
+
+    result = runner.invoke(args=["sweep", "--now", now, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert (report["turns"], report["tasks"], report["dry_run"]) == (1, 1, False)
+    assert report["bytes"] >= 3
+    assert report["projects"][0]["tenant"] == "acme"
+    assert "memory_store_versions" in report
+    assert not store.layout.task_dir(scope, "old").exists()
+    assert store.layout.task_dir(scope, "young").exists()
+
+
+def test_sweep_refuses_a_bad_time(runner: FlaskCliRunner) -> None:
+    result = runner.invoke(args=["sweep", "--now", "yesterday"])
+    assert result.exit_code == 2
+    assert "not an ISO 8601 time" in result.output
+
+
+def test_fsck_exit_status_problem_repair_and_symlink(
+    runner: FlaskCliRunner, store: TaskStore, scope: Scope, clock: FixedClock, tmp_path: Path
+) -> None:
+    fill(store, scope, clock)
+    result = runner.invoke(args=["fsck"])
+    assert result.exit_code == 0, result.output
+    assert "fsck: clean" in result.output
+
+    (store.layout.task_index(scope, "young")).write_text("{}")
+    stray = store.layout.project_dir(scope) / f"{TMP_PREFIX}dead"
+    stray.write_bytes(b"x")
+    os.utime(stray, (time.time() - 3600, time.time() - 3600))
+    result = runner.invoke(args=["fsck"])
+    assert result.exit_code == 1
+    assert "problem: acme/web/young/index.json: stale" in result.output
+    assert "stale temp file" in result.output
+    assert "fsck --repair" in result.output
+
+    result = runner.invoke(args=["fsck", "--repair"])
+    assert result.exit_code == 0, result.output
+    assert "repaired: acme/web/young/index.json" in result.output
+    assert "fsck: clean" in result.output
+    assert not stray.exists()
+
+    (store.layout.task_dir(scope, "young") / "link").symlink_to(tmp_path)
+    result = runner.invoke(args=["fsck", "--repair"])
+    assert result.exit_code == 1
+    assert "UNREPAIRED" in result.output and "symlink" in result.output
+
+
+def test_export_import_commands(
+    runner: FlaskCliRunner, store: TaskStore, scope: Scope, clock: FixedClock, tmp_path: Path
+) -> None:
+    fill(store, scope, clock)
+    archive = tmp_path / "out.tar.gz"
+    result = runner.invoke(args=["export", "--tenant", "acme", "--project", "web", str(archive)])
+    assert result.exit_code == 0, result.output
+    assert "exported acme/web: 2 task(s)" in result.output
+
+    result = runner.invoke(args=["import", str(archive)])
+    assert result.exit_code == 1
+    assert "import refused" in result.output and "--overwrite" in result.output
+
+    result = runner.invoke(args=["import", "--tenant", "acme", "--project", "copy", str(archive)])
+    assert result.exit_code == 0, result.output
+    copy = Scope("acme", "copy")
+    assert store.get_turn(copy, "old", 0).summary_md == "old turn"
+
+    broken = tmp_path / "broken.tar.gz"
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0x55
+    broken.write_bytes(bytes(data))
+    result = runner.invoke(args=["import", "--project", "third", str(broken)])
+    assert result.exit_code == 1
+    assert "import refused" in result.output and "corrupt" in result.output
+    assert not store.layout.project_dir(Scope("acme", "third")).exists()
+
+
+def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
+    """`flask --app wsgi sweep --dry-run` against a tree written by the engine."""
+    root = tmp_path / "root"
+    scope = Scope("acme", "web")
+    store = TaskStore(root, retention=timedelta(days=1))
+    store.put_turn(scope, "t", 0, meta={}, summary_md="expires")
+    store.put_artifact(scope, "t", 0, "a.bin", io.BytesIO(b"12345"), content_type="x/y")
+    fh, _ = store.open_digest(scope)
+    fh.close()
+    from app.storage.listing import Listing
+
+    Listing.forget(store.layout.listing(scope))
+    env = {
+        **os.environ,
+        "MEMORY_STORAGE_ROOT": str(root),
+        "MEMORY_TOKENS_FILE": str(tmp_path / "tokens.json"),
+    }
+    later = (datetime.now(UTC) + timedelta(days=2)).isoformat()
+
+    def flask(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(VENV_BIN / "flask"), "--app", "wsgi", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    before = tree(root)
+    dry = flask("sweep", "--dry-run", "--now", later)
+    assert dry.returncode == 0, dry.stderr
+    assert "would remove 1 turn(s), 1 task(s)" in dry.stdout
+    assert tree(root) == before
+
+    real = flask("sweep", "--now", later)
+    assert real.returncode == 0, real.stderr
+    assert "removed 1 turn(s), 1 task(s)" in real.stdout
+    assert not (root / "acme" / "web" / "t").exists()
+    check = flask("fsck")
+    assert check.returncode == 0, check.stdout + check.stderr
