@@ -358,7 +358,7 @@ class MemoryStoreEngine:
         }
         parent = self.stores_dir(scope)
         with os_errors():
-            make_dirs(parent, self.root)
+            make_dirs(parent, Path(self.root.anchor))
             tmp = parent / f"{TMP_PREFIX}{store_id}"
             try:
                 os.mkdir(tmp)
