@@ -184,3 +184,24 @@ def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
     assert not (root / "acme" / "web" / "t").exists()
     check = flask("fsck")
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_startup_recovery_repairs_after_an_unclean_shutdown(
+    app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
+) -> None:
+    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+
+    fill(store, scope, clock)
+    sentinel = store.layout.root / RUNNING_SENTINEL
+    assert startup_recovery(app) == []  # first start: nothing to recover
+    assert sentinel.exists()
+    clean_shutdown(app)
+    assert not sentinel.exists()
+
+    assert startup_recovery(app) == []
+    # The server dies without on_exit (kill -9, power loss) and leaves a stale index behind.
+    store.layout.task_index(scope, "young").write_text("{}")
+    lines = startup_recovery(app)
+    assert lines and "did not shut down cleanly" in lines[0] and "repaired 1" in lines[0]
+    assert store.get_task(scope, "young").turns[0].turn == 0
+    assert sentinel.exists()
