@@ -260,8 +260,8 @@ class TaskStore:
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
         validate_turn(turn)
-        task_dir = self._task_dir_checked(scope, task_id)
-        turn_dir = task_dir / f"{turn:04d}-turn"
+        # One containment walk: checking meta.json's path checks the task directory too.
+        turn_dir = self.layout.turn_dir(scope, task_id, turn)
         self.layout.check_inside(turn_dir / TURN_META)
         record = self._alive(read_turn(turn_dir), self.now_us())
         if record is None:
