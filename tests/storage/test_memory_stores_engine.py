@@ -295,3 +295,20 @@ def test_version_records_are_plain_json_with_the_full_content(
     record = json.loads(path.read_text(encoding="utf-8"))
     assert record["content"] == "text ✓" and record["operation"] == "created"
     assert record["created_by"] == ACTOR and record["previous_version_id"] is None
+
+
+def test_fsck_reports_a_forked_version_chain_as_unrepairable(
+    engine: MemoryStoreEngine, scope: Scope
+) -> None:
+    store = engine.create_store(scope, name="s")
+    mem = engine.create_memory(scope, store.id, path="/a", content="0", actor=ACTOR)
+    engine.update_memory(scope, store.id, mem.id, content="1", actor=ACTOR)
+    last = engine.update_memory(scope, store.id, mem.id, content="2", actor=ACTOR)
+    path = store_path(engine, scope, store.id) / VERSIONS_DIR / f"{last.memory_version_id}.json"
+    record = json.loads(path.read_text())
+    record["previous_version_id"] = mem.memory_version_id  # skips "1": a fork
+    path.write_text(json.dumps(record))
+    report = FsckReport()
+    engine.fsck(report, repair=True)
+    assert any("forks the chain" in p for p in report.unrepairable)
+    assert report.repaired == []

@@ -1143,10 +1143,11 @@ class MemoryStoreEngine:
                     with contextlib.suppress(FileNotFoundError):
                         if time.time() - path.stat().st_mtime < STALE_TEMP_SECONDS:
                             continue  # a store creation may be in flight
-                        report.problems.append(f"{path}: abandoned store creation")
+                        problem = f"{path}: abandoned store creation"
+                        report.problems.append(problem)
                         if repair:
                             shutil.rmtree(path, ignore_errors=True)
-                            report.repaired.append(f"{path}: removed")
+                            report.repaired.append(problem)
 
     def _fsck_store(
         self,
@@ -1162,8 +1163,9 @@ class MemoryStoreEngine:
             store = self._store_record(store_dir)
             rules.validate_name(store["name"])
         except (Corrupt, FileNotFoundError, KeyError, InvalidName) as exc:
-            report.problems.append(f"{store_dir}: store record unreadable ({exc})")
-            report.unrepairable.append(f"{store_dir}: store record unreadable")
+            problem = f"{store_dir}: store record unreadable ({exc})"
+            report.problems.append(problem)
+            report.unrepairable.append(problem)
             return
         unreadable: list[str] = []
         records = self._load_records(store_dir, unreadable)
@@ -1184,7 +1186,10 @@ class MemoryStoreEngine:
                 problems.append(f"{store_dir / INDEX_FILE}: versions differ from a rebuild")
             if actual.last_id < expected.last_id or actual.last_us < expected.last_us:
                 problems.append(f"{store_dir / INDEX_FILE}: last version behind the records")
-        problems.extend(self._chain_problems(records))
+        # A fork cannot be rebuilt away: report it for a person to look at.
+        forks = self._chain_problems(records)
+        report.problems.extend(forks)
+        report.unrepairable.extend(forks)
         problems.extend(self._sync_tree(store_dir, self._expected_tree(store_dir, expected), False))
         for name in _subdirs(store_dir / VERSIONS_DIR, files=True):
             if name.startswith(TMP_PREFIX):
@@ -1202,7 +1207,8 @@ class MemoryStoreEngine:
         if store_dir.name != wanted:
             os.rename(store_dir, store_dir.parent / wanted)
             fsync_dir(store_dir.parent)
-        report.repaired.extend(f"{p} (rebuilt from the version records)" for p in problems)
+        # The same strings as the problems: the CLI matches them to say what was repaired.
+        report.repaired.extend(problems)
 
     def _chain_problems(self, records: list[dict[str, Any]]) -> list[str]:
         """Each version names the memory's previous one: a fork or a gap shows here."""
