@@ -1,0 +1,293 @@
+"""Growth curves and worker peak memory (issue 8, item 4).
+
+* PUT turn median latency in projects of 10, 1,000 and 10,000 tasks;
+* GET tasks?limit=50 median latency in projects of 100, 10,000 and 100,000 tasks;
+* GET project.md at 10,000 tasks: time to first byte and worker peak memory, on the first GET
+  after a write (it re-renders) and on a repeat GET (served from the rendered file);
+* worker peak memory of a 50 MiB artifact upload and download.
+
+All the projects live in one storage root served by one server, and the sizes are measured
+interleaved (10, 1k, 10k, 10, 1k, 10k, ...), so the ratios compare like with like.
+Peak memory is VmHWM of the only worker (MEMORY_WORKERS=1), reset before each request through
+/proc/<pid>/clear_refs, so "+MiB" is the growth of the peak over the resident size before it.
+
+    python -m bench.growth [--quick] [--reps 3]
+
+--quick (used by `make bench`) writes the 100,000-task project as listing rows only (what
+GET tasks reads); without it every task is a full tree written through TaskStore.put_turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import loadgen, servers
+from . import workloads as w
+
+RESULTS = servers.REPO / "bench" / "results"
+MiB = 1 << 20
+PUT_LEVELS = {10: "p10", 1000: "p1k", 10_000: "p10k"}
+LIST_LEVELS = {100: "p100", 10_000: "p10k", 100_000: "p100k"}
+
+
+def load(root: Path, project: str, count: int, listing_only: bool = False) -> float:
+    args = [sys.executable, "-m", "bench.loader", str(root), "bench", project, str(count)]
+    if listing_only:
+        args.append("--listing-only")
+    t0 = time.perf_counter()
+    subprocess.run(args, cwd=servers.REPO, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def latency_curve(
+    server: servers.Server,
+    secret: str,
+    levels: dict[int, str],
+    op: loadgen.Op,
+    args: Any,
+) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {n: [] for n in levels}
+    for rep in range(args.reps):
+        for n, project in levels.items():
+            headers = {"Authorization": f"Bearer {secret}", "X-Sandbox-Project-Id": project}
+            res = loadgen.run(
+                server.host, server.port, op, headers=headers, duration=args.duration, warmup=0.5
+            )
+            if res.errors:
+                print(f"  !! {res.errors} errors: {res.first_error}", file=sys.stderr)
+            out[n].append(res.median_ms)
+            print(f"  rep {rep} {project:<6} p50 {res.median_ms:7.2f} ms", file=sys.stderr)
+    return out
+
+
+def _peak_delta(pid: int, action: Any) -> tuple[float, Any]:
+    """Run ``action`` and return how far the worker's peak RSS rose above its RSS before (MiB)."""
+    servers.reset_hwm(pid)
+    time.sleep(0.05)
+    before = servers.vm_kib(pid, "VmHWM")
+    result = action()
+    after = servers.vm_kib(pid, "VmHWM")
+    return (after - before) / 1024, result
+
+
+def _upload(server: servers.Server, headers: dict[str, str], path: str, size: int) -> None:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    chunk = bytes(range(256)) * 4096  # 1 MiB
+
+    def body() -> Any:
+        sent = 0
+        while sent < size:
+            piece = chunk[: min(len(chunk), size - sent)]
+            sent += len(piece)
+            yield piece
+
+    conn.request(
+        "PUT",
+        path,
+        body=body(),
+        headers={**headers, **w.OCTETS, "Content-Length": str(size)},
+    )
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"upload -> {resp.status}: {data[:200]!r}")
+
+
+def _download(server: servers.Server, headers: dict[str, str], path: str) -> int:
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    size = 0
+    while chunk := resp.read(1 << 16):
+        size += len(chunk)
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"download -> {resp.status}")
+    return size
+
+
+def memory(server: servers.Server, secret: str, args: Any) -> dict[str, Any]:
+    (pid,) = server.worker_pids()
+    auth = {"Authorization": f"Bearer {secret}"}
+    h10k = {**auth, "X-Sandbox-Project-Id": "p10k"}
+    h10 = {**auth, "X-Sandbox-Project-Id": "p10"}
+    s10k = loadgen.Session(server.host, server.port, h10k)
+    s10 = loadgen.Session(server.host, server.port, h10)
+    # Warm the worker: imports, SQLite connections, first-request caches.
+    for s in (s10k, s10):
+        s.request("GET", f"{w.API}/tasks?limit=50")
+        s.request("GET", f"{w.API}/project.md")
+    out: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "digest10k_first_ttfb_ms",
+            "digest10k_first_total_ms",
+            "digest10k_first_peak_mib",
+            "digest10k_repeat_ttfb_ms",
+            "digest10k_repeat_total_ms",
+            "digest10k_repeat_peak_mib",
+            "digest10_first_ttfb_ms",
+            "digest10_repeat_ttfb_ms",
+            "upload50_peak_mib",
+            "download50_peak_mib",
+        )
+    }
+    for rep in range(args.reps):
+        for label, s in (("10k", s10k), ("10", s10)):
+            s.request("PUT", f"{w.API}/tasks/t000000/turns/1", w.turn_body(0, rep), w.JSON)
+            peak, (ttfb, total, size) = _peak_delta(
+                pid, lambda s=s: s.ttfb("GET", f"{w.API}/project.md")
+            )
+            out[f"digest{label}_first_ttfb_ms"].append(ttfb * 1000)
+            if label == "10k":
+                out["digest10k_first_total_ms"].append(total * 1000)
+                out["digest10k_first_peak_mib"].append(peak)
+                out.setdefault("digest10k_bytes", []).append(size)
+            peak, (ttfb, total, size) = _peak_delta(
+                pid, lambda s=s: s.ttfb("GET", f"{w.API}/project.md")
+            )
+            out[f"digest{label}_repeat_ttfb_ms"].append(ttfb * 1000)
+            if label == "10k":
+                out["digest10k_repeat_total_ms"].append(total * 1000)
+                out["digest10k_repeat_peak_mib"].append(peak)
+        base = f"{w.API}/tasks/t000001/turns/{rep + 2}"
+        s10.request("PUT", base, w.turn_body(1, rep), w.JSON)
+        peak, _ = _peak_delta(
+            pid, lambda b=base: _upload(server, h10, f"{b}/artifacts/big.bin", 50 * MiB)
+        )
+        out["upload50_peak_mib"].append(peak)
+        peak, size = _peak_delta(
+            pid, lambda b=base: _download(server, h10, f"{b}/artifacts/big.bin")
+        )
+        assert size == 50 * MiB, size
+        out["download50_peak_mib"].append(peak)
+        print(
+            f"  rep {rep} digest@10k first ttfb {out['digest10k_first_ttfb_ms'][-1]:.0f} ms"
+            f" +{out['digest10k_first_peak_mib'][-1]:.1f} MiB; upload +{out['upload50_peak_mib'][-1]:.1f}"
+            f" MiB; download +{out['download50_peak_mib'][-1]:.1f} MiB",
+            file=sys.stderr,
+        )
+    s10k.close()
+    s10.close()
+    result: dict[str, Any] = {k: statistics.median(v) for k, v in out.items()}
+    result["samples"] = out
+    result["worker_rss_mib"] = servers.vm_kib(pid, "VmRSS") / 1024
+    return result
+
+
+def print_table(r: dict[str, Any]) -> None:
+    rows = [
+        (
+            "PUT turn p50 @10k / @10 tasks",
+            r["put_ratio"],
+            1.5,
+            "<=",
+            f"{r['put_p50_ms'][10]:.2f} -> {r['put_p50_ms'][1000]:.2f} -> {r['put_p50_ms'][10000]:.2f} ms",
+        ),
+        (
+            "list p50 @100k / @100 tasks",
+            r["list_ratio"],
+            2.0,
+            "<=",
+            f"{r['list_p50_ms'][100]:.2f} -> {r['list_p50_ms'][10000]:.2f} -> {r['list_p50_ms'][100000]:.2f} ms"
+            + (" (100k: listing rows only, --quick)" if r["quick"] else ""),
+        ),
+        ("upload 50 MiB: worker peak +MiB", r["mem"]["upload50_peak_mib"], 16, "<=", ""),
+        ("download 50 MiB: worker peak +MiB", r["mem"]["download50_peak_mib"], 16, "<=", ""),
+        (
+            "project.md @10k, 1st GET after write: +MiB",
+            r["mem"]["digest10k_first_peak_mib"],
+            32,
+            "<=",
+            f"TTFB {r['mem']['digest10k_first_ttfb_ms']:.0f} ms (10 tasks: "
+            f"{r['mem']['digest10_first_ttfb_ms']:.1f} ms), full body "
+            f"{r['mem']['digest10k_first_total_ms']:.0f} ms, {r['mem']['digest10k_bytes'] / MiB:.1f} MiB",
+        ),
+        (
+            "project.md @10k, repeat GET: +MiB",
+            r["mem"]["digest10k_repeat_peak_mib"],
+            32,
+            "<=",
+            f"TTFB {r['mem']['digest10k_repeat_ttfb_ms']:.1f} ms (10 tasks: "
+            f"{r['mem']['digest10_repeat_ttfb_ms']:.1f} ms), full body "
+            f"{r['mem']['digest10k_repeat_total_ms']:.0f} ms",
+        ),
+    ]
+    print(f"{'growth / memory':<44}{'value':>9}{'target':>9}  met  detail")
+    print("-" * 110)
+    for name, value, target, _, detail in rows:
+        met = "yes" if value <= target else "NO"
+        print(f"{name:<44}{value:>9.2f}{'<=' + format(target, 'g'):>9}  {met:<4} {detail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=2.0)
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with tempfile.TemporaryDirectory(prefix="pm-growth-") as tmp:
+        work = Path(tmp)
+        root = work / "storage"
+        load_s = {}
+        for n, project in {10: "p10", 100: "p100", 1000: "p1k", 10_000: "p10k"}.items():
+            load_s[project] = load(root, project, n)
+        load_s["p100k"] = load(root, "p100k", 100_000, listing_only=args.quick)
+        print(
+            f"  loaded: {json.dumps({k: round(v, 1) for k, v in load_s.items()})} s",
+            file=sys.stderr,
+        )
+        server = servers.start_ours(work)
+        try:
+            secret = server.token(project=None)
+            put = latency_curve(server, secret, PUT_LEVELS, w.ours_put_turn("t{client:06d}"), args)
+            lst = latency_curve(server, secret, LIST_LEVELS, w.ours_list(), args)
+        finally:
+            server.stop()
+        server = servers.start_ours(work, MEMORY_WORKERS="1")
+        try:
+            mem = memory(server, secret, args)
+        finally:
+            server.stop()
+    put_p50 = {n: statistics.median(v) for n, v in put.items()}
+    list_p50 = {n: statistics.median(v) for n, v in lst.items()}
+    report = {
+        "kind": "growth",
+        "started": started,
+        "quick": args.quick,
+        "settings": vars(args),
+        "load_seconds": load_s,
+        "put_p50_ms": put_p50,
+        "list_p50_ms": list_p50,
+        "put_samples_ms": put,
+        "list_samples_ms": lst,
+        "put_ratio": statistics.median(a / b for a, b in zip(put[10_000], put[10], strict=True)),
+        "list_ratio": statistics.median(a / b for a, b in zip(lst[100_000], lst[100], strict=True)),
+        "mem": mem,
+    }
+    out = RESULTS / f"growth-{started}.json"
+    out.write_text(json.dumps(report, indent=1))
+    (RESULTS / "growth-latest.json").write_text(json.dumps(report, indent=1))
+    print()
+    print(
+        f"growth: 8 clients, {args.reps} interleaved reps of {args.duration:g} s; ratios are medians"
+        " of per-rep ratios; memory on a 1-worker server (VmHWM reset before each request)"
+    )
+    print_table(report)
+    print(f"JSON: {out.relative_to(servers.REPO)}")
+
+
+if __name__ == "__main__":
+    main()
