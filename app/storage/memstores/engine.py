@@ -415,7 +415,11 @@ class MemoryStoreEngine:
                 continue  # deleted or renamed while we looked
             if record.get("archived_at") and not include_archived:
                 continue
-            us = int(record["created_us"])
+            try:
+                us = int(record["created_us"])
+                self._store_view(record)
+            except (KeyError, TypeError, ValueError):
+                continue  # a damaged record: fsck reports it; the list stays usable
             if created_gte_us is not None and us < created_gte_us:
                 continue
             if created_lte_us is not None and us > created_lte_us:
