@@ -29,7 +29,7 @@ from ulid import ULID
 from . import digest as digest_mod
 from .atomic import fsync_dir, make_dirs, remove_quietly
 from .clock import parse_iso_us
-from .errors import Corrupt, InvalidName, StorageError
+from .errors import Corrupt, InvalidName, LockTimeout, StorageError
 from .layout import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
@@ -294,8 +294,13 @@ class _Fsck:
     # -- one task, under its lock ------------------------------------------------------------
     def task(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         self.visited.add((scope.tenant, scope.project, task_id))
-        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
-            return self._task_locked(scope, task_id)
+        try:
+            with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+                return self._task_locked(scope, task_id)
+        except LockTimeout:
+            # Held for longer than any write takes: report it rather than stop the check.
+            self.fault(f"{scope.tenant}/{scope.project}/{task_id}: lock busy, not checked")
+            return None
 
     def _rebuild(self, scope: Scope, task_id: str) -> None:
         task_dir = self.layout.task_dir(scope, task_id)
@@ -459,7 +464,14 @@ class _Fsck:
             return
         for task_id in sorted(set(rows) | set(expected)):
             want = expected.get(task_id) or None
-            if (rows.get(task_id) or None) != want and self.confirm_stale(scope, task_id, want):
+            if (rows.get(task_id) or None) == want:
+                continue
+            try:
+                stale = self.confirm_stale(scope, task_id, want)
+            except LockTimeout:
+                self.fault(f"{self.rel(path)}: task {task_id} lock busy, listing not checked")
+                continue
+            if stale:
                 self.fault(
                     f"{self.rel(path)}: rows of task {task_id} differ from the records",
                     partial(self.task_rebuild, scope, task_id),

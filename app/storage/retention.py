@@ -22,6 +22,7 @@ late or be killed at any point without anyone seeing a difference:
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -219,13 +220,17 @@ class _Sweep:
 
     def project(self, scope: Scope, batch: int) -> ProjectSweep:
         turns = tasks = size = 0
-        for task_id in self.candidates(scope, batch):
-            try:
-                t, k, b = self.task(scope, task_id)
-            except (StorageError, OSError) as exc:
-                self.errors.append(f"{scope.tenant}/{scope.project}/{task_id}: {exc}")
-                continue
-            turns, tasks, size = turns + t, tasks + k, size + b
+        try:
+            for task_id in self.candidates(scope, batch):
+                try:
+                    t, k, b = self.task(scope, task_id)
+                except (StorageError, OSError) as exc:
+                    self.errors.append(f"{scope.tenant}/{scope.project}/{task_id}: {exc}")
+                    continue
+                turns, tasks, size = turns + t, tasks + k, size + b
+        except sqlite3.Error as exc:
+            # A listing index that cannot be read: fsck reports it; other projects go on.
+            self.errors.append(f"{scope.tenant}/{scope.project}: listing: {exc}")
         if turns and not self.dry_run:
             try:
                 self.store.refresh_digest(scope)
