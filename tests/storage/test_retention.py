@@ -305,3 +305,45 @@ def test_stale_temp_files_and_leftovers_go_after_grace_lock_files_stay(
     assert all(p.exists() for p in locks)
     report = fsck(store)
     assert report.problems == []
+
+
+def _sweep_and_die_mid_task(root: str, now_iso: str) -> None:
+    """Sweep, and SIGKILL this process the moment the first task's turn is in the trash."""
+    import signal
+
+    now = parse_iso(now_iso)
+    store = TaskStore(Path(root), lock_timeout=20.0, clock=FixedClock(now))
+
+    def killed(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)  # no finally, no except, no atexit runs
+
+    store.repair_task = killed  # type: ignore[method-assign]
+    sweep(store, now=now)
+
+
+def test_a_sweep_process_killed_by_sigkill_is_completed_by_the_next_run(
+    store: TaskStore, clock: FixedClock, scope: Scope
+) -> None:
+    deadline = parse_iso(put(store, scope, "a", 0, "expires"))
+    put(store, scope, "b", 0, "expires too")
+    clock.set(deadline - SECOND)
+    put(store, scope, "a", 1, "lives")
+    clock.set(deadline)
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(
+        target=_sweep_and_die_mid_task, args=(str(store.layout.root), deadline.isoformat())
+    )
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -9
+    assert any(store.layout.trash_dir().iterdir())
+    assert store.layout.task_dirty_marker(scope, "a").exists()
+    assert store.layout.task_dir(scope, "b").exists(), "killed before reaching task b"
+
+    report = sweep(store, now=deadline)
+    assert (report.turns, report.tasks) == (1, 1)  # b/0 and with it task b; a/0 was gone
+    assert report.trash_entries == 1
+    assert not any(store.layout.trash_dir().iterdir())
+    assert [t.turn for t in store.get_task(scope, "a").turns] == [1]
+    assert listed(store, scope) == ["a"]
+    assert fsck(store).clean
