@@ -36,6 +36,23 @@ fmt: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy app/storage
 
+# Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
+# starts its own servers on 127.0.0.1, stops them, prints one table, writes bench/results/*.json.
+MLFLOW_VENV := bench/.venv-mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed-stamp
+BENCH_ARGS ?=
+
+$(MLFLOW_STAMP): bench/requirements-peer.txt
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/pip install --disable-pip-version-check -q -r bench/requirements-peer.txt
+	touch $@
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run --growth $(BENCH_ARGS)
+
+bench-peer: $(STAMP) $(MLFLOW_STAMP)
+	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)
+
 sweep: $(STAMP)
 	$(BIN)/flask --app wsgi sweep
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import loadgen, servers
+from . import growth, loadgen, servers
 from . import workloads as w
 
 RESULTS = servers.REPO / "bench" / "results"
@@ -122,6 +122,29 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def target_rows(rows: list[dict[str, Any]]) -> list[tuple[str, float, str, bool, str]]:
+    out = []
+    for r in rows:
+        if r.get("target") is None:
+            continue
+        base = "MLflow" if r["baseline"] == "mlflow" else "hello"
+        detail = (
+            f"ours {r['ours_ops_s']:.0f} op/s p50 {r['ours_median_ms']:.2f} ms; {base}"
+            f" {r['base_ops_s']:.0f} op/s p50 {r['base_median_ms']:.2f} ms;"
+            f" latency {r['latency_ratio']:.2f}x"
+        )
+        out.append(
+            (
+                f"ours / {base}: {r['workload']} (throughput)",
+                r["throughput_ratio"],
+                f">= {r['target']:g}",
+                r["throughput_ratio"] >= r["target"],
+                detail,
+            )
+        )
+    return out
+
+
 def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     ours = servers.start_ours(work / "ours")
     hello = servers.start_hello(work / "hello")
@@ -220,6 +243,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.7)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument(
+        "--growth", action="store_true", help="also run bench.growth --quick (make bench)"
+    )
+    parser.add_argument(
         "--only", nargs="*", help="first words of the workloads to run: read list digest record"
     )
     args = parser.parse_args()
@@ -232,6 +258,9 @@ def main() -> None:
         else:
             rows, notes = run_hello(args, work)
     kind = "peer" if args.peer else "bench"
+    grown = None
+    if args.growth:
+        grown = growth.run_growth(argparse.Namespace(quick=True, reps=args.reps, duration=2.0))
     report = {
         "kind": kind,
         "started": started,
@@ -239,6 +268,7 @@ def main() -> None:
         "settings": vars(args),
         "rows": rows,
         "notes": notes,
+        "growth": grown,
     }
     out = RESULTS / f"{kind}-{started}.json"
     out.write_text(json.dumps(report, indent=1))
@@ -250,6 +280,14 @@ def main() -> None:
         " lat ratio = baseline p50 / ours p50"
     )
     print_table(rows)
+    targets = target_rows(rows)
+    if grown is not None:
+        print()
+        print(growth.GROWTH_NOTE.format(reps=args.reps, duration=2.0))
+        targets += growth.target_rows(grown)
+    print()
+    print("Targets of issue 8 (one row per target, measured in this run):")
+    growth.print_table(targets)
     for key, value in notes.items():
         print(f"{key}: {value}")
     print(f"JSON: {out.relative_to(servers.REPO)}")

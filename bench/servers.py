@@ -105,6 +105,9 @@ def gunicorn_env(workdir: Path, port: int, **extra: str) -> dict[str, str]:
         "MEMORY_BIND": f"127.0.0.1:{port}",
         "MEMORY_WORKERS": os.environ.get("MEMORY_WORKERS", "2"),
         "MEMORY_THREADS": os.environ.get("MEMORY_THREADS", "4"),
+        # The hourly retention sweep starts at once on a new root and walks every task: a
+        # background job, kept out of the request figures (set it to measure it alongside).
+        "MEMORY_SWEEP_INTERVAL": os.environ.get("BENCH_SWEEP_INTERVAL", "0"),
         **extra,
     }
 
