@@ -126,7 +126,14 @@ def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[s
                     opened.append((f"{prefix}/{TURN_SUMMARY}", summary))
                 for art in record.artifacts:
                     path = store.layout.artifact(scope, task_id, turn, art.name)
-                    opened.append((f"{prefix}/artifacts/{art.name}", _open_nofollow(path)))
+                    try:
+                        fh = _open_nofollow(path)
+                    except FileNotFoundError:
+                        raise ArchiveError(
+                            f"{task_id} turn {turn}: artifact {art.name} is listed but missing;"
+                            " run `flask --app wsgi fsck --repair` first"
+                        ) from None
+                    opened.append((f"{prefix}/artifacts/{art.name}", fh))
         except BaseException:
             for _, fh in opened:
                 fh.close()

@@ -232,3 +232,14 @@ def test_gzip_of_export_is_a_plain_tar(source: TaskStore, scope: Scope, tmp_path
     assert names[0] == "project.md" and names[-1] == "manifest.json"
     assert "tasks/alpha/0001-turn/artifacts/data.bin" in names
     assert "tasks/index.json/index.json" in names
+
+
+def test_export_refuses_a_tree_fsck_would_flag(
+    source: TaskStore, scope: Scope, tmp_path: Path
+) -> None:
+    source.layout.artifact(scope, "alpha", 1, "data.bin").unlink()
+    archive = tmp_path / "web.tar.gz"
+    with pytest.raises(ArchiveError, match="listed but missing.*fsck --repair"):
+        export_project(source, scope, archive)
+    assert not archive.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".~tmp")] == []
