@@ -32,7 +32,7 @@ from pathlib import Path
 from .clock import iso_us, parse_iso_us, to_us
 from .errors import Corrupt, StorageError
 from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, remove_path
-from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, Scope
+from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_META, Scope
 from .locks import locked
 from .records import read_turn, turn_dirs
 from .tasks import TaskStore
@@ -337,27 +337,26 @@ class _Sweep:
         return [(path, temp) for path, temp in found if self.stale(path)]
 
     def turn_leftovers(self, turn_dir: Path) -> list[tuple[Path, bool]]:
-        try:
-            record = read_turn(turn_dir)
-        except Corrupt:
-            return []  # fsck's job
-        if record is None:
+        # Runs over every turn at every sweep: stat and list, and parse meta.json only for a
+        # turn whose artifacts directory holds something.
+        if not os.path.lexists(turn_dir / TURN_META):
             return [(turn_dir, False)]
         found = [(turn_dir / n, True) for n in os.listdir(turn_dir) if n.startswith(TMP_PREFIX)]
-        listed = {a.name for a in record.artifacts}
-        art_dir = turn_dir / ARTIFACTS_DIR
         try:
-            with os.scandir(art_dir) as it:
+            with os.scandir(turn_dir / ARTIFACTS_DIR) as it:
                 entries = list(it)
         except (FileNotFoundError, NotADirectoryError):
             return found
-        for entry in entries:
-            path = Path(entry.path)
-            if entry.name.startswith(TMP_PREFIX):
-                found.append((path, True))
-            elif entry_is_artifact(entry) and entry.name not in listed:
-                found.append((path, False))
-        return found
+        found += [(Path(e.path), True) for e in entries if e.name.startswith(TMP_PREFIX)]
+        files = [e for e in entries if entry_is_artifact(e)]
+        if not files:
+            return found
+        try:
+            record = read_turn(turn_dir)
+        except Corrupt:
+            return found  # fsck's job
+        listed = {a.name for a in record.artifacts} if record else set()
+        return found + [(Path(e.path), False) for e in files if e.name not in listed]
 
 
 def sweep(
