@@ -12,6 +12,7 @@ bytes), and a symlink is reported, never followed and never touched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -76,12 +77,21 @@ def is_id(name: str) -> bool:
 
 
 def age_seconds(path: Path, wall_now: float) -> float:
-    """Seconds since ``path`` last changed (mtime, never following a symlink)."""
+    """Seconds since anything at or under ``path`` last changed (mtime; no symlink followed).
+
+    A directory counts as young while any file in it is: a long import stages files deep
+    inside one temp directory whose own mtime stops changing early.
+    """
     try:
-        st = os.lstat(path)
+        newest = os.lstat(path).st_mtime
     except FileNotFoundError:
         return 0.0
-    return wall_now - st.st_mtime
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        for dirpath, dirnames, filenames in os.walk(path):
+            for name in dirnames + filenames:
+                with contextlib.suppress(FileNotFoundError):
+                    newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+    return wall_now - newest
 
 
 def trash_age_seconds(path: Path, wall_now: float) -> float:

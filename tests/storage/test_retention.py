@@ -347,3 +347,20 @@ def test_a_sweep_process_killed_by_sigkill_is_completed_by_the_next_run(
     assert [t.turn for t in store.get_task(scope, "a").turns] == [1]
     assert listed(store, scope) == ["a"]
     assert fsck(store).clean
+
+
+def test_a_temp_directory_with_a_young_file_inside_is_kept(store: TaskStore, scope: Scope) -> None:
+    """A long import stages deep inside one temp directory: young content keeps it alive."""
+    put(store, scope, "t", 0)
+    staging = store.layout.project_dir(scope) / f"{TMP_PREFIX}import-0123"
+    (staging / "big" / "0000-turn").mkdir(parents=True)
+    fresh = staging / "big" / "0000-turn" / "meta.json"
+    fresh.write_text("{}")
+    old = time.time() - 3600
+    for path in (staging, staging / "big", staging / "big" / "0000-turn"):
+        os.utime(path, (old, old))
+    assert sweep(store, now=T0).temp_files == 0
+    assert fresh.exists()
+    os.utime(fresh, (old, old))
+    assert sweep(store, now=T0).temp_files == 1
+    assert not staging.exists()
