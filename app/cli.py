@@ -110,7 +110,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
         click.echo(
             f"total: {verb} {report.turns} turn(s), {report.tasks} task(s), "
             f"{report.bytes} byte(s); {report.temp_files} stale temp file(s), "
-            f"{report.leftovers} leftover(s); {report.trash_entries} trash entr(ies) finished"
+            f"{report.leftovers} leftover(s); {report.trash_entries} unfinished deletion(s) completed"
         )
         if versions is not None:
             click.echo(f"memory-store versions: {versions}")
@@ -162,7 +162,7 @@ def fsck_command(repair: bool, grace_minutes: float) -> None:
         "fsck: clean"
         if ok
         else f"fsck: {len(report.problems)} problem(s)"
-        + ("" if repair else "; run `flask --app wsgi fsck --repair`")
+        + (" remain after repair" if repair else "; run `flask --app wsgi fsck --repair`")
     )
     if not ok:
         raise SystemExit(1)
