@@ -18,6 +18,9 @@ errorlog = "-"
 umask = 0o022
 
 
+_created_metrics_dirs: list[str] = []
+
+
 def _metrics_dir() -> None:
     """Give prometheus-client's multiprocess mode an empty directory shared by every worker.
 
@@ -33,7 +36,9 @@ def _metrics_dir() -> None:
         shutil.rmtree(path, ignore_errors=True)  # stale files from a previous run
         os.makedirs(path, exist_ok=True)
     else:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="memory-metrics-")
+        path = tempfile.mkdtemp(prefix="memory-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+        _created_metrics_dirs.append(path)
 
 
 def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
@@ -74,3 +79,7 @@ def on_exit(server):  # noqa: ANN001, ANN201
     from app.sweeper import clean_shutdown
 
     clean_shutdown(create_app())
+    import shutil
+
+    for path in _created_metrics_dirs:
+        shutil.rmtree(path, ignore_errors=True)
