@@ -1,0 +1,347 @@
+"""Injected I/O faults through the HTTP API: the Nth write/fsync/rename/link/mkdir fails.
+
+The SQLite test-VFS method, one level above tests/storage/test_crash.py (which drives the
+engine directly): for every write endpoint and every N, ``os.<call>`` raises ENOSPC or EIO
+on its Nth call (once, or from then on). Then:
+
+* the response is the documented one: 507 ``{"detail": "insufficient storage: ..."}`` for a
+  full disk, 500 ``{"detail": "<message>"}`` otherwise, never a traceback, never a path;
+* an injected fault is never answered with success (a failed fsync is a failed write);
+* what readers see is the previous state or, when the fault hit after the commit point (a
+  directory fsync after the rename), the new one: never a mix;
+* no temp file is left;
+* once the fault clears, the same request succeeds and the tree is consistent.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.storage import TaskStore
+from app.storage.fsck import fsck
+from tests.conftest import Tokens
+from tests.robust.helpers import BASE, Fault, temp_files
+
+CALLS = ("write", "fsync", "replace", "rename", "link", "mkdir")
+FULL_DISK = {"detail": "insufficient storage: the server's disk is full"}
+
+# name -> (method, url, body, content type, expected success status)
+OPS: dict[str, tuple[str, str, bytes, str, int]] = {
+    "put_turn_new_task": (
+        "PUT",
+        "/tasks/t3/turns/0",
+        b'{"summary_md": "t3"}',
+        "application/json",
+        200,
+    ),
+    "put_turn_update": (
+        "PUT",
+        "/tasks/t1/turns/0",
+        b'{"meta": {"v": "new"}, "summary_md": "new"}',
+        "application/json",
+        200,
+    ),
+    "put_turn_new_turn": (
+        "PUT",
+        "/tasks/t1/turns/1",
+        b'{"summary_md": "one"}',
+        "application/json",
+        200,
+    ),
+    "put_artifact_new": ("PUT", "/tasks/t1/turns/0/artifacts/b.bin", b"b" * 3000, "x/b", 200),
+    "put_artifact_replace": (
+        "PUT",
+        "/tasks/t1/turns/0/artifacts/a.bin",
+        b"new bytes",
+        "x/new",
+        200,
+    ),
+    "delete_task": ("DELETE", "/tasks/t2", b"", "", 204),
+}
+
+
+def _seed(client: FlaskClient, headers: dict[str, str]) -> None:
+    client.put(
+        f"{BASE}/tasks/t1/turns/0",
+        json={"meta": {"v": "old"}, "summary_md": "old"},
+        headers=headers,
+    )
+    client.put(
+        f"{BASE}/tasks/t1/turns/0/artifacts/a.bin",
+        data=b"old bytes",
+        headers={**headers, "Content-Type": "x/old"},
+    )
+    client.put(f"{BASE}/tasks/t2/turns/0", json={"summary_md": "t2"}, headers=headers)
+
+
+def visible(client: FlaskClient, headers: dict[str, str]) -> dict[str, Any]:
+    """Everything a reader can get, with each artifact's bytes."""
+    state: dict[str, Any] = {}
+    listing = client.get(f"{BASE}/tasks", headers=headers)
+    assert listing.status_code == 200, listing.data
+    state["tasks"] = sorted((t["task_id"], t["turn_count"]) for t in listing.get_json()["tasks"])
+    for task_id, _ in state["tasks"]:
+        index = client.get(f"{BASE}/tasks/{task_id}", headers=headers)
+        assert index.status_code == 200, index.data
+        for entry in index.get_json()["turns"]:
+            turn = client.get(f"{BASE}/tasks/{task_id}/turns/{entry['turn']}", headers=headers)
+            assert turn.status_code == 200, turn.data
+            body = turn.get_json()
+            state[f"{task_id}/{entry['turn']}"] = (body["meta"], body["summary_md"])
+            for art in body["artifacts"]:
+                got = client.get(
+                    f"{BASE}/tasks/{task_id}/turns/{entry['turn']}/artifacts/{art['name']}",
+                    headers=headers,
+                )
+                assert got.status_code == 200
+                # The bytes served must be the bytes the record describes (ETag = sha256).
+                if got.headers["ETag"] != f'"{hashlib.sha256(got.data).hexdigest()}"':
+                    state[f"{task_id}/{entry['turn']}/{art['name']}"] = (
+                        "NOT THE RECORD'S BYTES",
+                        got.data,
+                    )
+                    continue
+                state[f"{task_id}/{entry['turn']}/{art['name']}"] = (got.data, art["content_type"])
+    digest = client.get(f"{BASE}/project.md", headers=headers)
+    assert digest.status_code == 200
+    # A retried write is a new version: compare the digest without its timestamps.
+    # Sections sorted: with the test's frozen clock a retry may reorder equal-time tasks.
+    text = re.sub(rb"updated \S+", b"updated <t>", digest.data)
+    state["project.md"] = sorted(text.split(b"\n## "))
+    return state
+
+
+class Bench:
+    """One app; each case gets a fresh copy of a seeded tree and its own TaskStore."""
+
+    def __init__(self, app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path) -> None:
+        self.app, self.client, self.tmp_path = app, client, tmp_path
+        self.headers = tokens.headers("project_admin")
+        self.template = tmp_path / "template"
+        self.cases = 0
+        self._use(self.template)
+        _seed(client, self.headers)
+        self.before = visible(client, self.headers)
+        self.after: dict[str, dict[str, Any]] = {}
+
+    def _use(self, root: Path) -> None:
+        old: TaskStore = self.app.extensions["task_store"]
+        self.app.extensions["task_store"] = TaskStore(
+            root, clock=old.clock, lock_timeout=5.0, max_artifact_bytes=old.max_artifact_bytes
+        )
+
+    def fresh(self) -> Path:
+        self.cases += 1
+        root = self.tmp_path / f"case-{self.cases}"
+        shutil.copytree(self.template, root, symlinks=True)
+        self._use(root)
+        return root
+
+    def send(self, op: str) -> Any:
+        method, url, body, ctype, _ = OPS[op]
+        headers = {**self.headers, **({"Content-Type": ctype} if ctype else {})}
+        return self.client.open(f"{BASE}{url}", method=method, data=body, headers=headers)
+
+    def expected_after(self, op: str) -> dict[str, Any]:
+        if op not in self.after:
+            self.fresh()
+            assert self.send(op).status_code == OPS[op][4]
+            self.after[op] = visible(self.client, self.headers)
+        return self.after[op]
+
+
+@pytest.fixture
+def bench(app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path) -> Bench:
+    return Bench(app, client, tokens, tmp_path)
+
+
+def run_case(
+    bench: Bench,
+    monkeypatch: pytest.MonkeyPatch,
+    op: str,
+    call: str,
+    n: int,
+    err: int,
+    persistent: bool,
+) -> bool:
+    """One fault at call ``n``; False once ``n`` is past the operation's last such call."""
+    after = bench.expected_after(op)
+    root = bench.fresh()
+    fault = Fault(call, n, err, persistent=persistent).install(monkeypatch)
+    try:
+        resp = bench.send(op)
+    finally:
+        monkeypatch.setattr(os, call, fault.real)
+    where = f"{op}: os.{call} #{n} {errno.errorcode[err]}{' persistent' if persistent else ''}"
+    if not fault.fired:
+        assert resp.status_code == OPS[op][4], (where, resp.status_code, resp.data)
+        return False
+    if resp.status_code == OPS[op][4]:
+        # Only a failed mkdir of a directory that turned out to exist may be absorbed; then
+        # the write really happened, completely.
+        assert call == "mkdir", f"{where}: an injected failure was answered with success"
+        assert visible(bench.client, bench.headers) == after, where
+        return True
+    body = resp.get_json()
+    if err == errno.ENOSPC:
+        assert (resp.status_code, body) == (507, FULL_DISK), (where, resp.status_code, body)
+    else:
+        assert resp.status_code == 500, (where, resp.status_code, body)
+        assert set(body) == {"detail"} and isinstance(body["detail"], str), body
+        text = resp.get_data(as_text=True)
+        assert "Traceback" not in text and str(root) not in text, (where, text)
+    assert resp.content_type == "application/json"
+    now = visible(bench.client, bench.headers)
+    if not persistent:
+        # The failed request repaired what it had started: nothing left, nothing mixed.
+        assert temp_files(root) == [], (where, temp_files(root))
+        assert now in (bench.before, after), (
+            f"{where}: neither the old nor the new state: "
+            f"{[(k, now.get(k)) for k in {*now, *after} if now.get(k) not in (bench.before.get(k), after.get(k))]}"
+        )
+    else:
+        # While the disk keeps failing, the repair cannot run either: derived views (the
+        # listing, project.md) may lag until the next writer, but every record is old or new
+        # and only the kept previous copy of an artifact may wait for that writer.
+        assert all(p.name.startswith(".~tmp-prev-") for p in temp_files(root)), temp_files(root)
+        mixed = [
+            (k, now.get(k))
+            for k in {*now, *after} - {"tasks", "project.md"}
+            if now.get(k) not in (bench.before.get(k), after.get(k))
+        ]
+        assert mixed == [], f"{where}: {mixed}"
+    # The fault cleared: the same request succeeds and leaves a consistent tree.
+    again = bench.send(op)
+    if op == "delete_task" and now == after:
+        assert again.status_code == 404  # it is already gone
+    else:
+        assert again.status_code == OPS[op][4], (where, again.status_code, again.data)
+    assert visible(bench.client, bench.headers) == after, where
+    report = fsck(bench.app.extensions["task_store"])
+    assert report.clean, (where, report.problems)
+    return True
+
+
+def sweep_n(
+    bench: Bench,
+    monkeypatch: pytest.MonkeyPatch,
+    op: str,
+    call: str,
+    errs: tuple[int, ...],
+    persistent: bool,
+) -> int:
+    for n in range(1, 80):
+        err = errs[n % len(errs)]
+        if not run_case(bench, monkeypatch, op, call, n, err, persistent):
+            return n - 1
+    pytest.fail(f"{op} made more than 80 calls of os.{call}")
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("call", CALLS)
+def test_single_fault_at_every_step(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
+) -> None:
+    fired = sweep_n(bench, monkeypatch, op, call, (errno.ENOSPC, errno.EIO), persistent=False)
+    if call in ("fsync", "replace", "mkdir") and op != "delete_task":
+        assert fired > 0, f"{op} never called os.{call}: the test would prove nothing"
+
+
+PERSISTENT = [
+    (op, call)
+    for op in ("put_turn_new_task", "put_turn_update", "put_artifact_replace", "delete_task")
+    for call in ("write", "fsync", "replace", "mkdir")
+]
+
+
+@pytest.mark.parametrize(
+    ("op", "call"),
+    [
+        pytest.param(
+            *case,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open defect: the new bytes are published before meta.json commits "
+                "them; if the commit and its repair both fail, readers get bytes the record "
+                "does not describe until the next writer restores them",
+            ),
+        )
+        if case == ("put_artifact_replace", "replace")
+        else case
+        for case in PERSISTENT
+    ],
+)
+def test_persistent_fault_then_recovery(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
+) -> None:
+    sweep_n(bench, monkeypatch, op, call, (errno.EIO, errno.ENOSPC), persistent=True)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["once", "persistent"])
+def test_every_fault_both_errors_soak(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str, err: int, persistent: bool
+) -> None:
+    sweep_n(bench, monkeypatch, op, call, (err,), persistent)
+
+
+def _is_file_fd(args: tuple[Any, ...]) -> bool:
+    import stat
+
+    return not stat.S_ISDIR(os.fstat(args[0]).st_mode)
+
+
+@pytest.mark.parametrize("op", ["put_turn_update", "put_artifact_replace", "put_artifact_new"])
+def test_failed_fsync_that_would_succeed_on_retry_is_never_success(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    """fsyncgate: the first fsync of a file fails, every later one would succeed."""
+    root = bench.fresh()
+    fault = Fault("fsync", 1, errno.EIO, only=_is_file_fd).install(monkeypatch)
+    resp = bench.send(op)
+    monkeypatch.undo()
+    assert fault.fired == 1
+    assert resp.status_code == 500, resp.data
+    assert visible(bench.client, bench.headers) == bench.before
+    assert temp_files(root) == []
+
+
+def test_full_disk_on_the_lock_tree_is_507(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, tokens: Tokens
+) -> None:
+    """A new project's first mkdir is in the lock tree: a full disk there is still a full disk."""
+    root = bench.fresh()
+    headers = tokens.headers("tenant_admin", **{"X-Sandbox-Project-Id": "fresh"})
+    fault = Fault("mkdir", 1, errno.ENOSPC, persistent=True).install(monkeypatch)
+    resp = bench.client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=headers)
+    monkeypatch.undo()
+    assert fault.fired
+    assert (resp.status_code, resp.get_json()) == (507, FULL_DISK)
+    assert temp_files(root) == []
+    assert bench.client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=headers).status_code == 200
+
+
+def test_responses_are_json_in_the_documented_shape(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench.fresh()
+    Fault("write", 1, errno.EIO, persistent=True).install(monkeypatch)
+    resp = bench.send("put_artifact_new")
+    monkeypatch.undo()
+    assert resp.status_code == 500
+    assert json.loads(resp.data) == {"detail": resp.get_json()["detail"]}
+    assert resp.headers.get("x-correlation-id")
