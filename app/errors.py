@@ -13,6 +13,7 @@ Responses are built from ``e.get_response()`` so headers such as ``WWW-Authentic
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -187,6 +188,10 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(OSError)
     def handle_os_error(exc: OSError) -> Any:
+        # A full disk met outside the engine's own translation (e.g. creating the lock tree)
+        # is still a full disk.
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return render(from_storage(se.InsufficientStorage(str(exc))))
         log.error("I/O error: %r", exc)
         return render(ApiError(500, "internal error: a storage operation failed"))
 
