@@ -126,7 +126,10 @@ class TaskStore:
         return to_us(self.clock())
 
     def _listing(self, scope: Scope) -> Listing:
-        return Listing(self.layout.listing(scope), timeout=self.lock_timeout)
+        # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
+        return Listing(
+            self.layout.check_inside(self.layout.listing(scope)), timeout=self.lock_timeout
+        )
 
     def _load_cursor_key(self) -> bytes:
         """A per-root secret that signs list cursors, shared by every worker through the file."""
@@ -150,8 +153,10 @@ class TaskStore:
 
     @contextlib.contextmanager
     def _task_txn(self, scope: Scope, task_id: str) -> Iterator[_Txn]:
-        marker = self.layout.task_dirty_marker(scope, task_id)
-        with locked(self.layout.task_lock(scope, task_id), self.lock_timeout):
+        marker = self.layout.check_inside(self.layout.task_dirty_marker(scope, task_id))
+        # locked() creates the lock's parents: a linked .locks would put them outside.
+        lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
+        with locked(lock, self.lock_timeout):
             if marker.exists():
                 # The previous holder died (or failed) between its records and its derived
                 # files: bring the derived files back in line before anything else.
@@ -323,7 +328,7 @@ class TaskStore:
 
     def _trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
-        trash = self.layout.trash_dir()
+        trash = self.layout.check_inside(self.layout.trash_dir())
         make_dirs(trash, self.layout.root)
         target = trash / f"{ULID()}-{directory.name}"
         os.rename(directory, target)
@@ -427,7 +432,7 @@ class TaskStore:
         the first read after it, under the project lock (concurrent readers wait for it).
         """
         listing = self._listing(scope)
-        path = self.layout.digest(scope)
+        path = self.layout.check_inside(self.layout.digest(scope))
         if not listing.exists():
             data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
             return io.BytesIO(data), len(data)
@@ -439,8 +444,9 @@ class TaskStore:
     def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
         """Re-render ``project.md`` if stale; return whether it was written."""
         listing = self._listing(scope)
-        path = self.layout.digest(scope)
-        with locked(self.layout.project_lock(scope), self.lock_timeout), os_errors():
+        path = self.layout.check_inside(self.layout.digest(scope))
+        lock = self.layout.check_inside(self.layout.project_lock(scope))
+        with locked(lock, self.lock_timeout), os_errors():
             now_us = self.now_us()
             if not force and listing.digest_is_fresh(now_us) and path.exists():
                 return False
@@ -449,6 +455,7 @@ class TaskStore:
 
             def read(task_id: str, turn: int) -> TurnRecord | None:
                 turn_dir = self.layout.turn_dir(scope, task_id, turn)
+                self.layout.check_inside(turn_dir / TURN_META)
                 record = self._alive(read_turn(turn_dir), now_us)
                 if record is not None:
                     valid_until[0] = min(valid_until[0], parse_iso_us(record.retain_until))
