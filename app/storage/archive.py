@@ -110,7 +110,9 @@ def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[s
     """
     task_dir = store.layout.task_dir(scope, task_id)
     opened: list[tuple[str, IO[bytes]]] = []
-    with locked(store.layout.task_lock(scope, task_id), store.lock_timeout):
+    with locked(
+        store.layout.check_inside(store.layout.task_lock(scope, task_id)), store.lock_timeout
+    ):
         try:
             for name in (TASK_RECORD, TASK_INDEX):
                 if (task_dir / name).is_file():

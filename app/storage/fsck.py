@@ -20,6 +20,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
 from functools import partial
@@ -30,7 +31,7 @@ from ulid import ULID
 from . import digest as digest_mod
 from .atomic import fsync_dir, make_dirs, remove_quietly
 from .clock import parse_iso_us
-from .errors import Corrupt, InvalidName, LockTimeout, StorageError
+from .errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
 from .layout import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
@@ -302,14 +303,23 @@ class _Fsck:
         self.digest(scope, expected)
 
     # -- one task, under its lock ------------------------------------------------------------
+    def task_locked(self, scope: Scope, task_id: str) -> AbstractContextManager[None]:
+        # check_inside: locked() creates the lock's parents, which a linked .locks would
+        # put outside the root.
+        lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
+        return locked(lock, self.store.lock_timeout)
+
     def task(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         self.visited.add((scope.tenant, scope.project, task_id))
         try:
-            with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+            with self.task_locked(scope, task_id):
                 return self._task_locked(scope, task_id)
         except LockTimeout:
             # Held for longer than any write takes: report it rather than stop the check.
             self.fault(f"{scope.tenant}/{scope.project}/{task_id}: lock busy, not checked")
+            return None
+        except UnsafePath as exc:
+            self.fault(f"{scope.tenant}/{scope.project}/{task_id}: not checked ({exc})")
             return None
 
     def _rebuild(self, scope: Scope, task_id: str) -> None:
@@ -478,8 +488,8 @@ class _Fsck:
                 continue
             try:
                 stale = self.confirm_stale(scope, task_id, want)
-            except LockTimeout:
-                self.fault(f"{self.rel(path)}: task {task_id} lock busy, listing not checked")
+            except (LockTimeout, UnsafePath) as exc:
+                self.fault(f"{self.rel(path)}: task {task_id} listing not checked ({exc})")
                 continue
             if stale:
                 self.fault(
@@ -495,7 +505,7 @@ class _Fsck:
 
     def confirm_stale(self, scope: Scope, task_id: str, want: list[TurnRow] | None) -> bool:
         """Re-read the task under its lock: a writer may have moved on since we looked."""
-        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+        with self.task_locked(scope, task_id):
             try:
                 index = rebuild_index(self.layout.task_dir(scope, task_id), task_id)
                 want = index_rows(index) if index else None
@@ -509,7 +519,7 @@ class _Fsck:
             self.task_rebuild(scope, task_id)
 
     def task_rebuild(self, scope: Scope, task_id: str) -> None:
-        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+        with self.task_locked(scope, task_id):
             self._rebuild(scope, task_id)
 
     def digest(self, scope: Scope, expected: dict[str, list[TurnRow]]) -> None:
@@ -542,6 +552,8 @@ class _Fsck:
     def locks(self) -> None:
         """Report symlinks in the lock tree and repair tasks whose dirty marker outlived them."""
         base = self.layout.locks_dir()
+        if base.is_symlink():
+            return  # reported by the walk of the root; never followed
         for dirpath, dirnames, filenames in os.walk(base):
             here = Path(dirpath)
             for name in list(dirnames):
@@ -562,7 +574,7 @@ class _Fsck:
                 if not is_id(task_id) or (parts[0], parts[1], task_id) in self.visited:
                     continue
                 scope = Scope(parts[0], parts[1])
-                with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+                with self.task_locked(scope, task_id):
                     if path.exists():
                         self.fault(
                             f"{self.rel(path)}: dirty marker of a task that is gone",

@@ -314,7 +314,9 @@ class _Sweep:
             for path, temp in self.find_leftovers(task_dir):
                 self.drop(path, temp=temp)
             return
-        with locked(self.layout.task_lock(scope, task_id), self.store.lock_timeout):
+        with locked(
+            self.layout.check_inside(self.layout.task_lock(scope, task_id)), self.store.lock_timeout
+        ):
             # Found without the lock; decided again with it, where no write is half-done.
             for path, temp in self.find_leftovers(task_dir):
                 self.drop(path, temp=temp)

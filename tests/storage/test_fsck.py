@@ -248,3 +248,18 @@ def test_task_record_torn_is_rewritten_from_the_turns(populated: TaskStore, scop
     fsck(populated, repair=True)
     assert fsck(populated).clean
     assert populated.get_task(scope, "beta").owner is None
+
+
+def test_a_linked_lock_tree_is_reported_and_nothing_is_created_through_it(
+    populated: TaskStore, scope: Scope, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside-locks"
+    outside.mkdir()
+    locks = populated.layout.locks_dir()
+    locks.rename(tmp_path / "old-locks")
+    locks.symlink_to(outside, target_is_directory=True)
+    report = fsck(populated, repair=True)
+    assert any(p.startswith(".locks: symlink") for p in report.unrepairable)
+    assert any("not checked" in p for p in report.problems)
+    assert list(outside.iterdir()) == []
+    assert locks.is_symlink()
