@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .storage.atomic import write_atomic
+from .storage.errors import StorageError
 from .storage.fsck import fsck
 from .storage.records import dumps, read_json
 from .storage.retention import SweepReport, sweep
@@ -100,7 +101,11 @@ class Sweeper:
     def _loop(self) -> None:
         from .storage.locks import try_locked
 
-        leader = self.store.layout.locks_dir() / LEADER_LOCK
+        try:
+            leader = self.store.layout.check_inside(self.store.layout.locks_dir() / LEADER_LOCK)
+        except StorageError as exc:  # a linked .locks: never create files through it
+            log.error("sweeper not started: %s", exc)
+            return
         while not self._stop.is_set():
             if self._lock is None:
                 self._lock = try_locked(leader)
