@@ -88,24 +88,30 @@ class Sweeper:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; it releases the leader lock itself (filelock locks are per thread)."""
         self._stop.set()
         self.thread.join(timeout)
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
 
     @property
     def is_leader(self) -> bool:
         return self._lock is not None
 
     def _loop(self) -> None:
-        from .storage.locks import try_locked
-
         try:
             leader = self.store.layout.check_inside(self.store.layout.locks_dir() / LEADER_LOCK)
         except StorageError as exc:  # a linked .locks: never create files through it
             log.error("sweeper not started: %s", exc)
             return
+        try:
+            self._serve(leader)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def _serve(self, leader: Path) -> None:
+        from .storage.locks import try_locked
+
         while not self._stop.is_set():
             if self._lock is None:
                 self._lock = try_locked(leader)
