@@ -362,6 +362,7 @@ class TaskStore:
         turn_dir = path.parent.parent
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
+        self._ensure_artifacts_dir(path.parent, task_id, turn)
         with (
             stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged,
             self._task_txn(scope, task_id) as txn,
@@ -403,6 +404,19 @@ class TaskStore:
             self._write_derived(scope, task_id, task_dir, record, summary=False)
             remove_quietly(backup)
         return info
+
+    def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> None:
+        # A tree restored from git or a backup that drops empty directories has turns without
+        # artifacts/. Create only that last level: if the turn itself vanished (a concurrent
+        # delete), recreating its parents would resurrect an empty task skeleton.
+        with os_errors():
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                return
+            except FileNotFoundError:
+                raise NotFound(f"turn {turn} of task {task_id} not found") from None
+            fsync_dir(directory.parent)
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
         """Open a live artifact for streaming; the caller closes ``file``."""
