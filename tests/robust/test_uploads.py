@@ -1,0 +1,163 @@
+"""Uploads against a real gunicorn (one gthread worker): limit, memory, slow and cut-off clients.
+
+* exactly 50 MiB, with Content-Length and chunked, is stored (200) and the worker's peak
+  memory (VmHWM) grows by at most 16 MiB: the body is streamed, never buffered;
+* 50 MiB + 1 is 413 in both modes, and nothing is left behind (no temp file, no record);
+* a slow client (about 600 KB/s) finishes, even past the worker timeout;
+* a client that hangs up half-way leaves nothing visible and no temp file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.robust.helpers import BASE, Live, auth, temp_files
+
+pytestmark = pytest.mark.e2e
+MiB = 1 << 20
+LIMIT = 50 * MiB
+BLOCK = bytes(range(256)) * 256  # 64 KiB
+
+
+def body(total: int, *, rate: float | None = None) -> Iterator[bytes]:
+    """``total`` bytes in 64 KiB blocks; paced to ``rate`` bytes/s when given."""
+    sent = 0
+    started = time.monotonic()
+    while sent < total:
+        n = min(len(BLOCK), total - sent)
+        yield BLOCK[:n]
+        sent += n
+        if rate:
+            ahead = sent / rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def digest(total: int) -> str:
+    h = hashlib.sha256()
+    for chunk in body(total):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def vm_hwm_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def artifacts(server: Live, secret: str) -> list[str]:
+    got = requests.get(f"{server.url}{BASE}/tasks/t/turns/0", headers=auth(secret), timeout=30)
+    return sorted(a["name"] for a in got.json()["artifacts"])
+
+
+@pytest.fixture
+def one_worker(live_factory: Any) -> tuple[Live, str]:
+    server = live_factory(workers=1, threads=4, env_extra={"MEMORY_WORKER_TIMEOUT": "3"})
+    secret = server.token("writer")
+    resp = requests.put(
+        f"{server.url}{BASE}/tasks/t/turns/0", json={}, headers=auth(secret), timeout=30
+    )
+    assert resp.status_code == 200
+    # Warm up the upload path so the first measurement is not import cost.
+    url = f"{server.url}{BASE}/tasks/t/turns/0/artifacts/warm"
+    assert requests.put(url, data=b"x" * MiB, headers=auth(secret), timeout=60).status_code == 200
+    return server, secret
+
+
+def test_exactly_the_limit_streams_in_both_modes_within_16_mib(
+    one_worker: tuple[Live, str],
+) -> None:
+    server, secret = one_worker
+    (pid,) = server.worker_pids()
+    base = vm_hwm_kib(pid)
+    url = f"{server.url}{BASE}/tasks/t/turns/0/artifacts"
+    sized = requests.put(
+        f"{url}/sized.bin", data=b"".join(body(LIMIT)), headers=auth(secret), timeout=300
+    )
+    assert sized.status_code == 200 and sized.json()["size"] == LIMIT, sized.text
+    chunked = requests.put(
+        f"{url}/chunked.bin", data=body(LIMIT), headers=auth(secret), timeout=300
+    )
+    assert chunked.status_code == 200 and chunked.json()["size"] == LIMIT, chunked.text
+    grown = (vm_hwm_kib(pid) - base) / 1024
+    assert grown <= 16, f"worker peak memory grew by {grown:.1f} MiB for 50 MiB uploads"
+    want = digest(LIMIT)
+    for name in ("sized.bin", "chunked.bin"):
+        got = requests.get(f"{url}/{name}", headers=auth(secret), timeout=300)
+        assert (
+            got.headers["ETag"] == f'"{want}"' and hashlib.sha256(got.content).hexdigest() == want
+        )
+
+
+def test_one_byte_over_is_413_in_both_modes_and_leaves_nothing(
+    one_worker: tuple[Live, str],
+) -> None:
+    server, secret = one_worker
+    url = f"{server.url}{BASE}/tasks/t/turns/0/artifacts"
+    for name, data in [("sized.bin", b"".join(body(LIMIT + 1))), ("chunked.bin", body(LIMIT + 1))]:
+        try:
+            resp = requests.put(f"{url}/{name}", data=data, headers=auth(secret), timeout=300)
+            assert resp.status_code == 413, (name, resp.status_code, resp.text)
+            assert set(resp.json()) == {"detail"}
+        except requests.ConnectionError:
+            # The server may answer 413 and close before the client finished sending.
+            pass
+    assert artifacts(server, secret) == ["warm"]
+    assert temp_files(server.root) == []
+
+
+def test_slow_client_finishes_past_the_worker_timeout(one_worker: tuple[Live, str]) -> None:
+    server, secret = one_worker
+    size, rate = 3 * MiB, 600_000  # about 5 s, longer than the 3 s worker timeout
+    started = time.monotonic()
+    resp = requests.put(
+        f"{server.url}{BASE}/tasks/t/turns/0/artifacts/slow.bin",
+        data=body(size, rate=rate),
+        headers=auth(secret),
+        timeout=120,
+    )
+    assert time.monotonic() - started > 3
+    assert resp.status_code == 200 and resp.json()["size"] == size, resp.text
+    assert "WORKER TIMEOUT" not in server.log()
+
+
+def test_upload_cut_off_half_way_leaves_nothing(one_worker: tuple[Live, str]) -> None:
+    server, secret = one_worker
+    host, port = server.url.removeprefix("http://").split(":")
+    head = (
+        f"PUT {BASE}/tasks/t/turns/0/artifacts/cut.bin HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {10 * MiB}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head)
+        for chunk in body(5 * MiB):
+            sock.sendall(chunk)
+        time.sleep(0.3)  # let the worker write what it got into its temp file
+    deadline = time.monotonic() + 20
+    while temp_files(server.root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert temp_files(server.root) == []
+    assert artifacts(server, secret) == ["warm"]
+    got = requests.get(
+        f"{server.url}{BASE}/tasks/t/turns/0/artifacts/cut.bin", headers=auth(secret), timeout=30
+    )
+    assert got.status_code == 404
+    # The worker is still serving.
+    again = requests.put(
+        f"{server.url}{BASE}/tasks/t/turns/0/artifacts/after.bin",
+        data=b"ok",
+        headers=auth(secret),
+        timeout=30,
+    )
+    assert again.status_code == 200
