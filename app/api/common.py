@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import current_app, request
 from marshmallow import Schema
+from werkzeug.exceptions import ClientDisconnected
 
 from ..errors import ApiError, validation_error
 from ..schemas.common import load
@@ -125,6 +126,31 @@ def content_type() -> str:
             ["header", "Content-Type"], "not a valid media type", "value_error", value[:200]
         )
     return value
+
+
+class _ExactBody:
+    """``request.stream`` that raises 400 when the body ends before its Content-Length.
+
+    With ``wsgi.input_terminated`` (gunicorn) werkzeug only caps the stream at the maximum;
+    a client that hangs up half-way reads as a short body, which must not be stored.
+    """
+
+    def __init__(self, stream: Any, length: int | None) -> None:
+        self.stream = stream
+        self.left = length
+
+    def read(self, size: int = -1) -> bytes:
+        chunk: bytes = self.stream.read(size)
+        if self.left is not None:
+            self.left -= len(chunk)
+            if not chunk and self.left > 0 and size != 0:
+                raise ClientDisconnected()
+        return chunk
+
+
+def body_stream() -> Any:
+    """The raw request body as a stream; a body shorter than its Content-Length is a 400."""
+    return _ExactBody(request.stream, request.content_length)
 
 
 def if_match() -> str | None:

@@ -13,6 +13,7 @@ from ..auth import current_principal, require_principal
 from ..schemas import project_memory as s
 from ..storage import PayloadTooLarge, TaskStore
 from .common import (
+    body_stream,
     content_type,
     if_match,
     if_none_match_star,
@@ -273,7 +274,7 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         task_id,
         turn_no,
         name,
-        request.stream,
+        body_stream(),
         content_type=kind,
         if_match=if_match(),
         if_none_match=if_none_match_star(),
