@@ -65,3 +65,13 @@ def write_turns(
         results.put((worker, "ok", acked))
     except BaseException:
         results.put((worker, "error", traceback.format_exc()))
+
+
+def hold_lock(path: str, ready: Any, release: Any) -> None:
+    """Hold an flock on ``path`` until ``release`` is set (another process, as in production)."""
+    import filelock
+
+    lock = filelock.FileLock(path, timeout=10)
+    with lock:
+        ready.set()
+        release.wait(30)

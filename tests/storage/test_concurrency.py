@@ -13,7 +13,9 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from app.storage import Scope, TaskStore
+import pytest
+
+from app.storage import LockTimeout, Scope, TaskStore
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, records_of, temp_files
 
@@ -121,4 +123,34 @@ def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
         t.join(timeout=60)
     assert errors.empty(), errors.get()
     assert len(store.get_task(scope, "t").turns) == 40
+    assert_consistent(store, scope)
+
+
+def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "root", lock_timeout=0.3)
+    scope = Scope("acme", "web")
+    store.put_turn(scope, "t", 0, meta={}, summary_md="before")
+    lock_path = store.layout.task_lock(scope, "t")
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_workers.hold_lock, args=(str(lock_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30), "the lock holder did not start"
+        with pytest.raises(LockTimeout):
+            store.put_turn(scope, "t", 0, meta={}, summary_md="after")
+        with pytest.raises(LockTimeout):
+            store.delete_task(scope, "t")
+        # Readers take no lock: they are not blocked by a writer.
+        assert store.get_turn(scope, "t", 0).summary_md == "before"
+        assert store.list_tasks(scope).total == 1
+    finally:
+        release.set()
+        holder.join(timeout=30)
+        if holder.is_alive():
+            holder.kill()
+            holder.join()
+    assert lock_path.exists(), "lock files are never deleted"
+    store.put_turn(scope, "t", 0, meta={}, summary_md="after")
+    assert store.get_turn(scope, "t", 0).summary_md == "after"
     assert_consistent(store, scope)
