@@ -360,6 +360,7 @@ class TaskStore:
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
+        self.layout.check_inside(turn_dir / TURN_META)
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
         self._ensure_artifacts_dir(path.parent, task_id, turn)
@@ -424,6 +425,7 @@ class TaskStore:
         validate_artifact_name(name)
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
+        self.layout.check_inside(path.parent.parent / TURN_META)
         record = self._alive(read_turn(path.parent.parent), self.now_us())
         info = (
             None if record is None else next((a for a in record.artifacts if a.name == name), None)

@@ -75,3 +75,27 @@ def hold_lock(path: str, ready: Any, release: Any) -> None:
     with lock:
         ready.set()
         release.wait(30)
+
+
+def write_until_killed(root: str, seed: int, conn: Any) -> None:
+    """Write turns and replace artifacts forever; send an ack after each call returns."""
+    import hashlib
+    import random
+
+    rng = random.Random(seed)
+    store = TaskStore(Path(root), lock_timeout=30.0)
+    scope = Scope("acme", "web")
+    i = seed * 1_000_000
+    while True:
+        i += 1
+        task_id = f"k{rng.randrange(3)}"
+        turn = rng.randrange(4)
+        text = f"{i}"
+        store.put_turn(scope, task_id, turn, meta={"i": i}, summary_md=text)
+        conn.send(("turn", task_id, turn, i))
+        body = (f"{i} " * rng.randrange(1, 200_000)).encode()
+        info = store.put_artifact(
+            scope, task_id, turn, f"a{rng.randrange(2)}.bin", io.BytesIO(body), content_type="x/y"
+        )
+        assert info.sha256 == hashlib.sha256(body).hexdigest()
+        conn.send(("artifact", task_id, turn, info.name, info.sha256))
