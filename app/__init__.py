@@ -25,6 +25,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from .storage.tokens import TokenRegistry
 
     app = Flask(__name__)
+    # "a//b" is a 404 like any other unknown path, not a redirect to a normalised one.
+    app.url_map.merge_slashes = False
     load_config(app, overrides)
     clock = app.config.get("CLOCK")
     extra = {"clock": clock} if clock else {}
