@@ -16,7 +16,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from flask import Flask
 
     from . import cli, requestlog
-    from .api import memory_stores, project_memory, public
+    from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
     from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
@@ -52,5 +52,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(public.bp)
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)
+    app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")
     cli.init_app(app)
     return app

@@ -643,6 +643,22 @@ class MemoryStoreEngine:
 
         return self._read(scope, store_id, read)
 
+    def find_memory(
+        self, scope: Scope, store_id: str, path: str, *, full: bool
+    ) -> Memory | None:
+        """The live memory at exactly ``path``, or None (the memory tool addresses by path)."""
+        path = rules.validate_memory_path(path)
+
+        def read(store_dir: Path) -> Memory | None:
+            with self._index(store_dir).read() as conn:
+                row = fetch_memory(conn, "path = ?", (path,))
+            if row is None:
+                return None
+            content = self._head_content(store_dir, row) if full else None
+            return self._memory_view(store_id, row, content)
+
+        return self._read(scope, store_id, read)
+
     def update_memory(
         self,
         scope: Scope,

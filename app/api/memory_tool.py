@@ -1,0 +1,64 @@
+"""The memory tool (``memory_20250818``) served from a store: one POST per tool call.
+
+A command that fails (a missing file, a refused path) is a 200 result with
+``is_error: true``: it is the model's to read. An unknown store, a bad credential or a
+busy lock are HTTP errors in the memory-stores envelope.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app
+from flask.blueprints import BlueprintSetupState
+
+from ..auth import current_principal, require_principal
+from ..errors import render
+from ..memory_tool import MemoryTool
+from ..schemas import memory_tool as s
+from ..storage import StorageError
+from .common import json_body
+from .docs import doc
+from .memory_stores import ERRORS, STORE_ID, TAGS, _http_error, engine
+
+bp = Blueprint("memory_tool", __name__)
+tool_input = s.MemoryToolInput()
+tool_result_out = s.MemoryToolResult()
+
+
+@bp.record_once
+def _register_schemas(state: BlueprintSetupState) -> None:
+    state.app.extensions.setdefault("openapi_schemas", []).extend(s.OPENAPI_SCHEMAS)
+
+
+@bp.before_request
+def _authenticate() -> None:
+    require_principal()
+
+
+@bp.errorhandler(StorageError)
+def _storage_error(exc: StorageError) -> Response:
+    response: Response = render(_http_error(exc))
+    return response
+
+
+@bp.post("/<memory_store_id>/memory_tool")
+@doc(
+    params=[STORE_ID],
+    body=s.MemoryToolInput,
+    responses={200: s.MemoryToolResult, **ERRORS},
+    tags=TAGS,
+)
+def run_memory_tool(memory_store_id: str) -> Response:
+    """Run one memory-tool command (/memories/<rel> is the store's /<rel>)"""
+    data = json_body(tool_input)
+    principal = current_principal()
+    tool = MemoryTool(
+        engine(),
+        principal.scope,
+        memory_store_id,
+        actor={"type": "api_actor", "api_key_id": principal.token.id},
+    )
+    result = tool.run(data)
+    response: Response = current_app.json.response(  # type: ignore[assignment]
+        tool_result_out.dump(result)
+    )
+    return response
