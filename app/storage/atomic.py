@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import secrets
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -57,12 +58,52 @@ def os_errors() -> Iterator[None]:
         raise translated from exc
 
 
+_batch = threading.local()
+
+
 def fsync_dir(path: Path) -> None:
+    dirs = getattr(_batch, "dirs", None)
+    if dirs is not None:
+        dirs[path] = None  # inside batched_dir_syncs(): synced once, when the block ends
+        return
+    _fsync_dir_now(path)
+
+
+def _fsync_dir_now(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def batched_dir_syncs() -> Iterator[None]:
+    """Defer this thread's directory fsyncs to the end of the block, once per directory.
+
+    A turn renames and creates several entries in the same two directories; one fsync of
+    each at the end (before the caller answers) makes all of them durable, where an fsync
+    after every rename was a third of a turn's fsyncs. File contents are still fsynced
+    before their rename. If the block fails, the fsyncs are attempted and the block's own
+    error is raised. Nested blocks join the outer one.
+    """
+    if getattr(_batch, "dirs", None) is not None:
+        yield
+        return
+    dirs: dict[Path, None] = {}
+    _batch.dirs = dirs
+    try:
+        yield
+    except BaseException:
+        _batch.dirs = None
+        for path in dirs:
+            with contextlib.suppress(OSError):
+                _fsync_dir_now(path)
+        raise
+    _batch.dirs = None
+    with os_errors():
+        for path in dirs:
+            _fsync_dir_now(path)
 
 
 def make_dirs(path: Path, stop: Path) -> None:

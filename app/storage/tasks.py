@@ -34,6 +34,7 @@ from ulid import ULID
 
 from . import digest as digest_mod
 from .atomic import (
+    batched_dir_syncs,
     fsync_dir,
     make_dirs,
     os_errors,
@@ -156,7 +157,8 @@ class TaskStore:
         marker = self.layout.check_inside(self.layout.task_dirty_marker(scope, task_id))
         # locked() creates the lock's parents: a linked .locks would put them outside.
         lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
-        with locked(lock, self.lock_timeout):
+        # Directory fsyncs once per directory at the end, still before the lock is released.
+        with locked(lock, self.lock_timeout), batched_dir_syncs():
             if marker.exists():
                 # The previous holder died (or failed) between its records and its derived
                 # files: bring the derived files back in line before anything else.
