@@ -217,7 +217,17 @@ class TaskStore:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
         validate_id("task_id", task_id)
         validate_turn(turn)
-        if len(summary_md.encode("utf-8")) > MAX_SUMMARY_BYTES:
+        # Refuse what cannot be stored as UTF-8 JSON (lone surrogates, NaN, sets, ...) before
+        # the first write: failing inside the transaction left a task skeleton behind.
+        try:
+            size = len(summary_md.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidName("summary_md", None, "is not valid Unicode text") from None
+        try:
+            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidName("meta", None, f"cannot be stored as JSON ({exc})") from None
+        if size > MAX_SUMMARY_BYTES:
             raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / f"{turn:04d}-turn"
