@@ -7,8 +7,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.storage import NotFound, PreconditionFailed, Scope, TaskStore
+from app.storage import InvalidName, NotFound, PreconditionFailed, Scope, TaskStore
 from app.storage.clock import iso
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import assert_consistent, read_digest
@@ -198,3 +200,56 @@ def test_short_retention(tmp_path: Path) -> None:
     clock.advance(hours=1)
     with pytest.raises(NotFound):
         s.get_turn(scope, "t", 0)
+
+
+# -- content round trip -------------------------------------------------------------------------
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(meta=st.dictionaries(st.text(max_size=10), _json, max_size=5), summary=st.text(max_size=300))
+def test_meta_and_summary_round_trip_verbatim(
+    issued_store: TaskStore, meta: dict[str, object], summary: str
+) -> None:
+    scope = Scope("acme", "roundtrip")
+    rec = issued_store.put_turn(scope, "t", 0, meta=meta, summary_md=summary)
+    got = issued_store.get_turn(scope, "t", 0)
+    assert got.meta == meta == rec.meta and got.summary_md == summary
+    turn_dir = issued_store.layout.turn_dir(scope, "t", 0)
+    assert (turn_dir / "summary.md").read_bytes() == summary.encode("utf-8")
+    assert issued_store.get_task(scope, "t").turns[0].meta == meta
+
+
+@pytest.fixture(scope="module")
+def issued_store(tmp_path_factory: pytest.TempPathFactory) -> TaskStore:
+    return TaskStore(tmp_path_factory.mktemp("rt") / "root", lock_timeout=5.0)
+
+
+@pytest.mark.parametrize(
+    ("meta", "summary"),
+    [
+        ({}, "lone surrogate \ud800"),
+        ({"k": "\udfff"}, "ok"),
+        ({"\ud800": 1}, "ok"),
+        ({"k": {1, 2}}, "ok"),  # not JSON
+        ({"k": float("nan")}, "ok"),  # not JSON either
+    ],
+    ids=["summary-surrogate", "meta-value-surrogate", "meta-key-surrogate", "set", "nan"],
+)
+def test_content_that_cannot_be_stored_is_refused_before_any_write(
+    store: TaskStore, scope: Scope, meta: dict[str, object], summary: str
+) -> None:
+    store.put_turn(scope, "other", 0, meta={}, summary_md="x")
+    before = sorted(p for p in store.layout.root.rglob("*") if ".locks" not in p.parts)
+    for task_id in ("new-task", "other"):
+        with pytest.raises(InvalidName):
+            store.put_turn(scope, task_id, 1, meta=meta, summary_md=summary)
+    after = sorted(p for p in store.layout.root.rglob("*") if ".locks" not in p.parts)
+    assert after == before
+    assert_consistent(store, scope)
