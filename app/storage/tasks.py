@@ -43,7 +43,7 @@ from .atomic import (
     write_atomic,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
-from .errors import InvalidName, NotFound, NotOwner, PreconditionFailed
+from .errors import Corrupt, InvalidName, NotFound, NotOwner, PreconditionFailed
 from .layout import (
     ARTIFACTS_DIR,
     TASK_RECORD,
@@ -197,7 +197,9 @@ class TaskStore:
         if summary:
             write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"))
         index_path = task_dir / "index.json"
-        index = index_with_turn(read_json(index_path), task_id, read_task_record(task_dir), record)
+        index = index_with_turn(
+            _load_index(task_dir, task_id), task_id, read_task_record(task_dir), record
+        )
         write_json(index_path, index)
         self._listing(scope).put_turn(task_id, turn_row(record))
 
@@ -238,7 +240,7 @@ class TaskStore:
             previous = read_turn(turn_dir) if turn_dir.exists() else None
             alive = self._alive(previous, now_us)
             _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
-            index = read_json(task_dir / "index.json") if task_dir.exists() else None
+            index = _load_index(task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
             txn.begin()
             if not task_dir.exists() or read_task_record(task_dir) is None:
@@ -388,7 +390,7 @@ class TaskStore:
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
             task_dir = turn_dir.parent
-            updated_us = self._next_updated_us(read_json(task_dir / "index.json"), now_us)
+            updated_us = self._next_updated_us(_load_index(task_dir, task_id), now_us)
             info = ArtifactInfo(
                 name=name,
                 content_type=content_type,
@@ -519,7 +521,11 @@ class TaskStore:
                 current = None
             if current != summary:
                 write_atomic(turn_dir / TURN_SUMMARY, summary)
-        if read_json(task_dir / "index.json") != index:
+        try:
+            current_index = read_json(task_dir / "index.json")
+        except Corrupt:
+            current_index = None
+        if current_index != index:
             write_json(task_dir / "index.json", index)
         self._listing(scope).set_task(task_id, index_rows(index))
 
@@ -554,6 +560,15 @@ class TaskStore:
             return int(obj["u"]), validate_id("task_id", obj["id"])
         except (ValueError, KeyError, TypeError, InvalidName):
             raise bad from None
+
+
+def _load_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
+    """The task's index.json; rebuilt from the records when it is unreadable (it is derived)."""
+    try:
+        index: dict[str, Any] | None = read_json(task_dir / "index.json")
+    except Corrupt:
+        index = rebuild_index(task_dir, task_id)
+    return index
 
 
 def _file_sha256(path: Path) -> str | None:

@@ -136,3 +136,14 @@ def test_symlink_planted_in_the_tree_is_never_followed(
         assert resp.status_code == 404, (method, url, resp.status_code)
         assert b"OUTSIDE" not in resp.data
     assert sorted(p.name for p in outside.iterdir()) == ["0000-turn"]
+
+
+def test_torn_task_index_heals_on_the_next_write(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
+    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "zero"}, headers=tokens.headers("writer"))
+    index = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "index.json"
+    index.write_text('{"torn": ')
+    assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 500
+    resp = client.put(f"{BASE}/tasks/t/turns/1", json={"summary_md": "one"}, headers=tokens.headers("writer"))
+    assert resp.status_code == 200
+    body = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).get_json()
+    assert [t["turn"] for t in body["turns"]] == [0, 1]
