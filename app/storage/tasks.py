@@ -136,7 +136,8 @@ class TaskStore:
         """A per-root secret that signs list cursors, shared by every worker through the file."""
         root = self.layout.root
         make_dirs(root, Path(root.anchor))
-        path = root / ".cursor-key"
+        # A linked key file would sign cursors with bytes from outside the root.
+        path = self.layout.check_inside(root / ".cursor-key")
         try:
             return path.read_bytes()
         except FileNotFoundError:
