@@ -199,3 +199,13 @@ def test_a_locks_dir_link_is_not_written_through(trees: tuple[TaskStore, Path]) 
     with contextlib.suppress(*ALLOWED):
         store.put_turn(SCOPE, "t1", 3, meta={}, summary_md="x")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_cursor_key_link_is_not_read_through(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    TaskStore(root)
+    secret = tmp_path / "outside-secret"
+    secret.write_bytes(b"OUTSIDE key material")
+    _swap(root / ".cursor-key", secret)
+    with pytest.raises(UnsafePath):
+        TaskStore(root)
