@@ -1,0 +1,103 @@
+"""Fuzzing from the OpenAPI document with schemathesis: no 5xx, nothing that contradicts it.
+
+In process (WSGI) in ``make test``, with a few examples per operation; against a real
+gunicorn, with more, in ``make soak``. Checks: not_a_server_error,
+status_code_conformance, response_schema_conformance, negative_data_rejection and (through
+the stateful links, where the document has them) use_after_free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import (
+    negative_data_rejection,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+    use_after_free,
+)
+
+from app import create_app
+from tests.robust.helpers import BASE, start
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    use_after_free,
+]
+
+
+def _fuzz(loaded, secret: str, max_examples: int) -> list[str]:  # noqa: ANN001
+    """Run every operation of ``loaded`` with hypothesis; return the failures, by operation."""
+    failures = []
+    operations = 0
+    for result in loaded.get_all_operations():
+        operation = result.ok()
+        operations += 1
+
+        @settings(
+            max_examples=max_examples,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        )
+        @given(operation.as_strategy())
+        def run(case) -> None:  # noqa: ANN001
+            case.call_and_validate(headers={"Authorization": f"Bearer {secret}"}, checks=CHECKS)
+
+        try:
+            run()
+        except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect them all
+            failures.append(f"{operation.label}: {str(exc)[:2000]}")
+    assert operations >= 8
+    return failures
+
+
+def _seed(client, secret: str) -> None:  # noqa: ANN001
+    h = {"Authorization": f"Bearer {secret}"}
+    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "seed"}, headers=h)
+    client.put(f"{BASE}/tasks/t/turns/0/artifacts/a.bin", data=b"seed", headers=h)
+
+
+# schemathesis' WSGI transport does not close streamed (file) responses.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_in_process(tmp_path: Path) -> None:
+    app = create_app(
+        {
+            "TESTING": True,
+            "STORAGE_ROOT": str(tmp_path / "root"),
+            "TOKENS_FILE": str(tmp_path / "tokens.json"),
+        }
+    )
+    _, secret = app.extensions["token_registry"].create(
+        role="project_admin", tenant="acme", project="web"
+    )
+    _seed(app.test_client(), secret)
+    loaded = schemathesis.openapi.from_wsgi(f"{BASE}/openapi.yaml", app)
+    failures = _fuzz(loaded, secret, max_examples=6)
+    assert failures == [], "\n\n".join(failures)
+
+
+@pytest.mark.soak
+@pytest.mark.e2e
+def test_against_real_gunicorn(tmp_path: Path) -> None:
+    server = start(tmp_path, workers=2, threads=4)
+    try:
+        secret = server.token("project_admin")
+        import requests
+
+        with requests.Session() as s:
+            h = {"Authorization": f"Bearer {secret}"}
+            s.put(f"{server.url}{BASE}/tasks/t/turns/0", json={"summary_md": "seed"}, headers=h)
+        loaded = schemathesis.openapi.from_url(f"{server.url}{BASE}/openapi.yaml")
+        failures = _fuzz(loaded, secret, max_examples=60)
+        assert failures == [], "\n\n".join(failures)
+    finally:
+        server.stop()
