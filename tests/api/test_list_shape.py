@@ -1,0 +1,36 @@
+"""GET tasks builds its body by hand (a hot path, bench/README.md): pin it to the TaskList schema."""
+
+from __future__ import annotations
+
+import json
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app.api.project_memory import task_list_out
+from app.storage import Scope
+
+API = "/sandbox/memory/v1"
+
+
+def test_list_body_equals_the_schema_dump(app: Flask, client: FlaskClient, tokens) -> None:  # noqa: ANN001
+    headers = tokens.headers("writer")
+    for i in range(7):
+        body = {"meta": {"model": "m"}, "summary_md": f"turn {i}"}
+        for turn in range(i % 3 + 1):
+            r = client.put(f"{API}/tasks/task-{i}/turns/{turn}", json=body, headers=headers)
+            assert r.status_code == 200
+    store = app.extensions["task_store"]
+    cursor = None
+    for limit in (3, 3, 3):
+        url = f"{API}/tasks?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        r = client.get(url, headers=headers)
+        assert r.status_code == 200
+        page = store.list_tasks(Scope("acme", "web"), limit=limit, cursor=cursor)
+        # Same keys, same order, same values as marshmallow's TaskList dump.
+        assert list(json.loads(r.data).items()) == list(task_list_out.dump(page).items())
+        assert [list(t) for t in json.loads(r.data)["tasks"]] == [
+            list(t) for t in task_list_out.dump(page)["tasks"]
+        ]
+        cursor = page.next_cursor
+    assert cursor is None
