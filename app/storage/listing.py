@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS turns (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
-    ('digest_generation', -1), ('digest_valid_until_us', 0);
+    ('digest_generation', -1), ('digest_valid_until_us', 0), ('digest_rendered_us', 0);
 """
 
 _ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
@@ -191,7 +191,7 @@ class Listing:
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
 
-    def set_digest_state(self, generation: int, valid_until_us: int) -> None:
+    def set_digest_state(self, generation: int, valid_until_us: int, rendered_us: int = 0) -> None:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -201,6 +201,9 @@ class Listing:
             conn.execute(
                 "UPDATE counters SET value = ? WHERE name = 'digest_valid_until_us'",
                 (valid_until_us,),
+            )
+            conn.execute(
+                "UPDATE counters SET value = ? WHERE name = 'digest_rendered_us'", (rendered_us,)
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -239,9 +242,10 @@ class Listing:
 
     def digest_is_fresh(self, now_us: int) -> bool:
         rows = dict(self._conn().execute("SELECT name, value FROM counters").fetchall())
+        # A clock that stepped back to before the render may bring expired turns back to life.
         return bool(
             rows["digest_generation"] == rows["generation"]
-            and now_us < rows["digest_valid_until_us"]
+            and rows.get("digest_rendered_us", 0) <= now_us < rows["digest_valid_until_us"]
         )
 
     def digest_snapshot(self, now_us: int) -> tuple[int, list[DigestRow]]:

@@ -493,7 +493,7 @@ class TaskStore:
                 return record
 
             write_atomic(path, digest_mod.render(scope, rows, read))
-            listing.set_digest_state(generation, valid_until[0])
+            listing.set_digest_state(generation, valid_until[0], rendered_us=now_us)
         return True
 
     # -- repair ------------------------------------------------------------------------------
