@@ -97,3 +97,14 @@ def test_digest_is_not_rewritten_by_a_turn_write(
     assert path.stat().st_ino == inode
     assert "## t4" in read_digest(store, scope)
     assert path.stat().st_ino != inode
+
+
+def test_digest_follows_a_clock_that_steps_back_across_an_expiry(
+    store: TaskStore, scope: Scope, clock: FixedClock
+) -> None:
+    store.put_turn(scope, "a", 0, meta={}, summary_md="a zero")
+    clock.set(T0 + timedelta(days=30))  # expired now
+    assert "## a" not in read_digest(store, scope)
+    clock.set(T0 + timedelta(days=30) - timedelta(microseconds=1))  # NTP stepped back
+    assert store.get_turn(scope, "a", 0).summary_md == "a zero"
+    assert "a zero" in read_digest(store, scope)
