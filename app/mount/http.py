@@ -1,0 +1,168 @@
+"""The few memory-stores calls the sync client makes, over ``requests``.
+
+``requests`` rather than the ``anthropic`` SDK: the sync rules are written in HTTP statuses
+(reference A.10: 404 re-create, 409 the store wins, 400/413 refused), the SDK is an optional
+extra the server does not need, and a plain session keeps retries and timeouts ours (every
+call is bounded by the caller's deadline, which the final sync on exit needs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import requests
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class TransportError(Exception):
+    """The server could not be reached or answered 5xx / out of time: retry next sync."""
+
+
+class ApiError(Exception):
+    """The server answered with an error envelope (4xx)."""
+
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(f"{status} {error_type}: {message}")
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+class StoreClient:
+    """One server, one credential; ``calls`` counts requests by kind (for logs and tests)."""
+
+    def __init__(self, server: str, token: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.base = server.rstrip("/") + "/v1/memory_stores"
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers.update(
+            {"Authorization": f"Bearer {token}", "User-Agent": "project-memory-mount/1"}
+        )
+        self.calls: Counter[str] = Counter()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def _call(
+        self,
+        kind: str,
+        method: str,
+        url: str,
+        *,
+        deadline: float | None,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+    ) -> Any:
+        timeout = self.timeout
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                raise TransportError("out of time")
+        self.calls[kind] += 1
+        try:
+            response = self.session.request(
+                method, self.base + url, params=params, json=json, timeout=timeout
+            )
+        except requests.RequestException as exc:
+            raise TransportError(f"{method} {url}: {exc}") from None
+        if response.status_code >= 500:
+            raise TransportError(f"{method} {url}: HTTP {response.status_code}")
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            error = body.get("error") if isinstance(body, dict) else None
+            error = error if isinstance(error, dict) else {}
+            raise ApiError(
+                response.status_code,
+                str(error.get("type") or "error"),
+                str(error.get("message") or response.reason),
+            )
+        if body is None:
+            raise TransportError(f"{method} {url}: the answer is not JSON")
+        return body
+
+    # -- calls -------------------------------------------------------------------------
+    def get_store(self, store_id: str, *, deadline: float | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("get_store", "GET", f"/{store_id}", deadline=deadline)
+        return result
+
+    def list_memories(
+        self, store_id: str, *, deadline: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Every memory, ``view=basic`` (no content), 100 a page."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"view": "basic", "limit": 100}
+        while True:
+            page = self._call(
+                "list", "GET", f"/{store_id}/memories", deadline=deadline, params=params
+            )
+            items.extend(m for m in page["data"] if m.get("type") == "memory")
+            if not page.get("next_page"):
+                return items
+            params = {**params, "page": page["next_page"]}
+
+    def get_memory(
+        self, store_id: str, memory_id: str, *, deadline: float | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "retrieve",
+            "GET",
+            f"/{store_id}/memories/{memory_id}",
+            deadline=deadline,
+            params={"view": "full"},
+        )
+        return result
+
+    def create_memory(
+        self, store_id: str, path: str, content: str, *, deadline: float | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "create",
+            "POST",
+            f"/{store_id}/memories",
+            deadline=deadline,
+            json={"path": path, "content": content},
+        )
+        return result
+
+    def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        content: str,
+        expected_sha256: str,
+        *,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "update",
+            "POST",
+            f"/{store_id}/memories/{memory_id}",
+            deadline=deadline,
+            json={
+                "content": content,
+                "precondition": {"type": "content_sha256", "content_sha256": expected_sha256},
+            },
+        )
+        return result
+
+    def delete_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        expected_sha256: str,
+        *,
+        deadline: float | None = None,
+    ) -> None:
+        self._call(
+            "delete",
+            "DELETE",
+            f"/{store_id}/memories/{memory_id}",
+            deadline=deadline,
+            params={"expected_content_sha256": expected_sha256},
+        )

@@ -1,0 +1,649 @@
+"""Keep one local directory in sync with one memory store (reference A.10).
+
+Each sync compares, per path, three hashes: the local file's (L), the one both sides had
+at the last sync (B, the baseline, kept in a state file) and the server's
+``content_sha256`` (R):
+
+* L == R: in sync.
+* only R moved: the server's change is written locally (or the local file removed).
+* only L moved: the local change is uploaded (update on a ``content_sha256`` precondition,
+  or create); a local delete is sent only once the file has stayed missing for
+  ``delete_delay`` seconds.
+* both moved: the server wins and a warning is logged; except a remote delete of a file
+  with an unsynced local edit, which re-creates the memory from the local file.
+
+The store directory carries a marker naming the store; without it nothing is synced. A
+folder whose synced files are all gone is a wipe, never propagated: it is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .http import ApiError, StoreClient, TransportError
+
+log = logging.getLogger("project_memory.mount")
+
+MARKER = ".anthropic-memory-store"  # the name and content the official workers use
+STATE_DIR = ".project-memory"
+TMP_PREFIX = ".~tmp-"  # the server refuses memory paths with this segment prefix
+DELETE_DELAY = 30.0
+MAX_UPLOAD_BYTES = 1024 * 1024  # bigger files are refused without sending them
+
+
+def marker_text(store_id: str) -> str:
+    """What the marker holds: hex SHA-256 of ``"version 1\\n" + store_id`` (TS SDK format)."""
+    return hashlib.sha256(f"version 1\n{store_id}".encode()).hexdigest()
+
+
+class Deletions(StrEnum):
+    ENABLED = "enabled"
+    LOG_ONLY = "log_only"
+    DISABLED = "disabled"
+
+
+class Action(StrEnum):
+    IN_SYNC = "in_sync"
+    DOWNLOAD = "download"  # the server changed
+    REMOVE_LOCAL = "remove_local"  # the server deleted
+    UPLOAD = "upload"  # local edit of a synced file
+    CREATE = "create"  # new local file
+    DELETE_REMOTE = "delete_remote"  # local delete
+    CONFLICT = "conflict"  # both changed: the server's version is written locally
+    RECREATE = "recreate"  # server deleted, local edited: upload the local file again
+    IGNORE_LOCAL = "ignore_local"  # read-only: a local change that is never uploaded
+
+
+def decide(local: str | None, base: str | None, remote: str | None, *, read_only: bool) -> Action:
+    """The three-way rule for one path (None: absent on that side / never synced)."""
+    if local == remote:
+        return Action.IN_SYNC
+    if local == base:
+        return Action.DOWNLOAD if remote is not None else Action.REMOVE_LOCAL
+    if remote == base:
+        if read_only:
+            return Action.IGNORE_LOCAL
+        if local is None:
+            return Action.DELETE_REMOTE
+        return Action.CREATE if remote is None else Action.UPLOAD
+    if remote is None:
+        return Action.REMOVE_LOCAL if read_only else Action.RECREATE
+    return Action.CONFLICT
+
+
+class MountError(Exception):
+    """The mount cannot start (a folder it did not create, a marker of another store)."""
+
+
+@dataclass
+class _Local:
+    sha: str
+    data: bytes | None  # None: not read (too large, or an unchanged cached hash)
+
+
+@dataclass
+class SyncReport:
+    ok: bool = True
+    actions: dict[str, int] = field(default_factory=dict)
+
+    def count(self, action: str) -> None:
+        self.actions[action] = self.actions.get(action, 0) + 1
+
+
+class StoreSync:
+    """One store mounted at ``root / slug``; ``sync_once()`` runs one reconciliation."""
+
+    def __init__(
+        self,
+        client: StoreClient,
+        store_id: str,
+        folder: Path,
+        *,
+        state_file: Path,
+        read_only: bool = False,
+        deletions: Deletions = Deletions.ENABLED,
+        delete_delay: float = DELETE_DELAY,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.store_id = store_id
+        self.folder = folder
+        self.state_file = state_file
+        self.read_only = read_only
+        self.deletions = deletions
+        self.delete_delay = delete_delay
+        self.monotonic = monotonic
+        self.baseline: dict[str, dict[str, str]] = {}  # path -> {"id", "sha"}
+        self.refused: dict[str, str] = {}  # path -> local sha the server refused
+        self.missing_since: dict[str, float] = {}
+        self._hash_cache: dict[str, tuple[int, int, int, str]] = {}
+        self._said: set[tuple[str, ...]] = set()  # one-time log lines already written
+        self._load_state()
+
+    # -- logging -----------------------------------------------------------------------
+    def _tag(self) -> str:
+        return f"[{self.folder.name}]"
+
+    def _once(self, key: tuple[str, ...], level: int, message: str, *args: object) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            log.log(level, f"{self._tag()} {message}", *args)
+
+    # -- state -------------------------------------------------------------------------
+    def _load_state(self) -> None:
+        try:
+            data = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "%s state file %s unreadable (%s): starting fresh",
+                self._tag(),
+                self.state_file,
+                exc,
+            )
+            return
+        if isinstance(data, dict) and data.get("store_id") == self.store_id:
+            self.baseline = dict(data.get("baseline") or {})
+            self.refused = dict(data.get("refused") or {})
+
+    def _save_state(self) -> None:
+        body = {"store_id": self.store_id, "baseline": self.baseline, "refused": self.refused}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.state_file, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+
+    # -- the folder ----------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Create the folder with its marker, or accept it if our marker is there already.
+
+        Refuses a non-empty folder without the marker (not ours) and a marker of another
+        store: syncing would upload someone else's files or mix two stores.
+        """
+        marker = self.folder / MARKER
+        try:
+            st = os.lstat(self.folder)
+        except FileNotFoundError:
+            self.folder.parent.mkdir(parents=True, exist_ok=True)
+            self.folder.mkdir(mode=0o700)
+            write_atomic(marker, marker_text(self.store_id).encode())
+            log.info("%s created %s for %s", self._tag(), self.folder, self.store_id)
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            raise MountError(f"{self.folder} exists and is not a directory")
+        if self._marker_ok():
+            log.info("%s resuming in %s (marker found)", self._tag(), self.folder)
+            return
+        if marker.exists() or marker.is_symlink():
+            raise MountError(f"{self.folder}: its marker names another store; not syncing it")
+        if os.listdir(self.folder):
+            raise MountError(
+                f"{self.folder} exists, is not empty and was not created by project-memory"
+                " mount (no marker): refusing to sync over it"
+            )
+        write_atomic(marker, marker_text(self.store_id).encode())
+        log.info("%s adopted the empty folder %s", self._tag(), self.folder)
+
+    def _marker_ok(self) -> bool:
+        try:
+            fd = os.open(self.folder / MARKER, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read(200).strip() == marker_text(self.store_id).encode()
+
+    def _local_path(self, path: str) -> Path:
+        return self.folder / path.lstrip("/")
+
+    def _scan(self) -> tuple[dict[str, _Local], list[str]]:
+        """Every regular file under the folder, hashed; and the paths that cannot be memories."""
+        found: dict[str, _Local] = {}
+        unusable: list[str] = []
+        cache: dict[str, tuple[int, int, int, str]] = {}
+        for dirpath, dirnames, filenames in os.walk(self.folder):
+            base = Path(dirpath)
+            dirnames[:] = [d for d in dirnames if not (base / d).is_symlink()]
+            for name in filenames:
+                full = base / name
+                rel = "/" + full.relative_to(self.folder).as_posix()
+                if rel == "/" + MARKER or name.startswith(TMP_PREFIX):
+                    continue
+                try:
+                    rel.encode("utf-8")
+                except UnicodeEncodeError:
+                    unusable.append(rel)
+                    continue
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # symlinks and devices are never synced
+                key = (st.st_mtime_ns, st.st_size, st.st_ino)
+                cached = self._hash_cache.get(rel)
+                # A file changed twice within the clock's granularity keeps its mtime:
+                # trust the cached hash only for files that have been still for a while.
+                settled = time.time_ns() - st.st_mtime_ns > 2_000_000_000
+                if cached is not None and cached[:3] == key and settled:
+                    found[rel] = _Local(cached[3], None)
+                    cache[rel] = cached
+                    continue
+                data = _read_nofollow(full)
+                if data is None:
+                    continue
+                sha = hashlib.sha256(data).hexdigest()
+                found[rel] = _Local(sha, data if len(data) <= MAX_UPLOAD_BYTES else None)
+                cache[rel] = (*key, sha)
+        self._hash_cache = cache
+        return found, unusable
+
+    # -- one sync ----------------------------------------------------------------------
+    def sync_once(self, *, deadline: float | None = None) -> SyncReport:
+        """Reconcile once; ``ok`` is False when the sync could not complete."""
+        report = SyncReport()
+        if not self._marker_ok():
+            log.warning(
+                "%s marker %s missing or altered: not syncing this folder",
+                self._tag(),
+                self.folder / MARKER,
+            )
+            report.ok = False
+            return report
+        try:
+            remote_items = self.client.list_memories(self.store_id, deadline=deadline)
+            remote = {m["path"]: m for m in remote_items if m["path"] != "/" + MARKER}
+            local, unusable = self._scan()
+            for rel in unusable:
+                self._once(
+                    ("unusable", rel), logging.WARNING, "skipping %r: its name is not UTF-8", rel
+                )
+            wipe = self._is_wipe(local)
+            if wipe:
+                log.warning(
+                    "%s all %d synced files are gone: treating it as a wipe; nothing is"
+                    " deleted on the server, the files are restored from it",
+                    self._tag(),
+                    len(self.baseline),
+                )
+            deletes_left = max(8, min(50, len(self.baseline) // 4))
+            for path in sorted(set(local) | set(remote) | set(self.baseline)):
+                l_entry = local.get(path)
+                r_entry = remote.get(path)
+                b_entry = self.baseline.get(path)
+                action = decide(
+                    l_entry.sha if l_entry else None,
+                    b_entry["sha"] if b_entry else None,
+                    r_entry["content_sha256"] if r_entry else None,
+                    read_only=self.read_only,
+                )
+                if wipe and l_entry is None and r_entry is not None:
+                    action = Action.DOWNLOAD  # restore, whatever the mode
+                elif action is Action.DELETE_REMOTE and deletes_left <= 0:
+                    continue  # a capped number of deletes per sync, the rest next time
+                if path in self.missing_since and action is not Action.DELETE_REMOTE:
+                    del self.missing_since[path]
+                done = self._apply(action, path, l_entry, b_entry, r_entry, deadline)
+                if done and action is Action.DELETE_REMOTE:
+                    deletes_left -= 1
+                report.count(action.value if done else f"{action.value}_skipped")
+        except TransportError as exc:
+            log.warning("%s sync failed, will retry: %s", self._tag(), exc)
+            report.ok = False
+        except ApiError as exc:
+            log.warning("%s sync failed: %s", self._tag(), exc)
+            report.ok = False
+        finally:
+            self._save_state()
+        changed = {k: v for k, v in report.actions.items() if k != Action.IN_SYNC.value}
+        if changed:
+            log.info("%s sync done: %s", self._tag(), json.dumps(changed, sort_keys=True))
+        return report
+
+    def _is_wipe(self, local: dict[str, _Local]) -> bool:
+        # One missing file is a delete; every synced file gone at once (and nothing else
+        # there) is what `rm -rf dir/*` or a lost volume looks like.
+        return len(self.baseline) >= 2 and not local
+
+    def _apply(
+        self,
+        action: Action,
+        path: str,
+        local: _Local | None,
+        base: dict[str, str] | None,
+        remote: dict[str, Any] | None,
+        deadline: float | None,
+    ) -> bool:
+        """Carry out one decision; False when it was held back (refused, delayed, lost)."""
+        if action is Action.IN_SYNC:
+            if remote is None:
+                self.baseline.pop(path, None)
+            else:
+                self.baseline[path] = {"id": remote["id"], "sha": remote["content_sha256"]}
+            self.refused.pop(path, None)
+            return True
+        if action in (Action.DOWNLOAD, Action.CONFLICT):
+            assert remote is not None
+            if action is Action.CONFLICT:
+                log.warning(
+                    "%s conflict on %s: changed here and on the server; keeping the server's"
+                    " version",
+                    self._tag(),
+                    path,
+                )
+            return self._download(path, local, remote, deadline)
+        if action is Action.REMOVE_LOCAL:
+            return self._remove_local(path, local)
+        if action is Action.IGNORE_LOCAL:
+            self._once(
+                ("read_only", path, local.sha if local else ""),
+                logging.WARNING,
+                "read-only: the local change to %s is not uploaded (the next change on the"
+                " server overwrites it)",
+                path,
+            )
+            return False
+        if action is Action.DELETE_REMOTE:
+            assert base is not None
+            return self._delete_remote(path, base, deadline)
+        assert local is not None
+        if action is Action.RECREATE:
+            log.warning(
+                "%s %s was deleted on the server but has unsynced local edits: re-creating it",
+                self._tag(),
+                path,
+            )
+            return self._create(path, local, deadline)
+        if action is Action.CREATE:
+            return self._create(path, local, deadline)
+        assert remote is not None
+        return self._upload(path, local, remote, deadline)
+
+    # -- downloads ---------------------------------------------------------------------
+    def _download(
+        self, path: str, local: _Local | None, remote: dict[str, Any], deadline: float | None
+    ) -> bool:
+        try:
+            memory = self.client.get_memory(self.store_id, remote["id"], deadline=deadline)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False  # deleted since the list: the next sync removes it here
+            raise
+        data = str(memory["content"]).encode("utf-8")
+        try:
+            written = replace_file(
+                self.folder, path, data, expected_sha=local.sha if local else None
+            )
+        except OSError as exc:
+            self._once(
+                ("write", path, memory["content_sha256"]),
+                logging.WARNING,
+                "cannot write %s here (%s): skipped",
+                path,
+                exc.strerror or exc,
+            )
+            return False
+        if not written:
+            log.info("%s %s changed while syncing: deciding again next sync", self._tag(), path)
+            return False
+        self.baseline[path] = {"id": memory["id"], "sha": memory["content_sha256"]}
+        self.refused.pop(path, None)
+        log.info("%s downloaded %s (%d bytes)", self._tag(), path, len(data))
+        return True
+
+    def _remove_local(self, path: str, local: _Local | None) -> bool:
+        if local is not None:
+            removed = remove_file(self.folder, path, expected_sha=local.sha)
+            if not removed:
+                log.info("%s %s changed while syncing: kept", self._tag(), path)
+                return False
+            log.info("%s removed %s (deleted on the server)", self._tag(), path)
+        self.baseline.pop(path, None)
+        self.refused.pop(path, None)
+        return True
+
+    # -- uploads -----------------------------------------------------------------------
+    def _content(self, path: str, local: _Local) -> str | None:
+        """The local file as text, or None (logged once) when the server could not take it."""
+        data = local.data
+        if data is None:
+            full = self._local_path(path)
+            data = _read_nofollow(full)
+            if data is None or hashlib.sha256(data).hexdigest() != local.sha:
+                return None  # changed since the scan: next sync
+        if len(data) > MAX_UPLOAD_BYTES:
+            self._refuse(path, local, f"{len(data)} bytes is far over the store's limit")
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self._refuse(path, local, "not UTF-8 text")
+            return None
+
+    def _refuse(self, path: str, local: _Local, why: str) -> None:
+        if self.refused.get(path) != local.sha:
+            log.warning("%s %s refused (%s): skipped until it changes", self._tag(), path, why)
+        self.refused[path] = local.sha
+
+    def _create(self, path: str, local: _Local, deadline: float | None) -> bool:
+        if self.refused.get(path) == local.sha:
+            return False
+        content = self._content(path, local)
+        if content is None:
+            return False
+        try:
+            memory = self.client.create_memory(self.store_id, path, content, deadline=deadline)
+        except ApiError as exc:
+            return self._upload_refused(path, local, exc)
+        self.baseline[path] = {"id": memory["id"], "sha": memory["content_sha256"]}
+        log.info("%s created %s on the server", self._tag(), path)
+        return True
+
+    def _upload(
+        self, path: str, local: _Local, remote: dict[str, Any], deadline: float | None
+    ) -> bool:
+        if self.refused.get(path) == local.sha:
+            return False
+        content = self._content(path, local)
+        if content is None:
+            return False
+        try:
+            memory = self.client.update_memory(
+                self.store_id, remote["id"], content, remote["content_sha256"], deadline=deadline
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                log.info(
+                    "%s %s was deleted on the server meanwhile: re-creating it", self._tag(), path
+                )
+                return self._create(path, local, deadline)
+            return self._upload_refused(path, local, exc)
+        self.baseline[path] = {"id": memory["id"], "sha": memory["content_sha256"]}
+        log.info("%s uploaded %s", self._tag(), path)
+        return True
+
+    def _upload_refused(self, path: str, local: _Local, exc: ApiError) -> bool:
+        if exc.error_type == "memory_precondition_failed_error":
+            log.warning(
+                "%s %s changed on the server meanwhile: the server's version wins",
+                self._tag(),
+                path,
+            )
+            return False
+        if exc.status in (400, 413) or exc.error_type == "memory_path_conflict_error":
+            self._refuse(path, local, exc.message)
+            return False
+        if exc.status == 409:  # e.g. an archived store
+            self._once(
+                ("conflict", path, local.sha),
+                logging.WARNING,
+                "%s not uploaded: %s",
+                path,
+                exc.message,
+            )
+            return False
+        raise exc
+
+    def _delete_remote(self, path: str, base: dict[str, str], deadline: float | None) -> bool:
+        now = self.monotonic()
+        since = self.missing_since.setdefault(path, now)
+        if now - since < self.delete_delay:
+            if since == now:
+                log.info(
+                    "%s %s is missing here: deleting it on the server if it stays missing for %gs",
+                    self._tag(),
+                    path,
+                    self.delete_delay,
+                )
+            return False
+        if self.deletions is Deletions.DISABLED:
+            self._once(
+                ("nodelete", path),
+                logging.INFO,
+                "%s deleted here; deletions are disabled: kept on the server",
+                path,
+            )
+            return False
+        if self.deletions is Deletions.LOG_ONLY:
+            self._once(
+                ("nodelete", path),
+                logging.WARNING,
+                "%s deleted here; would delete it on the server (deletions=log_only)",
+                path,
+            )
+            return False
+        if os.path.lexists(self._local_path(path)):
+            return False  # back again: the fresh re-check the reference asks for
+        try:
+            self.client.delete_memory(self.store_id, base["id"], base["sha"], deadline=deadline)
+        except ApiError as exc:
+            if exc.status == 404:
+                pass  # already gone
+            elif exc.status in (409, 412):
+                log.warning(
+                    "%s %s was deleted here but changed on the server: keeping the server's"
+                    " version",
+                    self._tag(),
+                    path,
+                )
+                return False
+            else:
+                raise
+        self.baseline.pop(path, None)
+        self.missing_since.pop(path, None)
+        log.info(
+            "%s deleted %s on the server (missing here for %gs)", self._tag(), path, now - since
+        )
+        return True
+
+
+# -- files -------------------------------------------------------------------------------
+def _read_nofollow(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _sha_of(path: Path) -> str | None:
+    """The hash of the regular file at ``path``; None if absent. Raises on a non-file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EEXIST, "not a regular file", str(path))
+    data = _read_nofollow(path)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory."""
+    tmp = target.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _safe_parent(root: Path, rel: str) -> Path:
+    """Create the parents of ``rel`` under ``root``; never through a symlink."""
+    parts = rel.strip("/").split("/")
+    current = root
+    for part in parts[:-1]:
+        if part in ("", ".", ".."):
+            raise OSError(errno.EINVAL, "unsafe path", rel)
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            os.mkdir(current, 0o700)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.ENOTDIR, "a file is in the way", str(current))
+    if parts[-1] in ("", ".", ".."):
+        raise OSError(errno.EINVAL, "unsafe path", rel)
+    return current
+
+
+def replace_file(root: Path, rel: str, data: bytes, *, expected_sha: str | None) -> bool:
+    """Write ``data`` at ``rel`` atomically if the file still has ``expected_sha``.
+
+    False (nothing written) when the file changed since it was scanned: an edit made while
+    we synced must not be overwritten by a decision taken before it.
+    """
+    parent = _safe_parent(root, rel)
+    target = parent / rel.rsplit("/", 1)[-1]
+    if _sha_of(target) != expected_sha:
+        return False
+    write_atomic(target, data)
+    return True
+
+
+def remove_file(root: Path, rel: str, *, expected_sha: str) -> bool:
+    """Remove ``rel`` if it still has ``expected_sha``, then the directories it empties."""
+    target = root / rel.lstrip("/")
+    try:
+        if _sha_of(target) != expected_sha:
+            return False
+    except OSError:
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target)
+    parent = target.parent
+    while parent != root and root in parent.parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break
+        parent = parent.parent
+    return True

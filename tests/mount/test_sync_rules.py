@@ -1,0 +1,413 @@
+"""Each sync rule of issue 6 point 1, one sync at a time against a real gunicorn.
+
+The sync object runs in the test process so each step is explicit; its clock for the
+30-second delete delay is a counter the test moves. Files, HTTP and the server are real.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.mount.http import StoreClient
+from app.mount.sync import MARKER, Deletions, MountError, StoreSync, marker_text
+from tests.e2e.conftest import Server, start_server
+from tests.mount.helpers import Remote, local_tree, sha
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("mount"), workers=2, threads=4)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def token(server: Server) -> str:
+    return server.token("writer")
+
+
+@pytest.fixture
+def remote(server: Server, token: str) -> Remote:
+    return Remote(server, token)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+class Mount:
+    """A store mounted in tmp_path, synced by hand."""
+
+    def __init__(
+        self, server: Server, token: str, store_id: str, root: Path, clock: Clock, **kw: object
+    ) -> None:
+        self.client = StoreClient(server.url, token)
+        self.root = root
+        self.folder = root / "notes"
+        self.sync = StoreSync(
+            self.client,
+            store_id,
+            self.folder,
+            state_file=root / ".project-memory" / f"{store_id}.json",
+            monotonic=clock,
+            **kw,  # type: ignore[arg-type]
+        )
+        self.sync.prepare()
+
+    def __call__(self) -> dict[str, int]:
+        report = self.sync.sync_once()
+        assert report.ok
+        return report.actions
+
+    def write(self, rel: str, text: str | bytes) -> None:
+        path = self.folder / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+
+    def tree(self) -> dict[str, str]:
+        return local_tree(self.folder)
+
+
+@pytest.fixture
+def make(server: Server, token: str, remote: Remote, tmp_path: Path, clock: Clock):  # type: ignore[no-untyped-def]
+    mounts: list[Mount] = []
+
+    def factory(store_id: str | None = None, root: Path | None = None, **kw: object) -> Mount:
+        mount = Mount(
+            server, token, store_id or remote.store("Notes"), root or tmp_path / "mnt", clock, **kw
+        )
+        mounts.append(mount)
+        return mount
+
+    yield factory
+    for mount in mounts:
+        mount.client.close()
+
+
+def test_first_sync_downloads_the_store_and_stamps_the_marker(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+    store_id = remote.store("Notes")
+    remote.put(store_id, "/a.md", "alpha\n")
+    remote.put(store_id, "/deep/er/b.md", "beta")
+    m = make(store_id)
+    assert (m.folder / MARKER).read_text() == marker_text(store_id)
+    m()
+    assert m.tree() == {"/a.md": "alpha\n", "/deep/er/b.md": "beta"}
+    assert list(m.folder.rglob(".~tmp-*")) == []  # writes are atomic: no temp file left
+
+
+def test_a_sync_that_finds_nothing_changed_moves_no_content(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    remote.put(m.sync.store_id, "/a.md", "a")
+    m.write("/b.md", "b")
+    m()
+    assert m.client.calls["retrieve"] == 1 and m.client.calls["create"] == 1
+    before = dict(m.client.calls)
+    assert m() == {"in_sync": 2}
+    after = dict(m.client.calls)
+    assert {k: after[k] - before.get(k, 0) for k in after} == {
+        "list": 1,
+        "retrieve": 0,
+        "create": 0,
+    }
+
+
+def test_local_changes_are_uploaded_on_a_precondition(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "v1")
+    m()
+    m.write("/a.md", "v2 local")
+    m.write("/new/c.md", "new")
+    actions = m()
+    assert (actions["upload"], actions["create"]) == (1, 1)
+    assert remote.tree(store_id) == {"/a.md": "v2 local", "/new/c.md": "new"}
+    modified = remote.versions(store_id, operation="modified")
+    assert [v["content_sha256"] for v in modified] == [sha("v2 local")]
+
+
+def test_remote_changes_are_written_locally(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "v1")
+    m()
+    remote.put(store_id, "/a.md", "v2 remote")
+    remote.put(store_id, "/b/c.md", "c")
+    actions = m()
+    assert actions["download"] == 2
+    assert m.tree() == {"/a.md": "v2 remote", "/b/c.md": "c"}
+
+
+def test_conflict_keeps_the_servers_version_and_warns(
+    make, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "base")
+    m()
+    versions = len(remote.versions(store_id))
+    remote.put(store_id, "/a.md", "server edit")
+    m.write("/a.md", "local edit")
+    assert m()["conflict"] == 1
+    assert m.tree() == {"/a.md": "server edit"}
+    assert remote.tree(store_id) == {"/a.md": "server edit"}
+    assert len(remote.versions(store_id)) == versions + 1  # only the server's own edit
+    assert "conflict on /a.md" in caplog.text and "keeping the server's version" in caplog.text
+    assert m() == {"in_sync": 1}
+
+
+def test_a_refused_file_is_skipped_with_one_warning_until_it_changes(
+    make, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make()
+    store_id = m.sync.store_id
+    m.write("/big.md", "x" * 102_401)  # over the store's 100 kB: the server says 400
+    m.write("/latin1.md", "caf\xe9".encode("latin-1"))  # not UTF-8: cannot be a memory
+    m.write("/ok.md", "fine")
+    m()
+    assert remote.tree(store_id) == {"/ok.md": "fine"}
+    assert caplog.text.count("/big.md refused") == 1
+    assert caplog.text.count("/latin1.md refused (not UTF-8 text)") == 1
+    creates = m.client.calls["create"]
+    m()
+    m()
+    assert m.client.calls["create"] == creates  # not sent again
+    assert caplog.text.count("/big.md refused") == 1  # and not warned again
+    m.write("/big.md", "small now")
+    m()
+    assert remote.tree(store_id) == {"/big.md": "small now", "/ok.md": "fine"}
+
+
+def test_a_local_delete_is_sent_only_after_30_seconds_missing(
+    make, remote: Remote, clock: Clock
+) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    os.unlink(m.folder / "a.md")
+    m()
+    assert "/a.md" in remote.tree(store_id)
+    clock.now += 29
+    m()
+    assert "/a.md" in remote.tree(store_id)
+    clock.now += 2
+    assert m()["delete_remote"] == 1
+    assert remote.tree(store_id) == {"/b.md": "b"}
+    (deleted,) = remote.versions(store_id, operation="deleted")
+    assert deleted["path"] == "/a.md"
+
+
+def test_a_file_back_before_the_delay_is_not_deleted(make, remote: Remote, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    os.unlink(m.folder / "a.md")
+    m()
+    clock.now += 20
+    m.write("/a.md", "a")  # an editor's delete-and-rewrite
+    m()
+    clock.now += 20
+    os.unlink(m.folder / "a.md")
+    m()  # missing again: the 30 s start over
+    clock.now += 20
+    m()
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b"}
+
+
+def test_a_delayed_delete_loses_to_a_change_on_the_server(
+    make, remote: Remote, clock: Clock
+) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    os.unlink(m.folder / "a.md")
+    m()
+    clock.now += 31
+    remote.put(store_id, "/a.md", "edited on the server")
+    m()
+    assert remote.tree(store_id)["/a.md"] == "edited on the server"
+    assert m.tree()["/a.md"] == "edited on the server"
+
+
+@pytest.mark.parametrize("mode", [Deletions.LOG_ONLY, Deletions.DISABLED])
+def test_deletions_log_only_and_disabled_keep_the_server_copy(
+    make, remote: Remote, clock: Clock, caplog: pytest.LogCaptureFixture, mode: Deletions
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make(deletions=mode)
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    os.unlink(m.folder / "a.md")
+    m()
+    clock.now += 60
+    m()
+    m()
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b"}
+    assert m.tree() == {"/b.md": "b"}
+    expected = (
+        "would delete it on the server" if mode is Deletions.LOG_ONLY else "deletions are disabled"
+    )
+    assert caplog.text.count(expected) == 1
+
+
+def test_a_remote_delete_removes_the_local_file(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/d/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    remote.delete(store_id, "/d/a.md")
+    assert m()["remove_local"] == 1
+    assert m.tree() == {"/b.md": "b"}
+    assert not (m.folder / "d").exists()  # the directory it emptied goes too
+
+
+def test_a_remote_delete_of_a_locally_edited_file_re_creates_it(
+    make, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    remote.delete(store_id, "/a.md")
+    m.write("/a.md", "edited here")
+    assert m()["recreate"] == 1
+    assert remote.tree(store_id) == {"/a.md": "edited here", "/b.md": "b"}
+    assert "re-creating it" in caplog.text
+
+
+def test_a_wipe_is_never_propagated_and_is_restored(
+    make, remote: Remote, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make()
+    store_id = m.sync.store_id
+    for name in ("a", "b", "c"):
+        remote.put(store_id, f"/{name}/{name}.md", name)
+    m()
+    for child in m.folder.iterdir():
+        if child.name != MARKER:
+            shutil.rmtree(child)
+    clock.now += 3600
+    m()
+    assert "treating it as a wipe" in caplog.text
+    assert remote.tree(store_id) == {"/a/a.md": "a", "/b/b.md": "b", "/c/c.md": "c"}
+    assert remote.versions(store_id, operation="deleted") == []
+    assert m.tree() == {"/a/a.md": "a", "/b/b.md": "b", "/c/c.md": "c"}
+
+
+def test_a_wiped_folder_without_its_marker_syncs_nothing(
+    make, remote: Remote, clock: Clock
+) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    shutil.rmtree(m.folder)
+    clock.now += 3600
+    assert not m.sync.sync_once().ok
+    assert not m.folder.exists()
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b"}
+    # another store's marker is not ours either
+    m.folder.mkdir()
+    (m.folder / MARKER).write_text(marker_text("memstore_01JABCDEFGHJKMNPQRSTVWXYZ0"))
+    (m.folder / "x.md").write_text("x")
+    assert not m.sync.sync_once().ok
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b"}
+
+
+def test_read_only_never_uploads_and_remote_changes_overwrite(
+    make, remote: Remote, clock: Clock
+) -> None:  # type: ignore[no-untyped-def]
+    m = make(read_only=True)
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    versions = remote.versions(store_id)
+    m.write("/a.md", "local edit")
+    m.write("/new.md", "new")
+    os.unlink(m.folder / "b.md")
+    clock.now += 3600
+    m()
+    m()
+    assert remote.versions(store_id) == versions
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b"}
+    assert m.client.calls["create"] + m.client.calls["update"] + m.client.calls["delete"] == 0
+    remote.put(store_id, "/a.md", "server again")
+    m()
+    assert m.tree()["/a.md"] == "server again"
+
+
+def test_mount_refuses_a_folder_it_did_not_create(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "other"
+    (root / "notes").mkdir(parents=True)
+    (root / "notes" / "mine.txt").write_text("not yours")
+    with pytest.raises(MountError, match="not created by project-memory mount"):
+        make(root=root)
+    (root / "notes" / MARKER).write_text(marker_text("memstore_01JABCDEFGHJKMNPQRSTVWXYZ0"))
+    with pytest.raises(MountError, match="names another store"):
+        make(root=root)
+    assert (root / "notes" / "mine.txt").read_text() == "not yours"
+    empty = tmp_path / "empty"
+    (empty / "notes").mkdir(parents=True)
+    m = make(root=empty)  # an empty folder is adopted
+    assert (m.folder / MARKER).exists()
+
+
+def test_a_restarted_mount_resumes_from_its_state(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    m()
+    remote.delete(store_id, "/a.md")
+    again = make(store_id)  # same folder, state file and marker: resumes
+    again()
+    assert again.tree() == {}  # the baseline says a.md was synced: the remote delete wins
+    assert remote.tree(store_id) == {}
+
+
+def test_symlinks_are_never_synced_or_followed(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    m = make()
+    store_id = m.sync.store_id
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    (m.folder / "link.md").symlink_to(secret)
+    (m.folder / "dirlink").symlink_to(tmp_path)
+    m.write("/real.md", "real")
+    m()
+    assert remote.tree(store_id) == {"/real.md": "real"}
