@@ -164,3 +164,60 @@ def mlflow_list(experiment_id: str) -> Op:
         _post(s, f"{ML}/runs/search", body)
 
     return op
+
+
+# -- memory stores (issue 5), run once /v1/memory_stores answers --------------------------------
+MS = "/v1/memory_stores"
+MEMORY = ("Prefer streaming uploads to temp files; fsync before rename. " * 17)[:1000]
+
+
+def ms_setup(s: Session) -> tuple[str, list[tuple[str, str]]]:
+    """Create a store and one memory per preloaded slot; return the store id and (id, sha)."""
+    store = json.loads(s.request("POST", MS, json.dumps({"name": "bench"}).encode(), JSON))["id"]
+    memories = []
+    for i in range(READ_TASKS):
+        body = {"path": f"/pre/m{i}.md", "content": f"{i} {MEMORY}"}
+        m = json.loads(s.request("POST", f"{MS}/{store}/memories", json.dumps(body).encode(), JSON))
+        memories.append((m["id"], m["content_sha256"]))
+    return store, memories
+
+
+def ms_create(store: str, tag: str) -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        body = {"path": f"/{tag}/c{client}/m{seq}.md", "content": MEMORY}
+        s.request("POST", f"{MS}/{store}/memories", json.dumps(body).encode(), JSON)
+
+    return op
+
+
+def ms_update(store: str, memories: list[tuple[str, str]]) -> Op:
+    """Each client updates its own memory with If-content_sha256 precondition (never conflicts)."""
+    current: dict[int, str] = {}
+
+    def op(s: Session, client: int, seq: int) -> None:
+        memory_id, sha = memories[client % len(memories)]
+        body = {
+            "content": f"{client}-{seq} {MEMORY}",
+            "precondition": {"type": "content_sha256", "content_sha256": current.get(client, sha)},
+        }
+        m = json.loads(
+            s.request("POST", f"{MS}/{store}/memories/{memory_id}", json.dumps(body).encode(), JSON)
+        )
+        current[client] = m["content_sha256"]
+
+    return op
+
+
+def ms_retrieve(store: str, memories: list[tuple[str, str]]) -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        memory_id = memories[(client * 7919 + seq) % len(memories)][0]
+        s.request("GET", f"{MS}/{store}/memories/{memory_id}")
+
+    return op
+
+
+def ms_list(store: str) -> Op:
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", f"{MS}/{store}/memories?view=basic")
+
+    return op
