@@ -265,23 +265,7 @@ PERSISTENT = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("op", "call"),
-    [
-        pytest.param(
-            *case,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="open defect: the new bytes are published before meta.json commits "
-                "them; if the commit and its repair both fail, readers get bytes the record "
-                "does not describe until the next writer restores them",
-            ),
-        )
-        if case == ("put_artifact_replace", "replace")
-        else case
-        for case in PERSISTENT
-    ],
-)
+@pytest.mark.parametrize(("op", "call"), PERSISTENT)
 def test_persistent_fault_then_recovery(
     bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
 ) -> None:
