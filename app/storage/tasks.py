@@ -43,7 +43,7 @@ from .atomic import (
     write_atomic,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
-from .errors import Corrupt, InvalidName, NotFound, NotOwner, PreconditionFailed
+from .errors import Corrupt, InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
 from .layout import (
     ARTIFACTS_DIR,
     TASK_RECORD,
@@ -440,25 +440,37 @@ class TaskStore:
         validate_artifact_name(name)
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
-        self.layout.check_inside(path.parent.parent / TURN_META)
-        record = self._alive(read_turn(path.parent.parent), self.now_us())
-        info = (
+        turn_dir = path.parent.parent
+        self.layout.check_inside(turn_dir / TURN_META)
+        backup = path.parent / f"{_PREV_PREFIX}{name}"
+        missing = f"artifact {name} of turn {turn} of task {task_id} not found"
+        for _ in range(8):
+            info = self._live_artifact(turn_dir, name)
+            if info is None:
+                raise NotFound(missing)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                raise NotFound(missing) from None
+            file: BinaryIO = os.fdopen(fd, "rb")
+            if os.path.lexists(backup):
+                # A replacement is between publishing its bytes and committing its record, or
+                # died (or failed) there; until its commit or the next writer's repair, the
+                # committed bytes may be the kept previous copy. Serve the record's copy.
+                file = _committed_copy(file, backup, info.sha256)
+            # Readers take no lock: a replacement committed between reading the record and
+            # opening the bytes would pair new bytes with the old record. If the record moved
+            # on meanwhile, start over.
+            if self._live_artifact(turn_dir, name) == info:
+                return ArtifactStream(info=info, file=file, size=os.fstat(file.fileno()).st_size)
+            file.close()
+        raise LockTimeout(f"artifact {name} is being replaced; retry shortly")
+
+    def _live_artifact(self, turn_dir: Path, name: str) -> ArtifactInfo | None:
+        record = self._alive(read_turn(turn_dir), self.now_us())
+        return (
             None if record is None else next((a for a in record.artifacts if a.name == name), None)
         )
-        if info is None:
-            raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found") from None
-        file: BinaryIO = os.fdopen(fd, "rb")
-        backup = path.parent / f"{_PREV_PREFIX}{name}"
-        if os.path.lexists(backup):
-            # A replacement died or failed between publishing its bytes and committing its
-            # record; until the next writer restores them, the committed bytes are the kept
-            # previous copy. Serve the copy the record describes.
-            file = _committed_copy(file, backup, info.sha256)
-        return ArtifactStream(info=info, file=file, size=os.fstat(file.fileno()).st_size)
 
     # -- project digest ----------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:

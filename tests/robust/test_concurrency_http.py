@@ -18,6 +18,7 @@ The control run serves the same app with the locks switched off
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import Counter
@@ -188,3 +189,45 @@ def test_control_without_locks_the_checks_see_lost_updates(live_factory: Any) ->
         v.startswith(("lost updates", "index.json differs", "version chain")) for v in found
     ), f"the checks did not notice the missing lock: {found} {history.statuses}"
     print(f"control run: {found[:3]}")
+
+
+def test_readers_of_an_artifact_being_replaced_get_the_bytes_of_the_etag(live_factory: Any) -> None:
+    """A reader racing a replacement gets old bytes with the old ETag or new with new."""
+    server = live_factory(workers=2, threads=4)
+    secret = server.token("writer")
+    turn = f"{server.url}{BASE}/tasks/t/turns/0"
+    url = f"{turn}/artifacts/a.bin"
+    assert requests.put(turn, json={}, headers=auth(secret), timeout=30).status_code == 200
+    assert requests.put(url, data=b"0" * 4096, headers=auth(secret), timeout=30).status_code == 200
+    stop = threading.Event()
+    torn: list[str] = []
+    reads = [0]
+
+    def reader() -> None:
+        with requests.Session() as s:
+            s.headers.update(auth(secret))
+            while not stop.is_set():
+                got = s.get(url, timeout=30)
+                reads[0] += 1
+                sha = hashlib.sha256(got.content).hexdigest()
+                if got.headers["ETag"] != f'"{sha}"':
+                    torn.append(f"ETag {got.headers['ETag'][:14]} for bytes {sha[:12]}")
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        with requests.Session() as s:
+            s.headers.update(auth(secret))
+            deadline = time.monotonic() + 6
+            n = 0
+            while time.monotonic() < deadline:
+                n += 1
+                # Same size every time: only the bytes tell the versions apart.
+                assert s.put(url, data=str(n % 10).encode() * 4096, timeout=30).status_code == 200
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert reads[0] > 50
+    assert torn == [], f"{len(torn)} of {reads[0]} reads: {torn[:5]}"
