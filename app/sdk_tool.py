@@ -1,0 +1,121 @@
+"""Persistent memory for a Claude app: the SDK's memory tool, backed by a memory store here.
+
+Needs the optional ``anthropic`` SDK (``pip install 'project-memory[sdk]'``)::
+
+    from anthropic import Anthropic
+    from app.sdk_tool import ProjectMemoryTool
+
+    memory = ProjectMemoryTool(server="http://127.0.0.1:8000", token=..., store_id="memstore_...")
+    runner = Anthropic().beta.messages.tool_runner(
+        model="claude-sonnet-5-5", max_tokens=2048, tools=[memory],
+        messages=[{"role": "user", "content": "Remember that I take my coffee black."}],
+    )
+    final = runner.until_done()
+
+Each command Claude sends is forwarded as it is to ``POST /v1/memory_stores/{id}/memory_tool``;
+the server checks paths and parameters and answers with the tool result text. Every change
+is a store write, with its version, like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
+from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
+from anthropic.types.beta import (
+    BetaCacheControlEphemeralParam,
+    BetaMemoryTool20250818CreateCommand,
+    BetaMemoryTool20250818DeleteCommand,
+    BetaMemoryTool20250818InsertCommand,
+    BetaMemoryTool20250818RenameCommand,
+    BetaMemoryTool20250818StrReplaceCommand,
+    BetaMemoryTool20250818ViewCommand,
+)
+
+__all__ = ["MemoryServerError", "ProjectMemoryTool"]
+
+
+class MemoryServerError(ToolError):
+    """The memory server could not run the command (unreachable, credential, unknown store).
+
+    A ToolError, so the tool runner hands Claude an error result instead of crashing the
+    conversation; the message says what went wrong.
+    """
+
+
+class ProjectMemoryTool(BetaAbstractMemoryTool):
+    """A ``memory_20250818`` tool whose ``/memories`` is one memory store of a server."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        token: str,
+        store_id: str,
+        timeout: float = 30.0,
+        cache_control: BetaCacheControlEphemeralParam | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        super().__init__(cache_control=cache_control)
+        self.url = f"{server.rstrip('/')}/v1/memory_stores/{store_id}/memory_tool"
+        self._owns_client = http_client is None
+        self._http = http_client or httpx.Client(timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._http.close()
+
+    def __enter__(self) -> ProjectMemoryTool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- forwarding --------------------------------------------------------------------
+    def call(self, input: object) -> str:  # noqa: A002 - the SDK's parameter name
+        # Forward what Claude sent, untouched: the server validates it and answers with
+        # the reference's error strings (an unknown command included).
+        return self._send(input)
+
+    def _send(self, tool_input: object) -> str:
+        try:
+            response = self._http.post(self.url, json=tool_input, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise MemoryServerError(f"Error: the memory server is unreachable ({exc})") from None
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = None
+        if response.status_code != 200 or not isinstance(body, dict):
+            error = body.get("error") if isinstance(body, dict) else None
+            message = error.get("message") if isinstance(error, dict) else response.reason_phrase
+            raise MemoryServerError(
+                f"Error: the memory server answered {response.status_code}: {message}"
+            )
+        content = str(body.get("content", ""))
+        if body.get("is_error"):
+            raise ToolError(content)
+        return content
+
+    def _forward(self, command: Any) -> str:
+        return self._send(command.to_dict())
+
+    def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
+        return self._forward(command)
+
+    def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
+        return self._forward(command)
+
+    def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
+        return self._forward(command)
+
+    def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
+        return self._forward(command)
+
+    def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
+        return self._forward(command)
+
+    def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
+        return self._forward(command)
