@@ -261,3 +261,83 @@ def test_planted_symlinks_are_never_followed(
     assert after == before
     assert os.path.islink(project / "rooted") and os.readlink(project / "rooted") == str(slash)
     assert Scope("acme", "web")
+
+
+STORE_ROUTES = [
+    ("GET", "/v1/memory_stores/{memory_store_id}"),
+    ("POST", "/v1/memory_stores/{memory_store_id}"),
+    ("DELETE", "/v1/memory_stores/{memory_store_id}"),
+    ("POST", "/v1/memory_stores/{memory_store_id}/archive"),
+    ("GET", "/v1/memory_stores/{memory_store_id}/memories"),
+    ("POST", "/v1/memory_stores/{memory_store_id}/memories"),
+    ("GET", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"),
+    ("POST", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"),
+    ("PATCH", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"),
+    ("DELETE", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"),
+    ("GET", "/v1/memory_stores/{memory_store_id}/memory_versions"),
+    ("GET", "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}"),
+    ("POST", "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact"),
+]
+
+
+def test_memory_stores_hostile_ids_and_paths(
+    app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path
+) -> None:
+    h = tokens.headers("writer")
+    created = client.post("/v1/memory_stores", json={"name": "s"}, headers=h)
+    if created.status_code != 200:
+        pytest.skip("the memory-stores API is not there")
+    sid = created.get_json()["id"]
+    mem = client.post(
+        f"/v1/memory_stores/{sid}/memories", json={"path": "/ok.md", "content": "mine"}, headers=h
+    )
+    assert mem.status_code == 200, mem.data
+    valid = {
+        "memory_store_id": sid,
+        "memory_id": mem.get_json()["id"],
+        "memory_version_id": "memver_x",
+    }
+    outside_before = {p for p in tree_outside(tmp_path) if not p.startswith("root")}
+    for method, template in STORE_ROUTES:
+        for slot in ("memory_store_id", "memory_id", "memory_version_id"):
+            if "{" + slot + "}" not in template:
+                continue
+            for value in HOSTILE:
+                for encoded in (quote(value, safe=""), quote(value, safe="/%")):
+                    url = template.format(**{**valid, slot: encoded})
+                    resp = client.open(
+                        url, method=method, json={"content": "x", "path": "/p.md"}, headers=h
+                    )
+                    assert resp.status_code in REFUSED, (
+                        method,
+                        url,
+                        resp.status_code,
+                        resp.data[:200],
+                    )
+                    assert b"mine" not in resp.data
+    for path in [
+        "/../../etc/passwd",
+        "/a/../../b",
+        "../x",
+        "/a/./b",
+        "//etc/passwd",
+        "/a\\..\\b",
+        "/a\x00b",
+        "/\u2025/x",
+        "/\uff0e\uff0e/x",
+        "/a\uff0fb",
+        "/" + "a" * 300,
+        "/a/" * 200,
+        "/.~tmp-x",
+        "/x.",
+        "/x ",
+    ]:
+        resp = client.post(
+            f"/v1/memory_stores/{sid}/memories", json={"path": path, "content": "x"}, headers=h
+        )
+        assert resp.status_code != 500, (path, resp.data[:200])
+        if resp.status_code == 200:
+            # Accepted names are stored as themselves, inside the store, never resolved.
+            got = client.get(f"/v1/memory_stores/{sid}/memories/{resp.get_json()['id']}", headers=h)
+            assert got.status_code == 200 and got.get_json()["path"] == resp.get_json()["path"]
+    assert {p for p in tree_outside(tmp_path) if not p.startswith("root")} == outside_before
