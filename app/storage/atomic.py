@@ -106,6 +106,22 @@ def batched_dir_syncs() -> Iterator[None]:
             _fsync_dir_now(path)
 
 
+def sync_pending_dirs() -> None:
+    """Make this thread's batched directory changes durable now; batching goes on after.
+
+    Called at the commit point: the record (and the bytes it names) must be durable before
+    any derived file can be, or a power loss could keep an index.json or listing row that
+    points at a record which never reached the disk.
+    """
+    dirs = getattr(_batch, "dirs", None)
+    if not dirs:
+        return
+    with os_errors():
+        for path in list(dirs):
+            _fsync_dir_now(path)
+            del dirs[path]
+
+
 def make_dirs(path: Path, stop: Path) -> None:
     """Create ``path`` and missing parents below ``stop``, fsyncing each new entry's parent."""
     missing: list[Path] = []

@@ -40,6 +40,7 @@ from .atomic import (
     os_errors,
     remove_quietly,
     stage_stream,
+    sync_pending_dirs,
     write_atomic,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
@@ -272,6 +273,8 @@ class TaskStore:
                 updated_us=updated_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
+            # The commit point: durable before any derived file (batched syncs wait).
+            sync_pending_dirs()
             self._write_derived(scope, task_id, task_dir, record, summary=True)
         if expired_dir is not None:
             shutil.rmtree(expired_dir, ignore_errors=True)
@@ -409,6 +412,7 @@ class TaskStore:
             if os.path.lexists(path):
                 os.link(path, backup)
             staged.publish(path)
+            sync_pending_dirs()  # the bytes are durable before a record names them
             record = replace(
                 record,
                 artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
@@ -417,6 +421,7 @@ class TaskStore:
                 updated_us=updated_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
+            sync_pending_dirs()  # the commit point, durable before any derived file
             self._write_derived(scope, task_id, task_dir, record, summary=False)
             remove_quietly(backup)
         return info
