@@ -300,3 +300,70 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     assert (turn_dir / "summary.md").read_text() == "committed but not derived"
     assert [r.turn for r in records_of(store, SCOPE, "t1")] == [0, 3]
     assert_consistent(store, SCOPE)
+
+
+def _durability_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Record renames, directory fsyncs and listing writes in the order they happen."""
+    from app.storage.listing import Listing
+
+    log: list[tuple[str, str]] = []
+    real_replace, real_fsync = os.replace, os.fsync
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        real_replace(src, dst, *args, **kwargs)
+        log.append(("rename", str(dst)))
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            log.append(("dir_fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    for method in ("put_turn", "set_task"):
+        real = getattr(Listing, method)
+
+        def logged(self: Listing, *args: Any, _real: Any = real, **kwargs: Any) -> None:
+            log.append(("listing", str(self.path)))
+            _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(Listing, method, logged)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return log
+
+
+def _assert_commit_durable_before_derived(log: list[tuple[str, str]], turn_dir: Path) -> None:
+    meta = str(turn_dir / "meta.json")
+    commit = log.index(("rename", meta))
+    synced = log.index(("dir_fsync", str(turn_dir)), commit)
+    derived = [
+        i
+        for i, (kind, path) in enumerate(log)
+        if kind == "listing" or (kind == "rename" and path.endswith("/index.json"))
+    ]
+    assert derived, log
+    # A power loss may keep any rename that was not fsynced and drop the others: the derived
+    # files must never become durable ahead of the record they are derived from.
+    assert synced < min(derived), f"derived files written before the commit was durable: {log}"
+
+
+@pytest.mark.parametrize("case", ["new_task", "update", "artifact"])
+def test_the_commit_is_durable_before_any_derived_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    store = _base(tmp_path / "r", FixedClock())
+    log = _durability_log(monkeypatch)
+    if case == "new_task":
+        store.put_turn(SCOPE, "t9", 0, meta={}, summary_md="x")
+        turn_dir = store.layout.turn_dir(SCOPE, "t9", 0)
+    elif case == "update":
+        store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x")
+        turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
+    else:
+        store.put_artifact(SCOPE, "t1", 0, "a.bin", io.BytesIO(b"new"), content_type="x")
+        turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
+        blob = log.index(("rename", str(turn_dir / "artifacts" / "a.bin")))
+        blob_synced = log.index(("dir_fsync", str(turn_dir / "artifacts")), blob)
+        # The record must not name bytes whose rename could still be lost.
+        assert blob_synced < log.index(("rename", str(turn_dir / "meta.json"))), log
+    monkeypatch.undo()
+    _assert_commit_durable_before_derived(log, turn_dir)
