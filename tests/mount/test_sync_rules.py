@@ -411,3 +411,18 @@ def test_symlinks_are_never_synced_or_followed(make, remote: Remote, tmp_path: P
     m.write("/real.md", "real")
     m()
     assert remote.tree(store_id) == {"/real.md": "real"}
+
+
+def test_read_only_works_with_a_reader_token(
+    server: Server, remote: Remote, tmp_path: Path, clock: Clock
+) -> None:
+    store_id = remote.store("Reference")
+    remote.put(store_id, "/a.md", "a")
+    m = Mount(server, server.token("reader"), store_id, tmp_path / "ro", clock, read_only=True)
+    try:
+        m.write("/local.md", "never uploaded")
+        m()
+        assert m.tree() == {"/a.md": "a", "/local.md": "never uploaded"}
+        assert remote.tree(store_id) == {"/a.md": "a"}
+    finally:
+        m.client.close()
