@@ -231,3 +231,86 @@ def test_readers_of_an_artifact_being_replaced_get_the_bytes_of_the_etag(live_fa
             t.join(timeout=60)
     assert reads[0] > 50
     assert torn == [], f"{len(torn)} of {reads[0]} reads: {torn[:5]}"
+
+
+def _versions(s: requests.Session, base: str, memory_id: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    page = None
+    for _ in range(1000):
+        params = {"memory_id": memory_id, "limit": 100, **({"page": page} if page else {})}
+        body = s.get(f"{base}/memory_versions", params=params, timeout=60).json()
+        out += body["data"]
+        page = body.get("next_page")
+        if not page:
+            return out
+    raise AssertionError("the version list does not end")
+
+
+def _one_memory(live_factory: Any, per_client: int, **server_kwargs: Any) -> None:
+    server = live_factory(env_extra={"MEMORY_LOCK_TIMEOUT": "2"}, **server_kwargs)
+    secret = server.token("writer")
+    with requests.Session() as s:
+        s.headers.update(auth(secret))
+        store = s.post(f"{server.url}/v1/memory_stores", json={"name": "hot"}, timeout=30)
+        if store.status_code != 200:
+            pytest.skip("the memory-stores API is not there")
+        base = f"{server.url}/v1/memory_stores/{store.json()['id']}"
+        mem = s.post(
+            f"{base}/memories", json={"path": "/hot.md", "content": "v0"}, timeout=30
+        ).json()
+    url = f"{base}/memories/{mem['id']}"
+    acked: dict[str, str] = {}  # version id -> sha256 of the content acknowledged with it
+    statuses: Counter[int] = Counter()
+    bad: list[str] = []
+    lock = threading.Lock()
+
+    def client(c: int) -> None:
+        with requests.Session() as session:
+            session.headers.update(auth(secret))
+            for i in range(per_client):
+                content = f"client {c} write {i}"
+                resp = session.post(url, json={"content": content}, timeout=60)
+                with lock:
+                    statuses[resp.status_code] += 1
+                    if resp.status_code == 200:
+                        body = resp.json()
+                        if body["content_sha256"] != hashlib.sha256(content.encode()).hexdigest():
+                            bad.append(f"acknowledged with another content: {body}")
+                        if body["memory_version_id"] in acked:
+                            bad.append(f"version {body['memory_version_id']} handed out twice")
+                        acked[body["memory_version_id"]] = body["content_sha256"]
+                    elif resp.status_code != 503 or "Retry-After" not in resp.headers:
+                        bad.append(f"{resp.status_code}: {resp.text[:200]}")
+
+    with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+        list(pool.map(client, range(CLIENTS)))
+    assert bad == [], bad[:5]
+    assert set(statuses) <= {200, 503}, statuses
+    with requests.Session() as s:
+        s.headers.update(auth(secret))
+        versions = _versions(s, base, mem["id"])
+        final = s.get(url, timeout=30).json()
+    modified = [v for v in versions if v["operation"] == "modified"]
+    ids = [v["id"] for v in versions]
+    assert len(ids) == len(set(ids)), "a version is listed twice"
+    # Every acknowledged update is one version with its content; a 503 left none behind.
+    assert {v["id"]: v["content_sha256"] for v in modified} == acked
+    # The chain is linear: the newest version is the memory's current state.
+    assert versions[0]["id"] == final["memory_version_id"]
+    assert final["content_sha256"] == versions[0]["content_sha256"]
+
+
+@pytest.mark.parametrize(
+    "server_kwargs",
+    [
+        pytest.param({"worker_class": "sync", "workers": 4}, id="sync-w4"),
+        pytest.param({"worker_class": "gthread", "workers": 2, "threads": 8}, id="gthread-w2t8"),
+    ],
+)
+def test_sixteen_clients_on_one_memory(live_factory: Any, server_kwargs: dict[str, Any]) -> None:
+    _one_memory(live_factory, 6, **server_kwargs)
+
+
+@pytest.mark.soak
+def test_sixteen_clients_on_one_memory_soak(live_factory: Any) -> None:
+    _one_memory(live_factory, 100, worker_class="gthread", workers=2, threads=8)
