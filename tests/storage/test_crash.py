@@ -367,3 +367,59 @@ def test_the_commit_is_durable_before_any_derived_file(
         assert blob_synced < log.index(("rename", str(turn_dir / "meta.json"))), log
     monkeypatch.undo()
     _assert_commit_durable_before_derived(log, turn_dir)
+
+
+def _killed_mid_replacement(store: TaskStore) -> Path:
+    """The state a put_artifact killed between publishing its bytes and its commit leaves."""
+    art = store.layout.artifact(SCOPE, "t1", 0, "a.bin")
+    os.link(art, art.parent / ".~tmp-prev-a.bin")
+    tmp = art.parent / ".~tmp-0123456789abcdef"
+    tmp.write_bytes(b"uncommitted bytes")
+    os.replace(tmp, art)
+    store.layout.task_dirty_marker(SCOPE, "t1").touch()
+    return art
+
+
+def test_the_next_writer_restores_the_committed_artifact_after_a_kill(tmp_path: Path) -> None:
+    store = _base(tmp_path / "r", FixedClock())
+    _killed_mid_replacement(store)
+    store.put_turn(SCOPE, "t1", 5, meta={}, summary_md="next writer")
+    art = store.open_artifact(SCOPE, "t1", 0, "a.bin")
+    with art.file:
+        assert art.file.read() == b"old bytes"
+    assert temp_files(store.layout.root) == []
+    assert_consistent(store, SCOPE)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fsck(repair=True) and the sweeper remove a dirty task's stale .~tmp-prev-<name> "
+    "(the kept committed copy) before repairing the task, so the acknowledged artifact is "
+    "lost; they should run repair_task for a dirty marker before collecting its temp files "
+    "(app/storage/fsck.py, app/storage/retention.py: not this suite's owner's files)",
+)
+@pytest.mark.parametrize("collector", ["fsck", "sweep"])
+def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
+    tmp_path: Path, collector: str
+) -> None:
+    from datetime import timedelta
+
+    from app.storage.fsck import fsck
+    from app.storage.retention import sweep
+
+    clock = FixedClock()
+    store = _base(tmp_path / "r", clock)
+    art = _killed_mid_replacement(store)
+    hour_ago = art.stat().st_mtime - 7200
+    for path in art.parent.iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+    if collector == "fsck":
+        fsck(store, repair=True, grace=timedelta(minutes=1))
+    else:
+        sweep(store, now=clock(), grace=timedelta(minutes=1))
+    store.put_turn(SCOPE, "t1", 5, meta={}, summary_md="next writer")
+    rec = store.get_turn(SCOPE, "t1", 0)
+    assert [a.name for a in rec.artifacts] == ["a.bin"], "the acknowledged artifact was dropped"
+    opened = store.open_artifact(SCOPE, "t1", 0, "a.bin")
+    with opened.file:
+        assert opened.file.read() == b"old bytes"
