@@ -100,6 +100,10 @@ class _Txn:
     def begin(self) -> None:
         if not self.dirty:
             touch(self.marker)
+            # Durable before the first record write: after a power loss the next writer
+            # must still find it, or derived files left behind stay stale until fsck.
+            fsync_dir(self.marker.parent)
+            sync_pending_dirs()
             self.dirty = True
 
 
