@@ -423,3 +423,29 @@ def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
     opened = store.open_artifact(SCOPE, "t1", 0, "a.bin")
     with opened.file:
         assert opened.file.read() == b"old bytes"
+
+
+@pytest.mark.parametrize("case", ["update", "artifact", "delete"])
+def test_the_dirty_marker_is_durable_before_the_first_record_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """After a power loss the marker must still be there to make the next writer repair."""
+    store = _base(tmp_path / "r", FixedClock())
+    log = _durability_log(monkeypatch)
+    if case == "update":
+        store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x")
+    elif case == "artifact":
+        store.put_artifact(SCOPE, "t1", 0, "a.bin", io.BytesIO(b"new"), content_type="x")
+    else:
+        real_rename = os.rename
+
+        def rename(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            real_rename(src, dst, *args, **kwargs)
+            log.append(("rename", str(dst)))
+
+        monkeypatch.setattr(os, "rename", rename)
+        store.delete_task(SCOPE, "t1")
+    monkeypatch.undo()
+    markers = str(store.layout.task_dirty_marker(SCOPE, "t1").parent)
+    first_change = min(i for i, (kind, _) in enumerate(log) if kind in ("rename", "listing"))
+    assert ("dir_fsync", markers) in log[:first_change], log
