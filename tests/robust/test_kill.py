@@ -33,13 +33,16 @@ from typing import Any
 import pytest
 import requests
 
+from app import create_app
 from app.storage import NotFound, Scope
 from app.storage.fsck import fsck
+from app.storage.models import FsckReport
 from app.storage.retention import sweep
 from tests.robust.helpers import BASE, Live, auth, json_files_parse, store_for, temp_files
 
 pytestmark = pytest.mark.e2e
 SCOPE = Scope("acme", "web")
+STORES_DIR = "_stores"  # the memory-stores tree inside a project
 CLIENTS = 4
 
 
@@ -64,6 +67,7 @@ class Run:
     acked: int = 0
     failed: int = 0
     kills: int = 0
+    memories: dict[int, str] = field(default_factory=dict)  # client -> memory path (no host)
     bad_status: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,9 +100,16 @@ def client(run: Run, c: int, seed: int) -> None:
                 turn = next_turn[task]
                 next_turn[task] = min(9998, turn + 1)
             else:
-                turn = None  # an artifact of turn 0
+                turn = None  # an artifact of turn 0, or this client's memory
             try:
-                if turn is not None:
+                if turn is None and op > 0.8 and c in run.memories:
+                    text = f"memory of client {c}, write {n} " + "m" * rng.randint(0, 5000)
+                    content = hashlib.sha256(text.encode()).hexdigest()
+                    key = ("memory", c)
+                    resp = session.post(
+                        f"{run.server.url}{run.memories[c]}", json={"content": text}, timeout=60
+                    )
+                elif turn is not None:
                     content = (
                         {"c": c, "n": n},
                         f"client {c} write {n} " + "x" * rng.randint(0, 3000),
@@ -153,11 +164,36 @@ def visible(store: Any, key: tuple[Any, ...]) -> Any:
     return (sha, art.info.content_type)
 
 
+def memories_after(run: Run) -> dict[tuple[Any, ...], Any]:
+    """What a restarted server serves for each client's memory (content sha256)."""
+    if not run.memories:
+        return {}
+    run.server.start()
+    try:
+        with requests.Session() as s:
+            s.headers.update(auth(run.secret))
+            out: dict[tuple[Any, ...], Any] = {}
+            for c, path in run.memories.items():
+                got = s.get(f"{run.server.url}{path}", timeout=30)
+                assert got.status_code == 200, got.text
+                body = got.json()
+                if body.get("content") is not None:
+                    assert (
+                        hashlib.sha256(body["content"].encode()).hexdigest()
+                        == body["content_sha256"]
+                    )
+                out[("memory", c)] = body["content_sha256"]
+            return out
+    finally:
+        run.server.stop()
+
+
 def check_after(root: Path, run: Run) -> None:
     store = store_for(root)
+    served = memories_after(run)
     wrong = []
     for key, log in run.keys.items():
-        got = visible(store, key)
+        got = served[key] if key[0] == "memory" else visible(store, key)
         if got not in log.allowed():
             wrong.append(f"{key}: {str(got)[:80]} not in the {len(log.allowed())} allowed")
     assert wrong == [], wrong[:10]
@@ -190,19 +226,46 @@ def check_after(root: Path, run: Run) -> None:
     assert unexplained(report.problems, crash_leftovers) == [], (report.problems, sorted(dirty))
 
     sweep(store, now=datetime.now(UTC), grace=timedelta(0))
-    assert temp_files(root) == []
+    # The sweeper collects the project-memory tree's temp files; the memory-stores engine's
+    # own fsck (run by `flask fsck` after the project one) collects those of its stores.
+    assert [p for p in temp_files(root) if STORES_DIR not in p.parts] == []
     after_sweep = fsck(store, grace=timedelta(0))
     assert unexplained(after_sweep.problems, ()) == [], after_sweep.problems
     fsck(store, repair=True, grace=timedelta(0))
     final = fsck(store, grace=timedelta(0))
     assert final.clean, final.problems
+    stores = create_app(
+        {"STORAGE_ROOT": str(root), "TOKENS_FILE": str(run.server.tokens_file)}
+    ).extensions.get("memory_stores")
+    if stores is not None:
+        before_repair = FsckReport()
+        stores.fsck(before_repair)
+        assert [p for p in before_repair.problems if "leftover temp file" not in p] == []
+        stores.fsck(FsckReport(), repair=True)
+        after_repair = FsckReport()
+        stores.fsck(after_repair)
+        assert after_repair.clean, after_repair.problems
+    assert temp_files(root) == []
     # Repair changed only derived files: what readers see is what they saw before.
     for key, log in run.keys.items():
-        assert visible(store, key) in log.allowed(), key
+        if key[0] != "memory":
+            assert visible(store, key) in log.allowed(), key
 
 
 def _drive(server: Live, seconds: float, killer: Any) -> Run:
     run = Run(server, server.token("writer"))
+    with requests.Session() as s:
+        s.headers.update(auth(run.secret))
+        store = s.post(f"{server.url}/v1/memory_stores", json={"name": "kill"}, timeout=30)
+        if store.status_code == 200:  # the memory-stores API is there: write memories too
+            base = f"/v1/memory_stores/{store.json()['id']}/memories"
+            for c in range(CLIENTS):
+                mem = s.post(
+                    f"{server.url}{base}", json={"path": f"/c{c}.md", "content": ""}, timeout=30
+                )
+                assert mem.status_code == 200, mem.text
+                run.memories[c] = f"{base}/{mem.json()['id']}"
+                run.record(("memory", c), hashlib.sha256(b"").hexdigest(), True)
     threads = [
         threading.Thread(target=client, args=(run, c, 1000 + c), daemon=True)
         for c in range(CLIENTS)
