@@ -197,7 +197,12 @@ def _sync_all(
     for sync in syncs:
         if stop is not None and stop.is_set():
             return ok  # the final sync follows at once
-        ok = sync.sync_once(deadline=deadline).ok and ok
+        try:
+            ok = sync.sync_once(deadline=deadline).ok and ok
+        except Exception:
+            # A bug must not end the mount without its final sync: log it, go on.
+            log.exception("[%s] sync failed unexpectedly", sync.folder.name)
+            ok = False
     return ok
 
 

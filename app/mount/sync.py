@@ -304,8 +304,15 @@ class StoreSync:
         except ApiError as exc:
             log.warning("%s sync failed: %s", self._tag(), exc)
             report.ok = False
+        except OSError as exc:
+            log.error("%s sync failed on the local disk: %s", self._tag(), exc)
+            report.ok = False
         finally:
-            self._save_state()
+            try:
+                self._save_state()
+            except OSError as exc:
+                log.error("%s cannot save the sync state %s: %s", self._tag(), self.state_file, exc)
+                report.ok = False
         changed = {k: v for k, v in report.actions.items() if k != Action.IN_SYNC.value}
         if changed:
             log.info("%s sync done: %s", self._tag(), json.dumps(changed, sort_keys=True))

@@ -149,6 +149,7 @@ def test_tool_runner_keeps_memory_in_a_store(server: Server) -> None:
         sha("coffee: black\n"),
     ]
     assert {v["created_by"]["type"] for v in versions} == {"api_actor"}
+    remote.close()
 
 
 def test_server_errors_become_error_results(server: Server) -> None:
@@ -165,3 +166,4 @@ def test_server_errors_become_error_results(server: Server) -> None:
         with memory, pytest.raises(MemoryServerError, match=expected):
             memory.call({"command": "view", "path": "/memories"})
     assert writer.tree(store_id) == {}
+    writer.close()

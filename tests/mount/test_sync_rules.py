@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,8 +37,10 @@ def token(server: Server) -> str:
 
 
 @pytest.fixture
-def remote(server: Server, token: str) -> Remote:
-    return Remote(server, token)
+def remote(server: Server, token: str) -> Iterator[Remote]:
+    client = Remote(server, token)
+    yield client
+    client.close()
 
 
 class Clock:
@@ -90,8 +92,13 @@ class Mount:
         return local_tree(self.folder)
 
 
+MakeMount = Callable[..., Mount]
+
+
 @pytest.fixture
-def make(server: Server, token: str, remote: Remote, tmp_path: Path, clock: Clock):  # type: ignore[no-untyped-def]
+def make(
+    server: Server, token: str, remote: Remote, tmp_path: Path, clock: Clock
+) -> Iterator[MakeMount]:
     mounts: list[Mount] = []
 
     def factory(store_id: str | None = None, root: Path | None = None, **kw: object) -> Mount:
@@ -106,7 +113,9 @@ def make(server: Server, token: str, remote: Remote, tmp_path: Path, clock: Cloc
         mount.client.close()
 
 
-def test_first_sync_downloads_the_store_and_stamps_the_marker(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+def test_first_sync_downloads_the_store_and_stamps_the_marker(
+    make: MakeMount, remote: Remote
+) -> None:
     store_id = remote.store("Notes")
     remote.put(store_id, "/a.md", "alpha\n")
     remote.put(store_id, "/deep/er/b.md", "beta")
@@ -117,7 +126,9 @@ def test_first_sync_downloads_the_store_and_stamps_the_marker(make, remote: Remo
     assert list(m.folder.rglob(".~tmp-*")) == []  # writes are atomic: no temp file left
 
 
-def test_a_sync_that_finds_nothing_changed_moves_no_content(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_that_finds_nothing_changed_moves_no_content(
+    make: MakeMount, remote: Remote
+) -> None:
     m = make()
     remote.put(m.sync.store_id, "/a.md", "a")
     m.write("/b.md", "b")
@@ -133,7 +144,7 @@ def test_a_sync_that_finds_nothing_changed_moves_no_content(make, remote: Remote
     }
 
 
-def test_local_changes_are_uploaded_on_a_precondition(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+def test_local_changes_are_uploaded_on_a_precondition(make: MakeMount, remote: Remote) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "v1")
@@ -147,7 +158,7 @@ def test_local_changes_are_uploaded_on_a_precondition(make, remote: Remote) -> N
     assert [v["content_sha256"] for v in modified] == [sha("v2 local")]
 
 
-def test_remote_changes_are_written_locally(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+def test_remote_changes_are_written_locally(make: MakeMount, remote: Remote) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "v1")
@@ -161,7 +172,7 @@ def test_remote_changes_are_written_locally(make, remote: Remote) -> None:  # ty
 
 def test_conflict_keeps_the_servers_version_and_warns(
     make, remote: Remote, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     caplog.set_level(logging.INFO, logger="project_memory.mount")
     m = make()
     store_id = m.sync.store_id
@@ -180,7 +191,7 @@ def test_conflict_keeps_the_servers_version_and_warns(
 
 def test_a_refused_file_is_skipped_with_one_warning_until_it_changes(
     make, remote: Remote, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     caplog.set_level(logging.INFO, logger="project_memory.mount")
     m = make()
     store_id = m.sync.store_id
@@ -203,7 +214,7 @@ def test_a_refused_file_is_skipped_with_one_warning_until_it_changes(
 
 def test_a_local_delete_is_sent_only_after_30_seconds_missing(
     make, remote: Remote, clock: Clock
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -222,7 +233,9 @@ def test_a_local_delete_is_sent_only_after_30_seconds_missing(
     assert deleted["path"] == "/a.md"
 
 
-def test_a_file_back_before_the_delay_is_not_deleted(make, remote: Remote, clock: Clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_file_back_before_the_delay_is_not_deleted(
+    make: MakeMount, remote: Remote, clock: Clock
+) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -243,7 +256,7 @@ def test_a_file_back_before_the_delay_is_not_deleted(make, remote: Remote, clock
 
 def test_a_delayed_delete_loses_to_a_change_on_the_server(
     make, remote: Remote, clock: Clock
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -261,7 +274,7 @@ def test_a_delayed_delete_loses_to_a_change_on_the_server(
 @pytest.mark.parametrize("mode", [Deletions.LOG_ONLY, Deletions.DISABLED])
 def test_deletions_log_only_and_disabled_keep_the_server_copy(
     make, remote: Remote, clock: Clock, caplog: pytest.LogCaptureFixture, mode: Deletions
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     caplog.set_level(logging.INFO, logger="project_memory.mount")
     m = make(deletions=mode)
     store_id = m.sync.store_id
@@ -281,7 +294,7 @@ def test_deletions_log_only_and_disabled_keep_the_server_copy(
     assert caplog.text.count(expected) == 1
 
 
-def test_a_remote_delete_removes_the_local_file(make, remote: Remote) -> None:  # type: ignore[no-untyped-def]
+def test_a_remote_delete_removes_the_local_file(make: MakeMount, remote: Remote) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/d/a.md", "a")
@@ -295,7 +308,7 @@ def test_a_remote_delete_removes_the_local_file(make, remote: Remote) -> None:  
 
 def test_a_remote_delete_of_a_locally_edited_file_re_creates_it(
     make, remote: Remote, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     caplog.set_level(logging.INFO, logger="project_memory.mount")
     m = make()
     store_id = m.sync.store_id
@@ -311,7 +324,7 @@ def test_a_remote_delete_of_a_locally_edited_file_re_creates_it(
 
 def test_a_wipe_is_never_propagated_and_is_restored(
     make, remote: Remote, clock: Clock, caplog: pytest.LogCaptureFixture
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     caplog.set_level(logging.INFO, logger="project_memory.mount")
     m = make()
     store_id = m.sync.store_id
@@ -331,7 +344,7 @@ def test_a_wipe_is_never_propagated_and_is_restored(
 
 def test_a_wiped_folder_without_its_marker_syncs_nothing(
     make, remote: Remote, clock: Clock
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -352,7 +365,7 @@ def test_a_wiped_folder_without_its_marker_syncs_nothing(
 
 def test_read_only_never_uploads_and_remote_changes_overwrite(
     make, remote: Remote, clock: Clock
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     m = make(read_only=True)
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -373,7 +386,9 @@ def test_read_only_never_uploads_and_remote_changes_overwrite(
     assert m.tree()["/a.md"] == "server again"
 
 
-def test_mount_refuses_a_folder_it_did_not_create(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_mount_refuses_a_folder_it_did_not_create(
+    make: MakeMount, remote: Remote, tmp_path: Path
+) -> None:
     root = tmp_path / "other"
     (root / "notes").mkdir(parents=True)
     (root / "notes" / "mine.txt").write_text("not yours")
@@ -389,7 +404,9 @@ def test_mount_refuses_a_folder_it_did_not_create(make, remote: Remote, tmp_path
     assert (m.folder / MARKER).exists()
 
 
-def test_a_restarted_mount_resumes_from_its_state(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_restarted_mount_resumes_from_its_state(
+    make: MakeMount, remote: Remote, tmp_path: Path
+) -> None:
     m = make()
     store_id = m.sync.store_id
     remote.put(store_id, "/a.md", "a")
@@ -401,7 +418,9 @@ def test_a_restarted_mount_resumes_from_its_state(make, remote: Remote, tmp_path
     assert remote.tree(store_id) == {}
 
 
-def test_symlinks_are_never_synced_or_followed(make, remote: Remote, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_symlinks_are_never_synced_or_followed(
+    make: MakeMount, remote: Remote, tmp_path: Path
+) -> None:
     m = make()
     store_id = m.sync.store_id
     secret = tmp_path / "secret.txt"
