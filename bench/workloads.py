@@ -195,10 +195,14 @@ def ms_update(store: str, memories: list[tuple[str, str]]) -> Op:
     current: dict[int, str] = {}
 
     def op(s: Session, client: int, seq: int) -> None:
-        memory_id, sha = memories[client % len(memories)]
+        memory_id, _ = memories[client % len(memories)]
+        if client not in current:
+            # A fresh client process (each repetition forks anew): learn the current sha once.
+            got = json.loads(s.request("GET", f"{MS}/{store}/memories/{memory_id}"))
+            current[client] = got["content_sha256"]
         body = {
             "content": f"{client}-{seq} {MEMORY}",
-            "precondition": {"type": "content_sha256", "content_sha256": current.get(client, sha)},
+            "precondition": {"type": "content_sha256", "content_sha256": current[client]},
         }
         m = json.loads(
             s.request("POST", f"{MS}/{store}/memories/{memory_id}", json.dumps(body).encode(), JSON)
