@@ -12,6 +12,7 @@ import errno
 import hashlib
 import io
 import os
+import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
+from app.storage.listing import Listing
 from app.storage.locks import locked
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent, records_of, temp_files
@@ -63,6 +65,17 @@ def _base(root: Path, clock: FixedClock) -> TaskStore:
     store.put_turn(SCOPE, "t2", 0, meta={}, summary_md="t2 summary")
     clock.advance(seconds=1)
     return store
+
+
+def _copy_of_base(tmp_path: Path, root: Path, clock: FixedClock) -> TaskStore:
+    """A copy of one base tree per test: copying is much cheaper than writing it again."""
+    template = tmp_path / "template"
+    if not template.exists():
+        store = _base(template, FixedClock())
+        Listing.forget(store.layout.listing(SCOPE))  # checkpoint the WAL into the file
+    shutil.copytree(template, root)
+    clock.advance(seconds=2)  # where _base leaves its clock
+    return TaskStore(root, clock=clock, lock_timeout=5.0)
 
 
 OPS: dict[str, Callable[[TaskStore], object]] = {
@@ -115,7 +128,7 @@ def _run_case(
     """Run one case; return False once N is past the operation's last call (no fault fired)."""
     clock = FixedClock()
     root = tmp_path / f"{op_name}-{fault_name}-{n}-{persistent}-{finish}"
-    store = _base(root, clock)
+    store = _copy_of_base(tmp_path, root, clock)
     before = _visible_state(store)
     after_ok = _expected_after(tmp_path / f"ref-{op_name}-{n}-{fault_name}-{finish}", op_name)
     fault = Fault(fault_name, n, err, persistent=persistent)
@@ -304,8 +317,6 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
 
 def _durability_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Record renames, directory fsyncs and listing writes in the order they happen."""
-    from app.storage.listing import Listing
-
     log: list[tuple[str, str]] = []
     real_replace, real_fsync = os.replace, os.fsync
 

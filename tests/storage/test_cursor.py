@@ -26,7 +26,7 @@ _op = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     initial=st.integers(min_value=0, max_value=14),
     limit=st.integers(min_value=1, max_value=6),

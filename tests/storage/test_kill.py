@@ -21,7 +21,7 @@ from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, temp_files
 
 SCOPE = Scope("acme", "web")
-KILLS = 8
+KILLS = 5
 
 
 def test_sigkill_mid_write_then_the_next_writer_repairs(tmp_path: Path) -> None:

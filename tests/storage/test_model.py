@@ -189,5 +189,5 @@ class StoreMachine(RuleBasedStateMachine):
         assert temp_files(self.store.layout.root) == []
 
 
-StoreMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+StoreMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=20, deadline=None)
 test_store_against_a_model = StoreMachine.TestCase
