@@ -339,6 +339,12 @@ class _Fsck:
         if not task_dir.is_dir():
             return None
         rel = self.rel(task_dir)
+        rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
+        marker = self.layout.task_dirty_marker(scope, task_id)
+        if marker.exists():
+            # Before anything collects temp files: the dead writer's kept copy of a committed
+            # artifact (.~tmp-prev-*) is a temp file, and the rebuild puts it back in place.
+            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
         records: list[TurnRecord] = []
         for entry in _entries(task_dir):
             if self.common(entry):
@@ -354,17 +360,12 @@ class _Fsck:
             else:
                 self.unindexed(Path(entry.path))
         task_record = self.task_record(task_id, task_dir, records)
-        rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
-        marker = self.layout.task_dirty_marker(scope, task_id)
         if not records:
             self.unindexed(task_dir, "a task directory without any turn record")
             if self.repair:
                 self._rebuild(scope, task_id)  # drop its listing rows
             return None
         index = build_index(task_id, task_record, records)
-        if marker.exists():
-            # First: its rebuild also fixes the index and summaries the dead writer left.
-            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
         try:
             current = read_json(task_dir / TASK_INDEX)
         except Corrupt:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from .atomic import remove_quietly
 from .clock import iso_us, parse_iso_us, to_us
 from .errors import Corrupt, StorageError
 from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, remove_path
@@ -317,6 +318,12 @@ class _Sweep:
         with locked(
             self.layout.check_inside(self.layout.task_lock(scope, task_id)), self.store.lock_timeout
         ):
+            marker = self.layout.task_dirty_marker(scope, task_id)
+            if marker.exists():
+                # A writer died mid-write: its kept copy of a committed artifact is a temp
+                # file; the repair puts it back before anything collects temp files.
+                self.store.repair_task(scope, task_id)
+                remove_quietly(marker)
             # Found without the lock; decided again with it, where no write is half-done.
             for path, temp in self.find_leftovers(task_dir):
                 self.drop(path, temp=temp)

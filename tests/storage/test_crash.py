@@ -402,13 +402,6 @@ def test_the_next_writer_restores_the_committed_artifact_after_a_kill(tmp_path: 
     assert_consistent(store, SCOPE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fsck(repair=True) and the sweeper remove a dirty task's stale .~tmp-prev-<name> "
-    "(the kept committed copy) before repairing the task, so the acknowledged artifact is "
-    "lost; they should run repair_task for a dirty marker before collecting its temp files "
-    "(app/storage/fsck.py, app/storage/retention.py: not this suite's owner's files)",
-)
 @pytest.mark.parametrize("collector", ["fsck", "sweep"])
 def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
     tmp_path: Path, collector: str
