@@ -81,11 +81,15 @@ def test_etags_are_documented(client: FlaskClient) -> None:
             assert "412" in op["responses"], (path, method)
 
 
-def _race(url: str, secret: str, kind: str, headers: dict[str, str]) -> list[tuple[int, str]]:
+def _race(
+    url: str, secret: str, kind: str, headers: dict[str, str], round_: int = 0
+) -> list[tuple[int, str]]:
     barrier = threading.Barrier(RACERS)
 
     def one(i: int) -> tuple[int, str]:
-        value = f"racer {i}"
+        # Unique per round: an artifact's ETag is its sha256, so rewriting identical bytes
+        # would rightly keep it and let a second writer holding it through.
+        value = f"racer {i} round {round_}"
         with requests.Session() as s:
             s.headers.update({**auth(secret), **headers})
             barrier.wait(timeout=30)
@@ -115,7 +119,7 @@ def test_racing_writers_with_one_etag_exactly_one_wins(live_factory: Any, kind: 
             s.put(url, data=b"base", timeout=30)
         etag = s.get(url, timeout=30).headers["ETag"]
     for round_ in range(3):
-        results = _race(url, secret, kind, {"If-Match": etag})
+        results = _race(url, secret, kind, {"If-Match": etag}, round_)
         winners = [v for code, v in results if code == 200]
         assert sorted(code for code, _ in results) == [200] + [412] * (RACERS - 1), (
             round_,
