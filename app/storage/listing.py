@@ -103,7 +103,8 @@ class Listing:
         conn = local.by_path.get(key)
         if conn is None:
             if len(local.by_path) >= _CACHE_LIMIT:
-                _, old = local.by_path.popitem()
+                # Evict the oldest connection (dicts keep insertion order).
+                old = local.by_path.pop(next(iter(local.by_path)))
                 old.close()
             conn = sqlite3.connect(key, timeout=self.timeout, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")

@@ -44,7 +44,15 @@ from .atomic import (
     write_atomic,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
-from .errors import Corrupt, InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
+from .errors import (
+    Conflict,
+    Corrupt,
+    InvalidName,
+    LockTimeout,
+    NotFound,
+    NotOwner,
+    PreconditionFailed,
+)
 from .layout import (
     ARTIFACTS_DIR,
     TASK_RECORD,
@@ -395,6 +403,12 @@ class TaskStore:
             record = self._alive(read_turn(turn_dir), now_us)
             if record is None:
                 raise NotFound(f"turn {turn} of task {task_id} not found")
+            if not staged.tmp.exists():
+                # The turn had expired and was re-created while this body streamed in: the
+                # staged bytes went to the trash with the old turn directory.
+                raise Conflict(
+                    f"turn {turn} of task {task_id} was replaced during the upload; retry"
+                )
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
             task_dir = turn_dir.parent

@@ -186,3 +186,28 @@ def test_a_smaller_configured_limit_is_exact(tmp_path: object, clock: FixedClock
     with pytest.raises(PayloadTooLarge):
         s.put_artifact(scope, "t", 0, "no", PatternStream(1001), content_type="x")
     assert temp_files(s.layout.root) == []
+
+
+def test_upload_racing_a_rewrite_of_its_expired_turn_is_a_conflict(store, scope, clock) -> None:
+    from app.storage import Conflict
+
+    store.put_turn(scope, "t", 0, meta={}, summary_md="old")
+
+    class Stream:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def read(self, n: int = -1) -> bytes:
+            self.calls += 1
+            if self.calls == 1:
+                # While the body streams in, the turn expires and someone writes it anew:
+                # its old directory (with the staged bytes) goes to the trash.
+                clock.advance(days=31)
+                store.put_turn(scope, "t", 0, meta={}, summary_md="new")
+                return b"abc"
+            return b""
+
+    with pytest.raises(Conflict):
+        store.put_artifact(scope, "t", 0, "a.bin", Stream(), content_type="application/octet-stream")
+    record = store.get_turn(scope, "t", 0)
+    assert record.summary_md == "new" and record.artifacts == ()
