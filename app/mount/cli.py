@@ -198,7 +198,8 @@ def _sync_all(
         if stop is not None and stop.is_set():
             return ok  # the final sync follows at once
         try:
-            ok = sync.sync_once(deadline=deadline).ok and ok
+            report = sync.sync_once(deadline=deadline, stop=stop.is_set if stop else None)
+            ok = report.ok and ok
         except Exception:
             # A bug must not end the mount without its final sync: log it, go on.
             log.exception("[%s] sync failed unexpectedly", sync.folder.name)

@@ -250,8 +250,14 @@ class StoreSync:
         return found, unusable
 
     # -- one sync ----------------------------------------------------------------------
-    def sync_once(self, *, deadline: float | None = None) -> SyncReport:
-        """Reconcile once; ``ok`` is False when the sync could not complete."""
+    def sync_once(
+        self, *, deadline: float | None = None, stop: Callable[[], bool] | None = None
+    ) -> SyncReport:
+        """Reconcile once; ``ok`` is False when the sync could not complete.
+
+        ``stop`` is asked between paths: a shutdown does not wait for a long sync (the
+        final sync that follows picks up what is left).
+        """
         report = SyncReport()
         if not self._marker_ok():
             log.warning(
@@ -279,6 +285,9 @@ class StoreSync:
                 )
             deletes_left = max(8, min(50, len(self.baseline) // 4))
             for path in sorted(set(local) | set(remote) | set(self.baseline)):
+                if stop is not None and stop():
+                    report.ok = False
+                    break
                 l_entry = local.get(path)
                 r_entry = remote.get(path)
                 b_entry = self.baseline.get(path)

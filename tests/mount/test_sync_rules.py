@@ -445,3 +445,21 @@ def test_read_only_works_with_a_reader_token(
         assert remote.tree(store_id) == {"/a.md": "a"}
     finally:
         m.client.close()
+
+
+def test_a_stop_request_ends_a_sync_between_files(make: MakeMount, remote: Remote) -> None:
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    asked: list[int] = []
+
+    def stop_after_one() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    report = m.sync.sync_once(stop=stop_after_one)
+    assert not report.ok
+    assert m.tree() == {"/a.md": "a"}  # the first path only
+    m()  # the next (final) sync does the rest
+    assert m.tree() == {"/a.md": "a", "/b.md": "b"}
