@@ -249,9 +249,9 @@ def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--peer", action="store_true", help="MLflow instead of hello-world")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=0.7)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument(
         "--growth", action="store_true", help="also run bench.growth --quick (make bench)"
