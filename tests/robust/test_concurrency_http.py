@@ -219,7 +219,7 @@ def test_readers_of_an_artifact_being_replaced_get_the_bytes_of_the_etag(live_fa
     try:
         with requests.Session() as s:
             s.headers.update(auth(secret))
-            deadline = time.monotonic() + 6
+            deadline = time.monotonic() + 4
             n = 0
             while time.monotonic() < deadline:
                 n += 1

@@ -318,7 +318,7 @@ def _worker_kills(live_factory: Any, times: int, seconds: float) -> None:
     run = _drive(server, seconds, kill_workers(times))
     server.stop()
     assert run.kills >= min(times, 5), run.kills
-    assert run.acked > 20 and run.failed > 0, (run.acked, run.failed)
+    assert run.acked > 5 and run.failed > 0, (run.acked, run.failed)
     assert run.bad_status == [], run.bad_status[:5]
     check_after(server.root, run)
 
@@ -327,17 +327,17 @@ def _server_kills(live_factory: Any, times: int, seconds: float) -> None:
     server = live_factory(workers=2, threads=4)
     run = _drive(server, seconds, kill_server(times))
     server.stop()
-    assert run.acked > 20 and run.failed > 0, (run.acked, run.failed)
+    assert run.acked > 5 and run.failed > 0, (run.acked, run.failed)
     assert run.bad_status == [], run.bad_status[:5]
     check_after(server.root, run)
 
 
 def test_sigkill_random_workers_during_writes(live_factory: Any) -> None:
-    _worker_kills(live_factory, times=20, seconds=12)
+    _worker_kills(live_factory, times=12, seconds=8)
 
 
 def test_sigkill_whole_server_and_restart(live_factory: Any) -> None:
-    _server_kills(live_factory, times=3, seconds=10)
+    _server_kills(live_factory, times=2, seconds=6)
 
 
 @pytest.mark.soak

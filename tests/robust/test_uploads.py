@@ -62,7 +62,7 @@ def artifacts(server: Live, secret: str) -> list[str]:
 
 @pytest.fixture
 def one_worker(live_factory: Any) -> tuple[Live, str]:
-    server = live_factory(workers=1, threads=4, env_extra={"MEMORY_WORKER_TIMEOUT": "3"})
+    server = live_factory(workers=1, threads=4, env_extra={"MEMORY_WORKER_TIMEOUT": "2"})
     secret = server.token("writer")
     resp = requests.put(
         f"{server.url}{BASE}/tasks/t/turns/0", json={}, headers=auth(secret), timeout=30
@@ -118,7 +118,7 @@ def test_one_byte_over_is_413_in_both_modes_and_leaves_nothing(
 
 def test_slow_client_finishes_past_the_worker_timeout(one_worker: tuple[Live, str]) -> None:
     server, secret = one_worker
-    size, rate = 3 * MiB, 600_000  # about 5 s, longer than the 3 s worker timeout
+    size, rate = 2 * MiB, 600_000  # about 3.5 s, longer than the 2 s worker timeout
     started = time.monotonic()
     resp = requests.put(
         f"{server.url}{BASE}/tasks/t/turns/0/artifacts/slow.bin",
@@ -126,7 +126,7 @@ def test_slow_client_finishes_past_the_worker_timeout(one_worker: tuple[Live, st
         headers=auth(secret),
         timeout=120,
     )
-    assert time.monotonic() - started > 3
+    assert time.monotonic() - started > 2
     assert resp.status_code == 200 and resp.json()["size"] == size, resp.text
     assert "WORKER TIMEOUT" not in server.log()
 
