@@ -131,6 +131,7 @@ class StoreSync:
         self.missing_since: dict[str, float] = {}
         self._hash_cache: dict[str, tuple[int, int, int, str]] = {}
         self._said: set[tuple[str, ...]] = set()  # one-time log lines already written
+        self._saved = b""
         self._load_state()
 
     # -- logging -----------------------------------------------------------------------
@@ -162,8 +163,12 @@ class StoreSync:
 
     def _save_state(self) -> None:
         body = {"store_id": self.store_id, "baseline": self.baseline, "refused": self.refused}
+        data = json.dumps(body, indent=1, sort_keys=True).encode("utf-8")
+        if data == self._saved:
+            return  # a quiet sync writes nothing
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.state_file, json.dumps(body, indent=1, sort_keys=True).encode("utf-8"))
+        write_atomic(self.state_file, data)
+        self._saved = data
 
     # -- the folder ----------------------------------------------------------------------
     def prepare(self) -> None:
@@ -322,9 +327,13 @@ class StoreSync:
             except OSError as exc:
                 log.error("%s cannot save the sync state %s: %s", self._tag(), self.state_file, exc)
                 report.ok = False
-        changed = {k: v for k, v in report.actions.items() if k != Action.IN_SYNC.value}
-        if changed:
-            log.info("%s sync done: %s", self._tag(), json.dumps(changed, sort_keys=True))
+        moved = {
+            k: v
+            for k, v in report.actions.items()
+            if k != Action.IN_SYNC.value and not k.endswith("_skipped")
+        }
+        if moved:
+            log.info("%s sync done: %s", self._tag(), json.dumps(report.actions, sort_keys=True))
         return report
 
     def _is_wipe(self, local: dict[str, _Local]) -> bool:

@@ -135,7 +135,9 @@ def test_a_sync_that_finds_nothing_changed_moves_no_content(
     m()
     assert m.client.calls["retrieve"] == 1 and m.client.calls["create"] == 1
     before = dict(m.client.calls)
+    state = m.sync.state_file.stat().st_mtime_ns
     assert m() == {"in_sync": 2}
+    assert m.sync.state_file.stat().st_mtime_ns == state  # nor writes its state file
     after = dict(m.client.calls)
     assert {k: after[k] - before.get(k, 0) for k in after} == {
         "list": 1,
