@@ -227,7 +227,9 @@ class MemoryTool:
         except InvalidName as exc:
             raise ToolError(f"Error: {raw} was not written: {exc.field} {exc.message}") from None
 
-    def _edit(self, raw: str, rel: str, change: Callable[[str], str]) -> tuple[str, str]:
+    def _edit(
+        self, raw: str, rel: str, change: Callable[[str], str], missing: str
+    ) -> tuple[str, str]:
         """Read, change and write back a file under a content_sha256 precondition.
 
         Returns (old, new) content. A concurrent write between read and write fails the
@@ -236,9 +238,7 @@ class MemoryTool:
         for _ in range(EDIT_ATTEMPTS):
             memory = self._file(rel)
             if memory is None or memory.content is None:
-                raise ToolError(
-                    f"Error: The path {raw} does not exist. Please provide a valid path."
-                )
+                raise ToolError(missing)
             new = change(memory.content)
             try:
                 self._write(
@@ -393,7 +393,12 @@ class MemoryTool:
                 )
             return content.replace(old, new, 1)
 
-        before, after = self._edit(raw, rel, change)
+        before, after = self._edit(
+            raw,
+            rel,
+            change,
+            f"Error: The path {raw} does not exist. Please provide a valid path.",
+        )
         line = before.count("\n", 0, before.find(old))  # 0-based line of the change
         lines = _lines(after)
         first = max(0, line - 2)
@@ -420,12 +425,7 @@ class MemoryTool:
             lines.insert(at, text.rstrip("\n"))
             return "\n".join(lines) + "\n"
 
-        try:
-            self._edit(raw, rel, change)
-        except ToolError as exc:
-            if "does not exist" in str(exc):
-                raise ToolError(f"Error: The path {raw} does not exist") from None
-            raise
+        self._edit(raw, rel, change, f"Error: The path {raw} does not exist")
         return f"The file {raw} has been edited."
 
     def delete(self, args: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.memory_tool import MemoryTool, human_size, parse_path
+from app.memory_tool import MemoryTool, ToolError, human_size, parse_path
 from app.storage import Scope
 from tests.api.test_memory_stores import BASE, Api, assert_error
 from tests.conftest import Tokens
@@ -523,3 +523,35 @@ def test_the_endpoint_is_in_the_openapi_document(client: FlaskClient) -> None:
     assert operation["operationId"] == "run_memory_tool"
     assert operation["tags"] == ["memory-stores"]
     assert {"MemoryToolInput", "MemoryToolResult"} <= set(spec["components"]["schemas"])
+
+
+def test_an_edit_that_races_a_concurrent_write_is_applied_to_the_fresh_content(
+    app: Flask, tool: Tool, store_id: str
+) -> None:
+    """The read-modify-write fails its content_sha256 precondition and re-reads."""
+    engine = app.extensions["memory_stores"]
+    scope = Scope("acme", "web")
+    tool.ok(command="create", path="/memories/f.md", file_text="keep\nold\n")
+    memory_tool = MemoryTool(engine, scope, store_id, actor=None)
+    seen: list[str] = []
+
+    def change(content: str) -> str:
+        seen.append(content)
+        if len(seen) == 1:  # another writer gets in between our read and our write
+            found = engine.find_memory(scope, store_id, "/f.md", full=False)
+            engine.update_memory(scope, store_id, found.id, content=content + "more\n", actor=None)
+        return content.replace("old", "new")
+
+    memory_tool._edit("/memories/f.md", "/f.md", change, "missing")
+    assert seen == ["keep\nold\n", "keep\nold\nmore\n"]
+    assert tool.tree() == {"/f.md": "keep\nnew\nmore\n"}
+
+    def always_raced(content: str) -> str:
+        found = engine.find_memory(scope, store_id, "/f.md", full=False)
+        engine.update_memory(scope, store_id, found.id, content=content + "x", actor=None)
+        return "mine"
+
+    result = MemoryTool(engine, scope, store_id, actor=None)
+    with pytest.raises(ToolError, match="kept changing while it was being edited"):
+        result._edit("/memories/f.md", "/f.md", always_raced, "missing")
+    assert tool.tree()["/f.md"].endswith("xxx")  # never overwritten by the stale edit
