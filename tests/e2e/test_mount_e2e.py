@@ -57,9 +57,9 @@ class Mounted:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, timeout: float = 40) -> int:
+    def stop(self, timeout: float = 40, signum: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signum)
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -151,8 +151,9 @@ def test_two_mounts_of_one_store_converge_within_two_intervals(
     assert a.stop() == 0 and b.stop() == 0
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_runs_a_final_sync_and_exits_0(
-    mount: Callable[..., Mounted], remote: Remote
+    mount: Callable[..., Mounted], remote: Remote, signum: int
 ) -> None:
     store_id = remote.store("Final")
     remote.put(store_id, "/a.md", "a")
@@ -160,7 +161,7 @@ def test_sigterm_runs_a_final_sync_and_exits_0(
     folder = m.root / "final"
     wait_for(lambda: local_tree(folder) == {"/a.md": "a"}, 15, "first download")
     (folder / "late.md").write_text("written just before shutdown")
-    assert m.stop() == 0
+    assert m.stop(signum=signum) == 0
     assert remote.tree(store_id) == {"/a.md": "a", "/late.md": "written just before shutdown"}
     assert "final sync done" in m.log()
 
