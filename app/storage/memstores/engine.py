@@ -643,9 +643,7 @@ class MemoryStoreEngine:
 
         return self._read(scope, store_id, read)
 
-    def find_memory(
-        self, scope: Scope, store_id: str, path: str, *, full: bool
-    ) -> Memory | None:
+    def find_memory(self, scope: Scope, store_id: str, path: str, *, full: bool) -> Memory | None:
         """The live memory at exactly ``path``, or None (the memory tool addresses by path)."""
         path = rules.validate_memory_path(path)
 
