@@ -118,8 +118,10 @@ def _read_json(path: Path) -> Any | None:
 def _create_only(path: Path, data: bytes) -> None:
     """Publish ``data`` at ``path`` durably; never replace an existing file (EEXIST)."""
     tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-    write_atomic(tmp, data)
     try:
+        # Inside the try: write_atomic may fail after it renamed into ``tmp`` (the directory
+        # fsync), which would otherwise leave ``tmp`` behind.
+        write_atomic(tmp, data)
         os.link(tmp, path)
     finally:
         remove_quietly(tmp)
