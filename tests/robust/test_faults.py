@@ -30,6 +30,7 @@ from flask.testing import FlaskClient
 
 from app.storage import TaskStore
 from app.storage.fsck import fsck
+from app.storage.models import FsckReport
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, Fault, temp_files
 
@@ -140,6 +141,11 @@ class Bench:
         self.app.extensions["task_store"] = TaskStore(
             root, clock=old.clock, lock_timeout=5.0, max_artifact_bytes=old.max_artifact_bytes
         )
+        engine = self.app.extensions.get("memory_stores")
+        if engine is not None:
+            self.app.extensions["memory_stores"] = type(engine)(
+                root, lock_timeout=5.0, clock=engine.clock
+            )
 
     def fresh(self) -> Path:
         self.cases += 1
@@ -329,3 +335,124 @@ def test_responses_are_json_in_the_documented_shape(
     assert resp.status_code == 500
     assert json.loads(resp.data) == {"detail": resp.get_json()["detail"]}
     assert resp.headers.get("x-correlation-id")
+
+
+# -- the memory-stores API ------------------------------------------------------------------
+STORE_OPS = ("create_store", "create_memory", "update_memory", "delete_memory")
+
+
+class StoreBench:
+    """A memory store with one memory, copied fresh for each case (like Bench)."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.client = bench.client
+        self.h = bench.headers
+        root = bench.fresh()
+        created = self.client.post("/v1/memory_stores", json={"name": "s"}, headers=self.h)
+        if created.status_code != 200:
+            pytest.skip("the memory-stores API is not there")
+        self.sid = created.get_json()["id"]
+        mem = self.client.post(
+            f"/v1/memory_stores/{self.sid}/memories",
+            json={"path": "/a.md", "content": "old"},
+            headers=self.h,
+        )
+        self.mid = mem.get_json()["id"]
+        shutil.rmtree(bench.template)
+        shutil.copytree(root, bench.template, symlinks=True)
+
+    def fresh(self) -> Path:
+        return self.bench.fresh()
+
+    def send(self, op: str) -> Any:
+        base = f"/v1/memory_stores/{self.sid}"
+        if op == "create_store":
+            return self.client.post("/v1/memory_stores", json={"name": "t"}, headers=self.h)
+        if op == "create_memory":
+            return self.client.post(
+                f"{base}/memories", json={"path": "/b.md", "content": "b"}, headers=self.h
+            )
+        if op == "update_memory":
+            return self.client.post(
+                f"{base}/memories/{self.mid}", json={"content": "new"}, headers=self.h
+            )
+        return self.client.delete(f"{base}/memories/{self.mid}", headers=self.h)
+
+    def state(self) -> Any:
+        base = f"/v1/memory_stores/{self.sid}"
+        memories = self.client.get(f"{base}/memories?view=full&limit=20", headers=self.h)
+        versions = self.client.get(f"{base}/memory_versions?limit=100", headers=self.h)
+        stores = self.client.get("/v1/memory_stores?limit=100", headers=self.h)
+        assert memories.status_code == versions.status_code == stores.status_code == 200
+        return (
+            sorted((m["path"], m.get("content")) for m in memories.get_json()["data"]),
+            sorted((v["operation"], v["path"]) for v in versions.get_json()["data"]),
+            sorted(s["name"] for s in stores.get_json()["data"]),
+        )
+
+
+@pytest.fixture
+def store_bench(bench: Bench) -> StoreBench:
+    return StoreBench(bench)
+
+
+def run_store_case(
+    sb: StoreBench, monkeypatch: pytest.MonkeyPatch, op: str, call: str, n: int, err: int
+) -> bool:
+    if op not in sb.bench.after:
+        sb.fresh()
+        assert sb.send(op).status_code == 200
+        sb.bench.after[op] = sb.state()
+    after = sb.bench.after[op]
+    root = sb.fresh()
+    before = sb.state()
+    fault = Fault(call, n, err).install(monkeypatch)
+    try:
+        resp = sb.send(op)
+    finally:
+        monkeypatch.setattr(os, call, fault.real)
+    where = f"{op}: os.{call} #{n} {errno.errorcode[err]}"
+    if not fault.fired:
+        assert resp.status_code == 200, (where, resp.status_code, resp.data)
+        return False
+    if resp.status_code == 200:
+        assert call == "mkdir", f"{where}: an injected failure was answered with success"
+        assert sb.state() == after, where
+        return True
+    body = resp.get_json()
+    assert resp.status_code == (507 if err == errno.ENOSPC else 500), (
+        where,
+        resp.status_code,
+        body,
+    )
+    assert body["type"] == "error" and set(body["error"]) >= {"type", "message"}, body
+    text = resp.get_data(as_text=True)
+    assert "Traceback" not in text and str(root) not in text, (where, text)
+    assert temp_files(root) == [], (where, temp_files(root))
+    now = sb.state()
+    assert now in (before, after), (where, now, before, after)
+    if now == after:
+        # The failure came after the commit: the operation happened. A retry is a new
+        # request (a second store, a conflicting path, a memory already gone).
+        assert sb.send(op).status_code in (200, 404, 409)
+    else:
+        again = sb.send(op)
+        assert again.status_code == 200, (where, again.status_code, again.data)
+        assert sb.state() == after, where
+    report = FsckReport()
+    sb.bench.app.extensions["memory_stores"].fsck(report)
+    assert report.clean, (where, report.problems)
+    return True
+
+
+@pytest.mark.parametrize("op", STORE_OPS)
+@pytest.mark.parametrize("call", ["write", "fsync", "replace", "mkdir", "link"])
+def test_memory_stores_single_fault_at_every_step(
+    store_bench: StoreBench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
+) -> None:
+    for n in range(1, 80):
+        err = (errno.ENOSPC, errno.EIO)[n % 2]
+        if not run_store_case(store_bench, monkeypatch, op, call, n, err):
+            return
+    pytest.fail(f"{op} made more than 80 calls of os.{call}")
