@@ -447,7 +447,16 @@ def run_store_case(
 
 
 @pytest.mark.parametrize("op", STORE_OPS)
-@pytest.mark.parametrize("call", ["write", "fsync", "replace", "mkdir", "link"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "write",
+        "fsync",
+        "link",
+        pytest.param("replace", marks=pytest.mark.soak),
+        pytest.param("mkdir", marks=pytest.mark.soak),
+    ],
+)
 def test_memory_stores_single_fault_at_every_step(
     store_bench: StoreBench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
 ) -> None:
