@@ -7,6 +7,7 @@ has a deadline; every process is stopped by its own pid.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -239,3 +240,45 @@ def test_once_syncs_and_exits(server: Server, token: str, remote: Remote, tmp_pa
     assert run.returncode == 0, run.stderr
     assert local_tree(tmp_path / "one-shot") == {"/x/y.md": "y"}
     assert "downloaded /x/y.md" in run.stderr
+
+
+@pytest.mark.soak
+def test_soak_random_edits_on_both_sides_and_the_api_converge(
+    mount: Callable[..., Mounted], remote: Remote
+) -> None:
+    """Twenty seconds of random creates, edits and deletes in two mounts and through the API;
+    once the edits stop, both folders and the store agree within a few intervals."""
+    rng = random.Random(6)
+    store_id = remote.store("Soak")
+    a = mount(store_id, "a", interval=0.5)
+    b = mount(store_id, "b", interval=0.5)
+    folders = [a.root / "soak", b.root / "soak"]
+    for folder in folders:
+        wait_for(lambda f=folder: (f / ".anthropic-memory-store").exists(), 15, "mount")
+    names = [f"/n{i}.md" for i in range(6)] + [f"/d{i}/x.md" for i in range(3)]
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        path = rng.choice(names)
+        side = rng.randrange(3)
+        text = f"{side} {rng.random()}\n"
+        if side < 2:
+            target = folders[side] / path.lstrip("/")
+            if rng.random() < 0.2:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+        elif rng.random() < 0.2:
+            if path in remote.memories(store_id):
+                remote.delete(store_id, path)
+        else:
+            remote.put(store_id, path, text)
+        time.sleep(rng.uniform(0.01, 0.2))
+
+    def agreed() -> bool:
+        server = remote.tree(store_id)
+        return local_tree(folders[0]) == server == local_tree(folders[1])
+
+    wait_for(agreed, 30, "convergence after the edits stop")
+    assert a.stop() == 0 and b.stop() == 0
+    assert "Traceback" not in a.log() + b.log()
