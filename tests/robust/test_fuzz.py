@@ -22,6 +22,7 @@ from schemathesis.checks import (
 )
 
 from app import create_app
+from tests.conftest import BufferedClient
 from tests.robust.helpers import BASE, start
 
 CHECKS = [
@@ -101,3 +102,43 @@ def test_against_real_gunicorn(tmp_path: Path) -> None:
         assert failures == [], "\n\n".join(failures)
     finally:
         server.stop()
+
+
+def test_use_after_free_by_hand(tmp_path: Path) -> None:
+    """The document has no OpenAPI links, so schemathesis' use_after_free has nothing to follow:
+    check by hand that nothing deleted is served again."""
+    app = create_app(
+        {
+            "TESTING": True,
+            "STORAGE_ROOT": str(tmp_path / "root"),
+            "TOKENS_FILE": str(tmp_path / "tokens.json"),
+        }
+    )
+    _, secret = app.extensions["token_registry"].create(
+        role="project_admin", tenant="acme", project="web"
+    )
+    h = {"Authorization": f"Bearer {secret}"}
+    app.test_client_class = BufferedClient  # closes streamed (file) responses
+    with app.test_client() as c:
+        _seed(c, secret)
+        assert c.delete(f"{BASE}/tasks/t", headers=h).status_code == 204
+        for url in (
+            f"{BASE}/tasks/t",
+            f"{BASE}/tasks/t/turns/0",
+            f"{BASE}/tasks/t/turns/0/artifacts/a.bin",
+        ):
+            assert c.get(url, headers=h).status_code == 404, url
+        assert c.delete(f"{BASE}/tasks/t", headers=h).status_code == 404
+        assert c.get(f"{BASE}/tasks", headers=h).get_json()["tasks"] == []
+        assert b"## t\n" not in c.get(f"{BASE}/project.md", headers=h).data
+        store = c.post("/v1/memory_stores", json={"name": "s"}, headers=h).get_json()["id"]
+        base = f"/v1/memory_stores/{store}"
+        mem = c.post(
+            f"{base}/memories", json={"path": "/a.md", "content": "x"}, headers=h
+        ).get_json()["id"]
+        assert c.delete(f"{base}/memories/{mem}", headers=h).status_code == 200
+        assert c.get(f"{base}/memories/{mem}", headers=h).status_code == 404
+        assert c.post(f"{base}/memories/{mem}", json={"content": "y"}, headers=h).status_code == 404
+        assert c.delete(base, headers=h).status_code == 200
+        assert c.get(base, headers=h).status_code == 404
+        assert c.get(f"{base}/memories", headers=h).status_code == 404
