@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
-from anthropic.lib.tools import BetaAbstractMemoryTool, ToolError
+from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryTool, ToolError
 from anthropic.types.beta import (
     BetaCacheControlEphemeralParam,
     BetaMemoryTool20250818CreateCommand,
@@ -33,7 +33,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-__all__ = ["MemoryServerError", "ProjectMemoryTool"]
+__all__ = ["AsyncProjectMemoryTool", "MemoryServerError", "ProjectMemoryTool"]
 
 
 class MemoryServerError(ToolError):
@@ -42,6 +42,24 @@ class MemoryServerError(ToolError):
     A ToolError, so the tool runner hands Claude an error result instead of crashing the
     conversation; the message says what went wrong.
     """
+
+
+def _result(response: httpx.Response) -> str:
+    """The tool result text of an endpoint answer; raise for an error result or answer."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200 or not isinstance(body, dict):
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error.get("message") if isinstance(error, dict) else response.reason_phrase
+        raise MemoryServerError(
+            f"Error: the memory server answered {response.status_code}: {message}"
+        )
+    content = str(body.get("content", ""))
+    if body.get("is_error"):
+        raise ToolError(content)
+    return content
 
 
 class ProjectMemoryTool(BetaAbstractMemoryTool):
@@ -84,20 +102,7 @@ class ProjectMemoryTool(BetaAbstractMemoryTool):
             response = self._http.post(self.url, json=tool_input, headers=self._headers)
         except httpx.HTTPError as exc:
             raise MemoryServerError(f"Error: the memory server is unreachable ({exc})") from None
-        try:
-            body: Any = response.json()
-        except ValueError:
-            body = None
-        if response.status_code != 200 or not isinstance(body, dict):
-            error = body.get("error") if isinstance(body, dict) else None
-            message = error.get("message") if isinstance(error, dict) else response.reason_phrase
-            raise MemoryServerError(
-                f"Error: the memory server answered {response.status_code}: {message}"
-            )
-        content = str(body.get("content", ""))
-        if body.get("is_error"):
-            raise ToolError(content)
-        return content
+        return _result(response)
 
     def _forward(self, command: Any) -> str:
         return self._send(command.to_dict())
@@ -119,3 +124,64 @@ class ProjectMemoryTool(BetaAbstractMemoryTool):
 
     def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         return self._forward(command)
+
+
+class AsyncProjectMemoryTool(BetaAsyncAbstractMemoryTool):
+    """The same tool for ``AsyncAnthropic``'s tool runner."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        token: str,
+        store_id: str,
+        timeout: float = 30.0,
+        cache_control: BetaCacheControlEphemeralParam | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(cache_control=cache_control)
+        self.url = f"{server.rstrip('/')}/v1/memory_stores/{store_id}/memory_tool"
+        self._owns_client = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncProjectMemoryTool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def call(self, input: object) -> str:  # noqa: A002 - the SDK's parameter name
+        return await self._send(input)
+
+    async def _send(self, tool_input: object) -> str:
+        try:
+            response = await self._http.post(self.url, json=tool_input, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise MemoryServerError(f"Error: the memory server is unreachable ({exc})") from None
+        return _result(response)
+
+    async def _forward(self, command: Any) -> str:
+        return await self._send(command.to_dict())
+
+    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
+        return await self._forward(command)
+
+    async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
+        return await self._forward(command)
+
+    async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
+        return await self._forward(command)
+
+    async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
+        return await self._forward(command)
+
+    async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
+        return await self._forward(command)
+
+    async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
+        return await self._forward(command)

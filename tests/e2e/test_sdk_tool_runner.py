@@ -7,6 +7,7 @@ blocks, then end_turn, and records the tool results the runner sends back. No ne
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ import anthropic
 import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
 import pytest
 
-from app.sdk_tool import MemoryServerError, ProjectMemoryTool
+from app.sdk_tool import AsyncProjectMemoryTool, MemoryServerError, ProjectMemoryTool
 from tests.e2e.conftest import Server, start_server
 from tests.mount.helpers import Remote, sha
 
@@ -167,3 +168,38 @@ def test_server_errors_become_error_results(server: Server) -> None:
             memory.call({"command": "view", "path": "/memories"})
     assert writer.tree(store_id) == {}
     writer.close()
+
+
+def test_async_tool_runner_keeps_memory_in_a_store(server: Server) -> None:
+    token = server.token("writer")
+    remote = Remote(server, token)
+    store_id = remote.store("Async App")
+    model = FakeModel()
+
+    async def converse() -> anthropic.types.beta.BetaMessage:
+        memory = AsyncProjectMemoryTool(server=server.url, token=token, store_id=store_id)
+        client = anthropic.AsyncAnthropic(
+            api_key="test-key",
+            base_url="http://api.test",
+            max_retries=0,
+            http_client=httpx.AsyncClient(transport=httpx.MockTransport(model)),
+        )
+        async with client, memory:
+            runner = client.beta.messages.tool_runner(
+                model="claude-sonnet-5-5",
+                max_tokens=1024,
+                tools=[memory],
+                messages=[{"role": "user", "content": "I take my coffee black, no sugar."}],
+            )
+            return await runner.until_done()
+
+    final = asyncio.run(converse())
+    assert final.stop_reason == "end_turn"
+    assert model.results(3)["toolu_04"]["is_error"] is True
+    assert remote.tree(store_id) == {"/prefs.md": "# Preferences\ncoffee: black, no sugar\n"}
+    assert [v["operation"] for v in remote.versions(store_id)] == [
+        "modified",
+        "modified",
+        "created",
+    ]
+    remote.close()
