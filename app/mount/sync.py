@@ -250,7 +250,10 @@ class StoreSync:
                     continue
                 sha = hashlib.sha256(data).hexdigest()
                 found[rel] = _Local(sha, data if len(data) <= MAX_UPLOAD_BYTES else None)
-                cache[rel] = (*key, sha)
+                if settled:
+                    # Only a hash read when the file was already still can be trusted
+                    # later: a same-size rewrite in the same clock tick is invisible.
+                    cache[rel] = (*key, sha)
         self._hash_cache = cache
         return found, unusable
 

@@ -465,3 +465,19 @@ def test_a_stop_request_ends_a_sync_between_files(make: MakeMount, remote: Remot
     assert m.tree() == {"/a.md": "a"}  # the first path only
     m()  # the next (final) sync does the rest
     assert m.tree() == {"/a.md": "a", "/b.md": "b"}
+
+
+def test_a_settled_file_is_hashed_from_cache_yet_a_later_edit_is_seen(
+    make: MakeMount, remote: Remote
+) -> None:
+    m = make()
+    store_id = m.sync.store_id
+    m.write("/old.md", "same size 1")
+    past = os.stat(m.folder / "old.md").st_mtime - 60
+    os.utime(m.folder / "old.md", (past, past))
+    m()
+    m()  # the second scan takes its hash from the cache (the file is 60 s still)
+    assert "/old.md" in m.sync._hash_cache
+    m.write("/old.md", "same size 2")  # same size, same inode, a new mtime
+    assert m()["upload"] == 1
+    assert remote.tree(store_id) == {"/old.md": "same size 2"}
