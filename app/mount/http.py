@@ -92,14 +92,17 @@ class StoreClient:
         return result
 
     def list_memories(
-        self, store_id: str, *, deadline: float | None = None
+        self, store_id: str, *, full: bool = False, deadline: float | None = None
     ) -> list[dict[str, Any]]:
-        """Every memory, ``view=basic`` (no content), 100 a page."""
+        """Every memory: ``view=basic`` (no content) 100 a page, or ``view=full`` 20 a page."""
         items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"view": "basic", "limit": 100}
+        params: dict[str, Any] = (
+            {"view": "full", "limit": 20} if full else {"view": "basic", "limit": 100}
+        )
+        kind = "list_full" if full else "list"
         while True:
             page = self._call(
-                "list", "GET", f"/{store_id}/memories", deadline=deadline, params=params
+                kind, "GET", f"/{store_id}/memories", deadline=deadline, params=params
             )
             items.extend(m for m in page["data"] if m.get("type") == "memory")
             if not page.get("next_page"):

@@ -42,6 +42,7 @@ STATE_DIR = ".project-memory"
 TMP_PREFIX = ".~tmp-"  # the server refuses memory paths with this segment prefix
 DELETE_DELAY = 30.0
 MAX_UPLOAD_BYTES = 1024 * 1024  # bigger files are refused without sending them
+BULK_DOWNLOADS = 20  # more files to write than this: one view=full listing, 20 a page
 
 
 def marker_text(store_id: str) -> str:
@@ -132,6 +133,7 @@ class StoreSync:
         self._hash_cache: dict[str, tuple[int, int, int, str]] = {}
         self._said: set[tuple[str, ...]] = set()  # one-time log lines already written
         self._saved = b""
+        self._prefetched: dict[str, dict[str, Any]] = {}  # id -> memory with its content
         self._load_state()
 
     # -- logging -----------------------------------------------------------------------
@@ -291,11 +293,8 @@ class StoreSync:
                     self._tag(),
                     len(self.baseline),
                 )
-            deletes_left = max(8, min(50, len(self.baseline) // 4))
+            plan = []
             for path in sorted(set(local) | set(remote) | set(self.baseline)):
-                if stop is not None and stop():
-                    report.ok = False
-                    break
                 l_entry = local.get(path)
                 r_entry = remote.get(path)
                 b_entry = self.baseline.get(path)
@@ -307,7 +306,14 @@ class StoreSync:
                 )
                 if wipe and l_entry is None and r_entry is not None:
                     action = Action.DOWNLOAD  # restore, whatever the mode
-                elif action is Action.DELETE_REMOTE and deletes_left <= 0:
+                plan.append((path, action, l_entry, b_entry, r_entry))
+            self._prefetch(plan, deadline)
+            deletes_left = max(8, min(50, len(self.baseline) // 4))
+            for path, action, l_entry, b_entry, r_entry in plan:
+                if stop is not None and stop():
+                    report.ok = False
+                    break
+                if action is Action.DELETE_REMOTE and deletes_left <= 0:
                     continue  # a capped number of deletes per sync, the rest next time
                 if path in self.missing_since and action is not Action.DELETE_REMOTE:
                     del self.missing_since[path]
@@ -325,6 +331,7 @@ class StoreSync:
             log.error("%s sync failed on the local disk: %s", self._tag(), exc)
             report.ok = False
         finally:
+            self._prefetched = {}
             try:
                 self._save_state()
             except OSError as exc:
@@ -338,6 +345,16 @@ class StoreSync:
         if moved:
             log.info("%s sync done: %s", self._tag(), json.dumps(report.actions, sort_keys=True))
         return report
+
+    def _prefetch(
+        self, plan: list[tuple[str, Action, Any, Any, Any]], deadline: float | None
+    ) -> None:
+        """Many files to write (a first mount, a restore): read them 20 a page, not 1 a call."""
+        wanted = sum(1 for item in plan if item[1] in (Action.DOWNLOAD, Action.CONFLICT))
+        self._prefetched = {}
+        if wanted > BULK_DOWNLOADS:
+            items = self.client.list_memories(self.store_id, full=True, deadline=deadline)
+            self._prefetched = {m["id"]: m for m in items}
 
     def _is_wipe(self, local: dict[str, _Local]) -> bool:
         # One missing file is a delete; every synced file gone at once (and nothing else
@@ -402,12 +419,14 @@ class StoreSync:
     def _download(
         self, path: str, local: _Local | None, remote: dict[str, Any], deadline: float | None
     ) -> bool:
-        try:
-            memory = self.client.get_memory(self.store_id, remote["id"], deadline=deadline)
-        except ApiError as exc:
-            if exc.status == 404:
-                return False  # deleted since the list: the next sync removes it here
-            raise
+        memory = self._prefetched.pop(remote["id"], None)
+        if memory is None:
+            try:
+                memory = self.client.get_memory(self.store_id, remote["id"], deadline=deadline)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return False  # deleted since the list: the next sync removes it here
+                raise
         data = str(memory["content"]).encode("utf-8")
         try:
             written = replace_file(

@@ -481,3 +481,19 @@ def test_a_settled_file_is_hashed_from_cache_yet_a_later_edit_is_seen(
     m.write("/old.md", "same size 2")  # same size, same inode, a new mtime
     assert m()["upload"] == 1
     assert remote.tree(store_id) == {"/old.md": "same size 2"}
+
+
+def test_many_files_to_write_are_read_20_a_page(make: MakeMount, remote: Remote) -> None:
+    store_id = remote.store("Big")
+    expected = {f"/f{i:02d}.md": f"file {i}\n" for i in range(45)}
+    for path, text in expected.items():
+        remote.put(store_id, path, text)
+    m = make(store_id)
+    m()
+    assert m.tree() == expected
+    assert m.client.calls["retrieve"] == 0
+    assert m.client.calls["list_full"] == 3  # 45 memories, 20 a page
+    remote.put(store_id, "/f00.md", "one change")
+    m()  # a few changes: fetched one by one, as before
+    assert m.client.calls["retrieve"] == 1 and m.client.calls["list_full"] == 3
+    assert m.tree()["/f00.md"] == "one change"
