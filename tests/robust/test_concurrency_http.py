@@ -175,7 +175,7 @@ def test_sixteen_clients_on_one_task(live_factory: Any, server_kwargs: dict[str,
     ],
 )
 def test_sixteen_clients_on_one_task_soak(live_factory: Any, server_kwargs: dict[str, Any]) -> None:
-    history, found = _run(live_factory, 200, **server_kwargs)
+    history, found = _run(live_factory, 100, **server_kwargs)
     assert found == [], found
     assert set(history.statuses) <= {200, 503}, history.statuses
 
