@@ -187,7 +187,10 @@ def memory(server: servers.Server, secret: str, args: Any) -> dict[str, Any]:
 
 def target_rows(r: dict[str, Any]) -> list[tuple[str, float, str, bool, str]]:
     """(name, measured, target text, met, detail) for each growth and memory target."""
-    put, lst, mem = r["put_p50_ms"], r["list_p50_ms"], r["mem"]
+    # int keys when fresh, str keys when read back from JSON
+    put = {int(k): v for k, v in r["put_p50_ms"].items()}
+    lst = {int(k): v for k, v in r["list_p50_ms"].items()}
+    mem = r["mem"]
     quick = " (100k: listing rows only, --quick)" if r["quick"] else ""
     rows = [
         (

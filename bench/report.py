@@ -1,0 +1,54 @@
+"""Render the latest results (bench/results/{bench,peer}-latest.json) as the README's markdown table.
+
+python -m bench.report
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import growth
+from .run import target_rows
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def main() -> None:
+    rows = []
+    sources = []
+    for kind in ("bench", "peer"):
+        path = RESULTS / f"{kind}-latest.json"
+        if not path.exists():
+            continue
+        report = json.loads(path.read_text())
+        sources.append(f"{kind}-{report['started']}.json")
+        per_rep = {r["workload"]: r["throughput_ratios"] for r in report["rows"]}
+        for name, value, target, met, detail in target_rows(report["rows"]):
+            workload = name.split(": ", 1)[1].removesuffix(" (throughput)")
+            reps = ", ".join(f"{x:.2f}" for x in per_rep[workload])
+            rows.append((name, value, target, met, f"{detail}; per rep: {reps}"))
+        if report.get("growth"):
+            rows += growth.target_rows(report["growth"])
+    print(f"Measured in `{'`, `'.join(sources)}`:\n")
+    print("| target | measured | target | met | detail |")
+    print("|---|---:|---:|:-:|---|")
+    for name, value, target, met, detail in rows:
+        print(f"| {name} | {value:.2f} | {target} | {'yes' if met else '**no**'} | {detail} |")
+    bench = RESULTS / "bench-latest.json"
+    if bench.exists():
+        print("\nAll workloads (ours vs hello-world, medians over the repetitions):\n")
+        print(
+            "| workload | ours op/s | ours p50 ms | ours p99 ms | hello op/s | hello p50 ms | ratio |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in json.loads(bench.read_text())["rows"]:
+            print(
+                f"| {r['workload']} | {r['ours_ops_s']:.0f} | {r['ours_median_ms']:.2f} |"
+                f" {r['ours_p99_ms']:.1f} | {r['base_ops_s']:.0f} | {r['base_median_ms']:.2f} |"
+                f" {r['throughput_ratio']:.3f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
