@@ -420,7 +420,15 @@ class _Fsck:
             self.fault(f"{rel}/{TURN_META}: cannot be rebuilt ({exc}); turn quarantined", move)
             return None
         if record is None:
-            self.unindexed(turn_dir, "a turn directory without meta.json")
+            if _only_temp_files(turn_dir):
+                # A put_turn killed before its commit: nothing in it was ever acknowledged,
+                # so there is nothing for a person to inspect in lost+found.
+                self.fault(
+                    f"{rel}: unfinished turn of a writer that died (removed)",
+                    lambda: remove_path(turn_dir),
+                )
+            else:
+                self.unindexed(turn_dir, "a turn directory without meta.json")
             return None
         if record.turn != turn or record.task_id != task_id:
             self.fault(f"{rel}/{TURN_META}: names task {record.task_id} turn {record.turn}", move)
@@ -581,6 +589,17 @@ class _Fsck:
                             f"{self.rel(path)}: dirty marker of a task that is gone",
                             partial(self._rebuild, scope, task_id),
                         )
+
+
+def _only_temp_files(directory: Path) -> bool:
+    """True when ``directory`` holds nothing but temp files and empty directories."""
+    for dirpath, dirnames, filenames in os.walk(directory):
+        here = Path(dirpath)
+        if any((here / d).is_symlink() for d in dirnames):
+            return False
+        if any(not f.startswith(TMP_PREFIX) or (here / f).is_symlink() for f in filenames):
+            return False
+    return True
 
 
 def entry_is_artifact(entry: os.DirEntry[str]) -> bool:
