@@ -220,12 +220,14 @@ def check_after(root: Path, run: Run) -> None:
         "temp file",
         ".trash",
         "a turn directory without meta.json",
+        "unfinished turn of a writer that died",
         "an artifact file meta.json does not list",
     )
     report = fsck(store, grace=timedelta(0))
     assert unexplained(report.problems, crash_leftovers) == [], (report.problems, sorted(dirty))
 
-    sweep(store, now=datetime.now(UTC), grace=timedelta(0))
+    swept = sweep(store, now=datetime.now(UTC), grace=timedelta(0))
+    assert swept.errors == (), swept.errors
     # The sweeper collects the project-memory tree's temp files; the memory-stores engine's
     # own fsck (run by `flask fsck` after the project one) collects those of its stores.
     assert [p for p in temp_files(root) if STORES_DIR not in p.parts] == []
