@@ -46,6 +46,7 @@ from ..errors import Corrupt, InvalidName, NotFound
 from ..layout import LOCKS_DIR, TMP_PREFIX, TRASH_DIR, Layout, Scope, validate_id
 from ..locks import locked, touch
 from ..models import FsckReport
+from ..records import dumps, read_json
 from . import rules
 from .index import (
     MEMORY_COLUMNS,
@@ -93,26 +94,6 @@ T = TypeVar("T")
 
 class _Retry(Exception):
     """A lock-free read raced a writer (rename, redaction, sweep); read again."""
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, indent=1).encode("utf-8") + b"\n"
-
-
-def _read_json(path: Path) -> Any | None:
-    """Parse ``path``; None when it does not exist. Never follows a symlink."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise Corrupt(f"{path}: cannot open ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read()
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise Corrupt(f"{path}: not valid JSON ({exc})") from None
 
 
 def _create_only(path: Path, data: bytes) -> None:
@@ -240,7 +221,7 @@ class MemoryStoreEngine:
         raise NotFound(f"memory store {store_id} not found")
 
     def _store_record(self, store_dir: Path) -> dict[str, Any]:
-        record = _read_json(store_dir / STORE_RECORD)
+        record = read_json(store_dir / STORE_RECORD)
         if not isinstance(record, dict):
             raise FileNotFoundError(store_dir / STORE_RECORD)
         return record
@@ -248,7 +229,7 @@ class MemoryStoreEngine:
     def _version_record(self, store_dir: Path, version_id: str) -> dict[str, Any] | None:
         if not rules.is_version_id(version_id):
             return None
-        record = _read_json(store_dir / VERSIONS_DIR / f"{version_id}.json")
+        record = read_json(store_dir / VERSIONS_DIR / f"{version_id}.json")
         return record if isinstance(record, dict) else None
 
     # -- locked writes -----------------------------------------------------------------
@@ -289,7 +270,7 @@ class MemoryStoreEngine:
     def _commit(self, txn: _Txn, record: dict[str, Any], old_path: str | None) -> None:
         """Write one version: the record (commit point), the live file, then the index."""
         txn.begin()
-        _create_only(txn.dir / VERSIONS_DIR / f"{record['id']}.json", _dumps(record))
+        _create_only(txn.dir / VERSIONS_DIR / f"{record['id']}.json", dumps(record))
         memories = txn.dir / MEMORIES_DIR
         if old_path is not None and (
             record["operation"] == "deleted" or old_path != record["path"]
@@ -368,7 +349,7 @@ class MemoryStoreEngine:
                 os.mkdir(tmp / MEMORIES_DIR)
                 with self._index(tmp).write(create=True):
                     pass
-                write_atomic(tmp / STORE_RECORD, _dumps(record))
+                write_atomic(tmp / STORE_RECORD, dumps(record))
                 fsync_dir(tmp)
                 os.rename(tmp, parent / rules.store_dirname(name, store_id))
             except BaseException:
@@ -410,7 +391,7 @@ class MemoryStoreEngine:
             if name.startswith("."):
                 continue
             try:
-                record = _read_json(self.stores_dir(scope) / name / STORE_RECORD)
+                record = read_json(self.stores_dir(scope) / name / STORE_RECORD)
             except Corrupt:
                 continue
             if not isinstance(record, dict):
@@ -465,7 +446,7 @@ class MemoryStoreEngine:
             if new == record:
                 return self._store_view(record)
             new["updated_at"] = iso_us(max(self.now_us(), int(record["created_us"])))
-            write_atomic(txn.dir / STORE_RECORD, _dumps(new))
+            write_atomic(txn.dir / STORE_RECORD, dumps(new))
             wanted = txn.dir.parent / rules.store_dirname(new["name"], store_id)
             if wanted != txn.dir:
                 # The directory follows the mount slug so the tree reads well; readers
@@ -481,7 +462,7 @@ class MemoryStoreEngine:
             if record.get("archived_at"):
                 return self._store_view(record)
             record["archived_at"] = iso_us(max(self.now_us(), int(record["created_us"])))
-            write_atomic(txn.dir / STORE_RECORD, _dumps(record))
+            write_atomic(txn.dir / STORE_RECORD, dumps(record))
         return self._store_view(record)
 
     def delete_store(self, scope: Scope, store_id: str) -> Deleted:
@@ -985,7 +966,7 @@ class MemoryStoreEngine:
                 redacted_by=actor,
             )
             txn.begin()
-            write_atomic(txn.dir / VERSIONS_DIR / f"{version_id}.json", _dumps(redacted))
+            write_atomic(txn.dir / VERSIONS_DIR / f"{version_id}.json", dumps(redacted))
             with self._index(txn.dir).write(create=True) as wconn:
                 StoreIndex.put_version(wconn, redacted)
         return self._version_from_record(redacted, True)
@@ -1002,7 +983,7 @@ class MemoryStoreEngine:
                 continue
             stem = entry.name.removesuffix(".json")
             try:
-                record = _read_json(directory / entry.name)
+                record = read_json(directory / entry.name)
                 if not isinstance(record, dict) or record.get("id") != stem:
                     raise Corrupt(f"{directory / entry.name}: not a version record")
                 record["_has_content"] = isinstance(record.get("content"), str)
