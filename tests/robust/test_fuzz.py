@@ -2,8 +2,9 @@
 
 In process (WSGI) in ``make test``, with a few examples per operation; against a real
 gunicorn, with more, in ``make soak``. Checks: not_a_server_error,
-status_code_conformance, response_schema_conformance, negative_data_rejection and (through
-the stateful links, where the document has them) use_after_free.
+status_code_conformance, response_schema_conformance, negative_data_rejection,
+ignored_auth, missing_required_header and use_after_free (inert: the document has no links,
+so use-after-free is also checked by hand below).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (
+    ignored_auth,
+    missing_required_header,
     negative_data_rejection,
     not_a_server_error,
     response_schema_conformance,
@@ -31,6 +34,8 @@ CHECKS = [
     response_schema_conformance,
     negative_data_rejection,
     use_after_free,
+    ignored_auth,
+    missing_required_header,
 ]
 
 
