@@ -10,8 +10,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage.locks import locked
 from app.storage.layout import Scope
+from app.storage.locks import locked
 from tests.conftest import Tokens
 
 BASE = "/sandbox/memory/v1"
@@ -138,12 +138,18 @@ def test_symlink_planted_in_the_tree_is_never_followed(
     assert sorted(p.name for p in outside.iterdir()) == ["0000-turn"]
 
 
-def test_torn_task_index_heals_on_the_next_write(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
-    client.put(f"{BASE}/tasks/t/turns/0", json={"summary_md": "zero"}, headers=tokens.headers("writer"))
+def test_torn_task_index_heals_on_the_next_write(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    client.put(
+        f"{BASE}/tasks/t/turns/0", json={"summary_md": "zero"}, headers=tokens.headers("writer")
+    )
     index = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "index.json"
     index.write_text('{"torn": ')
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 500
-    resp = client.put(f"{BASE}/tasks/t/turns/1", json={"summary_md": "one"}, headers=tokens.headers("writer"))
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/1", json={"summary_md": "one"}, headers=tokens.headers("writer")
+    )
     assert resp.status_code == 200
     body = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).get_json()
     assert [t["turn"] for t in body["turns"]] == [0, 1]

@@ -208,6 +208,8 @@ def test_upload_racing_a_rewrite_of_its_expired_turn_is_a_conflict(store, scope,
             return b""
 
     with pytest.raises(Conflict):
-        store.put_artifact(scope, "t", 0, "a.bin", Stream(), content_type="application/octet-stream")
+        store.put_artifact(
+            scope, "t", 0, "a.bin", Stream(), content_type="application/octet-stream"
+        )
     record = store.get_turn(scope, "t", 0)
     assert record.summary_md == "new" and record.artifacts == ()
