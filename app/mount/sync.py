@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -33,13 +32,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ..storage.atomic import write_atomic  # plain Python: no Flask comes with it
+from ..storage.layout import TMP_PREFIX  # the server refuses memory paths with this prefix
 from .http import ApiError, StoreClient, TransportError
 
 log = logging.getLogger("project_memory.mount")
 
 MARKER = ".anthropic-memory-store"  # the name and content the official workers use
 STATE_DIR = ".project-memory"
-TMP_PREFIX = ".~tmp-"  # the server refuses memory paths with this segment prefix
 DELETE_DELAY = 30.0
 MAX_UPLOAD_BYTES = 1024 * 1024  # bigger files are refused without sending them
 BULK_DOWNLOADS = 20  # more files to write than this: one view=full listing, 20 a page
@@ -615,31 +615,6 @@ def _sha_of(path: Path) -> str | None:
         raise OSError(errno.EEXIST, "not a regular file", str(path))
     data = _read_nofollow(path)
     return None if data is None else hashlib.sha256(data).hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(target: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory."""
-    tmp = target.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
 
 
 def _safe_parent(root: Path, rel: str) -> Path:
