@@ -182,6 +182,10 @@ def startup_recovery(app: Flask) -> list[str]:
     lines: list[str] = []
     if sentinel.exists():
         report = fsck(store, repair=True)
+        memory_stores = app.extensions.get("memory_stores")
+        if memory_stores is not None:
+            # The memory stores' own derived files and dead writers' temp files.
+            memory_stores.fsck(report, repair=True)
         lines.append(
             "previous run did not shut down cleanly: fsck --repair found "
             f"{len(report.problems)} problem(s), repaired {len(report.repaired)}, "

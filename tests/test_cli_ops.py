@@ -205,3 +205,23 @@ def test_startup_recovery_repairs_after_an_unclean_shutdown(
     assert lines and "did not shut down cleanly" in lines[0] and "repaired 1" in lines[0]
     assert store.get_task(scope, "young").turns[0].turn == 0
     assert sentinel.exists()
+
+
+def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
+    from app.sweeper import RUNNING_SENTINEL, startup_recovery
+
+    engine = app.extensions["memory_stores"]
+    root = Path(app.config["STORAGE_ROOT"])
+    startup_recovery(app)
+    scope = Scope("acme", "web")
+    created = engine.create_store(scope, name="Prefs", description="")
+    store_dir = next((root / "acme" / "web" / "_stores").iterdir())
+    # A writer killed mid-write leaves a temp file in the store's version history.
+    stray = store_dir / "versions" / ".~tmp-deadbeef00000000"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"half")
+    old = stray.stat().st_mtime - 3600
+    os.utime(stray, (old, old))
+    assert (root / RUNNING_SENTINEL).exists()  # the server never shut down cleanly
+    startup_recovery(app)
+    assert not stray.exists(), created
