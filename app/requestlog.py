@@ -28,20 +28,40 @@ def _start() -> None:
         g.correlation_id = str(ULID())
 
 
+_second: tuple[int, str] = (-1, "")
+
+
+def _utc_second() -> str:
+    """The current UTC second as text, formatted once per second rather than per request."""
+    global _second
+    now = int(time.time())
+    if _second[0] != now:
+        _second = (now, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    return _second[1]
+
+
 def _finish(response: Response) -> Response:
-    response.headers[CORRELATION_HEADER] = g.get("correlation_id") or str(ULID())
-    started = g.get("started")
+    # One lookup through each context proxy: this runs on every request, and the proxied
+    # attribute reads and the log record were a seventh of a read's CPU (bench.profile).
+    ctx = g._get_current_object()
+    correlation = getattr(ctx, "correlation_id", None) or str(ULID())
+    response.headers[CORRELATION_HEADER] = correlation
+    if not log.isEnabledFor(logging.INFO):
+        return response
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    started = getattr(ctx, "started", None)
+    rule = req.url_rule
     record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "correlation_id": g.get("correlation_id"),
-        "method": request.method,
-        "route": request.url_rule.rule if request.url_rule else None,
-        "path": request.path[:256],
+        "time": _utc_second(),
+        "correlation_id": correlation,
+        "method": req.method,
+        "route": rule.rule if rule else None,
+        "path": req.path[:256],
         "status": response.status_code,
         "duration_ms": round((time.perf_counter() - started) * 1000, 3) if started else None,
-        "tenant": g.get("tenant"),
-        "project": g.get("project"),
-        "token_id": g.get("token_id"),
+        "tenant": getattr(ctx, "tenant", None),
+        "project": getattr(ctx, "project", None),
+        "token_id": getattr(ctx, "token_id", None),
     }
     log.info(json.dumps(record, separators=(",", ":")))
     return response
