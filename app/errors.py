@@ -21,6 +21,7 @@ from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from .storage import errors as se
+from .storage.memstores import models as ms
 
 log = logging.getLogger("app.errors")
 
@@ -144,7 +145,25 @@ _FIELD_LOCATIONS = {
 
 
 def from_storage(exc: se.StorageError) -> HTTPException:
-    """The storage-error → HTTP mapping table."""
+    """The storage-error → HTTP mapping table (both APIs; render() picks the body shape)."""
+    # Memory-store errors first: they subclass the generic Conflict / PreconditionFailed and
+    # carry the reference's own error types.
+    if isinstance(exc, ms.PathConflict):
+        return ApiError(
+            409,
+            str(exc),
+            error_type="memory_path_conflict_error",
+            extra={
+                "conflicting_memory_id": exc.memory_id,
+                "conflicting_path": exc.conflicting_path,
+            },
+        )
+    if isinstance(exc, ms.ContentPreconditionFailed):
+        return ApiError(409, str(exc), error_type="memory_precondition_failed_error")
+    if isinstance(exc, ms.StoreArchived | ms.HeadVersion):
+        return ApiError(409, str(exc), error_type="conflict_error")
+    if isinstance(exc, ms.StoreFull):
+        return ApiError(400, str(exc), error_type="invalid_request_error")
     if isinstance(exc, se.InvalidName):
         where = _FIELD_LOCATIONS.get(exc.field, "body")
         return validation_error(

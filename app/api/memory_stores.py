@@ -11,22 +11,15 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 from marshmallow import Schema
-from werkzeug.exceptions import HTTPException
 
 from ..auth import current_principal, require_principal
-from ..errors import ApiError, from_storage, render
+from ..errors import ApiError
 from ..schemas import memory_stores as s
-from ..storage import InvalidName, StorageError
 from ..storage.clock import to_us
 from ..storage.memstores import (
-    ContentPreconditionFailed,
-    HeadVersion,
     MemoryPrefix,
     MemoryStoreEngine,
     Page,
-    PathConflict,
-    StoreArchived,
-    StoreFull,
     VersionFilter,
 )
 from .common import json_body
@@ -108,34 +101,6 @@ def _no_retry_on_conflict(response: Response) -> Response:
     if response.status_code == 409:
         response.headers["x-should-retry"] = "false"
     return response
-
-
-@bp.errorhandler(StorageError)
-def _storage_error(exc: StorageError) -> Response:
-    response: Response = render(_http_error(exc))
-    return response
-
-
-def _http_error(exc: StorageError) -> HTTPException:
-    """Map the engine's errors to the reference's error types."""
-    if isinstance(exc, PathConflict):
-        return ApiError(
-            409,
-            str(exc),
-            error_type="memory_path_conflict_error",
-            extra={
-                "conflicting_memory_id": exc.memory_id,
-                "conflicting_path": exc.conflicting_path,
-            },
-        )
-    if isinstance(exc, ContentPreconditionFailed):
-        return ApiError(409, str(exc), error_type="memory_precondition_failed_error")
-    if isinstance(exc, StoreArchived | HeadVersion):
-        return ApiError(409, str(exc), error_type="conflict_error")
-    if isinstance(exc, StoreFull | InvalidName):
-        message = f"{exc.field}: {exc.message}" if isinstance(exc, InvalidName) else str(exc)
-        return ApiError(400, message, error_type="invalid_request_error")
-    return from_storage(exc)
 
 
 # -- request helpers -----------------------------------------------------------------------

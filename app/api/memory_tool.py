@@ -11,13 +11,11 @@ from flask import Blueprint, Response, current_app
 from flask.blueprints import BlueprintSetupState
 
 from ..auth import current_principal, require_principal
-from ..errors import render
 from ..memory_tool import MemoryTool
 from ..schemas import memory_tool as s
-from ..storage import StorageError
 from .common import json_body
 from .docs import doc
-from .memory_stores import ERRORS, STORE_ID, TAGS, _http_error, engine
+from .memory_stores import ERRORS, STORE_ID, TAGS, engine
 
 bp = Blueprint("memory_tool", __name__)
 tool_input = s.MemoryToolInput()
@@ -32,12 +30,6 @@ def _register_schemas(state: BlueprintSetupState) -> None:
 @bp.before_request
 def _authenticate() -> None:
     require_principal()
-
-
-@bp.errorhandler(StorageError)
-def _storage_error(exc: StorageError) -> Response:
-    response: Response = render(_http_error(exc))
-    return response
 
 
 @bp.post("/<memory_store_id>/memory_tool")
