@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from app.storage import TaskStore
 from app.storage.layout import TMP_PREFIX
 from app.storage.tokens import TokenRegistry
 from tests.e2e.conftest import REPO, VENV_BIN, free_port
+from tests.storage._helpers import Fault, temp_files  # noqa: F401 - shared with tests/robust
 
 BASE = "/sandbox/memory/v1"
 
@@ -155,48 +155,7 @@ def auth(secret: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}", **extra}
 
 
-# -- faults -------------------------------------------------------------------------------------
-@dataclass
-class Fault:
-    """Make ``os.<name>`` raise ``OSError(err)`` on call number ``at`` (and later, if persistent).
-
-    The SQLite test-VFS method: the real call is made on every other call.
-    """
-
-    name: str
-    at: int
-    err: int
-    persistent: bool = False
-    only: Callable[[tuple[Any, ...]], bool] | None = None
-    calls: int = 0
-    fired: int = 0
-    real: Callable[..., Any] | None = None
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> Fault:
-        self.real = getattr(os, self.name)
-        monkeypatch.setattr(os, self.name, self)
-        return self
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        assert self.real is not None
-        if self.only is None or self.only(args):
-            self.calls += 1
-            if self.calls == self.at or (self.persistent and self.calls > self.at):
-                self.fired += 1
-                raise OSError(self.err, os.strerror(self.err))
-        return self.real(*args, **kwargs)
-
-
 # -- tree checks --------------------------------------------------------------------------------
-def temp_files(root: Path) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in filenames + dirnames:
-            if name.startswith(TMP_PREFIX):
-                found.append(Path(dirpath) / name)
-    return found
-
-
 def json_files_parse(root: Path) -> list[str]:
     """Every meta.json / index.json / task.json under root: the ones that are empty or torn."""
     bad = []

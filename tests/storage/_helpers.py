@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app.storage import Scope, TaskStore
 from app.storage.clock import parse_iso_us
@@ -21,6 +24,37 @@ from app.storage.models import TurnRecord
 from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
 
 MiB = 1 << 20
+
+
+@dataclass
+class Fault:
+    """Make ``os.<name>`` raise ``OSError(err)`` on call number ``at`` (and later, if persistent).
+
+    The SQLite test-VFS method: the real call is made on every other call.
+    """
+
+    name: str
+    at: int
+    err: int
+    persistent: bool = False
+    only: Callable[[tuple[Any, ...]], bool] | None = None
+    calls: int = 0
+    fired: int = 0
+    real: Callable[..., Any] | None = None
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> Fault:
+        self.real = getattr(os, self.name)
+        monkeypatch.setattr(os, self.name, self)
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.real is not None
+        if self.only is None or self.only(args):
+            self.calls += 1
+            if self.calls == self.at or (self.persistent and self.calls > self.at):
+                self.fired += 1
+                raise OSError(self.err, os.strerror(self.err))
+        return self.real(*args, **kwargs)
 
 
 class PatternStream:

@@ -15,7 +15,6 @@ import os
 import shutil
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,36 +24,10 @@ from app.storage import InsufficientStorage, NotFound, Scope, StorageError, Task
 from app.storage.listing import Listing
 from app.storage.locks import locked
 from tests.conftest import FixedClock
-from tests.storage._helpers import assert_consistent, records_of, temp_files
+from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
 
 SCOPE = Scope("acme", "web")
 FAULTY = ("replace", "fsync", "write", "mkdir", "rename")
-
-
-@dataclass
-class Fault:
-    """Make ``os.<name>`` fail on call number ``at`` (and after it, when persistent)."""
-
-    name: str
-    at: int
-    err: int
-    persistent: bool = False
-    only: Callable[[tuple[Any, ...]], bool] | None = None
-    calls: int = 0
-    fired: int = 0
-    real: Callable[..., Any] = field(init=False)
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.real = getattr(os, self.name)
-        monkeypatch.setattr(os, self.name, self)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.only is None or self.only(args):
-            self.calls += 1
-            if self.calls == self.at or (self.persistent and self.calls > self.at):
-                self.fired += 1
-                raise OSError(self.err, os.strerror(self.err))
-        return self.real(*args, **kwargs)
 
 
 def _base(root: Path, clock: FixedClock) -> TaskStore:
