@@ -96,6 +96,14 @@ class _Retry(Exception):
     """A lock-free read raced a writer (rename, redaction, sweep); read again."""
 
 
+def _live_memory(conn: sqlite3.Connection, memory_id: str) -> MemoryRow:
+    """The live memory ``memory_id`` of an open index, or NotFound (also for a malformed id)."""
+    row = fetch_memory(conn, "id = ?", (memory_id,)) if rules.is_memory_id(memory_id) else None
+    if row is None:
+        raise NotFound(f"memory {memory_id} not found")
+    return row
+
+
 def _create_only(path: Path, data: bytes) -> None:
     """Publish ``data`` at ``path`` durably; never replace an existing file (EEXIST)."""
     tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
@@ -615,12 +623,8 @@ class MemoryStoreEngine:
         """Read one live memory (its head version)."""
 
         def read(store_dir: Path) -> Memory:
-            row = None
-            if rules.is_memory_id(memory_id):
-                with self._index(store_dir).read() as conn:
-                    row = fetch_memory(conn, "id = ?", (memory_id,))
-            if row is None:
-                raise NotFound(f"memory {memory_id} not found")
+            with self._index(store_dir).read() as conn:
+                row = _live_memory(conn, memory_id)
             content = self._head_content(store_dir, row) if full else None
             return self._memory_view(store_id, row, content)
 
@@ -666,11 +670,7 @@ class MemoryStoreEngine:
         with self._txn(scope, store_id) as txn:
             self._check_writable(txn.dir)
             with self._index(txn.dir).read() as conn:
-                row = None
-                if rules.is_memory_id(memory_id):
-                    row = fetch_memory(conn, "id = ?", (memory_id,))
-                if row is None:
-                    raise NotFound(f"memory {memory_id} not found")
+                row = _live_memory(conn, memory_id)
                 new_path = row.path if path is None else path
                 new_sha = row.sha if content is None else _sha256(content.encode("utf-8"))
                 unchanged = new_path == row.path and new_sha == row.sha
@@ -723,11 +723,7 @@ class MemoryStoreEngine:
         with self._txn(scope, store_id) as txn:
             self._check_writable(txn.dir)
             with self._index(txn.dir).read() as conn:
-                row = None
-                if rules.is_memory_id(memory_id):
-                    row = fetch_memory(conn, "id = ?", (memory_id,))
-                if row is None:
-                    raise NotFound(f"memory {memory_id} not found")
+                row = _live_memory(conn, memory_id)
                 last_id, last_us = get_state(conn)
             if expected_sha256 is not None and expected_sha256 != row.sha:
                 raise ContentPreconditionFailed(
