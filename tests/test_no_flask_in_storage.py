@@ -1,16 +1,26 @@
-"""The storage engine is plain Python: importing it must not pull in Flask."""
+"""Plain-Python packages must not pull in Flask: the storage engine, the sync client and the
+memory-tool logic run (and are tested) without a web framework."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 
-def test_storage_imports_no_flask() -> None:
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        "app.storage, app.storage.tokens, app.storage.readiness",
+        "app.mount.cli, app.mount.sync, app.mount.http, app.memory_tool",
+    ],
+)
+def test_imports_no_flask(modules: str) -> None:
     code = (
-        "import sys, app.storage, app.storage.tokens, app.storage.readiness\n"
+        f"import sys, {modules}\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('flask', 'werkzeug'))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"app.storage imported: {out.stdout}"
+    assert out.stdout.strip() == "", f"{modules} imported: {out.stdout}"
