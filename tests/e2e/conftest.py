@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -118,6 +119,15 @@ def start_server(
         proc.kill()
         raise RuntimeError(f"gunicorn did not come up:\n{log_path.read_text()}")
     return Server(url=url, env=env, root=root, proc=proc, log_path=log_path)
+
+
+def serving(factory: pytest.TempPathFactory, name: str, **kwargs: Any) -> Iterator[Server]:
+    """Body of a module-scoped server fixture: ``yield from serving(tmp_path_factory, "x")``."""
+    srv = start_server(factory.mktemp(name), **kwargs)
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture

@@ -12,18 +12,14 @@ import anthropic
 import pytest
 import requests
 
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("memstores"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "memstores")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving, start_server
 from tests.mount.helpers import Remote, local_tree
 
 pytestmark = pytest.mark.e2e
@@ -28,11 +28,7 @@ INTERVAL = 1.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("mount-e2e"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "mount-e2e")
 
 
 @pytest.fixture(scope="module")

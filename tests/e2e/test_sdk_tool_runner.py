@@ -17,7 +17,7 @@ import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
 import pytest
 
 from app.sdk_tool import AsyncProjectMemoryTool, MemoryServerError, ProjectMemoryTool
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving
 from tests.mount.helpers import Remote, sha
 
 pytestmark = pytest.mark.e2e
@@ -25,11 +25,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("sdk-tool"), workers=1)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "sdk-tool", workers=1)
 
 
 def tool_use(n: int, **tool_input: Any) -> dict[str, Any]:

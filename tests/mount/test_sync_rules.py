@@ -16,7 +16,7 @@ import pytest
 
 from app.mount.http import StoreClient
 from app.mount.sync import MARKER, Deletions, MountError, StoreSync, marker_text
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving
 from tests.mount.helpers import Remote, local_tree, sha
 
 pytestmark = pytest.mark.e2e
@@ -24,11 +24,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("mount"), workers=2, threads=4)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "mount", workers=2, threads=4)
 
 
 @pytest.fixture(scope="module")
