@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
-from .atomic import CHUNK, fsync_dir, make_dirs, os_errors, write_atomic
+from .atomic import CHUNK, atomic_file, fsync_dir, make_dirs, write_atomic
 from .clock import iso
 from .errors import Corrupt, StorageError
 from .fsck import is_id
@@ -153,42 +153,34 @@ def export_project(store: TaskStore, scope: Scope, out: Path) -> ArchiveSummary:
     with digest_fh:
         digest = digest_fh.read()
     out = Path(os.path.abspath(out))
-    tmp = out.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
     files: list[dict[str, Any]] = []
     tasks = 0
-    try:
-        with os_errors(), open(tmp, "xb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-                _add(tar, DIGEST, io.BytesIO(digest), len(digest), files)
-                for entry in sorted(os.scandir(project_dir), key=lambda e: e.name):
-                    if not (is_id(entry.name) and entry.is_dir(follow_symlinks=False)):
-                        continue
-                    snapshot = _snapshot_task(store, scope, entry.name)
-                    tasks += 1 if snapshot else 0
-                    try:
-                        for name, fh in snapshot:
-                            _add(tar, name, fh, os.fstat(fh.fileno()).st_size, files)
-                    finally:
-                        for _, fh in snapshot:
-                            fh.close()
-                manifest = {
-                    "format": FORMAT,
-                    "version": FORMAT_VERSION,
-                    "tenant": scope.tenant,
-                    "project": scope.project,
-                    "exported_at": iso(store.clock()),
-                    "files": files,
-                }
-                data = json.dumps(manifest, indent=1).encode() + b"\n"
-                _add(tar, MANIFEST, io.BytesIO(data), len(data), None)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(out.parent)
+    with (
+        atomic_file(out) as raw,
+        tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        _add(tar, DIGEST, io.BytesIO(digest), len(digest), files)
+        for entry in sorted(os.scandir(project_dir), key=lambda e: e.name):
+            if not (is_id(entry.name) and entry.is_dir(follow_symlinks=False)):
+                continue
+            snapshot = _snapshot_task(store, scope, entry.name)
+            tasks += 1 if snapshot else 0
+            try:
+                for name, fh in snapshot:
+                    _add(tar, name, fh, os.fstat(fh.fileno()).st_size, files)
+            finally:
+                for _, fh in snapshot:
+                    fh.close()
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "tenant": scope.tenant,
+            "project": scope.project,
+            "exported_at": iso(store.clock()),
+            "files": files,
+        }
+        data = json.dumps(manifest, indent=1).encode() + b"\n"
+        _add(tar, MANIFEST, io.BytesIO(data), len(data), None)
     return ArchiveSummary(
         scope.tenant, scope.project, tasks, len(files), sum(f["size"] for f in files)
     )

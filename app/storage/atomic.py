@@ -150,24 +150,46 @@ def _new_temp(directory: Path) -> tuple[int, Path]:
     raise FileExistsError(f"could not create a temp file in {directory}")
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
-def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
+class _FdWriter:
+    """An unbuffered binary writer over ``fd``: every write is an os.write, so nothing sits in
+    a user-space buffer when the fsync runs (and fault-injection tests see every write)."""
+
+    mode = "wb"
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        _write_all(self._fd, data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+    """Write ``path`` through a file object; publish it only if the block ends normally.
+
+    Readers see the old file or the new one, never a mix: the bytes go to a temp file in the
+    same directory, which is fsynced, renamed over ``path``, and the directory fsynced. On
+    any exception (a failed write or fsync included) the temp file is removed.
+    """
     with os_errors():
         fd, tmp = _new_temp(path.parent)
         try:
             try:
-                if isinstance(data, bytes | bytearray | memoryview):
-                    _write_all(fd, data)
-                else:
-                    for chunk in data:
-                        _write_all(fd, chunk)
+                yield _FdWriter(fd)  # type: ignore[misc]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -177,6 +199,16 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
                 os.unlink(tmp)
             raise
         fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
+    with atomic_file(path) as fh:
+        if isinstance(data, bytes | bytearray | memoryview):
+            fh.write(data)
+        else:
+            for chunk in data:
+                fh.write(chunk)
 
 
 class StagedFile:
