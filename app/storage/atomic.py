@@ -211,6 +211,25 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
                 fh.write(chunk)
 
 
+def write_new(path: Path, data: bytes) -> None:
+    """Publish ``data`` at ``path`` durably, never replacing a file already there.
+
+    The bytes are written and synced under a temp name, then hard-linked into place:
+    link() fails with FileExistsError when ``path`` exists, so of two racing creators
+    exactly one wins and nobody ever sees a partial file.
+    """
+    tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+    try:
+        # Inside the try: write_atomic may fail after it renamed into ``tmp`` (the directory
+        # fsync), which would otherwise leave ``tmp`` behind.
+        write_atomic(tmp, data)
+        with os_errors():
+            os.link(tmp, path)
+    finally:
+        remove_quietly(tmp)
+    fsync_dir(path.parent)
+
+
 class StagedFile:
     """A fully written, fsynced temp file waiting to be published by :meth:`publish`.
 

@@ -42,6 +42,7 @@ from .atomic import (
     stage_stream,
     sync_pending_dirs,
     write_atomic,
+    write_new,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from .errors import (
@@ -155,15 +156,9 @@ class TaskStore:
             return path.read_bytes()
         except FileNotFoundError:
             pass
-        tmp = root / f".~tmp-key-{secrets.token_hex(8)}"
-        write_atomic(tmp, secrets.token_bytes(32))
-        try:
-            # link() fails if another worker won the race; then everyone uses the winner's key.
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            remove_quietly(tmp)
+        # Of workers racing to create it, one wins; everyone then uses the winner's key.
+        with contextlib.suppress(FileExistsError):
+            write_new(path, secrets.token_bytes(32))
         return path.read_bytes()
 
     @contextlib.contextmanager

@@ -28,7 +28,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import sqlite3
 import time
@@ -40,7 +39,7 @@ from typing import Any, TypeVar
 
 from ulid import ULID
 
-from ..atomic import fsync_dir, make_dirs, os_errors, remove_quietly, write_atomic
+from ..atomic import fsync_dir, make_dirs, os_errors, remove_quietly, write_atomic, write_new
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..errors import Corrupt, InvalidName, NotFound
 from ..layout import LOCKS_DIR, TMP_PREFIX, TRASH_DIR, Layout, Scope, validate_id
@@ -102,19 +101,6 @@ def _live_memory(conn: sqlite3.Connection, memory_id: str) -> MemoryRow:
     if row is None:
         raise NotFound(f"memory {memory_id} not found")
     return row
-
-
-def _create_only(path: Path, data: bytes) -> None:
-    """Publish ``data`` at ``path`` durably; never replace an existing file (EEXIST)."""
-    tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-    try:
-        # Inside the try: write_atomic may fail after it renamed into ``tmp`` (the directory
-        # fsync), which would otherwise leave ``tmp`` behind.
-        write_atomic(tmp, data)
-        os.link(tmp, path)
-    finally:
-        remove_quietly(tmp)
-    fsync_dir(path.parent)
 
 
 def _sha256(data: bytes) -> str:
@@ -278,7 +264,7 @@ class MemoryStoreEngine:
     def _commit(self, txn: _Txn, record: dict[str, Any], old_path: str | None) -> None:
         """Write one version: the record (commit point), the live file, then the index."""
         txn.begin()
-        _create_only(txn.dir / VERSIONS_DIR / f"{record['id']}.json", dumps(record))
+        write_new(txn.dir / VERSIONS_DIR / f"{record['id']}.json", dumps(record))
         memories = txn.dir / MEMORIES_DIR
         if old_path is not None and (
             record["operation"] == "deleted" or old_path != record["path"]
