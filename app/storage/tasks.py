@@ -200,16 +200,23 @@ class TaskStore:
         return max(now_us, last + 1)
 
     def _write_derived(
-        self, scope: Scope, task_id: str, task_dir: Path, record: TurnRecord, *, summary: bool
+        self,
+        scope: Scope,
+        task_id: str,
+        task_dir: Path,
+        record: TurnRecord,
+        index: dict[str, Any] | None,
+        *,
+        summary: bool,
     ) -> None:
+        """Write the derived files after ``record`` committed; ``index`` is the task's index.json
+        as read earlier under the same lock (the record write does not change it)."""
         turn_dir = task_dir / f"{record.turn:04d}-turn"
         if summary:
             write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"))
         index_path = task_dir / "index.json"
-        index = index_with_turn(
-            _load_index(task_dir, task_id), task_id, read_task_record(task_dir), record
-        )
-        write_json(index_path, index)
+        task_record = read_task_record(task_dir) if index is None else None
+        write_json(index_path, index_with_turn(index, task_id, task_record, record))
         self._listing(scope).put_turn(task_id, turn_row(record))
 
     # -- turns -------------------------------------------------------------------------------
@@ -282,7 +289,7 @@ class TaskStore:
             write_json(turn_dir / TURN_META, turn_to_json(record))
             # The commit point: durable before any derived file (batched syncs wait).
             sync_pending_dirs()
-            self._write_derived(scope, task_id, task_dir, record, summary=True)
+            self._write_derived(scope, task_id, task_dir, record, index, summary=True)
         if expired_dir is not None:
             shutil.rmtree(expired_dir, ignore_errors=True)
         return record
@@ -407,7 +414,8 @@ class TaskStore:
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
             task_dir = turn_dir.parent
-            updated_us = self._next_updated_us(_load_index(task_dir, task_id), now_us)
+            index = _load_index(task_dir, task_id)
+            updated_us = self._next_updated_us(index, now_us)
             info = ArtifactInfo(
                 name=name,
                 content_type=content_type,
@@ -435,7 +443,7 @@ class TaskStore:
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             sync_pending_dirs()  # the commit point, durable before any derived file
-            self._write_derived(scope, task_id, task_dir, record, summary=False)
+            self._write_derived(scope, task_id, task_dir, record, index, summary=False)
             remove_quietly(backup)
         return info
 
