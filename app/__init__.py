@@ -19,12 +19,14 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
+    from .json_provider import JSONProvider
     from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
     from .storage import TaskStore
     from .storage.memstores import MemoryStoreEngine
     from .storage.tokens import TokenRegistry
 
     app = Flask(__name__)
+    app.json = JSONProvider(app)
     # "a//b" is a 404 like any other unknown path, not a redirect to a normalised one.
     app.url_map.merge_slashes = False
     load_config(app, overrides)
@@ -45,8 +47,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
         Path(app.config["TOKENS_FILE"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
     )
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.json.ensure_ascii = False  # type: ignore[attr-defined]
     requestlog.init_app(app)
     register_error_handlers(app)
     app.register_blueprint(public.bp)

@@ -262,6 +262,11 @@ def verify_archive(path: Path) -> dict[str, Any]:
                 actual[member.name] = (len(data), hashlib.sha256(data).hexdigest())
             else:
                 actual[member.name] = _hash_stream(fh)
+        # tarfile stops at the first header it cannot parse as if the archive ended there;
+        # reading the gzip stream to its end checks its CRC, so a flipped bit anywhere is
+        # reported as corruption rather than as a missing manifest or missing files.
+        while tar.fileobj is not None and tar.fileobj.read(CHUNK):
+            pass
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArchiveError("not a project-memory export: manifest.json missing or foreign")
     if manifest.get("version") != FORMAT_VERSION:

@@ -354,3 +354,23 @@ def test_unicode_summary_and_meta(client: FlaskClient, tokens: Tokens) -> None:
     got = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader"))
     assert got.get_json()["summary_md"] == "héllo ✓ 🚀"
     assert json.loads(got.data)["meta"] == {"note": "naïve"}
+
+
+def test_responses_carry_integers_beyond_64_bits_exactly(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    # Responses are encoded by orjson, which refuses them: the fallback must answer exactly.
+    meta = {"big": 2**70, "text": "日本"}
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0",
+        json={"meta": meta, "summary_md": "s"},
+        headers=tokens.headers("writer"),
+    )
+    assert resp.status_code == 200, resp.data
+    for url in (f"{BASE}/tasks/t/turns/0", f"{BASE}/tasks/t"):
+        got = client.get(url, headers=tokens.headers("reader"))
+        assert got.status_code == 200 and b"1180591620717411303424" in got.data
+        assert got.is_json
+    assert (
+        client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader")).json["meta"] == meta
+    )

@@ -253,3 +253,16 @@ def test_content_that_cannot_be_stored_is_refused_before_any_write(
     after = sorted(p for p in store.layout.root.rglob("*") if ".locks" not in p.parts)
     assert after == before
     assert_consistent(store, scope)
+
+
+def test_values_orjson_cannot_encode_round_trip_exactly(store: TaskStore, scope: Scope) -> None:
+    # Records are encoded by orjson, which refuses integers beyond 64 bits; the fallback to
+    # the standard library must store them exactly (and json.loads must read them back as
+    # ints: orjson.loads would turn them into floats).
+    meta = {"big": 2**70, "neg": -(2**64), "unicode": "naïve — 日本", "float": 0.1}
+    store.put_turn(scope, "t1", 0, meta=meta, summary_md="s")
+    assert store.get_turn(scope, "t1", 0).meta == meta
+    raw = (store.layout.turn_dir(scope, "t1", 0) / "meta.json").read_bytes()
+    assert b"1180591620717411303424" in raw and "日本".encode() in raw  # UTF-8, not \u escapes
+    assert store.get_task(scope, "t1").turns[0].meta == meta
+    assert_consistent(store, scope)
