@@ -65,11 +65,11 @@ def authenticate() -> Token:
 
 
 def _header_id(name: str) -> str | None:
-    values = request.headers.getlist(name)
-    if not values:
+    # Straight from the WSGI environ: request.headers.getlist walks every header. A WSGI
+    # server joins duplicate headers with a comma, which the id rule refuses as well.
+    value: str | None = request.environ.get("HTTP_" + name.upper().replace("-", "_"))
+    if value is None:
         return None
-    # gunicorn joins duplicate headers with a comma, which the id rule refuses as well.
-    value = ",".join(values)
     try:
         return validate_id(name, value)
     except InvalidName as exc:

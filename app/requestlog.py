@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -10,6 +9,8 @@ import time
 
 from flask import Flask, Response, g, request
 from ulid import ULID
+
+from .storage.records import dumps_compact
 
 CORRELATION_HEADER = "x-correlation-id"
 _CORRELATION_RE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
@@ -63,7 +64,7 @@ def _finish(response: Response) -> Response:
         "project": getattr(ctx, "project", None),
         "token_id": getattr(ctx, "token_id", None),
     }
-    log.info(json.dumps(record, separators=(",", ":")))
+    log.info(dumps_compact(record).decode())
     return response
 
 

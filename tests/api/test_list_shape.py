@@ -1,4 +1,4 @@
-"""GET tasks builds its body by hand (a hot path, bench/README.md): pin it to the TaskList schema."""
+"""Hot views build their bodies by hand (bench/README.md): pin them to their schemas."""
 
 from __future__ import annotations
 
@@ -34,3 +34,25 @@ def test_list_body_equals_the_schema_dump(app: Flask, client: FlaskClient, token
         ]
         cursor = page.next_cursor
     assert cursor is None
+
+
+def test_turn_body_equals_the_schema_dump(app: Flask, client: FlaskClient, tokens) -> None:  # noqa: ANN001
+    from app.api.project_memory import turn_out
+
+    headers = tokens.headers("writer")
+    meta = {"model": "m", "nested": {"a": [1, 2.5, None, True]}, "big": 2**70}
+    r = client.put(
+        f"{API}/tasks/t/turns/4", json={"meta": meta, "summary_md": "# s\n"}, headers=headers
+    )
+    assert r.status_code == 200
+    for name in ("b.bin", "a.txt"):
+        r = client.put(f"{API}/tasks/t/turns/4/artifacts/{name}", data=b"x", headers=headers)
+        assert r.status_code in (200, 201)
+    record = app.extensions["task_store"].get_turn(Scope("acme", "web"), "t", 4)
+    r = client.get(f"{API}/tasks/t/turns/4", headers=headers)
+    assert r.status_code == 200
+    body, dumped = json.loads(r.data), turn_out.dump(record)
+    # Same keys, same order, same values as marshmallow's TurnRecord dump.
+    assert list(body.items()) == list(dumped.items())
+    assert [list(a) for a in body["artifacts"]] == [list(a) for a in dumped["artifacts"]]
+    assert len(body["artifacts"]) == 2
