@@ -11,6 +11,7 @@ from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
 from .storage import Scope, TaskStore
+from .storage.atomic import flush_derived
 from .storage.models import FsckReport
 from .storage.tokens import ROLES, TokenRegistry
 
@@ -97,6 +98,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
     from .sweeper import run_sweep
 
     report, versions = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
+    flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
     if as_json:
         click.echo(json.dumps({**report.to_dict(), "memory_store_versions": versions}))
     else:
@@ -128,6 +130,8 @@ def _fsck_all(repair: bool, grace: timedelta) -> FsckReport:
     check = getattr(stores, "fsck", None)
     if callable(check):
         check(report, repair=repair)
+    if repair:
+        flush_derived()  # rebuilt derived files are written without fsync (atomic_file)
     return report
 
 
@@ -205,6 +209,7 @@ def import_command(tenant: str | None, project: str | None, overwrite: bool, fil
         )
     except StorageError as exc:
         raise click.ClickException(f"import refused: {exc}") from None
+    flush_derived()  # the import writes derived files without fsync (atomic_file)
     click.echo(
         f"imported {summary.tasks} task(s), {summary.files} file(s), {summary.bytes} byte(s) "
         f"into {summary.tenant}/{summary.project}"

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .storage.atomic import write_atomic
+from .storage.atomic import flush_derived, fsync_dir, write_atomic
 from .storage.errors import StorageError
 from .storage.fsck import fsck
 from .storage.records import dumps, read_json
@@ -197,6 +197,9 @@ def startup_recovery(app: Flask) -> list[str]:
 
 
 def clean_shutdown(app: Flask) -> None:
+    """Derived files are written without fsync: sync them all, then drop the sentinel."""
     store: TaskStore = app.extensions["task_store"]
+    flush_derived()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(store.layout.root / RUNNING_SENTINEL)
+        fsync_dir(store.layout.root)

@@ -207,6 +207,28 @@ def test_startup_recovery_repairs_after_an_unclean_shutdown(
     assert sentinel.exists()
 
 
+def test_a_clean_shutdown_syncs_the_derived_files_before_it_drops_the_sentinel(
+    app: Flask, store: TaskStore, scope: Scope, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Derived files are written without fsync; without the sentinel the next start skips the
+    # recovery, so they must be on disk before it goes.
+    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+
+    fill(store, scope, clock)
+    startup_recovery(app)
+    sentinel = store.layout.root / RUNNING_SENTINEL
+    seen: list[bool] = []
+    real_sync = os.sync
+
+    def sync() -> None:
+        seen.append(sentinel.exists())
+        real_sync()
+
+    monkeypatch.setattr(os, "sync", sync)
+    clean_shutdown(app)
+    assert seen == [True] and not sentinel.exists()
+
+
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
     from app.sweeper import RUNNING_SENTINEL, startup_recovery
 

@@ -178,19 +178,27 @@ class _FdWriter:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[IO[bytes]]:
+def atomic_file(path: Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
     """Write ``path`` through a file object; publish it only if the block ends normally.
 
     Readers see the old file or the new one, never a mix: the bytes go to a temp file in the
     same directory, which is fsynced, renamed over ``path``, and the directory fsynced. On
     any exception (a failed write or fsync included) the temp file is removed.
+
+    ``durable=False`` skips both fsyncs. Only for derived files (summary.md, index.json,
+    project.md), which are rebuilt from the records: readers still see the old or the new
+    file (the rename is atomic, and a killed process leaves its writes in the page cache),
+    and what a power loss could leave stale, the startup recovery rebuilds (fsck --repair
+    after an unclean shutdown; a clean shutdown syncs the filesystem first, see
+    :func:`flush_derived`).
     """
     with os_errors():
         fd, tmp = _new_temp(path.parent)
         try:
             try:
                 yield _FdWriter(fd)  # type: ignore[misc]
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
@@ -198,17 +206,27 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
 
 
-def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+def write_atomic(path: Path, data: bytes | Iterable[bytes], *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
-    with atomic_file(path) as fh:
+    with atomic_file(path, durable=durable) as fh:
         if isinstance(data, bytes | bytearray | memoryview):
             fh.write(data)
         else:
             for chunk in data:
                 fh.write(chunk)
+
+
+def flush_derived() -> None:
+    """Make every earlier ``durable=False`` write durable (a whole-filesystem sync).
+
+    For whoever wrote derived files outside a running server, whose startup recovery would
+    rebuild them after a power loss: a clean server shutdown, and the CLI's repairs.
+    """
+    os.sync()
 
 
 def write_new(path: Path, data: bytes) -> None:

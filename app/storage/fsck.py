@@ -49,7 +49,7 @@ from .layout import (
     validate_id,
 )
 from .listing import DigestRow, Listing, TurnRow
-from .locks import locked
+from .locks import clear_dirty, is_dirty, locked
 from .models import FsckReport, TurnRecord
 from .records import (
     build_index,
@@ -332,7 +332,7 @@ class _Fsck:
             if index is not None:
                 write_json(task_dir / TASK_INDEX, index)
         self.store.repair_task(scope, task_id)
-        remove_quietly(self.layout.task_dirty_marker(scope, task_id))
+        clear_dirty(self.layout.task_dirty_marker(scope, task_id))
 
     def _task_locked(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         task_dir = self.layout.task_dir(scope, task_id)
@@ -341,10 +341,10 @@ class _Fsck:
         rel = self.rel(task_dir)
         rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
         marker = self.layout.task_dirty_marker(scope, task_id)
-        if marker.exists():
+        if is_dirty(marker):
             # Before anything collects temp files: the dead writer's kept copy of a committed
             # artifact (.~tmp-prev-*) is a temp file, and the rebuild puts it back in place.
-            self.fault(f"{rel}: dirty marker left by a writer that died mid-write", rebuild)
+            self.fault(f"{rel}: dirty flag left by a writer that died mid-write", rebuild)
         records: list[TurnRecord] = []
         for entry in _entries(task_dir):
             if self.common(entry):
@@ -559,7 +559,7 @@ class _Fsck:
 
     # -- lock tree ---------------------------------------------------------------------------
     def locks(self) -> None:
-        """Report symlinks in the lock tree and repair tasks whose dirty marker outlived them."""
+        """Report symlinks in the lock tree and repair tasks whose dirty flag outlived them."""
         base = self.layout.locks_dir()
         if base.is_symlink():
             return  # reported by the walk of the root; never followed
@@ -584,9 +584,9 @@ class _Fsck:
                     continue
                 scope = Scope(parts[0], parts[1])
                 with self.task_locked(scope, task_id):
-                    if path.exists():
+                    if is_dirty(path):
                         self.fault(
-                            f"{self.rel(path)}: dirty marker of a task that is gone",
+                            f"{self.rel(path)}: dirty flag of a task that is gone",
                             partial(self._rebuild, scope, task_id),
                         )
 

@@ -148,7 +148,7 @@ class Layout:
         return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.lock"
 
     def task_dirty_marker(self, scope: Scope, task_id: str) -> Path:
-        """Present while a writer holds the task lock and its derived files may lag."""
+        """The task's dirty flag (locks.set_dirty): set while its derived files may lag."""
         validate_id("task_id", task_id)
         return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.dirty"
 

@@ -71,8 +71,8 @@ def read_json(path: Path) -> Any | None:
         raise Corrupt(f"{path}: not valid JSON ({exc})") from None
 
 
-def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, dumps(obj))
+def write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
+    write_atomic(path, dumps(obj), durable=durable)
 
 
 # -- turn records -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ late or be killed at any point without anyone seeing a difference:
   turn re-written just before its deadline survives;
 * a turn (or a task whose turns are all gone) leaves by one rename into ``<root>/.trash/``,
   the derived files are rebuilt, and only then is the trash emptied, outside the lock;
-  a sweep killed in between leaves a dirty marker (repaired by the next lock holder) and
+  a sweep killed in between leaves the dirty flag set (repaired by the next lock holder) and
   trash that the next sweep empties first;
 * two sweeps at once serialize on each task lock and the loser finds nothing left to do;
 * temp files and leftovers of writes that died (a turn directory without ``meta.json``, an
@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .atomic import remove_quietly
 from .clock import iso_us, parse_iso_us, to_us
 from .errors import Corrupt, StorageError
 from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, remove_path
 from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_META, Scope
-from .locks import locked
+from .locks import clear_dirty, is_dirty, locked
 from .records import read_turn, turn_dirs
 from .tasks import TaskStore
 
@@ -319,11 +318,11 @@ class _Sweep:
             self.layout.check_inside(self.layout.task_lock(scope, task_id)), self.store.lock_timeout
         ):
             marker = self.layout.task_dirty_marker(scope, task_id)
-            if marker.exists():
+            if is_dirty(marker):
                 # A writer died mid-write: its kept copy of a committed artifact is a temp
                 # file; the repair puts it back before anything collects temp files.
                 self.store.repair_task(scope, task_id)
-                remove_quietly(marker)
+                clear_dirty(marker)
             # Found without the lock; decided again with it, where no write is half-done.
             for path, temp in self.find_leftovers(task_dir):
                 self.drop(path, temp=temp)

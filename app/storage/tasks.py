@@ -2,12 +2,12 @@
 
 Write protocol for every task mutation, under the task lock:
 
-1. stamp the task's dirty marker (beside its lock file);
+1. set the task's dirty flag (beside its lock file, see locks.set_dirty);
 2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
 3. write the derived files (``summary.md``, ``index.json``, the listing row);
-4. remove the marker.
+4. clear the flag.
 
-A writer killed between 1 and 4 leaves the marker; the next holder of the lock sees it and
+A writer killed between 1 and 4 leaves the flag set; the next holder of the lock sees it and
 rebuilds the task's derived files from the records before doing anything else, so a crash
 never leaves a stale index behind for long. Readers take no lock: every file they read was
 published by an atomic rename, so it is the old version or the new one.
@@ -67,7 +67,7 @@ from .layout import (
     validate_turn,
 )
 from .listing import Listing
-from .locks import locked, touch
+from .locks import clear_dirty, is_dirty, locked, set_dirty
 from .models import (
     ArtifactInfo,
     ArtifactStream,
@@ -108,11 +108,9 @@ class _Txn:
 
     def begin(self) -> None:
         if not self.dirty:
-            touch(self.marker)
-            # Durable before the first record write: after a power loss the next writer
-            # must still find it, or derived files left behind stay stale until fsck.
-            fsync_dir(self.marker.parent)
-            sync_pending_dirs()
+            # Not fsynced: it is there for a killed process, whose writes the page cache
+            # keeps; after a power loss the startup recovery rebuilds every derived file.
+            set_dirty(self.marker)
             self.dirty = True
 
 
@@ -168,11 +166,11 @@ class TaskStore:
         lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
         # Directory fsyncs once per directory at the end, still before the lock is released.
         with locked(lock, self.lock_timeout), batched_dir_syncs():
-            if marker.exists():
+            if is_dirty(marker):
                 # The previous holder died (or failed) between its records and its derived
                 # files: bring the derived files back in line before anything else.
                 self.repair_task(scope, task_id)
-                remove_quietly(marker)
+                clear_dirty(marker)
             txn = _Txn(marker)
             try:
                 yield txn
@@ -180,10 +178,10 @@ class TaskStore:
                 if txn.dirty:
                     with contextlib.suppress(Exception):
                         self.repair_task(scope, task_id)
-                        remove_quietly(marker)
+                        clear_dirty(marker)
                 raise
             if txn.dirty:
-                remove_quietly(marker)
+                clear_dirty(marker)
 
     def _alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
         if record is None or parse_iso_us(record.retain_until) <= now_us:
@@ -212,11 +210,15 @@ class TaskStore:
         """Write the derived files after ``record`` committed; ``index`` is the task's index.json
         as read earlier under the same lock (the record write does not change it)."""
         turn_dir = task_dir / f"{record.turn:04d}-turn"
+        # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
-            write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"))
+            write_atomic(
+                turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False
+            )
         index_path = task_dir / "index.json"
         task_record = read_task_record(task_dir) if index is None else None
-        write_json(index_path, index_with_turn(index, task_id, task_record, record))
+        index = index_with_turn(index, task_id, task_record, record)
+        write_json(index_path, index, durable=False)
         self._listing(scope).put_turn(task_id, turn_row(record))
 
     # -- turns -------------------------------------------------------------------------------
@@ -536,7 +538,7 @@ class TaskStore:
                     valid_until[0] = min(valid_until[0], parse_iso_us(record.retain_until))
                 return record
 
-            write_atomic(path, digest_mod.render(scope, rows, read))
+            write_atomic(path, digest_mod.render(scope, rows, read), durable=False)
             listing.set_digest_state(generation, valid_until[0], rendered_us=now_us)
         return True
 
@@ -565,13 +567,13 @@ class TaskStore:
             except FileNotFoundError:
                 current = None
             if current != summary:
-                write_atomic(turn_dir / TURN_SUMMARY, summary)
+                write_atomic(turn_dir / TURN_SUMMARY, summary, durable=False)
         try:
             current_index = read_json(task_dir / "index.json")
         except Corrupt:
             current_index = None
         if current_index != index:
-            write_json(task_dir / "index.json", index)
+            write_json(task_dir / "index.json", index, durable=False)
         self._listing(scope).set_task(task_id, index_rows(index))
 
     # -- cursors -----------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import requests
 from app import create_app
 from app.storage import NotFound, Scope
 from app.storage.fsck import fsck
+from app.storage.locks import is_dirty
 from app.storage.models import FsckReport
 from app.storage.retention import sweep
 from tests.robust.helpers import BASE, Live, auth, json_files_parse, store_for, temp_files
@@ -201,7 +202,9 @@ def check_after(root: Path, run: Run) -> None:
     empty = [p for p in root.rglob("*.json") if p.stat().st_size == 0]
     assert empty == []
 
-    dirty = {p.name[: -len(".dirty")] for p in store.layout.locks_dir().rglob("*.dirty")}
+    dirty = {
+        p.name[: -len(".dirty")] for p in store.layout.locks_dir().rglob("*.dirty") if is_dirty(p)
+    }
 
     def unexplained(problems: list[str], leftovers: tuple[str, ...]) -> list[str]:
         """Problems other than a dead writer's documented footprint."""

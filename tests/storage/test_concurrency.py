@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import LockTimeout, Scope, TaskStore
+from app.storage.locks import is_dirty
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, records_of, temp_files
 
@@ -101,7 +102,7 @@ def test_processes_writing_one_task_and_many_tasks(tmp_path: Path) -> None:
     assert {t.task_id for t in page.tasks} == tasks
     assert_consistent(store, scope)
     assert temp_files(root) == []
-    assert not any(store.layout.locks_dir().rglob("*.dirty"))
+    assert not any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty")))
 
 
 def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:

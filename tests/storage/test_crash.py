@@ -22,7 +22,7 @@ import pytest
 
 from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
 from app.storage.listing import Listing
-from app.storage.locks import locked
+from app.storage.locks import clear_dirty, is_dirty, locked, set_dirty
 from tests.conftest import FixedClock
 from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
 
@@ -146,7 +146,7 @@ def _run_case(
             with locked(store.layout.task_lock(SCOPE, task_id), 5.0):
                 store.repair_task(SCOPE, task_id)
     assert_consistent(store, SCOPE)
-    assert not any(store.layout.locks_dir().rglob("*.dirty")) or finish == "repair"
+    assert not any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty"))) or finish == "repair"
     later = _visible_state(store)
     for key in ("turns", "artifacts"):
         settled = {k: v for k, v in later[key].items() if k[1] != 7}
@@ -265,10 +265,10 @@ def test_a_full_disk_is_insufficient_storage(
 def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     tmp_path: Path, clock: FixedClock
 ) -> None:
-    """The dirty-marker protocol: records written, derived files not, marker left behind."""
+    """The dirty-flag protocol: records written, derived files not, flag left set."""
     store = _base(tmp_path / "r", clock)
     marker = store.layout.task_dirty_marker(SCOPE, "t1")
-    # Simulate the dead writer: commit a new record by hand and leave the marker.
+    # Simulate the dead writer: commit a new record by hand and leave the flag set.
     from app.storage.records import read_turn, turn_to_json, write_json
 
     turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
@@ -277,12 +277,12 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     from dataclasses import replace
 
     committed = replace(rec, summary_md="committed but not derived", updated_us=rec.updated_us + 5)
-    marker.touch()
+    set_dirty(marker)
     write_json(turn_dir / "meta.json", turn_to_json(committed))
     assert (turn_dir / "summary.md").read_text() == "old summary"
     clock.advance(seconds=1)
     store.put_turn(SCOPE, "t1", 3, meta={}, summary_md="next")
-    assert not marker.exists()
+    assert marker.exists() and not is_dirty(marker)
     assert (turn_dir / "summary.md").read_text() == "committed but not derived"
     assert [r.turn for r in records_of(store, SCOPE, "t1")] == [0, 3]
     assert_consistent(store, SCOPE)
@@ -360,7 +360,7 @@ def _killed_mid_replacement(store: TaskStore) -> Path:
     tmp = art.parent / ".~tmp-0123456789abcdef"
     tmp.write_bytes(b"uncommitted bytes")
     os.replace(tmp, art)
-    store.layout.task_dirty_marker(SCOPE, "t1").touch()
+    set_dirty(store.layout.task_dirty_marker(SCOPE, "t1"))
     return art
 
 
@@ -402,13 +402,39 @@ def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
         assert opened.file.read() == b"old bytes"
 
 
+def test_dirty_flag_states(tmp_path: Path) -> None:
+    flag = tmp_path / "t.dirty"
+    assert not is_dirty(flag)
+    clear_dirty(flag)  # clearing a flag never set creates nothing
+    assert not flag.exists()
+    flag.touch()  # a marker file of an older version, or a writer killed right after creating it
+    assert is_dirty(flag)
+    clear_dirty(flag)
+    assert flag.exists() and not is_dirty(flag)
+    set_dirty(flag)
+    assert is_dirty(flag)
+
+
 @pytest.mark.parametrize("case", ["update", "artifact", "delete"])
-def test_the_dirty_marker_is_durable_before_the_first_record_write(
+def test_the_dirty_flag_is_set_before_the_first_record_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    """After a power loss the marker must still be there to make the next writer repair."""
+    """A writer killed after any change must leave the flag set, so the next one repairs.
+
+    The flag is not fsynced: a killed process leaves its writes in the page cache, and after
+    a power loss the startup recovery rebuilds every derived file (tests/test_cli_ops.py).
+    """
+    from app.storage import tasks
+
     store = _base(tmp_path / "r", FixedClock())
     log = _durability_log(monkeypatch)
+    real_set_dirty = tasks.set_dirty
+
+    def set_dirty_logged(path: Path) -> None:
+        real_set_dirty(path)
+        log.append(("flag", str(path)))
+
+    monkeypatch.setattr(tasks, "set_dirty", set_dirty_logged)
     if case == "update":
         store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x")
     elif case == "artifact":
@@ -423,6 +449,7 @@ def test_the_dirty_marker_is_durable_before_the_first_record_write(
         monkeypatch.setattr(os, "rename", rename)
         store.delete_task(SCOPE, "t1")
     monkeypatch.undo()
-    markers = str(store.layout.task_dirty_marker(SCOPE, "t1").parent)
+    flag = str(store.layout.task_dirty_marker(SCOPE, "t1"))
     first_change = min(i for i, (kind, _) in enumerate(log) if kind in ("rename", "listing"))
-    assert ("dir_fsync", markers) in log[:first_change], log
+    assert ("flag", flag) in log[:first_change], log
+    assert not is_dirty(Path(flag))  # and cleared once the derived files are written

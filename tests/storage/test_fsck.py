@@ -16,7 +16,7 @@ from app.storage import NotFound, Scope, TaskStore
 from app.storage.fsck import LOST_FOUND, fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
-from app.storage.locks import touch
+from app.storage.locks import is_dirty, set_dirty
 from tests.conftest import FixedClock
 
 
@@ -105,7 +105,7 @@ def _dirty_marker(store: TaskStore, scope: Scope) -> None:
     meta = json.loads((turn_dir / "meta.json").read_text())
     meta["summary_md"] = "rewritten by a writer that died\n"
     (turn_dir / "meta.json").write_text(json.dumps(meta))
-    touch(store.layout.task_dirty_marker(scope, "alpha"))
+    set_dirty(store.layout.task_dirty_marker(scope, "alpha"))
 
 
 def _unindexed_dir(store: TaskStore, scope: Scope) -> None:
@@ -132,7 +132,7 @@ FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
     "missing summary.md": (_missing_summary, "beta/0000-turn/summary.md: differs"),
     "artifact bytes differ": (_artifact_mismatch, "notes.txt: size/sha256 differ"),
     "artifact without entry": (_orphan_artifact, "orphan.bin: unindexed"),
-    "dirty marker": (_dirty_marker, "alpha: dirty marker"),
+    "dirty marker": (_dirty_marker, "alpha: dirty flag"),
     "unindexed directory": (_unindexed_dir, "beta/notes: unindexed"),
     "wrong task counter": (_wrong_counter, "task counter is 7"),
 }
@@ -185,7 +185,7 @@ def test_repaired_listing_and_digest_serve_the_records(populated: TaskStore, sco
 def test_dirty_marker_repair_makes_the_record_visible(populated: TaskStore, scope: Scope) -> None:
     _dirty_marker(populated, scope)
     fsck(populated, repair=True)
-    assert not populated.layout.task_dirty_marker(scope, "alpha").exists()
+    assert not is_dirty(populated.layout.task_dirty_marker(scope, "alpha"))
     summary = populated.layout.turn_dir(scope, "alpha", 0) / "summary.md"
     assert summary.read_text() == "rewritten by a writer that died\n"
 

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.storage import InvalidName, NotFound, Scope
+from app.storage.locks import is_dirty
 from app.storage.memstores import MemoryStoreEngine, VersionFilter, rules
 from app.storage.memstores.engine import MEMORIES_DIR, VERSIONS_DIR
 from app.storage.models import FsckReport
@@ -204,7 +205,7 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     proc.join(60)
     assert proc.exitcode == 9
     marker = engine._lock_path(scope, store.id).with_suffix(".dirty")
-    assert marker.exists()
+    assert is_dirty(marker)
     report = FsckReport()
     engine.fsck(report)
     assert any("differ from a rebuild" in p for p in report.problems)
@@ -214,7 +215,7 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     assert paths == ["/next", "/orphan"]
     tree = store_path(engine, scope, store.id) / MEMORIES_DIR
     assert (tree / "orphan").read_text() == "o"
-    assert not marker.exists()
+    assert not is_dirty(marker)
     report = FsckReport()
     engine.fsck(report)
     assert report.clean, report.problems

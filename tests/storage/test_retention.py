@@ -18,6 +18,7 @@ from app.storage.clock import parse_iso, to_us
 from app.storage.fsck import fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
+from app.storage.locks import is_dirty
 from app.storage.retention import sweep
 from tests.conftest import T0, FixedClock
 
@@ -157,7 +158,7 @@ def test_a_sweep_killed_after_the_rename_is_completed_by_the_next_run(
 
     trash = store.layout.trash_dir()
     assert any(trash.iterdir()), "the killed sweep left its trash"
-    assert store.layout.task_dirty_marker(scope, "a").exists()
+    assert is_dirty(store.layout.task_dirty_marker(scope, "a"))
     assert not store.layout.turn_dir(scope, "a", 0).exists()
     with pytest.raises(NotFound):
         store.get_turn(scope, "a", 0)  # nothing half-visible
@@ -166,7 +167,7 @@ def test_a_sweep_killed_after_the_rename_is_completed_by_the_next_run(
     report = sweep(store, now=deadline)
     assert report.trash_entries >= 1
     assert not any(trash.iterdir())
-    assert not store.layout.task_dirty_marker(scope, "a").exists()
+    assert not is_dirty(store.layout.task_dirty_marker(scope, "a"))
     assert [t.turn for t in store.get_task(scope, "a").turns] == [1]
     assert fsck(store).clean
 
@@ -337,7 +338,7 @@ def test_a_sweep_process_killed_by_sigkill_is_completed_by_the_next_run(
     child.join(timeout=60)
     assert child.exitcode == -9
     assert any(store.layout.trash_dir().iterdir())
-    assert store.layout.task_dirty_marker(scope, "a").exists()
+    assert is_dirty(store.layout.task_dirty_marker(scope, "a"))
     assert store.layout.task_dir(scope, "b").exists(), "killed before reaching task b"
 
     report = sweep(store, now=deadline)

@@ -9,11 +9,11 @@ On disk (see docs/memory-stores.md)::
         memories/<path>            derived: the live content of each memory, a plain file
         index.sqlite3              derived: id <-> path, heads, version rows (WAL)
     <root>/.locks/<tenant>/<project>/stores/<store_id>.lock   per-store lock, never deleted
-    <root>/.locks/<tenant>/<project>/stores/<store_id>.dirty  present while derived files lag
+    <root>/.locks/<tenant>/<project>/stores/<store_id>.dirty  dirty flag (locks.set_dirty)
 
 Write protocol for every memory mutation, under the store lock: mark dirty, write the
 version record (create-only: the commit point), update the live file, update the index,
-remove the mark. A writer that dies in between leaves the mark; the next lock holder
+clear the mark. A writer that dies in between leaves the mark; the next lock holder
 rebuilds the derived files from the records before doing anything else. Readers take no
 lock: they read the index in one SQLite read transaction and the content from immutable
 version files, retrying when a concurrent rename, redaction or sweep moved things.
@@ -43,7 +43,7 @@ from ..atomic import fsync_dir, make_dirs, os_errors, remove_quietly, write_atom
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..errors import Corrupt, InvalidName, NotFound
 from ..layout import LOCKS_DIR, TMP_PREFIX, TRASH_DIR, Layout, Scope, validate_id
-from ..locks import locked, touch
+from ..locks import clear_dirty, is_dirty, locked, set_dirty
 from ..models import FsckReport
 from ..records import dumps, read_json
 from . import rules
@@ -140,7 +140,7 @@ class _Txn:
 
     def begin(self) -> None:
         if not self.dirty:
-            touch(self.marker)
+            set_dirty(self.marker)
             self.dirty = True
 
 
@@ -237,10 +237,10 @@ class MemoryStoreEngine:
             store_dir = self._find(scope, store_id)
             if store_dir is None:
                 raise NotFound(f"memory store {store_id} not found")
-            if marker.exists():
+            if is_dirty(marker):
                 # The previous holder died between its record and its derived files.
                 self._rebuild(store_dir)
-                remove_quietly(marker)
+                clear_dirty(marker)
             txn = _Txn(marker, store_dir)
             try:
                 yield txn
@@ -248,10 +248,10 @@ class MemoryStoreEngine:
                 if txn.dirty:
                     with contextlib.suppress(Exception):
                         self._rebuild(txn.dir)
-                        remove_quietly(marker)
+                        clear_dirty(marker)
                 raise
             if txn.dirty:
-                remove_quietly(marker)
+                clear_dirty(marker)
 
     def _next_version(self, last_id: str, last_us: int) -> tuple[str, int]:
         """A version id and time, both strictly after the store's last (clock may stall)."""
@@ -273,7 +273,8 @@ class MemoryStoreEngine:
         if record["operation"] != "deleted":
             target = self._live_path(memories, record["path"])
             make_dirs(target.parent, memories)
-            write_atomic(target, record["content"].encode("utf-8"))
+            # Derived from the version record just written: not fsynced (atomic_file).
+            write_atomic(target, record["content"].encode("utf-8"), durable=False)
         with self._index(txn.dir).write(create=True) as conn:
             StoreIndex.put_version(conn, record)
 

@@ -180,8 +180,9 @@ class StoreIndex:
         conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: the WAL is fsynced at every commit, like every other write we acknowledge.
-            conn.execute("PRAGMA synchronous=FULL")
+            # NORMAL: the WAL is fsynced at checkpoints only. The index is derived from the
+            # version records; what a power loss takes back, the startup recovery rebuilds.
+            conn.execute("PRAGMA synchronous=NORMAL")
             if create:
                 conn.executescript(_SCHEMA)
         except BaseException:
