@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -156,3 +157,44 @@ def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_pat
     store.put_turn(scope, "t", 0, meta={}, summary_md="after")
     assert store.get_turn(scope, "t", 0).summary_md == "after"
     assert_consistent(store, scope)
+
+
+def test_threads_of_one_process_queue_on_the_lock_and_time_out(tmp_path: Path) -> None:
+    """Threads wait on a per-path gate in front of the flock: one holder at a time, a waiter
+    past its timeout gets LockTimeout, and no gate outlives its users."""
+    from app.storage import locks
+
+    path = tmp_path / "locks" / "x.lock"
+    inside, held = [], threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with locks.locked(path, 5.0):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    with pytest.raises(LockTimeout), locks.locked(path, 0.2):
+        pass
+    release.set()
+    t.join(10)
+
+    overlaps: list[list[int]] = []
+
+    def worker(i: int) -> None:
+        for _ in range(20):
+            with locks.locked(path, 10.0):
+                inside.append(i)
+                if len(inside) != 1:
+                    overlaps.append(list(inside))
+                time.sleep(0.0005)
+                inside.remove(i)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert overlaps == [] and inside == [] and locks._gates == {}
