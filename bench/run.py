@@ -43,7 +43,28 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "load_avg_at_start": os.getloadavg(),
+        "storage": storage_fs(Path(tempfile.gettempdir())),
     }
+
+
+def storage_fs(path: Path) -> str:
+    """Where the servers' storage roots live ($TMPDIR): mount point, type, device, options.
+
+    Write throughput depends on it more than on anything in app/ (bench/README.md, "Where the
+    storage root lives"), so every result file says which filesystem it measured.
+    """
+    best = ("", "?", "?", "")
+    try:
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            device, mount, fstype, options = line.split()[:4]
+            inside = target == mount or target.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) >= len(best[0]):
+                best = (mount, fstype, device, options)
+    except (OSError, ValueError):
+        pass
+    mount, fstype, device, options = best
+    return f"{path} on {mount} ({fstype}, {device}, {options})"
 
 
 def measure(server: servers.Server, op: loadgen.Op, headers: dict[str, str], args: Any) -> Any:
@@ -290,6 +311,7 @@ def main() -> None:
         " thr ratio = median over reps of ours op/s / baseline op/s;"
         " lat ratio = baseline p50 / ours p50"
     )
+    print(f"storage roots: {report['machine']['storage']}")
     print_table(rows)
     targets = target_rows(rows)
     if grown is not None:
