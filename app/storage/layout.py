@@ -25,6 +25,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from .errors import InvalidName, UnsafePath
 
@@ -105,6 +106,9 @@ class Scope:
         validate_id("project", self.project)
 
 
+_P = TypeVar("_P", str, Path)
+
+
 class Layout:
     """Build every path from validated ids; nothing else in the engine joins paths."""
 
@@ -136,6 +140,13 @@ class Layout:
     def turn_dir(self, scope: Scope, task_id: str, turn: int) -> Path:
         return self.task_dir(scope, task_id) / turn_dirname(validate_turn(turn))
 
+    def turn_meta_text(self, scope: Scope, task_id: str, turn: int) -> str:
+        """A turn's meta.json as a plain string: reading a turn is the hottest path, and
+        building it through pathlib was a third of TaskStore.get_turn (bench/README.md)."""
+        validate_id("task_id", task_id)
+        dirname = turn_dirname(validate_turn(turn))
+        return f"{self._root_prefix}{scope.tenant}/{scope.project}/{task_id}/{dirname}/{TURN_META}"
+
     def artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> Path:
         return self.turn_dir(scope, task_id, turn) / ARTIFACTS_DIR / validate_artifact_name(name)
 
@@ -158,7 +169,7 @@ class Layout:
     def trash_dir(self) -> Path:
         return self.root / TRASH_DIR
 
-    def check_inside(self, path: Path) -> Path:
+    def check_inside(self, path: _P) -> _P:
         """Refuse a path outside the root or one that passes through a symlink.
 
         The service never creates symlinks, so one inside the root is an attack or a

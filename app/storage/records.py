@@ -54,7 +54,7 @@ def dumps_compact(obj: Any, default: Callable[[Any], Any] | None = None) -> byte
         return json.dumps(obj, ensure_ascii=False, default=default).encode("utf-8")
 
 
-def read_json(path: Path) -> Any | None:
+def read_json(path: str | Path) -> Any | None:
     """Parse ``path``; None when it does not exist. Never follows a symlink."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -100,7 +100,7 @@ def turn_to_json(record: TurnRecord) -> dict[str, Any]:
     }
 
 
-def turn_from_json(obj: Any, path: Path) -> TurnRecord:
+def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
     try:
         return TurnRecord(
             task_id=str(obj["task_id"]),

@@ -84,6 +84,7 @@ from .records import (
     read_task_record,
     read_turn,
     rebuild_index,
+    turn_from_json,
     turn_row,
     turn_to_json,
     write_json,
@@ -212,9 +213,7 @@ class TaskStore:
         turn_dir = task_dir / f"{record.turn:04d}-turn"
         # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
-            write_atomic(
-                turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False
-            )
+            write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False)
         index_path = task_dir / "index.json"
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
@@ -298,11 +297,10 @@ class TaskStore:
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
-        validate_turn(turn)
         # One containment walk: checking meta.json's path checks the task directory too.
-        turn_dir = self.layout.turn_dir(scope, task_id, turn)
-        self.layout.check_inside(turn_dir / TURN_META)
-        record = self._alive(read_turn(turn_dir), self.now_us())
+        meta = self.layout.check_inside(self.layout.turn_meta_text(scope, task_id, turn))
+        obj = read_json(meta)
+        record = self._alive(None if obj is None else turn_from_json(obj, meta), self.now_us())
         if record is None:
             raise NotFound(f"turn {turn} of task {task_id} not found")
         return record
