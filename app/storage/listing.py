@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LockTimeout
+from .sqlitedb import is_busy, open_wal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -106,14 +107,17 @@ class Listing:
                 # Evict the oldest connection (dicts keep insertion order).
                 old = local.by_path.pop(next(iter(local.by_path)))
                 old.close()
-            conn = sqlite3.connect(key, timeout=self.timeout, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL: the WAL is fsynced at checkpoints, not at every commit. The listing is
-            # derived: what a power loss takes back, the startup recovery rebuilds from the
-            # records (fsck --repair after an unclean shutdown). A killed process loses
-            # nothing committed: the WAL is in the page cache.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
+            conn = open_wal(key, timeout=self.timeout)
+            try:
+                conn.executescript(_SCHEMA)
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if is_busy(exc):
+                    raise LockTimeout(f"listing index is busy: {exc}") from None
+                raise
+            except BaseException:
+                conn.close()
+                raise
             local.by_path[key] = conn
         return conn
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LockTimeout
+from ..sqlitedb import open_wal
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -177,12 +178,8 @@ class StoreIndex:
         # mode=rw: a reader racing a store rename or delete gets an error instead of
         # silently creating an empty database at the old place.
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode={mode}"
-        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+        conn = open_wal(uri, uri=True, timeout=self.timeout)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL: the WAL is fsynced at checkpoints only. The index is derived from the
-            # version records; what a power loss takes back, the startup recovery rebuilds.
-            conn.execute("PRAGMA synchronous=NORMAL")
             if create:
                 conn.executescript(_SCHEMA)
         except BaseException:

@@ -1,0 +1,46 @@
+"""Opening the derived SQLite indexes (the task listing, each memory store's index)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from .errors import LockTimeout
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:
+    """Connect in WAL mode with ``synchronous=NORMAL``; a database kept busy past ``timeout``
+    raises LockTimeout (HTTP 503), not a bare OperationalError (HTTP 500).
+
+    NORMAL: the WAL is fsynced at checkpoints, not at every commit. The indexes are derived:
+    a killed process loses nothing committed (the WAL is in the page cache), and what a power
+    loss takes back the start-up recovery rebuilds from the records.
+
+    Setting the journal mode can answer "database is locked" at once, without waiting on the
+    busy handler, while another process recovers the WAL of a worker that was killed (the
+    robustness soak found it as a 500): the mode is persistent, so it is only set when the
+    file is not in WAL mode yet, and a busy answer is retried until ``timeout``.
+    """
+    conn = sqlite3.connect(target, uri=uri, timeout=timeout, isolation_level=None)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                return conn
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"index {target} is busy: {exc}") from None
+                time.sleep(0.005)
+    except BaseException:
+        conn.close()
+        raise
