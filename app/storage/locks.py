@@ -114,24 +114,22 @@ _CLEAN = b"0"
 _DIRTY = b"1"
 
 
-def set_dirty(path: Path) -> None:
-    """Set the flag (no fsync: a power loss is covered by the startup recovery)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+def _put_flag(path: Path, value: bytes, flags: int) -> None:
+    fd = os.open(path, flags | os.O_NOFOLLOW, 0o600)
     try:
-        os.pwrite(fd, _DIRTY, 0)
+        os.pwrite(fd, value, 0)
     finally:
         os.close(fd)
+
+
+def set_dirty(path: Path) -> None:
+    """Set the flag (no fsync: a power loss is covered by the startup recovery)."""
+    _put_flag(path, _DIRTY, os.O_WRONLY | os.O_CREAT)
 
 
 def clear_dirty(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return
-    try:
-        os.pwrite(fd, _CLEAN, 0)
-    finally:
-        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):  # never set: nothing to clear
+        _put_flag(path, _CLEAN, os.O_WRONLY)
 
 
 def is_dirty(path: Path) -> bool:
