@@ -20,6 +20,7 @@ Temp files carry ``~``, which no id or artifact name may contain.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
@@ -116,6 +118,7 @@ class Layout:
         self.root = Path(os.path.abspath(root))
         self._root_text = os.fspath(self.root)
         self._root_prefix = self._root_text.rstrip(os.sep) + os.sep
+        self._beneath = Beneath(self._root_text)
 
     # -- project level -------------------------------------------------------------------
     def project_dir(self, scope: Scope) -> Path:
@@ -169,6 +172,27 @@ class Layout:
     def trash_dir(self) -> Path:
         return self.root / TRASH_DIR
 
+    def open_read(self, path: str) -> int | None:
+        """A read-only descriptor for ``path`` below the root; None when it is absent.
+
+        Refuses what :meth:`check_inside` refuses (UnsafePath), in one openat2 call where the
+        kernel has it (see app/storage/beneath.py), else by the walk and an O_NOFOLLOW open.
+        """
+        if self._beneath.available and path.startswith(self._root_prefix):
+            try:
+                return self._beneath.open_read(path[len(self._root_prefix) :])
+            except Unavailable:
+                pass
+        self.check_inside(path)
+        try:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink planted since the walk
+                raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
+            raise
+
     def check_inside(self, path: _P) -> _P:
         """Refuse a path outside the root or one that passes through a symlink.
 
@@ -192,8 +216,8 @@ class Layout:
             current = f"{current}{os.sep}{part}"
             try:
                 st = os.lstat(current)
-            except FileNotFoundError:
-                break
+            except (FileNotFoundError, NotADirectoryError):
+                break  # nothing further down exists (a file where a directory would be)
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafePath(f"{current} is a symlink; the service never follows one")
         return path

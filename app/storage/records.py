@@ -63,6 +63,11 @@ def read_json(path: str | Path) -> Any | None:
     except OSError as exc:
         # ELOOP: the final component is a symlink someone planted.
         raise Corrupt(f"{path}: cannot open ({exc.strerror})") from None
+    return parse_json_fd(fd, path)
+
+
+def parse_json_fd(fd: int, path: str | Path) -> Any:
+    """Read and parse the open file ``fd`` (closed here); ``path`` is for the error only."""
     with os.fdopen(fd, "rb") as fh:
         data = fh.read()
     try:

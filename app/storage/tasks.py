@@ -80,6 +80,7 @@ from .records import (
     index_from_json,
     index_rows,
     index_with_turn,
+    parse_json_fd,
     read_json,
     read_task_record,
     read_turn,
@@ -297,9 +298,10 @@ class TaskStore:
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
-        # One containment walk: checking meta.json's path checks the task directory too.
-        meta = self.layout.check_inside(self.layout.turn_meta_text(scope, task_id, turn))
-        obj = read_json(meta)
+        # One open that refuses a symlink anywhere on the way (Layout.open_read).
+        meta = self.layout.turn_meta_text(scope, task_id, turn)
+        fd = self.layout.open_read(meta)
+        obj = None if fd is None else parse_json_fd(fd, meta)
         record = self._alive(None if obj is None else turn_from_json(obj, meta), self.now_us())
         if record is None:
             raise NotFound(f"turn {turn} of task {task_id} not found")

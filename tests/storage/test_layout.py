@@ -336,3 +336,38 @@ def test_turns_outside_0_to_9999_are_refused(turn: int) -> None:
     else:
         with pytest.raises(InvalidName):
             validate_turn(turn)
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_open_read_refuses_a_symlink_anywhere_on_the_way(tmp_path: Path, openat2: bool) -> None:
+    """Layout.open_read (the read of a turn): one openat2 call where the kernel has it, else
+    the lstat walk and an O_NOFOLLOW open; both refuse the same paths."""
+    root = tmp_path / "root"
+    layout = Layout(root)
+    if not openat2:
+        layout._beneath.available = False
+    elif not layout._beneath.available:
+        pytest.skip("this kernel has no openat2")
+    meta = root / "a" / "b" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text('{"inside": 1}')
+    fd = layout.open_read(str(meta))
+    assert fd is not None
+    with os.fdopen(fd, "rb") as fh:
+        assert fh.read() == b'{"inside": 1}'
+    assert layout.open_read(str(root / "a" / "b" / "missing.json")) is None
+    assert layout.open_read(str(root / "a" / "nodir" / "meta.json")) is None
+    assert layout.open_read(str(meta / "under-a-file")) is None
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "meta.json").write_text("OUTSIDE")
+    (root / "a" / "b" / "link.json").symlink_to(outside / "meta.json")
+    (root / "a" / "c").symlink_to(outside)
+    (root / "d").symlink_to(root / "a")  # even a link that stays inside the root
+    for path in (
+        root / "a" / "b" / "link.json",
+        root / "a" / "c" / "meta.json",
+        root / "d" / "b" / "meta.json",
+    ):
+        with pytest.raises(UnsafePath):
+            layout.open_read(str(path))
