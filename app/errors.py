@@ -122,7 +122,12 @@ def render(exc: HTTPException) -> Any:
         error_type = getattr(exc, "error_type", None) or STORE_ERROR_TYPES.get(code, "api_error")
         body: dict[str, Any] = {"type": "error", "error": {"type": error_type, "message": message}}
         body["error"].update(getattr(exc, "extra", {}) or {})
-        body["request_id"] = g.get("correlation_id")
+        # The reference's shape is "req_...": the request's correlation id (the log line's,
+        # and the X-Correlation-Id answered) with that prefix.
+        correlation = g.get("correlation_id") or ""
+        body["request_id"] = (
+            correlation if correlation.startswith("req_") else f"req_{correlation}"
+        )
     elif isinstance(exc, RequestValidationError):
         body = {"detail": exc.errors}
     else:

@@ -78,7 +78,7 @@ def assert_error(r: TestResponse, status: int, error_type: str) -> dict[str, Any
     assert body["type"] == "error"
     assert body["error"]["type"] == error_type
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    assert body["request_id"]
+    assert body["request_id"].startswith("req_") and len(body["request_id"]) > 4
     return body
 
 
