@@ -125,9 +125,7 @@ def render(exc: HTTPException) -> Any:
         # The reference's shape is "req_...": the request's correlation id (the log line's,
         # and the X-Correlation-Id answered) with that prefix.
         correlation = g.get("correlation_id") or ""
-        body["request_id"] = (
-            correlation if correlation.startswith("req_") else f"req_{correlation}"
-        )
+        body["request_id"] = correlation if correlation.startswith("req_") else f"req_{correlation}"
     elif isinstance(exc, RequestValidationError):
         body = {"detail": exc.errors}
     else:
