@@ -53,13 +53,23 @@ class Beneath:
         self.root = root
         self.available = _syscall is not None
         self._fd = -1
-        self._pid = -1
+        self._key: tuple[int, int, int] = (-1, -1, -1)  # pid, st_dev, st_ino of the fd
 
     def _root_fd(self) -> int:
-        # Per process: a descriptor must not be shared across a fork (gunicorn workers).
-        if self._pid != os.getpid():
+        """A descriptor of the root as the path names it now.
+
+        Re-opened in a new process (a descriptor must not cross a fork) and whenever the
+        path names another directory than the one held: an operator who moves the root aside
+        and restores a backup in its place must not have reads served from the old one.
+        """
+        st = os.stat(self.root)
+        key = (os.getpid(), st.st_dev, st.st_ino)
+        if key != self._key:
+            # The replaced descriptor is left open (one per replacement of the root): another
+            # thread may be inside openat2 with it, and a closed number can be reused by an
+            # unrelated directory.
             self._fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            self._pid = os.getpid()
+            self._key = key
         return self._fd
 
     def open_read(self, relative: str) -> int | None:

@@ -371,3 +371,23 @@ def test_open_read_refuses_a_symlink_anywhere_on_the_way(tmp_path: Path, openat2
     ):
         with pytest.raises(UnsafePath):
             layout.open_read(str(path))
+
+
+def test_open_read_follows_the_root_path_when_the_root_is_replaced(tmp_path: Path) -> None:
+    # An operator moves the root aside and restores a backup in its place while the server
+    # runs: reads must come from the directory the path names now, like every write.
+    root = tmp_path / "root"
+    layout = Layout(root)
+    meta = root / "t" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text("old")
+    fd = layout.open_read(str(meta))
+    assert fd is not None
+    os.close(fd)
+    root.rename(tmp_path / "root.old")
+    meta.parent.mkdir(parents=True)
+    meta.write_text("restored")
+    fd = layout.open_read(str(meta))
+    assert fd is not None
+    with os.fdopen(fd, "rb") as fh:
+        assert fh.read() == b"restored"
