@@ -338,6 +338,18 @@ def test_turns_outside_0_to_9999_are_refused(turn: int) -> None:
             validate_turn(turn)
 
 
+def _put(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _read_through(layout: Layout, path: Path) -> bytes:
+    fd = layout.open_read(str(path))
+    assert fd is not None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
 @pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
 def test_open_read_refuses_a_symlink_anywhere_on_the_way(tmp_path: Path, openat2: bool) -> None:
     """Layout.open_read (the read of a turn): one openat2 call where the kernel has it, else
@@ -349,12 +361,8 @@ def test_open_read_refuses_a_symlink_anywhere_on_the_way(tmp_path: Path, openat2
     elif not layout._beneath.available:
         pytest.skip("this kernel has no openat2")
     meta = root / "a" / "b" / "meta.json"
-    meta.parent.mkdir(parents=True)
-    meta.write_text('{"inside": 1}')
-    fd = layout.open_read(str(meta))
-    assert fd is not None
-    with os.fdopen(fd, "rb") as fh:
-        assert fh.read() == b'{"inside": 1}'
+    _put(meta, '{"inside": 1}')
+    assert _read_through(layout, meta) == b'{"inside": 1}'
     assert layout.open_read(str(root / "a" / "b" / "missing.json")) is None
     assert layout.open_read(str(root / "a" / "nodir" / "meta.json")) is None
     assert layout.open_read(str(meta / "under-a-file")) is None
@@ -379,15 +387,8 @@ def test_open_read_follows_the_root_path_when_the_root_is_replaced(tmp_path: Pat
     root = tmp_path / "root"
     layout = Layout(root)
     meta = root / "t" / "meta.json"
-    meta.parent.mkdir(parents=True)
-    meta.write_text("old")
-    fd = layout.open_read(str(meta))
-    assert fd is not None
-    os.close(fd)
+    _put(meta, "old")
+    assert _read_through(layout, meta) == b"old"
     root.rename(tmp_path / "root.old")
-    meta.parent.mkdir(parents=True)
-    meta.write_text("restored")
-    fd = layout.open_read(str(meta))
-    assert fd is not None
-    with os.fdopen(fd, "rb") as fh:
-        assert fh.read() == b"restored"
+    _put(meta, "restored")
+    assert _read_through(layout, meta) == b"restored"
