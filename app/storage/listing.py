@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LockTimeout
-from .sqlitedb import is_busy, open_wal
+from .sqlitedb import is_busy, open_wal, read_txn, write_txn
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -129,28 +129,12 @@ class Listing:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise LockTimeout(f"listing index is busy: {exc}") from None
-        try:
+        with write_txn(self._conn(), "listing index") as conn:
             yield conn
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
 
-    @contextlib.contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        conn.execute("BEGIN")
-        try:
-            yield conn
-        finally:
-            conn.execute("COMMIT")
+    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return read_txn(self._conn())
 
     def exists(self) -> bool:
         return self.path.exists()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from collections.abc import Iterator
 
 from .errors import LockTimeout
 
@@ -44,3 +46,30 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
     except BaseException:
         conn.close()
         raise
+
+
+@contextlib.contextmanager
+def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; a database still locked
+    after the busy timeout is LockTimeout (HTTP 503)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise LockTimeout(f"{what} is busy: {exc}") from None
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def read_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One read transaction: every query inside sees the same snapshot."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")

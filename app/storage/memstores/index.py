@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import LockTimeout
-from ..sqlitedb import open_wal
+from ..sqlitedb import open_wal, read_txn, write_txn
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -192,11 +191,8 @@ class StoreIndex:
         """A read transaction: every query inside sees the same snapshot."""
         conn = self._connect(create=False)
         try:
-            conn.execute("BEGIN")
-            try:
+            with read_txn(conn):
                 yield conn
-            finally:
-                conn.execute("COMMIT")
         finally:
             conn.close()
 
@@ -204,17 +200,8 @@ class StoreIndex:
     def write(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
         conn = self._connect(create=create)
         try:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                raise LockTimeout(f"memory store index is busy: {exc}") from None
-            try:
+            with write_txn(conn, "memory store index"):
                 yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
         finally:
             conn.close()
 
