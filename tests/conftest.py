@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -109,3 +110,21 @@ def tokens(app: Flask) -> Tokens:
     t.add("other_project", role="writer", tenant="acme", project="mobile")
     t.add("other_tenant", role="writer", tenant="globex", project="web")
     return t
+
+
+# -- the mount tests (tests/mount, tests/e2e/test_mount_e2e.py) ------------------------------
+# Each of those modules starts its own module-scoped gunicorn as its ``server`` fixture.
+@pytest.fixture(scope="module")
+def token(server: Any) -> str:
+    """A writer token on the requesting module's server."""
+    return str(server.token("writer"))
+
+
+@pytest.fixture
+def remote(server: Any, token: str) -> Iterator[Any]:
+    """A memory-stores client (tests.mount.helpers.Remote) on that server."""
+    from tests.mount.helpers import Remote
+
+    client = Remote(server, token)
+    yield client
+    client.close()

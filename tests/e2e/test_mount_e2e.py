@@ -31,18 +31,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from serving(tmp_path_factory, "mount-e2e")
 
 
-@pytest.fixture(scope="module")
-def token(server: Server) -> str:
-    return server.token("writer")
-
-
-@pytest.fixture
-def remote(server: Server, token: str) -> Iterator[Remote]:
-    client = Remote(server, token)
-    yield client
-    client.close()
-
-
 class Mounted:
     """One ``project-memory mount`` process."""
 

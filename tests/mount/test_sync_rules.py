@@ -27,18 +27,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from serving(tmp_path_factory, "mount", workers=2, threads=4)
 
 
-@pytest.fixture(scope="module")
-def token(server: Server) -> str:
-    return server.token("writer")
-
-
-@pytest.fixture
-def remote(server: Server, token: str) -> Iterator[Remote]:
-    client = Remote(server, token)
-    yield client
-    client.close()
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
