@@ -462,7 +462,10 @@ class StoreSync:
 
     # -- uploads -----------------------------------------------------------------------
     def _content(self, path: str, local: _Local) -> str | None:
-        """The local file as text, or None (logged once) when the server could not take it."""
+        """The local file as text, or None (logged once) when the server could not take it
+        or already refused these very bytes."""
+        if self.refused.get(path) == local.sha:
+            return None
         data = local.data
         if data is None:
             full = self._local_path(path)
@@ -484,8 +487,6 @@ class StoreSync:
         self.refused[path] = local.sha
 
     def _create(self, path: str, local: _Local, deadline: float | None) -> bool:
-        if self.refused.get(path) == local.sha:
-            return False
         content = self._content(path, local)
         if content is None:
             return False
@@ -500,8 +501,6 @@ class StoreSync:
     def _upload(
         self, path: str, local: _Local, remote: dict[str, Any], deadline: float | None
     ) -> bool:
-        if self.refused.get(path) == local.sha:
-            return False
         content = self._content(path, local)
         if content is None:
             return False
