@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -20,19 +19,7 @@ from app.storage import Scope, TaskStore
 from app.storage.layout import TMP_PREFIX
 from tests.conftest import FixedClock
 from tests.e2e.conftest import REPO, VENV_BIN
-
-
-def tree(root: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(root))
-            if path.is_symlink() or path.is_dir():
-                out[rel] = "link" if path.is_symlink() else "dir"
-            else:
-                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
+from tests.storage._helpers import snapshot
 
 
 @pytest.fixture
@@ -60,12 +47,12 @@ def test_sweep_dry_run_changes_nothing_then_sweep_removes(
     fh, _ = store.open_digest(scope)
     fh.close()
     now = (clock.now + timedelta(days=15)).isoformat()
-    before = tree(store.layout.root)
+    before = snapshot(store.layout.root)
     result = runner.invoke(args=["sweep", "--dry-run", "--now", now])
     assert result.exit_code == 0, result.output
     assert "dry run: nothing changed" in result.output
     assert "acme/web: would remove 1 turn(s), 1 task(s)" in result.output
-    assert tree(store.layout.root) == before
+    assert snapshot(store.layout.root) == before
 
     result = runner.invoke(args=["sweep", "--now", now, "--json"])
     assert result.exit_code == 0, result.output
@@ -172,11 +159,11 @@ def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
             check=False,
         )
 
-    before = tree(root)
+    before = snapshot(root)
     dry = flask("sweep", "--dry-run", "--now", later)
     assert dry.returncode == 0, dry.stderr
     assert "would remove 1 turn(s), 1 task(s)" in dry.stdout
-    assert tree(root) == before
+    assert snapshot(root) == before
 
     real = flask("sweep", "--now", later)
     assert real.returncode == 0, real.stderr

@@ -185,7 +185,9 @@ def snapshot(root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, name), root)] = None
+            full = os.path.join(dirpath, name)
+            link = ("link", os.readlink(full)) if os.path.islink(full) else None
+            out[os.path.relpath(full, root)] = link
         for name in filenames:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import multiprocessing
 import os
@@ -21,6 +20,7 @@ from app.storage.listing import Listing, TurnRow
 from app.storage.locks import is_dirty
 from app.storage.retention import sweep
 from tests.conftest import T0, FixedClock
+from tests.storage._helpers import snapshot
 
 DAY = timedelta(days=1)
 SECOND = timedelta(seconds=1)
@@ -35,22 +35,6 @@ def digest(store: TaskStore, scope: Scope) -> str:
     fh, _ = store.open_digest(scope)
     with fh:
         return fh.read().decode()
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every path under ``root`` with a hash of its bytes (directories and symlinks too)."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            rel = str(path.relative_to(root))
-            if path.is_symlink():
-                out[rel] = "link:" + os.readlink(path)
-            elif path.is_dir():
-                out[rel] = "dir"
-            else:
-                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def listed(store: TaskStore, scope: Scope) -> list[str]:
@@ -256,9 +240,9 @@ def test_dry_run_changes_nothing_and_reports_the_same(
     stale.write_bytes(b"junk")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     Listing.forget(store.layout.listing(scope))  # no connection keeps the WAL open
-    before = tree(store.layout.root)
+    before = snapshot(store.layout.root)
     dry = sweep(store, now=deadline, dry_run=True)
-    assert tree(store.layout.root) == before
+    assert snapshot(store.layout.root) == before
     assert (dry.turns, dry.tasks, dry.temp_files) == (2, 1, 1)
     real = sweep(store, now=deadline)
     assert (real.turns, real.tasks, real.bytes, real.temp_files) == (
