@@ -17,6 +17,7 @@ import os
 import sys
 
 from .errors import UnsafePath
+from .noatime import O_NOATIME, READ_FLAGS
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -28,11 +29,11 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-_how = _OpenHow(
-    os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW,
-    0,
-    _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
-)
+_RESOLVE = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+_how = _OpenHow(READ_FLAGS, 0, _RESOLVE)
+# O_NOATIME (see noatime.py) is refused with EPERM on a file someone else owns: then the
+# plain open is tried, and only its EPERM (a seccomp filter) means openat2 is unavailable.
+_how_noatime = _OpenHow(READ_FLAGS | O_NOATIME, 0, _RESOLVE)
 _syscall = None
 if sys.platform == "linux":
     try:
@@ -80,11 +81,16 @@ class Beneath:
         """
         if _syscall is None:
             raise Unavailable
-        how, size = ctypes.byref(_how), ctypes.sizeof(_how)
-        fd = int(_syscall(_SYS_OPENAT2, self._root_fd(), relative.encode(), how, size))
+        root_fd, name, size = self._root_fd(), relative.encode(), ctypes.sizeof(_how)
+        fd = int(_syscall(_SYS_OPENAT2, root_fd, name, ctypes.byref(_how_noatime), size))
         if fd >= 0:
             return fd
         err = ctypes.get_errno()
+        if err == errno.EPERM and O_NOATIME:
+            fd = int(_syscall(_SYS_OPENAT2, root_fd, name, ctypes.byref(_how), size))
+            if fd >= 0:
+                return fd
+            err = ctypes.get_errno()
         if err in (errno.ENOENT, errno.ENOTDIR):
             return None
         if err in (errno.ELOOP, errno.EXDEV):

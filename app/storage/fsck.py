@@ -51,6 +51,7 @@ from .layout import (
 from .listing import DigestRow, Listing, TurnRow
 from .locks import clear_dirty, is_dirty, locked
 from .models import FsckReport, TurnRecord
+from .noatime import open_read
 from .records import (
     build_index,
     index_rows,
@@ -128,7 +129,7 @@ def quarantine(root: Path, path: Path) -> Path:
 def sha256_file(path: Path) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = open_read(path)
     with os.fdopen(fd, "rb") as fh:
         while chunk := fh.read(_HASH_CHUNK):
             size += len(chunk)
@@ -546,7 +547,7 @@ class _Fsck:
             self.note(f"{self.rel(path)}: re-rendered on its next read")
             return
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = open_read(path)
         except OSError:
             return
         with os.fdopen(fd, "rb") as fh:

@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
+from .noatime import open_read
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
@@ -185,7 +186,7 @@ class Layout:
                 pass
         self.check_inside(path)
         try:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            return open_read(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:

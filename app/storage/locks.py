@@ -18,6 +18,7 @@ from typing import Any
 import filelock
 
 from .errors import LockTimeout
+from .noatime import open_read
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
@@ -134,7 +135,7 @@ def clear_dirty(path: Path) -> None:
 
 def is_dirty(path: Path) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_read(path)
     except FileNotFoundError:
         return False
     try:

@@ -21,6 +21,7 @@ from .errors import Corrupt
 from .layout import ARTIFACTS_DIR, TASK_RECORD, TURN_DIR_RE, TURN_META
 from .listing import TurnRow
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
+from .noatime import open_read, read_all
 
 FORMAT_VERSION = 1
 
@@ -57,7 +58,7 @@ def dumps_compact(obj: Any, default: Callable[[Any], Any] | None = None) -> byte
 def read_json(path: str | Path) -> Any | None:
     """Parse ``path``; None when it does not exist. Never follows a symlink."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_read(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -68,8 +69,7 @@ def read_json(path: str | Path) -> Any | None:
 
 def parse_json_fd(fd: int, path: str | Path) -> Any:
     """Read and parse the open file ``fd`` (closed here); ``path`` is for the error only."""
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read()
+    data = read_all(fd)
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:

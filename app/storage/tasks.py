@@ -76,6 +76,7 @@ from .models import (
     TaskSummary,
     TurnRecord,
 )
+from .noatime import open_read
 from .records import (
     index_from_json,
     index_rows,
@@ -477,7 +478,7 @@ class TaskStore:
             if info is None:
                 raise NotFound(missing)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                fd = open_read(path)
             except FileNotFoundError:
                 raise NotFound(missing) from None
             file: BinaryIO = os.fdopen(fd, "rb")
@@ -515,7 +516,7 @@ class TaskStore:
             return io.BytesIO(data), len(data)
         if not listing.digest_is_fresh(self.now_us()) or not path.exists():
             self.refresh_digest(scope)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_read(path)
         return os.fdopen(fd, "rb"), os.fstat(fd).st_size
 
     def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
@@ -620,7 +621,7 @@ def _load_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
 
 def _file_sha256(path: Path) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_read(path)
     except FileNotFoundError:
         return None
     digest = hashlib.sha256()
@@ -644,7 +645,7 @@ def _committed_copy(file: BinaryIO, backup: Path, sha256: str) -> BinaryIO:
     if _fh_sha256(file) == sha256:
         return file
     try:
-        fd = os.open(backup, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_read(backup)
     except FileNotFoundError:
         return file
     other = os.fdopen(fd, "rb")
