@@ -7,6 +7,7 @@ Every acquisition has a finite timeout; a busy lock becomes LockTimeout (HTTP 50
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -34,11 +35,30 @@ _POLL_SECONDS = 0.001
 _gates: dict[str, list[Any]] = {}  # path -> [threading.Lock, users]
 _gates_mutex = threading.Lock()
 
+# One FileLock object per lock path and process, reused: building one resolves its path (an
+# lstat per component) and registers it for filelock's fork tracking, ~40 of the ~130 us an
+# acquisition cost (bench/README.md). Only the thread holding the path's gate uses it, so it
+# is not thread-local. Bounded: a long-running worker sees every task it ever wrote.
+_FILE_LOCKS_LIMIT = 1024
+_file_locks: collections.OrderedDict[str, filelock.BaseFileLock] = collections.OrderedDict()
+
 
 def _reset_gates_after_fork() -> None:
     global _gates_mutex
     _gates.clear()
+    _file_locks.clear()  # objects must not cross a fork (gunicorn preload)
     _gates_mutex = threading.Lock()
+
+
+def _file_lock(key: str) -> filelock.BaseFileLock:
+    with _gates_mutex:
+        lock = _file_locks.pop(key, None)
+        if lock is None:
+            lock = filelock.FileLock(key, thread_local=False)
+        _file_locks[key] = lock  # most recently used last
+        while len(_file_locks) > _FILE_LOCKS_LIMIT:
+            _file_locks.popitem(last=False)
+        return lock
 
 
 os.register_at_fork(after_in_child=_reset_gates_after_fork)
@@ -70,11 +90,12 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
             _observe(started, False)
             raise LockTimeout(f"lock {path.name} is busy; retry shortly")
         try:
-            # A new FileLock per acquisition: objects must not cross a fork (gunicorn
-            # preload), and the flock still excludes the other processes.
-            lock = filelock.FileLock(key, timeout=max(0.0, timeout - (time.monotonic() - started)))
+            lock = _file_lock(key)
             try:
-                lock.acquire(poll_interval=_POLL_SECONDS)
+                lock.acquire(
+                    timeout=max(0.0, timeout - (time.monotonic() - started)),
+                    poll_interval=_POLL_SECONDS,
+                )
             except filelock.Timeout:
                 _observe(started, False)
                 raise LockTimeout(f"lock {path.name} is busy; retry shortly") from None

@@ -198,3 +198,39 @@ def test_threads_of_one_process_queue_on_the_lock_and_time_out(tmp_path: Path) -
     for th in threads:
         th.join(60)
     assert overlaps == [] and inside == [] and locks._gates == {}
+
+
+def test_reused_lock_objects_still_exclude_other_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """locked() reuses one FileLock per path: after a timeout and after being evicted from
+    the bounded cache, the path still excludes another process and can be taken again."""
+    from app.storage import locks
+
+    monkeypatch.setattr(locks, "_FILE_LOCKS_LIMIT", 3)
+    path = tmp_path / "locks" / "x.lock"
+    with locks.locked(path, 5.0):
+        pass
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_workers.hold_lock, args=(str(path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30), "the lock holder did not start"
+        for _ in range(2):  # the cached object, twice: a timeout leaves it usable
+            with pytest.raises(LockTimeout), locks.locked(path, 0.2):
+                pass
+        for i in range(5):  # evicts x.lock from the cache of 3
+            with locks.locked(tmp_path / "locks" / f"other-{i}.lock", 5.0):
+                pass
+        assert len(locks._file_locks) == 3 and str(path) not in locks._file_locks
+        with pytest.raises(LockTimeout), locks.locked(path, 0.2):
+            pass
+    finally:
+        release.set()
+        holder.join(timeout=30)
+        if holder.is_alive():
+            holder.kill()
+            holder.join()
+    with locks.locked(path, 5.0):
+        assert str(path) in locks._file_locks
