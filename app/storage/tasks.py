@@ -141,11 +141,12 @@ class TaskStore:
     def now_us(self) -> int:
         return to_us(self.clock())
 
-    def _listing(self, scope: Scope) -> Listing:
+    def _listing(self, scope: Scope, *, checked: Path | None = None) -> Listing:
+        """The project's listing; ``checked``: a path in the project dir just checked."""
         # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
-        return Listing(
-            self.layout.check_inside(self.layout.listing(scope)), timeout=self.lock_timeout
-        )
+        path = self.layout.listing(scope)
+        below = None if checked is None else path.parent
+        return Listing(self.layout.check_inside(path, below=below), timeout=self.lock_timeout)
 
     def _load_cursor_key(self) -> bytes:
         """A per-root secret that signs list cursors, shared by every worker through the file."""
@@ -164,9 +165,10 @@ class TaskStore:
 
     @contextlib.contextmanager
     def _task_txn(self, scope: Scope, task_id: str) -> Iterator[_Txn]:
-        marker = self.layout.check_inside(self.layout.task_dirty_marker(scope, task_id))
         # locked() creates the lock's parents: a linked .locks would put them outside.
         lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
+        marker = self.layout.task_dirty_marker(scope, task_id)
+        self.layout.check_inside(marker, below=lock.parent)
         # Directory fsyncs once per directory at the end, still before the lock is released.
         with locked(lock, self.lock_timeout), batched_dir_syncs():
             if is_dirty(marker):
@@ -220,7 +222,7 @@ class TaskStore:
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
-        self._listing(scope).put_turn(task_id, turn_row(record))
+        self._listing(scope, checked=task_dir).put_turn(task_id, turn_row(record))
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -255,7 +257,7 @@ class TaskStore:
         expired_dir: Path | None = None
         with self._task_txn(scope, task_id) as txn, os_errors():
             now_us = self.now_us()
-            self.layout.check_inside(turn_dir / TURN_META)
+            self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
             alive = self._alive(previous, now_us)
             _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
@@ -395,7 +397,7 @@ class TaskStore:
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
-        self.layout.check_inside(turn_dir / TURN_META)
+        self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
         self._ensure_artifacts_dir(path.parent, task_id, turn)

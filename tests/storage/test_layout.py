@@ -277,6 +277,32 @@ def test_check_inside_refuses_paths_outside_the_root(tmp_path: Path) -> None:
     assert layout.check_inside(layout.root / "a" / "b") == layout.root / "a" / "b"
 
 
+def test_check_inside_below_a_checked_dir_walks_the_rest_and_refuses_the_same(
+    tmp_path: Path,
+) -> None:
+    """``below=``: only the components after an already checked directory are looked at,
+    and everything the full walk refuses after it is still refused."""
+    layout = Layout(tmp_path / "root")
+    task = layout.root / "t" / "p" / "task"
+    (task / "0000-turn").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (task / "0001-turn").symlink_to(tmp_path / "outside")
+    meta = task / "0000-turn" / "meta.json"
+    assert layout.check_inside(meta, below=task) == meta
+    assert layout.check_inside(task / "9999-turn" / "meta.json", below=task)  # absent: fine
+    for bad, below in [
+        (task / "0001-turn" / "meta.json", task),  # a link after below
+        (task / "0001-turn", task),
+        (layout.root / "t" / "other" / "x", task),  # not under below
+        (task, task),  # below itself is no component
+        (task / ".." / "x", task),
+        (tmp_path / "outside" / "x", tmp_path),  # below outside the root
+    ]:
+        with pytest.raises(UnsafePath):
+            layout.check_inside(bad, below=below)
+    assert layout.check_inside(meta, below=layout.root) == meta
+
+
 # -- properties -------------------------------------------------------------------------------
 _ID_ALPHABET = string.ascii_letters + string.digits + "._-"
 _candidates = st.one_of(
