@@ -506,6 +506,12 @@ class _Fsck:
                     f"{self.rel(path)}: rows of task {task_id} differ from the records",
                     partial(self.task_rebuild, scope, task_id),
                 )
+        for task_id in listing.stale_aggregates():  # one snapshot: a write moves them together
+            self.fault(
+                f"{self.rel(path)}: turn count or latest turn of task {task_id} differ from"
+                " its turn rows",
+                partial(self.task_rebuild, scope, task_id),
+            )
         rows, count = listing.all_tasks()
         if count != len(rows):
             self.fault(

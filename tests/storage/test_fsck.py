@@ -122,6 +122,14 @@ def _wrong_counter(store: TaskStore, scope: Scope) -> None:
     conn.close()
 
 
+def _stale_turn_count(store: TaskStore, scope: Scope) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store.layout.listing(scope)) as conn:
+        conn.execute("UPDATE tasks SET turn_count = 9, latest_turn = 8 WHERE task_id = 'gamma'")
+    conn.close()
+
+
 FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
     "torn meta.json": (_torn_meta, "gamma/0001-turn/meta.json: cannot be rebuilt"),
     "torn index.json": (_torn_index, "beta/index.json: torn"),
@@ -135,6 +143,7 @@ FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
     "dirty marker": (_dirty_marker, "alpha: dirty flag"),
     "unindexed directory": (_unindexed_dir, "beta/notes: unindexed"),
     "wrong task counter": (_wrong_counter, "task counter is 7"),
+    "stale turn count": (_stale_turn_count, "latest turn of task gamma differ"),
 }
 
 

@@ -1,0 +1,96 @@
+"""A listing written by the previous version (no per-task aggregates) is upgraded in place."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from app.storage import Scope, TaskStore
+from app.storage.fsck import fsck
+from app.storage.listing import Listing
+from tests.conftest import FixedClock
+
+# The listing schema of version 1, as session-1 roots have it on disk.
+V1_SCHEMA = """
+CREATE TABLE tasks (
+    task_id TEXT PRIMARY KEY,
+    updated_us INTEGER NOT NULL,
+    retain_until_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX tasks_recent ON tasks (updated_us DESC, task_id DESC);
+CREATE INDEX tasks_expiry ON tasks (retain_until_us);
+CREATE TABLE turns (
+    task_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    updated_us INTEGER NOT NULL,
+    retain_until_us INTEGER NOT NULL,
+    PRIMARY KEY (task_id, turn)
+) WITHOUT ROWID;
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO counters VALUES ('tasks', 0), ('generation', 0),
+    ('digest_generation', -1), ('digest_valid_until_us', 0), ('digest_rendered_us', 0);
+"""
+
+
+def _downgrade(path: Path) -> None:
+    """Rewrite ``path`` with the version-1 schema and the same rows."""
+    with sqlite3.connect(path) as conn:
+        turns = conn.execute("SELECT * FROM turns").fetchall()
+        tasks = conn.execute("SELECT task_id, updated_us, retain_until_us FROM tasks").fetchall()
+        counters = conn.execute("SELECT * FROM counters").fetchall()
+    conn.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1_SCHEMA)
+        conn.executemany("INSERT INTO turns VALUES (?, ?, ?, ?)", turns)
+        conn.executemany("INSERT INTO tasks VALUES (?, ?, ?)", tasks)
+        conn.executemany("INSERT OR REPLACE INTO counters VALUES (?, ?)", counters)
+    conn.close()
+
+
+def test_a_version_1_listing_is_upgraded_and_lists_the_same(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    store = TaskStore(tmp_path / "root", clock=clock)
+    scope = Scope("acme", "web")
+    for task, turns in [("a", 3), ("b", 1), ("c", 2)]:
+        for turn in range(turns):
+            store.put_turn(scope, task, turn, meta={}, summary_md=f"{task}{turn}")
+            clock.advance(seconds=1)
+    before = store.list_tasks(scope)
+    path = store.layout.listing(scope)
+    Listing.forget(path)  # this thread's cached connection
+    _downgrade(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 0
+    conn.close()
+
+    after = store.list_tasks(scope)
+    assert [(t.task_id, t.turn_count, t.latest_turn) for t in after.tasks] == [
+        (t.task_id, t.turn_count, t.latest_turn) for t in before.tasks
+    ]
+    assert {t.task_id: t.turn_count for t in after.tasks} == {"a": 3, "b": 1, "c": 2}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(tasks)")}
+    conn.close()
+    assert {"turn_count", "latest_turn", "min_retain_us"} <= columns
+    store.put_turn(scope, "b", 1, meta={}, summary_md="b1")
+    assert {t.task_id: t.turn_count for t in store.list_tasks(scope).tasks}["b"] == 2
+    assert fsck(store).problems == []
+
+
+def test_a_task_with_an_expired_turn_counts_only_its_live_turns(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """The stored aggregates hold until the task's first turn expires; then the page counts
+    the live turns itself, until the sweeper removes the expired rows."""
+    store = TaskStore(tmp_path / "root", clock=clock)
+    scope = Scope("acme", "web")
+    store.put_turn(scope, "t", 0, meta={}, summary_md="old")
+    clock.advance(days=20)
+    store.put_turn(scope, "t", 1, meta={}, summary_md="newer")
+    clock.advance(days=11)  # turn 0 is past its 30 days, turn 1 is not
+    (task,) = store.list_tasks(scope).tasks
+    assert (task.turn_count, task.latest_turn) == (1, 1)
