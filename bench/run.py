@@ -67,16 +67,28 @@ def storage_fs(path: Path) -> str:
     return f"{path} on {mount} ({fstype}, {device}, {options})"
 
 
-def measure(server: servers.Server, op: loadgen.Op, headers: dict[str, str], args: Any) -> Any:
-    res = loadgen.run(
-        server.host,
-        server.port,
-        op,
-        headers=headers,
-        clients=args.clients,
-        duration=args.duration,
-        warmup=args.warmup,
-    )
+def measure(
+    server: servers.Server,
+    op: loadgen.Op,
+    headers: dict[str, str],
+    args: Any,
+    *,
+    paused: servers.Server,
+) -> Any:
+    """Run ``op`` against ``server`` with the other server of the pair ``paused`` (SIGSTOP)."""
+    paused.pause()
+    try:
+        res = loadgen.run(
+            server.host,
+            server.port,
+            op,
+            headers=headers,
+            clients=args.clients,
+            duration=args.duration,
+            warmup=args.warmup,
+        )
+    finally:
+        paused.resume()
     if res.errors:
         print(f"  !! {server.name}: {res.errors} errors, first: {res.first_error}", file=sys.stderr)
     return {
@@ -200,8 +212,8 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
                     op = w.ours_record(f"rec{rep}")
                 else:
                     op = cases[name]
-                o = measure(ours, op, auth, args)
-                b = measure(hello, w.hello(), {}, args)
+                o = measure(ours, op, auth, args, paused=hello)
+                b = measure(hello, w.hello(), {}, args, paused=ours)
                 data[name][0].append(o)
                 data[name][1].append(b)
                 print(
@@ -240,11 +252,17 @@ def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
             "list": (lambda rep: w.ours_list(), w.mlflow_list(exp)),
             "read a turn": (lambda rep: w.ours_read(), w.mlflow_read(run_ids)),
         }
+        idle = {"ours": ours.idle_cpu(), "mlflow": ml.idle_cpu()}
+        print(
+            f"  idle CPU (% of one core): ours {idle['ours']:.0f}, mlflow {idle['mlflow']:.0f};"
+            " the server not measured is paused (SIGSTOP) during each measurement",
+            file=sys.stderr,
+        )
         data: dict[str, tuple[list, list]] = {k: ([], []) for k in pairs}
         for rep in range(args.reps):
             for name, (ours_op, ml_op) in pairs.items():
-                o = measure(ours, ours_op(rep), auth, args)
-                b = measure(ml, ml_op, {}, args)
+                o = measure(ours, ours_op(rep), auth, args, paused=ml)
+                b = measure(ml, ml_op, {}, args, paused=ours)
                 data[name][0].append(o)
                 data[name][1].append(b)
                 print(
@@ -261,6 +279,7 @@ def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
             [str(servers.MLFLOW_BIN / "mlflow"), "--version"], capture_output=True, text=True
         ).stdout.strip()
         rows[0]["mlflow_version"] = version
+        rows[0]["idle_cpu_percent"] = idle
     finally:
         ours.stop()
         ml.stop()

@@ -62,7 +62,38 @@ class Server:
         ).stdout
         return out.strip().splitlines()[-1]
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of every process in the server's process group so far."""
+        out = subprocess.run(
+            ["pgrep", "-g", str(self.proc.pid)], capture_output=True, text=True, check=False
+        ).stdout
+        total = 0
+        for pid in out.split():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue  # exited meanwhile
+            total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def idle_cpu(self, seconds: float = 3.0) -> float:
+        """Percent of one core the server uses with no request in flight."""
+        before, started = self.cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        return 100 * (self.cpu_seconds() - before) / (time.monotonic() - started)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group: an idle server must not take CPU from the one
+        measured (MLflow's job consumers poll at ~1 core even when idle, bench/README.md)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume()  # a stopped group would never see the SIGTERM
         if self.proc.poll() is None:
             # Our own process group (start_new_session): reaches the master and its workers.
             os.killpg(self.proc.pid, signal.SIGTERM)
