@@ -99,3 +99,16 @@ def write_until_killed(root: str, seed: int, conn: Any) -> None:
         )
         assert info.sha256 == hashlib.sha256(body).hexdigest()
         conn.send(("artifact", task_id, turn, info.name, info.sha256))
+
+
+def write_after_upgrade(root: str, worker: int, start: Any, results: Any) -> None:
+    """Open a listing of an older version at the same moment as the others, then write."""
+    try:
+        store = TaskStore(Path(root), lock_timeout=60.0)
+        scope = Scope("acme", "web")
+        start.wait(30)
+        store.put_turn(scope, f"new-{worker}", 0, meta={}, summary_md=f"w{worker}")
+        page = store.list_tasks(scope, limit=100)
+        results.put((worker, "ok", {t.task_id: t.turn_count for t in page.tasks}))
+    except BaseException:
+        results.put((worker, "error", traceback.format_exc()))

@@ -94,3 +94,45 @@ def test_a_task_with_an_expired_turn_counts_only_its_live_turns(
     clock.advance(days=11)  # turn 0 is past its 30 days, turn 1 is not
     (task,) = store.list_tasks(scope).tasks
     assert (task.turn_count, task.latest_turn) == (1, 1)
+
+
+def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path) -> None:
+    """Four processes race to open a version-1 listing and write: one migrates (BEGIN
+    IMMEDIATE), the others wait and see version 2; no write is lost, no error."""
+    import multiprocessing
+
+    from tests.storage import _workers
+
+    root = tmp_path / "root"
+    store = TaskStore(root)  # the system clock, as the workers use
+    scope = Scope("acme", "web")
+    for turn in range(3):
+        store.put_turn(scope, "old", turn, meta={}, summary_md=f"old{turn}")
+    path = store.layout.listing(scope)
+    Listing.forget(path)
+    _downgrade(path)
+
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_workers.write_after_upgrade, args=(str(root), w, start, results))
+        for w in range(4)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        start.set()
+        outcomes = [results.get(timeout=90) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert [o[1] for o in outcomes] == ["ok"] * 4, outcomes
+    final = {t.task_id: t.turn_count for t in TaskStore(root).list_tasks(scope).tasks}
+    assert final == {"old": 3, "new-0": 1, "new-1": 1, "new-2": 1, "new-3": 1}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+    assert fsck(TaskStore(root)).problems == []
