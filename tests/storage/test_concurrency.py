@@ -8,11 +8,13 @@ threads lose index entries (30-36 of 40 kept).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -129,17 +131,30 @@ def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
     assert_consistent(store, scope)
 
 
+@contextlib.contextmanager
+def held_elsewhere(path: Path) -> Iterator[None]:
+    """Hold the flock on ``path`` in a spawned process for the block."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_workers.hold_lock, args=(str(path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30), "the lock holder did not start"
+        yield
+    finally:
+        release.set()
+        holder.join(timeout=30)
+        if holder.is_alive():
+            holder.kill()
+            holder.join()
+
+
 def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "root", lock_timeout=0.3)
     scope = Scope("acme", "web")
     store.put_turn(scope, "t", 0, meta={}, summary_md="before")
     lock_path = store.layout.task_lock(scope, "t")
-    ctx = multiprocessing.get_context("spawn")
-    ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_workers.hold_lock, args=(str(lock_path), ready, release))
-    holder.start()
-    try:
-        assert ready.wait(30), "the lock holder did not start"
+    with held_elsewhere(lock_path):
         with pytest.raises(LockTimeout):
             store.put_turn(scope, "t", 0, meta={}, summary_md="after")
         with pytest.raises(LockTimeout):
@@ -147,12 +162,6 @@ def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_pat
         # Readers take no lock: they are not blocked by a writer.
         assert store.get_turn(scope, "t", 0).summary_md == "before"
         assert store.list_tasks(scope).total == 1
-    finally:
-        release.set()
-        holder.join(timeout=30)
-        if holder.is_alive():
-            holder.kill()
-            holder.join()
     assert lock_path.exists(), "lock files are never deleted"
     store.put_turn(scope, "t", 0, meta={}, summary_md="after")
     assert store.get_turn(scope, "t", 0).summary_md == "after"
@@ -211,12 +220,7 @@ def test_reused_lock_objects_still_exclude_other_processes(
     path = tmp_path / "locks" / "x.lock"
     with locks.locked(path, 5.0):
         pass
-    ctx = multiprocessing.get_context("spawn")
-    ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_workers.hold_lock, args=(str(path), ready, release))
-    holder.start()
-    try:
-        assert ready.wait(30), "the lock holder did not start"
+    with held_elsewhere(path):
         for _ in range(2):  # the cached object, twice: a timeout leaves it usable
             with pytest.raises(LockTimeout), locks.locked(path, 0.2):
                 pass
@@ -226,11 +230,5 @@ def test_reused_lock_objects_still_exclude_other_processes(
         assert len(locks._file_locks) == 3 and str(path) not in locks._file_locks
         with pytest.raises(LockTimeout), locks.locked(path, 0.2):
             pass
-    finally:
-        release.set()
-        holder.join(timeout=30)
-        if holder.is_alive():
-            holder.kill()
-            holder.join()
     with locks.locked(path, 5.0):
         assert str(path) in locks._file_locks
