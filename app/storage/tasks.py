@@ -141,12 +141,11 @@ class TaskStore:
     def now_us(self) -> int:
         return to_us(self.clock())
 
-    def _listing(self, scope: Scope, *, checked: Path | None = None) -> Listing:
-        """The project's listing; ``checked``: a path in the project dir just checked."""
+    def _listing(self, scope: Scope, *, below: Path | None = None) -> Listing:
+        """The project's listing; ``below``: the project dir, when the caller just checked it."""
         # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
-        path = self.layout.listing(scope)
-        below = None if checked is None else path.parent
-        return Listing(self.layout.check_inside(path, below=below), timeout=self.lock_timeout)
+        path = self.layout.check_inside(self.layout.listing(scope), below=below)
+        return Listing(path, timeout=self.lock_timeout)
 
     def _load_cursor_key(self) -> bytes:
         """A per-root secret that signs list cursors, shared by every worker through the file."""
@@ -222,7 +221,7 @@ class TaskStore:
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
-        self._listing(scope, checked=task_dir).put_turn(task_id, turn_row(record))
+        self._listing(scope, below=task_dir.parent).put_turn(task_id, turn_row(record))
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
