@@ -50,7 +50,7 @@ from .layout import (
     turn_dirname,
 )
 from .locks import locked
-from .noatime import open_read
+from .noatime import open_noatime
 from .records import read_turn, turn_dirs, turn_from_json
 from .tasks import TaskStore
 
@@ -100,7 +100,7 @@ class _Hashing(io.RawIOBase):
 
 # -- export ---------------------------------------------------------------------------------
 def _open_nofollow(path: Path) -> IO[bytes]:
-    return os.fdopen(open_read(path), "rb")
+    return os.fdopen(open_noatime(path), "rb")
 
 
 def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[str, IO[bytes]]]:

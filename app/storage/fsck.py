@@ -13,7 +13,6 @@ bytes), and a symlink is reported, never followed and never touched.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -51,7 +50,7 @@ from .layout import (
 from .listing import DigestRow, Listing, TurnRow
 from .locks import clear_dirty, is_dirty, locked
 from .models import FsckReport, TurnRecord
-from .noatime import open_read
+from .noatime import open_noatime, read_all, sha256_file
 from .records import (
     build_index,
     index_rows,
@@ -67,7 +66,6 @@ from .tasks import TaskStore
 LOST_FOUND = ".lost+found"
 DEFAULT_GRACE = timedelta(minutes=10)
 _LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
-_HASH_CHUNK = 1 << 20
 
 
 def is_id(name: str) -> bool:
@@ -124,17 +122,6 @@ def quarantine(root: Path, path: Path) -> Path:
     fsync_dir(path.parent)
     fsync_dir(target.parent)
     return target
-
-
-def sha256_file(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    fd = open_read(path)
-    with os.fdopen(fd, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            size += len(chunk)
-            digest.update(chunk)
-    return size, digest.hexdigest()
 
 
 def _entries(directory: Path) -> list[os.DirEntry[str]]:
@@ -553,11 +540,10 @@ class _Fsck:
             self.note(f"{self.rel(path)}: re-rendered on its next read")
             return
         try:
-            fd = open_read(path)
+            fd = open_noatime(path)
         except OSError:
             return
-        with os.fdopen(fd, "rb") as fh:
-            actual = fh.read()
+        actual = read_all(fd)
         if actual != expected_digest(self.store, scope, expected, now_us):
             self.fault(
                 f"{self.rel(path)}: differs from a fresh render",

@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
-from .noatime import open_read
+from .noatime import open_noatime
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
@@ -186,7 +186,7 @@ class Layout:
                 pass
         self.check_inside(path)
         try:
-            return open_read(path)
+            return open_noatime(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:

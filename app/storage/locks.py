@@ -19,7 +19,7 @@ from typing import Any
 import filelock
 
 from .errors import LockTimeout
-from .noatime import open_read
+from .noatime import open_noatime
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
@@ -156,7 +156,7 @@ def clear_dirty(path: Path) -> None:
 
 def is_dirty(path: Path) -> bool:
     try:
-        fd = open_read(path)
+        fd = open_noatime(path)
     except FileNotFoundError:
         return False
     try:

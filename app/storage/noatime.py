@@ -13,22 +13,23 @@ user owns (a root restored by someone else) the open is retried without it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 
 O_NOATIME: int = getattr(os, "O_NOATIME", 0)
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_read(path: str | os.PathLike[str], flags: int = READ_FLAGS) -> int:
-    """``os.open(path, flags)`` (never following a final symlink by default), without the
-    access-time update where the kernel permits it."""
+def open_noatime(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor for ``path`` (never following a final symlink), opened without
+    the access-time update where the kernel permits it."""
     if O_NOATIME:
         try:
-            return os.open(path, flags | O_NOATIME)
+            return os.open(path, READ_FLAGS | O_NOATIME)
         except PermissionError as exc:
             if exc.errno != errno.EPERM:  # EACCES: not readable at all, retrying won't help
                 raise
-    return os.open(path, flags)
+    return os.open(path, READ_FLAGS)
 
 
 def read_all(fd: int) -> bytes:
@@ -45,3 +46,17 @@ def read_all(fd: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """Size and SHA-256 (hex) of the file at ``path``, read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    size = 0
+    fd = open_noatime(path)
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+    return size, digest.hexdigest()

@@ -21,7 +21,7 @@ from .errors import Corrupt
 from .layout import ARTIFACTS_DIR, TASK_RECORD, TURN_DIR_RE, TURN_META
 from .listing import TurnRow
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
-from .noatime import open_read, read_all
+from .noatime import open_noatime, read_all
 
 FORMAT_VERSION = 1
 
@@ -58,7 +58,7 @@ def dumps_compact(obj: Any, default: Callable[[Any], Any] | None = None) -> byte
 def read_json(path: str | Path) -> Any | None:
     """Parse ``path``; None when it does not exist. Never follows a symlink."""
     try:
-        fd = open_read(path)
+        fd = open_noatime(path)
     except FileNotFoundError:
         return None
     except OSError as exc:

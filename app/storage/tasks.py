@@ -76,7 +76,7 @@ from .models import (
     TaskSummary,
     TurnRecord,
 )
-from .noatime import open_read
+from .noatime import open_noatime, sha256_file
 from .records import (
     index_from_json,
     index_rows,
@@ -479,7 +479,7 @@ class TaskStore:
             if info is None:
                 raise NotFound(missing)
             try:
-                fd = open_read(path)
+                fd = open_noatime(path)
             except FileNotFoundError:
                 raise NotFound(missing) from None
             file: BinaryIO = os.fdopen(fd, "rb")
@@ -517,7 +517,7 @@ class TaskStore:
             return io.BytesIO(data), len(data)
         if not listing.digest_is_fresh(self.now_us()) or not path.exists():
             self.refresh_digest(scope)
-        fd = open_read(path)
+        fd = open_noatime(path)
         return os.fdopen(fd, "rb"), os.fstat(fd).st_size
 
     def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
@@ -622,14 +622,9 @@ def _load_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
 
 def _file_sha256(path: Path) -> str | None:
     try:
-        fd = open_read(path)
+        return sha256_file(path)[1]
     except FileNotFoundError:
         return None
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as fh:
-        while chunk := fh.read(MiB):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fh_sha256(fh: BinaryIO) -> str:
@@ -646,7 +641,7 @@ def _committed_copy(file: BinaryIO, backup: Path, sha256: str) -> BinaryIO:
     if _fh_sha256(file) == sha256:
         return file
     try:
-        fd = open_read(backup)
+        fd = open_noatime(backup)
     except FileNotFoundError:
         return file
     other = os.fdopen(fd, "rb")

@@ -13,7 +13,7 @@ import pytest
 
 from app.storage import Scope, TaskStore
 from app.storage.beneath import Beneath
-from app.storage.noatime import O_NOATIME, open_read, read_all
+from app.storage.noatime import O_NOATIME, open_noatime, read_all
 
 SCOPE = Scope("acme", "web")
 OLD = 1_000_000_000  # 2001: relatime updates an access time older than the modification time
@@ -94,7 +94,7 @@ def test_a_file_someone_else_owns_is_still_read(shared_dir: Path) -> None:
         try:
             os.setgid(65534)
             os.setuid(65534)
-            ok = read_all(open_read(target)) == b'{"k": 1}'
+            ok = read_all(open_noatime(target)) == b'{"k": 1}'
             fd = Beneath(str(shared_dir)).open_read("sub/meta.json")
             ok = ok and fd is not None and read_all(fd) == b'{"k": 1}'
             code = 0 if ok else 2
