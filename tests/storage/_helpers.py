@@ -8,6 +8,7 @@ are computed independently from the turn records.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +25,36 @@ from app.storage.models import TurnRecord
 from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
 
 MiB = 1 << 20
+
+
+def run_released(
+    target: Callable[..., None], argses: list[tuple[Any, ...]], timeout: float = 90.0
+) -> list[Any]:
+    """Spawn one process per ``args`` (each runs ``target(*args, start, results)``), release
+    them all at once, and return the payload each put on ``results`` as (worker, status,
+    payload); fail on a worker's error or a non-zero exit."""
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, start, results)) for args in argses]
+    for p in procs:
+        p.start()
+    payloads: list[Any] = []
+    try:
+        start.set()
+        for _ in procs:
+            worker, status, payload = results.get(timeout=timeout)
+            assert status == "ok", f"worker {worker} failed:\n{payload}"
+            payloads.append(payload)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+        results.join_thread()
+    assert all(p.exitcode == 0 for p in procs)
+    return payloads
 
 
 @dataclass

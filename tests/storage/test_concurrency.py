@@ -22,39 +22,15 @@ import pytest
 from app.storage import LockTimeout, Scope, TaskStore
 from app.storage.locks import is_dirty
 from tests.storage import _workers
-from tests.storage._helpers import assert_consistent, records_of, temp_files
+from tests.storage._helpers import assert_consistent, records_of, run_released, temp_files
 
 WORKERS = 4
 ROUNDS = 15
 
 
 def _run_workers(root: Path) -> list[tuple[str, int, str]]:
-    ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(target=_workers.write_turns, args=(str(root), w, ROUNDS, start, results))
-        for w in range(WORKERS)
-    ]
-    for p in procs:
-        p.start()
-    acked: list[tuple[str, int, str]] = []
-    try:
-        start.set()
-        for _ in procs:
-            worker, status, payload = results.get(timeout=90)
-            assert status == "ok", f"worker {worker} failed:\n{payload}"
-            acked += payload
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
-        results.join_thread()
-    assert all(p.exitcode == 0 for p in procs)
-    return acked
+    payloads = run_released(_workers.write_turns, [(str(root), w, ROUNDS) for w in range(WORKERS)])
+    return [ack for payload in payloads for ack in payload]
 
 
 def test_processes_writing_one_task_and_many_tasks(tmp_path: Path) -> None:

@@ -99,9 +99,8 @@ def test_a_task_with_an_expired_turn_counts_only_its_live_turns(
 def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path) -> None:
     """Four processes race to open a version-1 listing and write: one migrates (BEGIN
     IMMEDIATE), the others wait and see version 2; no write is lost, no error."""
-    import multiprocessing
-
     from tests.storage import _workers
+    from tests.storage._helpers import run_released
 
     root = tmp_path / "root"
     store = TaskStore(root)  # the system clock, as the workers use
@@ -112,24 +111,7 @@ def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path
     Listing.forget(path)
     _downgrade(path)
 
-    ctx = multiprocessing.get_context("spawn")
-    start, results = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_workers.write_after_upgrade, args=(str(root), w, start, results))
-        for w in range(4)
-    ]
-    for p in procs:
-        p.start()
-    try:
-        start.set()
-        outcomes = [results.get(timeout=90) for _ in procs]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    assert [o[1] for o in outcomes] == ["ok"] * 4, outcomes
+    run_released(_workers.write_after_upgrade, [(str(root), w) for w in range(4)])
     final = {t.task_id: t.turn_count for t in TaskStore(root).list_tasks(scope).tasks}
     assert final == {"old": 3, "new-0": 1, "new-1": 1, "new-2": 1, "new-3": 1}
     with sqlite3.connect(path) as conn:
