@@ -21,19 +21,12 @@ from pathlib import Path
 from . import loadgen, servers
 from . import workloads as w
 
-TICK = 100.0  # USER_HZ: /proc/<pid>/stat and /proc/stat count in 1/100 s
-
-
-def proc_cpu(pid: int) -> tuple[float, float]:
-    """(user, kernel) seconds of one process, its threads included."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[11]) / TICK, int(fields[12]) / TICK
-
 
 def machine_cpu() -> dict[str, float]:
     names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq"]
     values = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
-    return {n: int(v) / TICK for n, v in zip(names, values, strict=True)}
+    tick = os.sysconf("SC_CLK_TCK")
+    return {n: int(v) / tick for n, v in zip(names, values, strict=True)}
 
 
 def disk_writes(path: Path) -> tuple[int, int]:
@@ -71,14 +64,14 @@ def main() -> None:
             rows = []
             for _ in range(args.reps):
                 pids = server.worker_pids()
-                before = [proc_cpu(p) for p in pids]
+                before = [servers.proc_cpu(p) for p in pids]
                 m0, d0 = machine_cpu(), disk_writes(Path(tmp))
                 res = loadgen.run(
                     server.host, server.port, OPS[args.workload](), headers=headers,
                     duration=args.duration, warmup=0.0,
                 )  # fmt: skip
                 m1, d1 = machine_cpu(), disk_writes(Path(tmp))
-                after = [proc_cpu(p) for p in pids]
+                after = [servers.proc_cpu(p) for p in pids]
                 ops = max(res.ops, 1)
                 user = sum(a[0] - b[0] for a, b in zip(after, before, strict=True))
                 kern = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))

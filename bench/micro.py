@@ -16,9 +16,26 @@ import tempfile
 import time
 from pathlib import Path
 
+from flask.testing import FlaskClient
+
 from app import create_app
 
 from . import workloads as w
+
+
+def app_client(tmp: Path) -> tuple[FlaskClient, dict[str, str]]:
+    """The service in process over a new root under ``tmp``, and a writer's auth header."""
+    app = create_app(
+        {
+            "STORAGE_ROOT": str(tmp / "storage"),
+            "TOKENS_FILE": str(tmp / "tokens.json"),
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    _, secret = app.extensions["token_registry"].create(
+        role="writer", tenant="bench", project="bench"
+    )
+    return app.test_client(), {"Authorization": f"Bearer {secret}"}
 
 
 def main() -> None:
@@ -26,18 +43,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pm-micro-") as tmp:
-        app = create_app(
-            {
-                "STORAGE_ROOT": str(Path(tmp) / "storage"),
-                "TOKENS_FILE": str(Path(tmp) / "tokens.json"),
-                "LOG_LEVEL": "WARNING",
-            }
-        )
-        _, secret = app.extensions["token_registry"].create(
-            role="writer", tenant="bench", project="bench"
-        )
-        client = app.test_client()
-        auth = {"Authorization": f"Bearer {secret}"}
+        client, auth = app_client(Path(tmp))
         for i in range(w.READ_TASKS):
             r = client.put(
                 f"{w.API}/tasks/pre-{i}/turns/0",

@@ -69,24 +69,12 @@ def _patch(variant: str) -> None:
 def _child(variant: str, records: int) -> None:
     """Record ``records`` turns after a warm-up; print user and system ms per record."""
     _patch(variant)
-    from app import create_app
-
     from . import workloads as w
+    from .micro import app_client
 
     tmp = Path(tempfile.mkdtemp(prefix="pm-parts-"))
     try:
-        app = create_app(
-            {
-                "STORAGE_ROOT": str(tmp / "storage"),
-                "TOKENS_FILE": str(tmp / "tokens.json"),
-                "LOG_LEVEL": "WARNING",
-            }
-        )
-        _, secret = app.extensions["token_registry"].create(
-            role="writer", tenant="bench", project="bench"
-        )
-        client = app.test_client()
-        auth = {"Authorization": f"Bearer {secret}"}
+        client, auth = app_client(tmp)
 
         def record(i: int) -> None:
             base = f"{w.API}/tasks/parts-t{i // 10}/turns/{i % 10}"

@@ -22,6 +22,13 @@ VENV_BIN = Path(sys.executable).parent
 MLFLOW_BIN = REPO / "bench" / ".venv-mlflow" / "bin"
 
 
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(user, kernel) CPU seconds of one process, its threads included (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -67,14 +74,13 @@ class Server:
         out = subprocess.run(
             ["pgrep", "-g", str(self.proc.pid)], capture_output=True, text=True, check=False
         ).stdout
-        total = 0
+        total = 0.0
         for pid in out.split():
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                total += sum(proc_cpu(int(pid)))
             except OSError:
                 continue  # exited meanwhile
-            total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+        return total
 
     def idle_cpu(self, seconds: float = 3.0) -> float:
         """Percent of one core the server uses with no request in flight."""
