@@ -13,6 +13,7 @@ from werkzeug.exceptions import ClientDisconnected
 from ..errors import ApiError, validation_error
 from ..schemas.common import load
 from ..storage import InvalidName
+from ..storage.interface import StorageBackend
 from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
 
 MAX_JSON_DEPTH = 64
@@ -38,6 +39,12 @@ def _depth(value: Any, limit: int) -> int:
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
     return deepest
+
+
+def storage() -> StorageBackend:
+    """The storage backend the app was built with (app/storage/interface.py)."""
+    found: StorageBackend = current_app.extensions["storage"]
+    return found
 
 
 def json_body(schema: Schema) -> Any:

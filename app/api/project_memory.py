@@ -10,8 +10,11 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from ..auth import current_principal, require_principal
+from ..permissions import only_owner
 from ..schemas import project_memory as s
-from ..storage import PayloadTooLarge, TaskStore
+from ..storage import PayloadTooLarge
+from ..storage.interface import TaskBackend
+from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from ..storage.models import TurnRecord
 from .common import (
     body_stream,
@@ -23,6 +26,7 @@ from .common import (
     path_task_id,
     path_turn,
     query_int,
+    storage,
 )
 from .docs import doc
 
@@ -32,22 +36,22 @@ TASK_ID = {
     "name": "task_id",
     "in": "path",
     "required": True,
-    "description": "Task id: [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},
+    "description": f"Task id: {ID_PATTERN}",
+    "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
 }
 TURN = {
     "name": "turn",
     "in": "path",
     "required": True,
-    "description": "Turn number (stored zero-padded, 0000-9999)",
-    "schema": {"type": "integer", "minimum": 0, "maximum": 9999},
+    "description": f"Turn number (stored zero-padded, 0000-{MAX_TURN})",
+    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TURN},
 }
 NAME = {
     "name": "name",
     "in": "path",
     "required": True,
-    "description": "Artifact name: [A-Za-z0-9._-]{1,128}",
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"},
+    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN}",
+    "schema": {"type": "string", "pattern": f"^{ARTIFACT_NAME_PATTERN}$"},
 }
 CONDITIONAL = [
     {
@@ -98,9 +102,8 @@ def _authenticate() -> None:
     require_principal()
 
 
-def store() -> TaskStore:
-    task_store: TaskStore = current_app.extensions["task_store"]
-    return task_store
+def store() -> TaskBackend:
+    return storage().tasks
 
 
 def turn_json(record: TurnRecord) -> dict[str, Any]:
@@ -200,8 +203,7 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     """Delete a task's memory (owner, or project_admin and above)"""
     task_id = path_task_id(task_id)
     principal = current_principal()
-    only_owner = None if principal.at_least("project_admin") else principal.token.id
-    store().delete_task(principal.scope, task_id, only_owner=only_owner)
+    store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
     return Response(status=204)
 
 
