@@ -178,7 +178,7 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             return ApiError(404, "not found")
         return ApiError(404, str(exc))
     if isinstance(exc, se.NotOwner):
-        return ApiError(403, "only the task's owner or a project_admin may delete it")
+        return ApiError(403, str(exc))
     if isinstance(exc, se.PreconditionFailed):
         return ApiError(412, str(exc))
     if isinstance(exc, se.Conflict):

@@ -289,7 +289,7 @@ def test_artifact_conditional_get_and_range(client: FlaskClient, tokens: Tokens)
 
 
 def test_artifact_too_large_by_content_length(app, client: FlaskClient, tokens: Tokens) -> None:
-    app.extensions["task_store"].max_artifact_bytes = 10
+    app.extensions["storage"].tasks.max_artifact_bytes = 10
     put_turn(client, tokens, "t", 0)
     ok = client.put(
         f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x" * 10, headers=tokens.headers("writer")
