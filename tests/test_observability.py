@@ -136,6 +136,32 @@ def test_metrics_endpoint_admin_only_and_counts(metrics_app: Flask) -> None:
     assert _value(text, "memory_sweeper_runs_total") >= 1
 
 
+def _series(text: str) -> set[str]:
+    """Every series of a Prometheus text exposition: its name and labels, without the value."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_made_up_methods_and_paths_add_no_series(metrics_app: Flask) -> None:
+    reg: TokenRegistry = metrics_app.extensions["token_registry"]
+    _, admin = reg.create(role="admin", tenant="acme", project="web")
+    client = metrics_app.test_client()
+    admin_h = {"Authorization": f"Bearer {admin}"}
+    paths = ["/healthz", f"{API}/tasks", "/no/such/path-{}"]
+    for path in paths:  # each (route, status) pair once, with the one label unknown methods get
+        client.open(path.format("first"), method="XZZZ")
+    client.get("/metrics", headers=admin_h)  # the scrape's own series
+    before = _series(client.get("/metrics", headers=admin_h).get_data(as_text=True))
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for i in range(300):
+        method = "X" + letters[i % 26] + letters[i // 26 % 26] + "A"  # XAAA, XBAA, ...
+        resp = client.open(paths[i % 3].format(i), method=method, headers=admin_h)
+        assert resp.status_code in (404, 405)
+    after = _series(client.get("/metrics", headers=admin_h).get_data(as_text=True))
+    assert after == before
+    assert 'method="other",route="unmatched",status="404"' in "".join(after)
+    assert not any("XAAA" in line or "/no/such" in line for line in after)
+
+
 @pytest.mark.e2e
 def test_metrics_in_multiprocess_mode_under_gunicorn(tmp_path: Path) -> None:
     srv = start_server(tmp_path, workers=2, env_extra={"MEMORY_METRICS": "token"})
