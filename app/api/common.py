@@ -169,6 +169,26 @@ def body_stream() -> Any:
     return _ExactBody(request.stream, request.content_length)
 
 
+_ENTITY_TAG = re.compile(r'\s*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)')
+
+
+def not_modified(etag: str) -> bool:
+    """Whether ``If-None-Match`` names ``etag`` or holds ``*``: a GET or HEAD then answers 304.
+
+    Weak comparison (RFC 9110 13.1.2): ``W/"x"`` matches ``"x"``. The header is a list of entity
+    tags (which may contain commas inside their quotes); members that are not entity tags are
+    skipped.
+    """
+    value = request.headers.get("If-None-Match")
+    if not value:
+        return False
+    current = etag.removeprefix("W/")
+    return any(
+        tag == "*" or tag.removeprefix("W/") == current
+        for tag in (m.group(1) for m in _ENTITY_TAG.finditer(value))
+    )
+
+
 def if_match() -> str | None:
     return request.headers.get("If-Match")
 
