@@ -74,6 +74,36 @@ def test_one_json_line_per_request_without_secret_or_body(
     assert secret not in line and "PRIVATE-SUMMARY-TEXT" not in line
 
 
+@pytest.mark.parametrize(
+    ("who", "method", "headers", "tenant", "project"),
+    [
+        ("other_tenant", "GET", {"X-Sandbox-Tenant-Id": "acme"}, "globex", "web"),
+        ("other_project", "GET", {"X-Sandbox-Project-Id": "web"}, "acme", "web"),
+        ("writer", "GET", {"X-Sandbox-Project-Id": "mobile"}, "acme", "mobile"),
+        ("reader", "PUT", {}, "acme", "web"),
+    ],
+)
+def test_a_refused_scope_logs_the_tokens_tenant_and_the_requested_project(
+    client: FlaskClient,
+    tokens: Tokens,
+    log_lines: list[str],
+    who: str,
+    method: str,
+    headers: dict[str, str],
+    tenant: str,
+    project: str,
+) -> None:
+    resp = client.open(
+        f"{API}/tasks/t/turns/0", method=method, json={}, headers=tokens.headers(who, **headers)
+    )
+    assert resp.status_code == 403
+    (line,) = log_lines
+    record = json.loads(line)
+    assert record["status"] == 403 and record["token_id"] == tokens.ids[who]
+    assert (record["tenant"], record["project"]) == (tenant, project)
+    assert tokens.secrets[who] not in line
+
+
 def test_metrics_are_off_by_default(client: FlaskClient, tokens: Tokens) -> None:
     assert client.get("/metrics", headers=tokens.headers("admin")).status_code == 404
 
