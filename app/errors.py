@@ -105,7 +105,7 @@ def error_body(
     error_type: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The error body of the API ``path`` names; ``{"detail": message}`` when ``path`` is None.
+    """Build the error body of the API ``path`` names (``{"detail": message}`` when it is None).
 
     Also used by the gunicorn worker (app/serving.py) for the answers it writes itself.
     """

@@ -1,4 +1,4 @@
-"""The gunicorn worker `gunicorn.conf.py` selects: slow clients cost no thread, errors are JSON.
+"""The gunicorn worker `gunicorn.conf.py` selects: slow clients are bounded, errors are JSON.
 
 gunicorn's gthread worker hands a connection to a pool thread, which then blocks reading the
 request's head and body: N clients trickling bytes hold N threads, and a few dozen of them make
@@ -66,7 +66,7 @@ class ClientTooSlow(TimeoutError):
 
 
 def body_cut_off() -> str | None:
-    """Why the current request's body was cut off for arriving too slowly, or None."""
+    """Return why the current request's body was cut off for arriving too slowly, or None."""
     pace: BodyPace | None = getattr(_request, "pace", None)
     return pace.cut_off if pace is not None else None
 
@@ -79,7 +79,7 @@ class Limits:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Limits:
-        """The limits of the app's validated config; the SETTINGS defaults for a foreign app."""
+        """Read the limits from the app's validated config (SETTINGS defaults for another app)."""
         values = {
             name: (config or {}).get(name, SETTINGS[name][0])
             for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT", "BODY_MIN_RATE")
@@ -188,7 +188,7 @@ class _Captured:
 
 
 def target_path(head: bytes) -> str | None:
-    """The path of the request line at the start of ``head`` (maybe cut short), or None."""
+    """Return the path of the request line at the start of ``head`` (maybe cut short), or None."""
     if head.startswith(b"\r\n"):
         head = head[2:]
     parts = head.split(b"\r\n", 1)[0].split(b" ", 2)
@@ -198,7 +198,7 @@ def target_path(head: bytes) -> str | None:
 
 
 def error_response(status: int, reason: str, message: str, path: str | None) -> bytes:
-    """A whole HTTP/1.1 error answer with the JSON body of the API ``path`` names."""
+    """Build a whole HTTP/1.1 error answer with the JSON body of the API ``path`` names."""
     from .errors import error_body  # app.errors imports this module (body_cut_off)
 
     correlation = str(ULID())
@@ -307,7 +307,7 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         return True
 
     def _judge(self, head: bytearray, searched: int) -> object:
-        """None while ``head`` may still grow into a request; else hand it on, or why to refuse it.
+        """Judge ``head``: None to read on, _HAND_OFF to hand it on, or the error to refuse it with.
 
         A head gunicorn's parser refuses from the bytes it has (a bare LF, an over-long request
         line) is handed on too, so the refusal is gunicorn's own.
@@ -342,7 +342,7 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             self.poller.unregister(conn.sock)
 
     def murder_pending(self) -> None:
-        """Also time out unfinished heads and end lingering closes (runs every loop turn)."""
+        """Time out pending connections, unfinished heads and lingering closes (every loop turn)."""
         super().murder_pending()
         self._expire_heads()
         self._expire_lingering()

@@ -167,7 +167,7 @@ def test_metrics_endpoint_admin_only_and_counts(metrics_app: Flask) -> None:
 
 
 def _series(text: str) -> set[str]:
-    """Every series of a Prometheus text exposition: its name and labels, without the value."""
+    """Collect the series of a Prometheus text exposition: name and labels, not the value."""
     return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
 
 

@@ -78,7 +78,7 @@ def path_task_id(value: str) -> str:
 
 
 def strict_int(raw: str, *, signed: bool = False) -> int | None:
-    """The integer ``raw`` spells in ASCII digits, or None; a leading '-' only when ``signed``.
+    """Parse ``raw`` as ASCII digits (a leading '-' only when ``signed``); None if it is not.
 
     The one integer parser of the query and path parameters. ``str.isdigit`` and ``int`` accept
     what no client means: '²' (isdigit, then a ValueError in int), '٥٠' (50), ' 5', '+5', '1_0'.
@@ -111,7 +111,7 @@ def path_artifact_name(value: str) -> str:
 
 
 def query_int(name: str, default: int, low: int, high: int) -> int:
-    """Query parameter ``name`` as an integer in ``low..high`` (422 HTTPValidationError if not)."""
+    """Read query parameter ``name`` as an integer in ``low..high`` (else 422)."""
     raw = request.args.get(name)
     if raw is None:
         return default
@@ -173,7 +173,7 @@ _ENTITY_TAG = re.compile(r'\s*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)'
 
 
 def not_modified(etag: str) -> bool:
-    """Whether ``If-None-Match`` names ``etag`` or holds ``*``: a GET or HEAD then answers 304.
+    """Tell whether ``If-None-Match`` names ``etag`` or holds ``*`` (a GET then answers 304).
 
     Weak comparison (RFC 9110 13.1.2): ``W/"x"`` matches ``"x"``. The header is a list of entity
     tags (which may contain commas inside their quotes); members that are not entity tags are

@@ -114,7 +114,7 @@ def _bad_query(name: str, message: str) -> ApiError:
 
 
 def _query_int(name: str, default: int, allowed: range) -> int:
-    """Query parameter ``name`` as an integer in ``allowed`` (400 envelope if not)."""
+    """Read query parameter ``name`` as an integer in ``allowed`` (else 400)."""
     raw = request.args.get(name)
     if raw is None:
         return default

@@ -129,7 +129,7 @@ def turn_json(record: TurnRecord) -> dict[str, Any]:
 
 
 def _not_modified(etag: str) -> Response:
-    """304 for a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
+    """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
     response = Response(status=304)
     response.headers["ETag"] = etag
     return response
