@@ -28,7 +28,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -99,10 +99,17 @@ class BodyPace:
     each read, so writing the response is not bounded by the floor.
     """
 
-    def __init__(self, sock: socket.socket, gap: float, min_rate: int) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        gap: float,
+        min_rate: int,
+        on_cut_off: Callable[[], None] | None = None,
+    ) -> None:
         self.sock = sock
         self.gap = gap
         self.min_rate = min_rate
+        self.on_cut_off = on_cut_off
         self.start()
 
     def start(self) -> None:
@@ -139,6 +146,8 @@ class BodyPace:
         if reason is None:
             return TimeoutError("timed out")
         self.cut_off = reason
+        if self.on_cut_off is not None:
+            self.on_cut_off()
         return ClientTooSlow(reason)
 
     # gunicorn's parser bounds its keep-alive drain with these.
@@ -331,8 +340,20 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         conn.head_prefix = head[:HEAD_PREFIX_BYTES]
         conn.init()  # plain HTTP/1: makes the parser, no I/O
         if conn.pace is None:
-            conn.pace = BodyPace(conn.sock, self.limits.body_timeout, self.limits.body_min_rate)
-            conn.parser.unreader.sock = conn.pace
+            parser = conn.parser
+
+            def close_after_answer() -> None:
+                # The answer then says "Connection: close": the rest of the body is never read.
+                if parser.mesg is not None:
+                    parser.mesg.force_close()
+
+            conn.pace = BodyPace(
+                conn.sock,
+                self.limits.body_timeout,
+                self.limits.body_min_rate,
+                on_cut_off=close_after_answer,
+            )
+            parser.unreader.sock = conn.pace
         conn.parser.unreader.unread(head)
         super().enqueue_req(conn)
 

@@ -14,7 +14,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +23,9 @@ from tests.e2e.conftest import Server, start_server
 pytestmark = pytest.mark.e2e
 BASE = "/sandbox/memory/v1"
 STORES = "/v1/memory_stores"
-HEADER_TIMEOUT = 10
-BODY_TIMEOUT = 8
-BODY_MIN_RATE = 1  # bytes/s: a byte every 3 s falls below it after about 13 s
+HEADER_TIMEOUT = 12
+BODY_TIMEOUT = 10
+BODY_MIN_RATE = 1  # bytes/s: a byte every 3 s falls below it after about 16 s
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +178,9 @@ def test_slow_clients_hold_no_thread_and_are_cut_off_with_408(edge: Server) -> N
     for t in uploads:
         status, headers, body = parse_answer(t.answer)
         assert status == 408 and headers["content-type"] == "application/json"
+        assert headers["connection"] == "close"
         assert json.loads(body) == {"detail": f"request body slower than {BODY_MIN_RATE} bytes/s"}
-        assert BODY_TIMEOUT < t.after < 20, t.after
+        assert BODY_TIMEOUT < t.after < 22, t.after
     status, headers, body = parse_answer(store_create.answer)
     shape = json.loads(body)
     assert status == 408 and shape["error"]["type"] == "timeout_error", shape
@@ -251,7 +251,7 @@ def test_keep_alive_and_pipelined_requests_still_work(edge: Server) -> None:
     assert raw.count(b"HTTP/1.1 200 OK") == 4, raw
 
 
-def test_a_body_at_an_ordinary_pace_is_stored(edge: Server, tmp_path: Path) -> None:
+def test_a_body_at_an_ordinary_pace_is_stored(edge: Server) -> None:
     secret = edge.token("writer")
     head = (
         f"PUT {BASE}/tasks/p/turns/0/artifacts/a.bin HTTP/1.1\r\nHost: h\r\n"
