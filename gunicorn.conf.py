@@ -1,6 +1,8 @@
 """gunicorn settings used by `make run` (and by any `gunicorn -c gunicorn.conf.py wsgi:app`).
 
 gthread workers: a sync worker is killed mid-upload by its timeout when a client is slow.
+app.serving.EdgeWorker is gthread that reads request heads without holding a thread, bounds body
+reads and answers its own errors in JSON.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ import os
 
 bind = os.environ.get("MEMORY_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("MEMORY_WORKERS", "2"))
-threads = int(os.environ.get("MEMORY_THREADS", "4"))
-worker_class = "gthread"
+threads = int(os.environ.get("MEMORY_THREADS", "16"))
+worker_class = "app.serving.EdgeWorker"
 timeout = int(os.environ.get("MEMORY_WORKER_TIMEOUT", "60"))
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request

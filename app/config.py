@@ -28,6 +28,21 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),
     "LOG_LEVEL": ("INFO", str, "Python logging level of the request log."),
     "METRICS": ("off", str, "Prometheus metrics: off, or token (served to admin tokens)."),
+    "HEADER_TIMEOUT": (
+        10.0,
+        float,
+        "Seconds a client has to send a request's headers (else 408).",
+    ),
+    "BODY_TIMEOUT": (
+        30.0,
+        float,
+        "Longest wait, in seconds, for the next bytes of a request body (else 408).",
+    ),
+    "BODY_MIN_RATE": (
+        1024,
+        int,
+        "Bytes/s a request body must keep up once `MEMORY_BODY_TIMEOUT` has passed (else 408); 0 disables.",
+    ),
 }
 
 
@@ -71,6 +86,11 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_MAX_JSON_BYTES must be >= 1024")
     if config["SWEEP_INTERVAL"] < 0:
         raise ConfigError(f"{PREFIX}_SWEEP_INTERVAL must be >= 0")
+    for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT"):
+        if not 0 < config[name] <= 3600:
+            raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")
+    if config["BODY_MIN_RATE"] < 0:
+        raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
     root = os.path.abspath(config["STORAGE_ROOT"])

@@ -28,6 +28,9 @@ def test_environment_sets_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ("LOCK_TIMEOUT", "-1"),
         ("MAX_ARTIFACT_BYTES", "0"),
         ("METRICS", "on"),
+        ("HEADER_TIMEOUT", "0"),
+        ("BODY_TIMEOUT", "nan"),
+        ("BODY_MIN_RATE", "-1"),
     ],
 )
 def test_bad_values_fail_fast_with_a_clear_message(

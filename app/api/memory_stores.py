@@ -24,7 +24,7 @@ from ..storage.memstores import (
     Page,
     VersionFilter,
 )
-from .common import json_body, storage
+from .common import json_body, storage, strict_int
 from .docs import doc
 
 PREFIX = "/v1/memory_stores"
@@ -115,12 +115,13 @@ def _bad_query(name: str, message: str) -> ApiError:
 
 
 def _query_int(name: str, default: int, allowed: range) -> int:
+    """Read query parameter ``name`` as an integer in ``allowed`` (else 400)."""
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.isascii() or not raw.strip().lstrip("-").isdigit() or len(raw) > 12:
+    value = strict_int(raw, signed=allowed.start < 0)
+    if value is None:
         raise _bad_query(name, "must be an integer")
-    value = int(raw)
     if value not in allowed:
         raise _bad_query(name, f"must be between {allowed.start} and {allowed.stop - 1}")
     return value

@@ -22,6 +22,7 @@ from .common import (
     if_match,
     if_none_match_star,
     json_body,
+    not_modified,
     path_artifact_name,
     path_task_id,
     path_turn,
@@ -130,6 +131,13 @@ def turn_json(record: TurnRecord) -> dict[str, Any]:
     }
 
 
+def _not_modified(etag: str) -> Response:
+    """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
+    response = Response(status=304)
+    response.headers["ETag"] = etag
+    return response
+
+
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     response: Response = current_app.json.response(payload)  # type: ignore[assignment]
     response.status_code = status
@@ -221,12 +229,14 @@ def get_task(task_id: str) -> ResponseReturnValue:
 @bp.get("/tasks/<task_id>/turns/<turn>")
 @doc(
     params=[TASK_ID, TURN],
-    responses={200: s.TurnRecord, 404: "HTTPError", **ERRORS},
+    responses={200: s.TurnRecord, 304: None, 404: "HTTPError", **ERRORS},
     headers=ETAG_HEADER,
 )
 def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """One turn: meta, summary, artifact list"""
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
+    if not_modified(record.etag):
+        return _not_modified(record.etag)
     return _json(turn_json(record), headers={"ETag": record.etag})
 
 
@@ -271,6 +281,11 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     )
+    # Decided here by the rule GET turn follows: werkzeug reads 'If-None-Match: "x", *' as
+    # matching nothing and an unquoted value as an entity tag.
+    if not_modified(opened.info.etag):
+        opened.file.close()
+        return _not_modified(opened.info.etag)
     response = Response(
         wrap_file(request.environ, opened.file),
         content_type=opened.info.content_type,
@@ -283,9 +298,8 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
     disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
     response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
-    return response.make_conditional(
-        request.environ, accept_ranges=True, complete_length=opened.size
-    )
+    environ = {k: v for k, v in request.environ.items() if k != "HTTP_IF_NONE_MATCH"}
+    return response.make_conditional(environ, accept_ranges=True, complete_length=opened.size)
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
