@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck clean
+.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck deploy-check clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,5 +66,9 @@ sweep: $(RUN_STAMP)
 fsck: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi fsck
 
+# The deployment recipes (deploy/, docs/deploy.md), as far as this machine can run them.
+deploy-check: $(RUN_STAMP)
+	bash deploy/check.sh
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache deploy/.check-tools

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -233,3 +234,20 @@ def test_two_instances_on_two_roots_have_their_own_control_socket(tmp_path: Path
     finally:
         a.stop()
     assert not (home / ".gunicorn").exists()
+
+
+def test_a_reload_rereads_the_settings_without_probing_its_own_port(tmp_path: Path) -> None:
+    """SIGHUP (systemctl reload) runs gunicorn.conf.py again while the port is ours."""
+    srv = start_server(tmp_path, workers=1)
+    try:
+        before = srv.worker_pids()
+        srv.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while not (set(srv.worker_pids()) - set(before)):
+            assert srv.proc.poll() is None, srv.log()
+            assert time.monotonic() < deadline, srv.log()
+            time.sleep(0.1)
+        assert requests.get(f"{srv.url}/readyz", timeout=10).status_code == 200
+        assert srv.proc.poll() is None and "project-memory:" not in srv.log()
+    finally:
+        srv.stop()
