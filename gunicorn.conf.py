@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from app.serving import gunicorn_settings
+from app.startup import gunicorn_settings
 
 # Every MEMORY_* setting is checked here, before gunicorn starts: a bad one is one line on
 # stderr and exit status 2.

@@ -18,7 +18,7 @@ from pathlib import Path
 from flask import Flask
 
 from .config import PREFIX
-from .serving import control_socket_path, parse_bind
+from .startup import control_socket_path, parse_bind
 from .storage.atomic import make_dirs
 
 

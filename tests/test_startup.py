@@ -1,4 +1,4 @@
-"""Start-up checks (app/serving.py): MEMORY_BIND forms, the control socket path, exit status 2."""
+"""Start-up checks (app/startup.py): MEMORY_BIND forms, the control socket path, exit status 2."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError
-from app.serving import MAX_SOCKET_PATH, checked_config, control_socket_path, parse_bind
+from app.startup import MAX_SOCKET_PATH, checked_config, control_socket_path, parse_bind
 
 
 @pytest.mark.parametrize(
