@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import os
 
-bind = os.environ.get("MEMORY_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("MEMORY_WORKERS", "2"))
-threads = int(os.environ.get("MEMORY_THREADS", "16"))
+from app.startup import gunicorn_settings
+
+# Every MEMORY_* setting is checked here, before gunicorn starts: a bad one is one line on
+# stderr and exit status 2.
+_settings = gunicorn_settings()
+bind = _settings.bind
+workers = _settings.workers
+threads = _settings.threads
 worker_class = "app.serving.EdgeWorker"
-timeout = int(os.environ.get("MEMORY_WORKER_TIMEOUT", "60"))
+timeout = _settings.timeout
+# Per storage root (<root>/.gunicorn.ctl), not one per user shared by every instance.
+control_socket = _settings.control_socket
+control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"

@@ -43,6 +43,15 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         int,
         "Bytes/s a request body must keep up once `MEMORY_BODY_TIMEOUT` has passed (else 408); 0 disables.",
     ),
+    "FIRST_TOKEN": (
+        "print",
+        str,
+        "First start with no token: print (create an admin token, print it once) or off.",
+    ),
+    "BIND": ("127.0.0.1:8000", str, "gunicorn's address: HOST:PORT, [IPv6]:PORT or unix:/PATH."),
+    "WORKERS": (2, int, "gunicorn worker processes."),
+    "THREADS": (16, int, "Threads per worker (gthread workers)."),
+    "WORKER_TIMEOUT": (60, int, "Seconds a silent worker is given before gunicorn restarts it."),
 }
 
 
@@ -93,6 +102,11 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
+    if config["FIRST_TOKEN"] not in ("print", "off"):
+        raise ConfigError(f"{PREFIX}_FIRST_TOKEN must be 'print' or 'off'")
+    for name in ("WORKERS", "THREADS", "WORKER_TIMEOUT"):
+        if config[name] < 1:
+            raise ConfigError(f"{PREFIX}_{name} must be >= 1 (got {config[name]})")
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])
     if tokens == root or tokens.startswith(root + os.sep):
