@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from ..storage.memstores.rules import is_store_id, slugify
 from .http import ApiError, StoreClient, TransportError
-from .names import is_store_id, slugify
 from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
 
 log = logging.getLogger("project_memory.mount")

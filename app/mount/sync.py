@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -35,8 +34,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ..storage.atomic import write_atomic
+from ..storage.layout import TMP_PREFIX
 from .http import ApiError, StoreClient, TransportError
-from .names import TMP_PREFIX
 
 log = logging.getLogger("project_memory.mount")
 
@@ -679,34 +679,6 @@ class StoreSync:
 
 
 # -- files -------------------------------------------------------------------------------
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: readers see the old file or the new one, never a mix.
-
-    Temp file in the same directory, fsync, rename, fsync the directory; the temp file is
-    removed on any failure.
-    """
-    tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def unholdable(path: object) -> str | None:
     """Why no local file can hold the memory at ``path``; None when one can."""
     if not isinstance(path, str):
