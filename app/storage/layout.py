@@ -48,6 +48,7 @@ PROJECT_DIGEST = "_project.md"
 PROJECT_LISTING = "_listing.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
+LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
 TURN_DIR_RE = re.compile(r"(\d{4})-turn")
 
