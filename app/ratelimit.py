@@ -59,7 +59,7 @@ from .storage.limits import (
 log = logging.getLogger("app.ratelimit")
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-SLOTS = 1 << 14  # 16 bytes each: 256 KiB of shared memory
+SLOTS = 1 << 14  # 24 bytes each: 384 KiB of shared memory
 PROBES = 8  # slots looked at per key: a key lives in one of the PROBES slots after its hash
 CHECK_EVERY = 1.0  # seconds between two looks at the overrides file's stat, per worker
 
@@ -88,15 +88,20 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BucketTable:
-    """GCRA arrival times of up to ``slots`` budgets, in memory shared with forked children.
+    """GCRA budgets of up to ``slots`` keys, in memory shared with forked children.
+
+    A slot holds a key, its bucket's arrival time and the seconds one unit cost at its last
+    charge. A charge at another price (the limits changed, or a token acts in a project with
+    other limits) first converts what the bucket owes into units at the new price, so a
+    bucket keeps how full it is, not how long it is busy, when its rate changes.
 
     Open addressing: a key (a non-zero 64-bit hash) lives in one of the PROBES slots from
-    ``hash % slots``, and each slot stores the key beside its time, so two keys that land on
-    the same slot each keep their own budget. A slot whose time has passed holds a full
-    bucket, which is the same as no entry: it is reused for the next new key. When every
-    slot a new key may use is still in use, the one nearest to full is taken over (its key
-    starts again from a full bucket); that needs more budgets in use at once than the
-    table has slots, which bounds its memory whatever the requests.
+    ``hash % slots``, and each slot stores its key, so two keys that land on the same slot
+    each keep their own budget. A slot whose time has passed holds a full bucket, which is
+    the same as no entry: it is reused for the next new key. When every slot a new key may
+    use is still in use, the one nearest to full is taken over (its key starts again from a
+    full bucket); that needs more budgets in use at once than the table has slots, which
+    bounds its memory whatever the requests.
 
     One lock guards the table: a ``threading.Lock`` for the threads of a process, then an
     fcntl lock on the shared descriptor for the processes, which the kernel releases if
@@ -108,12 +113,13 @@ class BucketTable:
             raise ValueError("slots must be a power of two >= PROBES")
         self.slots = slots
         self._mask = slots - 1
-        self._fd = _shared_fd(16 * slots)
+        self._fd = _shared_fd(24 * slots)
         weakref.finalize(self, os.close, self._fd)
-        self._map = mmap.mmap(self._fd, 16 * slots)  # MAP_SHARED: children see every write
+        self._map = mmap.mmap(self._fd, 24 * slots)  # MAP_SHARED: children see every write
         view = memoryview(self._map)
         self._keys = view[: 8 * slots].cast("q")
-        self._tats = view[8 * slots :].cast("d")
+        self._tats = view[8 * slots : 16 * slots].cast("d")
+        self._steps = view[16 * slots :].cast("d")
         self._mutex = threading.Lock()
         _tables.add(self)
 
@@ -140,9 +146,9 @@ class BucketTable:
         finally:
             self._release()
 
-    def _slot(self, key: int, now: float, taken: Sequence[int]) -> tuple[int, float]:
-        """The slot of ``key`` and its time (``now`` for a new key); ``taken``: slots this
-        same call already chose for other keys, not to be handed out twice."""
+    def _slot(self, key: int, step: float, now: float, taken: Sequence[int]) -> tuple[int, float]:
+        """The slot of ``key`` and its bucket's time at ``step`` seconds per unit (``now``:
+        full); ``taken``: slots this same call chose for other keys, not to be reused."""
         keys, tats, mask = self._keys, self._tats, self._mask
         j = key & mask
         free = -1
@@ -151,7 +157,12 @@ class BucketTable:
             k = keys[j]
             if k == key:
                 tat = tats[j]
-                return j, (tat if tat > now else now)
+                if tat <= now:
+                    return j, now
+                was = self._steps[j]
+                if was != step:
+                    tat = now + (tat - now) / was * step  # what it owes, at today's price
+                return j, tat
             if j not in taken:
                 if k == 0:
                     # Slots are never emptied, so a key is never stored past an empty slot.
@@ -165,44 +176,47 @@ class BucketTable:
             j = (j + 1) & mask
         return (free if free >= 0 else nearest), now
 
-    def take(self, charges: Sequence[tuple[int, float, float]], now: float) -> list[float]:
-        """Charge every ``(key, seconds, limit)`` or none; return each bucket's new time.
+    def take(self, charges: Sequence[tuple[int, float, float, float]], now: float) -> list[float]:
+        """Charge every ``(key, step, units, limit)`` or none; return each bucket's new time.
 
-        ``seconds`` is the cost over the rate; a charge is admitted when its new time is at
-        most ``limit`` seconds ahead of ``now``. Nothing is stored unless all are admitted;
-        the caller compares the returned times with its limits to see which refused.
+        ``step`` is the seconds one unit costs (one over the rate). A charge is admitted when
+        the bucket's new time is at most ``limit`` seconds ahead of ``now``. Nothing is stored
+        unless all are admitted; the caller compares the times with its limits to see which
+        refused.
         """
         taken: list[int] = []
         times: list[float] = []
         admitted = True
         self._acquire()
         try:
-            for key, seconds, limit in charges:
-                j, tat = self._slot(key, now, taken)
-                tat += seconds
+            for key, step, units, limit in charges:
+                j, tat = self._slot(key, step, now, taken)
+                tat += units * step
                 if tat - now > limit:
                     admitted = False
                 taken.append(j)
                 times.append(tat)
             if admitted:
-                keys, tats = self._keys, self._tats
-                for (key, _, _), j, tat in zip(charges, taken, times, strict=True):
+                keys, tats, steps = self._keys, self._tats, self._steps
+                for (key, step, _, _), j, tat in zip(charges, taken, times, strict=True):
                     keys[j] = key
                     tats[j] = tat
+                    steps[j] = step
         finally:
             self._release()
         return times
 
-    def charge(self, charges: Sequence[tuple[int, float]], now: float) -> None:
-        """Charge every ``(key, seconds)`` unconditionally (bytes already received)."""
+    def charge(self, charges: Sequence[tuple[int, float, float]], now: float) -> None:
+        """Charge every ``(key, step, units)`` unconditionally (bytes already received)."""
         taken: list[int] = []
         self._acquire()
         try:
-            for key, seconds in charges:
-                j, tat = self._slot(key, now, taken)
+            for key, step, units in charges:
+                j, tat = self._slot(key, step, now, taken)
                 taken.append(j)
                 self._keys[j] = key
-                self._tats[j] = tat + seconds
+                self._tats[j] = tat + units * step
+                self._steps[j] = step
         finally:
             self._release()
 
@@ -426,28 +440,27 @@ class Limiter:
             return None
         names: list[str] = []
         rates: list[Rate] = []
-        charges: list[tuple[int, float, float]] = []
+        charges: list[tuple[int, float, float, float]] = []
         if limits.requests is not None:
             rate = limits.requests
-            step = rate.interval
             names += ("project", "token")
             rates += (rate, rate)
-            charges.append((hash(("project", tenant, project)) or 1, step, rate.window))
-            charges.append((hash(("token", token_id)) or 1, step, rate.window))
+            charges.append((hash(("project", tenant, project)) or 1, rate.interval, 1, rate.window))
+            charges.append((hash(("token", token_id)) or 1, rate.interval, 1, rate.window))
         if upload is not None and limits.upload is not None:
             rate = limits.upload
-            seconds = upload * rate.interval
-            limit = max(rate.window, seconds)  # a charge over the burst needs a full bucket
+            # A charge over the burst needs a full bucket (and overdraws it).
+            limit = max(rate.window, upload * rate.interval)
             names += ("project-upload", "token-upload")
             rates += (rate, rate)
-            charges.append((hash(("project-upload", tenant, project)) or 1, seconds, limit))
-            charges.append((hash(("token-upload", token_id)) or 1, seconds, limit))
+            for key in (("project-upload", tenant, project), ("token-upload", token_id)):
+                charges.append((hash(key) or 1, rate.interval, upload, limit))
         if not charges:
             return None
         times = self.table().take(charges, now)
         refused = [
             (name, tat - now - limit, rate)
-            for name, rate, (_, _, limit), tat in zip(names, rates, charges, times, strict=True)
+            for name, rate, (*_, limit), tat in zip(names, rates, charges, times, strict=True)
             if tat - now > limit
         ]
         if not refused:
@@ -473,12 +486,9 @@ class Limiter:
         limits = self.limits(tenant, project)
         if limits.upload is None or received <= 0:
             return
-        seconds = received * limits.upload.interval
-        keys = (
-            hash(("project-upload", tenant, project)) or 1,
-            hash(("token-upload", token_id)) or 1,
-        )
-        self.table().charge([(key, seconds) for key in keys], self.clock())
+        step = limits.upload.interval
+        keys = (("project-upload", tenant, project), ("token-upload", token_id))
+        self.table().charge([(hash(key) or 1, step, received) for key in keys], self.clock())
 
 
 # -- Flask -------------------------------------------------------------------------------------

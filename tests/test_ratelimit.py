@@ -246,6 +246,34 @@ def test_the_file_is_looked_at_once_a_second(tmp_path: Path) -> None:
     assert [admitted(ask(limiter, f"v{i}", "p1")) for i in range(2)] == [True, False]
 
 
+def test_a_changed_limit_keeps_how_full_a_bucket_is_not_how_long_it_is_busy(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    limiter = limiter_for(tmp_path, clock, rps=50, burst=10)
+    assert admitted(ask(limiter))  # the settings' limits are read now
+    limiter.file.set_rate("acme", "web", RateOverride(rps=0.5, burst=4))
+    clock.advance(1.0)
+    assert [admitted(ask(limiter)) for _ in range(5)] == [True] * 4 + [False]
+    # Four units owed at 2 s each: busy for 8 s. Back at the settings' 50/s, four units
+    # owed are 0.08 s: six of the burst of ten are left at once.
+    limiter.file.clear_rate("acme", "web")
+    clock.advance(1.0)  # repays half a unit at 0.5/s, then the file is read again
+    outcome = ask(limiter)
+    assert admitted(outcome) and outcome is not None
+    assert outcome.items == (("project", 5, 1), ("token", 5, 1))
+    assert [admitted(ask(limiter)) for _ in range(6)] == [True] * 5 + [False]
+
+
+def test_a_token_carries_its_units_between_projects_with_other_limits(tmp_path: Path) -> None:
+    clock = Clock()
+    limiter = limiter_for(tmp_path, clock, rps=1, burst=4)
+    limiter.file.set_rate("acme", "fast", RateOverride(rps=100, burst=4))
+    assert [admitted(ask(limiter, "tok_a", "fast")) for _ in range(3)] == [True] * 3
+    # Three of the token's four units are spent, whichever project's limits priced them.
+    assert [admitted(ask(limiter, "tok_a", "slow")) for _ in range(2)] == [True, False]
+
+
 def test_a_broken_file_keeps_the_previous_overrides(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -264,46 +292,46 @@ def test_a_broken_file_keeps_the_previous_overrides(
 def test_keys_on_the_same_slot_keep_their_own_buckets() -> None:
     table = BucketTable(slots=64)
     a, b = 5, 5 + 64  # the same first slot
-    assert table.take([(a, 1.0, 2.0)], 0.0) == [1.0]
-    assert table.take([(b, 1.0, 2.0)], 0.0) == [1.0]
-    assert table.take([(a, 1.0, 2.0)], 0.0) == [2.0]
-    assert table.take([(a, 1.0, 2.0)], 0.0) == [3.0]  # refused: stored time stays 2.0
-    assert table.take([(b, 0.0, 2.0)], 0.0) == [1.0]
-    assert table.take([(a, 0.0, 2.0)], 0.0) == [2.0]
+    assert table.take([(a, 1.0, 1.0, 2.0)], 0.0) == [1.0]
+    assert table.take([(b, 1.0, 1.0, 2.0)], 0.0) == [1.0]
+    assert table.take([(a, 1.0, 1.0, 2.0)], 0.0) == [2.0]
+    assert table.take([(a, 1.0, 1.0, 2.0)], 0.0) == [3.0]  # refused: stored time stays 2.0
+    assert table.take([(b, 1.0, 0.0, 2.0)], 0.0) == [1.0]
+    assert table.take([(a, 1.0, 0.0, 2.0)], 0.0) == [2.0]
 
 
 def test_the_keys_of_one_request_never_share_a_slot() -> None:
     table = BucketTable(slots=64)
     keys = [7, 7 + 64, 7 + 128, 7 + 192]  # four new keys starting on the same slot
-    table.take([(k, 1.0, 5.0) for k in keys], 0.0)
-    assert [table.take([(k, 0.0, 5.0)], 0.0)[0] for k in keys] == [1.0, 1.0, 1.0, 1.0]
+    table.take([(k, 1.0, 1.0, 5.0) for k in keys], 0.0)
+    assert [table.take([(k, 1.0, 0.0, 5.0)], 0.0)[0] for k in keys] == [1.0, 1.0, 1.0, 1.0]
 
 
 def test_a_full_neighbourhood_gives_up_the_bucket_nearest_to_full() -> None:
     table = BucketTable(slots=PROBES)
     size = len(table._map)
     for k in range(1, PROBES + 1):  # every slot holds a live bucket, key k busy until k
-        table.take([(k, float(k), 1e9)], 0.0)
-    table.take([(99, 5.0, 1e9)], 0.0)  # no free slot: key 1 (nearest to full) gives way
-    assert table.take([(1, 0.0, 1e9)], 0.0) == [0.0]  # key 1 starts again from full
-    assert table.take([(PROBES, 0.0, 1e9)], 0.0) == [float(PROBES)]
-    assert table.take([(99, 0.0, 1e9)], 0.0) == [5.0]
+        table.take([(k, 1.0, float(k), 1e9)], 0.0)
+    table.take([(99, 1.0, 5.0, 1e9)], 0.0)  # no free slot: key 1 (nearest to full) gives way
+    assert table.take([(1, 1.0, 0.0, 1e9)], 0.0) == [0.0]  # key 1 starts again from full
+    assert table.take([(PROBES, 1.0, 0.0, 1e9)], 0.0) == [float(PROBES)]
+    assert table.take([(99, 1.0, 0.0, 1e9)], 0.0) == [5.0]
     assert len(table._map) == size
 
 
 def test_expired_buckets_make_room_for_new_keys() -> None:
     table = BucketTable(slots=PROBES)
     for k in range(1, PROBES + 1):
-        table.take([(k, 1.0, 1e9)], 0.0)
+        table.take([(k, 1.0, 1.0, 1e9)], 0.0)
     for k in range(100, 100 + PROBES):  # an hour later every old bucket is full again
-        assert table.take([(k, 1.0, 1e9)], 3600.0) == [3601.0]
-    assert table.take([(100, 0.0, 1e9)], 3600.0) == [3601.0]
+        assert table.take([(k, 1.0, 1.0, 1e9)], 3600.0) == [3601.0]
+    assert table.take([(100, 1.0, 0.0, 1e9)], 3600.0) == [3601.0]
 
 
 def _hammer(table: BucketTable, start: multiprocessing.synchronize.Event, takes: int) -> None:
     def run() -> None:
         for _ in range(takes):
-            table.take([(12345, 1.0, 1e12)], 0.0)
+            table.take([(12345, 1.0, 1.0, 1e12)], 0.0)
 
     workers = [threading.Thread(target=run) for _ in range(2)]
     start.wait(10)
@@ -325,7 +353,7 @@ def test_forked_processes_share_one_table_and_lose_no_update() -> None:
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    assert table.take([(12345, 0.0, 1e12)], 0.0) == [40000.0]
+    assert table.take([(12345, 1.0, 0.0, 1e12)], 0.0) == [40000.0]
 
 
 def _hold_the_lock(table: BucketTable, ready: multiprocessing.synchronize.Event) -> None:
@@ -344,7 +372,7 @@ def test_a_worker_killed_holding_the_lock_does_not_stop_the_others() -> None:
         assert ready.wait(10)
         done: list[float] = []
         taker = threading.Thread(
-            target=lambda: done.extend(table.take([(1, 1.0, 9.0)], 0.0)), daemon=True
+            target=lambda: done.extend(table.take([(1, 1.0, 1.0, 9.0)], 0.0)), daemon=True
         )
         taker.start()
         taker.join(0.2)
