@@ -314,18 +314,67 @@ def limits_of(resolved: RateOverride) -> Limits:
     return Limits(requests, upload, ", ".join(items))
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a check decided: ``items`` are (budget name, remaining, seconds to full, or to
-    retry when refused) for the RateLimit field; ``retry_after`` > 0 when refused."""
+def _remaining(rate: Rate, ahead: float) -> int:
+    """Units a bucket whose arrival time is ``ahead`` seconds away still admits."""
+    # The epsilon: 0.8 / 0.2 is 3.9999999999999996 in floating point.
+    return max(0, int((rate.window - ahead) / rate.interval + 1e-9))
 
-    limits: Limits
-    items: tuple[tuple[str, int, int], ...]
-    retry_after: int = 0
-    message: str = ""
+
+REQUEST_BUDGETS = ("project", "token")
+ALL_BUDGETS = ("project", "token", "project-upload", "token-upload")
+
+
+class Outcome:
+    """What a check decided: admitted, with the new arrival times of the budgets ``names``
+    at ``now``; or refused (``retry_after`` > 0), with the budgets that refused in
+    ``refused`` as (name, seconds to wait, rate).
+
+    A plain class: one is made per request, and a frozen dataclass is slower to build.
+    """
+
+    __slots__ = ("limits", "message", "names", "now", "rates", "refused", "retry_after", "times")
+
+    def __init__(
+        self,
+        limits: Limits,
+        names: tuple[str, ...],
+        rates: tuple[Rate, ...],
+        times: Sequence[float],
+        now: float,
+        refused: Sequence[tuple[str, float, Rate]] = (),
+        retry_after: int = 0,
+        message: str = "",
+    ) -> None:
+        self.limits = limits
+        self.names = names
+        self.rates = rates
+        self.times = times
+        self.now = now
+        self.refused = refused
+        self.retry_after = retry_after
+        self.message = message
+
+    @property
+    def items(self) -> tuple[tuple[str, int, int], ...]:
+        """(budget, remaining, seconds until full) when admitted; (budget, 0, seconds to
+        wait) for each budget that refused."""
+        if self.retry_after:
+            return tuple((name, 0, max(1, math.ceil(wait))) for name, wait, _ in self.refused)
+        now = self.now
+        return tuple(
+            (name, _remaining(rate, tat - now), math.ceil(tat - now))
+            for name, rate, tat in zip(self.names, self.rates, self.times, strict=True)
+        )
 
     def rate_limit_field(self) -> str:
-        return ", ".join(f'"{name}";r={r};t={t}' for name, r, t in self.items)
+        if self.retry_after:
+            return ", ".join([f'"{name}";r={r};t={t}' for name, r, t in self.items])
+        # Built in one pass, without the tuples of ``items``: this runs on every response.
+        now, parts = self.now, []
+        for name, rate, tat in zip(self.names, self.rates, self.times, strict=True):
+            ahead = tat - now
+            parts.append(f'"{name}";r={_remaining(rate, ahead)};t={math.ceil(ahead)}')
+        return ", ".join(parts)
 
     def headers(self) -> dict[str, str]:
         headers = {"RateLimit": self.rate_limit_field(), "RateLimit-Policy": self.limits.policy}
@@ -436,50 +485,57 @@ class Limiter:
         if everything_off or (role == "admin" and self.exempt_admin):
             return None
         limits = by_project.get((tenant, project)) or by_tenant.get(tenant) or default
-        if limits.off:
-            return None
-        names: list[str] = []
-        rates: list[Rate] = []
+        requests, uploads = limits.requests, limits.upload
         charges: list[tuple[int, float, float, float]] = []
-        if limits.requests is not None:
-            rate = limits.requests
-            names += ("project", "token")
-            rates += (rate, rate)
-            charges.append((hash(("project", tenant, project)) or 1, rate.interval, 1, rate.window))
-            charges.append((hash(("token", token_id)) or 1, rate.interval, 1, rate.window))
-        if upload is not None and limits.upload is not None:
-            rate = limits.upload
-            # A charge over the burst needs a full bucket (and overdraws it).
-            limit = max(rate.window, upload * rate.interval)
-            names += ("project-upload", "token-upload")
-            rates += (rate, rate)
-            for key in (("project-upload", tenant, project), ("token-upload", token_id)):
-                charges.append((hash(key) or 1, rate.interval, upload, limit))
+        if requests is not None:
+            step, window = requests.interval, requests.window
+            charges.append((hash(("project", tenant, project)) or 1, step, 1, window))
+            charges.append((hash(("token", token_id)) or 1, step, 1, window))
+        if upload is not None and uploads is not None:
+            step = uploads.interval
+            limit = max(uploads.window, upload * step)  # over the burst: needs a full bucket
+            charges.append((hash(("project-upload", tenant, project)) or 1, step, upload, limit))
+            charges.append((hash(("token-upload", token_id)) or 1, step, upload, limit))
         if not charges:
             return None
-        times = self.table().take(charges, now)
+        names: tuple[str, ...]
+        rates: tuple[Rate, ...]
+        if len(charges) == 4:
+            assert requests is not None and uploads is not None
+            names, rates = ALL_BUDGETS, (requests, requests, uploads, uploads)
+        else:
+            rate = requests or uploads
+            assert rate is not None
+            names = REQUEST_BUDGETS if requests else ALL_BUDGETS[2:]
+            rates = (rate, rate)
+        times = (self._table or self.table()).take(charges, now)
+        for (_, _, _, limit), tat in zip(charges, times, strict=True):
+            if tat - now > limit:
+                return self._refused(limits, names, rates, charges, times, now, tenant, project)
+        return Outcome(limits, names, rates, times, now)
+
+    @staticmethod
+    def _refused(
+        limits: Limits,
+        names: tuple[str, ...],
+        rates: tuple[Rate, ...],
+        charges: Sequence[tuple[int, float, float, float]],
+        times: Sequence[float],
+        now: float,
+        tenant: str,
+        project: str,
+    ) -> Outcome:
         refused = [
             (name, tat - now - limit, rate)
             for name, rate, (*_, limit), tat in zip(names, rates, charges, times, strict=True)
             if tat - now > limit
         ]
-        if not refused:
-            items = tuple(
-                (
-                    name,
-                    # The epsilon: 0.8 / 0.2 is 3.9999999999999996 in floating point.
-                    max(0, int((rate.window - (tat - now)) / rate.interval + 1e-9)),
-                    math.ceil(tat - now),
-                )
-                for name, rate, tat in zip(names, rates, times, strict=True)
-            )
-            return Outcome(limits, items)
-        retry = max(1, math.ceil(max(wait for _, wait, _ in refused)))
-        name, _, rate = max(refused, key=lambda r: r[1])
+        wait = max(w for _, w, _ in refused)
+        retry = max(1, math.ceil(wait))
+        name, _, rate = next(r for r in refused if r[1] == wait)
         subject = f"project {tenant}/{project}" if name.startswith("project") else "this token"
         message = f"rate limit exceeded for {subject}: {rate.describe()}; retry in {retry} s"
-        items = tuple((name, 0, max(1, math.ceil(wait))) for name, wait, _ in refused)
-        return Outcome(limits, items, retry, message)
+        return Outcome(limits, names, rates, times, now, refused, retry, message)
 
     def charge_upload(self, token_id: str, tenant: str, project: str, received: int) -> None:
         """Charge body bytes received without a Content-Length to the upload budgets."""
@@ -518,17 +574,18 @@ class _CountingInput:
 def check_request() -> None:
     """Refuse the request with 429 when one of its budgets is spent (a blueprint hook that
     runs after the blueprint's authentication, which leaves the principal on ``g``)."""
+    # One lookup through each context proxy: this runs on every request of the APIs.
+    ctx = g._get_current_object()
+    req = request._get_current_object()  # type: ignore[attr-defined]
     limiter: Limiter = current_app.extensions["rate_limiter"]
-    principal = g.principal
+    principal = ctx.principal
     token, scope = principal.token, principal.scope
     upload: int | None = None  # no body
     chunked = False
-    if request.method not in READ_METHODS:
-        upload = request.content_length
-        if (
-            upload is None
-            and "chunked" in request.environ.get("HTTP_TRANSFER_ENCODING", "").lower()
-        ):
+    environ = req.environ
+    if environ["REQUEST_METHOD"] not in READ_METHODS:
+        upload = req.content_length
+        if upload is None and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
             # Its size is known only once read: admitted unless the budget is overdrawn,
             # then charged by what was read (_after_request).
             upload, chunked = 0, True
@@ -537,18 +594,20 @@ def check_request() -> None:
         return
     if outcome.retry_after:
         raise ApiError(429, outcome.message, headers=outcome.headers())
-    g.rate_limit = outcome
+    counting = None
     if chunked and outcome.limits.upload is not None:
-        counting = _CountingInput(request.environ["wsgi.input"])
-        request.environ["wsgi.input"] = counting
-        g.rate_limit_input = counting
+        counting = _CountingInput(environ["wsgi.input"])
+        environ["wsgi.input"] = counting
+    ctx.rate_limit = (outcome, counting)
 
 
 def _after_request(response: Response) -> Response:
-    outcome: Outcome | None = g.get("rate_limit")
-    if outcome is None:
+    state: tuple[Outcome, _CountingInput | None] | None = getattr(
+        g._get_current_object(), "rate_limit", None
+    )
+    if state is None:
         return response
-    counting: _CountingInput | None = g.get("rate_limit_input")
+    outcome, counting = state
     if counting is not None:
         principal = g.principal
         current_app.extensions["rate_limiter"].charge_upload(
