@@ -148,22 +148,17 @@ class BucketTable:
 
     def _slot(self, key: int, step: float, now: float, taken: Sequence[int]) -> tuple[int, float]:
         """The slot of ``key`` and its bucket's time at ``step`` seconds per unit (``now``:
-        full); ``taken``: slots this same call chose for other keys, not to be reused."""
+        full). ``taken``: slots this same call chose for other keys; they are not looked at
+        (one of them may hold this key's expired entry, given up for a new key)."""
         keys, tats, mask = self._keys, self._tats, self._mask
         j = key & mask
         free = -1
         nearest, nearest_tat = -1, math.inf
         for _ in range(PROBES):
-            k = keys[j]
-            if k == key:
-                tat = tats[j]
-                if tat <= now:
-                    return j, now
-                was = self._steps[j]
-                if was != step:
-                    tat = now + (tat - now) / was * step  # what it owes, at today's price
-                return j, tat
             if j not in taken:
+                k = keys[j]
+                if k == key:
+                    return j, self._owed(j, step, now)
                 if k == 0:
                     # Slots are never emptied, so a key is never stored past an empty slot.
                     return (free if free >= 0 else j), now
@@ -176,6 +171,16 @@ class BucketTable:
             j = (j + 1) & mask
         return (free if free >= 0 else nearest), now
 
+    def _owed(self, j: int, step: float, now: float) -> float:
+        """Slot ``j``'s arrival time at ``step`` seconds per unit (``now`` when full)."""
+        tat = self._tats[j]
+        if tat <= now:
+            return now
+        was = self._steps[j]
+        if was != step:
+            tat = now + (tat - now) / was * step  # what it owes, at today's price
+        return tat
+
     def take(self, charges: Sequence[tuple[int, float, float, float]], now: float) -> list[float]:
         """Charge every ``(key, step, units, limit)`` or none; return each bucket's new time.
 
@@ -184,23 +189,29 @@ class BucketTable:
         unless all are admitted; the caller compares the times with its limits to see which
         refused.
         """
+        keys, mask = self._keys, self._mask
         taken: list[int] = []
         times: list[float] = []
         admitted = True
         self._acquire()
         try:
             for key, step, units, limit in charges:
-                j, tat = self._slot(key, step, now, taken)
+                j = key & mask
+                if keys[j] == key and j not in taken:  # where a key usually is
+                    tat = self._owed(j, step, now)
+                else:
+                    j, tat = self._slot(key, step, now, taken)
                 tat += units * step
                 if tat - now > limit:
                     admitted = False
                 taken.append(j)
                 times.append(tat)
             if admitted:
-                keys, tats, steps = self._keys, self._tats, self._steps
-                for (key, step, _, _), j, tat in zip(charges, taken, times, strict=True):
+                tats, steps = self._tats, self._steps
+                for i, (key, step, _, _) in enumerate(charges):
+                    j = taken[i]
                     keys[j] = key
-                    tats[j] = tat
+                    tats[j] = times[i]
                     steps[j] = step
         finally:
             self._release()

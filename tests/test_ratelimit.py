@@ -307,6 +307,17 @@ def test_the_keys_of_one_request_never_share_a_slot() -> None:
     assert [table.take([(k, 1.0, 0.0, 5.0)], 0.0)[0] for k in keys] == [1.0, 1.0, 1.0, 1.0]
 
 
+def test_a_slot_given_to_a_new_key_is_not_also_kept_by_its_old_key() -> None:
+    """A's entry has expired, so B (new, same first slot) takes that slot; A, charged in the
+    same call, must then get a slot of its own rather than share B's."""
+    table = BucketTable(slots=64)
+    a, b = 5, 5 + 64
+    table.take([(a, 1.0, 1.0, 9.0)], 0.0)  # A's bucket is full again from t=1 on
+    table.take([(b, 1.0, 1.0, 9.0), (a, 1.0, 2.0, 9.0)], 10.0)
+    assert table.take([(b, 1.0, 0.0, 9.0)], 10.0) == [11.0]
+    assert table.take([(a, 1.0, 0.0, 9.0)], 10.0) == [12.0]
+
+
 def test_a_full_neighbourhood_gives_up_the_bucket_nearest_to_full() -> None:
     table = BucketTable(slots=PROBES)
     size = len(table._map)
