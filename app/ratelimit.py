@@ -337,13 +337,24 @@ ALL_BUDGETS = ("project", "token", "project-upload", "token-upload")
 
 class Outcome:
     """What a check decided: admitted, with the new arrival times of the budgets ``names``
-    at ``now``; or refused (``retry_after`` > 0), with the budgets that refused in
-    ``refused`` as (name, seconds to wait, rate).
+    at ``now`` (``low`` once one of them is at least half spent); or refused
+    (``retry_after`` > 0), with the budgets that refused in ``refused`` as (name, seconds to
+    wait, rate).
 
     A plain class: one is made per request, and a frozen dataclass is slower to build.
     """
 
-    __slots__ = ("limits", "message", "names", "now", "rates", "refused", "retry_after", "times")
+    __slots__ = (
+        "limits",
+        "low",
+        "message",
+        "names",
+        "now",
+        "rates",
+        "refused",
+        "retry_after",
+        "times",
+    )
 
     def __init__(
         self,
@@ -364,6 +375,7 @@ class Outcome:
         self.refused = refused
         self.retry_after = retry_after
         self.message = message
+        self.low = False  # admitted, with a budget at least half spent
 
     @property
     def items(self) -> tuple[tuple[str, int, int], ...]:
@@ -520,10 +532,15 @@ class Limiter:
             names = REQUEST_BUDGETS if requests else ALL_BUDGETS[2:]
             rates = (rate, rate)
         times = (self._table or self.table()).take(charges, now)
+        low = False
         for (_, _, _, limit), tat in zip(charges, times, strict=True):
             if tat - now > limit:
                 return self._refused(limits, names, rates, charges, times, now, tenant, project)
-        return Outcome(limits, names, rates, times, now)
+            if tat - now >= 0.5 * limit:
+                low = True
+        outcome = Outcome(limits, names, rates, times, now)
+        outcome.low = low
+        return outcome
 
     @staticmethod
     def _refused(
@@ -609,13 +626,16 @@ def check_request() -> None:
     if chunked and outcome.limits.upload is not None:
         counting = _CountingInput(environ["wsgi.input"])
         environ["wsgi.input"] = counting
-    ctx.rate_limit = (outcome, counting)
+    # Admitted responses carry the RateLimit fields once a budget is half spent: a client
+    # is told in time to slow down, and far from its limits no response pays for them.
+    if outcome.low or counting is not None:
+        ctx.rate_limit = (outcome, counting)
 
 
 def _after_request(response: Response) -> Response:
-    state: tuple[Outcome, _CountingInput | None] | None = getattr(
-        g._get_current_object(), "rate_limit", None
-    )
+    # g.get, not getattr with a default: g's __getattr__ raises for a missing name, and
+    # building that exception on every request costs more than the rest of this function.
+    state: tuple[Outcome, _CountingInput | None] | None = g.get("rate_limit")
     if state is None:
         return response
     outcome, counting = state
@@ -627,9 +647,10 @@ def _after_request(response: Response) -> Response:
             principal.scope.project,
             counting.received,
         )
-    headers = response.headers
-    headers["RateLimit"] = outcome.rate_limit_field()
-    headers["RateLimit-Policy"] = outcome.limits.policy
+    if outcome.low:
+        headers = response.headers
+        headers["RateLimit"] = outcome.rate_limit_field()
+        headers["RateLimit-Policy"] = outcome.limits.policy
     return response
 
 

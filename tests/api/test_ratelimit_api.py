@@ -174,6 +174,19 @@ def test_refused_credentials_are_answered_before_the_limit_and_cost_nothing(
     assert [limited.get(f"{API}/tasks").status_code for _ in range(3)] == [200, 200, 429]
 
 
+def test_the_fields_come_once_a_budget_is_half_spent(tmp_path: Path, clock: FixedClock) -> None:
+    c = Client(make_app(tmp_path, clock, RATE_LIMIT_RPS=1, RATE_LIMIT_BURST=4))
+    c.token("w")
+    fields = [c.get(f"{API}/tasks").headers.get("RateLimit") for _ in range(5)]
+    assert fields == [
+        None,
+        '"project";r=2;t=2, "token";r=2;t=2',
+        '"project";r=1;t=3, "token";r=1;t=3',
+        '"project";r=0;t=4, "token";r=0;t=4',
+        '"project";r=0;t=1, "token";r=0;t=1',  # the 429
+    ]
+
+
 def test_no_limits_no_fields(client: FlaskClient, tokens: Any) -> None:
     r = client.get(f"{API}/tasks", headers=tokens.headers("writer"))
     assert r.status_code == 200

@@ -261,7 +261,7 @@ def test_a_cli_override_applies_on_every_worker_without_restart(server: Server) 
     time.sleep(1.2)  # each worker looks at the file's stat once a second
     answers = [c.request("GET", f"{API}/tasks", auth) for c in conns for _ in range(2)]
     assert [s for s, _, _ in answers] == [200, 200, 200, 429, 429, 429, 429, 429]
-    assert answers[0][1]["RateLimit-Policy"].startswith('"project";q=3;w=6, "token";q=3;w=6, ')
+    assert answers[2][1]["RateLimit-Policy"].startswith('"project";q=3;w=6, "token";q=3;w=6, ')
     flask_cli(server.env, "ratelimit", "clear", "--tenant", "acme", "--project", "override")
     time.sleep(1.2)
     assert [c.request("GET", f"{API}/tasks", auth)[0] for c in conns] == [200] * 4
