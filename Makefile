@@ -4,36 +4,43 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# What `make run` needs (the server) and what the other targets add (tests, lint, mypy).
+RUN_STAMP := $(VENV)/.installed-server
+DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck clean
+.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck deploy-check clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[server]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
-	touch $(STAMP)
+	touch $@ $(RUN_STAMP)
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
 
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
-fmt: $(STAMP)
+fmt: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy app/storage
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
@@ -47,17 +54,21 @@ $(MLFLOW_STAMP): bench/requirements-peer.txt
 	$(MLFLOW_VENV)/bin/pip install --disable-pip-version-check -q -r bench/requirements-peer.txt
 	touch $@
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m bench.run --growth $(BENCH_ARGS)
 
-bench-peer: $(STAMP) $(MLFLOW_STAMP)
+bench-peer: $(DEV_STAMP) $(MLFLOW_STAMP)
 	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)
 
-sweep: $(STAMP)
+sweep: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi sweep
 
-fsck: $(STAMP)
+fsck: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi fsck
 
+# The deployment recipes (deploy/, docs/deploy.md), as far as this machine can run them.
+deploy-check: $(RUN_STAMP)
+	bash deploy/check.sh
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache deploy/.check-tools

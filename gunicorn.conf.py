@@ -1,17 +1,27 @@
 """gunicorn settings used by `make run` (and by any `gunicorn -c gunicorn.conf.py wsgi:app`).
 
 gthread workers: a sync worker is killed mid-upload by its timeout when a client is slow.
+app.serving.EdgeWorker is gthread that reads request heads without holding a thread, bounds body
+reads and answers its own errors in JSON.
 """
 
 from __future__ import annotations
 
 import os
 
-bind = os.environ.get("MEMORY_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("MEMORY_WORKERS", "2"))
-threads = int(os.environ.get("MEMORY_THREADS", "4"))
-worker_class = "gthread"
-timeout = int(os.environ.get("MEMORY_WORKER_TIMEOUT", "60"))
+from app.startup import gunicorn_settings
+
+# Every MEMORY_* setting is checked here, before gunicorn starts: a bad one is one line on
+# stderr and exit status 2.
+_settings = gunicorn_settings()
+bind = _settings.bind
+workers = _settings.workers
+threads = _settings.threads
+worker_class = "app.serving.EdgeWorker"
+timeout = _settings.timeout
+# Per storage root (<root>/.gunicorn.ctl), not one per user shared by every instance.
+control_socket = _settings.control_socket
+control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"

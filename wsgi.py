@@ -1,5 +1,8 @@
-"""WSGI entry point: ``gunicorn wsgi:app`` or ``flask --app wsgi ...``."""
+"""WSGI entry point: ``gunicorn wsgi:app`` or ``flask --app wsgi ...``.
 
-from app import create_app
+A bad MEMORY_* setting stops either with one line on stderr and exit status 2.
+"""
 
-app = create_app()
+from app.startup import checked_app
+
+app = checked_app()

@@ -21,8 +21,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from .errors import register_error_handlers
     from .json_provider import JSONProvider
     from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
-    from .storage import TaskStore
-    from .storage.memstores import MemoryStoreEngine
+    from .storage.facade import TreeStorage
     from .storage.tokens import TokenRegistry
 
     app = Flask(__name__)
@@ -32,15 +31,12 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     load_config(app, overrides)
     clock = app.config.get("CLOCK")
     extra = {"clock": clock} if clock else {}
-    app.extensions["task_store"] = TaskStore(
+    app.extensions["storage"] = TreeStorage(
         Path(app.config["STORAGE_ROOT"]),
         retention=timedelta(days=app.config["RETENTION_DAYS"]),
         lock_timeout=app.config["LOCK_TIMEOUT"],
         max_artifact_bytes=app.config["MAX_ARTIFACT_BYTES"],
         **extra,
-    )
-    app.extensions["memory_stores"] = MemoryStoreEngine(
-        Path(app.config["STORAGE_ROOT"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
     )
     app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
     app.extensions["token_registry"] = TokenRegistry(

@@ -60,7 +60,8 @@ def authenticate() -> Token:
     token = registry().authenticate(secret)
     if token is None:
         raise _unauthorized("invalid, expired or revoked token")
-    g.token_id = token.id
+    # The request log names who asked, also when the scope is then refused.
+    g.token_id, g.tenant = token.id, token.tenant
     return token
 
 
@@ -80,6 +81,8 @@ def resolve_scope(token: Token) -> Scope:
     """The tenant/project this request acts in, or 403/422 when the token cannot name it."""
     tenant_header = _header_id(TENANT_HEADER)
     project_header = _header_id(PROJECT_HEADER)
+    # For the request log: the project asked for (a checked id), whether or not it is granted.
+    g.project = project_header or token.project
     tenant: str | None
     project: str | None
     if token.role == "admin":
@@ -109,11 +112,11 @@ def require_principal() -> Principal:
     """Authenticate, resolve the scope and check the method against the role; store on g."""
     token = authenticate()
     scope = resolve_scope(token)
+    g.tenant, g.project = scope.tenant, scope.project
     principal = Principal(token, scope)
     if request.method not in READ_METHODS and not principal.at_least("writer"):
         raise ApiError(403, f"role {token.role} may only read")
     g.principal = principal
-    g.tenant, g.project = scope.tenant, scope.project
     return principal
 
 

@@ -14,6 +14,7 @@ from flask.cli import AppGroup, with_appcontext
 from .ratelimit import Limiter, limits_of, resolve
 from .storage import Scope, StorageError, TaskStore
 from .storage.atomic import flush_derived
+from .storage.facade import TreeStorage
 from .storage.limits import RateOverride, RateOverrides, format_bytes, parse_bytes
 from .storage.models import FsckReport
 from .storage.tokens import ROLES, TokenRegistry
@@ -76,9 +77,13 @@ def revoke_token(token_id: str) -> None:
 
 
 # -- operations: sweep, fsck, export, import ------------------------------------------------
+def _storage() -> TreeStorage:
+    found: TreeStorage = current_app.extensions["storage"]
+    return found
+
+
 def _store() -> TaskStore:
-    store: TaskStore = current_app.extensions["task_store"]
-    return store
+    return _storage().tasks
 
 
 def _parse_now(text: str | None) -> datetime | None:
@@ -97,42 +102,24 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
-    """Delete expired turns, empty tasks and stale leftovers; print what went."""
+    """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
     from .sweeper import run_sweep
 
-    report, versions = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
+    outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
     flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
     if as_json:
-        click.echo(json.dumps({**report.to_dict(), "memory_store_versions": versions}))
+        click.echo(json.dumps(outcome.to_dict()))
     else:
-        verb = "would remove" if dry_run else "removed"
-        click.echo(f"sweep as of {report.now}{' (dry run: nothing changed)' if dry_run else ''}")
-        for p in report.projects:
-            click.echo(
-                f"  {p.tenant}/{p.project}: {verb} {p.turns} turn(s), {p.tasks} task(s), "
-                f"{p.bytes} byte(s)"
-            )
-        click.echo(
-            f"total: {verb} {report.turns} turn(s), {report.tasks} task(s), "
-            f"{report.bytes} byte(s); {report.temp_files} stale temp file(s), "
-            f"{report.leftovers} leftover(s); {report.trash_entries} unfinished deletion(s) completed"
-        )
-        if versions is not None:
-            click.echo(f"memory-store versions: {versions}")
-        for error in report.errors:
+        for line in outcome.lines():
+            click.echo(line)
+        for error in outcome.errors:
             click.echo(f"error: {error}", err=True)
-    if report.errors:
+    if outcome.errors:
         raise SystemExit(1)
 
 
 def _fsck_all(repair: bool, grace: timedelta) -> FsckReport:
-    from .storage.fsck import fsck
-
-    report = fsck(_store(), repair=repair, grace=grace)
-    stores = current_app.extensions.get("memory_stores")
-    check = getattr(stores, "fsck", None)
-    if callable(check):
-        check(report, repair=repair)
+    report = _storage().fsck(repair=repair, grace=grace)
     if repair:
         flush_derived()  # rebuilt derived files are written without fsync (atomic_file)
     return report

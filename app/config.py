@@ -71,6 +71,30 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         "Body bytes a token or project may send at once (e.g. 50MiB); 0: one second's worth.",
     ),
     "RATE_LIMIT_EXEMPT_ADMIN": (True, bool, "Admin tokens are never rate limited (true or false)."),
+    "HEADER_TIMEOUT": (
+        10.0,
+        float,
+        "Seconds a client has to send a request's headers (else 408).",
+    ),
+    "BODY_TIMEOUT": (
+        30.0,
+        float,
+        "Longest wait, in seconds, for the next bytes of a request body (else 408).",
+    ),
+    "BODY_MIN_RATE": (
+        1024,
+        int,
+        "Bytes/s a request body must keep up once `MEMORY_BODY_TIMEOUT` has passed (else 408); 0 disables.",
+    ),
+    "FIRST_TOKEN": (
+        "print",
+        str,
+        "First start with no token: print (create an admin token, print it once) or off.",
+    ),
+    "BIND": ("127.0.0.1:8000", str, "gunicorn's address: HOST:PORT, [IPv6]:PORT or unix:/PATH."),
+    "WORKERS": (2, int, "gunicorn worker processes."),
+    "THREADS": (16, int, "Threads per worker (gthread workers)."),
+    "WORKER_TIMEOUT": (60, int, "Seconds a silent worker is given before gunicorn restarts it."),
 }
 
 
@@ -118,8 +142,18 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_MAX_JSON_BYTES must be >= 1024")
     if config["SWEEP_INTERVAL"] < 0:
         raise ConfigError(f"{PREFIX}_SWEEP_INTERVAL must be >= 0")
+    for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT"):
+        if not 0 < config[name] <= 3600:
+            raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")
+    if config["BODY_MIN_RATE"] < 0:
+        raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
+    if config["FIRST_TOKEN"] not in ("print", "off"):
+        raise ConfigError(f"{PREFIX}_FIRST_TOKEN must be 'print' or 'off'")
+    for name in ("WORKERS", "THREADS", "WORKER_TIMEOUT"):
+        if config[name] < 1:
+            raise ConfigError(f"{PREFIX}_{name} must be >= 1 (got {config[name]})")
     _validate_rate_limits(config)
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])

@@ -20,6 +20,7 @@ from typing import Any
 from flask import Flask, g, jsonify, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from .serving import body_cut_off
 from .storage import errors as se
 from .storage.memstores import models as ms
 
@@ -79,20 +80,43 @@ STORE_ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     409: "conflict_error",
     412: "invalid_request_error",
     413: "request_too_large",
+    414: "invalid_request_error",
     415: "invalid_request_error",
+    417: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     500: "api_error",
     503: "overloaded_error",
     507: "api_error",
 }
 
 
-def _is_stores_request() -> bool:
-    return request.path.startswith(STORES_PREFIX)
+def error_body(
+    code: int,
+    message: str,
+    *,
+    path: str | None,
+    correlation_id: str,
+    error_type: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the error body of the API ``path`` names (``{"detail": message}`` when it is None).
+
+    Also used by the gunicorn worker (app/serving.py) for the answers it writes itself.
+    """
+    if path is None or not path.startswith(STORES_PREFIX):
+        return {"detail": message}
+    error = {"type": error_type or STORE_ERROR_TYPES.get(code, "api_error"), "message": message}
+    error.update(extra or {})
+    # The reference's shape is "req_...": the request's correlation id (the log line's, and the
+    # X-Correlation-Id answered) with that prefix.
+    request_id = correlation_id if correlation_id.startswith("req_") else f"req_{correlation_id}"
+    return {"type": "error", "error": error, "request_id": request_id}
 
 
 def _message(exc: HTTPException) -> str:
@@ -108,9 +132,14 @@ def _message(exc: HTTPException) -> str:
 
 def render(exc: HTTPException) -> Any:
     """Build the response body for ``exc`` in the shape of the API the request addressed."""
+    slow = body_cut_off()
+    if slow is not None:
+        # Whatever reading the body raised (werkzeug reports a failed read as a disconnect),
+        # the cause is a client below the server's floor (app/serving.py).
+        exc = ApiError(408, slow)
     response = exc.get_response()
     code = exc.code or 500
-    if _is_stores_request():
+    if request.path.startswith(STORES_PREFIX):
         if isinstance(exc, RequestValidationError):
             message = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
@@ -119,13 +148,14 @@ def render(exc: HTTPException) -> Any:
             code = 400
         else:
             message = _message(exc)
-        error_type = getattr(exc, "error_type", None) or STORE_ERROR_TYPES.get(code, "api_error")
-        body: dict[str, Any] = {"type": "error", "error": {"type": error_type, "message": message}}
-        body["error"].update(getattr(exc, "extra", {}) or {})
-        # The reference's shape is "req_...": the request's correlation id (the log line's,
-        # and the X-Correlation-Id answered) with that prefix.
-        correlation = g.get("correlation_id") or ""
-        body["request_id"] = correlation if correlation.startswith("req_") else f"req_{correlation}"
+        body = error_body(
+            code,
+            message,
+            path=request.path,
+            correlation_id=g.get("correlation_id") or "",
+            error_type=getattr(exc, "error_type", None),
+            extra=getattr(exc, "extra", None),
+        )
     elif isinstance(exc, RequestValidationError):
         body = {"detail": exc.errors}
     else:
@@ -178,7 +208,7 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             return ApiError(404, "not found")
         return ApiError(404, str(exc))
     if isinstance(exc, se.NotOwner):
-        return ApiError(403, "only the task's owner or a project_admin may delete it")
+        return ApiError(403, str(exc))
     if isinstance(exc, se.PreconditionFailed):
         return ApiError(412, str(exc))
     if isinstance(exc, se.Conflict):

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .storage import InvalidName, NotFound, Scope
+from .storage.interface import StoreBackend
 from .storage.memstores import (
     ContentPreconditionFailed,
     Memory,
-    MemoryStoreEngine,
     PathConflict,
     StoreArchived,
     StoreFull,
@@ -127,7 +127,7 @@ class MemoryTool:
 
     def __init__(
         self,
-        engine: MemoryStoreEngine,
+        engine: StoreBackend,
         scope: Scope,
         store_id: str,
         *,

@@ -55,6 +55,10 @@ SWEEP_RUNS = Counter("memory_sweeper_runs_total", "Retention sweeps run.")
 
 bp = Blueprint("metrics", __name__)
 
+# Every label value comes from a closed set: a value taken from request input (a made-up method,
+# a path, a header) would be a new series per request, memory an attacker controls.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
 
 def record_sweep(report: object) -> None:
     SWEEP_RUNS.inc()
@@ -67,12 +71,15 @@ def _observe_lock(waited: float, acquired: bool) -> None:
 
 
 def _observe_request(response: Response) -> Response:
+    method = request.method if request.method in METHODS else "other"
+    # The URL rule's template (one of the app's routes), never the path.
     route = request.url_rule.rule if request.url_rule else "unmatched"
-    status = str(response.status_code)
-    REQUESTS.labels(request.method, route, status).inc()
+    code = response.status_code
+    status = str(code) if 100 <= code <= 599 else "other"
+    REQUESTS.labels(method, route, status).inc()
     started = g.get("started")
     if started is not None:
-        LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
+        LATENCY.labels(method, route).observe(time.perf_counter() - started)
     if request.method in ("PUT", "POST", "PATCH") and 200 <= response.status_code < 300:
         BYTES_WRITTEN.labels(route).inc(request.content_length or 0)
     return response

@@ -113,14 +113,18 @@ def build_spec(app: Flask) -> dict[str, Any]:
             raise RuntimeError(f"route {rule.rule} ({rule.endpoint}) has no @doc(...) for OpenAPI")
         path = _path_of(rule.rule)
         for method in sorted((rule.methods or set()) - _SKIP_METHODS):
-            summary = (view.__doc__ or "").strip().splitlines()[0] if view.__doc__ else ""
+            lines = (view.__doc__ or "").strip().splitlines()
             operation: dict[str, Any] = {
                 "operationId": view.__name__,
-                "summary": summary,
+                "summary": lines[0] if lines else "",
                 "parameters": [*info["params"], *COMMON_HEADERS],
                 "responses": {},
                 "security": [{"bearerAuth": []}, {"apiKey": []}],
             }
+            # The docstring after its first line is the operation's description.
+            description = " ".join(line.strip() for line in lines[1:] if line.strip())
+            if description:
+                operation["description"] = description
             if info["tags"]:
                 operation["tags"] = info["tags"]
             if info["body"] is not None:

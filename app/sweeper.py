@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from .storage.atomic import flush_derived, fsync_dir, write_atomic
 from .storage.errors import StorageError
-from .storage.fsck import fsck
 from .storage.records import dumps, read_json
-from .storage.retention import SweepReport, sweep
+from .storage.retention import SweepReport
 
 if TYPE_CHECKING:
     import filelock
     from flask import Flask
 
-    from .storage import TaskStore
+    from .storage.facade import SweepOutcome, TreeStorage
 
 LEADER_LOCK = "sweeper.leader"
 STATE_FILE = ".sweeper.json"
@@ -42,30 +41,30 @@ STANDBY_POLL = 5.0
 log = logging.getLogger("app.sweeper")
 
 
-def run_sweep(
-    app: Flask, *, now: datetime | None = None, dry_run: bool = False
-) -> tuple[SweepReport, Any]:
-    """Sweep the project-memory tree and, when present, the memory-store versions."""
+def run_sweep(app: Flask, *, now: datetime | None = None, dry_run: bool = False) -> SweepOutcome:
+    """Sweep both engines: expired turns and memory-store versions past their retention."""
     from . import metrics
 
-    store: TaskStore = app.extensions["task_store"]
-    now = now or datetime.now(UTC)
-    report = sweep(store, now=now, dry_run=dry_run)
-    stores = app.extensions.get("memory_stores")
-    sweep_versions = getattr(stores, "sweep_versions", None)
-    versions = sweep_versions(now=now, dry_run=dry_run) if callable(sweep_versions) else None
+    outcome = storage_of(app).sweep(now=now or datetime.now(UTC), dry_run=dry_run)
     if not dry_run:
-        metrics.record_sweep(report)
-    return report, versions
+        metrics.record_sweep(outcome.tasks)
+    for link in (*outcome.tasks.links, *outcome.versions.links):
+        log.warning("sweep skipped a symlink (never followed): %s", link)
+    return outcome
 
 
-def state_path(store: TaskStore) -> Path:
-    return store.layout.root / STATE_FILE
+def storage_of(app: Flask) -> TreeStorage:
+    found: TreeStorage = app.extensions["storage"]
+    return found
 
 
-def read_state(store: TaskStore) -> dict[str, Any]:
+def state_path(storage: TreeStorage) -> Path:
+    return storage.layout.root / STATE_FILE
+
+
+def read_state(storage: TreeStorage) -> dict[str, Any]:
     try:
-        state = read_json(state_path(store))
+        state = read_json(state_path(storage))
     except Exception:  # noqa: BLE001 - a torn state file only costs us one early sweep
         state = None
     return state if isinstance(state, dict) else {"runs": 0, "recent": []}
@@ -76,7 +75,7 @@ class Sweeper:
 
     def __init__(self, app: Flask, interval: float, *, poll: float = STANDBY_POLL) -> None:
         self.app = app
-        self.store: TaskStore = app.extensions["task_store"]
+        self.storage = storage_of(app)
         self.interval = interval
         self.poll = min(poll, interval)
         self._stop = threading.Event()
@@ -98,7 +97,7 @@ class Sweeper:
 
     def _loop(self) -> None:
         try:
-            leader = self.store.layout.check_inside(self.store.layout.locks_dir() / LEADER_LOCK)
+            leader = self.storage.layout.check_inside(self.storage.layout.locks_dir() / LEADER_LOCK)
         except StorageError as exc:  # a linked .locks: never create files through it
             log.error("sweeper not started: %s", exc)
             return
@@ -118,7 +117,7 @@ class Sweeper:
                 if self._lock is None:
                     self._stop.wait(self.poll)
                     continue
-            last = read_state(self.store).get("last_started_epoch", 0.0)
+            last = read_state(self.storage).get("last_started_epoch", 0.0)
             wait = float(last) + self.interval - time.time()
             if wait > 0:
                 self._stop.wait(min(wait, self.interval))
@@ -132,12 +131,12 @@ class Sweeper:
     def run_once(self) -> SweepReport:
         """Sweep now and record the run; the caller holds the leader lock."""
         started = time.time()
-        state = read_state(self.store)
+        state = read_state(self.storage)
         # Recorded before the sweep: a leader killed mid-sweep does not make its successor
         # sweep again at once, and the next run finishes whatever this one left in the trash.
         state["last_started_epoch"] = started
-        write_atomic(state_path(self.store), dumps(state))
-        report, _ = run_sweep(self.app)
+        write_atomic(state_path(self.storage), dumps(state))
+        report = run_sweep(self.app).tasks
         run = {
             "pid": os.getpid(),
             "started": datetime.fromtimestamp(started, UTC).isoformat(),
@@ -151,7 +150,7 @@ class Sweeper:
         }
         state["runs"] = int(state.get("runs", 0)) + 1
         state["recent"] = [*state.get("recent", []), run][-KEEP_RUNS:]
-        write_atomic(state_path(self.store), dumps(state))
+        write_atomic(state_path(self.storage), dumps(state))
         log.info("sweep %s", run)
         return report
 
@@ -163,7 +162,7 @@ def start_for_worker(app: Any) -> Sweeper | None:
     """Start this worker's sweeper thread (gunicorn ``post_worker_init``); once per process."""
     global _started
     extensions = getattr(app, "extensions", None)
-    if _started is not None or not extensions or "task_store" not in extensions:
+    if _started is not None or not extensions or "storage" not in extensions:
         return _started
     interval = float(app.config.get("SWEEP_INTERVAL", 0))
     if interval <= 0:
@@ -175,31 +174,34 @@ def start_for_worker(app: Any) -> Sweeper | None:
 def startup_recovery(app: Flask) -> list[str]:
     """Mark the server running; if the last run did not shut down cleanly, fsck --repair.
 
-    Returns the lines worth printing (empty after a clean shutdown).
+    Returns the lines worth printing (empty after a clean shutdown). Whatever the check
+    cannot repair (a planted link, a torn record) is reported, and the server still starts.
     """
-    store: TaskStore = app.extensions["task_store"]
-    sentinel = store.layout.root / RUNNING_SENTINEL
-    lines: list[str] = []
+    storage = storage_of(app)
+    root = storage.layout.root
+    sentinel = root / RUNNING_SENTINEL
+    lines = [f"upgraded: {line}" for line in storage.upgrade()]
     if sentinel.exists():
-        report = fsck(store, repair=True)
-        memory_stores = app.extensions.get("memory_stores")
-        if memory_stores is not None:
-            # The memory stores' own derived files and dead writers' temp files.
-            memory_stores.fsck(report, repair=True)
-        lines.append(
-            "previous run did not shut down cleanly: fsck --repair found "
-            f"{len(report.problems)} problem(s), repaired {len(report.repaired)}, "
-            f"unrepairable {len(report.unrepairable)}"
-        )
-        lines += [f"  unrepairable: {p}" for p in report.unrepairable]
+        try:
+            report = storage.fsck(repair=True)
+        except Exception as exc:  # noqa: BLE001 - recovery must not keep the server down
+            log.exception("start-up recovery failed")
+            lines.append(f"previous run did not shut down cleanly; recovery failed: {exc}")
+        else:
+            lines.append(
+                "previous run did not shut down cleanly: fsck --repair found "
+                f"{len(report.problems)} problem(s), repaired {len(report.repaired)}, "
+                f"unrepairable {len(report.unrepairable)}"
+            )
+            lines += [f"  unrepairable: {p}" for p in report.unrepairable]
     write_atomic(sentinel, f"{os.getpid()}\n".encode())
     return lines
 
 
 def clean_shutdown(app: Flask) -> None:
     """Derived files are written without fsync: sync them all, then drop the sentinel."""
-    store: TaskStore = app.extensions["task_store"]
+    root = storage_of(app).layout.root
     flush_derived()
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(store.layout.root / RUNNING_SENTINEL)
-        fsync_dir(store.layout.root)
+        os.unlink(root / RUNNING_SENTINEL)
+        fsync_dir(root)

@@ -18,8 +18,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from . import loadgen, servers
-from . import workloads as w
+from . import loadgen, servers, workloads as w
 
 
 def machine_cpu() -> dict[str, float]:

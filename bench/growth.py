@@ -30,8 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import loadgen, servers
-from . import workloads as w
+from . import loadgen, servers, workloads as w
 
 RESULTS = servers.REPO / "bench" / "results"
 MiB = 1 << 20

@@ -15,8 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.storage import Scope, TaskStore
-from app.storage import listing as listing_mod
+from app.storage import Scope, TaskStore, listing as listing_mod
 from app.storage.atomic import make_dirs
 from app.storage.listing import TurnRow
 
@@ -84,7 +83,7 @@ def load_listing_only(root: Path, tenant: str, project: str, count: int) -> floa
     store = TaskStore(root)
     scope = Scope(tenant, project)
     make_dirs(store.layout.project_dir(scope), store.layout.root)
-    listing = store._listing(scope)
+    listing = store.listing(scope)
     now = store.now_us()
     retain = now + store._retention_us
     t0 = time.perf_counter()

@@ -62,8 +62,10 @@ def _patch(variant: str) -> None:
     elif variant == "no containment walk":
         layout.Layout.check_inside = lambda self, path, below=None: path  # type: ignore[method-assign]
     elif variant == "no dirty flag":
-        tasks.set_dirty = tasks.clear_dirty = lambda path: None  # type: ignore[assignment]
-        tasks.is_dirty = lambda path: False  # type: ignore[assignment]
+        from app.storage import txn
+
+        txn.Journal.set = txn.Journal.clear = lambda self, *args: None  # type: ignore[method-assign]
+        txn.Journal.get = lambda self, stripe: None  # type: ignore[method-assign]
 
 
 def _child(variant: str, records: int) -> None:

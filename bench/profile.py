@@ -17,8 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import loadgen, servers
-from . import workloads as w
+from . import loadgen, servers, workloads as w
 
 PYSPY = servers.REPO / "bench" / ".venv-prof" / "bin" / "py-spy"
 RESULTS = servers.REPO / "bench" / "results"

@@ -31,8 +31,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 
-from . import loadgen, servers
-from . import workloads as w
+from . import loadgen, servers, workloads as w
 from .run import RESULTS, machine, measure
 
 ON = {

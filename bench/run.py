@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import growth, loadgen, servers
-from . import workloads as w
+from . import growth, loadgen, servers, workloads as w
 
 RESULTS = servers.REPO / "bench" / "results"
 

@@ -29,7 +29,7 @@ def runner(app: Flask) -> FlaskCliRunner:
 
 @pytest.fixture
 def store(app: Flask) -> TaskStore:  # the app's own store, on the test clock
-    store: TaskStore = app.extensions["task_store"]
+    store: TaskStore = app.extensions["storage"].tasks
     return store
 
 
@@ -219,7 +219,7 @@ def test_a_clean_shutdown_syncs_the_derived_files_before_it_drops_the_sentinel(
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
     from app.sweeper import RUNNING_SENTINEL, startup_recovery
 
-    engine = app.extensions["memory_stores"]
+    engine = app.extensions["storage"].stores
     root = Path(app.config["STORAGE_ROOT"])
     startup_recovery(app)
     scope = Scope("acme", "web")

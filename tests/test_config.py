@@ -17,7 +17,7 @@ def test_environment_sets_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     app = create_app()
     assert app.config["STORAGE_ROOT"] == str(tmp_path / "r")
     assert app.config["RETENTION_DAYS"] == 0.5
-    assert app.extensions["task_store"].retention.total_seconds() == 43200
+    assert app.extensions["storage"].tasks.retention.total_seconds() == 43200
 
 
 @pytest.mark.parametrize(
@@ -28,6 +28,9 @@ def test_environment_sets_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ("LOCK_TIMEOUT", "-1"),
         ("MAX_ARTIFACT_BYTES", "0"),
         ("METRICS", "on"),
+        ("HEADER_TIMEOUT", "0"),
+        ("BODY_TIMEOUT", "nan"),
+        ("BODY_MIN_RATE", "-1"),
     ],
 )
 def test_bad_values_fail_fast_with_a_clear_message(

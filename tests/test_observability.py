@@ -74,6 +74,36 @@ def test_one_json_line_per_request_without_secret_or_body(
     assert secret not in line and "PRIVATE-SUMMARY-TEXT" not in line
 
 
+@pytest.mark.parametrize(
+    ("who", "method", "headers", "tenant", "project"),
+    [
+        ("other_tenant", "GET", {"X-Sandbox-Tenant-Id": "acme"}, "globex", "web"),
+        ("other_project", "GET", {"X-Sandbox-Project-Id": "web"}, "acme", "web"),
+        ("writer", "GET", {"X-Sandbox-Project-Id": "mobile"}, "acme", "mobile"),
+        ("reader", "PUT", {}, "acme", "web"),
+    ],
+)
+def test_a_refused_scope_logs_the_tokens_tenant_and_the_requested_project(
+    client: FlaskClient,
+    tokens: Tokens,
+    log_lines: list[str],
+    who: str,
+    method: str,
+    headers: dict[str, str],
+    tenant: str,
+    project: str,
+) -> None:
+    resp = client.open(
+        f"{API}/tasks/t/turns/0", method=method, json={}, headers=tokens.headers(who, **headers)
+    )
+    assert resp.status_code == 403
+    (line,) = log_lines
+    record = json.loads(line)
+    assert record["status"] == 403 and record["token_id"] == tokens.ids[who]
+    assert (record["tenant"], record["project"]) == (tenant, project)
+    assert tokens.secrets[who] not in line
+
+
 def test_metrics_are_off_by_default(client: FlaskClient, tokens: Tokens) -> None:
     assert client.get("/metrics", headers=tokens.headers("admin")).status_code == 404
 
@@ -134,6 +164,32 @@ def test_metrics_endpoint_admin_only_and_counts(metrics_app: Flask) -> None:
     assert _value(text, "memory_lock_wait_seconds_count", outcome="acquired") >= 3
     assert "memory_sweeper_removed_total" in text
     assert _value(text, "memory_sweeper_runs_total") >= 1
+
+
+def _series(text: str) -> set[str]:
+    """Collect the series of a Prometheus text exposition: name and labels, not the value."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+
+def test_made_up_methods_and_paths_add_no_series(metrics_app: Flask) -> None:
+    reg: TokenRegistry = metrics_app.extensions["token_registry"]
+    _, admin = reg.create(role="admin", tenant="acme", project="web")
+    client = metrics_app.test_client()
+    admin_h = {"Authorization": f"Bearer {admin}"}
+    paths = ["/healthz", f"{API}/tasks", "/no/such/path-{}"]
+    for path in paths:  # each (route, status) pair once, with the one label unknown methods get
+        client.open(path.format("first"), method="XZZZ")
+    client.get("/metrics", headers=admin_h)  # the scrape's own series
+    before = _series(client.get("/metrics", headers=admin_h).get_data(as_text=True))
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for i in range(300):
+        method = "X" + letters[i % 26] + letters[i // 26 % 26] + "A"  # XAAA, XBAA, ...
+        resp = client.open(paths[i % 3].format(i), method=method, headers=admin_h)
+        assert resp.status_code in (404, 405)
+    after = _series(client.get("/metrics", headers=admin_h).get_data(as_text=True))
+    assert after == before
+    assert 'method="other",route="unmatched",status="404"' in "".join(after)
+    assert not any("XAAA" in line or "/no/such" in line for line in after)
 
 
 @pytest.mark.e2e

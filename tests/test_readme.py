@@ -1,10 +1,15 @@
-"""The README documents every setting and the two set-up commands."""
+"""The README documents every setting and the two set-up commands; its examples run."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from app.config import SETTINGS
+from tests.e2e.conftest import start_server
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -16,3 +21,36 @@ def test_every_setting_is_in_the_readme_table() -> None:
 
 def test_readme_gives_the_two_commands() -> None:
     assert "make run" in README and "make test" in README
+
+
+def _sh_block_after(heading: str) -> str:
+    start = README.index("```sh\n", README.index(heading)) + len("```sh\n")
+    return README[start : README.index("```", start)]
+
+
+@pytest.mark.e2e
+def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
+    """Every command of "Using the API", pasted with the first token and this server's URL."""
+    srv = start_server(tmp_path, workers=1)
+    try:
+        secret = re.search(r"^\s+(pm_\S+)$", srv.log(), re.M)
+        assert secret, srv.log()
+        script = _sh_block_after("## Using the API")
+        script = script.replace("pm_...", secret.group(1))
+        script = script.replace("http://127.0.0.1:8000", srv.url)
+        work = tmp_path / "work"
+        work.mkdir()
+        run = subprocess.run(
+            ["bash", "-c", "set -eu\n" + script],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        srv.stop()
+    assert run.returncode == 0, run.stderr
+    # The artifact went up with the example's bytes and came back down the same.
+    downloaded = (work / "test.log").read_bytes()
+    assert downloaded.startswith(b"collected ")
+    assert f'"size":{len(downloaded)}' in run.stdout

@@ -13,9 +13,13 @@ from werkzeug.exceptions import ClientDisconnected
 from ..errors import ApiError, validation_error
 from ..schemas.common import load
 from ..storage import InvalidName
+from ..storage.interface import StorageBackend
 from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
 
 MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 20
+_UNSIGNED_INT = re.compile(rf"[0-9]{{1,{MAX_INT_DIGITS}}}")
+_SIGNED_INT = re.compile(rf"-?[0-9]{{1,{MAX_INT_DIGITS}}}")
 _CONTENT_TYPE_RE = re.compile(
     r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?"
 )
@@ -38,6 +42,12 @@ def _depth(value: Any, limit: int) -> int:
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
     return deepest
+
+
+def storage() -> StorageBackend:
+    """The storage backend the app was built with (app/storage/interface.py)."""
+    found: StorageBackend = current_app.extensions["storage"]
+    return found
 
 
 def json_body(schema: Schema) -> Any:
@@ -74,16 +84,28 @@ def path_task_id(value: str) -> str:
         ) from None
 
 
+def strict_int(raw: str, *, signed: bool = False) -> int | None:
+    """Parse ``raw`` as ASCII digits (a leading '-' only when ``signed``); None if it is not.
+
+    The one integer parser of the query and path parameters. ``str.isdigit`` and ``int`` accept
+    what no client means: '²' (isdigit, then a ValueError in int), '٥٠' (50), ' 5', '+5', '1_0'.
+    At most MAX_INT_DIGITS digits, so a huge string costs nothing to refuse.
+    """
+    if (_SIGNED_INT if signed else _UNSIGNED_INT).fullmatch(raw) is None:
+        return None
+    return int(raw)
+
+
 def path_turn(value: str) -> int:
-    digits = value.lstrip("0") or "0"
-    if not value.isascii() or not value.isdigit() or len(digits) > 4 or int(digits) > MAX_TURN:
+    turn = strict_int(value)
+    if turn is None or turn > MAX_TURN:
         raise validation_error(
             ["path", "turn"],
             f"Input should be an integer between 0 and {MAX_TURN}",
             "int_parsing",
             value[:200],
         )
-    return int(digits)
+    return turn
 
 
 def path_artifact_name(value: str) -> str:
@@ -96,20 +118,21 @@ def path_artifact_name(value: str) -> str:
 
 
 def query_int(name: str, default: int, low: int, high: int) -> int:
+    """Read query parameter ``name`` as an integer in ``low..high`` (else 422)."""
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.lstrip("-").isdigit() or len(raw) > 12:
+    value = strict_int(raw, signed=low < 0)
+    if value is None:
         raise validation_error(
             ["query", name], "Input should be a valid integer", "int_parsing", raw[:200]
         )
-    value = int(raw)
     if not low <= value <= high:
         raise validation_error(
             ["query", name],
             f"Input should be between {low} and {high}",
             "value_error",
-            value,
+            raw,  # as sent: a 20-digit value is beyond what the JSON encoder takes as an int
             ge=low,
             le=high,
         )
@@ -151,6 +174,26 @@ class _ExactBody:
 def body_stream() -> Any:
     """The raw request body as a stream; a body shorter than its Content-Length is a 400."""
     return _ExactBody(request.stream, request.content_length)
+
+
+_ENTITY_TAG = re.compile(r'\s*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)')
+
+
+def not_modified(etag: str) -> bool:
+    """Tell whether ``If-None-Match`` names ``etag`` or holds ``*`` (a GET then answers 304).
+
+    Weak comparison (RFC 9110 13.1.2): ``W/"x"`` matches ``"x"``. The header is a list of entity
+    tags (which may contain commas inside their quotes); members that are not entity tags are
+    skipped.
+    """
+    value = request.headers.get("If-None-Match")
+    if not value:
+        return False
+    current = etag.removeprefix("W/")
+    return any(
+        tag == "*" or tag.removeprefix("W/") == current
+        for tag in (m.group(1) for m in _ENTITY_TAG.finditer(value))
+    )
 
 
 def if_match() -> str | None:

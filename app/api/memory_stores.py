@@ -14,15 +14,17 @@ from marshmallow import Schema
 
 from ..auth import current_principal, require_principal
 from ..errors import ApiError
+from ..permissions import only_owner, require_redact
 from ..schemas import memory_stores as s
 from ..storage.clock import to_us
+from ..storage.interface import StoreBackend
+from ..storage.layout import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
 from ..storage.memstores import (
     MemoryPrefix,
-    MemoryStoreEngine,
     Page,
     VersionFilter,
 )
-from .common import json_body
+from .common import json_body, storage, strict_int
 from .docs import doc
 
 PREFIX = "/v1/memory_stores"
@@ -30,12 +32,12 @@ TAGS = ["memory-stores"]
 bp = Blueprint("memory_stores", __name__, url_prefix=PREFIX)
 
 
-def _path_param(name: str, prefix: str) -> dict[str, Any]:
+def _path_param(name: str, pattern: str) -> dict[str, Any]:
     return {
         "name": name,
         "in": "path",
         "required": True,
-        "schema": {"type": "string", "pattern": f"^{prefix}_[0-9A-HJKMNP-TV-Z]{{26}}$"},
+        "schema": {"type": "string", "pattern": f"^{pattern}$"},
     }
 
 
@@ -46,9 +48,9 @@ def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str
     return param
 
 
-STORE_ID = _path_param("memory_store_id", "memstore")
-MEMORY_ID = _path_param("memory_id", "mem")
-VERSION_ID = _path_param("memory_version_id", "memver")
+STORE_ID = _path_param("memory_store_id", STORE_ID_PATTERN)
+MEMORY_ID = _path_param("memory_id", MEMORY_ID_PATTERN)
+VERSION_ID = _path_param("memory_version_id", VERSION_ID_PATTERN)
 LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
 PAGE = _query("page", {"type": "string"}, "The next_page value of the previous response.")
 CREATED_RANGE = [
@@ -104,9 +106,8 @@ def _no_retry_on_conflict(response: Response) -> Response:
 
 
 # -- request helpers -----------------------------------------------------------------------
-def engine() -> MemoryStoreEngine:
-    found: MemoryStoreEngine = current_app.extensions["memory_stores"]
-    return found
+def engine() -> StoreBackend:
+    return storage().stores
 
 
 def _bad_query(name: str, message: str) -> ApiError:
@@ -114,12 +115,13 @@ def _bad_query(name: str, message: str) -> ApiError:
 
 
 def _query_int(name: str, default: int, allowed: range) -> int:
+    """Read query parameter ``name`` as an integer in ``allowed`` (else 400)."""
     raw = request.args.get(name)
     if raw is None:
         return default
-    if not raw.isascii() or not raw.strip().lstrip("-").isdigit() or len(raw) > 12:
+    value = strict_int(raw, signed=allowed.start < 0)
+    if value is None:
         raise _bad_query(name, "must be an integer")
-    value = int(raw)
     if value not in allowed:
         raise _bad_query(name, f"must be between {allowed.start} and {allowed.stop - 1}")
     return value
@@ -196,11 +198,13 @@ def _memory_page(page: Page) -> dict[str, Any]:
 def create_memory_store() -> Response:
     """Create a memory store"""
     data = json_body(store_create_in)
+    principal = current_principal()
     store = engine().create_store(
-        current_principal().scope,
+        principal.scope,
         name=data["name"],
         description=data.get("description") or "",
         metadata=data.get("metadata") or {},
+        creator=principal.token.id,
     )
     return _json(store_out.dump(store))
 
@@ -244,14 +248,19 @@ def get_memory_store(memory_store_id: str) -> Response:
     tags=TAGS,
 )
 def update_memory_store(memory_store_id: str) -> Response:
-    """Update a memory store's name, description or metadata (a patch)"""
+    """Update a memory store's name, description or metadata (a patch)
+
+    Its creator, or a project_admin and above (403 otherwise).
+    """
     data = json_body(store_update_in)
+    principal = current_principal()
     store = engine().update_store(
-        current_principal().scope,
+        principal.scope,
         memory_store_id,
         name=data.get("name"),
         description=data.get("description"),
         metadata=data.get("metadata"),
+        only_creator=only_owner(principal),
     )
     return _json(store_out.dump(store))
 
@@ -259,17 +268,29 @@ def update_memory_store(memory_store_id: str) -> Response:
 @bp.delete("/<memory_store_id>")
 @doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **ERRORS}, tags=TAGS)
 def delete_memory_store(memory_store_id: str) -> Response:
-    """Delete a memory store with all its memories and versions"""
-    deleted = engine().delete_store(current_principal().scope, memory_store_id)
+    """Delete a memory store with all its memories and versions
+
+    Its creator, or a project_admin and above (403 otherwise).
+    """
+    principal = current_principal()
+    deleted = engine().delete_store(
+        principal.scope, memory_store_id, only_creator=only_owner(principal)
+    )
     return _json(deleted_store_out.dump(deleted))
 
 
 @bp.post("/<memory_store_id>/archive")
 @doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
 def archive_memory_store(memory_store_id: str) -> Response:
-    """Archive a memory store (one-way; it becomes read-only)"""
+    """Archive a memory store (one-way; it becomes read-only)
+
+    Its creator, or a project_admin and above (403 otherwise).
+    """
     _optional_body(empty_in)
-    store = engine().archive_store(current_principal().scope, memory_store_id)
+    principal = current_principal()
+    store = engine().archive_store(
+        principal.scope, memory_store_id, only_creator=only_owner(principal)
+    )
     return _json(store_out.dump(store))
 
 
@@ -469,9 +490,14 @@ def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response
     tags=TAGS,
 )
 def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
-    """Redact a memory version (not the head of a live memory)"""
+    """Redact a memory version (not the head of a live memory)
+
+    A project_admin and above (403 otherwise).
+    """
     _optional_body(empty_in)
+    principal = current_principal()
+    require_redact(principal)
     version = engine().redact_version(
-        current_principal().scope, memory_store_id, memory_version_id, actor=_actor()
+        principal.scope, memory_store_id, memory_version_id, actor=_actor()
     )
     return _json(version_out.dump(version))

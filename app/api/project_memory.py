@@ -10,8 +10,11 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from ..auth import current_principal, require_principal
+from ..permissions import only_owner
 from ..schemas import project_memory as s
-from ..storage import PayloadTooLarge, TaskStore
+from ..storage import PayloadTooLarge
+from ..storage.interface import TaskBackend
+from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from ..storage.models import TurnRecord
 from .common import (
     body_stream,
@@ -19,10 +22,12 @@ from .common import (
     if_match,
     if_none_match_star,
     json_body,
+    not_modified,
     path_artifact_name,
     path_task_id,
     path_turn,
     query_int,
+    storage,
 )
 from .docs import doc
 
@@ -32,22 +37,22 @@ TASK_ID = {
     "name": "task_id",
     "in": "path",
     "required": True,
-    "description": "Task id: [A-Za-z0-9][A-Za-z0-9._-]{0,127}",
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},
+    "description": f"Task id: {ID_PATTERN}",
+    "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
 }
 TURN = {
     "name": "turn",
     "in": "path",
     "required": True,
-    "description": "Turn number (stored zero-padded, 0000-9999)",
-    "schema": {"type": "integer", "minimum": 0, "maximum": 9999},
+    "description": f"Turn number (stored zero-padded, 0000-{MAX_TURN})",
+    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TURN},
 }
 NAME = {
     "name": "name",
     "in": "path",
     "required": True,
-    "description": "Artifact name: [A-Za-z0-9._-]{1,128}",
-    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"},
+    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN}",
+    "schema": {"type": "string", "pattern": f"^{ARTIFACT_NAME_PATTERN}$"},
 }
 CONDITIONAL = [
     {
@@ -98,9 +103,8 @@ def _authenticate() -> None:
     require_principal()
 
 
-def store() -> TaskStore:
-    task_store: TaskStore = current_app.extensions["task_store"]
-    return task_store
+def store() -> TaskBackend:
+    return storage().tasks
 
 
 def turn_json(record: TurnRecord) -> dict[str, Any]:
@@ -125,6 +129,13 @@ def turn_json(record: TurnRecord) -> dict[str, Any]:
         "updated_at": record.updated_at,
         "retain_until": record.retain_until,
     }
+
+
+def _not_modified(etag: str) -> Response:
+    """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
+    response = Response(status=304)
+    response.headers["ETag"] = etag
+    return response
 
 
 def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -200,8 +211,7 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     """Delete a task's memory (owner, or project_admin and above)"""
     task_id = path_task_id(task_id)
     principal = current_principal()
-    only_owner = None if principal.at_least("project_admin") else principal.token.id
-    store().delete_task(principal.scope, task_id, only_owner=only_owner)
+    store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
     return Response(status=204)
 
 
@@ -219,12 +229,14 @@ def get_task(task_id: str) -> ResponseReturnValue:
 @bp.get("/tasks/<task_id>/turns/<turn>")
 @doc(
     params=[TASK_ID, TURN],
-    responses={200: s.TurnRecord, 404: "HTTPError", **ERRORS},
+    responses={200: s.TurnRecord, 304: None, 404: "HTTPError", **ERRORS},
     headers=ETAG_HEADER,
 )
 def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """One turn: meta, summary, artifact list"""
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
+    if not_modified(record.etag):
+        return _not_modified(record.etag)
     return _json(turn_json(record), headers={"ETag": record.etag})
 
 
@@ -269,6 +281,11 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     )
+    # Decided here by the rule GET turn follows: werkzeug reads 'If-None-Match: "x", *' as
+    # matching nothing and an unquoted value as an entity tag.
+    if not_modified(opened.info.etag):
+        opened.file.close()
+        return _not_modified(opened.info.etag)
     response = Response(
         wrap_file(request.environ, opened.file),
         content_type=opened.info.content_type,
@@ -281,9 +298,8 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
     disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
     response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
-    return response.make_conditional(
-        request.environ, accept_ranges=True, complete_length=opened.size
-    )
+    environ = {k: v for k, v in request.environ.items() if k != "HTTP_IF_NONE_MATCH"}
+    return response.make_conditional(environ, accept_ranges=True, complete_length=opened.size)
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")

@@ -20,19 +20,12 @@ def healthz() -> ResponseReturnValue:
 @bp.get("/readyz")
 def readyz() -> ResponseReturnValue:
     """Storage root is writable and locks are usable"""
-    store = current_app.extensions["task_store"]
-    ok, detail = store_ready(store)
+    ok, detail = current_app.extensions["storage"].ready()
     response = current_app.json.response(
         {"status": "ok" if ok else "unavailable", "detail": detail}
     )
     response.status_code = 200 if ok else 503
     return response
-
-
-def store_ready(store: object) -> tuple[bool, str]:
-    from ..storage.readiness import check_ready
-
-    return check_ready(store)  # type: ignore[arg-type]
 
 
 @bp.get("/sandbox/memory/v1/openapi.yaml")

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from ..storage.memstores.rules import is_store_id, slugify
 from .http import ApiError, StoreClient, TransportError
+from .names import is_store_id, slugify
 from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
 
 log = logging.getLogger("project_memory.mount")
@@ -52,6 +52,16 @@ def _parser() -> argparse.ArgumentParser:
         "--token",
         default=os.environ.get("PROJECT_MEMORY_TOKEN"),
         help="API token (better: PROJECT_MEMORY_TOKEN, which `ps` does not show)",
+    )
+    mount.add_argument(
+        "--tenant",
+        default=os.environ.get("PROJECT_MEMORY_TENANT"),
+        help="the stores' tenant, for a token that covers several (or PROJECT_MEMORY_TENANT)",
+    )
+    mount.add_argument(
+        "--project",
+        default=os.environ.get("PROJECT_MEMORY_PROJECT"),
+        help="the stores' project, for a token that covers several (or PROJECT_MEMORY_PROJECT)",
     )
     mount.add_argument(
         "--store",
@@ -117,10 +127,17 @@ def mount(args: argparse.Namespace) -> int:
     if bad:
         log.error("not a memory store id: %s", ", ".join(bad))
         return 2
-    client = StoreClient(args.server, args.token)
+    client = StoreClient(args.server, args.token, tenant=args.tenant, project=args.project)
     try:
         syncs = _prepare(client, args)
-    except (MountError, ApiError, TransportError, OSError) as exc:
+    except ApiError as exc:
+        hint = ""
+        if exc.status == 404 and not (args.tenant or args.project):
+            hint = " (a store of another project? name it with --tenant/--project)"
+        log.error("cannot mount: %s%s", exc, hint)
+        client.close()
+        return 2
+    except (MountError, TransportError, OSError) as exc:
         log.error("cannot mount: %s", exc)
         client.close()
         return 2

@@ -31,16 +31,36 @@ class ApiError(Exception):
         self.message = message
 
 
-class StoreClient:
-    """One server, one credential; ``calls`` counts requests by kind (for logs and tests)."""
+TENANT_HEADER = "X-Sandbox-Tenant-Id"
+PROJECT_HEADER = "X-Sandbox-Project-Id"
 
-    def __init__(self, server: str, token: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+
+class StoreClient:
+    """One server, one credential; ``calls`` counts requests by kind (for logs and tests).
+
+    ``tenant`` and ``project`` name the scope for a token that covers several (an admin or
+    tenant_admin token); without them the server uses the token's own.
+    """
+
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        tenant: str | None = None,
+        project: str | None = None,
+    ) -> None:
         self.base = server.rstrip("/") + "/v1/memory_stores"
         self.timeout = timeout
         self.session = requests.Session()
         self.session.headers.update(
             {"Authorization": f"Bearer {token}", "User-Agent": "project-memory-mount/1"}
         )
+        if tenant:
+            self.session.headers[TENANT_HEADER] = tenant
+        if project:
+            self.session.headers[PROJECT_HEADER] = project
         self.calls: Counter[str] = Counter()
 
     def close(self) -> None:

@@ -9,8 +9,9 @@ at the last sync (B, the baseline, kept in a state file) and the server's
 * only L moved: the local change is uploaded (update on a ``content_sha256`` precondition,
   or create); a local delete is sent only once the file has stayed missing for
   ``delete_delay`` seconds.
-* both moved: the server wins and a warning is logged; except a remote delete of a file
-  with an unsynced local edit, which re-creates the memory from the local file.
+* both moved: the server wins and a warning is logged, naming the copy of the local
+  version kept in the state folder; except a remote delete of a file with an unsynced
+  local edit, which re-creates the memory from the local file.
 
 The store directory carries a marker naming the store; without it nothing is synced. A
 folder whose synced files are all gone is a wipe, never propagated: it is restored.
@@ -24,22 +25,25 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ..storage.atomic import write_atomic  # plain Python: no Flask comes with it
-from ..storage.layout import TMP_PREFIX  # the server refuses memory paths with this prefix
 from .http import ApiError, StoreClient, TransportError
+from .names import TMP_PREFIX
 
 log = logging.getLogger("project_memory.mount")
 
 MARKER = ".anthropic-memory-store"  # the name and content the official workers use
 STATE_DIR = ".project-memory"
+CONFLICTS_DIR = "conflicts"  # under STATE_DIR: local versions that lost, never synced
+MAX_NAME_BYTES = 255  # NAME_MAX of ext4, xfs, btrfs
 DELETE_DELAY = 30.0
 MAX_UPLOAD_BYTES = 1024 * 1024  # bigger files are refused without sending them
 BULK_DOWNLOADS = 20  # more files to write than this: one view=full listing, 20 a page
@@ -123,6 +127,8 @@ class StoreSync:
         self.store_id = store_id
         self.folder = folder
         self.state_file = state_file
+        # Beside the state file, outside the store folder: a kept copy is never uploaded.
+        self.conflicts = state_file.parent / CONFLICTS_DIR / store_id
         self.read_only = read_only
         self.deletions = deletions
         self.delete_delay = delete_delay
@@ -279,7 +285,7 @@ class StoreSync:
             return report
         try:
             remote_items = self.client.list_memories(self.store_id, deadline=deadline)
-            remote = {m["path"]: m for m in remote_items if m["path"] != "/" + MARKER}
+            remote = self._holdable(remote_items)
             local, unusable = self._scan()
             for rel in unusable:
                 self._once(
@@ -346,6 +352,34 @@ class StoreSync:
             log.info("%s sync done: %s", self._tag(), json.dumps(report.actions, sort_keys=True))
         return report
 
+    def _holdable(self, items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The server's memories by path, less those no local file can hold (logged once).
+
+        This server refuses such paths, but a sync must not stop for one odd entry of
+        another server (or a future one): that memory is skipped, the others are synced.
+        """
+        remote: dict[str, dict[str, Any]] = {}
+        for memory in items:
+            path = memory.get("path")
+            why = unholdable(path)
+            if why is None and not all(
+                isinstance(memory.get(k), str) for k in ("id", "content_sha256")
+            ):
+                why = "the listing entry has no id or content_sha256"
+            if why is not None:
+                self._once(
+                    ("unholdable", repr(path)),
+                    logging.WARNING,
+                    "skipping the server's memory %r: %s",
+                    path,
+                    why,
+                )
+                continue
+            assert isinstance(path, str)
+            if path != "/" + MARKER:
+                remote[path] = memory
+        return remote
+
     def _prefetch(
         self, plan: list[tuple[str, Action, Any, Any, Any]], deadline: float | None
     ) -> None:
@@ -378,18 +412,52 @@ class StoreSync:
                 self.baseline[path] = {"id": remote["id"], "sha": remote["content_sha256"]}
             self.refused.pop(path, None)
             return True
-        if action in (Action.DOWNLOAD, Action.CONFLICT):
+        if action is Action.DOWNLOAD:
             assert remote is not None
-            if action is Action.CONFLICT:
-                log.warning(
-                    "%s conflict on %s: changed here and on the server; keeping the server's"
-                    " version",
-                    self._tag(),
-                    path,
-                )
             return self._download(path, local, remote, deadline)
+        if action is Action.CONFLICT and local is None:
+            assert remote is not None
+            log.warning(
+                "%s conflict on %s: deleted here, changed on the server; keeping the server's"
+                " version",
+                self._tag(),
+                path,
+            )
+            return self._download(path, local, remote, deadline)
+        if action is Action.CONFLICT:
+            assert remote is not None and local is not None
+            kept = self._keep_local(path, local)
+            if kept is None:
+                log.info("%s %s changed while syncing: deciding again next sync", self._tag(), path)
+                return False
+            if not self._download(path, local, remote, deadline):
+                _remove_kept(kept, self.conflicts)
+                return False
+            log.warning(
+                "%s conflict on %s: changed here and on the server; keeping the server's"
+                " version; the local version is kept in %s",
+                self._tag(),
+                path,
+                kept,
+            )
+            return True
         if action is Action.REMOVE_LOCAL:
-            return self._remove_local(path, local)
+            edited = local is not None and (base is None or base["sha"] != local.sha)
+            if not edited:
+                return self._remove_local(path, local)
+            assert local is not None
+            kept = self._keep_local(path, local)
+            if kept is None or not self._remove_local(path, local):
+                if kept is not None:
+                    _remove_kept(kept, self.conflicts)
+                return False
+            log.warning(
+                "%s %s was deleted on the server; the local edits are kept in %s",
+                self._tag(),
+                path,
+                kept,
+            )
+            return True
         if action is Action.IGNORE_LOCAL:
             self._once(
                 ("read_only", path, local.sha if local else ""),
@@ -415,6 +483,22 @@ class StoreSync:
         assert remote is not None
         return self._upload(path, local, remote, deadline)
 
+    def _keep_local(self, path: str, local: _Local) -> Path | None:
+        """Copy the local version that is about to lose into the state folder.
+
+        None when the file changed since the scan (the next sync decides again).
+        """
+        data = local.data
+        if data is None:
+            data = _read_nofollow(self._local_path(path))
+        if data is None or hashlib.sha256(data).hexdigest() != local.sha:
+            return None
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        kept = self.conflicts / stamp / path.lstrip("/")
+        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomic(kept, data)
+        return kept
+
     # -- downloads ---------------------------------------------------------------------
     def _download(
         self, path: str, local: _Local | None, remote: dict[str, Any], deadline: float | None
@@ -432,13 +516,13 @@ class StoreSync:
             written = replace_file(
                 self.folder, path, data, expected_sha=local.sha if local else None
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self._once(
                 ("write", path, memory["content_sha256"]),
                 logging.WARNING,
                 "cannot write %s here (%s): skipped",
                 path,
-                exc.strerror or exc,
+                getattr(exc, "strerror", None) or exc,
             )
             return False
         if not written:
@@ -595,6 +679,69 @@ class StoreSync:
 
 
 # -- files -------------------------------------------------------------------------------
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: readers see the old file or the new one, never a mix.
+
+    Temp file in the same directory, fsync, rename, fsync the directory; the temp file is
+    removed on any failure.
+    """
+    tmp = path.parent / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unholdable(path: object) -> str | None:
+    """Why no local file can hold the memory at ``path``; None when one can."""
+    if not isinstance(path, str):
+        return "its path is not a string"
+    if not path.startswith("/"):
+        return "its path does not start with /"
+    if "\x00" in path:
+        return "its path contains a NUL"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its path is not valid UTF-8"
+    for segment in path[1:].split("/"):
+        if segment in ("", ".", ".."):
+            return "its path has an empty, . or .. segment"
+        if segment.startswith(TMP_PREFIX):
+            return f"a name starting with {TMP_PREFIX!r} is a temp file here"
+        if len(segment.encode("utf-8")) > MAX_NAME_BYTES:
+            return f"a name is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def _remove_kept(kept: Path, top: Path) -> None:
+    """Drop a kept copy that turned out not to be needed, and the folders it empties."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(kept)
+    parent = kept.parent
+    while parent != top and top in parent.parents:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break
+        parent = parent.parent
+
+
 def _read_nofollow(path: Path) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)

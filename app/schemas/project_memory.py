@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import INCLUDE, RAISE, Schema, fields, post_load
-from marshmallow import ValidationError as MarshmallowError
+from marshmallow import (
+    INCLUDE,
+    RAISE,
+    Schema,
+    ValidationError as MarshmallowError,
+    fields,
+    post_load,
+)
 
 from ..storage import MAX_SUMMARY_BYTES
 from .common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue

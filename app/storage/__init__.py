@@ -1,47 +1,73 @@
-"""The storage engine: plain Python over a filesystem tree. No Flask in here."""
+"""The storage engine: plain Python over a filesystem tree. No Flask in here.
+
+Names load on first use: a client-side module (the mount client's use of the memory rules)
+imports ``app.storage`` without the server's dependencies (ulid, filelock, orjson).
+"""
 
 from __future__ import annotations
 
-from .clock import Clock, system_clock
-from .errors import (
-    Conflict,
-    Corrupt,
-    InsufficientStorage,
-    InvalidName,
-    LockTimeout,
-    NotFound,
-    NotOwner,
-    PayloadTooLarge,
-    PreconditionFailed,
-    StorageError,
-    UnsafePath,
-)
-from .layout import Layout, Scope
-from .models import ArtifactInfo, ArtifactStream, TaskIndex, TaskPage, TaskSummary, TurnRecord
-from .tasks import MAX_SUMMARY_BYTES, TaskStore
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "MAX_SUMMARY_BYTES",
-    "ArtifactInfo",
-    "ArtifactStream",
-    "Clock",
-    "Conflict",
-    "Corrupt",
-    "InsufficientStorage",
-    "InvalidName",
-    "Layout",
-    "LockTimeout",
-    "NotFound",
-    "NotOwner",
-    "PayloadTooLarge",
-    "PreconditionFailed",
-    "Scope",
-    "StorageError",
-    "TaskIndex",
-    "TaskPage",
-    "TaskSummary",
-    "TaskStore",
-    "TurnRecord",
-    "UnsafePath",
-    "system_clock",
-]
+if TYPE_CHECKING:
+    from .clock import Clock as Clock, system_clock as system_clock
+    from .errors import (
+        Conflict as Conflict,
+        Corrupt as Corrupt,
+        InsufficientStorage as InsufficientStorage,
+        InvalidName as InvalidName,
+        LockTimeout as LockTimeout,
+        NotFound as NotFound,
+        NotOwner as NotOwner,
+        PayloadTooLarge as PayloadTooLarge,
+        PreconditionFailed as PreconditionFailed,
+        StorageError as StorageError,
+        UnsafePath as UnsafePath,
+    )
+    from .layout import Layout as Layout, Scope as Scope
+    from .models import (
+        ArtifactInfo as ArtifactInfo,
+        ArtifactStream as ArtifactStream,
+        TaskIndex as TaskIndex,
+        TaskPage as TaskPage,
+        TaskSummary as TaskSummary,
+        TurnRecord as TurnRecord,
+    )
+    from .tasks import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES, TaskStore as TaskStore
+
+_EXPORTS = {
+    "Clock": ".clock",
+    "system_clock": ".clock",
+    "Layout": ".layout",
+    "Scope": ".layout",
+    "MAX_SUMMARY_BYTES": ".tasks",
+    "TaskStore": ".tasks",
+    **dict.fromkeys(
+        (
+            "Conflict",
+            "Corrupt",
+            "InsufficientStorage",
+            "InvalidName",
+            "LockTimeout",
+            "NotFound",
+            "NotOwner",
+            "PayloadTooLarge",
+            "PreconditionFailed",
+            "StorageError",
+            "UnsafePath",
+        ),
+        ".errors",
+    ),
+    **dict.fromkeys(
+        ("ArtifactInfo", "ArtifactStream", "TaskIndex", "TaskPage", "TaskSummary", "TurnRecord"),
+        ".models",
+    ),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

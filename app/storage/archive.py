@@ -50,9 +50,9 @@ from .layout import (
     Scope,
     turn_dirname,
 )
-from .locks import locked
 from .records import read_turn, turn_dirs, turn_from_json
 from .tasks import TaskStore
+from .txn import Key
 
 FORMAT = "project-memory-export"
 FORMAT_VERSION = 1
@@ -128,9 +128,7 @@ def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[s
     """
     task_dir = store.layout.task_dir(scope, task_id)
     opened: list[tuple[str, IO[bytes]]] = []
-    with locked(
-        store.layout.check_inside(store.layout.task_lock(scope, task_id)), store.lock_timeout
-    ):
+    with store.txns.locked(Key(scope, task_id)):
         try:
             for name in (TASK_RECORD, TASK_INDEX):
                 fh = _open_below(store, task_dir / name)
@@ -405,12 +403,12 @@ def _publish(
     """Move one staged task into place under its lock; return what went to the trash."""
     task_dir = store.layout.task_dir(scope, task_id)
     trashed: list[Path] = []
-    with store._task_txn(scope, task_id) as txn:
+    with store.transaction(scope, task_id) as txn:
         if task_dir.exists():
             if not overwrite:
                 raise ArchiveError(f"task {task_id} appeared during the import; not replaced")
             txn.begin()
-            trashed.append(store._trash(task_dir))
+            trashed.append(store.trash(task_dir))
         txn.begin()
         os.rename(staged, task_dir)
         fsync_dir(task_dir.parent)

@@ -47,7 +47,6 @@ from .layout import (
     validate_id,
 )
 from .listing import DigestRow, Listing, TurnRow
-from .locks import clear_dirty, is_dirty, locked
 from .models import FsckReport, TurnRecord
 from .noatime import open_noatime, read_all, sha256_file
 from .records import (
@@ -62,6 +61,7 @@ from .records import (
 )
 from .tasks import TaskStore
 from .tree import Entry, Tree
+from .txn import Key
 
 LOST_FOUND = ".lost+found"
 DEFAULT_GRACE = timedelta(minutes=10)
@@ -291,10 +291,8 @@ class _Fsck:
 
     # -- one task, under its lock ------------------------------------------------------------
     def task_locked(self, scope: Scope, task_id: str) -> AbstractContextManager[None]:
-        # check_inside: locked() creates the lock's parents, which a linked .locks would
-        # put outside the root.
-        lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
-        return locked(lock, self.store.lock_timeout)
+        # A write a dead writer left in flight is reported (and repaired) by the check.
+        return self.store.txns.locked(Key(scope, task_id), repair=False)
 
     def task(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         self.visited.add((scope.tenant, scope.project, task_id))
@@ -319,7 +317,7 @@ class _Fsck:
             if index is not None:
                 write_json(task_dir / TASK_INDEX, index)
         self.store.repair_task(scope, task_id)
-        clear_dirty(self.layout.task_dirty_marker(scope, task_id))
+        self.store.txns.settle(Key(scope, task_id))
 
     def _task_locked(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         task_dir = self.layout.task_dir(scope, task_id)
@@ -327,11 +325,10 @@ class _Fsck:
             return None
         rel = self.rel(task_dir)
         rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
-        marker = self.layout.task_dirty_marker(scope, task_id)
-        if is_dirty(marker):
+        if self.store.txns.is_pending(Key(scope, task_id)):
             # Before anything collects temp files: the dead writer's kept copy of a committed
             # artifact (.~tmp-prev-*) is a temp file, and the rebuild puts it back in place.
-            self.fault(f"{rel}: dirty flag left by a writer that died mid-write", rebuild)
+            self.fault(f"{rel}: write in flight left by a writer that died", rebuild)
         records: list[TurnRecord] = []
         for entry in self.entries(task_dir):
             if self.common(entry):
@@ -561,7 +558,7 @@ class _Fsck:
 
     # -- lock tree ---------------------------------------------------------------------------
     def locks(self) -> None:
-        """Report links in the lock tree and repair tasks whose dirty flag outlived them."""
+        """Report links in the lock tree; repair writes left in flight on tasks that are gone."""
         base = self.layout.locks_dir()
         try:
             steps = list(self.tree.walk(base))
@@ -571,26 +568,17 @@ class _Fsck:
             for entry in step.entries:
                 if entry.is_link:
                     self.symlink(entry.path)
-                elif entry.is_file and step.path.name == "tasks":
-                    self.orphan_dirty_flag(base, entry.path)
-
-    def orphan_dirty_flag(self, base: Path, path: Path) -> None:
-        """Repair a task whose dirty flag was set by a writer that died, if fsck has not
-        visited it (its directory is gone)."""
-        name = path.name
-        parts = path.relative_to(base).parts
-        if not name.endswith(".dirty") or len(parts) != 4 or not all(is_id(p) for p in parts[:2]):
-            return
-        task_id = name[: -len(".dirty")]
-        if not is_id(task_id) or (parts[0], parts[1], task_id) in self.visited:
-            return
-        scope = Scope(parts[0], parts[1])
-        with self.task_locked(scope, task_id):
-            if is_dirty(path):
-                self.fault(
-                    f"{self.rel(path)}: dirty flag of a task that is gone",
-                    partial(self._rebuild, scope, task_id),
-                )
+        txns = self.store.txns
+        for _, key in txns.journal.pending():
+            if (key.scope.tenant, key.scope.project, key.id) in self.visited:
+                continue
+            with txns.locked(key, repair=False):
+                if txns.is_pending(key):
+                    self.fault(
+                        f"{key.scope.tenant}/{key.scope.project}/{key.id}: write in flight"
+                        " left by a writer that died, on a task that is gone",
+                        partial(self._rebuild, key.scope, key.id),
+                    )
 
     def only_temp_files(self, directory: Path) -> bool:
         """True when ``directory`` holds nothing but temp files and empty directories."""

@@ -9,8 +9,16 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/<tenant>/<project>/<task>/index.json           derived task index
     <root>/<tenant>/<project>/_project.md                 derived digest
     <root>/<tenant>/<project>/_listing.sqlite3            derived listing index (WAL)
-    <root>/.locks/...                                     lock side files, never deleted
+    <root>/<tenant>/<project>/_stores/<store_id>/         a memory store (memstores/)
+        store.json                                        record: name, description, ...
+        versions/<version_id>.json                        records: one per version
+        memories/<path>                                   derived: each live memory's content
+        index.sqlite3                                     derived: the store's index (WAL)
+    <root>/.locks/_tasks/NNNN.lock, _stores/NNNN.lock     lock stripes, never deleted
+    <root>/.locks/_tasks.inflight, _stores.inflight       the write in flight on each stripe
+    <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
     <root>/.trash/                                        deletions in progress
+    <root>/.cursor-key                                    signs list cursors (app/storage/cursor.py)
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
 
 Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
@@ -24,6 +32,7 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -36,9 +45,16 @@ from .tree import Tree
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 MAX_TURN = 9999
+_ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
+STORE_ID_PATTERN = rf"memstore_{_ULID}"
+MEMORY_ID_PATTERN = rf"mem_{_ULID}"
+VERSION_ID_PATTERN = rf"memver_{_ULID}"
 
 _ID_RE = re.compile(ID_PATTERN)
 _ARTIFACT_RE = re.compile(ARTIFACT_NAME_PATTERN)
+STORE_ID_RE = re.compile(STORE_ID_PATTERN)
+MEMORY_ID_RE = re.compile(MEMORY_ID_PATTERN)
+VERSION_ID_RE = re.compile(VERSION_ID_PATTERN)
 
 TASK_RECORD = "task.json"
 TURN_META = "meta.json"
@@ -47,10 +63,21 @@ ARTIFACTS_DIR = "artifacts"
 TASK_INDEX = "index.json"
 PROJECT_DIGEST = "_project.md"
 PROJECT_LISTING = "_listing.sqlite3"
+STORES_DIR = "_stores"
+STORE_RECORD = "store.json"
+VERSIONS_DIR = "versions"
+MEMORIES_DIR = "memories"
+STORE_INDEX = "index.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
+CURSOR_KEY = ".cursor-key"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
+# Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
+# never meet the per-project lock directories beside them.
+TASK_LOCKS = "_tasks"
+STORE_LOCKS = "_stores"
+LOCK_STRIPES = 1024
 # ASCII digits only: \d would also match ٠١٢٣, and such a turn could never be addressed.
 TURN_DIR_RE = re.compile(r"([0-9]{4})-turn")
 
@@ -94,6 +121,14 @@ def validate_turn(value: object) -> int:
     if not 0 <= value <= MAX_TURN:
         raise InvalidName("turn", value, f"must be between 0 and {MAX_TURN}")
     return value
+
+
+def _is_id(name: str) -> bool:
+    try:
+        validate_id("id", name)
+    except InvalidName:
+        return False
+    return True
 
 
 def turn_dirname(turn: int) -> str:
@@ -158,24 +193,81 @@ class Layout:
     def artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> Path:
         return self.turn_dir(scope, task_id, turn) / ARTIFACTS_DIR / validate_artifact_name(name)
 
+    # -- memory stores -------------------------------------------------------------------
+    def stores_dir(self, scope: Scope) -> Path:
+        return self.project_dir(scope) / STORES_DIR
+
+    def store_dir(self, scope: Scope, store_id: str) -> Path:
+        if not isinstance(store_id, str) or not STORE_ID_RE.fullmatch(store_id):
+            raise InvalidName("memory_store_id", store_id, f"must match {STORE_ID_PATTERN}")
+        return self.stores_dir(scope) / store_id
+
+    @staticmethod
+    def store_record(store_dir: Path) -> Path:
+        return store_dir / STORE_RECORD
+
+    @staticmethod
+    def versions_dir(store_dir: Path) -> Path:
+        return store_dir / VERSIONS_DIR
+
+    @staticmethod
+    def version_file(store_dir: Path, version_id: str) -> Path:
+        if not VERSION_ID_RE.fullmatch(version_id):
+            raise InvalidName("memory_version_id", version_id, f"must match {VERSION_ID_PATTERN}")
+        return store_dir / VERSIONS_DIR / f"{version_id}.json"
+
+    @staticmethod
+    def memories_dir(store_dir: Path) -> Path:
+        return store_dir / MEMORIES_DIR
+
+    @staticmethod
+    def memory_file(store_dir: Path, path: str) -> Path:
+        """The live file of the memory at ``path`` (a path the memory rules accepted)."""
+        return store_dir.joinpath(MEMORIES_DIR, *path.lstrip("/").split("/"))
+
+    @staticmethod
+    def store_index(store_dir: Path) -> Path:
+        return store_dir / STORE_INDEX
+
     # -- side trees ----------------------------------------------------------------------
     def locks_dir(self) -> Path:
         return self.root / LOCKS_DIR
 
-    def task_lock(self, scope: Scope, task_id: str) -> Path:
-        validate_id("task_id", task_id)
-        return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.lock"
+    def stripe_lock(self, kind: str, stripe: int) -> Path:
+        """One of the ``LOCK_STRIPES`` lock files of an engine (``TASK_LOCKS``, ``STORE_LOCKS``)."""
+        return self.locks_dir() / kind / f"{stripe:04d}.lock"
 
-    def task_dirty_marker(self, scope: Scope, task_id: str) -> Path:
-        """The task's dirty flag (locks.set_dirty): set while its derived files may lag."""
-        validate_id("task_id", task_id)
-        return self.locks_dir() / scope.tenant / scope.project / "tasks" / f"{task_id}.dirty"
+    def inflight(self, kind: str) -> Path:
+        """The journal of the write in flight on each lock stripe of an engine."""
+        return self.locks_dir() / f"{kind}.inflight"
 
     def project_lock(self, scope: Scope) -> Path:
         return self.locks_dir() / scope.tenant / scope.project / "project.lock"
 
     def trash_dir(self) -> Path:
         return self.root / TRASH_DIR
+
+    def cursor_key(self) -> Path:
+        return self.root / CURSOR_KEY
+
+    def projects(self, links: list[Path]) -> Iterator[Scope]:
+        """Every tenant/project directory, in name order; id-named links met on the way are
+        appended to ``links`` (never entered)."""
+        for tenant in self.tree.entries(self.root):
+            if not _is_id(tenant.name):
+                continue
+            if tenant.is_link:
+                links.append(tenant.path)
+                continue
+            if not tenant.is_dir:
+                continue
+            for project in self.tree.entries(tenant.path):
+                if not _is_id(project.name):
+                    continue
+                if project.is_link:
+                    links.append(project.path)
+                elif project.is_dir:
+                    yield Scope(tenant.name, project.name)
 
     def open_read(self, path: str) -> int | None:
         """A read-only descriptor for ``path`` below the root; None when it is absent.

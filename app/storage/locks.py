@@ -19,7 +19,6 @@ from typing import Any
 import filelock
 
 from .errors import LockTimeout
-from .noatime import open_noatime
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
@@ -122,44 +121,3 @@ def try_locked(path: Path) -> filelock.BaseFileLock | None:
     except filelock.Timeout:
         return None
     return lock
-
-
-# -- dirty flags -------------------------------------------------------------------------
-# A writer sets its lock's dirty flag before its first record write and clears it after its
-# last derived file; a flag found set means a writer died in between, and the next holder of
-# the lock rebuilds the derived files first. The flag is one byte of a file beside the lock,
-# rewritten in place and, like the lock file, never deleted: creating and unlinking a marker
-# file on every write cost an inode allocation each time, a tenth of a turn write's kernel
-# time on our bench machine (bench/README.md). An empty file (a marker left by an older
-# version, or a writer killed right after creating the file) counts as set.
-_CLEAN = b"0"
-_DIRTY = b"1"
-
-
-def _put_flag(path: Path, value: bytes, flags: int) -> None:
-    fd = os.open(path, flags | os.O_NOFOLLOW, 0o600)
-    try:
-        os.pwrite(fd, value, 0)
-    finally:
-        os.close(fd)
-
-
-def set_dirty(path: Path) -> None:
-    """Set the flag (no fsync: a power loss is covered by the startup recovery)."""
-    _put_flag(path, _DIRTY, os.O_WRONLY | os.O_CREAT)
-
-
-def clear_dirty(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):  # never set: nothing to clear
-        _put_flag(path, _CLEAN, os.O_WRONLY)
-
-
-def is_dirty(path: Path) -> bool:
-    try:
-        fd = open_noatime(path)
-    except FileNotFoundError:
-        return False
-    try:
-        return os.pread(fd, 1, 0) != _CLEAN
-    finally:
-        os.close(fd)

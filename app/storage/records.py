@@ -69,6 +69,16 @@ def read_json(path: str | Path) -> Any | None:
     return parse_json_fd(fd, path)
 
 
+def read_json_bytes(data: bytes | None, path: str | Path) -> Any | None:
+    """Parse ``data`` read from ``path`` (None: the file was absent)."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Corrupt(f"{path}: not valid JSON ({exc})") from None
+
+
 def parse_json_fd(fd: int, path: str | Path) -> Any:
     """Read and parse the open file ``fd`` (closed here); ``path`` is for the error only."""
     data = read_all(fd)

@@ -8,7 +8,7 @@ late or be killed at any point without anyone seeing a difference:
   turn re-written just before its deadline survives;
 * a turn (or a task whose turns are all gone) leaves by one rename into ``<root>/.trash/``,
   the derived files are rebuilt, and only then is the trash emptied, outside the lock;
-  a sweep killed in between leaves the dirty flag set (repaired by the next lock holder) and
+  a sweep killed in between leaves its write in flight (repaired by the next lock holder) and
   trash that the next sweep empties first;
 * two sweeps at once serialize on each task lock and the loser finds nothing left to do;
 * temp files and leftovers of writes that died (a turn directory without ``meta.json``, an
@@ -32,10 +32,10 @@ from .clock import iso_us, parse_iso_us, to_us
 from .errors import Corrupt, StorageError, UnsafePath
 from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id
 from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_DIR_RE, TURN_META, Scope
-from .locks import clear_dirty, is_dirty, locked
 from .records import read_turn, turn_dirs
 from .tasks import TaskStore
 from .tree import Entry, Tree
+from .txn import Key
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +142,11 @@ class _Sweep:
     def expired(self, task_dir: Path) -> tuple[list[Path], int]:
         """The expired turn directories of a task and how many live (or unreadable) remain."""
         gone: list[Path] = []
-        remaining = 0
+        # A turn directory swapped for a link is reported and counts as remaining: the task
+        # is never removed around something a person has to look at.
+        links = [e.path for e in self.tree.entries(task_dir) if e.is_link]
+        self.links += links
+        remaining = len(links)
         for _, turn_dir in turn_dirs(self.tree, task_dir):
             try:
                 record = read_turn(turn_dir)
@@ -179,7 +183,7 @@ class _Sweep:
     def task_locked(
         self, scope: Scope, task_id: str, task_dir: Path, trashed: list[Path]
     ) -> tuple[int, int, int]:
-        with self.store._task_txn(scope, task_id) as txn:
+        with self.store.transaction(scope, task_id) as txn:
             if not self.tree.is_dir(task_dir):
                 # A listing row without a task: bring the listing back to the records.
                 txn.begin()
@@ -196,13 +200,13 @@ class _Sweep:
             txn.begin()
             if not remaining:
                 size = self.tree.size(task_dir)
-                trashed.append(self.store._trash(task_dir))
-                self.store._listing(scope).set_task(task_id, [])
+                trashed.append(self.store.trash(task_dir))
+                self.store.listing(scope).set_task(task_id, [])
                 return len(gone), 1, size
             size = 0
             for turn_dir in gone:
                 size += self.tree.size(turn_dir)
-                trashed.append(self.store._trash(turn_dir))
+                trashed.append(self.store.trash(turn_dir))
             self.store.repair_task(scope, task_id)
             return len(gone), 0, size
 
@@ -238,7 +242,7 @@ class _Sweep:
             return
         if self.tree.lstat(project_dir / PROJECT_LISTING) is None:
             return
-        listing = self.store._listing(scope)
+        listing = self.store.listing(scope)
         after = ""
         while True:
             ids = listing.expired_task_ids(now_us=self.now_us, limit=batch, after=after)
@@ -311,15 +315,9 @@ class _Sweep:
             for path, temp in self.find_leftovers(task_dir):
                 self.drop(path, temp=temp)
             return
-        with locked(
-            self.layout.check_inside(self.layout.task_lock(scope, task_id)), self.store.lock_timeout
-        ):
-            marker = self.layout.task_dirty_marker(scope, task_id)
-            if is_dirty(marker):
-                # A writer died mid-write: its kept copy of a committed artifact is a temp
-                # file; the repair puts it back before anything collects temp files.
-                self.store.repair_task(scope, task_id)
-                clear_dirty(marker)
+        # Taking the lock repairs a write a dead writer left in flight first: its kept copy
+        # of a committed artifact is a temp file, which the repair puts back in place.
+        with self.store.txns.locked(Key(scope, task_id)):
             # Found without the lock; decided again with it, where no write is half-done.
             for path, temp in self.find_leftovers(task_dir, report=False):
                 self.drop(path, temp=temp)

@@ -1,30 +1,27 @@
 """The project-memory engine: turns, artifacts, task indexes, listing and digest.
 
-Write protocol for every task mutation, under the task lock:
+Every task mutation is a transaction on the task (app/storage/txn.py):
 
-1. set the task's dirty flag (beside its lock file, see locks.set_dirty);
+1. take the task's lock and record the write as in flight;
 2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
 3. write the derived files (``summary.md``, ``index.json``, the listing row);
-4. clear the flag.
+4. clear the in-flight record and release the lock.
 
-A writer killed between 1 and 4 leaves the flag set; the next holder of the lock sees it and
-rebuilds the task's derived files from the records before doing anything else, so a crash
-never leaves a stale index behind for long. Readers take no lock: every file they read was
-published by an atomic rename, so it is the old version or the new one.
+A writer killed between 1 and 4 leaves its write in flight; the next holder of the lock sees
+it and rebuilds the task's derived files from the records before doing anything else, so a
+crash never leaves a stale index behind for long. Readers take no lock: every file they read
+was published by an atomic rename, so it is the old version or the new one.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import hmac
 import io
 import json
 import os
-import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -41,9 +38,9 @@ from .atomic import (
     stage_stream,
     sync_pending_dirs,
     write_atomic,
-    write_new,
 )
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
+from .cursor import CursorCodec, load_key
 from .errors import (
     Conflict,
     Corrupt,
@@ -56,6 +53,7 @@ from .errors import (
 from .layout import (
     ARTIFACTS_DIR,
     TASK_INDEX,
+    TASK_LOCKS,
     TASK_RECORD,
     TMP_PREFIX,
     TURN_META,
@@ -68,7 +66,7 @@ from .layout import (
     validate_turn,
 )
 from .listing import Listing
-from .locks import clear_dirty, is_dirty, locked, set_dirty
+from .locks import locked
 from .models import (
     ArtifactInfo,
     ArtifactStream,
@@ -93,6 +91,7 @@ from .records import (
     write_json,
 )
 from .tree import Tree
+from .txn import Key, Transactions, Txn
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -102,21 +101,6 @@ CURSOR_VERSION = 1
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
 _PREV_PREFIX = f"{TMP_PREFIX}prev-"
-
-
-@dataclass
-class _Txn:
-    """One locked mutation of a task; :meth:`begin` marks it dirty before the first write."""
-
-    marker: Path
-    dirty: bool = False
-
-    def begin(self) -> None:
-        if not self.dirty:
-            # Not fsynced: it is there for a killed process, whose writes the page cache
-            # keeps; after a power loss the startup recovery rebuilds every derived file.
-            set_dirty(self.marker)
-            self.dirty = True
 
 
 class TaskStore:
@@ -137,57 +121,30 @@ class TaskStore:
         self.clock = clock
         self.max_artifact_bytes = max_artifact_bytes
         self._retention_us = retention // timedelta(microseconds=1)
-        self._cursor_key = self._load_cursor_key()
+        self.cursors = CursorCodec(load_key(self.layout))
+        self.txns = Transactions(
+            self.layout, TASK_LOCKS, timeout=lock_timeout, repair=self._repair_key
+        )
 
     # -- helpers -----------------------------------------------------------------------------
     def now_us(self) -> int:
         return to_us(self.clock())
 
-    def _listing(self, scope: Scope, *, below: Path | None = None) -> Listing:
+    def listing(self, scope: Scope, *, below: Path | None = None) -> Listing:
         """The project's listing; ``below``: the project dir, when the caller just checked it."""
         # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
         path = self.layout.check_inside(self.layout.listing(scope), below=below)
         return Listing(path, timeout=self.lock_timeout)
 
-    def _load_cursor_key(self) -> bytes:
-        """A per-root secret that signs list cursors, shared by every worker through the file."""
-        root = self.layout.root
-        make_dirs(root, Path(root.anchor))
-        # A linked key file would sign cursors with bytes from outside the root.
-        path = self.layout.check_inside(root / ".cursor-key")
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            pass
-        # Of workers racing to create it, one wins; everyone then uses the winner's key.
-        with contextlib.suppress(FileExistsError):
-            write_new(path, secrets.token_bytes(32))
-        return path.read_bytes()
-
     @contextlib.contextmanager
-    def _task_txn(self, scope: Scope, task_id: str) -> Iterator[_Txn]:
-        # locked() creates the lock's parents: a linked .locks would put them outside.
-        lock = self.layout.check_inside(self.layout.task_lock(scope, task_id))
-        marker = self.layout.task_dirty_marker(scope, task_id)
-        self.layout.check_inside(marker, below=lock.parent)
+    def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
+        """Hold the task's lock for one mutation (app/storage/txn.py)."""
         # Directory fsyncs once per directory at the end, still before the lock is released.
-        with locked(lock, self.lock_timeout), batched_dir_syncs():
-            if is_dirty(marker):
-                # The previous holder died (or failed) between its records and its derived
-                # files: bring the derived files back in line before anything else.
-                self.repair_task(scope, task_id)
-                clear_dirty(marker)
-            txn = _Txn(marker)
-            try:
-                yield txn
-            except BaseException:
-                if txn.dirty:
-                    with contextlib.suppress(Exception):
-                        self.repair_task(scope, task_id)
-                        clear_dirty(marker)
-                raise
-            if txn.dirty:
-                clear_dirty(marker)
+        with self.txns(Key(scope, validate_id("task_id", task_id))) as txn, batched_dir_syncs():
+            yield txn
+
+    def _repair_key(self, key: Key) -> None:
+        self.repair_task(key.scope, key.id)
 
     def _alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
         if record is None or parse_iso_us(record.retain_until) <= now_us:
@@ -223,7 +180,7 @@ class TaskStore:
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
-        self._listing(scope, below=task_dir.parent).put_turn(task_id, turn_row(record))
+        self.listing(scope, below=task_dir.parent).put_turn(task_id, turn_row(record))
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -256,7 +213,7 @@ class TaskStore:
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
-        with self._task_txn(scope, task_id) as txn, os_errors():
+        with self.transaction(scope, task_id) as txn, os_errors():
             now_us = self.now_us()
             self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
@@ -279,7 +236,7 @@ class TaskStore:
             if previous is not None and alive is None:
                 # The old turn expired: it is gone for every reader, so its artifacts must
                 # not come back with the new write.
-                expired_dir = self._trash(turn_dir)
+                expired_dir = self.trash(turn_dir)
             make_dirs(turn_dir / ARTIFACTS_DIR, self.layout.root)
             record = TurnRecord(
                 task_id=task_id,
@@ -327,7 +284,7 @@ class TaskStore:
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
         after = self._decode_cursor(scope, cursor) if cursor else None
-        listing = self._listing(scope)
+        listing = self.listing(scope)
         if not listing.exists():
             return TaskPage((), 0, None)
         rows, total = listing.page(now_us=self.now_us(), limit=limit + 1, after=after)
@@ -351,20 +308,20 @@ class TaskStore:
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
-        with self._task_txn(scope, task_id) as txn, os_errors():
+        with self.transaction(scope, task_id) as txn, os_errors():
             path = task_dir / TASK_INDEX
             obj = read_json(path)
             index = None if obj is None else index_from_json(obj, path, self.now_us())
             if index is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and index.owner != only_owner:
-                raise NotOwner(task_id)
+                raise NotOwner("only the task's owner or a project_admin may delete it")
             txn.begin()
-            trashed = self._trash(task_dir)
-            self._listing(scope).set_task(task_id, [])
+            trashed = self.trash(task_dir)
+            self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
 
-    def _trash(self, directory: Path) -> Path:
+    def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
         trash = self.layout.check_inside(self.layout.trash_dir())
         make_dirs(trash, self.layout.root)
@@ -404,7 +361,7 @@ class TaskStore:
         self._ensure_artifacts_dir(path.parent, task_id, turn)
         with (
             stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged,
-            self._task_txn(scope, task_id) as txn,
+            self.transaction(scope, task_id) as txn,
             os_errors(),
         ):
             now_us = self.now_us()
@@ -512,7 +469,7 @@ class TaskStore:
         tasks as in one of 10,000; the O(project) render happens at most once per change, on
         the first read after it, under the project lock (concurrent readers wait for it).
         """
-        listing = self._listing(scope)
+        listing = self.listing(scope)
         path = self.layout.check_inside(self.layout.digest(scope))
         if not listing.exists():
             data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
@@ -524,7 +481,7 @@ class TaskStore:
 
     def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
         """Re-render ``project.md`` if stale; return whether it was written."""
-        listing = self._listing(scope)
+        listing = self.listing(scope)
         path = self.layout.check_inside(self.layout.digest(scope))
         lock = self.layout.check_inside(self.layout.project_lock(scope))
         with locked(lock, self.lock_timeout), os_errors():
@@ -559,7 +516,8 @@ class TaskStore:
         if index is None:
             if exists:
                 tree.unlink(task_dir / TASK_INDEX)
-            self._listing(scope).set_task(task_id, [])
+            if tree.lstat(self.layout.listing(scope)) is not None:
+                self.listing(scope).set_task(task_id, [])
             return
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
@@ -576,39 +534,27 @@ class TaskStore:
             current_index = None
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
-        self._listing(scope).set_task(task_id, index_rows(index))
+        self.listing(scope).set_task(task_id, index_rows(index))
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:
         return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
 
     def _encode_cursor(self, scope: Scope, updated_us: int, task_id: str) -> str:
-        body = json.dumps(
-            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)},
-            separators=(",", ":"),
-        ).encode()
-        sig = hmac.new(self._cursor_key, body, hashlib.sha256).digest()[:16]
-        return base64.urlsafe_b64encode(body + sig).decode().rstrip("=")
+        return self.cursors.encode(
+            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)}
+        )
 
     def _decode_cursor(self, scope: Scope, cursor: str) -> tuple[int, str]:
-        bad = InvalidName("cursor", cursor, "is not a cursor this server issued for this project")
-        if len(cursor) > 1024:
-            raise bad
+        body = self.cursors.decode(cursor, "cursor")
         try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        except (ValueError, TypeError):
-            raise bad from None
-        body, sig = raw[:-16], raw[-16:]
-        expected = hmac.new(self._cursor_key, body, hashlib.sha256).digest()[:16]
-        if len(raw) <= 16 or not hmac.compare_digest(sig, expected):
-            raise bad
-        try:
-            obj = json.loads(body)
-            if obj["v"] != CURSOR_VERSION or obj["s"] != self._scope_tag(scope):
-                raise bad
-            return int(obj["u"]), validate_id("task_id", obj["id"])
+            if body["v"] != CURSOR_VERSION or body["s"] != self._scope_tag(scope):
+                raise ValueError("issued for another project")
+            return int(body["u"]), validate_id("task_id", body["id"])
         except (ValueError, KeyError, TypeError, InvalidName):
-            raise bad from None
+            raise InvalidName(
+                "cursor", cursor, "is not a cursor this server issued for this project"
+            ) from None
 
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:

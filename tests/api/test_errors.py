@@ -12,18 +12,19 @@ from flask.testing import FlaskClient
 
 from app.storage.layout import Scope
 from app.storage.locks import locked
+from app.storage.txn import Key
 from tests.conftest import Tokens
 
 BASE = "/sandbox/memory/v1"
 
 
 def test_busy_lock_is_503_with_retry_after(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     store.lock_timeout = 0.2
     client.put(
         f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer")
     )
-    with locked(store.layout.task_lock(Scope("acme", "web"), "t"), timeout=1):
+    with locked(store.txns.lock_path(Key(Scope("acme", "web"), "t")), timeout=1):
         resp = client.put(
             f"{BASE}/tasks/t/turns/0",
             json={"summary_md": "after"},

@@ -20,7 +20,7 @@ def test_list_body_equals_the_schema_dump(app: Flask, client: FlaskClient, token
         for turn in range(i % 3 + 1):
             r = client.put(f"{API}/tasks/task-{i}/turns/{turn}", json=body, headers=headers)
             assert r.status_code == 200
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     cursor = None
     for limit in (3, 3, 3):
         url = f"{API}/tasks?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
@@ -48,7 +48,7 @@ def test_turn_body_equals_the_schema_dump(app: Flask, client: FlaskClient, token
     for name in ("b.bin", "a.txt"):
         r = client.put(f"{API}/tasks/t/turns/4/artifacts/{name}", data=b"x", headers=headers)
         assert r.status_code in (200, 201)
-    record = app.extensions["task_store"].get_turn(Scope("acme", "web"), "t", 4)
+    record = app.extensions["storage"].tasks.get_turn(Scope("acme", "web"), "t", 4)
     r = client.get(f"{API}/tasks/t/turns/4", headers=headers)
     assert r.status_code == 200
     body, dumped = json.loads(r.data), turn_out.dump(record)

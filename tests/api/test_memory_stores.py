@@ -83,9 +83,7 @@ def assert_error(r: TestResponse, status: int, error_type: str) -> dict[str, Any
 
 
 def store_dir(app: Flask, store_id: str) -> Path:
-    root = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "_stores"
-    (found,) = [p for p in root.iterdir() if p.name.endswith(store_id)]
-    return found
+    return Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "_stores" / store_id
 
 
 # -- stores ----------------------------------------------------------------------------------
@@ -191,6 +189,13 @@ def test_list_stores_include_archived(api: Api) -> None:
         {"limit": "101"},
         {"limit": "ten"},
         {"limit": "1.5"},
+        {"limit": "²"},
+        {"limit": "٥٠"},
+        {"limit": "-1"},
+        {"limit": " 5"},
+        {"limit": ""},
+        {"limit": "9" * 20},
+        {"limit": "9" * 5000},
         {"page": "garbage"},
         {"page": "page_eyJxIjoiYSJ9"},
         {"include_archived": "maybe"},
@@ -228,8 +233,8 @@ def test_update_store_patch_semantics(api: Api, clock: FixedClock, app: Flask) -
     assert r.json["created_at"] == store["created_at"]
     r = api.post(f"{BASE}/{sid}", json={"description": "", "name": "New Name!"})
     assert r.json["description"] == "" and r.json["name"] == "New Name!"
-    # The directory follows the mount slug.
-    assert store_dir(app, sid).name == f"new-name-{sid}"
+    # The directory is named by the id: a rename moves nothing on disk.
+    assert store_dir(app, sid).is_dir()
     # A no-op (and nulls, which mean "leave as is") does not advance updated_at.
     clock.advance(minutes=5)
     before = api.get(f"{BASE}/{sid}").json
@@ -450,7 +455,7 @@ def test_create_never_overwrites_and_reports_the_conflict(api: Api) -> None:
 
 
 def test_store_memory_cap(api: Api, app: Flask) -> None:
-    app.extensions["memory_stores"].max_memories = 2
+    app.extensions["storage"].stores.max_memories = 2
     sid = api.store()["id"]
     first = api.memory(sid, "/1")
     api.memory(sid, "/2")
@@ -843,21 +848,22 @@ def test_redact(api: Api, tokens: Tokens, app: Flask) -> None:
     mem = api.memory(sid, "/secret.md", "api key: hunter2")
     old = mem["memory_version_id"]
     head_url = f"{BASE}/{sid}/memory_versions/{old}/redact"
+    admin = api.as_("project_admin")
     # The head of a live memory cannot be redacted.
-    assert_error(api.post(head_url), 409, "conflict_error")
+    assert_error(admin.post(head_url), 409, "conflict_error")
     api.post(f"{BASE}/{sid}/memories/{mem['id']}", json={"content": "api key: <removed>"})
-    r = api.post(head_url, json={})
+    r = admin.post(head_url, json={})
     assert r.status_code == 200
     red = r.json
     assert red["redacted_at"] is not None
-    assert red["redacted_by"] == {"type": "api_actor", "api_key_id": tokens.ids["writer"]}
+    assert red["redacted_by"] == {"type": "api_actor", "api_key_id": tokens.ids["project_admin"]}
     assert red["created_by"] == {"type": "api_actor", "api_key_id": tokens.ids["writer"]}
     for field in ("content", "path", "content_sha256", "content_size_bytes"):
         assert red[field] is None
     got = api.get(f"{BASE}/{sid}/memory_versions/{old}")
     assert got.status_code == 200 and got.json == red
     # Idempotent.
-    assert api.post(head_url).json == red
+    assert admin.post(head_url).json == red
     listed = {v["id"]: v for v in api.versions(sid, view="full")}
     assert listed[old]["path"] is None and listed[old]["content"] is None
     # The secret is gone from disk.
@@ -868,13 +874,15 @@ def test_redact(api: Api, tokens: Tokens, app: Flask) -> None:
     # After a delete, the last content version and the deleted row can both be redacted.
     head = api.get(f"{BASE}/{sid}/memories/{mem['id']}").json["memory_version_id"]
     api.delete(f"{BASE}/{sid}/memories/{mem['id']}")
-    assert api.post(f"{BASE}/{sid}/memory_versions/{head}/redact").status_code == 200
+    assert admin.post(f"{BASE}/{sid}/memory_versions/{head}/redact").status_code == 200
     deleted = api.versions(sid, operation="deleted")[0]
-    assert api.post(f"{BASE}/{sid}/memory_versions/{deleted['id']}/redact").status_code == 200
+    assert admin.post(f"{BASE}/{sid}/memory_versions/{deleted['id']}/redact").status_code == 200
     assert_error(
-        api.post(f"{BASE}/{sid}/memory_versions/memver_{'0' * 26}/redact"), 404, "not_found_error"
+        admin.post(f"{BASE}/{sid}/memory_versions/memver_{'0' * 26}/redact"),
+        404,
+        "not_found_error",
     )
-    assert_error(api.post(head_url, json={"reason": "x"}), 400, "invalid_request_error")
+    assert_error(admin.post(head_url, json={"reason": "x"}), 400, "invalid_request_error")
 
 
 # -- credentials, scope, headers ------------------------------------------------------------------
@@ -926,7 +934,12 @@ def test_credentials_roles_and_scope(api: Api, tokens: Tokens, client: FlaskClie
             assert_error(reader, 403, "permission_error")
         if url != BASE:
             for outsider in ("other_project", "other_tenant"):
-                assert_error(api.as_(outsider).call(method, url, json=body), 404, "not_found_error")
+                r = api.as_(outsider).call(method, url, json=body)
+                if url.endswith("/redact"):
+                    # The role rule comes first: a writer may redact nothing, anywhere.
+                    assert_error(r, 403, "permission_error")
+                else:
+                    assert_error(r, 404, "not_found_error")
     # Other workspaces' lists are empty, not shared.
     assert api.as_("other_project").get(BASE).json == {"data": [], "next_page": None}
     assert len(api.versions(sid)) == 1  # nothing was written by anyone refused
@@ -977,4 +990,79 @@ def test_tree_on_disk_matches_the_api_byte_for_byte(api: Api, app: Flask) -> Non
     assert on_disk == expected
     dirs = {p for p in tree.rglob("*") if p.is_dir()}
     assert all(any(dirs_child.iterdir()) for dirs_child in dirs)  # no empty directories left
-    assert store_dir(app, sid).name == f"scripted-session-{sid}"
+    assert store_dir(app, sid).name == sid
+
+
+STORE_CHANGES = {
+    "update": ("POST", "", {"description": "changed"}),
+    "archive": ("POST", "/archive", None),
+    "delete": ("DELETE", "", None),
+}
+
+
+@pytest.mark.parametrize("change", sorted(STORE_CHANGES))
+@pytest.mark.parametrize(
+    ("who", "allowed"),
+    [
+        ("writer", True),  # the store's creator
+        ("writer2", False),  # another writer of the same project
+        ("reader", False),
+        ("project_admin", True),
+        ("tenant_admin", True),
+        ("admin", True),
+    ],
+)
+def test_store_changes_are_the_creators_or_a_project_admins(
+    api: Api, tokens: Tokens, who: str, allowed: bool, change: str
+) -> None:
+    sid = api.store()["id"]
+    method, suffix, body = STORE_CHANGES[change]
+    headers = {"X-Sandbox-Tenant-Id": "acme", "X-Sandbox-Project-Id": "web"}
+    r = api.as_(who).call(method, f"{BASE}/{sid}{suffix}", json=body, headers=headers)
+    if allowed:
+        assert r.status_code == 200, r.json
+    else:
+        assert_error(r, 403, "permission_error")
+        store = api.get(f"{BASE}/{sid}").json
+        assert store["archived_at"] is None and store["description"] == ""
+
+
+@pytest.mark.parametrize(
+    ("who", "allowed"),
+    [
+        ("writer", False),  # even the memory's own author
+        ("writer2", False),
+        ("reader", False),
+        ("project_admin", True),
+        ("tenant_admin", True),
+        ("admin", True),
+    ],
+)
+def test_redacting_a_version_is_a_project_admins(
+    api: Api, tokens: Tokens, who: str, allowed: bool
+) -> None:
+    sid = api.store()["id"]
+    mem = api.memory(sid, "/a", "secret")
+    api.post(f"{BASE}/{sid}/memories/{mem['id']}", json={"content": "fine"})
+    url = f"{BASE}/{sid}/memory_versions/{mem['memory_version_id']}/redact"
+    headers = {"X-Sandbox-Tenant-Id": "acme", "X-Sandbox-Project-Id": "web"}
+    r = api.as_(who).call("POST", url, headers=headers)
+    if allowed:
+        assert r.status_code == 200 and r.json["redacted_at"] is not None, r.json
+    else:
+        assert_error(r, 403, "permission_error")
+        assert (
+            api.get(f"{BASE}/{sid}/memory_versions/{mem['memory_version_id']}").json["content"]
+            == "secret"
+        )
+
+
+def test_creating_stores_and_writing_memories_is_any_writers(api: Api) -> None:
+    sid = api.store()["id"]
+    other = api.as_("writer2")
+    assert other.post(BASE, json={"name": "mine"}).status_code == 200
+    r = other.post(f"{BASE}/{sid}/memories", json={"path": "/x", "content": "y"})
+    assert r.status_code == 200
+    r = other.post(f"{BASE}/{sid}/memories/{r.json['id']}", json={"content": "z"})
+    assert r.status_code == 200
+    assert other.delete(f"{BASE}/{sid}/memories/{r.json['id']}").status_code == 200

@@ -7,8 +7,7 @@ from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from openapi_spec_validator import validate
 
 from app.openapi import build_spec
@@ -91,7 +90,7 @@ def test_random_bodies_never_500_and_never_corrupt(
     if target != 1:
         assert got.json["content"] == "safe"
     report = FsckReport()
-    app.extensions["memory_stores"].fsck(report)
+    app.extensions["storage"].stores.fsck(report)
     assert report.clean, report.problems
 
 

@@ -169,7 +169,7 @@ def test_view_truncates_long_files_and_refuses_too_many_lines(
     # The 999,999-line limit cannot be reached within the store's 100 kB: a smaller limit
     # shows the same path through the code.
     small = MemoryTool(
-        app.extensions["memory_stores"], Scope("acme", "web"), store_id, actor=None, max_lines=3
+        app.extensions["storage"].stores, Scope("acme", "web"), store_id, actor=None, max_lines=3
     )
     result = small.run({"command": "view", "path": "/memories/long.md"})
     assert result.is_error
@@ -529,7 +529,7 @@ def test_an_edit_that_races_a_concurrent_write_is_applied_to_the_fresh_content(
     app: Flask, tool: Tool, store_id: str
 ) -> None:
     """The read-modify-write fails its content_sha256 precondition and re-reads."""
-    engine = app.extensions["memory_stores"]
+    engine = app.extensions["storage"].stores
     scope = Scope("acme", "web")
     tool.ok(command="create", path="/memories/f.md", file_text="keep\nold\n")
     memory_tool = MemoryTool(engine, scope, store_id, actor=None)

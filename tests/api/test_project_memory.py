@@ -288,8 +288,49 @@ def test_artifact_conditional_get_and_range(client: FlaskClient, tokens: Tokens)
     assert part.headers["Content-Range"] == "bytes 2-5/10"
 
 
+@pytest.mark.parametrize("kind", ["turn", "artifact"])
+def test_conditional_get_answers_304_when_if_none_match_holds_the_etag(
+    client: FlaskClient, tokens: Tokens, kind: str
+) -> None:
+    put_turn(client, tokens, "t", 0)
+    url = f"{BASE}/tasks/t/turns/0"
+    if kind == "artifact":
+        url += "/artifacts/a.txt"
+        client.put(url, data=b"one", headers=tokens.headers("writer"))
+    etag = client.get(url, headers=tokens.headers("reader")).headers["ETag"]
+    assert etag.startswith('"') and etag.endswith('"')
+
+    def get(if_none_match: str, method: str = "GET"):  # noqa: ANN202
+        return client.open(
+            url, method=method, headers=tokens.headers("reader", **{"If-None-Match": if_none_match})
+        )
+
+    for matching in (
+        etag,
+        f"W/{etag}",  # weak comparison for GET
+        f'"x", {etag}',
+        f'"a,b", W/{etag}, "y"',  # a comma inside an entity tag is not a separator
+        "*",
+        '"x", *',
+        f"garbage, {etag}",
+    ):
+        resp = get(matching)
+        assert resp.status_code == 304, (matching, resp.status_code)
+        assert resp.data == b"" and resp.headers["ETag"] == etag
+    assert get(etag, method="HEAD").status_code == 304
+    for other in ('"x"', '"x", "y"', f'"{etag}"', etag[1:-1], "W/", ""):
+        resp = get(other)
+        assert resp.status_code == 200 and resp.headers["ETag"] == etag, other
+    # A new version: the old ETag no longer matches.
+    if kind == "turn":
+        client.put(url, json={"summary_md": "two"}, headers=tokens.headers("writer"))
+    else:
+        client.put(url, data=b"two", headers=tokens.headers("writer"))
+    assert get(etag).status_code == 200
+
+
 def test_artifact_too_large_by_content_length(app, client: FlaskClient, tokens: Tokens) -> None:
-    app.extensions["task_store"].max_artifact_bytes = 10
+    app.extensions["storage"].tasks.max_artifact_bytes = 10
     put_turn(client, tokens, "t", 0)
     ok = client.put(
         f"{BASE}/tasks/t/turns/0/artifacts/a", data=b"x" * 10, headers=tokens.headers("writer")

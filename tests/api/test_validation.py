@@ -143,7 +143,9 @@ def test_invalid_task_id_in_path(client: FlaskClient, tokens: Tokens, task_id: s
     assert_422(resp, ["path", "task_id"])
 
 
-@pytest.mark.parametrize("turn", ["-1", "10000", "1.5", "x", "99999999999", "٣", "1" * 5000, "+5"])
+@pytest.mark.parametrize(
+    "turn", ["-1", "10000", "1.5", "x", "99999999999", "٣", "²", "1" * 5000, "+5", " 1", "1_0"]
+)
 def test_invalid_turn_in_path(client: FlaskClient, tokens: Tokens, turn: str) -> None:
     resp = client.get(f"{BASE}/tasks/t/turns/{turn}", headers=tokens.headers("reader"))
     assert_422(resp, ["path", "turn"], "int_parsing")
@@ -188,6 +190,36 @@ def test_invalid_artifact_name(client: FlaskClient, tokens: Tokens, name: str) -
 )
 def test_invalid_list_query(client: FlaskClient, tokens: Tokens, query: str, loc: list) -> None:
     assert_422(client.get(f"{BASE}/tasks?{query}", headers=tokens.headers("reader")), loc)
+
+
+@pytest.mark.parametrize(
+    ("limit", "type_"),
+    [
+        ("²", "int_parsing"),  # str.isdigit says yes, int() says no
+        ("٥٠", "int_parsing"),  # Arabic-Indic 50: int() would take it
+        ("-1", "int_parsing"),  # no sign where a negative value means nothing
+        ("+5", "int_parsing"),
+        (" 5", "int_parsing"),
+        ("1_0", "int_parsing"),
+        ("", "int_parsing"),
+        ("9" * 21, "int_parsing"),  # over the digit bound: refused unread
+        ("9" * 20, "value_error"),  # in the bound: a number, out of range
+        ("0", "value_error"),
+    ],
+)
+def test_limit_is_ascii_digits_only(
+    client: FlaskClient, tokens: Tokens, limit: str, type_: str
+) -> None:
+    resp = client.get(
+        f"{BASE}/tasks", query_string={"limit": limit}, headers=tokens.headers("reader")
+    )
+    item = assert_422(resp, ["query", "limit"], type_)
+    assert item["input"] == limit
+
+
+def test_limit_with_leading_zeros_is_the_number(client: FlaskClient, tokens: Tokens) -> None:
+    resp = client.get(f"{BASE}/tasks?limit=0050", headers=tokens.headers("reader"))
+    assert resp.status_code == 200, resp.data
 
 
 def test_cursor_from_another_project_is_refused(client: FlaskClient, tokens: Tokens) -> None:

@@ -82,7 +82,7 @@ def start_server(
     tmp_path: Path,
     *,
     workers: int = 2,
-    threads: int = 4,
+    threads: int | None = 4,
     worker_class: str = "gthread",
     env_extra: dict[str, str] | None = None,
     root: Path | None = None,
@@ -95,10 +95,11 @@ def start_server(
         "MEMORY_TOKENS_FILE": str(tmp_path / "tokens.json"),
         "MEMORY_BIND": f"127.0.0.1:{port}",
         "MEMORY_WORKERS": str(workers),
-        "MEMORY_THREADS": str(threads),
         "MEMORY_LOG_LEVEL": "WARNING",
         **(env_extra or {}),
     }
+    if threads is not None:  # None: gunicorn.conf.py's default
+        env["MEMORY_THREADS"] = str(threads)
     log_path = tmp_path / f"gunicorn-{port}.log"
     args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"]
     if worker_class != "gthread":

@@ -35,9 +35,7 @@ def sha(text: str) -> str:
 
 
 def live_tree(server: Server, store_id: str) -> dict[str, bytes]:
-    stores = server.root / "acme" / "web" / "_stores"
-    (directory,) = [p for p in stores.iterdir() if p.name.endswith(store_id)]
-    tree = directory / "memories"
+    tree = server.root / "acme" / "web" / "_stores" / store_id / "memories"
     return {
         "/" + p.relative_to(tree).as_posix(): p.read_bytes() for p in tree.rglob("*") if p.is_file()
     }
@@ -114,9 +112,14 @@ def test_sdk_session(client: anthropic.Anthropic, server: Server) -> None:
     fmt_versions = list(ms.memory_versions.list(store.id, memory_id=fmt.id, view="full"))
     assert [v.content for v in fmt_versions] == ["Use spaces.", "Use tabs."]
     old = fmt_versions[1]
+    with pytest.raises(anthropic.PermissionDeniedError):
+        ms.memory_versions.redact(old.id, memory_store_id=store.id)  # a writer may not
+    admin = anthropic.Anthropic(
+        base_url=server.url, api_key=server.token("project_admin"), max_retries=0
+    ).beta.memory_stores
     with pytest.raises(anthropic.ConflictError):
-        ms.memory_versions.redact(fmt_versions[0].id, memory_store_id=store.id)  # the head
-    redacted = ms.memory_versions.redact(old.id, memory_store_id=store.id)
+        admin.memory_versions.redact(fmt_versions[0].id, memory_store_id=store.id)  # the head
+    redacted = admin.memory_versions.redact(old.id, memory_store_id=store.id)
     assert redacted.redacted_at is not None and redacted.content is None and redacted.path is None
     assert redacted.created_by is not None and redacted.created_by.type == "api_actor"
     again = ms.memory_versions.retrieve(old.id, memory_store_id=store.id)

@@ -226,6 +226,34 @@ def test_once_syncs_and_exits(server: Server, token: str, remote: Remote, tmp_pa
     assert "downloaded /x/y.md" in run.stderr
 
 
+def test_tenant_and_project_let_a_broader_token_mount_another_projects_store(
+    server: Server, remote: Remote, tmp_path: Path
+) -> None:
+    store_id = remote.store("Web Notes")  # a store of acme/web
+    remote.put(store_id, "/a.md", "from web")
+    # An admin token whose own scope is default/default, like the first token.
+    admin = server.token("admin", tenant="default", project="default")
+    env = {**os.environ, "PROJECT_MEMORY_TOKEN": admin}
+    base = [CLI, "mount", "--once", "--server", server.url, "--store", store_id]
+    run = subprocess.run(
+        [*base, str(tmp_path / "plain")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert run.returncode == 2
+    assert "404" in run.stderr and "--tenant/--project" in run.stderr
+    folder = tmp_path / "scoped" / "web-notes"
+    scoped = [*base, "--tenant", "acme", "--project", "web", str(tmp_path / "scoped")]
+    run = subprocess.run(scoped, env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert local_tree(folder) == {"/a.md": "from web"}
+    (folder / "b.md").write_text("written through the admin token")
+    run = subprocess.run(scoped, env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert remote.tree(store_id) == {
+        "/a.md": "from web",
+        "/b.md": "written through the admin token",
+    }
+
+
 @pytest.mark.soak
 def test_soak_random_edits_on_both_sides_and_the_api_converge(
     mount: Callable[..., Mounted], remote: Remote

@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,7 +173,90 @@ def test_conflict_keeps_the_servers_version_and_warns(
     assert remote.tree(store_id) == {"/a.md": "server edit"}
     assert len(remote.versions(store_id)) == versions + 1  # only the server's own edit
     assert "conflict on /a.md" in caplog.text and "keeping the server's version" in caplog.text
+    # The local version is kept in the state folder, outside the store folder, and the log
+    # line names the file.
+    kept = kept_copies(m)
+    assert [p.read_text() for p in kept] == ["local edit"]
+    assert kept[0].name == "a.md" and m.folder not in kept[0].parents
+    assert f"the local version is kept in {kept[0]}" in caplog.text
     assert m() == {"in_sync": 1}
+    assert remote.tree(store_id) == {"/a.md": "server edit"}  # the copy is never synced
+
+
+def kept_copies(m: Mount) -> list[Path]:
+    return sorted(p for p in (m.root / ".project-memory" / "conflicts").rglob("*") if p.is_file())
+
+
+def test_a_read_only_edit_of_a_file_deleted_on_the_server_is_kept(
+    make, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make(read_only=True)
+    store_id = m.sync.store_id
+    remote.put(store_id, "/d/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    m.write("/d/a.md", "edited here")
+    remote.delete(store_id, "/d/a.md")
+    m()
+    assert m.tree() == {"/b.md": "b"}
+    kept = kept_copies(m)
+    assert [p.read_text() for p in kept] == ["edited here"]
+    assert kept[0].relative_to(m.sync.conflicts).parts[1:] == ("d", "a.md")
+    assert f"the local edits are kept in {kept[0]}" in caplog.text
+
+
+class ListingWithOddPaths(StoreClient):
+    """This server refuses these paths, so the test plays one that sends them anyway: the
+    listing of the real server, with the paths of some real memories replaced."""
+
+    def __init__(self, *args: Any, odd: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.odd = odd
+
+    def list_memories(self, store_id: str, **kwargs: Any) -> list[dict[str, Any]]:
+        items = super().list_memories(store_id, **kwargs)
+        return [{**m, "path": self.odd.get(m["path"], m["path"])} for m in items]
+
+
+def test_a_server_path_no_local_file_can_hold_skips_that_memory_only(
+    server: Server, token: str, remote: Remote, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    store_id = remote.store("Odd")
+    odd = {
+        "/nul.md": "/with\x00nul.md",
+        "/long.md": "/" + "x" * 300 + ".md",
+        "/up.md": "/../outside.md",
+        "/surrogate.md": "/\udcff.md",
+        "/number.md": 42,
+    }
+    for path in [*odd, "/fine.md", "/sub/also-fine.md"]:
+        remote.put(store_id, path, f"content of {path}")
+    client = ListingWithOddPaths(server.url, token, odd=odd)
+    root = tmp_path / "mnt"
+    sync = StoreSync(client, store_id, root / "odd", state_file=root / ".project-memory" / "s.json")
+    try:
+        sync.prepare()
+        report = sync.sync_once()
+        assert report.ok
+        assert local_tree(root / "odd") == {
+            "/fine.md": "content of /fine.md",
+            "/sub/also-fine.md": "content of /sub/also-fine.md",
+        }
+        assert not (tmp_path / "outside.md").exists() and not (root / "outside.md").exists()
+        for why in (
+            "contains a NUL",
+            "longer than 255 bytes",
+            ". or .. segment",
+            "not valid UTF-8",
+        ):
+            assert caplog.text.count(why) == 1, why
+        assert "its path is not a string" in caplog.text
+        assert sync.sync_once().ok
+        assert caplog.text.count("contains a NUL") == 1  # said once, not every sync
+    finally:
+        client.close()
 
 
 def test_a_refused_file_is_skipped_with_one_warning_until_it_changes(
@@ -370,6 +454,7 @@ def test_read_only_never_uploads_and_remote_changes_overwrite(
     remote.put(store_id, "/a.md", "server again")
     m()
     assert m.tree()["/a.md"] == "server again"
+    assert [p.read_text() for p in kept_copies(m)] == ["local edit"]
 
 
 def test_mount_refuses_a_folder_it_did_not_create(

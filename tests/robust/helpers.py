@@ -60,7 +60,9 @@ class Live:
         }
         self.starts += 1
         self.log_path = self.tmp_path / f"gunicorn-{self.starts}-{port}.log"
-        args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "-k", self.worker_class]
+        args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py"]
+        if self.worker_class != "gthread":  # gthread: the gthread-based worker the config names
+            args += ["-k", self.worker_class]
         args.append(self.app)
         with open(self.log_path, "wb") as log:
             # A session of its own: the whole server (master and workers) can be killed at once

@@ -137,13 +137,13 @@ class Bench:
         self.after: dict[str, dict[str, Any]] = {}
 
     def _use(self, root: Path) -> None:
-        old: TaskStore = self.app.extensions["task_store"]
-        self.app.extensions["task_store"] = TaskStore(
+        old: TaskStore = self.app.extensions["storage"].tasks
+        self.app.extensions["storage"].tasks = TaskStore(
             root, clock=old.clock, lock_timeout=5.0, max_artifact_bytes=old.max_artifact_bytes
         )
-        engine = self.app.extensions.get("memory_stores")
+        engine = self.app.extensions["storage"].stores
         if engine is not None:
-            self.app.extensions["memory_stores"] = type(engine)(
+            self.app.extensions["storage"].stores = type(engine)(
                 root, lock_timeout=5.0, clock=engine.clock
             )
 
@@ -234,7 +234,7 @@ def run_case(
     else:
         assert again.status_code == OPS[op][4], (where, again.status_code, again.data)
     assert visible(bench.client, bench.headers) == after, where
-    report = fsck(bench.app.extensions["task_store"])
+    report = fsck(bench.app.extensions["storage"].tasks)
     assert report.clean, (where, report.problems)
     return True
 
@@ -441,7 +441,7 @@ def run_store_case(
         assert again.status_code == 200, (where, again.status_code, again.data)
         assert sb.state() == after, where
     report = FsckReport()
-    sb.bench.app.extensions["memory_stores"].fsck(report)
+    sb.bench.app.extensions["storage"].stores.fsck(report)
     assert report.clean, (where, report.problems)
     return True
 

@@ -36,7 +36,6 @@ import requests
 from app import create_app
 from app.storage import NotFound, Scope
 from app.storage.fsck import fsck
-from app.storage.locks import is_dirty
 from app.storage.models import FsckReport
 from app.storage.retention import sweep
 from tests.robust.helpers import BASE, Live, auth, json_files_parse, store_for, temp_files
@@ -202,9 +201,7 @@ def check_after(root: Path, run: Run) -> None:
     empty = [p for p in root.rglob("*.json") if p.stat().st_size == 0]
     assert empty == []
 
-    dirty = {
-        p.name[: -len(".dirty")] for p in store.layout.locks_dir().rglob("*.dirty") if is_dirty(p)
-    }
+    dirty = {key.id for _, key in store.txns.journal.pending()}
 
     def unexplained(problems: list[str], leftovers: tuple[str, ...]) -> list[str]:
         """Problems other than a dead writer's documented footprint."""
@@ -239,9 +236,11 @@ def check_after(root: Path, run: Run) -> None:
     fsck(store, repair=True, grace=timedelta(0))
     final = fsck(store, grace=timedelta(0))
     assert final.clean, final.problems
-    stores = create_app(
-        {"STORAGE_ROOT": str(root), "TOKENS_FILE": str(run.server.tokens_file)}
-    ).extensions.get("memory_stores")
+    stores = (
+        create_app({"STORAGE_ROOT": str(root), "TOKENS_FILE": str(run.server.tokens_file)})
+        .extensions["storage"]
+        .stores
+    )
     if stores is not None:
         before_repair = FsckReport()
         stores.fsck(before_repair)

@@ -19,7 +19,7 @@ from tests.robust.helpers import BASE
 
 
 def _seed(app: Flask, clock: FixedClock, n: int) -> None:
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     for i in range(n):
         clock.advance(seconds=1)
         store.put_turn(Scope("acme", "web"), f"task-{i:04d}", 0, meta={}, summary_md="")
@@ -36,7 +36,7 @@ def _walk(
     updated: int,
 ) -> None:
     _seed(app, clock, total)
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     rng = random.Random(3)
     h = tokens.headers("reader")
     pages = total // 50

@@ -196,7 +196,7 @@ def test_raw_paths_and_duplicate_headers_on_a_real_server(
 def test_planted_symlinks_are_never_followed(
     app: Flask, client: FlaskClient, seeded: dict[str, str], tmp_path: Path
 ) -> None:
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     project = Path(app.config["STORAGE_ROOT"]) / "acme" / "web"
     # Decoys outside the root: a file standing in for /etc/hosts, a directory for /.
     hosts = tmp_path / "decoy-hosts"

@@ -184,7 +184,7 @@ def read_digest(store: TaskStore, scope: Scope) -> str:
 
 
 def listing_rows(store: TaskStore, scope: Scope) -> tuple[dict[str, list[TurnRow]], int]:
-    listing = store._listing(scope)
+    listing = store.listing(scope)
     if not listing.exists():
         return {}, 0
     return listing.all_tasks()

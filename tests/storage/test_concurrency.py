@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import LockTimeout, Scope, TaskStore
-from app.storage.locks import is_dirty
+from app.storage.txn import Key
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, records_of, run_released, temp_files
 
@@ -81,7 +81,7 @@ def test_processes_writing_one_task_and_many_tasks(tmp_path: Path) -> None:
     assert {t.task_id for t in page.tasks} == tasks
     assert_consistent(store, scope)
     assert temp_files(root) == []
-    assert not any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty")))
+    assert store.txns.journal.pending() == []
 
 
 def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_pat
     store = TaskStore(tmp_path / "root", lock_timeout=0.3)
     scope = Scope("acme", "web")
     store.put_turn(scope, "t", 0, meta={}, summary_md="before")
-    lock_path = store.layout.task_lock(scope, "t")
+    lock_path = store.txns.lock_path(Key(scope, "t"))
     with held_elsewhere(lock_path):
         with pytest.raises(LockTimeout):
             store.put_turn(scope, "t", 0, meta={}, summary_md="after")

@@ -22,7 +22,7 @@ import pytest
 
 from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
 from app.storage.listing import Listing
-from app.storage.locks import clear_dirty, is_dirty, locked, set_dirty
+from app.storage.txn import Journal, Key
 from tests.conftest import FixedClock
 from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
 
@@ -136,17 +136,18 @@ def _run_case(
         assert now in (before, after_ok), f"neither the old nor the new state:\n{now}"
     assert left == [], f"temp files left: {left}"
     if finish == "next_write":
-        # The next writer of the task sees the dirty marker (if any) and repairs first.
+        # The next writer of the task sees the write in flight (if any) and repairs first.
         clock.advance(seconds=1)
         store.put_turn(SCOPE, "t1", 7, meta={}, summary_md="later")
         store.put_turn(SCOPE, "t2", 7, meta={}, summary_md="later")
         store.put_turn(SCOPE, "t3", 7, meta={}, summary_md="later")
     else:
         for task_id in ("t1", "t2", "t3"):
-            with locked(store.layout.task_lock(SCOPE, task_id), 5.0):
+            with store.txns.locked(Key(SCOPE, task_id), repair=False):
                 store.repair_task(SCOPE, task_id)
+                store.txns.settle(Key(SCOPE, task_id))
     assert_consistent(store, SCOPE)
-    assert not any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty"))) or finish == "repair"
+    assert store.txns.journal.pending() == []
     later = _visible_state(store)
     for key in ("turns", "artifacts"):
         settled = {k: v for k, v in later[key].items() if k[1] != 7}
@@ -265,9 +266,9 @@ def test_a_full_disk_is_insufficient_storage(
 def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     tmp_path: Path, clock: FixedClock
 ) -> None:
-    """The dirty-flag protocol: records written, derived files not, flag left set."""
+    """The journal: records written, derived files not, the write left in flight."""
     store = _base(tmp_path / "r", clock)
-    marker = store.layout.task_dirty_marker(SCOPE, "t1")
+    key = Key(SCOPE, "t1")
     # Simulate the dead writer: commit a new record by hand and leave the flag set.
     from app.storage.records import read_turn, turn_to_json, write_json
 
@@ -277,12 +278,12 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     from dataclasses import replace
 
     committed = replace(rec, summary_md="committed but not derived", updated_us=rec.updated_us + 5)
-    set_dirty(marker)
+    store.txns.mark(key)
     write_json(turn_dir / "meta.json", turn_to_json(committed))
     assert (turn_dir / "summary.md").read_text() == "old summary"
     clock.advance(seconds=1)
     store.put_turn(SCOPE, "t1", 3, meta={}, summary_md="next")
-    assert marker.exists() and not is_dirty(marker)
+    assert not store.txns.is_pending(key)
     assert (turn_dir / "summary.md").read_text() == "committed but not derived"
     assert [r.turn for r in records_of(store, SCOPE, "t1")] == [0, 3]
     assert_consistent(store, SCOPE)
@@ -360,7 +361,7 @@ def _killed_mid_replacement(store: TaskStore) -> Path:
     tmp = art.parent / ".~tmp-0123456789abcdef"
     tmp.write_bytes(b"uncommitted bytes")
     os.replace(tmp, art)
-    set_dirty(store.layout.task_dirty_marker(SCOPE, "t1"))
+    store.txns.mark(Key(SCOPE, "t1"))
     return art
 
 
@@ -402,39 +403,37 @@ def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
         assert opened.file.read() == b"old bytes"
 
 
-def test_dirty_flag_states(tmp_path: Path) -> None:
-    flag = tmp_path / "t.dirty"
-    assert not is_dirty(flag)
-    clear_dirty(flag)  # clearing a flag never set creates nothing
-    assert not flag.exists()
-    flag.touch()  # a marker file of an older version, or a writer killed right after creating it
-    assert is_dirty(flag)
-    clear_dirty(flag)
-    assert flag.exists() and not is_dirty(flag)
-    set_dirty(flag)
-    assert is_dirty(flag)
+def test_journal_slot_states(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "tasks.inflight")
+    assert journal.pending() == [] and not journal.path.exists()
+    key = Key(SCOPE, "t" * 128)
+    journal.set(key.stripe, key)
+    assert journal.get(key.stripe) == key and journal.pending() == [(key.stripe, key)]
+    journal.clear(key.stripe)
+    assert journal.get(key.stripe) is None and journal.pending() == []
+    # A torn or foreign slot names nothing a writer could have written: it is ignored.
+    os.pwrite(os.open(journal.path, os.O_WRONLY), b"acme\tweb\t../x\n", 0)
+    assert journal.get(0) is None
 
 
 @pytest.mark.parametrize("case", ["update", "artifact", "delete"])
 def test_the_dirty_flag_is_set_before_the_first_record_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    """A writer killed after any change must leave the flag set, so the next one repairs.
+    """A writer killed after any change must leave its write in flight, so the next repairs.
 
-    The flag is not fsynced: a killed process leaves its writes in the page cache, and after
-    a power loss the startup recovery rebuilds every derived file (tests/test_cli_ops.py).
+    The journal is not fsynced: a killed process leaves its writes in the page cache, and
+    after a power loss the startup recovery checks the whole tree (tests/test_cli_ops.py).
     """
-    from app.storage import tasks
-
     store = _base(tmp_path / "r", FixedClock())
     log = _durability_log(monkeypatch)
-    real_set_dirty = tasks.set_dirty
+    real_set = Journal.set
 
-    def set_dirty_logged(path: Path) -> None:
-        real_set_dirty(path)
-        log.append(("flag", str(path)))
+    def set_logged(journal: Journal, stripe: int, key: Key) -> None:
+        real_set(journal, stripe, key)
+        log.append(("flag", key.id))
 
-    monkeypatch.setattr(tasks, "set_dirty", set_dirty_logged)
+    monkeypatch.setattr(Journal, "set", set_logged)
     if case == "update":
         store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x")
     elif case == "artifact":
@@ -449,7 +448,6 @@ def test_the_dirty_flag_is_set_before_the_first_record_write(
         monkeypatch.setattr(os, "rename", rename)
         store.delete_task(SCOPE, "t1")
     monkeypatch.undo()
-    flag = str(store.layout.task_dirty_marker(SCOPE, "t1"))
     first_change = min(i for i, (kind, _) in enumerate(log) if kind in ("rename", "listing"))
-    assert ("flag", flag) in log[:first_change], log
-    assert not is_dirty(Path(flag))  # and cleared once the derived files are written
+    assert ("flag", "t1") in log[:first_change], log
+    assert not store.txns.is_pending(Key(SCOPE, "t1"))  # cleared once the derived files are

@@ -9,8 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from app.storage import InvalidName, Scope, TaskStore
 from tests.conftest import FixedClock

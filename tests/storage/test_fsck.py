@@ -16,7 +16,7 @@ from app.storage import NotFound, Scope, TaskStore
 from app.storage.fsck import LOST_FOUND, fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
-from app.storage.locks import is_dirty, set_dirty
+from app.storage.txn import Key
 from tests.conftest import FixedClock
 
 
@@ -99,13 +99,13 @@ def _orphan_artifact(store: TaskStore, scope: Scope) -> None:
     store.layout.artifact(scope, "alpha", 0, "orphan.bin").write_bytes(b"no entry")
 
 
-def _dirty_marker(store: TaskStore, scope: Scope) -> None:
+def _write_in_flight(store: TaskStore, scope: Scope) -> None:
     # A writer died after its commit point: the record is new, the derived files are not.
     turn_dir = store.layout.turn_dir(scope, "alpha", 0)
     meta = json.loads((turn_dir / "meta.json").read_text())
     meta["summary_md"] = "rewritten by a writer that died\n"
     (turn_dir / "meta.json").write_text(json.dumps(meta))
-    set_dirty(store.layout.task_dirty_marker(scope, "alpha"))
+    store.txns.mark(Key(scope, "alpha"))
 
 
 def _unindexed_dir(store: TaskStore, scope: Scope) -> None:
@@ -140,7 +140,7 @@ FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
     "missing summary.md": (_missing_summary, "beta/0000-turn/summary.md: differs"),
     "artifact bytes differ": (_artifact_mismatch, "notes.txt: size/sha256 differ"),
     "artifact without entry": (_orphan_artifact, "orphan.bin: unindexed"),
-    "dirty marker": (_dirty_marker, "alpha: dirty flag"),
+    "write in flight": (_write_in_flight, "alpha: write in flight"),
     "unindexed directory": (_unindexed_dir, "beta/notes: unindexed"),
     "wrong task counter": (_wrong_counter, "task counter is 7"),
     "stale turn count": (_stale_turn_count, "latest turn of task gamma differ"),
@@ -191,10 +191,12 @@ def test_repaired_listing_and_digest_serve_the_records(populated: TaskStore, sco
         assert b"## beta" in fh.read()
 
 
-def test_dirty_marker_repair_makes_the_record_visible(populated: TaskStore, scope: Scope) -> None:
-    _dirty_marker(populated, scope)
+def test_repairing_a_write_in_flight_makes_the_record_visible(
+    populated: TaskStore, scope: Scope
+) -> None:
+    _write_in_flight(populated, scope)
     fsck(populated, repair=True)
-    assert not is_dirty(populated.layout.task_dirty_marker(scope, "alpha"))
+    assert not populated.txns.is_pending(Key(scope, "alpha"))
     summary = populated.layout.turn_dir(scope, "alpha", 0) / "summary.md"
     assert summary.read_text() == "rewritten by a writer that died\n"
 

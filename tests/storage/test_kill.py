@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from app.storage import NotFound, Scope, TaskStore
-from app.storage.locks import is_dirty
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, temp_files
 
@@ -61,7 +60,7 @@ def test_sigkill_mid_write_then_the_next_writer_repairs(tmp_path: Path) -> None:
                 continue  # a kept artifact copy: the next writer's repair decides its fate
             path.unlink()
         store = TaskStore(root, lock_timeout=30.0)
-        dirty_after_kill += any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty")))
+        dirty_after_kill += bool(store.txns.journal.pending())
         for task_id in ("k0", "k1", "k2"):
             # The next writer of each task (here: a turn nobody else writes).
             store.put_turn(SCOPE, task_id, 9000 + kill, meta={}, summary_md="after the kill")
@@ -88,6 +87,6 @@ def test_sigkill_mid_write_then_the_next_writer_repairs(tmp_path: Path) -> None:
                     with art.file:
                         assert hashlib.sha256(art.file.read()).hexdigest() == info.sha256
         assert_consistent(store, SCOPE)
-        assert not any(map(is_dirty, store.layout.locks_dir().rglob("*.dirty")))
+        assert store.txns.journal.pending() == []
     assert acked_turns, "no write was acknowledged before the kills"
-    print(f"kills that left a dirty marker: {dirty_after_kill} of {KILLS}")
+    print(f"kills that left a write in flight: {dirty_after_kill} of {KILLS}")

@@ -8,8 +8,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.storage import InvalidName, Scope, TaskStore, UnsafePath
 from app.storage.layout import (
@@ -329,8 +328,7 @@ def test_accepted_ids_match_the_rule_and_stay_under_the_root(value: str) -> None
         layout.task_dir(scope, value),
         layout.turn_dir(scope, value, 9999),
         layout.artifact(scope, value, 0, "a"),
-        layout.task_lock(scope, value),
-        layout.task_dirty_marker(scope, value),
+        layout.project_lock(scope),
     ):
         normalized = Path(os.path.normpath(path))
         assert normalized == path

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from app.storage import Scope
+from app.storage.layout import VERSIONS_DIR
 from app.storage.memstores import ContentPreconditionFailed, MemoryStoreEngine, VersionFilter
-from app.storage.memstores.engine import VERSIONS_DIR
 from app.storage.models import FsckReport
 
 SCOPE = Scope("acme", "web")
@@ -82,8 +82,7 @@ def test_one_winner_per_round_and_a_linear_version_chain(tmp_path: Path) -> None
     assert [v.content for v in history] == expected
     assert [v.operation for v in history] == ["modified"] * ROUNDS + ["created"]
     # No gaps or forks: each version names its predecessor, oldest to newest.
-    directory = engine._find(SCOPE, store.id)
-    assert directory is not None
+    directory = engine.layout.store_dir(SCOPE, store.id)
     chain = [json.loads((directory / VERSIONS_DIR / f"{v.id}.json").read_text()) for v in history]
     for newer, older in zip(chain, chain[1:], strict=False):
         assert newer["previous_version_id"] == older["id"]

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.storage import InvalidName, NotFound, Scope
-from app.storage.locks import is_dirty
+from app.storage.layout import MEMORIES_DIR, VERSIONS_DIR
 from app.storage.memstores import MemoryStoreEngine, VersionFilter, rules
-from app.storage.memstores.engine import MEMORIES_DIR, VERSIONS_DIR
 from app.storage.models import FsckReport
+from app.storage.txn import Key
 from tests.conftest import T0, FixedClock
 
 ACTOR = {"type": "api_actor", "api_key_id": "tok_test"}
@@ -33,9 +32,7 @@ def engine(tmp_path: Path, clock: FixedClock) -> MemoryStoreEngine:
 
 
 def store_path(engine: MemoryStoreEngine, scope: Scope, store_id: str) -> Path:
-    found = engine._find(scope, store_id)
-    assert found is not None
-    return found
+    return engine.layout.store_dir(scope, store_id)
 
 
 def test_memstores_package_imports_no_flask() -> None:
@@ -61,12 +58,6 @@ def test_memstores_package_imports_no_flask() -> None:
 )
 def test_slugify(name: str, slug: str) -> None:
     assert rules.slugify(name) == slug
-
-
-def test_store_dirname_is_short_and_falls_back_to_the_id() -> None:
-    sid = "memstore_" + "0" * 26
-    assert rules.store_dirname("!!!", sid) == sid
-    assert len(rules.store_dirname("x" * 255, sid).encode()) < 120
 
 
 _segment = st.text(
@@ -145,10 +136,10 @@ def test_sweep_keeps_recent_versions_of_live_memories(
     before = version_ids()
     assert len(before) == 6 + 2 + 1 + 2
     dry = engine.sweep_versions(now=clock(), dry_run=True)
-    assert dry["versions_removed"] == 3 + 2 and dry["bytes_removed"] > 0
+    assert dry.versions_removed == 3 + 2 and dry.bytes_removed > 0
     assert version_ids() == before
     done = engine.sweep_versions(now=clock())
-    assert done["versions_removed"] == 5 and done["bytes_removed"] == dry["bytes_removed"]
+    assert done.versions_removed == 5 and done.bytes_removed == dry.bytes_removed
     busy_history = engine.list_versions(
         scope, sid, filters=VersionFilter(memory_id=busy.id), limit=100, full=True
     )
@@ -160,7 +151,7 @@ def test_sweep_keeps_recent_versions_of_live_memories(
     assert engine.get_memory(scope, sid, busy.id, full=True).content == "v5"
     files = sorted(p.stem for p in (store_path(engine, scope, sid) / VERSIONS_DIR).iterdir())
     assert files == sorted(version_ids())
-    assert engine.sweep_versions(now=clock())["versions_removed"] == 0
+    assert engine.sweep_versions(now=clock()).versions_removed == 0
     report = FsckReport()
     engine.fsck(report)
     assert report.clean, report.problems
@@ -175,21 +166,21 @@ def test_deleted_store_leaves_nothing_but_its_lock(
     engine.delete_store(scope, store.id)
     assert not directory.exists()
     assert not any((tmp_path / "root" / ".trash").iterdir())
-    assert engine._lock_path(scope, store.id).exists()  # lock files are never deleted
+    assert engine.txns.lock_path(Key(scope, store.id)).exists()  # lock files stay
     with pytest.raises(NotFound):
         engine.get_store(scope, store.id)
-    assert engine.sweep_versions(now=T0)["stores_scanned"] == 0
+    assert engine.sweep_versions(now=T0).stores_scanned == 0
 
 
 # -- crash recovery and fsck --------------------------------------------------------------------
 def _die_after_commit(root: str, store_id: str) -> None:
     """Create a memory, then die (SIGKILL-like) before the index is updated."""
-    from app.storage.memstores.index import StoreIndex
+    from app.storage.memstores.index import IndexWriter
 
     def crash(*args: Any, **kwargs: Any) -> None:
         os._exit(9)
 
-    StoreIndex.put_version = staticmethod(crash)  # type: ignore[method-assign]
+    IndexWriter.put_version = crash  # type: ignore[method-assign]
     engine = MemoryStoreEngine(Path(root), lock_timeout=5.0)
     engine.create_memory(Scope("acme", "web"), store_id, path="/orphan", content="o", actor=None)
 
@@ -204,8 +195,8 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     proc.start()
     proc.join(60)
     assert proc.exitcode == 9
-    marker = engine._lock_path(scope, store.id).with_suffix(".dirty")
-    assert is_dirty(marker)
+    key = Key(scope, store.id)
+    assert engine.txns.is_pending(key)
     report = FsckReport()
     engine.fsck(report)
     assert any("differ from a rebuild" in p for p in report.problems)
@@ -215,7 +206,7 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     assert paths == ["/next", "/orphan"]
     tree = store_path(engine, scope, store.id) / MEMORIES_DIR
     assert (tree / "orphan").read_text() == "o"
-    assert not is_dirty(marker)
+    assert not engine.txns.is_pending(key)
     report = FsckReport()
     engine.fsck(report)
     assert report.clean, report.problems
@@ -238,8 +229,8 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     (tree / "b.md").unlink()  # missing
     (tree / "stray.txt").write_text("not a memory")  # extra
     (directory / VERSIONS_DIR / ".~tmp-deadbeef").write_text("{")  # leftover temp
-    with engine._index(directory).write() as conn:
-        conn.execute("DELETE FROM memories WHERE id = ?", (c.id,))  # index lost a row
+    with engine.index(directory).write() as writer:
+        writer.conn.execute("DELETE FROM memories WHERE id = ?", (c.id,))  # index lost a row
     renamed = directory.parent / f"wrong-name-{sid}"
     directory.rename(renamed)
 
@@ -252,7 +243,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
         "not a live memory",
         "temp file",
         "memories differ",
-        "directory name",
+        "older layout",
     ):
         assert needle in text, (needle, text)
     assert len(report.problems) == 6 and report.repaired == []
@@ -261,7 +252,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     engine.fsck(report, repair=True)
     assert len(report.repaired) == 6 and report.unrepairable == []
     directory = store_path(engine, scope, sid)
-    assert directory.name == f"fsck-me-{sid}"
+    assert directory.is_dir() and not renamed.exists()
     tree = directory / MEMORIES_DIR
     files = {
         "/" + p.relative_to(tree).as_posix(): p.read_text() for p in tree.rglob("*") if p.is_file()
@@ -283,7 +274,8 @@ def test_fsck_reports_an_unreadable_version_as_unrepairable(
     path.write_text("{not json")
     report = FsckReport()
     engine.fsck(report, repair=True)
-    assert any(str(path) in u for u in report.unrepairable)
+    rel = str(path.relative_to(engine.root))
+    assert any(rel in u for u in report.unrepairable), report.unrepairable
     assert engine.get_memory(scope, store.id, mem.id, full=True).content == "y"
 
 

@@ -17,8 +17,8 @@ from app.storage.clock import parse_iso, to_us
 from app.storage.fsck import fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
-from app.storage.locks import is_dirty
 from app.storage.retention import sweep
+from app.storage.txn import Key
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import snapshot
 
@@ -142,16 +142,16 @@ def test_a_sweep_killed_after_the_rename_is_completed_by_the_next_run(
 
     trash = store.layout.trash_dir()
     assert any(trash.iterdir()), "the killed sweep left its trash"
-    assert is_dirty(store.layout.task_dirty_marker(scope, "a"))
+    assert store.txns.is_pending(Key(scope, "a"))
     assert not store.layout.turn_dir(scope, "a", 0).exists()
     with pytest.raises(NotFound):
         store.get_turn(scope, "a", 0)  # nothing half-visible
-    assert not fsck(store).clean  # the stale index and dirty marker are visible to fsck
+    assert not fsck(store).clean  # the stale index and the write in flight are visible to fsck
 
     report = sweep(store, now=deadline)
     assert report.trash_entries >= 1
     assert not any(trash.iterdir())
-    assert not is_dirty(store.layout.task_dirty_marker(scope, "a"))
+    assert not store.txns.is_pending(Key(scope, "a"))
     assert [t.turn for t in store.get_task(scope, "a").turns] == [1]
     assert fsck(store).clean
 
@@ -320,7 +320,7 @@ def test_a_sweep_process_killed_by_sigkill_is_completed_by_the_next_run(
     child.join(timeout=60)
     assert child.exitcode == -9
     assert any(store.layout.trash_dir().iterdir())
-    assert is_dirty(store.layout.task_dirty_marker(scope, "a"))
+    assert store.txns.is_pending(Key(scope, "a"))
     assert store.layout.task_dir(scope, "b").exists(), "killed before reaching task b"
 
     report = sweep(store, now=deadline)

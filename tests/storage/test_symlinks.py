@@ -20,7 +20,7 @@ import pytest
 
 from app.storage import Corrupt, NotFound, Scope, TaskStore, UnsafePath
 from app.storage.listing import Listing
-from app.storage.locks import locked
+from app.storage.txn import Key
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 
@@ -87,7 +87,7 @@ def _read_all(fh: Any) -> bytes:
 
 def _operations(store: TaskStore) -> list[tuple[str, Callable[[], Any]]]:
     def repair() -> None:
-        with locked(store.layout.task_lock(SCOPE, "evil"), 2.0):
+        with store.txns.locked(Key(SCOPE, "evil")):
             store.repair_task(SCOPE, "evil")
 
     return [

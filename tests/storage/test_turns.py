@@ -7,8 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from app.storage import InvalidName, NotFound, PreconditionFailed, Scope, TaskStore
 from app.storage.clock import iso

@@ -1,35 +1,58 @@
-"""Memory stores (seed 002): path-addressed text memories with a version history."""
+"""Memory stores: path-addressed text memories with a version history.
+
+The engine and its values load on first use, so that ``rules`` (used by the mount client,
+which runs without the server's dependencies) imports nothing heavier than itself.
+"""
 
 from __future__ import annotations
 
-from .engine import MemoryStoreEngine
-from .models import (
-    ContentPreconditionFailed,
-    Deleted,
-    HeadVersion,
-    Memory,
-    MemoryPrefix,
-    MemoryStore,
-    MemoryVersion,
-    Page,
-    PathConflict,
-    StoreArchived,
-    StoreFull,
-    VersionFilter,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ContentPreconditionFailed",
-    "Deleted",
-    "HeadVersion",
-    "Memory",
-    "MemoryPrefix",
-    "MemoryStore",
-    "MemoryStoreEngine",
-    "MemoryVersion",
-    "Page",
-    "PathConflict",
-    "StoreArchived",
-    "StoreFull",
-    "VersionFilter",
-]
+if TYPE_CHECKING:
+    from .engine import MemoryStoreEngine as MemoryStoreEngine
+    from .models import (
+        ContentPreconditionFailed as ContentPreconditionFailed,
+        Deleted as Deleted,
+        HeadVersion as HeadVersion,
+        Memory as Memory,
+        MemoryPrefix as MemoryPrefix,
+        MemoryStore as MemoryStore,
+        MemoryVersion as MemoryVersion,
+        Page as Page,
+        PathConflict as PathConflict,
+        StoreArchived as StoreArchived,
+        StoreFull as StoreFull,
+        VersionFilter as VersionFilter,
+    )
+    from .retention import VersionSweep as VersionSweep
+
+_EXPORTS = {
+    "MemoryStoreEngine": ".engine",
+    "VersionSweep": ".retention",
+    **{
+        name: ".models"
+        for name in (
+            "ContentPreconditionFailed",
+            "Deleted",
+            "HeadVersion",
+            "Memory",
+            "MemoryPrefix",
+            "MemoryStore",
+            "MemoryVersion",
+            "Page",
+            "PathConflict",
+            "StoreArchived",
+            "StoreFull",
+            "VersionFilter",
+        )
+    },
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

@@ -5,6 +5,9 @@ memories and filtered pages of versions without reading every record. It is deri
 ``rows_from_records`` computes its whole content from the version files, which is what
 repair and fsck use. Only the holder of the store lock writes it; readers open it without
 any lock and see a consistent snapshot inside one read transaction.
+
+Every SQL statement of the memory-store engine is here, as a named query of
+:class:`IndexReader` / :class:`IndexWriter`.
 """
 
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..sqlitedb import open_wal, read_txn, write_txn
+from .models import VersionFilter
+from .records import VersionRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -56,6 +61,12 @@ VERSION_COLUMNS = (
     "id, memory_id, operation, path, sha, size, created_by, actor_type, actor_id,"
     " created_us, created_at, redacted_at, redacted_by"
 )
+_ACTOR_ID_FIELDS = {
+    "api_actor": "api_key_id",
+    "session_actor": "session_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,54 +97,49 @@ class VersionRow:
     redacted_at: str | None
     redacted_by: str | None
 
+    def actor(self) -> dict[str, Any] | None:
+        return None if self.created_by is None else dict(json.loads(self.created_by))
+
+    def redactor(self) -> dict[str, Any] | None:
+        return None if self.redacted_by is None else dict(json.loads(self.redacted_by))
+
 
 def _actor_json(actor: Any) -> str | None:
     return None if actor is None else json.dumps(actor, separators=(",", ":"))
 
 
-def _actor_key(actor: Any) -> tuple[str | None, str | None]:
-    if not isinstance(actor, dict):
-        return None, None
+def version_row(record: VersionRecord) -> VersionRow:
+    actor = record.created_by if isinstance(record.created_by, dict) else {}
     kind = actor.get("type")
-    ident = {
-        "api_actor": "api_key_id",
-        "session_actor": "session_id",
-        "user_actor": "user_id",
-        "service_account_actor": "service_account_id",
-    }.get(str(kind))
-    return kind, (actor.get(ident) if ident else None)
-
-
-def version_row(record: dict[str, Any]) -> VersionRow:
-    actor_type, actor_id = _actor_key(record.get("created_by"))
+    ident = _ACTOR_ID_FIELDS.get(str(kind))
     return VersionRow(
-        id=record["id"],
-        memory_id=record["memory_id"],
-        operation=record["operation"],
-        path=record.get("path"),
-        sha=record.get("content_sha256"),
-        size=record.get("content_size_bytes"),
-        created_by=_actor_json(record.get("created_by")),
-        actor_type=actor_type,
-        actor_id=actor_id,
-        created_us=int(record["created_us"]),
-        created_at=record["created_at"],
-        redacted_at=record.get("redacted_at"),
-        redacted_by=_actor_json(record.get("redacted_by")),
+        id=record.id,
+        memory_id=record.memory_id,
+        operation=record.operation,
+        path=record.path,
+        sha=record.content_sha256,
+        size=record.content_size_bytes,
+        created_by=_actor_json(record.created_by),
+        actor_type=kind,
+        actor_id=actor.get(ident) if ident else None,
+        created_us=record.created_us,
+        created_at=record.created_at,
+        redacted_at=record.redacted_at,
+        redacted_by=_actor_json(record.redacted_by),
     )
 
 
-def memory_row(record: dict[str, Any]) -> MemoryRow:
-    """The live memory whose head version is ``record`` (not a ``deleted`` version)."""
+def memory_row(record: VersionRecord) -> MemoryRow:
+    """The live memory whose head version is ``record`` (a live version)."""
     return MemoryRow(
-        id=record["memory_id"],
-        path=record["path"],
-        head=record["id"],
-        sha=record["content_sha256"],
-        size=int(record["content_size_bytes"]),
-        created_at=record["memory_created_at"],
-        updated_at=record["created_at"],
-        path_since=record["path_since"],
+        id=record.memory_id,
+        path=str(record.path),
+        head=record.id,
+        sha=str(record.content_sha256),
+        size=int(record.content_size_bytes or 0),
+        created_at=str(record.memory_created_at),
+        updated_at=record.created_at,
+        path_since=str(record.path_since),
     )
 
 
@@ -145,24 +151,213 @@ class IndexContent:
     last_us: int
 
 
-def rows_from_records(records: Iterable[dict[str, Any]]) -> IndexContent:
+def rows_from_records(records: Iterable[VersionRecord]) -> IndexContent:
     """The whole index as a rebuild from the version records computes it."""
-    ordered = sorted(records, key=lambda r: r["id"])
-    heads: dict[str, dict[str, Any]] = {}
+    ordered = sorted(records, key=lambda r: r.id)
+    heads: dict[str, VersionRecord] = {}
     for record in ordered:
-        heads[record["memory_id"]] = record
+        heads[record.memory_id] = record
     memories = sorted(
-        (memory_row(r) for r in heads.values() if r["operation"] != "deleted"),
-        key=lambda m: m.id,
+        (memory_row(r) for r in heads.values() if r.operation != "deleted"), key=lambda m: m.id
     )
-    versions = [version_row(r) for r in ordered]
     last = ordered[-1] if ordered else None
     return IndexContent(
         memories=memories,
-        versions=versions,
-        last_id=last["id"] if last else "",
-        last_us=int(last["created_us"]) if last else 0,
+        versions=[version_row(r) for r in ordered],
+        last_id=last.id if last else "",
+        last_us=last.created_us if last else 0,
     )
+
+
+class IndexReader:
+    """Named queries over one open connection (inside one read or write transaction)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def _memory(self, where: str, args: tuple[Any, ...]) -> MemoryRow | None:
+        row = self.conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}", args
+        ).fetchone()
+        return None if row is None else MemoryRow(*row)
+
+    def memory(self, memory_id: str) -> MemoryRow | None:
+        return self._memory("id = ?", (memory_id,))
+
+    def memory_at(self, path: str) -> MemoryRow | None:
+        return self._memory("path = ?", (path,))
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+    def state(self) -> tuple[str, int]:
+        """The id and time of the store's last version."""
+        rows = dict(self.conn.execute("SELECT key, value FROM state").fetchall())
+        return str(rows.get("last_id", "")), int(rows.get("last_us", 0))
+
+    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None:
+        """(id, path) of a memory other than ``exclude`` at ``path``, at an ancestor of it,
+        or below it; None when the path is free."""
+        segments = path[1:].split("/")
+        candidates = [path] + ["/" + "/".join(segments[:i]) for i in range(1, len(segments))]
+        marks = ",".join("?" * len(candidates))
+        row = self.conn.execute(
+            f"SELECT id, path FROM memories WHERE path IN ({marks}) AND id != ?"
+            " ORDER BY length(path) LIMIT 1",
+            (*candidates, exclude or ""),
+        ).fetchone()
+        if row is None:
+            # '0' follows '/': every path below ``path`` sorts between the two bounds.
+            row = self.conn.execute(
+                "SELECT id, path FROM memories WHERE path >= ? AND path < ? AND id != ?"
+                " ORDER BY path LIMIT 1",
+                (path + "/", path + "0", exclude or ""),
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]:
+        """Memories with ``low <= path < high`` whose path was set by ``as_of``, in path order."""
+        rows = self.conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE path >= ? AND path < ?"
+            " AND path_since <= ? ORDER BY path LIMIT ?",
+            (low, high, as_of, limit),
+        ).fetchall()
+        return [MemoryRow(*r) for r in rows]
+
+    def version(self, version_id: str) -> VersionRow | None:
+        row = self.conn.execute(
+            f"SELECT {VERSION_COLUMNS} FROM versions WHERE id = ?", (version_id,)
+        ).fetchone()
+        return None if row is None else VersionRow(*row)
+
+    def versions_page(
+        self, filters: VersionFilter, before: str | None, limit: int
+    ) -> list[VersionRow]:
+        """Versions matching ``filters``, newest first, with ids below ``before``."""
+        where, args = filter_clause(filters)
+        if before is not None:
+            where.append("id < ?")
+            args.append(before)
+        rows = self.conn.execute(
+            f"SELECT {VERSION_COLUMNS} FROM versions WHERE {' AND '.join(where)}"
+            " ORDER BY id DESC LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+        return [VersionRow(*r) for r in rows]
+
+    def live_ids(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT id FROM memories")}
+
+    def version_ages(self) -> list[tuple[str, str, int]]:
+        """(id, memory_id, created_us) of every version, newest first (retention)."""
+        return [
+            (str(r[0]), str(r[1]), int(r[2]))
+            for r in self.conn.execute(
+                "SELECT id, memory_id, created_us FROM versions ORDER BY id DESC"
+            )
+        ]
+
+    def dump(self) -> IndexContent:
+        """The index as it is, in the order ``rows_from_records`` produces."""
+        memories = [
+            MemoryRow(*r)
+            for r in self.conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories ORDER BY id")
+        ]
+        versions = [
+            VersionRow(*r)
+            for r in self.conn.execute(f"SELECT {VERSION_COLUMNS} FROM versions ORDER BY id")
+        ]
+        last_id, last_us = self.state()
+        return IndexContent(memories, versions, last_id, last_us)
+
+
+def filter_clause(filters: VersionFilter) -> tuple[list[str], list[object]]:
+    """The WHERE terms and arguments of a version filter (also its cursor fingerprint)."""
+    where: list[str] = ["1 = 1"]
+    args: list[object] = []
+    if filters.memory_id is not None:
+        where.append("memory_id = ?")
+        args.append(filters.memory_id)
+    if filters.operation is not None:
+        where.append("operation = ?")
+        args.append(filters.operation)
+    for kind, value in (
+        ("api_actor", filters.api_key_id),
+        ("session_actor", filters.session_id),
+        ("service_account_actor", filters.service_account_id),
+    ):
+        if value is not None:
+            where.append("actor_type = ? AND actor_id = ?")
+            args.extend([kind, value])
+    if filters.created_gte_us is not None:
+        where.append("created_us >= ?")
+        args.append(filters.created_gte_us)
+    if filters.created_lte_us is not None:
+        where.append("created_us <= ?")
+        args.append(filters.created_lte_us)
+    return where, args
+
+
+_INSERT_VERSION = (
+    f"INSERT OR REPLACE INTO versions ({VERSION_COLUMNS}) VALUES"
+    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_SET_STATE = (
+    "INSERT INTO state VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value ="
+    " max(value, excluded.value)"
+)
+
+
+def _version_values(v: VersionRow) -> tuple[Any, ...]:
+    return (
+        v.id,
+        v.memory_id,
+        v.operation,
+        v.path,
+        v.sha,
+        v.size,
+        v.created_by,
+        v.actor_type,
+        v.actor_id,
+        v.created_us,
+        v.created_at,
+        v.redacted_at,
+        v.redacted_by,
+    )
+
+
+def _memory_values(m: MemoryRow) -> tuple[Any, ...]:
+    return (m.id, m.path, m.head, m.sha, m.size, m.created_at, m.updated_at, m.path_since)
+
+
+class IndexWriter(IndexReader):
+    """The writes, for the holder of the store lock, inside one write transaction."""
+
+    def put_version(self, record: VersionRecord) -> None:
+        """Record a new (or redacted) version and move its memory's head with it."""
+        self.conn.execute(_INSERT_VERSION, _version_values(version_row(record)))
+        if record.operation == "deleted":
+            self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
+        elif record.redacted_at is None:
+            self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
+            self.conn.execute(_INSERT_MEMORY, _memory_values(memory_row(record)))
+        self._set_state(record.id, record.created_us)
+
+    def _set_state(self, last_id: str, last_us: int) -> None:
+        self.conn.execute(_SET_STATE, ("last_id", last_id))
+        self.conn.execute(_SET_STATE, ("last_us", last_us))
+
+    def replace_all(self, content: IndexContent) -> None:
+        self.conn.execute("DELETE FROM memories")
+        self.conn.execute("DELETE FROM versions")
+        self.conn.executemany(_INSERT_MEMORY, [_memory_values(m) for m in content.memories])
+        self.conn.executemany(_INSERT_VERSION, [_version_values(v) for v in content.versions])
+        self.conn.execute("DELETE FROM state")
+        self._set_state(content.last_id, content.last_us)
+
+    def delete_versions(self, version_ids: list[str]) -> None:
+        self.conn.executemany("DELETE FROM versions WHERE id = ?", [(v,) for v in version_ids])
 
 
 class StoreIndex:
@@ -174,8 +369,8 @@ class StoreIndex:
 
     def _connect(self, *, create: bool) -> sqlite3.Connection:
         mode = "rwc" if create else "rw"
-        # mode=rw: a reader racing a store rename or delete gets an error instead of
-        # silently creating an empty database at the old place.
+        # mode=rw: a reader racing a store delete gets an error instead of silently
+        # creating an empty database at the old place.
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode={mode}"
         conn = open_wal(uri, uri=True, timeout=self.timeout)
         try:
@@ -187,134 +382,20 @@ class StoreIndex:
         return conn
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[IndexReader]:
         """A read transaction: every query inside sees the same snapshot."""
         conn = self._connect(create=False)
         try:
             with read_txn(conn):
-                yield conn
+                yield IndexReader(conn)
         finally:
             conn.close()
 
     @contextlib.contextmanager
-    def write(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
+    def write(self, *, create: bool = True) -> Iterator[IndexWriter]:
         conn = self._connect(create=create)
         try:
             with write_txn(conn, "memory store index"):
-                yield conn
+                yield IndexWriter(conn)
         finally:
             conn.close()
-
-    # -- writes (caller holds the store lock) ------------------------------------------
-    @staticmethod
-    def put_version(conn: sqlite3.Connection, record: dict[str, Any]) -> None:
-        row = version_row(record)
-        conn.execute(
-            f"INSERT OR REPLACE INTO versions ({VERSION_COLUMNS}) VALUES"
-            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                row.id,
-                row.memory_id,
-                row.operation,
-                row.path,
-                row.sha,
-                row.size,
-                row.created_by,
-                row.actor_type,
-                row.actor_id,
-                row.created_us,
-                row.created_at,
-                row.redacted_at,
-                row.redacted_by,
-            ),
-        )
-        if record["operation"] == "deleted":
-            conn.execute("DELETE FROM memories WHERE id = ?", (record["memory_id"],))
-        elif record.get("redacted_at") is None:
-            m = memory_row(record)
-            conn.execute("DELETE FROM memories WHERE id = ?", (m.id,))
-            conn.execute(
-                f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (m.id, m.path, m.head, m.sha, m.size, m.created_at, m.updated_at, m.path_since),
-            )
-        set_state(conn, record["id"], int(record["created_us"]))
-
-    @staticmethod
-    def replace_all(conn: sqlite3.Connection, content: IndexContent) -> None:
-        conn.execute("DELETE FROM memories")
-        conn.execute("DELETE FROM versions")
-        conn.executemany(
-            f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (m.id, m.path, m.head, m.sha, m.size, m.created_at, m.updated_at, m.path_since)
-                for m in content.memories
-            ],
-        )
-        conn.executemany(
-            f"INSERT INTO versions ({VERSION_COLUMNS}) VALUES"
-            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    v.id,
-                    v.memory_id,
-                    v.operation,
-                    v.path,
-                    v.sha,
-                    v.size,
-                    v.created_by,
-                    v.actor_type,
-                    v.actor_id,
-                    v.created_us,
-                    v.created_at,
-                    v.redacted_at,
-                    v.redacted_by,
-                )
-                for v in content.versions
-            ],
-        )
-        conn.execute("DELETE FROM state")
-        set_state(conn, content.last_id, content.last_us)
-
-
-def set_state(conn: sqlite3.Connection, last_id: str, last_us: int) -> None:
-    conn.execute(
-        "INSERT INTO state VALUES ('last_id', ?) ON CONFLICT (key) DO UPDATE SET value ="
-        " max(value, excluded.value)",
-        (last_id,),
-    )
-    conn.execute(
-        "INSERT INTO state VALUES ('last_us', ?) ON CONFLICT (key) DO UPDATE SET value ="
-        " max(value, excluded.value)",
-        (last_us,),
-    )
-
-
-def get_state(conn: sqlite3.Connection) -> tuple[str, int]:
-    rows = dict(conn.execute("SELECT key, value FROM state").fetchall())
-    return str(rows.get("last_id", "")), int(rows.get("last_us", 0))
-
-
-def fetch_memory(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> MemoryRow | None:
-    row = conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where}", args).fetchone()
-    return None if row is None else MemoryRow(*row)
-
-
-def fetch_version(conn: sqlite3.Connection, version_id: str) -> VersionRow | None:
-    row = conn.execute(
-        f"SELECT {VERSION_COLUMNS} FROM versions WHERE id = ?", (version_id,)
-    ).fetchone()
-    return None if row is None else VersionRow(*row)
-
-
-def dump(conn: sqlite3.Connection) -> IndexContent:
-    """The index as it is, in the order ``rows_from_records`` produces."""
-    memories = [
-        MemoryRow(*r)
-        for r in conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories ORDER BY id").fetchall()
-    ]
-    versions = [
-        VersionRow(*r)
-        for r in conn.execute(f"SELECT {VERSION_COLUMNS} FROM versions ORDER BY id").fetchall()
-    ]
-    last_id, last_us = get_state(conn)
-    return IndexContent(memories, versions, last_id, last_us)

@@ -12,7 +12,7 @@ import unicodedata
 from typing import Any
 
 from ..errors import InvalidName
-from ..layout import TMP_PREFIX
+from ..layout import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
 
 MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENTS = 20
@@ -23,12 +23,7 @@ MAX_DESCRIPTION_CHARS = 1024
 MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
-MAX_SLUG_IN_DIRNAME = 64
 
-_ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
-STORE_ID_RE = re.compile(rf"memstore_{_ULID}")
-MEMORY_ID_RE = re.compile(rf"mem_{_ULID}")
-VERSION_ID_RE = re.compile(rf"memver_{_ULID}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
 _SEPARATORS = {"\u2028", "\u2029"}
@@ -173,12 +168,6 @@ def patch_metadata(current: dict[str, str], patch: object) -> dict[str, str]:
 def slugify(name: str) -> str:
     """The mount slug: lowercased, runs of anything but ASCII letters/digits → one hyphen."""
     return _SLUG_RUN.sub("-", name.lower()).strip("-")
-
-
-def store_dirname(name: str, store_id: str) -> str:
-    # Capped so that slug + id stays far below NAME_MAX whatever the name.
-    slug = slugify(name)[:MAX_SLUG_IN_DIRNAME].strip("-")
-    return f"{slug}-{store_id}" if slug else store_id
 
 
 def is_store_id(value: Any) -> bool:

@@ -1,0 +1,104 @@
+"""The tree backend: both engines over one storage root, built once by the app.
+
+The API, the console, the CLI and the sweeper reach storage only through this object
+(app/storage/interface.py): ``tasks``, ``stores``, and the operations on the whole tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from .clock import Clock, system_clock
+from .fsck import DEFAULT_GRACE, fsck
+from .memstores import MemoryStoreEngine
+from .memstores.fsck import upgrade_store_dirs
+from .memstores.retention import VersionSweep
+from .models import FsckReport
+from .readiness import check_ready
+from .retention import SweepReport, sweep
+from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
+
+
+@dataclass(frozen=True, slots=True)
+class SweepOutcome:
+    """One retention sweep of both engines."""
+
+    tasks: SweepReport
+    versions: VersionSweep
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return self.tasks.errors + self.versions.errors
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.tasks.to_dict(), "memory_store_versions": self.versions.to_dict()}
+
+    def lines(self) -> list[str]:
+        """What a person reads after ``flask --app wsgi sweep``."""
+        t, v = self.tasks, self.versions
+        verb = "would remove" if t.dry_run else "removed"
+        out = [f"sweep as of {t.now}{' (dry run: nothing changed)' if t.dry_run else ''}"]
+        out += [
+            f"  {p.tenant}/{p.project}: {verb} {p.turns} turn(s), {p.tasks} task(s), "
+            f"{p.bytes} byte(s)"
+            for p in t.projects
+        ]
+        out.append(
+            f"total: {verb} {t.turns} turn(s), {t.tasks} task(s), {t.bytes} byte(s); "
+            f"{t.temp_files} stale temp file(s), {t.leftovers} leftover(s); "
+            f"{t.trash_entries} unfinished deletion(s) completed"
+        )
+        out.append(
+            f"memory stores: {verb} {v.versions_removed} version(s), {v.bytes_removed} byte(s)"
+            f" from {v.stores_scanned} store(s)"
+        )
+        out += [f"link (never followed): {link}" for link in (*t.links, *v.links)]
+        return out
+
+
+class TreeStorage:
+    """Both engines over one storage root (a local filesystem)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        retention: timedelta = timedelta(days=30),
+        lock_timeout: float = 10.0,
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
+        self.tasks = TaskStore(
+            root,
+            retention=retention,
+            lock_timeout=lock_timeout,
+            clock=clock,
+            max_artifact_bytes=max_artifact_bytes,
+        )
+        self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
+        self.layout = self.tasks.layout
+
+    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
+        """Remove expired turns and versions past their retention (both engines)."""
+        return SweepOutcome(
+            sweep(self.tasks, now=now, dry_run=dry_run),
+            self.stores.sweep_versions(now=now, dry_run=dry_run),
+        )
+
+    def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
+        """Check (and with ``repair`` rebuild) every derived file of both engines."""
+        report = fsck(self.tasks, repair=repair, grace=grace)
+        self.stores.fsck(report, repair=repair)
+        return report
+
+    def upgrade(self) -> list[str]:
+        """Bring a root written in an older layout to the current one (idempotent)."""
+        return upgrade_store_dirs(self.stores)
+
+    def ready(self) -> tuple[bool, str]:
+        return check_ready(self.tasks)
+
+    def describe(self) -> dict[str, Path | str]:
+        return {"backend": "tree", "storage root": self.layout.root}

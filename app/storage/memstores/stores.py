@@ -1,0 +1,213 @@
+"""Stores: create, read, list, update, archive and delete."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ulid import ULID
+
+from ..atomic import fsync_dir, make_dirs, write_atomic
+from ..clock import iso_us
+from ..errors import Corrupt, InvalidName, NotFound, NotOwner, UnsafePath
+from ..layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
+from ..records import dumps
+from . import rules
+from .core import StoresBase
+from .models import Deleted, MemoryStore, Page, StoreArchived
+from .records import StoreRecord
+
+PAGE_PREFIX = "page_"
+MAX_LIMIT = 100
+
+
+def fingerprint(*parts: object) -> str:
+    """What a cursor was issued for (kind, scope, filters): another list refuses it."""
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+def check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidName("limit", limit, f"must be an integer between 1 and {MAX_LIMIT}")
+    return limit
+
+
+class StoreOps(StoresBase):
+    """The store-level operations of the engine."""
+
+    def decode_page(self, page: str, fp: str) -> dict[str, Any]:
+        body = self.cursors.decode(page, "page", PAGE_PREFIX)
+        if body.get("q") != fp:
+            raise InvalidName("page", page, "is not a page cursor this server issued for this list")
+        return body
+
+    def encode_page(self, body: dict[str, Any]) -> str:
+        return self.cursors.encode(body, PAGE_PREFIX)
+
+    def create_store(
+        self,
+        scope: Scope,
+        *,
+        name: object,
+        description: object = "",
+        metadata: object = None,
+        creator: str | None = None,
+    ) -> MemoryStore:
+        """Create an empty store: built in a temp directory, published by one rename."""
+        now = self.now_us()
+        record = StoreRecord(
+            id=f"memstore_{ULID()}",
+            name=rules.validate_name(name),
+            description=rules.validate_description("" if description is None else description),
+            metadata=rules.validate_metadata({} if metadata is None else metadata),
+            created_at=iso_us(now),
+            created_us=now,
+            updated_at=iso_us(now),
+            archived_at=None,
+            tenant=scope.tenant,
+            project=scope.project,
+            created_by=creator,
+        )
+        parent = self.layout.check_inside(self.layout.stores_dir(scope))
+        make_dirs(parent, Path(self.root.anchor))
+        tmp = parent / f"{TMP_PREFIX}{record.id}"
+        try:
+            os.mkdir(tmp, 0o750)
+            os.mkdir(tmp / VERSIONS_DIR, 0o750)
+            os.mkdir(tmp / MEMORIES_DIR, 0o750)
+            with self.index(tmp).write():
+                pass
+            write_atomic(self.layout.store_record(tmp), dumps(record.to_json()))
+            fsync_dir(tmp)
+            self.tree.rename(tmp, self.layout.store_dir(scope, record.id))
+        except BaseException:
+            self.tree.remove(tmp)
+            raise
+        fsync_dir(parent)
+        return record.view()
+
+    def get_store(self, scope: Scope, store_id: str) -> MemoryStore:
+        """Read a store, archived or not."""
+        return self.read(scope, store_id, lambda d: self.store_record(d).view())
+
+    def store_creator(self, scope: Scope, store_id: str) -> str | None:
+        """The token id that created the store (None when unknown)."""
+        return self.read(scope, store_id, lambda d: self.store_record(d).created_by)
+
+    def list_stores(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 20,
+        page: str | None = None,
+        include_archived: bool = False,
+        created_gte_us: int | None = None,
+        created_lte_us: int | None = None,
+    ) -> Page:
+        """List the scope's stores, newest first, with a keyset cursor."""
+        limit = check_limit(limit)
+        fp = fingerprint("stores", scope.tenant, scope.project, include_archived)
+        after: tuple[int, str] | None = None
+        if page is not None:
+            key = self.decode_page(page, fp).get("k")
+            if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int)):
+                raise InvalidName("page", page, "is not a valid page cursor")
+            after = (key[0], str(key[1]))
+        records = []
+        for entry in self.tree.entries(self.layout.stores_dir(scope)):
+            if not entry.is_dir or not STORE_ID_RE.fullmatch(entry.name):
+                continue
+            try:
+                record = self.store_record(entry.path)
+            except (Corrupt, UnsafePath, NotFound):
+                # Damaged, linked (fsck reports both) or deleted while we looked: the list
+                # stays usable.
+                continue
+            if record.archived_at and not include_archived:
+                continue
+            key = (record.created_us, record.id)
+            if created_gte_us is not None and record.created_us < created_gte_us:
+                continue
+            if created_lte_us is not None and record.created_us > created_lte_us:
+                continue
+            if after is not None and key >= after:
+                continue
+            records.append(record)
+        records.sort(key=lambda r: (r.created_us, r.id), reverse=True)
+        chosen = records[:limit]
+        next_page = None
+        if len(records) > limit:
+            last = chosen[-1]
+            next_page = self.encode_page({"q": fp, "k": [last.created_us, last.id]})
+        return Page(tuple(r.view() for r in chosen), next_page)
+
+    def _check_creator(self, record: StoreRecord, only_creator: str | None) -> None:
+        if only_creator is not None and record.created_by != only_creator:
+            raise NotOwner(
+                f"only the creator of memory store {record.id} or a project_admin may change it"
+            )
+
+    def update_store(
+        self,
+        scope: Scope,
+        store_id: str,
+        *,
+        name: object = None,
+        description: object = None,
+        metadata: object = None,
+        only_creator: str | None = None,
+    ) -> MemoryStore:
+        """Change name, description and/or patch metadata; None leaves a field as it is."""
+        if name is not None:
+            name = rules.validate_name(name)
+        if description is not None:
+            description = rules.validate_description(description)
+        with self.transaction(scope, store_id) as txn:
+            record = self.store_record(txn.dir)
+            self._check_creator(record, only_creator)
+            if record.archived_at:
+                raise StoreArchived(f"memory store {store_id} is archived and read-only")
+            new = record
+            if name is not None:
+                new = replace(new, name=str(name))
+            if description is not None:
+                new = replace(new, description=str(description))
+            if metadata is not None:
+                new = replace(new, metadata=rules.patch_metadata(record.metadata, metadata))
+            if new == record:
+                return record.view()
+            new = replace(new, updated_at=iso_us(max(self.now_us(), record.created_us)))
+            self.write_store_record(txn.dir, new)
+        return new.view()
+
+    def archive_store(
+        self, scope: Scope, store_id: str, *, only_creator: str | None = None
+    ) -> MemoryStore:
+        """Archive a store (one-way; archiving an archived store changes nothing)."""
+        with self.transaction(scope, store_id) as txn:
+            record = self.store_record(txn.dir)
+            self._check_creator(record, only_creator)
+            if record.archived_at:
+                return record.view()
+            record = replace(record, archived_at=iso_us(max(self.now_us(), record.created_us)))
+            self.write_store_record(txn.dir, record)
+        return record.view()
+
+    def delete_store(
+        self, scope: Scope, store_id: str, *, only_creator: str | None = None
+    ) -> Deleted:
+        """Delete a store with all its memories and versions: one rename to the trash."""
+        with self.transaction(scope, store_id) as txn:
+            self._check_creator(self.store_record(txn.dir), only_creator)
+            trash = self.layout.check_inside(self.layout.trash_dir())
+            make_dirs(trash, self.root)
+            target = trash / f"{ULID()}-{store_id}"
+            self.tree.rename(txn.dir, target)
+            fsync_dir(txn.dir.parent)
+            fsync_dir(trash)
+        self.tree.remove(target)
+        return Deleted(store_id, "memory_store_deleted")
