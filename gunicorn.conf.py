@@ -52,7 +52,8 @@ def _metrics_dir() -> None:
 
 
 def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
-    """Create the storage root and, on first start, a first token printed once.
+    """Create the storage root and, on first start, a first token printed once; create the
+    rate limit table the workers share.
 
     Also: after an unclean shutdown (the running sentinel is still there) run
     `fsck --repair` before serving, so derived files a crash left stale are rebuilt.
@@ -60,8 +61,10 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     _metrics_dir()
     from app import create_app
     from app.bootstrap import first_start
+    from app.ratelimit import share_across_workers
     from app.sweeper import startup_recovery
 
+    share_across_workers()  # before the fork: one rate limit table for every worker
     app = create_app()
     first_start(bind, app)
     for line in startup_recovery(app):

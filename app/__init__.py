@@ -15,7 +15,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, requestlog
+    from . import cli, ratelimit, requestlog
     from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
@@ -44,7 +44,10 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     )
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
     requestlog.init_app(app)
+    ratelimit.init_app(app)
     register_error_handlers(app)
+    # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
+    ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp)
     app.register_blueprint(public.bp)
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)

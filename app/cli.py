@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
-from .storage import Scope, TaskStore
+from .ratelimit import Limiter, limits_of, resolve
+from .storage import Scope, StorageError, TaskStore
 from .storage.atomic import flush_derived
 from .storage.facade import TreeStorage
+from .storage.limits import RateOverride, RateOverrides, format_bytes, parse_bytes
 from .storage.models import FsckReport
 from .storage.tokens import ROLES, TokenRegistry
 
@@ -203,7 +206,147 @@ def import_command(tenant: str | None, project: str | None, overwrite: bool, fil
     )
 
 
+# -- rate limits: per-tenant and per-project overrides of the MEMORY_RATE_LIMIT_* settings -----
+ratelimit = AppGroup(
+    "ratelimit", help="Show and change rate limits per tenant and project (<root>/.limits.json)."
+)
+
+
+class _ByteCount(click.ParamType[int, Any]):
+    name = "bytes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        try:
+            return parse_bytes(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _limiter() -> Limiter:
+    limiter: Limiter = current_app.extensions["rate_limiter"]
+    return limiter
+
+
+def _where(tenant: str, project: str | None) -> str:
+    return f"project {tenant}/{project}" if project else f"tenant {tenant}"
+
+
+def _fields_text(rate: RateOverride) -> str:
+    parts = []
+    for name, value in rate.to_json().items():
+        shown = format_bytes(int(value)) if name.startswith("upload") else f"{value:g}"
+        parts.append(f"{name}={shown}")
+    return " ".join(parts)
+
+
+def _applies(tenant: str, project: str | None, overrides: RateOverrides) -> dict[str, Any]:
+    """The limits that apply in a project (or, without one, in a tenant's projects that
+    have no entry of their own)."""
+    resolved = resolve(_limiter().defaults, overrides, tenant, project or "")
+    return {"limits": resolved.to_json(), "text": limits_of(resolved).describe()}
+
+
+@ratelimit.command("set")
+@click.option("--tenant", required=True)
+@click.option("--project", default=None, help="Omit to set the default of the tenant's projects.")
+@click.option("--rps", type=click.FloatRange(min=0), help="Requests per second; 0: no limit.")
+@click.option("--burst", type=click.IntRange(min=0), help="Requests at once; 0: the rate.")
+@click.option(
+    "--upload-bps", type=_ByteCount(), help="Body bytes per second of writes (10MiB); 0: no limit."
+)
+@click.option(
+    "--upload-burst", type=_ByteCount(), help="Body bytes at once; 0: one second's worth."
+)
+def set_rate_limit(
+    tenant: str,
+    project: str | None,
+    rps: float | None,
+    burst: int | None,
+    upload_bps: int | None,
+    upload_burst: int | None,
+) -> None:
+    """Set rate limits of a project (or a tenant); fields not given keep their value.
+
+    Every worker applies the change within a second, without a restart.
+    """
+    change = RateOverride(rps=rps, burst=burst, upload_bps=upload_bps, upload_burst=upload_burst)
+    if change.empty:
+        raise click.UsageError("give at least one of --rps, --burst, --upload-bps, --upload-burst")
+    file = _limiter().file
+    try:
+        entry = file.set_rate(tenant, project, change)
+        applies = _applies(tenant, project, file.rates())
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{_where(tenant, project)}: {_fields_text(entry)} -> {applies['text']}")
+
+
+@ratelimit.command("show")
+@click.option("--tenant", default=None, help="Only the limits that apply in this tenant ...")
+@click.option("--project", default=None, help="... or in this project of it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_rate_limits(tenant: str | None, project: str | None, as_json: bool) -> None:
+    """Show the settings' limits and every override, with the limits each leads to."""
+    if project is not None and tenant is None:
+        raise click.UsageError("--project needs --tenant")
+    limiter = _limiter()
+    try:
+        overrides = limiter.file.rates()
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    defaults = resolve(limiter.defaults, overrides, "", "")
+    out: dict[str, Any] = {
+        "file": str(limiter.file.path),
+        "exempt_admin": limiter.exempt_admin,
+        "settings": {"limits": defaults.to_json(), "text": limits_of(defaults).describe()},
+    }
+    if tenant is not None:
+        out["applies"] = {
+            "tenant": tenant,
+            "project": project,
+            **_applies(tenant, project, overrides),
+        }
+    else:
+        out["tenants"] = {
+            name: {"rate": rate.to_json(), **_applies(name, None, overrides)}
+            for name, rate in sorted(overrides.tenants.items())
+        }
+        out["projects"] = {
+            f"{t}/{p}": {"rate": rate.to_json(), **_applies(t, p, overrides)}
+            for (t, p), rate in sorted(overrides.projects.items())
+        }
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    admins = "exempt" if limiter.exempt_admin else "limited like any token"
+    click.echo(f"settings (MEMORY_RATE_LIMIT_*): {out['settings']['text']}; admin tokens {admins}")
+    if tenant is not None:
+        click.echo(f"{_where(tenant, project)}: {out['applies']['text']}")
+        return
+    for name, entry in out["tenants"].items():
+        click.echo(f"tenant {name}: {_fields_text(overrides.tenants[name])} -> {entry['text']}")
+    for key, entry in out["projects"].items():
+        t, _, p = key.partition("/")
+        click.echo(f"project {key}: {_fields_text(overrides.projects[(t, p)])} -> {entry['text']}")
+    if not overrides.tenants and not overrides.projects:
+        click.echo(f"no overrides in {limiter.file.path}")
+
+
+@ratelimit.command("clear")
+@click.option("--tenant", required=True)
+@click.option("--project", default=None, help="Omit to clear the tenant's own entry.")
+def clear_rate_limit(tenant: str, project: str | None) -> None:
+    """Remove the rate limits set for a project (or a tenant): the next level applies again."""
+    try:
+        cleared = _limiter().file.clear_rate(tenant, project)
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    state = "rate limits cleared" if cleared else "had no rate limits set"
+    click.echo(f"{_where(tenant, project)}: {state}")
+
+
 def init_app(app: Flask) -> None:
     app.cli.add_command(tokens)
+    app.cli.add_command(ratelimit)
     for command in (sweep_command, fsck_command, export_command, import_command):
         app.cli.add_command(command)

@@ -8,8 +8,30 @@ from typing import Any
 
 from flask import Flask
 
+from .storage.limits import parse_bytes
+
 PREFIX = "MEMORY"
 MiB = 1 << 20
+
+
+class Bytes(int):
+    """A byte count; the environment may give it with a unit (10MiB, 1.5GB, 512k)."""
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
 
 # name -> (default, type, help). The README's configuration table is generated from this.
 SETTINGS: dict[str, tuple[Any, type, str]] = {
@@ -28,6 +50,27 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),
     "LOG_LEVEL": ("INFO", str, "Python logging level of the request log."),
     "METRICS": ("off", str, "Prometheus metrics: off, or token (served to admin tokens)."),
+    "RATE_LIMIT_RPS": (
+        0.0,
+        float,
+        "Requests per second allowed per token and per project (fractions allowed); 0: no limit.",
+    ),
+    "RATE_LIMIT_BURST": (
+        0,
+        int,
+        "Requests a token or project may make at once; 0: one second's worth.",
+    ),
+    "RATE_LIMIT_UPLOAD_BPS": (
+        Bytes(0),
+        Bytes,
+        "Body bytes per second of writes, per token and per project (e.g. 10MiB); 0: no limit.",
+    ),
+    "RATE_LIMIT_UPLOAD_BURST": (
+        Bytes(0),
+        Bytes,
+        "Body bytes a token or project may send at once (e.g. 50MiB); 0: one second's worth.",
+    ),
+    "RATE_LIMIT_EXEMPT_ADMIN": (True, bool, "Admin tokens are never rate limited (true or false)."),
     "HEADER_TIMEOUT": (
         10.0,
         float,
@@ -80,6 +123,10 @@ def validate_config(config: dict[str, Any]) -> None:
                 value = int(value)
             elif kind is str:
                 value = str(value)
+            elif kind is Bytes:
+                value = parse_bytes(value)
+            elif kind is bool:
+                value = parse_bool(value)
             else:
                 raise TypeError
         except (TypeError, ValueError):
@@ -107,8 +154,22 @@ def validate_config(config: dict[str, Any]) -> None:
     for name in ("WORKERS", "THREADS", "WORKER_TIMEOUT"):
         if config[name] < 1:
             raise ConfigError(f"{PREFIX}_{name} must be >= 1 (got {config[name]})")
+    _validate_rate_limits(config)
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])
     if tokens == root or tokens.startswith(root + os.sep):
         raise ConfigError(f"{PREFIX}_TOKENS_FILE must live outside {PREFIX}_STORAGE_ROOT")
     config["STORAGE_ROOT"], config["TOKENS_FILE"] = root, tokens
+
+
+def _validate_rate_limits(config: dict[str, Any]) -> None:
+    for rate, burst in (
+        ("RATE_LIMIT_RPS", "RATE_LIMIT_BURST"),
+        ("RATE_LIMIT_UPLOAD_BPS", "RATE_LIMIT_UPLOAD_BURST"),
+    ):
+        if not 0 <= config[rate] < float("inf"):
+            raise ConfigError(f"{PREFIX}_{rate} must be a finite number >= 0")
+        if config[burst] < 0:
+            raise ConfigError(f"{PREFIX}_{burst} must be >= 0")
+        if config[burst] and not config[rate]:
+            raise ConfigError(f"{PREFIX}_{burst} is set but {PREFIX}_{rate} is 0 (no limit)")

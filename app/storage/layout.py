@@ -71,6 +71,7 @@ STORE_INDEX = "index.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
 CURSOR_KEY = ".cursor-key"
+LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
 # Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
 # never meet the per-project lock directories beside them.
