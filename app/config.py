@@ -28,6 +28,16 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),
     "LOG_LEVEL": ("INFO", str, "Python logging level of the request log."),
     "METRICS": ("off", str, "Prometheus metrics: off, or token (served to admin tokens)."),
+    "CONSOLE_SESSION_HOURS": (
+        12.0,
+        float,
+        "Hours a web console sign-in lasts (a revoked token ends it at once).",
+    ),
+    "TRUSTED_PROXIES": (
+        0,
+        int,
+        "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes.",
+    ),
 }
 
 
@@ -71,6 +81,10 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_MAX_JSON_BYTES must be >= 1024")
     if config["SWEEP_INTERVAL"] < 0:
         raise ConfigError(f"{PREFIX}_SWEEP_INTERVAL must be >= 0")
+    if not 0 < config["CONSOLE_SESSION_HOURS"] <= 24 * 366:
+        raise ConfigError(f"{PREFIX}_CONSOLE_SESSION_HOURS must be > 0 and at most a year")
+    if not 0 <= config["TRUSTED_PROXIES"] <= 16:
+        raise ConfigError(f"{PREFIX}_TRUSTED_PROXIES must be between 0 and 16")
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
     root = os.path.abspath(config["STORAGE_ROOT"])
