@@ -39,6 +39,8 @@ def first_start(bind: str, app: Flask | None = None) -> None:
         '      -d \'{"meta": {"model": "demo"}, "summary_md": "First turn."}\'',
         f"    curl -s {host}/sandbox/memory/v1/project.md -H 'Authorization: Bearer {secret}'",
         "",
+        f"Web console: {host}/console/ (sign in there with the same token)",
+        "",
         f"Token registry: {app.config['TOKENS_FILE']}   Storage root: {root}",
         "=" * 72,
         "",

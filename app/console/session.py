@@ -128,12 +128,17 @@ def same_origin() -> bool:
     """A state-changing request must come from one of our own pages.
 
     Browsers send ``Sec-Fetch-Site`` and ``Origin`` on a form POST; either one naming
-    another site refuses it. A client that sends neither is left to the CSRF token.
+    another site refuses it. Our pages say ``Referrer-Policy: no-referrer``, under which a
+    browser sends ``Origin: null`` even for our own forms: "null" passes only when
+    ``Sec-Fetch-Site`` vouches for the same origin (a sandboxed frame elsewhere also sends
+    "null", with ``cross-site``). A client that sends neither is left to the CSRF token.
     """
     site = request.headers.get("Sec-Fetch-Site")
     if site is not None and site != "same-origin":
         return False
     origin = request.headers.get("Origin")
+    if origin == "null":
+        return site == "same-origin"
     return origin is None or origin == our_origin()
 
 

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, current_app, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
+from markupsafe import Markup
 from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
@@ -218,13 +219,14 @@ def _covers_many(token: Token | None) -> bool:
     return token is not None and (token.role == "admin" or token.project is None)
 
 
-def _token_label(token_id: Any) -> str:
+def _token_label(token_id: Any) -> Markup:
+    """A token by its name, its id on hover (the id alone when it has no name)."""
     if not isinstance(token_id, str) or not token_id:
-        return "unknown"
+        return Markup("<span>unknown</span>")
     token = _registry().get(token_id)
     if token is None or not token.name:
-        return token_id
-    return f"{token.name} ({token_id})"
+        return Markup("<span>{}</span>").format(token_id)
+    return Markup('<span title="{}">{}</span>').format(token_id, token.name)
 
 
 # -- errors: HTML pages for the console's own routes ---------------------------------------
