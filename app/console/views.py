@@ -120,6 +120,8 @@ def _safe_next(target: str | None) -> str | None:
     """A path inside the console to return to after sign-in; anything else is dropped."""
     if not target or len(target) > 2048 or "\\" in target:
         return None
+    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in target):
+        return None  # whitespace and controls: browsers strip some, headers refuse others
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or not parts.path.startswith("/console/"):
         return None
@@ -223,7 +225,11 @@ def _token_label(token_id: Any) -> Markup:
     """A token by its name, its id on hover (the id alone when it has no name)."""
     if not isinstance(token_id, str) or not token_id:
         return Markup("<span>unknown</span>")
-    token = _registry().get(token_id)
+    # A page names the same few tokens many times (a list of 50 tasks): look each up once.
+    seen: dict[str, Token | None] = g.setdefault("console_tokens", {})
+    if token_id not in seen:
+        seen[token_id] = _registry().get(token_id)
+    token = seen[token_id]
     if token is None or not token.name:
         return Markup("<span>{}</span>").format(token_id)
     return Markup('<span title="{}">{}</span>').format(token_id, token.name)
