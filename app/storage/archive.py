@@ -40,6 +40,7 @@ from .errors import Corrupt, StorageError
 from .fsck import is_id
 from .layout import (
     ARTIFACT_NAME_PATTERN,
+    ARTIFACTS_DIR,
     ID_PATTERN,
     TASK_INDEX,
     TASK_RECORD,
@@ -50,7 +51,6 @@ from .layout import (
     turn_dirname,
 )
 from .locks import locked
-from .noatime import open_noatime
 from .records import read_turn, turn_dirs, turn_from_json
 from .tasks import TaskStore
 
@@ -99,8 +99,25 @@ class _Hashing(io.RawIOBase):
 
 
 # -- export ---------------------------------------------------------------------------------
-def _open_nofollow(path: Path) -> IO[bytes]:
-    return os.fdopen(open_noatime(path), "rb")
+def _open_below(store: TaskStore, path: Path) -> IO[bytes] | None:
+    """Open a file of the tree, refusing a link anywhere on the way (None when absent)."""
+    fd = store.layout.open_read(str(path))
+    return None if fd is None else os.fdopen(fd, "rb")
+
+
+def _refuse_links(store: TaskStore, directory: Path) -> None:
+    """Refuse to export a directory holding a planted link: a backup that silently left
+    something out would be found out only at restore time."""
+    for entry in store.layout.tree.entries(directory):
+        if entry.is_link:
+            raise ArchiveError(
+                f"{entry.path.relative_to(store.layout.root)} is a symlink; the export never"
+                " follows one (fsck lists every link: remove them and export again)"
+            )
+
+
+def prefix(task_id: str, turn: int) -> str:
+    return f"tasks/{task_id}/{turn_dirname(turn)}"
 
 
 def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[str, IO[bytes]]]:
@@ -116,27 +133,32 @@ def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[s
     ):
         try:
             for name in (TASK_RECORD, TASK_INDEX):
-                if (task_dir / name).is_file():
-                    opened.append((f"tasks/{task_id}/{name}", _open_nofollow(task_dir / name)))
-            for turn, turn_dir in turn_dirs(task_dir):
+                fh = _open_below(store, task_dir / name)
+                if fh is not None:
+                    opened.append((f"tasks/{task_id}/{name}", fh))
+            _refuse_links(store, task_dir)
+            for turn, turn_dir in turn_dirs(store.layout.tree, task_dir):
+                _refuse_links(store, turn_dir)
+                _refuse_links(store, turn_dir / ARTIFACTS_DIR)
+                meta = _open_below(store, turn_dir / TURN_META)
+                if meta is None:
+                    continue  # no commit point: not part of the project
+                opened.append((f"{prefix(task_id, turn)}/{TURN_META}", meta))
                 record = read_turn(turn_dir)
                 if record is None:
-                    continue  # no commit point: not part of the project
-                prefix = f"tasks/{task_id}/{turn_dirname(turn)}"
-                opened.append((f"{prefix}/{TURN_META}", _open_nofollow(turn_dir / TURN_META)))
-                if (turn_dir / TURN_SUMMARY).is_file():
-                    summary = _open_nofollow(turn_dir / TURN_SUMMARY)
-                    opened.append((f"{prefix}/{TURN_SUMMARY}", summary))
+                    continue
+                summary = _open_below(store, turn_dir / TURN_SUMMARY)
+                if summary is not None:
+                    opened.append((f"{prefix(task_id, turn)}/{TURN_SUMMARY}", summary))
                 for art in record.artifacts:
                     path = store.layout.artifact(scope, task_id, turn, art.name)
-                    try:
-                        fh = _open_nofollow(path)
-                    except FileNotFoundError:
+                    fh = _open_below(store, path)
+                    if fh is None:
                         raise ArchiveError(
                             f"{task_id} turn {turn}: artifact {art.name} is listed but missing;"
                             " run `flask --app wsgi fsck --repair` first"
                         ) from None
-                    opened.append((f"{prefix}/artifacts/{art.name}", fh))
+                    opened.append((f"{prefix(task_id, turn)}/artifacts/{art.name}", fh))
         except BaseException:
             for _, fh in opened:
                 fh.close()
@@ -147,9 +169,8 @@ def _snapshot_task(store: TaskStore, scope: Scope, task_id: str) -> list[tuple[s
 def export_project(store: TaskStore, scope: Scope, out: Path) -> ArchiveSummary:
     """Write ``scope``'s tasks, turns, artifacts and digest to the .tar.gz ``out``."""
     project_dir = store.layout.project_dir(scope)
-    if not project_dir.is_dir():
+    if not store.layout.tree.is_dir(project_dir):
         raise ArchiveError(f"project {scope.tenant}/{scope.project} does not exist")
-    store.layout.check_inside(project_dir)
     digest_fh, _ = store.open_digest(scope)
     with digest_fh:
         digest = digest_fh.read()
@@ -161,8 +182,9 @@ def export_project(store: TaskStore, scope: Scope, out: Path) -> ArchiveSummary:
         tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar,
     ):
         _add(tar, DIGEST, io.BytesIO(digest), len(digest), files)
-        for entry in sorted(os.scandir(project_dir), key=lambda e: e.name):
-            if not (is_id(entry.name) and entry.is_dir(follow_symlinks=False)):
+        _refuse_links(store, project_dir)
+        for entry in store.layout.tree.entries(project_dir):
+            if not is_id(entry.name) or not entry.is_dir:
                 continue
             snapshot = _snapshot_task(store, scope, entry.name)
             tasks += 1 if snapshot else 0
@@ -327,7 +349,14 @@ def import_project(
     task_ids = sorted({m["task"] for n in expected if (m := _MEMBER_RE.fullmatch(n))})
     project_dir = store.layout.project_dir(scope)
     store.layout.check_inside(project_dir)
-    existing = [t for t in task_ids if store.layout.task_dir(scope, t).exists()]
+    tree = store.layout.tree
+    for entry in tree.entries(project_dir):
+        if entry.is_link and entry.name in task_ids:
+            raise ArchiveError(
+                f"{entry.path.relative_to(store.layout.root)} is a symlink; the import never"
+                " replaces or follows one (remove it and import again). Nothing was imported."
+            )
+    existing = [t for t in task_ids if tree.lstat(store.layout.task_dir(scope, t)) is not None]
     if existing and not overwrite:
         raise ArchiveError(
             f"{len(existing)} task(s) already exist in {scope.tenant}/{scope.project}: "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import sys
 
 from .errors import UnsafePath
@@ -34,6 +35,8 @@ _how = _OpenHow(READ_FLAGS, 0, _RESOLVE)
 # O_NOATIME (see noatime.py) is refused with EPERM on a file someone else owns: then the
 # plain open is tried, and only its EPERM (a seccomp filter) means openat2 is unavailable.
 _how_noatime = _OpenHow(READ_FLAGS | O_NOATIME, 0, _RESOLVE)
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_how_dir = _OpenHow(DIR_FLAGS, 0, _RESOLVE)
 _syscall = None
 if sys.platform == "linux":
     try:
@@ -91,11 +94,52 @@ class Beneath:
             if fd >= 0:
                 return fd
             err = ctypes.get_errno()
+        self._failed(err, relative)
+        return None
+
+    def open_dir(self, relative: str) -> int | None:
+        """A descriptor of the directory ``relative`` ("." for the root), None when absent.
+
+        Raises UnsafePath for a symlink anywhere on the way (the last component included) and
+        NotADirectoryError when the last component is not a directory.
+        """
+        if _syscall is None:
+            raise Unavailable
+        root_fd, name = self._root_fd(), relative.encode()
+        fd = int(_syscall(_SYS_OPENAT2, root_fd, name, ctypes.byref(_how_dir), ctypes.sizeof(_how)))
+        if fd >= 0:
+            return fd
+        err = ctypes.get_errno()
+        if err == errno.ENOTDIR:
+            # O_DIRECTORY | O_NOFOLLOW answers ENOTDIR for a link as the last component too.
+            not_a_directory(root_fd, relative, f"{self.root}/{relative}")
+        self._failed(err, relative)
+        return None
+
+    def _failed(self, err: int, relative: str) -> None:
+        """Raise for ``err`` unless it means the path is absent."""
         if err in (errno.ENOENT, errno.ENOTDIR):
-            return None
+            return
         if err in (errno.ELOOP, errno.EXDEV):
             raise UnsafePath(f"{self.root}/{relative} passes through a symlink or leaves the root")
         if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
             self.available = False
             raise Unavailable
         raise OSError(err, os.strerror(err), f"{self.root}/{relative}")
+
+
+def not_a_directory(dir_fd: int, relative: str, shown: str) -> None:
+    """Explain an ENOTDIR met opening ``relative`` as a directory without following links.
+
+    No link came before the failing component (that would have been ELOOP), so an ``lstat``
+    of the path follows none: a link there is UnsafePath, a file is NotADirectoryError, and
+    a file further up (the path cannot exist) returns quietly.
+    """
+    try:
+        st = os.stat(relative, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{shown} is a symlink; the service never follows one")
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", shown)

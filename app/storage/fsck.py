@@ -12,9 +12,7 @@ bytes), and a symlink is reported, never followed and never touched.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sqlite3
 import stat
 import time
@@ -28,7 +26,7 @@ from pathlib import Path
 from ulid import ULID
 
 from . import digest as digest_mod
-from .atomic import fsync_dir, make_dirs, remove_quietly
+from .atomic import fsync_dir, make_dirs
 from .clock import parse_iso_us
 from .errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
 from .layout import (
@@ -44,6 +42,7 @@ from .layout import (
     TURN_META,
     TURN_SUMMARY,
     Scope,
+    turn_dirname,
     validate_artifact_name,
     validate_id,
 )
@@ -62,6 +61,7 @@ from .records import (
     write_json,
 )
 from .tasks import TaskStore
+from .tree import Entry, Tree
 
 LOST_FOUND = ".lost+found"
 DEFAULT_GRACE = timedelta(minutes=10)
@@ -76,60 +76,39 @@ def is_id(name: str) -> bool:
     return True
 
 
-def age_seconds(path: Path, wall_now: float) -> float:
-    """Seconds since anything at or under ``path`` last changed (mtime; no symlink followed).
+def age_seconds(tree: Tree, path: Path, wall_now: float) -> float:
+    """Seconds since anything at or under ``path`` last changed (mtime; no link followed).
 
     A directory counts as young while any file in it is: a long import stages files deep
     inside one temp directory whose own mtime stops changing early.
     """
-    try:
-        newest = os.lstat(path).st_mtime
-    except FileNotFoundError:
+    st = tree.lstat(path)
+    if st is None:
         return 0.0
-    if stat.S_ISDIR(os.lstat(path).st_mode):
-        for dirpath, dirnames, filenames in os.walk(path):
-            for name in dirnames + filenames:
-                with contextlib.suppress(FileNotFoundError):
-                    newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+    newest = st.st_mtime
+    if stat.S_ISDIR(st.st_mode):
+        for step in tree.walk(path):
+            for entry in step.entries:
+                newest = max(newest, entry.mtime)
     return wall_now - newest
 
 
-def trash_age_seconds(path: Path, wall_now: float) -> float:
+def trash_age_seconds(tree: Tree, path: Path, wall_now: float) -> float:
     """Age of a trash entry from the ULID its name starts with (rename keeps old mtimes)."""
     try:
         return wall_now - ULID.from_str(path.name[:26]).timestamp
     except ValueError:
-        return age_seconds(path, wall_now)
+        return age_seconds(tree, path, wall_now)
 
 
-def remove_path(path: Path) -> None:
-    """Remove a file or a directory tree without following symlinks."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        remove_quietly(path)
-
-
-def quarantine(root: Path, path: Path) -> Path:
+def quarantine(tree: Tree, path: Path) -> Path:
     """Move ``path`` to ``<root>/.lost+found/<ulid>/<its path under root>`` in one rename."""
-    target = root / LOST_FOUND / str(ULID()) / path.relative_to(root)
-    make_dirs(target.parent, root)
-    os.rename(path, target)
+    target = tree.root / LOST_FOUND / str(ULID()) / path.relative_to(tree.root)
+    make_dirs(target.parent, tree.root)
+    tree.rename(path, target)
     fsync_dir(path.parent)
     fsync_dir(target.parent)
     return target
-
-
-def _entries(directory: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as it:
-            return sorted(it, key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
 
 
 def expected_digest(
@@ -161,6 +140,7 @@ class _Fsck:
     def __init__(self, store: TaskStore, repair: bool, grace: timedelta, report: FsckReport):
         self.store = store
         self.layout = store.layout
+        self.tree = store.layout.tree
         self.root = store.layout.root
         self.repair = repair
         self.grace = grace.total_seconds()
@@ -194,39 +174,55 @@ class _Fsck:
     def note(self, message: str) -> None:
         self.report.notes.append(message)
 
+    def entries(self, directory: Path) -> list[Entry]:
+        """The entries of a directory reached without a link ([] and a fault otherwise)."""
+        try:
+            return self.tree.entries(directory)
+        except UnsafePath:
+            self.symlink(directory)
+            return []
+        except NotADirectoryError:
+            return []
+
+    def is_link(self, path: Path) -> bool:
+        st = self.tree.lstat(path)
+        return st is not None and stat.S_ISLNK(st.st_mode)
+
     def symlink(self, path: Path) -> None:
         self.fault(f"{self.rel(path)}: symlink (never followed; remove it by hand)")
 
     def temp(self, path: Path) -> None:
-        age = age_seconds(path, self.wall_now)
+        age = age_seconds(self.tree, path, self.wall_now)
         if age < self.grace:
             self.note(f"{self.rel(path)}: temp file of a write in flight ({age:.0f}s old)")
             return
-        self.fault(f"{self.rel(path)}: stale temp file ({age:.0f}s old)", lambda: remove_path(path))
+        self.fault(
+            f"{self.rel(path)}: stale temp file ({age:.0f}s old)", lambda: self.tree.remove(path)
+        )
 
     def unindexed(self, path: Path, why: str = "not part of the layout") -> None:
         self.fault(
             f"{self.rel(path)}: unindexed entry, {why} (moved to {LOST_FOUND})",
-            lambda: quarantine(self.root, path),
+            lambda: quarantine(self.tree, path),
         )
 
-    def common(self, entry: os.DirEntry[str]) -> bool:
+    def common(self, entry: Entry) -> bool:
         """Handle symlinks and temp files; return True when ``entry`` needs nothing else."""
-        if entry.is_symlink():
-            self.symlink(Path(entry.path))
+        if entry.is_link:
+            self.symlink(entry.path)
             return True
         if entry.name.startswith(TMP_PREFIX):
-            self.temp(Path(entry.path))
+            self.temp(entry.path)
             return True
         return False
 
     # -- walk --------------------------------------------------------------------------------
     def run(self) -> None:
-        if not self.root.is_dir():
+        if not os.path.isdir(self.root):
             self.fault(f"{self.root}: storage root does not exist")
             return
-        for entry in _entries(self.root):
-            path = Path(entry.path)
+        for entry in self.entries(self.root):
+            path = entry.path
             if self.common(entry):
                 continue
             name = entry.name
@@ -235,58 +231,61 @@ class _Fsck:
             if name == TRASH_DIR:
                 self.trash(path)
             elif name == LOST_FOUND:
-                count = len(_entries(path))
+                count = len(self.entries(path))
                 if count:
                     self.note(f"{LOST_FOUND}: {count} quarantined item(s) to inspect by hand")
             elif name.startswith((".", "_")):
                 # Names no id can take: side files of the engine (cursor key, sweeper state)
                 # or of the memory-stores engine, which checks its own tree.
                 continue
-            elif is_id(name) and entry.is_dir(follow_symlinks=False):
+            elif is_id(name) and entry.is_dir:
                 self.tenant(name, path)
             else:
                 self.unindexed(path)
         self.locks()
 
     def trash(self, path: Path) -> None:
-        for entry in _entries(path):
-            item = Path(entry.path)
-            age = trash_age_seconds(item, self.wall_now)
+        for entry in self.entries(path):
+            item = entry.path
+            if entry.is_link:
+                self.symlink(item)
+                continue
+            age = trash_age_seconds(self.tree, item, self.wall_now)
             if age < self.grace:
                 self.note(f"{self.rel(item)}: deletion in progress")
             else:
                 self.fault(
                     f"{self.rel(item)}: unfinished deletion ({age:.0f}s old)",
-                    partial(remove_path, item),
+                    partial(self.tree.remove, item),
                 )
 
     def tenant(self, tenant: str, path: Path) -> None:
-        for entry in _entries(path):
+        for entry in self.entries(path):
             if self.common(entry) or entry.name.startswith((".", "_")):
                 continue
-            if is_id(entry.name) and entry.is_dir(follow_symlinks=False):
-                self.project(Scope(tenant, entry.name), Path(entry.path))
+            if is_id(entry.name) and entry.is_dir:
+                self.project(Scope(tenant, entry.name), entry.path)
             else:
-                self.unindexed(Path(entry.path))
+                self.unindexed(entry.path)
 
     def project(self, scope: Scope, path: Path) -> None:
         expected: dict[str, list[TurnRow]] = {}
-        for entry in _entries(path):
+        for entry in self.entries(path):
             name = entry.name
             if self.common(entry):
                 continue
             if name in _LISTING_FILES or name == PROJECT_DIGEST:
-                if not entry.is_file(follow_symlinks=False):
-                    self.unindexed(Path(entry.path), "expected a regular file")
+                if not entry.is_file:
+                    self.unindexed(entry.path, "expected a regular file")
                 continue
             if name.startswith((".", "_")):
                 continue
-            if is_id(name) and entry.is_dir(follow_symlinks=False):
+            if is_id(name) and entry.is_dir:
                 rows = self.task(scope, name)
                 if rows:
                     expected[name] = rows
             else:
-                self.unindexed(Path(entry.path))
+                self.unindexed(entry.path)
         self.listing(scope, expected)
         self.digest(scope, expected)
 
@@ -316,7 +315,7 @@ class _Fsck:
             read_json(task_dir / TASK_INDEX)
         except Corrupt:
             # repair_task compares with the current index.json and cannot parse a torn one.
-            index = rebuild_index(task_dir, task_id)
+            index = rebuild_index(self.tree, task_dir, task_id)
             if index is not None:
                 write_json(task_dir / TASK_INDEX, index)
         self.store.repair_task(scope, task_id)
@@ -324,7 +323,7 @@ class _Fsck:
 
     def _task_locked(self, scope: Scope, task_id: str) -> list[TurnRow] | None:
         task_dir = self.layout.task_dir(scope, task_id)
-        if not task_dir.is_dir():
+        if not self.tree.is_dir(task_dir):
             return None
         rel = self.rel(task_dir)
         rebuild = lambda: self._rebuild(scope, task_id)  # noqa: E731
@@ -334,19 +333,19 @@ class _Fsck:
             # artifact (.~tmp-prev-*) is a temp file, and the rebuild puts it back in place.
             self.fault(f"{rel}: dirty flag left by a writer that died mid-write", rebuild)
         records: list[TurnRecord] = []
-        for entry in _entries(task_dir):
+        for entry in self.entries(task_dir):
             if self.common(entry):
                 continue
             name = entry.name
-            if name in (TASK_RECORD, TASK_INDEX) and entry.is_file(follow_symlinks=False):
+            if name in (TASK_RECORD, TASK_INDEX) and entry.is_file:
                 continue
             match = TURN_DIR_RE.fullmatch(name)
-            if match and entry.is_dir(follow_symlinks=False):
-                record = self.turn(task_id, int(match.group(1)), Path(entry.path))
+            if match and entry.is_dir:
+                record = self.turn(task_id, int(match.group(1)), entry.path)
                 if record is not None:
                     records.append(record)
             else:
-                self.unindexed(Path(entry.path))
+                self.unindexed(entry.path)
         task_record = self.task_record(task_id, task_dir, records)
         if not records:
             self.unindexed(task_dir, "a task directory without any turn record")
@@ -362,11 +361,11 @@ class _Fsck:
             state = "missing" if current is None else "torn" if current == "torn" else "stale"
             self.fault(f"{rel}/{TASK_INDEX}: {state}, differs from a rebuild", rebuild)
         for record in records:
-            turn_dir = task_dir / f"{record.turn:04d}-turn"
+            turn_dir = task_dir / turn_dirname(record.turn)
             try:
-                summary = (turn_dir / TURN_SUMMARY).read_bytes()
-            except FileNotFoundError:
-                summary = None
+                summary = self.layout.read_bytes(turn_dir / TURN_SUMMARY)
+            except UnsafePath:
+                continue  # a planted link, reported where the turn's entries were read
             if summary != record.summary_md.encode("utf-8"):
                 self.fault(f"{self.rel(turn_dir)}/{TURN_SUMMARY}: differs from meta.json", rebuild)
         return index_rows(index)
@@ -377,6 +376,8 @@ class _Fsck:
         path = task_dir / TASK_RECORD
         try:
             record = read_task_record(task_dir)
+        except UnsafePath:
+            return None  # a planted link, reported with the task's entries; never read
         except Corrupt as exc:
             record, problem = None, f"{self.rel(path)}: torn ({exc})"
         else:
@@ -391,8 +392,8 @@ class _Fsck:
         }
 
         def fix() -> None:
-            if path.exists():
-                quarantine(self.root, path)
+            if self.tree.lstat(path) is not None:
+                quarantine(self.tree, path)
             write_json(path, rebuilt)
 
         if records:
@@ -401,19 +402,23 @@ class _Fsck:
 
     def turn(self, task_id: str, turn: int, turn_dir: Path) -> TurnRecord | None:
         rel = self.rel(turn_dir)
-        move = lambda: quarantine(self.root, turn_dir)  # noqa: E731
+        move = lambda: quarantine(self.tree, turn_dir)  # noqa: E731
+        entries = self.entries(turn_dir)
+        if any(e.name == TURN_META and e.is_link for e in entries):
+            self.symlink(turn_dir / TURN_META)
+            return None  # the turn cannot be checked until a person removes the link
         try:
             record = read_turn(turn_dir)
         except Corrupt as exc:
             self.fault(f"{rel}/{TURN_META}: cannot be rebuilt ({exc}); turn quarantined", move)
             return None
         if record is None:
-            if _only_temp_files(turn_dir):
+            if self.only_temp_files(turn_dir):
                 # A put_turn killed before its commit: nothing in it was ever acknowledged,
                 # so there is nothing for a person to inspect in lost+found.
                 self.fault(
                     f"{rel}: unfinished turn of a writer that died (removed)",
-                    lambda: remove_path(turn_dir),
+                    lambda: self.tree.remove(turn_dir),
                 )
             else:
                 self.unindexed(turn_dir, "a turn directory without meta.json")
@@ -422,21 +427,21 @@ class _Fsck:
             self.fault(f"{rel}/{TURN_META}: names task {record.task_id} turn {record.turn}", move)
             return None
         files: dict[str, Path] = {}
-        for entry in _entries(turn_dir):
+        for entry in entries:
             if self.common(entry):
                 continue
-            if entry.name in (TURN_META, TURN_SUMMARY) and entry.is_file(follow_symlinks=False):
+            if entry.name in (TURN_META, TURN_SUMMARY) and entry.is_file:
                 continue
-            if entry.name == ARTIFACTS_DIR and entry.is_dir(follow_symlinks=False):
-                for art in _entries(Path(entry.path)):
+            if entry.name == ARTIFACTS_DIR and entry.is_dir:
+                for art in self.entries(entry.path):
                     if self.common(art):
                         continue
                     if entry_is_artifact(art):
-                        files[art.name] = Path(art.path)
+                        files[art.name] = art.path
                     else:
-                        self.unindexed(Path(art.path))
+                        self.unindexed(art.path)
                 continue
-            self.unindexed(Path(entry.path))
+            self.unindexed(entry.path)
         return self.artifacts(record, turn_dir, files)
 
     def artifacts(self, record: TurnRecord, turn_dir: Path, files: dict[str, Path]) -> TurnRecord:
@@ -452,7 +457,7 @@ class _Fsck:
             if (size, sha) != (info.size, info.sha256):
                 self.fault(
                     f"{where}: size/sha256 differ from meta.json; file quarantined",
-                    partial(quarantine, self.root, path),
+                    partial(quarantine, self.tree, path),
                 )
                 bad.add(info.name)
         for path in files.values():
@@ -466,6 +471,8 @@ class _Fsck:
     # -- project-level derived files ---------------------------------------------------------
     def listing(self, scope: Scope, expected: dict[str, list[TurnRow]]) -> None:
         path = self.layout.listing(scope)
+        if self.is_link(path):
+            return  # reported with the project's entries; SQLite would follow it
         if not path.exists():
             if expected:
                 self.fault(
@@ -510,7 +517,7 @@ class _Fsck:
         """Re-read the task under its lock: a writer may have moved on since we looked."""
         with self.task_locked(scope, task_id):
             try:
-                index = rebuild_index(self.layout.task_dir(scope, task_id), task_id)
+                index = rebuild_index(self.tree, self.layout.task_dir(scope, task_id), task_id)
                 want = index_rows(index) if index else None
             except (Corrupt, FileNotFoundError):
                 pass
@@ -527,6 +534,8 @@ class _Fsck:
 
     def digest(self, scope: Scope, expected: dict[str, list[TurnRow]]) -> None:
         path = self.layout.digest(scope)
+        if self.is_link(path) or self.is_link(self.layout.listing(scope)):
+            return  # reported with the project's entries
         if not self.layout.listing(scope).exists():
             return
         listing = Listing(self.layout.listing(scope), timeout=self.store.lock_timeout)
@@ -552,55 +561,52 @@ class _Fsck:
 
     # -- lock tree ---------------------------------------------------------------------------
     def locks(self) -> None:
-        """Report symlinks in the lock tree and repair tasks whose dirty flag outlived them."""
+        """Report links in the lock tree and repair tasks whose dirty flag outlived them."""
         base = self.layout.locks_dir()
-        if base.is_symlink():
-            return  # reported by the walk of the root; never followed
-        for dirpath, dirnames, filenames in os.walk(base):
-            here = Path(dirpath)
-            for name in list(dirnames):
-                if (here / name).is_symlink():
-                    self.symlink(here / name)
-                    dirnames.remove(name)  # os.walk would not follow it, but be explicit
-            for name in filenames:
-                path = here / name
-                if path.is_symlink():
-                    self.symlink(path)
-                    continue
-                if not name.endswith(".dirty") or here.name != "tasks":
-                    continue
-                parts = path.relative_to(base).parts
-                if len(parts) != 4 or not all(is_id(p) for p in parts[:2]):
-                    continue
-                task_id = name[: -len(".dirty")]
-                if not is_id(task_id) or (parts[0], parts[1], task_id) in self.visited:
-                    continue
-                scope = Scope(parts[0], parts[1])
-                with self.task_locked(scope, task_id):
-                    if is_dirty(path):
-                        self.fault(
-                            f"{self.rel(path)}: dirty flag of a task that is gone",
-                            partial(self._rebuild, scope, task_id),
-                        )
+        try:
+            steps = list(self.tree.walk(base))
+        except UnsafePath:
+            return  # a linked lock tree: reported by the walk of the root, never entered
+        for step in steps:
+            for entry in step.entries:
+                if entry.is_link:
+                    self.symlink(entry.path)
+                elif entry.is_file and step.path.name == "tasks":
+                    self.orphan_dirty_flag(base, entry.path)
+
+    def orphan_dirty_flag(self, base: Path, path: Path) -> None:
+        """Repair a task whose dirty flag was set by a writer that died, if fsck has not
+        visited it (its directory is gone)."""
+        name = path.name
+        parts = path.relative_to(base).parts
+        if not name.endswith(".dirty") or len(parts) != 4 or not all(is_id(p) for p in parts[:2]):
+            return
+        task_id = name[: -len(".dirty")]
+        if not is_id(task_id) or (parts[0], parts[1], task_id) in self.visited:
+            return
+        scope = Scope(parts[0], parts[1])
+        with self.task_locked(scope, task_id):
+            if is_dirty(path):
+                self.fault(
+                    f"{self.rel(path)}: dirty flag of a task that is gone",
+                    partial(self._rebuild, scope, task_id),
+                )
+
+    def only_temp_files(self, directory: Path) -> bool:
+        """True when ``directory`` holds nothing but temp files and empty directories."""
+        for step in self.tree.walk(directory):
+            for entry in step.entries:
+                if entry.is_link or (not entry.is_dir and not entry.name.startswith(TMP_PREFIX)):
+                    return False
+        return True
 
 
-def _only_temp_files(directory: Path) -> bool:
-    """True when ``directory`` holds nothing but temp files and empty directories."""
-    for dirpath, dirnames, filenames in os.walk(directory):
-        here = Path(dirpath)
-        if any((here / d).is_symlink() for d in dirnames):
-            return False
-        if any(not f.startswith(TMP_PREFIX) or (here / f).is_symlink() for f in filenames):
-            return False
-    return True
-
-
-def entry_is_artifact(entry: os.DirEntry[str]) -> bool:
+def entry_is_artifact(entry: Entry) -> bool:
     try:
         validate_artifact_name(entry.name)
     except InvalidName:
         return False
-    return entry.is_file(follow_symlinks=False)
+    return entry.is_file
 
 
 def fsck(

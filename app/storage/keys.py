@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .atomic import fsync_dir, make_dirs, remove_quietly
 from .layout import TMP_PREFIX, Layout
+from .noatime import read_all
 
 # Signs the web console's session cookies. A name no id can take (it starts with '.').
 CONSOLE_KEY = ".console-key"
@@ -24,12 +25,10 @@ def root_key(layout: Layout, name: str) -> bytes:
         raise ValueError(f"{name!r} is not a key file name")
     root = layout.root
     make_dirs(root, Path(root.anchor))
-    # A linked key file would sign with bytes from outside the root.
-    path = layout.check_inside(root / name)
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
+    path = root / name
+    found = _read(layout, path)
+    if found is not None:
+        return found
     # Written whole and synced under a temp name, readable by the owner only from the
     # start, then linked into place: link() refuses an existing name, so exactly one
     # creator wins and nobody reads a partial key.
@@ -48,4 +47,14 @@ def root_key(layout: Layout, name: str) -> bytes:
             fsync_dir(root)
     finally:
         remove_quietly(tmp)
-    return path.read_bytes()
+    found = _read(layout, path)
+    if found is None:
+        raise FileNotFoundError(path)
+    return found
+
+
+def _read(layout: Layout, path: Path) -> bytes | None:
+    # Opened without following a link: a linked key file would sign with bytes from
+    # outside the root (UnsafePath).
+    fd = layout.open_read(os.fspath(path))
+    return None if fd is None else read_all(fd)

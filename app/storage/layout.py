@@ -30,7 +30,8 @@ from typing import TypeVar
 
 from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
-from .noatime import open_noatime
+from .noatime import open_noatime, read_all
+from .tree import Tree
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
@@ -49,7 +50,8 @@ PROJECT_LISTING = "_listing.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
 TMP_PREFIX = ".~tmp-"
-TURN_DIR_RE = re.compile(r"(\d{4})-turn")
+# ASCII digits only: \d would also match ٠١٢٣, and such a turn could never be addressed.
+TURN_DIR_RE = re.compile(r"([0-9]{4})-turn")
 
 
 def _check_common(field: str, value: object) -> str:
@@ -120,6 +122,7 @@ class Layout:
         self._root_text = os.fspath(self.root)
         self._root_prefix = self._root_text.rstrip(os.sep) + os.sep
         self._beneath = Beneath(self._root_text)
+        self.tree = Tree(self.root, self._beneath)
 
     # -- project level -------------------------------------------------------------------
     def project_dir(self, scope: Scope) -> Path:
@@ -193,6 +196,12 @@ class Layout:
             if exc.errno == errno.ELOOP:  # a symlink planted since the walk
                 raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
             raise
+
+    def read_bytes(self, path: str | Path) -> bytes | None:
+        """The bytes of the file ``path`` below the root, None when absent (UnsafePath for a
+        link anywhere on the way)."""
+        fd = self.open_read(os.fspath(path))
+        return None if fd is None else read_all(fd)
 
     def check_inside(self, path: _P, *, below: Path | None = None) -> _P:
         """Refuse a path outside the root or one that passes through a symlink.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -10,32 +9,32 @@ from .errors import InvalidName, UnsafePath
 from .layout import Layout, Scope, validate_id
 
 
-def _ids(directory: Path) -> list[str]:
-    """Names of the subdirectories that are ids; symlinks and side files are skipped."""
-    try:
-        with os.scandir(directory) as it:
-            entries = [e for e in it if e.is_dir(follow_symlinks=False)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def _ids(layout: Layout, directory: Path) -> list[str]:
+    """Names of the subdirectories that are ids; links and side files are skipped.
+
+    Listed by descriptor (app/storage/tree.py): a directory that is, or lies beneath, a
+    link is refused (UnsafePath) rather than listed.
+    """
     found = []
-    for entry in entries:
+    for entry in layout.tree.entries(directory):
+        if entry.is_link or not entry.is_dir:
+            continue
         try:
             found.append(validate_id("id", entry.name))
         except InvalidName:
             continue  # '.locks', '.trash', '_stores', temp files: not a tenant or project
-    return sorted(found)
+    return found
 
 
 def list_projects(layout: Layout, tenants: Iterable[str] | None = None) -> list[Scope]:
     """The projects of ``tenants`` (None: of every tenant), sorted by tenant then project."""
     if tenants is None:
-        tenants = _ids(layout.root)
+        tenants = _ids(layout, layout.root)
     found: list[Scope] = []
     for tenant in sorted(set(tenants)):
-        directory = layout.root / validate_id("tenant", tenant)
         try:
-            layout.check_inside(directory)
-        except UnsafePath:
+            projects = _ids(layout, layout.root / validate_id("tenant", tenant))
+        except (UnsafePath, NotADirectoryError):
             continue  # a linked tenant directory is skipped like a linked project
-        found.extend(Scope(tenant, project) for project in _ids(directory))
+        found.extend(Scope(tenant, project) for project in projects)
     return found

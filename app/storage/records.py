@@ -7,8 +7,8 @@ derived from the records and rebuilt from them by fsck.
 
 from __future__ import annotations
 
+import errno
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,12 @@ import orjson
 
 from .atomic import write_atomic
 from .clock import parse_iso_us
-from .errors import Corrupt
-from .layout import ARTIFACTS_DIR, TASK_RECORD, TURN_DIR_RE, TURN_META
+from .errors import Corrupt, UnsafePath
+from .layout import TASK_RECORD, TURN_DIR_RE, TURN_META
 from .listing import TurnRow, meta_facts
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
 from .noatime import open_noatime, read_all
+from .tree import Tree
 
 FORMAT_VERSION = 1
 
@@ -62,7 +63,8 @@ def read_json(path: str | Path) -> Any | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        # ELOOP: the final component is a symlink someone planted.
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
         raise Corrupt(f"{path}: cannot open ({exc.strerror})") from None
     return parse_json_fd(fd, path)
 
@@ -167,15 +169,13 @@ def read_task_record(task_dir: Path) -> dict[str, Any] | None:
     return obj
 
 
-def turn_dirs(task_dir: Path) -> list[tuple[int, Path]]:
-    """The turn directories of a task, in turn order (never following symlinks)."""
+def turn_dirs(tree: Tree, task_dir: Path) -> list[tuple[int, Path]]:
+    """The turn directories of a task, in turn order (links are neither listed nor entered)."""
     found = []
-    with os.scandir(task_dir) as it:
-        for entry in it:
-            match = TURN_DIR_RE.fullmatch(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
-                found.append((int(match.group(1)), Path(entry.path)))
-    found.sort()
+    for entry in tree.entries(task_dir):
+        match = TURN_DIR_RE.fullmatch(entry.name)
+        if match and entry.is_dir:
+            found.append((int(match.group(1)), entry.path))
     return found
 
 
@@ -271,18 +271,9 @@ def index_from_json(obj: Any, path: Path, now_us: int) -> TaskIndex | None:
         raise Corrupt(f"{path}: not a task index ({exc!r})") from None
 
 
-def rebuild_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
+def rebuild_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
     """Read every record of a task and return its index document (None: no turns)."""
-    records = [r for _, d in turn_dirs(task_dir) if (r := read_turn(d)) is not None]
+    records = [r for _, d in turn_dirs(tree, task_dir) if (r := read_turn(d)) is not None]
     if not records:
         return None
     return build_index(task_id, read_task_record(task_dir), records)
-
-
-def artifact_files(turn_dir: Path) -> list[str]:
-    directory = turn_dir / ARTIFACTS_DIR
-    try:
-        with os.scandir(directory) as it:
-            return sorted(e.name for e in it if not e.name.startswith(".~"))
-    except FileNotFoundError:
-        return []

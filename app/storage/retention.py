@@ -21,7 +21,6 @@ late or be killed at any point without anyone seeing a difference:
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -30,12 +29,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from .clock import iso_us, parse_iso_us, to_us
-from .errors import Corrupt, StorageError
-from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, remove_path
-from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_META, Scope
+from .errors import Corrupt, StorageError, UnsafePath
+from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id
+from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_DIR_RE, TURN_META, Scope
 from .locks import clear_dirty, is_dirty, locked
 from .records import read_turn, turn_dirs
 from .tasks import TaskStore
+from .tree import Entry, Tree
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,8 @@ class SweepReport:
     leftover_bytes: int = 0
     trash_entries: int = 0
     errors: tuple[str, ...] = field(default=())
+    # Symlinks met under the root, relative to it: logged, skipped, never followed.
+    links: tuple[str, ...] = field(default=())
 
     @property
     def turns(self) -> int:
@@ -93,54 +95,33 @@ class SweepReport:
                 for p in self.projects
             ],
             "errors": list(self.errors),
+            "links": list(self.links),
         }
 
 
-def tree_size(path: Path) -> int:
-    """Bytes of every file under ``path`` (symlinks are counted, never followed)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return 0
-    if not os.path.isdir(path) or os.path.islink(path):
-        return st.st_size
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except FileNotFoundError:
-                continue
-    return total
-
-
-def _rmtree(path: Path) -> None:
-    # Another sweeper (or the deleting writer) may be emptying the same entry: whatever is
-    # already gone is fine.
-    remove_path(path)
-
-
-def _dirs(directory: Path) -> Iterator[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if is_id(entry.name) and entry.is_dir(follow_symlinks=False):
-            yield entry
-
-
-def iter_projects(store: TaskStore) -> Iterator[Scope]:
-    for tenant in _dirs(store.layout.root):
-        for project in _dirs(Path(tenant.path)):
+def project_dirs(tree: Tree, links: list[Path]) -> Iterator[Scope]:
+    """Every tenant/project directory, in name order; links met on the way go to ``links``."""
+    for tenant in _dirs(tree, tree.root, links):
+        for project in _dirs(tree, tenant.path, links):
             yield Scope(tenant.name, project.name)
+
+
+def _dirs(tree: Tree, directory: Path, links: list[Path]) -> Iterator[Entry]:
+    """The id-named subdirectories of ``directory``; id-named links go to ``links``."""
+    for entry in tree.entries(directory):
+        if not is_id(entry.name):
+            continue
+        if entry.is_link:
+            links.append(entry.path)
+        elif entry.is_dir:
+            yield entry
 
 
 class _Sweep:
     def __init__(self, store: TaskStore, now_us: int, dry_run: bool, grace: float) -> None:
         self.store = store
         self.layout = store.layout
+        self.tree = store.layout.tree
         self.now_us = now_us
         self.dry_run = dry_run
         self.grace = grace
@@ -149,17 +130,24 @@ class _Sweep:
         self.leftovers = 0
         self.leftover_bytes = 0
         self.errors: list[str] = []
+        self.links: list[Path] = []
+
+    def rel(self, path: Path) -> str:
+        return str(path.relative_to(self.layout.root))
+
+    def error(self, where: Path, exc: BaseException) -> None:
+        self.errors.append(f"{self.rel(where)}: {exc}")
 
     # -- expired turns -----------------------------------------------------------------------
     def expired(self, task_dir: Path) -> tuple[list[Path], int]:
         """The expired turn directories of a task and how many live (or unreadable) remain."""
         gone: list[Path] = []
         remaining = 0
-        for _, turn_dir in turn_dirs(task_dir):
+        for _, turn_dir in turn_dirs(self.tree, task_dir):
             try:
                 record = read_turn(turn_dir)
-            except Corrupt:
-                remaining += 1  # fsck quarantines it; never delete what we cannot read
+            except (Corrupt, UnsafePath):
+                remaining += 1  # fsck reports it; never delete what we cannot read
                 continue
             if record is None:
                 continue  # no commit point: a leftover, handled with the grace period
@@ -173,26 +161,26 @@ class _Sweep:
         """Sweep one task; return (turns, tasks, bytes) removed."""
         task_dir = self.layout.task_dir(scope, task_id)
         if self.dry_run:
-            if not task_dir.is_dir():
+            if not self.tree.is_dir(task_dir):
                 return 0, 0, 0
             gone, remaining = self.expired(task_dir)
-            size = sum(tree_size(d) for d in gone)
+            size = sum(self.tree.size(d) for d in gone)
             if gone and not remaining:
-                return len(gone), 1, tree_size(task_dir)
+                return len(gone), 1, self.tree.size(task_dir)
             return len(gone), 0, size
         trashed: list[Path] = []
         result = self.task_locked(scope, task_id, task_dir, trashed)
         # Emptied outside the lock, and only after the derived files were rebuilt; if we die
         # first, the entries wait in the trash for the next sweep.
         for path in trashed:
-            _rmtree(path)
+            self.tree.remove(path)
         return result
 
     def task_locked(
         self, scope: Scope, task_id: str, task_dir: Path, trashed: list[Path]
     ) -> tuple[int, int, int]:
         with self.store._task_txn(scope, task_id) as txn:
-            if not task_dir.is_dir():
+            if not self.tree.is_dir(task_dir):
                 # A listing row without a task: bring the listing back to the records.
                 txn.begin()
                 self.store.repair_task(scope, task_id)
@@ -207,45 +195,48 @@ class _Sweep:
                 return 0, 0, 0
             txn.begin()
             if not remaining:
-                size = tree_size(task_dir)
+                size = self.tree.size(task_dir)
                 trashed.append(self.store._trash(task_dir))
                 self.store._listing(scope).set_task(task_id, [])
                 return len(gone), 1, size
             size = 0
             for turn_dir in gone:
-                size += tree_size(turn_dir)
+                size += self.tree.size(turn_dir)
                 trashed.append(self.store._trash(turn_dir))
             self.store.repair_task(scope, task_id)
             return len(gone), 0, size
 
     def project(self, scope: Scope, batch: int) -> ProjectSweep:
         turns = tasks = size = 0
+        project_dir = self.layout.project_dir(scope)
         try:
             for task_id in self.candidates(scope, batch):
                 try:
                     t, k, b = self.task(scope, task_id)
                 except (StorageError, OSError) as exc:
-                    self.errors.append(f"{scope.tenant}/{scope.project}/{task_id}: {exc}")
+                    self.error(project_dir / task_id, exc)
                     continue
                 turns, tasks, size = turns + t, tasks + k, size + b
-        except sqlite3.Error as exc:
-            # A listing index that cannot be read: fsck reports it; other projects go on.
-            self.errors.append(f"{scope.tenant}/{scope.project}: listing: {exc}")
+        except (sqlite3.Error, StorageError) as exc:
+            # A listing index that cannot be read (or a linked one): fsck reports it; other
+            # projects go on.
+            self.error(project_dir / PROJECT_LISTING, exc)
         if turns and not self.dry_run:
             try:
                 self.store.refresh_digest(scope)
             except (StorageError, OSError) as exc:
-                self.errors.append(f"{scope.tenant}/{scope.project}: digest: {exc}")
+                self.error(project_dir, exc)
         return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
 
     def candidates(self, scope: Scope, batch: int) -> Iterator[str]:
+        project_dir = self.layout.project_dir(scope)
         if self.dry_run:
             # Opening the SQLite index would create its -wal/-shm files; a dry run changes
             # nothing, so it reads the records instead.
-            for entry in _dirs(self.layout.project_dir(scope)):
+            for entry in _dirs(self.tree, project_dir, self.links):
                 yield entry.name
             return
-        if not (self.layout.project_dir(scope) / PROJECT_LISTING).exists():
+        if self.tree.lstat(project_dir / PROJECT_LISTING) is None:
             return
         listing = self.store._listing(scope)
         after = ""
@@ -260,52 +251,58 @@ class _Sweep:
     def trash(self) -> int:
         """Empty the trash a killed sweep (or delete) left behind."""
         count = 0
-        trash = self.layout.trash_dir()
         try:
-            entries = sorted(os.scandir(trash), key=lambda e: e.name)
-        except FileNotFoundError:
+            entries = self.tree.entries(self.layout.trash_dir())
+        except UnsafePath:
+            self.links.append(self.layout.trash_dir())
             return 0
         for entry in entries:
+            if entry.is_link:
+                self.links.append(entry.path)
+                continue
             count += 1
             if not self.dry_run:
-                _rmtree(Path(entry.path))
+                self.tree.remove(entry.path)
         return count
 
     def stale(self, path: Path) -> bool:
-        return age_seconds(path, self.wall_now) >= self.grace
+        return age_seconds(self.tree, path, self.wall_now) >= self.grace
 
     def drop(self, path: Path, *, temp: bool) -> None:
         if temp:
             self.temp_files += 1
         else:
             self.leftovers += 1
-        self.leftover_bytes += tree_size(path)
+        self.leftover_bytes += self.tree.size(path)
         if not self.dry_run:
-            _rmtree(path)
+            self.tree.remove(path)
 
-    def temps(self, directory: Path) -> None:
-        try:
-            with os.scandir(directory) as it:
-                names = [e.name for e in it if e.name.startswith(TMP_PREFIX)]
-        except FileNotFoundError:
-            return
-        for name in names:
-            if self.stale(directory / name):
-                self.drop(directory / name, temp=True)
+    def temps(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            if entry.name.startswith(TMP_PREFIX) and not entry.is_link and self.stale(entry.path):
+                self.drop(entry.path, temp=True)
 
     def leftovers_pass(self) -> None:
         root = self.layout.root
-        self.temps(root)
-        for tenant in _dirs(root):
-            self.temps(Path(tenant.path))
-            for project in _dirs(Path(tenant.path)):
+        self.temps(self.tree.entries(root))
+        for tenant in _dirs(self.tree, root, self.links):
+            self.temps(self.tree.entries(tenant.path))
+            for project in _dirs(self.tree, tenant.path, self.links):
                 scope = Scope(tenant.name, project.name)
-                self.temps(Path(project.path))
-                for task in _dirs(Path(project.path)):
+                entries = self.tree.entries(project.path)
+                self.temps(entries)
+                for task in entries:
+                    if not is_id(task.name):
+                        continue
+                    if task.is_link:
+                        self.links.append(task.path)
+                        continue
+                    if not task.is_dir:
+                        continue
                     try:
-                        self.task_leftovers(scope, task.name, Path(task.path))
+                        self.task_leftovers(scope, task.name, task.path)
                     except (StorageError, OSError) as exc:
-                        self.errors.append(f"{scope.tenant}/{scope.project}/{task.name}: {exc}")
+                        self.error(task.path, exc)
 
     def task_leftovers(self, scope: Scope, task_id: str, task_dir: Path) -> None:
         if not self.find_leftovers(task_dir):
@@ -324,47 +321,64 @@ class _Sweep:
                 self.store.repair_task(scope, task_id)
                 clear_dirty(marker)
             # Found without the lock; decided again with it, where no write is half-done.
-            for path, temp in self.find_leftovers(task_dir):
+            for path, temp in self.find_leftovers(task_dir, report=False):
                 self.drop(path, temp=temp)
-            if not task_dir.exists():
+            if self.tree.lstat(task_dir) is None:
                 self.store.repair_task(scope, task_id)  # drop its listing rows, if any
 
-    def find_leftovers(self, task_dir: Path) -> list[tuple[Path, bool]]:
+    def find_leftovers(self, task_dir: Path, *, report: bool = True) -> list[tuple[Path, bool]]:
+        """Stale leftovers of a task; links found are recorded (once) and never entered."""
+        links: list[Path] = []
         try:
-            names = sorted(os.listdir(task_dir))
-        except FileNotFoundError:
-            return []
-        turns = turn_dirs(task_dir)
-        if not turns:
+            entries = self.tree.entries(task_dir)
+        except UnsafePath:
+            return []  # the task directory was swapped for a link since it was listed
+        turns = [e for e in entries if TURN_DIR_RE.fullmatch(e.name)]
+        links += [e.path for e in turns if e.is_link]
+        turn_dirs = [e.path for e in turns if e.is_dir]
+        if not turn_dirs and not links:
             # No turn at all: a write died before its first commit point.
             found = [(task_dir, False)]
         else:
-            found = [(task_dir / n, True) for n in names if n.startswith(TMP_PREFIX)]
-            for _, turn_dir in turns:
-                found += self.turn_leftovers(turn_dir)
+            found = [
+                (e.path, True) for e in entries if e.name.startswith(TMP_PREFIX) and not e.is_link
+            ]
+            for turn_dir in turn_dirs:
+                found += self.turn_leftovers(turn_dir, links)
+        if report:
+            self.links += links
         return [(path, temp) for path, temp in found if self.stale(path)]
 
-    def turn_leftovers(self, turn_dir: Path) -> list[tuple[Path, bool]]:
-        # Runs over every turn at every sweep: stat and list, and parse meta.json only for a
-        # turn whose artifacts directory holds something.
-        if not os.path.lexists(turn_dir / TURN_META):
+    def turn_leftovers(self, turn_dir: Path, links: list[Path]) -> list[tuple[Path, bool]]:
+        # Runs over every turn at every sweep: list, and parse meta.json only for a turn
+        # whose artifacts directory holds something.
+        entries = {e.name: e for e in self.tree.entries(turn_dir)}
+        meta = entries.get(TURN_META)
+        if meta is None:
             return [(turn_dir, False)]
-        found = [(turn_dir / n, True) for n in os.listdir(turn_dir) if n.startswith(TMP_PREFIX)]
-        try:
-            with os.scandir(turn_dir / ARTIFACTS_DIR) as it:
-                entries = list(it)
-        except (FileNotFoundError, NotADirectoryError):
+        links += [e.path for e in entries.values() if e.is_link]
+        if meta.is_link:
+            return []  # cannot tell what the turn lists: leave it all to a person
+        found = [
+            (e.path, True)
+            for e in entries.values()
+            if e.name.startswith(TMP_PREFIX) and not e.is_link
+        ]
+        artifacts = entries.get(ARTIFACTS_DIR)
+        if artifacts is None or not artifacts.is_dir:
             return found
-        found += [(Path(e.path), True) for e in entries if e.name.startswith(TMP_PREFIX)]
-        files = [e for e in entries if entry_is_artifact(e)]
+        arts = self.tree.entries(artifacts.path)
+        links += [e.path for e in arts if e.is_link]
+        found += [(e.path, True) for e in arts if e.name.startswith(TMP_PREFIX) and not e.is_link]
+        files = [e for e in arts if entry_is_artifact(e)]
         if not files:
             return found
         try:
             record = read_turn(turn_dir)
-        except Corrupt:
+        except (Corrupt, UnsafePath):
             return found  # fsck's job
         listed = {a.name for a in record.artifacts} if record else set()
-        return found + [(Path(e.path), False) for e in files if e.name not in listed]
+        return found + [(e.path, False) for e in files if e.name not in listed]
 
 
 def sweep(
@@ -382,11 +396,11 @@ def sweep(
     run = _Sweep(store, now_us, dry_run, grace.total_seconds())
     trash_entries = run.trash()
     projects = []
-    for scope in iter_projects(store):
+    for scope in list(project_dirs(store.layout.tree, [])):
         result = run.project(scope, batch)
         if result.turns or result.tasks:
             projects.append(result)
-    run.leftovers_pass()
+    run.leftovers_pass()  # records the tenant and project links project_dirs skipped
     # Trash of this run was emptied task by task; a racing delete's may remain until next time.
     return SweepReport(
         now=iso_us(now_us),
@@ -397,4 +411,5 @@ def sweep(
         leftover_bytes=run.leftover_bytes,
         trash_entries=trash_entries,
         errors=tuple(run.errors),
+        links=tuple(sorted({run.rel(p) for p in run.links})),
     )

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -57,12 +56,14 @@ from .errors import (
 )
 from .layout import (
     ARTIFACTS_DIR,
+    TASK_INDEX,
     TASK_RECORD,
     TMP_PREFIX,
     TURN_META,
     TURN_SUMMARY,
     Layout,
     Scope,
+    turn_dirname,
     validate_artifact_name,
     validate_id,
     validate_turn,
@@ -92,6 +93,7 @@ from .records import (
     turn_to_json,
     write_json,
 )
+from .tree import Tree
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -216,11 +218,11 @@ class TaskStore:
     ) -> None:
         """Write the derived files after ``record`` committed; ``index`` is the task's index.json
         as read earlier under the same lock (the record write does not change it)."""
-        turn_dir = task_dir / f"{record.turn:04d}-turn"
+        turn_dir = task_dir / turn_dirname(record.turn)
         # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
             write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False)
-        index_path = task_dir / "index.json"
+        index_path = task_dir / TASK_INDEX
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
@@ -256,7 +258,7 @@ class TaskStore:
         if size > MAX_SUMMARY_BYTES:
             raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
         task_dir = self._task_dir_checked(scope, task_id)
-        turn_dir = task_dir / f"{turn:04d}-turn"
+        turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
         with self._task_txn(scope, task_id) as txn, os_errors():
             now_us = self.now_us()
@@ -264,7 +266,7 @@ class TaskStore:
             previous = read_turn(turn_dir) if turn_dir.exists() else None
             alive = self._alive(previous, now_us)
             _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
-            index = _load_index(task_dir, task_id) if task_dir.exists() else None
+            index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
             txn.begin()
             if not task_dir.exists() or read_task_record(task_dir) is None:
@@ -299,7 +301,7 @@ class TaskStore:
             sync_pending_dirs()
             self._write_derived(scope, task_id, task_dir, record, index, summary=True)
         if expired_dir is not None:
-            shutil.rmtree(expired_dir, ignore_errors=True)
+            self.layout.tree.remove(expired_dir)
         return record
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
@@ -316,7 +318,7 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        path = self._task_dir_checked(scope, task_id) / "index.json"
+        path = self._task_dir_checked(scope, task_id) / TASK_INDEX
         self.layout.check_inside(path)
         obj = read_json(path)
         index = None if obj is None else index_from_json(obj, path, self.now_us())
@@ -381,7 +383,7 @@ class TaskStore:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
         with self._task_txn(scope, task_id) as txn, os_errors():
-            path = task_dir / "index.json"
+            path = task_dir / TASK_INDEX
             obj = read_json(path)
             index = None if obj is None else index_from_json(obj, path, self.now_us())
             if index is None:
@@ -391,14 +393,14 @@ class TaskStore:
             txn.begin()
             trashed = self._trash(task_dir)
             self._listing(scope).set_task(task_id, [])
-        shutil.rmtree(trashed, ignore_errors=True)
+        self.layout.tree.remove(trashed)
 
     def _trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
         trash = self.layout.check_inside(self.layout.trash_dir())
         make_dirs(trash, self.layout.root)
         target = trash / f"{ULID()}-{directory.name}"
-        os.rename(directory, target)
+        self.layout.tree.rename(directory, target)
         fsync_dir(directory.parent)
         fsync_dir(trash)
         return target
@@ -449,7 +451,7 @@ class TaskStore:
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
             task_dir = turn_dir.parent
-            index = _load_index(task_dir, task_id)
+            index = _load_index(self.layout.tree, task_dir, task_id)
             updated_us = self._next_updated_us(index, now_us)
             info = ArtifactInfo(
                 name=name,
@@ -582,31 +584,29 @@ class TaskStore:
         The caller holds the task lock.
         """
         task_dir = self._task_dir_checked(scope, task_id)
-        index = rebuild_index(task_dir, task_id) if task_dir.is_dir() else None
+        tree = self.layout.tree
+        exists = tree.is_dir(task_dir)
+        index = rebuild_index(tree, task_dir, task_id) if exists else None
         if index is None:
-            if task_dir.is_dir():
-                remove_quietly(task_dir / "index.json")
+            if exists:
+                tree.unlink(task_dir / TASK_INDEX)
             self._listing(scope).set_task(task_id, [])
             return
         for entry in index["turns"]:
-            turn_dir = task_dir / f"{entry['turn']:04d}-turn"
+            turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
             if record is None:
                 continue
-            _reconcile_artifacts(turn_dir / ARTIFACTS_DIR, record)
+            _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
-            try:
-                current = (turn_dir / TURN_SUMMARY).read_bytes()
-            except FileNotFoundError:
-                current = None
-            if current != summary:
+            if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
                 write_atomic(turn_dir / TURN_SUMMARY, summary, durable=False)
         try:
-            current_index = read_json(task_dir / "index.json")
+            current_index = read_json(task_dir / TASK_INDEX)
         except Corrupt:
             current_index = None
         if current_index != index:
-            write_json(task_dir / "index.json", index, durable=False)
+            write_json(task_dir / TASK_INDEX, index, durable=False)
         self._listing(scope).set_task(task_id, index_rows(index))
 
     # -- cursors -----------------------------------------------------------------------------
@@ -642,12 +642,12 @@ class TaskStore:
             raise bad from None
 
 
-def _load_index(task_dir: Path, task_id: str) -> dict[str, Any] | None:
+def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
     """The task's index.json; rebuilt from the records when it is unreadable (it is derived)."""
     try:
-        index: dict[str, Any] | None = read_json(task_dir / "index.json")
+        index: dict[str, Any] | None = read_json(task_dir / TASK_INDEX)
     except Corrupt:
-        index = rebuild_index(task_dir, task_id)
+        index = rebuild_index(tree, task_dir, task_id)
     return index
 
 
@@ -683,18 +683,15 @@ def _committed_copy(file: BinaryIO, backup: Path, sha256: str) -> BinaryIO:
     return file
 
 
-def _reconcile_artifacts(directory: Path, record: TurnRecord) -> None:
+def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> None:
     """Make the artifact files of a turn match its committed record (caller holds the lock).
 
     Artifacts are published only under the task lock and committed before it is released,
     so a file the record does not name, or bytes that differ from the record next to a kept
-    previous copy, are what a failed or killed put_artifact left behind.
+    previous copy, are what a failed or killed put_artifact left behind. A linked
+    ``artifacts/`` is refused (UnsafePath), never listed.
     """
-    try:
-        with os.scandir(directory) as it:
-            names = [e.name for e in it if e.is_file(follow_symlinks=False)]
-    except FileNotFoundError:
-        return
+    names = [e.name for e in tree.entries(directory) if e.is_file]
     expected = {a.name: a for a in record.artifacts}
     for name in names:
         if name.startswith(_PREV_PREFIX):

@@ -155,3 +155,20 @@ def test_a_forged_sign_in_is_refused(app: Flask, tokens: Tokens) -> None:
     )
     assert r.status_code == 403
     assert client.get("/console/p/acme/web/tasks").status_code == 303
+
+
+def test_a_linked_key_file_is_refused(tmp_path: Path) -> None:
+    from app.storage import Layout, UnsafePath
+    from app.storage.keys import root_key
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"k" * 32)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / CONSOLE_KEY).symlink_to(outside)
+    with pytest.raises(UnsafePath):
+        root_key(Layout(root), CONSOLE_KEY)
+    (root / CONSOLE_KEY).unlink()
+    first = root_key(Layout(root), CONSOLE_KEY)
+    assert root_key(Layout(root), CONSOLE_KEY) == first != b"k" * 32
+    assert not [p for p in root.iterdir() if p.name.startswith(".~tmp-")]

@@ -139,7 +139,7 @@ def violations(server: Live, secret: str, history: History) -> list[str]:
         found.append(f"version chain forked: {len(dupes)} versions handed out twice")
     store = store_for(server.root)
     task_dir = store.layout.task_dir(Scope("acme", "web"), "hot")
-    if read_json(task_dir / "index.json") != rebuild_index(task_dir, "hot"):
+    if read_json(task_dir / "index.json") != rebuild_index(store.layout.tree, task_dir, "hot"):
         found.append("index.json differs from a rebuild from the records")
     return found
 

@@ -144,7 +144,7 @@ def task_ids_on_disk(store: TaskStore, scope: Scope) -> list[str]:
 
 def records_of(store: TaskStore, scope: Scope, task_id: str) -> list[TurnRecord]:
     task_dir = store.layout.task_dir(scope, task_id)
-    return [r for _, d in turn_dirs(task_dir) if (r := read_turn(d)) is not None]
+    return [r for _, d in turn_dirs(store.layout.tree, task_dir) if (r := read_turn(d)) is not None]
 
 
 def live_records(store: TaskStore, scope: Scope, task_id: str, now_us: int) -> list[TurnRecord]:
@@ -195,7 +195,7 @@ def assert_consistent(store: TaskStore, scope: Scope) -> None:
     expected_rows: dict[str, list[TurnRow]] = {}
     for task_id in task_ids_on_disk(store, scope):
         task_dir = store.layout.task_dir(scope, task_id)
-        rebuilt = rebuild_index(task_dir, task_id)
+        rebuilt = rebuild_index(store.layout.tree, task_dir, task_id)
         on_disk = read_json(task_dir / "index.json")
         assert on_disk == rebuilt, f"index.json of {task_id} differs from a rebuild"
         if rebuilt is None:

@@ -159,15 +159,13 @@ def test_a_sweep_killed_after_the_rename_is_completed_by_the_next_run(
 def test_a_sweep_killed_before_emptying_the_trash(
     store: TaskStore, clock: FixedClock, scope: Scope, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.storage import retention
-
     deadline = parse_iso(put(store, scope, "a", 0))
     clock.set(deadline)
 
     def die(path: Path) -> None:
         raise SystemExit("killed")
 
-    monkeypatch.setattr(retention, "_rmtree", die)
+    monkeypatch.setattr(store.layout.tree, "remove", die)
     with pytest.raises(SystemExit):
         sweep(store, now=deadline)
     monkeypatch.undo()
