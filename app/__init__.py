@@ -15,7 +15,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, ratelimit, requestlog
+    from . import cli, console, ratelimit, requestlog
     from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
@@ -52,5 +52,6 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)
     app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")
+    console.init_app(app)
     cli.init_app(app)
     return app

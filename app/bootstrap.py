@@ -52,6 +52,7 @@ def where_things_are(app: Flask, url: str) -> list[str]:
     lines = [
         "Project Memory",
         f"  URL             {where}",
+        f"  web console     {url}/console/",
         f"  storage root    {app.config['STORAGE_ROOT']}",
         f"  token registry  {app.config['TOKENS_FILE']}"
         + (f" ({_count(len(tokens), 'token')}, {usable} usable)" if tokens else " (no tokens yet)"),
@@ -124,6 +125,8 @@ def first_token(app: Flask, url: str) -> list[str]:
         f"      -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' \\",
         '      -d \'{"meta": {"model": "demo"}, "summary_md": "First turn."}\'',
         f"    curl -s {url}/sandbox/memory/v1/project.md -H 'Authorization: Bearer {secret}'",
+        "",
+        f"Web console: {url}/console/ (sign in there with the same token)",
         "",
         f"(Set {PREFIX}_FIRST_TOKEN=off where stdout is kept, e.g. a journal or docker logs.)",
         "=" * 72,

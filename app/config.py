@@ -95,6 +95,16 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "WORKERS": (2, int, "gunicorn worker processes."),
     "THREADS": (16, int, "Threads per worker (gthread workers)."),
     "WORKER_TIMEOUT": (60, int, "Seconds a silent worker is given before gunicorn restarts it."),
+    "CONSOLE_SESSION_HOURS": (
+        12.0,
+        float,
+        "Hours a web console sign-in lasts (a revoked token ends it at once).",
+    ),
+    "TRUSTED_PROXIES": (
+        0,
+        int,
+        "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes.",
+    ),
 }
 
 
@@ -147,6 +157,10 @@ def validate_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")
     if config["BODY_MIN_RATE"] < 0:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
+    if not 0 < config["CONSOLE_SESSION_HOURS"] <= 24 * 366:
+        raise ConfigError(f"{PREFIX}_CONSOLE_SESSION_HOURS must be > 0 and at most a year")
+    if not 0 <= config["TRUSTED_PROXIES"] <= 16:
+        raise ConfigError(f"{PREFIX}_TRUSTED_PROXIES must be between 0 and 16")
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
     if config["FIRST_TOKEN"] not in ("print", "off"):

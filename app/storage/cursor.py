@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import hmac
 import json
-import secrets
-from pathlib import Path
 from typing import Any
 
-from .atomic import make_dirs, write_new
 from .errors import InvalidName
-from .layout import Layout
+from .keys import root_key
+from .layout import CURSOR_KEY, Layout
 
 TAG_BYTES = 16
 MAX_CURSOR_CHARS = 8192
@@ -29,17 +26,7 @@ MAX_CURSOR_CHARS = 8192
 
 def load_key(layout: Layout) -> bytes:
     """The root's cursor key, shared by every worker through its file (made on first use)."""
-    root = layout.root
-    make_dirs(root, Path(root.anchor))
-    # A linked key file would sign cursors with bytes from outside the root.
-    path = layout.check_inside(layout.cursor_key())
-    key = layout.read_bytes(path)
-    if key:
-        return key
-    # Of workers racing to create it, one wins; everyone then uses the winner's key.
-    with contextlib.suppress(FileExistsError):
-        write_new(path, secrets.token_bytes(32))
-    return layout.read_bytes(path) or b""
+    return root_key(layout, CURSOR_KEY)
 
 
 class CursorCodec:

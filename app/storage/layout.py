@@ -19,6 +19,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
     <root>/.trash/                                        deletions in progress
     <root>/.cursor-key                                    signs list cursors (app/storage/cursor.py)
+    <root>/.console-key                                   signs the console's session cookies
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
 
 Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
@@ -71,6 +72,7 @@ STORE_INDEX = "index.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
 CURSOR_KEY = ".cursor-key"
+CONSOLE_KEY = ".console-key"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
 # Lock stripes of the two engines: names no id can take (ids never start with "_"), so they

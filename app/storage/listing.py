@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import LockTimeout
 from .sqlitedb import is_busy, open_wal, read_txn, write_txn
@@ -31,7 +32,11 @@ CREATE TABLE IF NOT EXISTS tasks (
     retain_until_us INTEGER NOT NULL,
     turn_count INTEGER NOT NULL DEFAULT 0,
     latest_turn INTEGER,
-    min_retain_us INTEGER NOT NULL DEFAULT 0
+    min_retain_us INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    model TEXT,
+    agent_id TEXT,
+    exit_code INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_recent ON tasks (updated_us DESC, task_id DESC);
 CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks (retain_until_us);
@@ -40,6 +45,10 @@ CREATE TABLE IF NOT EXISTS turns (
     turn INTEGER NOT NULL,
     updated_us INTEGER NOT NULL,
     retain_until_us INTEGER NOT NULL,
+    owner TEXT,
+    model TEXT,
+    agent_id TEXT,
+    exit_code INTEGER,
     PRIMARY KEY (task_id, turn)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -52,27 +61,105 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
 # running two lookups over the turns table per row (74 -> 26 us per page query,
 # bench/README.md). Until a task's first turn expires they are exact; after that, until
 # the sweeper removes the expired rows, its row falls back to counting the live turns.
-_VERSION = 2
-_AGGREGATES = (
-    ("turn_count", "INTEGER NOT NULL DEFAULT 0", "count(*)"),
-    ("latest_turn", "INTEGER", "max(turn)"),
-    ("min_retain_us", "INTEGER NOT NULL DEFAULT 0", "coalesce(min(retain_until_us), 0)"),
-)
+#
+# Version 3 adds the owner (the task's, kept on every turn row so that fsck compares it with
+# the records like the rest) and the model, agent_id and exit_code of each turn's meta; the
+# tasks row carries those of its highest turn, so the console's filters are index lookups.
+# Rows written before version 3 have them NULL until the task is written again or
+# `fsck --repair` rebuilds it (fsck reports them: they differ from the records).
+_VERSION = 3
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
+_LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
+_AGGREGATES = (
+    ("turn_count", "INTEGER NOT NULL DEFAULT 0", f"SELECT count(*) {_OF_TASK}"),
+    ("latest_turn", "INTEGER", f"SELECT max(turn) {_OF_TASK}"),
+    (
+        "min_retain_us",
+        "INTEGER NOT NULL DEFAULT 0",
+        f"SELECT coalesce(min(retain_until_us), 0) {_OF_TASK}",
+    ),
+    ("owner", "TEXT", f"SELECT u.owner {_LATEST}"),
+    ("model", "TEXT", f"SELECT u.model {_LATEST}"),
+    ("agent_id", "TEXT", f"SELECT u.agent_id {_LATEST}"),
+    ("exit_code", "INTEGER", f"SELECT u.exit_code {_LATEST}"),
+)
+_TURN_FACTS = ("owner", "model", "agent_id", "exit_code")
 _RECOMPUTE = "UPDATE tasks SET " + ", ".join(
-    f"{column} = (SELECT {expr} {_OF_TASK})" for column, _, expr in _AGGREGATES
+    f"{column} = ({sub})" for column, _, sub in _AGGREGATES
 )
 _STALE = "SELECT task_id FROM tasks WHERE " + " OR ".join(
-    f"{column} IS NOT (SELECT {expr} {_OF_TASK})" for column, _, expr in _AGGREGATES
+    f"{column} IS NOT ({sub})" for column, _, sub in _AGGREGATES
+)
+# The console's filters: each has an index whose order is the page order, so a filtered
+# page walks matching rows only; exit_code <> 0 has a partial one (NULL, unknown, is left out).
+_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS tasks_model ON tasks (model, updated_us DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, updated_us DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_failed ON tasks (updated_us DESC, task_id DESC)"
+    " WHERE exit_code <> 0",
 )
 _ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
 _ALL_ALIVE = "t.min_retain_us > :now"
+
+
+def _live(column: str) -> str:
+    """``column`` of the task's highest live turn: the stored one while every turn lives."""
+    return (
+        f"CASE WHEN {_ALL_ALIVE} THEN t.{column} ELSE"
+        f" (SELECT u.{column} {_ALIVE_TURNS} ORDER BY u.turn DESC LIMIT 1) END"
+    )
+
+
 _PAGE_COLUMNS = (
     "SELECT t.task_id, t.updated_us, t.retain_until_us,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
-    f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END"
+    f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
+    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}"
     " FROM tasks t"
 )
+# A prefix matching more tasks than this is walked in page order (tasks_recent) rather than
+# read as a key range and sorted: the range costs O(matches), the walk O(page * tasks /
+# matches) when the matches are spread through time; a page reads a few thousand rows.
+_DENSE_PREFIX = 2000
+_INT64 = (1 << 63) - 1
+_TURN_VALUES = ", ".join("?" * 8)
+
+
+def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
+    """The model, agent_id and exit_code a listing row keeps of a turn's meta.
+
+    Only strings and integers are kept (meta is free-form JSON); an exit code beyond 64 bits
+    is clamped, which keeps "non-zero" true.
+    """
+    model, agent, code = meta.get("model"), meta.get("agent_id"), meta.get("exit_code")
+    return (
+        model if isinstance(model, str) else None,
+        agent if isinstance(agent, str) else None,
+        max(-_INT64, min(_INT64, code))
+        if isinstance(code, int) and not isinstance(code, bool)
+        else None,
+    )
+
+
+def _filter_sql(only: TaskFilter, params: dict[str, object]) -> str:
+    """The WHERE terms of ``only``; each column test can use an index.
+
+    The stored columns are those of the task's highest turn; once a turn has expired (until
+    the sweeper drops it) the highest live turn's value is checked as well.
+    """
+    where = ""
+    if only.prefix:
+        # A range on the primary key: ids are ASCII, compared as bytes.
+        where += " AND t.task_id >= :lo AND t.task_id < :hi"
+        params["lo"] = only.prefix
+        params["hi"] = only.prefix[:-1] + chr(ord(only.prefix[-1]) + 1)
+    for column, value in (("model", only.model), ("agent_id", only.agent_id)):
+        if value is not None:
+            where += f" AND t.{column} = :{column} AND ({_live(column)}) = :{column}"
+            params[column] = value
+    if only.failed:
+        where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
+    return where
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -86,7 +173,13 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for column, declaration, _ in _AGGREGATES:
             if column not in have:
                 conn.execute(f"ALTER TABLE tasks ADD COLUMN {column} {declaration}")
+        have = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
+        for column, declaration, _ in _AGGREGATES:
+            if column in _TURN_FACTS and column not in have:
+                conn.execute(f"ALTER TABLE turns ADD COLUMN {column} {declaration}")
         conn.execute(_RECOMPUTE)
+        for statement in _INDEXES:
+            conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {_VERSION}")
 
 
@@ -95,6 +188,22 @@ class TurnRow:
     turn: int
     updated_us: int
     retain_until_us: int
+    owner: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
+
+    def values(self, task_id: str) -> tuple[object, ...]:
+        return (
+            task_id,
+            self.turn,
+            self.updated_us,
+            self.retain_until_us,
+            self.owner,
+            self.model,
+            self.agent_id,
+            self.exit_code,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +213,21 @@ class TaskRow:
     retain_until_us: int
     turn_count: int
     latest_turn: int | None
+    owner: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Narrow a page to tasks whose id starts with ``prefix`` and whose latest live turn has
+    this ``model`` / ``agent_id`` / a non-zero exit code (``failed``)."""
+
+    prefix: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +315,7 @@ class Listing:
                     conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'tasks'")
                 return
             conn.executemany(
-                "INSERT INTO turns VALUES (?, ?, ?, ?)",
-                [(task_id, r.turn, r.updated_us, r.retain_until_us) for r in rows],
+                f"INSERT INTO turns VALUES ({_TURN_VALUES})", [r.values(task_id) for r in rows]
             )
             updated = max(r.updated_us for r in rows)
             retain = max(r.retain_until_us for r in rows)
@@ -211,9 +334,11 @@ class Listing:
         with self._write() as conn:
             existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             conn.execute(
-                "INSERT INTO turns VALUES (?, ?, ?, ?) ON CONFLICT (task_id, turn) DO UPDATE SET"
-                " updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us",
-                (task_id, row.turn, row.updated_us, row.retain_until_us),
+                f"INSERT INTO turns VALUES ({_TURN_VALUES}) ON CONFLICT (task_id, turn) DO UPDATE"
+                " SET updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us,"
+                " owner = excluded.owner, model = excluded.model, agent_id = excluded.agent_id,"
+                " exit_code = excluded.exit_code",
+                row.values(task_id),
             )
             conn.execute(
                 "INSERT INTO tasks (task_id, updated_us, retain_until_us) VALUES (?, ?, ?)"
@@ -248,18 +373,39 @@ class Listing:
 
     # -- reads -----------------------------------------------------------------------------
     def page(
-        self, *, now_us: int, limit: int, after: tuple[int, str] | None
+        self,
+        *,
+        now_us: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        only: TaskFilter | None = None,
     ) -> tuple[list[TaskRow], int]:
-        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total."""
+        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total
+        number of live tasks in the project (filtered or not: counting the matches of a
+        filter would cost a walk over all of them)."""
         params: dict[str, object] = {"now": now_us, "limit": limit}
         where = "t.retain_until_us > :now"
         if after is not None:
             where += " AND (t.updated_us < :u OR (t.updated_us = :u AND t.task_id < :id))"
             params["u"], params["id"] = after
+        source = _PAGE_COLUMNS
+        if only is not None:
+            where += _filter_sql(only, params)
         with self._read() as conn:
+            if (
+                only is not None
+                and only.prefix
+                and not (only.model or only.agent_id or only.failed)
+            ):
+                (matches,) = conn.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE task_id >= :lo"
+                    " AND task_id < :hi LIMIT :dense)",
+                    {**params, "dense": _DENSE_PREFIX},
+                ).fetchone()
+                if matches >= _DENSE_PREFIX:
+                    source += " INDEXED BY tasks_recent"
             rows = conn.execute(
-                f"{_PAGE_COLUMNS} WHERE {where}"
-                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                f"{source} WHERE {where} ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
                 params,
             ).fetchall()
             (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
@@ -304,11 +450,11 @@ class Listing:
             tasks: dict[str, list[TurnRow]] = {
                 r[0]: [] for r in conn.execute("SELECT task_id FROM tasks")
             }
-            for task_id, turn, updated, retain in conn.execute(
-                "SELECT task_id, turn, updated_us, retain_until_us FROM turns"
-                " ORDER BY task_id, turn"
+            for task_id, *row in conn.execute(
+                "SELECT task_id, turn, updated_us, retain_until_us, owner, model, agent_id,"
+                " exit_code FROM turns ORDER BY task_id, turn"
             ):
-                tasks.setdefault(task_id, []).append(TurnRow(turn, updated, retain))
+                tasks.setdefault(task_id, []).append(TurnRow(*row))
             (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
         return tasks, int(count)
 

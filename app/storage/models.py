@@ -74,6 +74,11 @@ class TaskSummary:
     turn_count: int
     updated_at: str
     retain_until: str
+    # From the listing index: the task's owner (token id) and its latest turn's meta.
+    owner: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

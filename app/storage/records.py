@@ -19,7 +19,7 @@ from .atomic import write_atomic
 from .clock import parse_iso_us
 from .errors import Corrupt, UnsafePath
 from .layout import TASK_RECORD, TURN_DIR_RE, TURN_META
-from .listing import TurnRow
+from .listing import TurnRow, meta_facts
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
 from .noatime import open_noatime, read_all
 from .tree import Tree
@@ -149,8 +149,15 @@ def read_turn(turn_dir: Path) -> TurnRecord | None:
     return None if obj is None else turn_from_json(obj, path)
 
 
-def turn_row(record: TurnRecord) -> TurnRow:
-    return TurnRow(record.turn, record.updated_us, parse_iso_us(record.retain_until))
+def turn_row(record: TurnRecord, owner: str | None) -> TurnRow:
+    """The listing row of a turn; ``owner`` is its task's (task.json)."""
+    return TurnRow(
+        record.turn,
+        record.updated_us,
+        parse_iso_us(record.retain_until),
+        _text(owner),
+        *meta_facts(record.meta),
+    )
 
 
 def turn_entry(record: TurnRecord) -> TurnEntry:
@@ -227,9 +234,21 @@ def index_with_turn(
     return {**index, "updated_us": max(index["updated_us"], record.updated_us), "turns": turns}
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def index_rows(index: dict[str, Any]) -> list[TurnRow]:
+    owner = _text(index.get("owner"))
     return [
-        TurnRow(t["turn"], t["updated_us"], parse_iso_us(t["retain_until"])) for t in index["turns"]
+        TurnRow(
+            t["turn"],
+            t["updated_us"],
+            parse_iso_us(t["retain_until"]),
+            owner,
+            *meta_facts(t["meta"]),
+        )
+        for t in index["turns"]
     ]
 
 

@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -65,7 +66,7 @@ from .layout import (
     validate_id,
     validate_turn,
 )
-from .listing import Listing
+from .listing import Listing, TaskFilter
 from .locks import locked
 from .models import (
     ArtifactInfo,
@@ -98,6 +99,8 @@ DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
 MAX_SUMMARY_BYTES = 1 * MiB
 MAX_PAGE = 1000
 CURSOR_VERSION = 1
+# The start of a task id (ID_PATTERN's first character, then any of the rest).
+_ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
 _PREV_PREFIX = f"{TMP_PREFIX}prev-"
@@ -180,7 +183,8 @@ class TaskStore:
         task_record = read_task_record(task_dir) if index is None else None
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
-        self.listing(scope, below=task_dir.parent).put_turn(task_id, turn_row(record))
+        row = turn_row(record, index.get("owner"))
+        self.listing(scope, below=task_dir.parent).put_turn(task_id, row)
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -279,15 +283,38 @@ class TaskStore:
             raise NotFound(f"task {task_id} not found")
         return index
 
-    def list_tasks(self, scope: Scope, *, limit: int = 50, cursor: str | None = None) -> TaskPage:
-        """List live tasks, most recently updated first, with a signed keyset cursor."""
+    def list_tasks(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        prefix: str | None = None,
+        model: str | None = None,
+        agent_id: str | None = None,
+        failed: bool = False,
+    ) -> TaskPage:
+        """List live tasks, most recently updated first, with a signed keyset cursor.
+
+        Optional filters, each an index lookup: task ids starting with ``prefix``, and the
+        ``model`` / ``agent_id`` / non-zero exit code (``failed``) of the latest turn's meta.
+        ``total`` counts every live task of the project, filtered or not.
+        """
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
+        if prefix is not None and (not prefix or not _ID_PREFIX_RE.fullmatch(prefix)):
+            raise InvalidName("prefix", prefix, "must be the start of a task id")
         after = self._decode_cursor(scope, cursor) if cursor else None
         listing = self.listing(scope)
         if not listing.exists():
             return TaskPage((), 0, None)
-        rows, total = listing.page(now_us=self.now_us(), limit=limit + 1, after=after)
+        only = TaskFilter(prefix, model, agent_id, failed)
+        rows, total = listing.page(
+            now_us=self.now_us(),
+            limit=limit + 1,
+            after=after,
+            only=only if only != TaskFilter() else None,
+        )
         more = len(rows) > limit
         rows = rows[:limit]
         tasks = tuple(
@@ -297,6 +324,10 @@ class TaskStore:
                 turn_count=r.turn_count,
                 updated_at=iso_us(r.updated_us),
                 retain_until=iso_us(r.retain_until_us),
+                owner=r.owner,
+                model=r.model,
+                agent_id=r.agent_id,
+                exit_code=r.exit_code,
             )
             for r in rows
         )

@@ -66,6 +66,7 @@ class TokenRegistry:
         self._mutex = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._by_hash: dict[str, Token] = {}
+        self._by_id: dict[str, Token] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def _load(self) -> list[Token]:
@@ -82,7 +83,9 @@ class TokenRegistry:
             stamp = (0, 0, 0)
         with self._mutex:
             if stamp != self._stamp:
-                self._by_hash = {t.sha256: t for t in self._load()}
+                tokens = self._load()
+                self._by_hash = {t.sha256: t for t in tokens}
+                self._by_id = {t.id: t for t in tokens}
                 self._stamp = stamp
             return self._by_hash
 
@@ -95,6 +98,16 @@ class TokenRegistry:
         if token is None or not token.usable(self.clock()):
             return None
         return token
+
+    def get(self, token_id: str) -> Token | None:
+        """The token with this id, usable or not; None when there is none.
+
+        For callers that keep a token's id rather than its secret (the console's session):
+        they check ``usable`` on every request, so a revocation or expiry counts at once.
+        """
+        self._refresh()
+        with self._mutex:
+            return self._by_id.get(token_id)
 
     def all(self) -> list[Token]:
         return self._load()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from app.api.public import PUBLIC_ENDPOINTS
+from app.console import PUBLIC_ENDPOINTS as CONSOLE_PUBLIC_ENDPOINTS
 from tests.conftest import FixedClock, Tokens
 
 BASE = "/sandbox/memory/v1"
@@ -22,21 +24,22 @@ _SAMPLE = {
 }
 
 
-def protected_routes(app: Flask) -> list[tuple[str, str]]:
+def protected_routes(app: Flask) -> list[tuple[str, str, str]]:
     routes = []
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in PUBLIC_ENDPOINTS:
+        if rule.endpoint in PUBLIC_ENDPOINTS | CONSOLE_PUBLIC_ENDPOINTS:
             continue
         url = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", lambda m: _SAMPLE.get(m.group(1), "x"), rule.rule)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
-            routes.append((method, url))
+            routes.append((method, url, rule.endpoint))
     return routes
 
 
 def test_every_non_public_route_requires_a_credential(app: Flask, client: FlaskClient) -> None:
     routes = protected_routes(app)
     assert len(routes) >= 8
-    for method, url in routes:
+    assert any(endpoint.startswith("console.") for _, _, endpoint in routes)
+    for method, url, endpoint in routes:
         for headers in (
             {},
             {"Authorization": "Bearer pm_wrong"},
@@ -47,9 +50,15 @@ def test_every_non_public_route_requires_a_credential(app: Flask, client: FlaskC
             resp = client.open(
                 url, method=method, headers=headers, data=b"{}", content_type="application/json"
             )
+            assert b"summary" not in resp.data
+            if endpoint.startswith("console."):
+                # A browser without a console session is sent to the sign-in page; the
+                # console never reads API credentials.
+                assert resp.status_code == 303, (method, url, headers, resp.status_code)
+                assert urlsplit(resp.headers["Location"]).path == "/console/signin"
+                continue
             assert resp.status_code == 401, (method, url, headers, resp.status_code)
             assert resp.headers["WWW-Authenticate"].startswith("Bearer")
-            assert b"summary" not in resp.data
 
 
 def test_public_routes_need_no_credential(client: FlaskClient) -> None:

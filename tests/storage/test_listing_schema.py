@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.storage import Scope, TaskStore
 from app.storage.fsck import fsck
-from app.storage.listing import Listing
+from app.storage.listing import _VERSION, Listing
 from tests.conftest import FixedClock
 
 # The listing schema of version 1, as session-1 roots have it on disk.
@@ -35,7 +35,9 @@ INSERT INTO counters VALUES ('tasks', 0), ('generation', 0),
 def _downgrade(path: Path) -> None:
     """Rewrite ``path`` with the version-1 schema and the same rows."""
     with sqlite3.connect(path) as conn:
-        turns = conn.execute("SELECT * FROM turns").fetchall()
+        turns = conn.execute(
+            "SELECT task_id, turn, updated_us, retain_until_us FROM turns"
+        ).fetchall()
         tasks = conn.execute("SELECT task_id, updated_us, retain_until_us FROM tasks").fetchall()
         counters = conn.execute("SELECT * FROM counters").fetchall()
     conn.close()
@@ -72,10 +74,10 @@ def test_a_version_1_listing_is_upgraded_and_lists_the_same(
     ]
     assert {t.task_id: t.turn_count for t in after.tasks} == {"a": 3, "b": 1, "c": 2}
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == _VERSION
         columns = {r[1] for r in conn.execute("PRAGMA table_info(tasks)")}
     conn.close()
-    assert {"turn_count", "latest_turn", "min_retain_us"} <= columns
+    assert {"turn_count", "latest_turn", "min_retain_us", "owner", "model", "exit_code"} <= columns
     store.put_turn(scope, "b", 1, meta={}, summary_md="b1")
     assert {t.task_id: t.turn_count for t in store.list_tasks(scope).tasks}["b"] == 2
     assert fsck(store).problems == []
@@ -98,7 +100,7 @@ def test_a_task_with_an_expired_turn_counts_only_its_live_turns(
 
 def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path) -> None:
     """Four processes race to open a version-1 listing and write: one migrates (BEGIN
-    IMMEDIATE), the others wait and see version 2; no write is lost, no error."""
+    IMMEDIATE), the others wait and see the current version; no write is lost, no error."""
     from tests.storage import _workers
     from tests.storage._helpers import run_released
 
@@ -115,6 +117,29 @@ def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path
     final = {t.task_id: t.turn_count for t in TaskStore(root).list_tasks(scope).tasks}
     assert final == {"old": 3, "new-0": 1, "new-1": 1, "new-2": 1, "new-3": 1}
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == _VERSION
     conn.close()
     assert fsck(TaskStore(root)).problems == []
+
+
+def test_rows_from_before_the_meta_columns_are_reported_and_repaired(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """A listing upgraded from a version without owner/model/agent_id/exit_code has them
+    unknown: the filters do not match those tasks until fsck --repair rebuilds their rows."""
+    store = TaskStore(tmp_path / "root", clock=clock)
+    scope = Scope("acme", "web")
+    store.put_turn(scope, "a", 0, meta={"model": "m", "exit_code": 3}, summary_md="a", actor="tok")
+    store.put_turn(scope, "b", 0, meta={}, summary_md="b")
+    path = store.layout.listing(scope)
+    Listing.forget(path)
+    _downgrade(path)
+
+    assert [t.task_id for t in store.list_tasks(scope, model="m").tasks] == []
+    report = fsck(store)
+    assert any("rows of task a differ" in p for p in report.problems), report.problems
+    assert not any("task b" in p for p in report.problems)  # nothing to know about b
+    assert fsck(store, repair=True).repaired
+    (a,) = store.list_tasks(scope, model="m", failed=True).tasks
+    assert (a.task_id, a.owner, a.model, a.exit_code) == ("a", "tok", "m", 3)
+    assert fsck(store).problems == []
