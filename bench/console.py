@@ -32,8 +32,7 @@ from app.storage.atomic import make_dirs
 from app.storage.listing import TurnRow
 from app.storage.tokens import TokenRegistry
 
-from . import servers
-from . import workloads as w
+from . import servers, workloads as w
 from .loader import unsafe_fast_mode
 
 TENANT = "bench"
@@ -49,7 +48,7 @@ def build(root: Path, project: str, count: int) -> float:
     t0 = time.perf_counter()
     rows_only = max(0, count - 10)
     if rows_only:
-        listing = store._listing(scope)
+        listing = store.listing(scope)
         now = store.now_us()
         retain = now + store._retention_us
         for i in range(rows_only):

@@ -21,7 +21,7 @@ from flask import Flask, current_app, request
 from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
-from ..storage.keys import CONSOLE_KEY, root_key
+from ..storage.layout import CONSOLE_KEY
 from ..storage.tokens import TokenRegistry
 
 COOKIE = "pm_console"
@@ -38,15 +38,17 @@ class Session:
 
 
 def init_app(app: Flask) -> None:
-    store = app.extensions["task_store"]
-    key = root_key(store.layout, CONSOLE_KEY)
-    app.extensions["console_serializer"] = URLSafeSerializer(
-        key, salt=_SALT, signer_kwargs={"digest_method": hashlib.sha256}
-    )
+    # Made on the first console request: a CLI command that only reads (a dry-run sweep,
+    # fsck) must leave the storage root as it found it.
+    app.extensions["console_serializer"] = None
 
 
 def _serializer() -> URLSafeSerializer:
-    found: URLSafeSerializer = current_app.extensions["console_serializer"]
+    found: URLSafeSerializer | None = current_app.extensions["console_serializer"]
+    if found is None:
+        key = current_app.extensions["storage"].key(CONSOLE_KEY)
+        found = URLSafeSerializer(key, salt=_SALT, signer_kwargs={"digest_method": hashlib.sha256})
+        current_app.extensions["console_serializer"] = found
     return found
 
 

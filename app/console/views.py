@@ -32,10 +32,10 @@ from ..permissions import (
     may_write,
     only_owner,
 )
-from ..storage import InvalidName, Scope, StorageError, TaskStore
+from ..storage import InvalidName, Scope, StorageError
 from ..storage.clock import parse_iso
-from ..storage.memstores import Memory, MemoryPrefix, MemoryStoreEngine, VersionFilter
-from ..storage.projects import list_projects
+from ..storage.interface import StorageBackend, StoreBackend, TaskBackend
+from ..storage.memstores import Memory, MemoryPrefix, VersionFilter
 from ..storage.tokens import Token, TokenRegistry
 from . import render, session as sessions
 
@@ -76,14 +76,17 @@ def init_app(app: Flask) -> None:
 
 
 # -- storage and request context ------------------------------------------------------------
-def _tasks() -> TaskStore:
-    found: TaskStore = current_app.extensions["task_store"]
+def _storage() -> StorageBackend:
+    found: StorageBackend = current_app.extensions["storage"]
     return found
 
 
-def _stores() -> MemoryStoreEngine:
-    found: MemoryStoreEngine = current_app.extensions["memory_stores"]
-    return found
+def _tasks() -> TaskBackend:
+    return _storage().tasks
+
+
+def _stores() -> StoreBackend:
+    return _storage().stores
 
 
 def _registry() -> TokenRegistry:
@@ -350,7 +353,7 @@ def projects() -> ResponseReturnValue:
     """Projects this token covers."""
     token: Token = g.console_token
     tenants = None if token.role == "admin" else [token.tenant or ""]
-    found = [s for s in list_projects(_tasks().layout, tenants) if covers(token, s)]
+    found = [s for s in _storage().projects(tenants) if covers(token, s)]
     if token.tenant and token.project:
         own = Scope(token.tenant, token.project)
         if own not in found:

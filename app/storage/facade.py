@@ -6,16 +6,20 @@ The API, the console, the CLI and the sweeper reach storage only through this ob
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from .clock import Clock, system_clock
 from .fsck import DEFAULT_GRACE, fsck
+from .keys import root_key
+from .layout import Scope
 from .memstores import MemoryStoreEngine
 from .memstores.fsck import upgrade_store_dirs
 from .memstores.retention import VersionSweep
 from .models import FsckReport
+from .projects import list_projects
 from .readiness import check_ready
 from .retention import SweepReport, sweep
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
@@ -95,10 +99,23 @@ class TreeStorage:
 
     def upgrade(self) -> list[str]:
         """Bring a root written in an older layout to the current one (idempotent)."""
-        return upgrade_store_dirs(self.stores)
+        done = upgrade_store_dirs(self.stores)
+        for scope in self.layout.projects([]):
+            if self.layout.tree.lstat(self.layout.listing(scope)) is None:
+                continue
+            count = self.tasks.backfill_listing(scope)
+            if count:
+                done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        return done
 
     def ready(self) -> tuple[bool, str]:
         return check_ready(self.tasks)
+
+    def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
+        return list_projects(self.layout, tenants)
+
+    def key(self, name: str) -> bytes:
+        return root_key(self.layout, name)
 
     def describe(self) -> dict[str, Path | str]:
         return {"backend": "tree", "storage root": self.layout.root}

@@ -8,10 +8,12 @@ knows which one runs. Errors are the ones of app/storage/errors.py (and memstore
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
+from .clock import Clock
 from .layout import Scope
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
 from .models import ArtifactInfo, ArtifactStream, FsckReport, TaskIndex, TaskPage, TurnRecord
@@ -21,6 +23,7 @@ class TaskBackend(Protocol):
     """Turn history, artifacts and the digest of every tenant/project."""
 
     max_artifact_bytes: int
+    clock: Clock
 
     def put_turn(
         self,
@@ -40,7 +43,15 @@ class TaskBackend(Protocol):
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex: ...
 
     def list_tasks(
-        self, scope: Scope, *, limit: int = 50, cursor: str | None = None
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        prefix: str | None = None,
+        model: str | None = None,
+        agent_id: str | None = None,
+        failed: bool = False,
     ) -> TaskPage: ...
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None: ...
@@ -201,5 +212,13 @@ class StorageBackend(Protocol):
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
+        """The projects that hold anything, of ``tenants`` (None: of every tenant)."""
+        ...
+
+    def key(self, name: str) -> bytes:
+        """A per-deployment secret (``CURSOR_KEY``, ``CONSOLE_KEY``), made on first use."""
+        ...
 
     def describe(self) -> dict[str, Path | str]: ...

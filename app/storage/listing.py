@@ -177,6 +177,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for column, declaration, _ in _AGGREGATES:
             if column in _TURN_FACTS and column not in have:
                 conn.execute(f"ALTER TABLE turns ADD COLUMN {column} {declaration}")
+                # Rows written before have no facts: the start-up upgrade rebuilds them from
+                # the records (TaskStore.backfill_listing).
+                conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
         conn.execute(_RECOMPUTE)
         for statement in _INDEXES:
             conn.execute(statement)
@@ -414,6 +417,15 @@ class Listing:
                 "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
             ).fetchone()
         return [TaskRow(*r) for r in rows], count - expired
+
+    def needs_backfill(self) -> bool:
+        """Whether rows written by an older version still lack what this one keeps."""
+        row = self._conn().execute("SELECT value FROM counters WHERE name = 'backfill'").fetchone()
+        return bool(row and row[0])
+
+    def backfilled(self) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM counters WHERE name = 'backfill'")
 
     def generation(self) -> int:
         (value,) = (

@@ -534,6 +534,19 @@ class TaskStore:
             listing.set_digest_state(generation, valid_until[0], rendered_us=now_us)
         return True
 
+    def backfill_listing(self, scope: Scope) -> int:
+        """Rebuild the listing rows of every task of a project written by an older version
+        (one task lock at a time); return how many tasks were rebuilt."""
+        listing = self.listing(scope)
+        if not listing.exists() or not listing.needs_backfill():
+            return 0
+        task_ids = sorted(listing.all_tasks()[0])
+        for task_id in task_ids:
+            with self.txns.locked(Key(scope, task_id)):
+                self.repair_task(scope, task_id)
+        listing.backfilled()
+        return len(task_ids)
+
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
         """Rebuild a task's derived files (summaries, index.json, listing rows) from its records.

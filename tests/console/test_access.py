@@ -125,7 +125,7 @@ def test_a_reader_reads_everything_and_changes_nothing(
             assert status == 400  # no versions chosen (a and b)
         elif method == "GET":
             assert status in (200, 303), (url, status)
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     assert store.get_task(Scope("acme", "web"), "t").turn_count == 1
 
 
@@ -185,7 +185,7 @@ def test_projects_menu_lists_what_the_token_covers_and_skips_symlinks(
             headers=tokens.headers(who, **headers),
         )
         assert r.status_code == 200
-    root = app.extensions["task_store"].layout.root
+    root = app.extensions["storage"].tasks.layout.root
     (root / "acme" / "linked").symlink_to(root / "acme" / "web")
     (root / "evil").symlink_to(root / "globex")
 

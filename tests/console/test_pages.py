@@ -258,7 +258,7 @@ def test_delete_follows_the_api_rule_and_the_owner_check(
 ) -> None:
     put_turn(client, tokens, "mine", who="writer")
     put_turn(client, tokens, "theirs", who="writer")
-    store = app.extensions["task_store"]
+    store = app.extensions["storage"].tasks
     other = console("writer2")
     assert "Delete this task" not in text(other.get(f"{WEB}/tasks/theirs"))
     assert other.get(f"{WEB}/tasks/theirs/delete").status_code == 403

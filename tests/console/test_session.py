@@ -93,9 +93,14 @@ def test_a_tampered_or_foreign_cookie_is_no_session(app: Flask, tokens: Tokens) 
 
 def test_the_key_is_per_root_private_and_shared(app: Flask, tmp_path: Path) -> None:
     key = tmp_path / "root" / CONSOLE_KEY
+    assert not key.exists()  # made by the first console request, not by building the app
+    assert app.test_client().get("/console/signin").status_code == 200
     assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
     again = create_app({"STORAGE_ROOT": str(tmp_path / "root"), "TOKENS_FILE": str(tmp_path / "t")})
-    assert again.extensions["console_serializer"].secret_key == key.read_bytes()
+    with again.test_request_context("/console/signin"):
+        from app.console.session import _serializer
+
+        assert _serializer().secret_key == key.read_bytes()
 
 
 def test_sign_out_ends_the_session(app: Flask, tokens: Tokens) -> None:
@@ -137,7 +142,7 @@ def test_a_forged_form_changes_nothing(
     sent = {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin", **headers}
     r = browser.client.post(doomed, data=form, headers={k: v for k, v in sent.items() if v})
     assert r.status_code == 403
-    assert app.extensions["task_store"].get_task(Scope("acme", "web"), "doomed")
+    assert app.extensions["storage"].tasks.get_task(Scope("acme", "web"), "doomed")
     # The same browser, its own form: done (Origin: null is what a no-referrer page sends).
     assert browser.post(doomed, headers={"Origin": "null"}).status_code == 303
 

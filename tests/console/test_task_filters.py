@@ -143,7 +143,7 @@ def test_a_prefix_that_no_task_id_starts_with_is_refused(
 def test_every_filter_is_an_index_lookup(
     project: TaskStore, scope: Scope, only: TaskFilter, index: str
 ) -> None:
-    listing = project._listing(scope)
+    listing = project.listing(scope)
     params: dict[str, object] = {"now": 0, "limit": 51}
     where = "t.retain_until_us > :now" + _filter_sql(only, params)
     plan = [
