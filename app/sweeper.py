@@ -180,7 +180,11 @@ def startup_recovery(app: Flask) -> list[str]:
     storage = storage_of(app)
     root = storage.layout.root
     sentinel = root / RUNNING_SENTINEL
-    lines = [f"upgraded: {line}" for line in storage.upgrade()]
+    try:
+        lines = [f"upgraded: {line}" for line in storage.upgrade()]
+    except Exception as exc:  # noqa: BLE001 - an upgrade that fails must not keep the server down
+        log.exception("start-up upgrade failed")
+        lines = [f"upgrade failed: {exc}"]
     if sentinel.exists():
         try:
             report = storage.fsck(repair=True)

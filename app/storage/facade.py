@@ -6,12 +6,15 @@ The API, the console, the CLI and the sweeper reach storage only through this ob
 
 from __future__ import annotations
 
+import sqlite3
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from .clock import Clock, system_clock
+from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck
 from .keys import root_key
 from .layout import Scope
@@ -101,9 +104,14 @@ class TreeStorage:
         """Bring a root written in an older layout to the current one (idempotent)."""
         done = upgrade_store_dirs(self.stores)
         for scope in self.layout.projects([]):
-            if self.layout.tree.lstat(self.layout.listing(scope)) is None:
+            st = self.layout.tree.lstat(self.layout.listing(scope))
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue  # no listing yet, or a planted link fsck reports
+            try:
+                count = self.tasks.backfill_listing(scope)
+            except (StorageError, sqlite3.Error) as exc:
+                done.append(f"{scope.tenant}/{scope.project}: listing not upgraded ({exc})")
                 continue
-            count = self.tasks.backfill_listing(scope)
             if count:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         return done
