@@ -11,11 +11,13 @@ refuses it (``ENOSYS``, ``EPERM``) the caller falls back to the walk.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import stat
 import sys
+import weakref
 
 from .errors import UnsafePath
 from .noatime import O_NOATIME, READ_FLAGS
@@ -46,6 +48,11 @@ if sys.platform == "linux":
         _syscall = None
 
 
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):  # closed already
+        os.close(fd)
+
+
 class Unavailable(Exception):
     """openat2 cannot be used here (old kernel, seccomp filter): use the containment walk."""
 
@@ -74,6 +81,7 @@ class Beneath:
             # unrelated directory.
             self._fd = os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             self._key = key
+            weakref.finalize(self, _close_quietly, self._fd)
         return self._fd
 
     def open_read(self, relative: str) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class Journal:
                     except PermissionError:
                         self._fd = os.open(self.path, flags, 0o600)
                     self._pid = os.getpid()
+                    weakref.finalize(self, os.close, self._fd)
         return self._fd
 
     def set(self, stripe: int, key: Key) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
+import selectors
 import socket
 import threading
 import time
@@ -81,11 +81,15 @@ class Trickler(threading.Thread):
 
     def run(self) -> None:
         try:
-            with socket.create_connection(address(self.server), timeout=60) as sock:
+            with (
+                socket.create_connection(address(self.server), timeout=60) as sock,
+                selectors.DefaultSelector() as selector,  # select() fails past fd 1023
+            ):
+                selector.register(sock, selectors.EVENT_READ)
                 started = time.monotonic()
                 sock.sendall(self.head)
                 while time.monotonic() - started < 60:
-                    if select.select([sock], [], [], self.every)[0]:
+                    if selector.select(self.every):
                         while chunk := sock.recv(65536):
                             self.answer += chunk
                         self.after = time.monotonic() - started
