@@ -19,12 +19,13 @@ from .fsck import DEFAULT_GRACE, fsck
 from .keys import root_key
 from .layout import Scope
 from .memstores import MemoryStoreEngine
-from .memstores.fsck import upgrade_store_dirs
+from .memstores.fsck import upgrade_store_dirs, upgrade_store_search
 from .memstores.retention import VersionSweep
-from .models import FsckReport
+from .models import FsckReport, SearchPage
 from .projects import list_projects
 from .readiness import check_ready
 from .retention import SweepReport, sweep
+from .search import TreeSearch
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
 
 
@@ -86,6 +87,7 @@ class TreeStorage:
         )
         self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
         self.layout = self.tasks.layout
+        self.searcher = TreeSearch(self.tasks, self.stores)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines)."""
@@ -114,7 +116,14 @@ class TreeStorage:
                 continue
             if count:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        done += upgrade_store_search(self.stores)
         return done
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Search the project's turns and memories (app/storage/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def ready(self) -> tuple[bool, str]:
         return check_ready(self.tasks)

@@ -16,7 +16,15 @@ from typing import IO, Any, BinaryIO, Protocol
 from .clock import Clock
 from .layout import Scope
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
-from .models import ArtifactInfo, ArtifactStream, FsckReport, TaskIndex, TaskPage, TurnRecord
+from .models import (
+    ArtifactInfo,
+    ArtifactStream,
+    FsckReport,
+    SearchPage,
+    TaskIndex,
+    TaskPage,
+    TurnRecord,
+)
 
 
 class TaskBackend(Protocol):
@@ -212,6 +220,20 @@ class StorageBackend(Protocol):
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Full-text search over the project's live turns (task id, meta values, summary) and
+        the live memories (path, content) of its stores, best first.
+
+        ``query`` is in the syntax of app/storage/query.py (parse_query: InvalidName on ``q``
+        when it is not); ``limit`` 1..100; ``cursor`` a ``next_cursor`` of the same search
+        (InvalidName on ``cursor`` otherwise). Snippets mark matches with query.MARK_START /
+        MARK_END. Text of another project is never found; deleted, replaced and expired text
+        never matches.
+        """
+        ...
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         """The projects that hold anything, of ``tenants`` (None: of every tenant)."""

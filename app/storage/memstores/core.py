@@ -179,6 +179,10 @@ class StoresBase:
             write_atomic(target, str(record.content).encode("utf-8"), durable=False)
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
+        if record.operation == "deleted":
+            # The memory's text leaves the search index's file too (app/storage/fts.py); the
+            # version records keep it until retention or redaction removes them.
+            self.index(txn.dir).purge()
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""
@@ -295,9 +299,13 @@ class StoresBase:
         write_atomic(target, data)
 
     def rebuild(self, store_dir: Path) -> IndexContent:
-        """Make the index and the live tree equal a rebuild from the version records."""
+        """Make the index (search rows included) and the live tree equal a rebuild from the
+        version records."""
         content = rows_from_records(self.load_records(store_dir))
+        expected = self.expected_tree(store_dir, content)
+        texts = {m.id: expected[m.path].decode("utf-8") for m in content.memories}
         with self.index(store_dir).write() as writer:
-            writer.replace_all(content)
-        self.sync_tree(store_dir, self.expected_tree(store_dir, content), apply=True)
+            writer.replace_all(content, texts)
+        self.index(store_dir).purge()
+        self.sync_tree(store_dir, expected, apply=True)
         return content
