@@ -90,9 +90,12 @@ def delete_doc(conn: sqlite3.Connection, doc: int) -> None:
     removed(conn)
 
 
-def delete_all(conn: sqlite3.Connection) -> None:
-    conn.execute(f"DELETE FROM {TEXT}")
+def recreate(conn: sqlite3.Connection, columns: str) -> None:
+    """Drop every row and the index itself, however damaged, and start an empty one (its
+    freed pages are zeroed; the caller purges the WAL)."""
+    conn.execute(f"DROP TABLE IF EXISTS {TEXT}")
     conn.execute(f"DELETE FROM {DOCS}")
+    conn.execute(f"CREATE VIRTUAL TABLE {TEXT} USING fts5({columns}, tokenize = '{TOKENIZER}')")
     removed(conn)
 
 

@@ -437,7 +437,7 @@ class IndexWriter(IndexReader):
         self.conn.executemany(_INSERT_VERSION, [_version_values(v) for v in content.versions])
         self.conn.execute("DELETE FROM state")
         self._set_state(content.last_id, content.last_us)
-        fts.delete_all(self.conn)
+        fts.recreate(self.conn, _SEARCH_COLUMNS)
         for m in content.memories:
             self._search_put(m.id, m.path, texts.get(m.id, ""))
         fts.set_state(self.conn, "backfill", 0)
