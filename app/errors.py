@@ -172,6 +172,7 @@ _FIELD_LOCATIONS = {
     "name": "path",
     "cursor": "query",
     "limit": "query",
+    "q": "query",
     "tenant": "header",
     "project": "header",
 }

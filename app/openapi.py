@@ -96,6 +96,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
         pm.ArtifactRecord,
         pm.MemoryArtifact,
         pm.TaskIndex,
+        pm.SearchResults,
+        pm.SearchHit,
     ):
         if schema.__name__ not in spec.components.schemas:
             spec.components.schema(schema.__name__, schema=schema)
