@@ -216,11 +216,21 @@ class Sentinels:
         return text.replace(self.start, MARK_START).replace(self.end, MARK_END)
 
 
-def snippet(conn: sqlite3.Connection, match: str, doc: int, marks: Sentinels) -> str:
-    """The best fragment of row ``doc`` with the matched words marked."""
-    row = conn.execute(
-        f"SELECT snippet({TEXT}, -1, ?, ?, '…', {SNIPPET_TOKENS}) FROM {TEXT}"
-        f" WHERE {TEXT} MATCH ? AND rowid = ?",
-        (marks.start, marks.end, match, doc),
-    ).fetchone()
-    return "" if row is None else marks.marked(str(row[0]))
+def snippet(
+    conn: sqlite3.Connection, match: str, doc: int, marks: Sentinels, columns: Iterable[int]
+) -> str:
+    """A fragment of row ``doc`` with the matched words marked: from the first of
+    ``columns`` (the body before the name, which the hit shows anyway) that has a match."""
+    text = ""
+    for column in columns:
+        row = conn.execute(
+            f"SELECT snippet({TEXT}, ?, ?, ?, '…', {SNIPPET_TOKENS}) FROM {TEXT}"
+            f" WHERE {TEXT} MATCH ? AND rowid = ?",
+            (column, marks.start, marks.end, match, doc),
+        ).fetchone()
+        if row is None:
+            return ""
+        text = str(row[0])
+        if marks.start in text:
+            break
+    return marks.marked(text)

@@ -99,7 +99,10 @@ class _Turns:
 
     def snippets(self, match: str, docs: list[int], marks: fts.Sentinels) -> dict[int, str]:
         with self.listing.search_read() as conn:
-            return {doc: fts.snippet(conn, match, doc, marks) for doc in docs}
+            return {
+                doc: fts.snippet(conn, match, doc, marks, turn_search.SNIPPET_COLUMNS)
+                for doc in docs
+            }
 
 
 class _Store:

@@ -76,11 +76,11 @@ def test_the_search_pages_with_the_cursor(
         )
     browser = console("reader")
     first = browser.get(f"{WEB}/search?q=needle").get_data(as_text=True)
-    assert first.count('class="hit turn"') == 20
+    assert first.count('class="hit hit-turn"') == 20
     next_url = re.search(r'<a href="([^"]+)" rel="next">', first)
     assert next_url
     second = browser.get(next_url.group(1).replace("&amp;", "&")).get_data(as_text=True)
-    assert second.count('class="hit turn"') == 3 and "First page" in second
+    assert second.count('class="hit hit-turn"') == 3 and "First page" in second
 
 
 def test_another_projects_text_is_not_found_from_the_console(

@@ -289,7 +289,7 @@ class IndexReader:
         ]
 
     def search_snippet(self, match: str, doc: int, marks: fts.Sentinels) -> str:
-        return fts.snippet(self.conn, match, doc, marks)
+        return fts.snippet(self.conn, match, doc, marks, (1, 0))  # content, else path
 
     def search_rows(self) -> dict[str, tuple[str, str]]:
         """memory id -> (path, content) as indexed (fsck's comparison with the records)."""
