@@ -300,7 +300,13 @@ class StoresBase:
 
     def rebuild(self, store_dir: Path) -> IndexContent:
         """Make the index (search rows included) and the live tree equal a rebuild from the
-        version records."""
+        version records.
+
+        The caller holds the store lock: a temp file among the versions is a dead writer's.
+        """
+        for entry in self.tree.entries(self.layout.versions_dir(store_dir)):
+            if entry.name.startswith(TMP_PREFIX) and not entry.is_link:
+                self.tree.unlink(entry.path)
         content = rows_from_records(self.load_records(store_dir))
         expected = self.expected_tree(store_dir, content)
         texts = {m.id: expected[m.path].decode("utf-8") for m in content.memories}
