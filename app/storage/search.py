@@ -57,14 +57,60 @@ class _Hit:
 
 
 @dataclass(frozen=True, slots=True)
+class _Stats:
+    """Rows of an index (or of the project), and how many of them each term matches."""
+
+    rows: int
+    counts: tuple[int, ...]
+
+    def weight(self, idf: Callable[[int, int], float]) -> float:
+        return sum(idf(self.rows, c) for c in self.counts)
+
+
+@dataclass(frozen=True, slots=True)
 class _After:
+    """Where the previous page ended, and the project statistics its keys were scaled with."""
+
     key: float
     source: str
     doc: int
+    project: _Stats
 
     def mode(self, source: str) -> int:
         """fts.ranked_sql's ``:after`` for the rows of ``source``."""
         return 1 if source < self.source else 2 if source == self.source else 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What one search asks every index: its statistics, then its best ``want`` rows."""
+
+    terms: list[str]
+    match: str
+    want: int
+    after: _After | None
+
+    def params(self, source: str, own: _Stats) -> dict[str, object]:
+        """fts.ranked_sql's parameters but ``:limit``: keys unscaled on a first page (the
+        project's statistics are not known yet), scaled with the cursor's afterwards."""
+        after = self.after
+        if after is None:
+            return {"match": self.match, "scale": 1.0, "after": 0, "key": 0.0, "doc": 0}
+        return {
+            "match": self.match,
+            "scale": scale(after.project, own),
+            "after": after.mode(source),
+            "key": after.key,
+            "doc": after.doc,
+        }
+
+
+def scale(project: _Stats, own: _Stats) -> float:
+    """What turns an index's bm25 into one scaled to the project's frequencies."""
+    return project.weight(fts.project_idf) / own.weight(fts.idf)
+
+
+Answer = tuple[_Stats, list[_Hit]] | None
 
 
 class _Turns:
@@ -74,28 +120,28 @@ class _Turns:
         self.listing = listing
         self.now_us = now_us
 
-    def stats(self, terms: list[str]) -> tuple[int, list[int]] | None:
+    def ask(self, ask: _Ask) -> Answer:
         with self.listing.search_read() as conn:
-            return fts.stats(conn, terms)
-
-    def hits(self, params: dict[str, object], want: int) -> list[_Hit]:
-        params = {**params, "now": self.now_us}
-        inner = want
-        with self.listing.search_read() as conn:
+            own = _Stats(*_pair(fts.stats(conn, ask.terms)))
+            if not all(own.counts):
+                return own, []  # a term no row has: nothing matches all of them
+            params = {**ask.params(self.source, own), "now": self.now_us}
+            inner = ask.want
             while True:
                 rows = turn_search.hits(conn, {**params, "limit": inner})
-                if len(rows) >= want:
+                if len(rows) >= ask.want:
                     break
                 # Turns past their retention (not swept yet) were left out after ranking:
                 # rank more, until every match was ranked.
                 (matched,) = conn.execute(
                     f"SELECT count(*) FROM {fts.TEXT} WHERE {fts.TEXT} MATCH ?",  # noqa: S608
-                    (params["match"],),
+                    (ask.match,),
                 ).fetchone()
                 if inner >= matched:
                     break
                 inner *= 4
-        return [_Hit(k, TURNS, doc, (task_id, turn)) for k, doc, task_id, turn in rows[:want]]
+        hits = [_Hit(k, TURNS, doc, (task_id, turn)) for k, doc, task_id, turn in rows]
+        return own, hits[: ask.want]
 
     def snippets(self, match: str, docs: list[int], marks: fts.Sentinels) -> dict[int, str]:
         with self.listing.search_read() as conn:
@@ -117,7 +163,7 @@ class _Store:
         index cannot be searched (fsck reports it; the other indexes still answer)."""
 
         def read(store_dir: Any) -> T | None:
-            with self.engine.index(store_dir).read() as reader:
+            with self.engine.index(store_dir).search_read() as reader:
                 return fn(reader) if reader.search_ready() else None
 
         try:
@@ -128,16 +174,25 @@ class _Store:
             log.warning("search skipped store %s: %s", self.store_id, exc)
             return None
 
-    def stats(self, terms: list[str]) -> tuple[int, list[int]] | None:
-        return self._read(lambda r: r.search_stats(terms))
+    def ask(self, ask: _Ask) -> Answer:
+        def run(reader: IndexReader) -> tuple[_Stats, list[_Hit]]:
+            own = _Stats(*_pair(reader.search_stats(ask.terms)))
+            if not all(own.counts):
+                return own, []
+            rows = reader.search_hits({**ask.params(self.source, own), "limit": ask.want})
+            return own, [
+                _Hit(k, self.source, doc, (memory_id, path)) for k, doc, memory_id, path in rows
+            ]
 
-    def hits(self, params: dict[str, object], want: int) -> list[_Hit]:
-        rows = self._read(lambda r: r.search_hits({**params, "limit": want})) or []
-        return [_Hit(k, self.source, doc, (memory_id, path)) for k, doc, memory_id, path in rows]
+        return self._read(run)
 
     def snippets(self, match: str, docs: list[int], marks: fts.Sentinels) -> dict[int, str]:
         found = self._read(lambda r: {doc: r.search_snippet(match, doc, marks) for doc in docs})
         return found or {}
+
+
+def _pair(found: tuple[int, list[int]]) -> tuple[int, tuple[int, ...]]:
+    return found[0], tuple(found[1])
 
 
 _Source = _Turns | _Store
@@ -159,36 +214,33 @@ class TreeSearch:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise InvalidName("limit", limit, f"must be between 1 and {MAX_LIMIT}")
         parsed = parse_query(query)
-        after = self._decode(scope, parsed, cursor) if cursor else None
-        match = fts5_match(parsed)
         terms = [fts5_term(t) for t in parsed.terms]
+        after = self._decode(scope, parsed, cursor) if cursor else None
+        ask = _Ask(terms, fts5_match(parsed), limit + 1, after)
         sources, skipped = self._sources(scope)
-
-        stats = {s.source: found for s in sources if (found := s.stats(terms)) is not None}
-        rows = sum(n for n, _ in stats.values())
-        counts = [sum(c[i] for _, c in stats.values()) for i in range(len(terms))]
-        project_weight = sum(fts.project_idf(rows, c) for c in counts)
-
-        hits: list[_Hit] = []
-        for source in sources:
-            found = stats.get(source.source)
-            if found is None or not all(found[1]):
-                continue  # a term no row of this index has: nothing can match all of them
-            own_weight = sum(fts.idf(found[0], c) for c in found[1])
-            params: dict[str, object] = {
-                "match": match,
-                "scale": project_weight / own_weight,
-                "after": 0 if after is None else after.mode(source.source),
-                "key": 0.0 if after is None else after.key,
-                "doc": 0 if after is None else after.doc,
-            }
-            hits += source.hits(params, limit + 1)
+        # One read of each index: its statistics and its best rows after the cursor.
+        answers = {s.source: found for s in sources if (found := s.ask(ask)) is not None}
+        if after is not None:
+            project = after.project  # the first page's: every page ranks with the same weights
+            hits = [h for _, found in answers.values() for h in found]
+        else:
+            project = _Stats(
+                sum(own.rows for own, _ in answers.values()),
+                tuple(sum(own.counts[i] for own, _ in answers.values()) for i in range(len(terms))),
+            )
+            # First page: the rows came unscaled. The same product SQLite computes for the
+            # cursor's pages, so the keys of both agree to the bit.
+            hits = [
+                _Hit(h.key * scale(project, own), h.source, h.doc, h.fields)
+                for own, found in answers.values()
+                for h in found
+            ]
         hits.sort(key=lambda h: (h.key, h.source, h.doc))
         page, more = hits[:limit], len(hits) > limit
         return SearchPage(
-            hits=self._hits(scope, sources, page, match),
-            next_cursor=self._encode(scope, parsed, page[-1]) if more else None,
-            stores_searched=sum(isinstance(s, _Store) and s.source in stats for s in sources),
+            hits=self._hits(scope, sources, page, ask.match),
+            next_cursor=self._encode(scope, parsed, page[-1], project) if more else None,
+            stores_searched=sum(s.source in answers for s in sources if isinstance(s, _Store)),
             stores_skipped=skipped,
         )
 
@@ -246,7 +298,7 @@ class TreeSearch:
     def _tag(self, scope: Scope) -> str:
         return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
 
-    def _encode(self, scope: Scope, query: SearchQuery, last: _Hit) -> str:
+    def _encode(self, scope: Scope, query: SearchQuery, last: _Hit, project: _Stats) -> str:
         return self.tasks.cursors.encode(
             {
                 "l": "search",
@@ -256,6 +308,8 @@ class TreeSearch:
                 "k": last.key,
                 "src": last.source,
                 "d": last.doc,
+                "n": project.rows,
+                "c": list(project.counts),
             }
         )
 
@@ -269,13 +323,21 @@ class TreeSearch:
                 or body["q"] != query.fingerprint()
             ):
                 raise ValueError("issued for another search")
-            key, source, doc = body["k"], body["src"], body["d"]
+            key, source, doc, rows, counts = (body[f] for f in ("k", "src", "d", "n", "c"))
             if not isinstance(key, float | int) or isinstance(key, bool):
                 raise ValueError("key")
-            if not isinstance(source, str) or not isinstance(doc, int) or isinstance(doc, bool):
+            if not isinstance(source, str) or not _is_int(doc) or not _is_int(rows):
                 raise ValueError("position")
-            return _After(float(key), source, doc)
+            if not isinstance(counts, list) or len(counts) != len(query.terms):
+                raise ValueError("statistics")
+            if not all(_is_int(c) and 0 < c <= rows for c in counts):
+                raise ValueError("statistics")
+            return _After(float(key), source, doc, _Stats(rows, tuple(counts)))
         except (ValueError, KeyError, TypeError):
             raise InvalidName(
                 "cursor", cursor, "is not a cursor this server issued for this search"
             ) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -480,6 +480,18 @@ class StoreIndex:
         return conn
 
     @contextlib.contextmanager
+    def search_read(self) -> Iterator[IndexReader]:
+        """A read transaction on a plain connection: a search opens every store of a project,
+        and the journal-mode and sync settings of :meth:`read` cost as much as the reading."""
+        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+        try:
+            with read_txn(conn):
+                yield IndexReader(conn)
+        finally:
+            conn.close()
+
+    @contextlib.contextmanager
     def read(self) -> Iterator[IndexReader]:
         """A read transaction: every query inside sees the same snapshot."""
         conn = self._connect(create=False)
