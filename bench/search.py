@@ -160,25 +160,24 @@ def search_table(storage: TreeStorage, reps: int, stores: int) -> None:
 
 
 def write_cost(storage: TreeStorage, n: int) -> None:
-    """put_turn with and without its search row, interleaved in blocks of 10."""
+    """put_turn with and without its search row, alternating write by write."""
     from app.storage import turn_search
 
     real = turn_search.put
     text = Text(seed=9)
+    summaries = [text.summary() for _ in range(2 * n)]
     with_fts: list[float] = []
     without: list[float] = []
-    for block in range(n // 10):
-        skip = block % 2 == 1
+    for i, summary in enumerate(summaries):
+        skip = i % 2 == 1
         turn_search.put = (lambda *a, **k: None) if skip else real  # type: ignore[assignment]
-        for i in range(10):
-            task = f"w{block:04d}-{i}"
-            t0 = time.perf_counter()
-            storage.tasks.put_turn(SCOPE, task, 0, meta=meta(i), summary_md=text.summary())
-            (without if skip else with_fts).append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        storage.tasks.put_turn(SCOPE, f"w{i:05d}", 0, meta=meta(i), summary_md=summary)
+        (without if skip else with_fts).append((time.perf_counter() - t0) * 1000)
     turn_search.put = real  # type: ignore[assignment]
     a, b = statistics.median(with_fts), statistics.median(without)
     print(
-        f"\nturn write (TaskStore.put_turn, fsynced), {len(with_fts)} each: p50 {a:.2f} ms with"
+        f"\nturn write (TaskStore.put_turn, fsynced), {n} each, alternating: p50 {a:.2f} ms with"
         f" the search row, {b:.2f} ms without; ratio {a / b:.3f}"
         f" (p99 {percentile(with_fts, 0.99):.2f} / {percentile(without, 0.99):.2f} ms)"
     )
@@ -186,10 +185,10 @@ def write_cost(storage: TreeStorage, n: int) -> None:
     now = storage.tasks.now_us()
     row_with: list[float] = []
     row_without: list[float] = []
-    for i in range(n):
+    for i, summary in enumerate(summaries):
         task = f"r{i:05d}"
         row = TurnRow(0, now + i, now + 10**12)
-        body = TurnText(task, meta_text(meta(i)), text.summary()) if i % 2 == 0 else None
+        body = TurnText(task, meta_text(meta(i)), summary) if i % 2 == 0 else None
         t0 = time.perf_counter()
         listing.put_turn(task, row, body)
         (row_with if body else row_without).append((time.perf_counter() - t0) * 1000)
@@ -234,7 +233,7 @@ def main() -> None:
     parser.add_argument("--stores", type=int, default=64)
     parser.add_argument("--memories", type=int, default=20)
     parser.add_argument("--reps", type=int, default=100)
-    parser.add_argument("--writes", type=int, default=200)
+    parser.add_argument("--writes", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         root = Path(tmp) / "root"

@@ -158,15 +158,22 @@ def drop_orphans(conn: sqlite3.Connection) -> None:
 
 
 # -- queries ---------------------------------------------------------------------------------
-def stats(conn: sqlite3.Connection, terms: Iterable[str]) -> tuple[int, list[int]]:
+def stats(conn: sqlite3.Connection, terms: list[str]) -> tuple[int, list[int]] | None:
     """The number of indexed rows, and of rows each term (an FTS5 expression) matches: what
-    bm25 computes its inverse document frequencies from."""
-    (rows,) = conn.execute(f"SELECT count(*) FROM {DOCS}").fetchone()
-    counts = [
-        int(conn.execute(f"SELECT count(*) FROM {TEXT} WHERE {TEXT} MATCH ?", (t,)).fetchone()[0])
-        for t in terms
-    ]
-    return int(rows), counts
+    bm25 computes its inverse document frequencies from. None when the index is waiting for
+    its backfill (or has no tables yet). One statement: a search asks this of every store."""
+    counts = f", (SELECT count(*) FROM {TEXT} WHERE {TEXT} MATCH ?)" * len(terms)
+    try:
+        backfill, rows, *found = conn.execute(
+            f"SELECT (SELECT value FROM {STATE} WHERE name = 'backfill'),"
+            f" (SELECT count(*) FROM {DOCS}){counts}",
+            terms,
+        ).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return None if backfill else (int(rows), [int(c) for c in found])
 
 
 def idf(rows: int, hits: int) -> float:

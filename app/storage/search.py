@@ -122,7 +122,10 @@ class _Turns:
 
     def ask(self, ask: _Ask) -> Answer:
         with self.listing.search_read() as conn:
-            own = _Stats(*_pair(fts.stats(conn, ask.terms)))
+            found = fts.stats(conn, ask.terms)
+            if found is None:
+                return None  # a listing from before search, until the start-up upgrade
+            own = _Stats(*_pair(found))
             if not all(own.counts):
                 return own, []  # a term no row has: nothing matches all of them
             params = {**ask.params(self.source, own), "now": self.now_us}
@@ -158,13 +161,13 @@ class _Store:
         self.store_id = store_id
         self.source = f"1:{store_id}"
 
-    def _read(self, fn: Callable[[IndexReader], T]) -> T | None:
+    def _read(self, fn: Callable[[IndexReader], T | None]) -> T | None:
         """``fn`` over the store's index; None when the store went away meanwhile, or its
         index cannot be searched (fsck reports it; the other indexes still answer)."""
 
         def read(store_dir: Any) -> T | None:
             with self.engine.index(store_dir).search_read() as reader:
-                return fn(reader) if reader.search_ready() else None
+                return fn(reader)
 
         try:
             return self.engine.read(self.scope, self.store_id, read)
@@ -175,8 +178,11 @@ class _Store:
             return None
 
     def ask(self, ask: _Ask) -> Answer:
-        def run(reader: IndexReader) -> tuple[_Stats, list[_Hit]]:
-            own = _Stats(*_pair(reader.search_stats(ask.terms)))
+        def run(reader: IndexReader) -> tuple[_Stats, list[_Hit]] | None:
+            found = reader.search_stats(ask.terms)
+            if found is None:
+                return None  # a store from before search, until the start-up upgrade
+            own = _Stats(*_pair(found))
             if not all(own.counts):
                 return own, []
             rows = reader.search_hits({**ask.params(self.source, own), "limit": ask.want})

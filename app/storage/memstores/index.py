@@ -278,7 +278,8 @@ class IndexReader:
         """Whether the search index holds every live memory (not one to be backfilled)."""
         return fts.has_schema(self.conn) and not fts.state(self.conn, "backfill")
 
-    def search_stats(self, terms: list[str]) -> tuple[int, list[int]]:
+    def search_stats(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        """fts.stats: None when the search index is not built yet."""
         return fts.stats(self.conn, terms)
 
     def search_hits(self, params: dict[str, object]) -> list[tuple[float, int, str, str]]:
@@ -481,13 +482,13 @@ class StoreIndex:
 
     @contextlib.contextmanager
     def search_read(self) -> Iterator[IndexReader]:
-        """A read transaction on a plain connection: a search opens every store of a project,
-        and the journal-mode and sync settings of :meth:`read` cost as much as the reading."""
+        """A plain connection for a search, each statement its own snapshot: a search opens
+        every store of a project, and the journal-mode and sync settings of :meth:`read`
+        and a transaction around one or two statements cost as much as the reading."""
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
         conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
         try:
-            with read_txn(conn):
-                yield IndexReader(conn)
+            yield IndexReader(conn)
         finally:
             conn.close()
 
