@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -354,8 +355,11 @@ class TaskStore:
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
-        # Its text leaves the search index's file too, not only its answers (fts.py).
-        self.listing(scope).purge_search()
+        # Its text leaves the search index's file too, not only its answers (fts.py). The
+        # delete is done whatever happens here: an index kept busy leaves the purge pending
+        # for the next sweep.
+        with contextlib.suppress(LockTimeout, sqlite3.Error):
+            self.listing(scope).purge_search()
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""

@@ -180,9 +180,14 @@ class StoresBase:
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
         if record.operation == "deleted":
-            # The memory's text leaves the search index's file too (app/storage/fts.py); the
-            # version records keep it until retention or redaction removes them.
-            self.index(txn.dir).purge()
+            self.purge_search(txn.dir)
+
+    def purge_search(self, store_dir: Path) -> None:
+        """Removed text leaves the search index's file too (app/storage/fts.py), not only its
+        answers. The write is done whatever happens here: an index that cannot be purged now
+        stays 'pending' for the next sweep."""
+        with contextlib.suppress(StorageError, sqlite3.Error):
+            self.index(store_dir).purge()
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""

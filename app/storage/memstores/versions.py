@@ -114,5 +114,5 @@ class VersionOps(MemoryOps):
                 writer.put_version(redacted)
             # An older content of a live memory may still sit in the search index's merged-away
             # entries: redaction is how a secret is removed, so it leaves that file too.
-            self.index(txn.dir).purge()
+            self.purge_search(txn.dir)
         return redacted.view(True)
