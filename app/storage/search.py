@@ -16,7 +16,7 @@ search asks the turn index and each store's index and merges their hits by rank:
 4. **snippets**: only for the hits on the page.
 
 The number of stores is what a search costs beyond the turns (a few SQLite queries per store,
-about a third of a millisecond for a small one): at most :data:`MAX_STORES` stores are searched
+about half a millisecond for a small one, bench/README.md): at most :data:`MAX_STORES` stores are searched
 per request, the newest first, and the page says how many were left out.
 """
 
