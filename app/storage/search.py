@@ -4,20 +4,23 @@ Each project has one turn index (in its listing database, app/storage/turn_searc
 each store its own memory index (in the store's index database, memstores/index.py), so a
 search asks the turn index and each store's index and merges their hits by rank:
 
-1. **statistics**: each index tells its number of rows and how many rows each term matches;
-2. **ranking**: each index ranks its matches by FTS5's bm25, scaled so that scores from
-   different indexes compare. bm25 weighs a term by its inverse document frequency within
-   its own index, which would bury a memory of a three-memory store under any turn; the
-   scale replaces each index's frequencies by the project's (all indexes together, with
-   Lucene's idf, which stays positive for common words): exact for a one-term query, the
-   ratio of the summed weights for several terms. Within an index the order stays bm25's;
+1. **one read of each index**: how many rows it has and how many each term matches, and its
+   best ``limit + 1`` rows by FTS5's bm25 (none when a term occurs in no row of it);
+2. **ranking**: bm25 weighs a term by its inverse document frequency within its own index,
+   which would bury a memory of a three-memory store under any turn, so each index's bm25 is
+   scaled to the project's frequencies (all indexes together, with Lucene's idf, which stays
+   positive for common words): exact for a one-term query, the ratio of the summed weights
+   for several terms. Within an index the order stays bm25's. A first page scales the keys
+   once every index has answered; its cursor carries the project's statistics, so later
+   pages scale inside SQLite with the same weights (the same product, to the bit);
 3. **merge**: the best ``limit`` of all hits, ordered by (scaled key, index, row); the page
    cursor is the last hit's position, so each index resumes after it by itself;
 4. **snippets**: only for the hits on the page.
 
-The number of stores is what a search costs beyond the turns (a few SQLite queries per store,
-about half a millisecond for a small one, bench/README.md): at most :data:`MAX_STORES` stores are searched
-per request, the newest first, and the page says how many were left out.
+The number of stores is what a search costs beyond the turns (one SQLite open and one or two
+statements per store, about half a millisecond, bench/README.md): at most
+:data:`MAX_STORES` stores are searched per request, the newest first, and the page says how
+many were left out.
 """
 
 from __future__ import annotations
