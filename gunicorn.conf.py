@@ -25,7 +25,8 @@ control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"
-umask = 0o022
+# Files SQLite and gunicorn create get the modes the engine gives its own (owner rw, group r).
+umask = 0o027
 
 
 _created_metrics_dirs: list[str] = []

@@ -12,8 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import BinaryIO
 
 from .atomic import flush_derived
+from .backup.tree_export import ExportSummary, export_tree
+from .backup.tree_import import ImportSummary, import_tree
 from .clock import Clock, system_clock
 from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck
@@ -146,6 +149,24 @@ class TreeStorage:
         if pending is not None:
             return False, f"recovering: a full check is running ({pending})"
         return check_ready(self.tasks)
+
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Back up one project, one tenant or everything to ``out`` (backup/format.py)."""
+        return export_tree(self, out, tenant=tenant, project=project)
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> ImportSummary:
+        """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
+        of one project)."""
+        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list_projects(self.layout, tenants)

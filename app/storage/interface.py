@@ -213,6 +213,21 @@ class StorageBackend(Protocol):
 
     def ready(self) -> tuple[bool, str]: ...
 
+    def export(self, out: Path, *, tenant: str | None = None, project: str | None = None) -> Any:
+        """Write a backup (app/storage/backup/format.py) of one project, one tenant or all."""
+        ...
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> Any:
+        """Restore a backup, all of it or nothing."""
+        ...
+
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         """The projects that hold anything, of ``tenants`` (None: of every tenant)."""
         ...
