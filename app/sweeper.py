@@ -1,11 +1,12 @@
-"""The background sweeper: exactly one per storage root, however many gunicorn workers.
+"""The background sweeper: exactly one per deployment, however many gunicorn workers and nodes.
 
 Every worker starts a daemon thread (gunicorn's ``post_worker_init`` hook). The threads
-compete for a non-blocking flock on ``<root>/.locks/sweeper.leader``; the holder keeps it
-and sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds, the others retry now and then. When the
-leader dies the kernel drops its flock and another worker takes over, and because the time
-of the last run is kept in ``<root>/.sweeper.json`` (not in memory) the new leader keeps
-the same rhythm instead of sweeping at once. No cron, and no sweep runs twice: a thread per
+compete for the storage backend's leader lease (``storage.lead``: a non-blocking flock on
+``<root>/.locks/sweeper.leader`` for the tree, a session advisory lock for PostgreSQL); the
+holder keeps it and sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds, the others retry now and
+then. When the leader dies its lease goes with it and another worker takes over, and because
+the time of the last run is kept by the backend (``<root>/.sweeper.json``, or a row), not in
+memory, the new leader keeps the same rhythm instead of sweeping at once. No cron, and no sweep runs twice: a thread per
 worker without the leader lock would sweep N times per interval, and a thread started
 before the fork (``--preload``) would not run at all.
 """
@@ -18,22 +19,20 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .storage.atomic import flush_derived, fsync_dir, write_atomic
-from .storage.errors import StorageError
-from .storage.records import dumps, read_json
+from .storage.errors import StorageError, UnsafePath
 from .storage.retention import SweepReport
 
 if TYPE_CHECKING:
-    import filelock
     from flask import Flask
 
     from .storage.facade import SweepOutcome, TreeStorage
+    from .storage.interface import Lease
 
-LEADER_LOCK = "sweeper.leader"
-STATE_FILE = ".sweeper.json"
+LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
+STATE_FILE = f".{LEADER}.json"
 RUNNING_SENTINEL = ".server-running"
 KEEP_RUNS = 50
 STANDBY_POLL = 5.0
@@ -58,14 +57,10 @@ def storage_of(app: Flask) -> TreeStorage:
     return found
 
 
-def state_path(storage: TreeStorage) -> Path:
-    return storage.layout.root / STATE_FILE
-
-
 def read_state(storage: TreeStorage) -> dict[str, Any]:
     try:
-        state = read_json(state_path(storage))
-    except Exception:  # noqa: BLE001 - a torn state file only costs us one early sweep
+        state = storage.load_state(LEADER)
+    except Exception:  # noqa: BLE001 - an unreadable state only costs us one early sweep
         state = None
     return state if isinstance(state, dict) else {"runs": 0, "recent": []}
 
@@ -79,7 +74,7 @@ class Sweeper:
         self.interval = interval
         self.poll = min(poll, interval)
         self._stop = threading.Event()
-        self._lock: filelock.BaseFileLock | None = None
+        self._lock: Lease | None = None
         self.thread = threading.Thread(target=self._loop, name="memory-sweeper", daemon=True)
 
     def start(self) -> Sweeper:
@@ -97,23 +92,26 @@ class Sweeper:
 
     def _loop(self) -> None:
         try:
-            leader = self.storage.layout.check_inside(self.storage.layout.locks_dir() / LEADER_LOCK)
-        except StorageError as exc:  # a linked .locks: never create files through it
-            log.error("sweeper not started: %s", exc)
-            return
-        try:
-            self._serve(leader)
+            self._serve()
+        except StorageError as exc:  # e.g. a linked .locks: never create files through it
+            log.error("sweeper stopped: %s", exc)
         finally:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
 
-    def _serve(self, leader: Path) -> None:
-        from .storage.locks import try_locked
-
+    def _serve(self) -> None:
         while not self._stop.is_set():
+            if self._lock is not None and not self._lock.held():
+                self._lock.release()  # lost with its connection: compete again
+                self._lock = None
             if self._lock is None:
-                self._lock = try_locked(leader)
+                try:
+                    self._lock = self.storage.lead(LEADER)
+                except UnsafePath:
+                    raise
+                except StorageError as exc:  # the database is away: try again later
+                    log.warning("sweeper lease not taken: %s", exc)
                 if self._lock is None:
                     self._stop.wait(self.poll)
                     continue
@@ -135,7 +133,7 @@ class Sweeper:
         # Recorded before the sweep: a leader killed mid-sweep does not make its successor
         # sweep again at once, and the next run finishes whatever this one left in the trash.
         state["last_started_epoch"] = started
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         report = run_sweep(self.app).tasks
         run = {
             "pid": os.getpid(),
@@ -150,7 +148,7 @@ class Sweeper:
         }
         state["runs"] = int(state.get("runs", 0)) + 1
         state["recent"] = [*state.get("recent", []), run][-KEEP_RUNS:]
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         log.info("sweep %s", run)
         return report
 
@@ -178,6 +176,8 @@ def startup_recovery(app: Flask) -> list[str]:
     cannot repair (a planted link, a torn record) is reported, and the server still starts.
     """
     storage = storage_of(app)
+    if not hasattr(storage, "layout"):  # a database: every write is one transaction
+        return [f"upgraded: {line}" for line in getattr(storage, "migrations", [])]
     root = storage.layout.root
     sentinel = root / RUNNING_SENTINEL
     try:
@@ -204,7 +204,11 @@ def startup_recovery(app: Flask) -> list[str]:
 
 def clean_shutdown(app: Flask) -> None:
     """Derived files are written without fsync: sync them all, then drop the sentinel."""
-    root = storage_of(app).layout.root
+    storage = storage_of(app)
+    if not hasattr(storage, "layout"):
+        storage.close()
+        return
+    root = storage.layout.root
     flush_derived()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(root / RUNNING_SENTINEL)
