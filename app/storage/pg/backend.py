@@ -288,11 +288,12 @@ class PgStorage:
                 " WHERE t.tenant = p.tenant AND t.project = p.project) FROM projects p"
             ).fetchall()
             stale = conn.execute(
-                "SELECT t.tenant, t.project, t.task_id FROM tasks t WHERE"
-                " (t.turn_count, t.latest_turn, t.updated_us, t.min_retain_us) IS DISTINCT FROM"
-                " (SELECT count(*)::integer, max(turn), coalesce(max(updated_us), 0),"
-                " coalesce(min(retain_until_us), 0) FROM turns u WHERE u.tenant = t.tenant"
-                " AND u.project = t.project AND u.task_id = t.task_id)"
+                "SELECT t.tenant, t.project, t.task_id FROM tasks t LEFT JOIN LATERAL"
+                " (SELECT count(*)::integer AS n, max(turn) AS latest, max(updated_us) AS up,"
+                " min(retain_until_us) AS low FROM turns u WHERE u.tenant = t.tenant"
+                " AND u.project = t.project AND u.task_id = t.task_id) a ON true"
+                " WHERE (t.turn_count, t.latest_turn, t.updated_us, t.min_retain_us)"
+                " IS DISTINCT FROM (a.n, a.latest, a.up, a.low)"
             ).fetchall()
             artifacts = conn.execute(
                 "SELECT tenant, project, task_id, turn, name, size, blob FROM artifacts"

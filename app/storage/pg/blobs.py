@@ -187,27 +187,33 @@ class BlobStore:
         ``limit`` bytes, with nothing left behind."""
         digest = hashlib.sha256()
         size = 0
+        # One buffer, reused part after part: the only copy of the body this process holds.
+        buf = bytearray(PART_BYTES)
 
-        def next_part() -> bytes:
-            nonlocal size
-            buf = bytearray()
-            while len(buf) < PART_BYTES:
-                chunk = stream.read(min(PART_BYTES - len(buf), 1 << 20))
+        def next_part() -> bytearray:
+            nonlocal size, buf
+            filled = 0
+            while filled < PART_BYTES:
+                chunk = stream.read(min(PART_BYTES - filled, 1 << 20))
                 if not chunk:
                     break
-                buf += chunk
+                buf[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
                 size += len(chunk)
                 if size > limit:
                     raise PayloadTooLarge(
                         f"artifact of more than {limit} bytes exceeds the limit", limit=limit
                     )
+                del chunk
+            if filled < PART_BYTES:
+                del buf[filled:]  # the last part: the buffer is not needed again
             digest.update(buf)
-            return bytes(buf)
+            return buf
 
         client = self.client()
-        first = next_part()
-        if len(first) < PART_BYTES:
-            self._put_once(key, first, content_type)
+        part = next_part()
+        if len(part) < PART_BYTES:
+            self._put_once(key, part, content_type)
             return Written(key, size, digest.hexdigest())
         upload = self._call(
             "create multipart upload",
@@ -219,7 +225,6 @@ class BlobStore:
         upload_id = upload["UploadId"]
         parts: list[dict[str, Any]] = []
         try:
-            part = first
             while part:
                 number = len(parts) + 1
                 done = self._call(
@@ -232,6 +237,8 @@ class BlobStore:
                     Body=part,
                 )
                 parts.append({"PartNumber": number, "ETag": done["ETag"]})
+                if len(part) < PART_BYTES:
+                    break
                 part = next_part()
             self._complete(key, upload_id, parts)
         except BaseException:
@@ -240,7 +247,7 @@ class BlobStore:
             raise
         return Written(key, size, digest.hexdigest())
 
-    def _put_once(self, key: str, data: bytes, content_type: str) -> None:
+    def _put_once(self, key: str, data: bytes | bytearray, content_type: str) -> None:
         try:
             self.client().put_object(
                 Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, IfNoneMatch="*"

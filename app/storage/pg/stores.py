@@ -158,6 +158,9 @@ class _Reader:
         return None if row is None else (str(row[0]), str(row[1]))
 
     def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]:
+        # The shared paging code resumes after a path at ``path + "\x00"``, which PostgreSQL
+        # text cannot hold; no path holds a control character, so "\x01" bounds the same set.
+        low = low.replace("\x00", "\x01")
         rows = self.conn.execute(
             f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND path >= %s"
             " AND path < %s AND path_since <= %s ORDER BY path LIMIT %s",
