@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .atomic import write_atomic
+from .atomic import flush_derived, write_atomic
 from .clock import Clock, system_clock
 from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck
@@ -29,6 +29,7 @@ from .models import FsckReport
 from .projects import list_projects
 from .readiness import check_ready
 from .records import dumps, read_json
+from .recovery import Plan, Recovery, Report
 from .retention import SweepReport, sweep
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
 from .tokens import TokenRegistry
@@ -98,6 +99,7 @@ class TreeStorage:
         )
         self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
         self.layout = self.tasks.layout
+        self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines)."""
@@ -128,7 +130,32 @@ class TreeStorage:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         return done
 
+    def recover(self, plan: Plan) -> Report:
+        """Repair what an unclean stop left (the caller holds the root lock): the writes the
+        journals name at once; when unsynced data may have been lost, mark the full check
+        that :meth:`full_check` runs in the background."""
+        report = Report(plan)
+        if plan.clean:
+            return report
+        for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
+            report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        if plan.full:
+            self.recovery.mark_recovering(plan.reason)
+        return report
+
+    def full_check(self) -> FsckReport | None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
+        if self.recovery.recovering_reason() is None:
+            return None
+        report = self.fsck(repair=True)
+        flush_derived()
+        self.recovery.recovered()
+        return report
+
     def ready(self) -> tuple[bool, str]:
+        pending = self.recovery.recovering_reason()
+        if pending is not None:
+            return False, f"recovering: a full check is running ({pending})"
         return check_ready(self.tasks)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:

@@ -45,6 +45,43 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+class _Recovered:
+    """Nothing to recover: a killed writer's transaction is rolled back by the database."""
+
+    def lines(self) -> list[str]:
+        return []
+
+
+class DatabaseRecovery:
+    """The start-up recovery's side of this backend (app/storage/recovery.py for the tree).
+
+    There is no root to take and no sentinel to keep: several nodes serve one database at
+    once, every write is one transaction, and bytes a killed upload left in the object store
+    are orphans the sweeper collects.
+    """
+
+    def __init__(self, storage: PgStorage) -> None:
+        self._storage = storage
+
+    def acquire(self) -> None: ...
+
+    def plan(self) -> None:
+        return None
+
+    def mark_recovering(self, reason: str) -> None: ...
+
+    def recovering_reason(self) -> str | None:
+        return None
+
+    def running(self) -> bool:
+        return False
+
+    def renew(self) -> None: ...
+
+    def stopped_cleanly(self) -> None:
+        self._storage.close()
+
+
 @dataclass(frozen=True, slots=True)
 class _TaskSweep:
     turns: int
@@ -73,7 +110,8 @@ class PgStorage:
         self.blobs = BlobStore(blob_url, endpoint_url=s3_endpoint_url)
         self.clock = clock
         self.lock_timeout = lock_timeout
-        self.migrations = self.upgrade()
+        self.migrations = self._migrate()
+        self.recovery = DatabaseRecovery(self)
         cursors = CursorCodec(self.key(CURSOR_KEY))
         self.tasks = PgTaskStore(
             self.db,
@@ -89,6 +127,17 @@ class PgStorage:
 
     # -- the database ----------------------------------------------------------------------
     def upgrade(self) -> list[str]:
+        """The schema migrations this process applied (at start-up), and any still missing."""
+        applied, self.migrations = self.migrations + self._migrate(), []
+        return applied
+
+    def recover(self, plan: object) -> _Recovered:
+        return _Recovered()
+
+    def full_check(self) -> FsckReport | None:
+        return None
+
+    def _migrate(self) -> list[str]:
         """Apply the schema migrations the database lacks (idempotent; one node at a time)."""
         with (
             translated("database schema"),
