@@ -79,6 +79,8 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     first_start(bind, app)
     for line in lines:
         server.log.warning(line)
+    # The workers make their own connections after the fork; the master keeps none.
+    app.extensions["storage"].close()
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201
