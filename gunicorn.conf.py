@@ -25,7 +25,8 @@ control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"
-umask = 0o022
+# Files SQLite and gunicorn create get the modes the engine gives its own (owner rw, group r).
+umask = 0o027
 
 
 _created_metrics_dirs: list[str] = []
@@ -78,6 +79,8 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     first_start(bind, app)
     for line in lines:
         server.log.warning(line)
+    # The workers make their own connections after the fork; the master keeps none.
+    app.extensions["storage"].close()
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201

@@ -1,15 +1,16 @@
 """The background housekeeper: exactly one per storage root, however many gunicorn workers.
 
 Every worker starts a daemon thread (gunicorn's ``post_worker_init`` hook). The threads
-compete for a non-blocking flock on ``<root>/.locks/sweeper.leader``; the holder keeps it
-and, the others retrying now and then:
+compete for the storage backend's leader lease (``storage.lead``: a non-blocking flock on
+``<root>/.locks/sweeper.leader`` for the tree, a session advisory lock that every node
+competes for with PostgreSQL); the holder keeps it and, the others retrying now and then:
 
 * runs the full check a start-up recovery left pending (app/storage/recovery.py), first;
 * renews the recovery's canary every ``RENEW_SECONDS``;
 * sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds (0: never).
 
 When the leader dies the kernel drops its flock and another worker takes over, and because
-the time of the last sweep is kept in ``<root>/.sweeper.json`` (not in memory) the new
+the time of the last sweep is kept by the backend (``<root>/.sweeper.json``, or a row), the new
 leader keeps the same rhythm instead of sweeping at once. No cron, and no sweep runs twice:
 a thread per worker without the leader lock would sweep N times per interval, and a thread
 started before the fork (``--preload``) would not run at all.
@@ -23,23 +24,21 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .storage.atomic import flush_derived, write_atomic
-from .storage.errors import StorageError
+from .storage.atomic import flush_derived
+from .storage.errors import StorageError, UnsafePath
 from .storage.layout import SENTINEL
-from .storage.records import dumps, read_json
 from .storage.retention import SweepReport
 
 if TYPE_CHECKING:
-    import filelock
     from flask import Flask
 
     from .storage.facade import SweepOutcome, TreeStorage
+    from .storage.interface import Lease
 
-LEADER_LOCK = "sweeper.leader"
-STATE_FILE = ".sweeper.json"
+LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
+STATE_FILE = f".{LEADER}.json"
 RUNNING_SENTINEL = SENTINEL
 KEEP_RUNS = 50
 STANDBY_POLL = 5.0
@@ -65,14 +64,10 @@ def storage_of(app: Flask) -> TreeStorage:
     return found
 
 
-def state_path(storage: TreeStorage) -> Path:
-    return storage.layout.root / STATE_FILE
-
-
 def read_state(storage: TreeStorage) -> dict[str, Any]:
     try:
-        state = read_json(state_path(storage))
-    except Exception:  # noqa: BLE001 - a torn state file only costs us one early sweep
+        state = storage.load_state(LEADER)
+    except Exception:  # noqa: BLE001 - an unreadable state only costs us one early sweep
         state = None
     return state if isinstance(state, dict) else {"runs": 0, "recent": []}
 
@@ -94,7 +89,7 @@ class Sweeper:
         self.renew = renew
         self.poll = min(poll, interval) if interval > 0 else poll
         self._stop = threading.Event()
-        self._lock: filelock.BaseFileLock | None = None
+        self._lock: Lease | None = None
         self.thread = threading.Thread(target=self._loop, name="memory-sweeper", daemon=True)
 
     def start(self) -> Sweeper:
@@ -112,23 +107,26 @@ class Sweeper:
 
     def _loop(self) -> None:
         try:
-            leader = self.storage.layout.check_inside(self.storage.layout.locks_dir() / LEADER_LOCK)
-        except StorageError as exc:  # a linked .locks: never create files through it
-            log.error("sweeper not started: %s", exc)
-            return
-        try:
-            self._serve(leader)
+            self._serve()
+        except UnsafePath as exc:  # a linked .locks: never create files through it
+            log.error("sweeper stopped: %s", exc)
         finally:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
 
-    def _serve(self, leader: Path) -> None:
-        from .storage.locks import try_locked
-
+    def _serve(self) -> None:
         while not self._stop.is_set():
+            if self._lock is not None and not self._lock.held():
+                self._lock.release()  # lost with its database connection: compete again
+                self._lock = None
             if self._lock is None:
-                self._lock = try_locked(leader)
+                try:
+                    self._lock = self.storage.lead(LEADER)
+                except UnsafePath:
+                    raise
+                except StorageError as exc:  # the database is away: try again later
+                    log.warning("sweeper lease not taken: %s", exc)
                 if self._lock is None:
                     self._stop.wait(self.poll)
                     continue
@@ -175,7 +173,7 @@ class Sweeper:
         # Recorded before the sweep: a leader killed mid-sweep does not make its successor
         # sweep again at once, and the next run finishes whatever this one left in the trash.
         state["last_started_epoch"] = started
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         report = run_sweep(self.app).tasks
         run = {
             "pid": os.getpid(),
@@ -190,7 +188,7 @@ class Sweeper:
         }
         state["runs"] = int(state.get("runs", 0)) + 1
         state["recent"] = [*state.get("recent", []), run][-KEEP_RUNS:]
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         log.info("sweep %s", run)
         return report
 

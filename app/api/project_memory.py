@@ -370,7 +370,7 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
             "schema": {"type": ["string", "null"]},
         },
     ],
-    responses={200: s.SearchResults, **ERRORS},
+    responses={200: s.SearchResults, 501: "HTTPError", **ERRORS},
 )
 def search_project() -> ResponseReturnValue:
     """Search the project's turns and memories (full text, best first)

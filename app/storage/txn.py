@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import DIR_MODE
 from .errors import StorageError, UnsafePath
 from .layout import LOCK_STRIPES, Layout, Scope, validate_id
 from .locks import locked
@@ -92,7 +93,7 @@ class Journal:
                     if self.layout is not None:
                         # A linked .locks would put the journal outside the root.
                         self.layout.check_inside(self.path)
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self.path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
                     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
                     try:
                         # Read on every write: an access-time update would be one more

@@ -124,9 +124,7 @@ def golden(tmp_path_factory: pytest.TempPathFactory) -> Golden:
         e.name for e in os.scandir(root / "acme" / "web" / "_stores") if not e.name.startswith(".")
     ]
     archive = base / "acme-web.tar.gz"
-    from app.storage.archive import export_project
-
-    export_project(app.extensions["storage"].tasks, ACME, archive)
+    app.extensions["storage"].export(archive, tenant="acme", project="web")
     return Golden(root, tokens_file, secrets, sid, store_dir, memory_a, old_version, archive)
 
 
@@ -400,11 +398,10 @@ def _recovery(c: Case) -> str:
 
 def _export(c: Case) -> str:
     from app.storage import StorageError
-    from app.storage.archive import export_project
 
     out = c.base / "export.tar.gz"
     try:
-        export_project(c.app.extensions["storage"].tasks, ACME, out)
+        c.app.extensions["storage"].export(out)  # the whole root
     except StorageError as exc:
         return str(exc)
     assert MARKER not in gzip.decompress(out.read_bytes()), "export read through a link"
@@ -413,10 +410,10 @@ def _export(c: Case) -> str:
 
 def _import(c: Case) -> str:
     from app.storage import StorageError
-    from app.storage.archive import import_project
 
     try:
-        import_project(c.app.extensions["storage"].tasks, c.golden.archive, overwrite=True)
+        with open(c.golden.archive, "rb") as fh:
+            c.app.extensions["storage"].import_(fh, overwrite=True)
     except StorageError as exc:
         return str(exc)
     return ""

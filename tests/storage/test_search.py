@@ -439,3 +439,17 @@ def test_fsck_reports_and_repairs_a_damaged_store_search_index(
     assert storage.fsck(repair=True).unrepairable == []
     assert storage.fsck().problems == []
     assert sorted(found(storage, "penguin")) == [("memory", "/p.md"), ("memory", "/q.md")]
+
+
+def test_a_restored_backup_is_searchable(
+    storage: TreeStorage, tmp_path: Path, clock: FixedClock
+) -> None:
+    turn(storage, "fix-login", 0, "The login bug, fixed.")
+    store_with(storage, SCOPE, "notes", {"/login.md": "Login notes."})
+    archive = tmp_path / "backup.tar.gz"
+    storage.export(archive, tenant=SCOPE.tenant, project=SCOPE.project)
+    restored = TreeStorage(tmp_path / "restored", clock=clock, lock_timeout=5.0)
+    with archive.open("rb") as fh:
+        restored.import_(fh)
+    assert sorted(found(restored, "login")) == [("memory", "/login.md"), ("turn", "fix-login/0")]
+    assert restored.fsck().problems == []
