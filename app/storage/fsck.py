@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ulid import ULID
 
-from . import digest as digest_mod
+from . import digest as digest_mod, fts, turn_search
 from .atomic import fsync_dir, make_dirs
 from .clock import parse_iso_us
 from .errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
@@ -56,6 +56,7 @@ from .records import (
     read_task_record,
     read_turn,
     rebuild_index,
+    turn_dirs,
     turn_to_json,
     write_json,
 )
@@ -147,6 +148,8 @@ class _Fsck:
         self.report = report
         self.wall_now = time.time()
         self.visited: set[tuple[str, str, str]] = set()
+        # task id -> turn -> digest of the text search should find it by (this project's)
+        self.texts: dict[str, dict[int, str]] = {}
 
     # -- reporting ---------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -270,6 +273,7 @@ class _Fsck:
 
     def project(self, scope: Scope, path: Path) -> None:
         expected: dict[str, list[TurnRow]] = {}
+        self.texts = {}
         for entry in self.entries(path):
             name = entry.name
             if self.common(entry):
@@ -288,6 +292,7 @@ class _Fsck:
                 self.unindexed(entry.path)
         self.listing(scope, expected)
         self.digest(scope, expected)
+        self.search(scope, {t: self.texts.get(t, {}) for t in expected})
 
     # -- one task, under its lock ------------------------------------------------------------
     def task_locked(self, scope: Scope, task_id: str) -> AbstractContextManager[None]:
@@ -365,6 +370,7 @@ class _Fsck:
                 continue  # a planted link, reported where the turn's entries were read
             if summary != record.summary_md.encode("utf-8"):
                 self.fault(f"{self.rel(turn_dir)}/{TURN_SUMMARY}: differs from meta.json", rebuild)
+        self.texts[task_id] = {r.turn: turn_search.turn_text(r).digest() for r in records}
         return index_rows(index)
 
     def task_record(
@@ -555,6 +561,80 @@ class _Fsck:
                 f"{self.rel(path)}: differs from a fresh render",
                 lambda: self.store.refresh_digest(scope, force=True),
             )
+
+    # -- search index (app/storage/turn_search.py) -------------------------------------------
+    def search(self, scope: Scope, expected: dict[str, dict[int, str]]) -> None:
+        """The turns' search rows against the records, and FTS5's integrity check."""
+        path = self.layout.listing(scope)
+        if self.is_link(path) or not path.exists():
+            return  # reported, and rebuilt text and all, by the listing check
+        listing = Listing(path, timeout=self.store.lock_timeout)
+        where = self.rel(path)
+        fixed = len(self.report.repaired)
+        try:
+            if listing.search_needs_backfill():
+                self.fault(
+                    f"{where}: search index not built yet (a listing from before search)",
+                    partial(self.search_backfill, scope, listing, list(expected)),
+                )
+                return
+            with listing.search_write() as conn:
+                damage = fts.damage(conn)
+            if damage is not None:
+                self.fault(
+                    f"{where}: search index damaged ({damage})",
+                    partial(self.search_write, listing, fts.rebuild_index),
+                )
+            with listing.search_read() as conn:
+                actual = turn_search.digests(conn)
+                orphans = fts.orphans(conn)
+        except sqlite3.DatabaseError:
+            return  # an unreadable listing: reported by the listing check
+        if orphans:
+            self.fault(
+                f"{where}: {orphans} search row(s) belong to no turn",
+                partial(self.search_write, listing, fts.drop_orphans),
+            )
+        for task_id in sorted(set(actual) | set(expected)):
+            if actual.get(task_id, {}) == expected.get(task_id, {}):
+                continue
+            try:
+                stale = self.search_stale(scope, listing, task_id)
+            except (LockTimeout, UnsafePath, Corrupt) as exc:
+                self.fault(f"{where}: task {task_id} search rows not checked ({exc})")
+                continue
+            if stale:
+                self.fault(
+                    f"{where}: search rows of task {task_id} differ from the records",
+                    partial(self.task_rebuild, scope, task_id),
+                )
+        if len(self.report.repaired) > fixed:
+            listing.purge_search()  # what the repair removed leaves the file too
+
+    def search_stale(self, scope: Scope, listing: Listing, task_id: str) -> bool:
+        """Compare again under the task's lock: a writer may have moved on since we looked."""
+        with self.task_locked(scope, task_id):
+            want = {}
+            task_dir = self.layout.task_dir(scope, task_id)
+            for turn, turn_dir in (
+                turn_dirs(self.tree, task_dir) if self.tree.is_dir(task_dir) else []
+            ):
+                record = read_turn(turn_dir)
+                if record is not None and record.turn == turn and record.task_id == task_id:
+                    want[turn] = turn_search.turn_text(record).digest()
+            with listing.search_read() as conn:
+                have = turn_search.digests(conn, task_id).get(task_id, {})
+            return have != want
+
+    def search_write(self, listing: Listing, fix: Callable[[sqlite3.Connection], None]) -> None:
+        with listing.search_write() as conn:
+            fix(conn)
+
+    def search_backfill(self, scope: Scope, listing: Listing, task_ids: list[str]) -> None:
+        rows, _ = listing.all_tasks()
+        for task_id in sorted(set(task_ids) | set(rows)):
+            self.task_rebuild(scope, task_id)
+        listing.search_backfilled()
 
     # -- lock tree ---------------------------------------------------------------------------
     def locks(self) -> None:

@@ -17,13 +17,15 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import fts, turn_search
 from .errors import LockTimeout
 from .sqlitedb import is_busy, open_wal, read_txn, write_txn
+from .turn_search import TurnText
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -186,9 +188,15 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {_VERSION}")
 
 
-def _set_task(conn: sqlite3.Connection, task_id: str, rows: list[TurnRow]) -> None:
+def _set_task(
+    conn: sqlite3.Connection,
+    task_id: str,
+    rows: list[TurnRow],
+    texts: Mapping[int, TurnText] | None = None,
+) -> None:
     existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
     conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
+    turn_search.set_task(conn, task_id, [r.turn for r in rows], texts)
     if not rows:
         if existed:
             conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
@@ -298,6 +306,7 @@ class Listing:
             try:
                 conn.executescript(_SCHEMA)
                 _migrate(conn)
+                turn_search.ensure_schema(conn)
             except sqlite3.OperationalError as exc:
                 conn.close()
                 if is_busy(exc):
@@ -328,22 +337,36 @@ class Listing:
         return self.path.exists()
 
     # -- writes ----------------------------------------------------------------------------
-    def set_task(self, task_id: str, turns: Iterable[TurnRow]) -> None:
-        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task)."""
+    def set_task(
+        self,
+        task_id: str,
+        turns: Iterable[TurnRow],
+        texts: Mapping[int, TurnText] | None = None,
+    ) -> None:
+        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), and its
+        search rows those of ``texts`` (None: keep those of the turns that remain)."""
         with self._write() as conn:
-            _set_task(conn, task_id, list(turns))
+            _set_task(conn, task_id, list(turns), texts)
 
-    def set_tasks(self, tasks: dict[str, list[TurnRow]], batch: int = 1000) -> None:
+    def set_tasks(
+        self,
+        tasks: dict[str, list[TurnRow]],
+        batch: int = 1000,
+        texts: Mapping[str, Mapping[int, TurnText]] | None = None,
+    ) -> None:
         """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
         items = list(tasks.items())
         for start in range(0, len(items), batch):
             with self._write() as conn:
                 for task_id, rows in items[start : start + batch]:
-                    _set_task(conn, task_id, rows)
+                    _set_task(conn, task_id, rows, (texts or {}).get(task_id))
 
-    def put_turn(self, task_id: str, row: TurnRow) -> None:
-        """Record one written turn: O(log n) whatever the project size."""
+    def put_turn(self, task_id: str, row: TurnRow, text: TurnText | None = None) -> None:
+        """Record one written turn: O(log n) whatever the project size; ``text``: what
+        search finds it by (None: unchanged)."""
         with self._write() as conn:
+            if text is not None:
+                turn_search.put(conn, row.turn, text)
             existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             conn.execute(
                 f"INSERT INTO turns VALUES ({_TURN_VALUES}) ON CONFLICT (task_id, turn) DO UPDATE"
@@ -362,6 +385,26 @@ class Listing:
             conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+
+    # -- search (app/storage/turn_search.py) ----------------------------------------------------
+    def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A read transaction for turn_search's queries."""
+        return self._read()
+
+    def search_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction for search maintenance (it leaves the digest fresh)."""
+        return write_txn(self._conn(), "listing index")
+
+    def purge_search(self, *, only_pending: bool = False) -> bool:
+        """Make removed search text leave the file and its WAL (fts.purge)."""
+        return fts.purge(self._conn(), "listing index", only_pending=only_pending)
+
+    def search_needs_backfill(self) -> bool:
+        return bool(fts.state(self._conn(), "backfill"))
+
+    def search_backfilled(self) -> None:
+        with self.search_write() as conn:
+            fts.set_state(conn, "backfill", 0)
 
     def set_digest_state(self, generation: int, valid_until_us: int, rendered_us: int = 0) -> None:
         conn = self._conn()

@@ -230,7 +230,20 @@ class _Sweep:
                 self.store.refresh_digest(scope)
             except (StorageError, OSError) as exc:
                 self.error(project_dir, exc)
+        if not self.dry_run:
+            self.purge_search(scope)
         return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
+
+    def purge_search(self, scope: Scope) -> None:
+        """Expired, deleted and replaced text leaves the search index's file (fts.py)."""
+        listing_path = self.layout.project_dir(scope) / PROJECT_LISTING
+        if self.tree.lstat(listing_path) is None:
+            return
+        try:
+            if not self.store.listing(scope).purge_search(only_pending=True):
+                self.error(listing_path, StorageError("WAL not truncated: a reader held it"))
+        except (sqlite3.Error, StorageError) as exc:
+            self.error(listing_path, exc)
 
     def candidates(self, scope: Scope, batch: int) -> Iterator[str]:
         project_dir = self.layout.project_dir(scope)

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -93,6 +94,7 @@ from .records import (
     write_json,
 )
 from .tree import Tree
+from .turn_search import TurnText, turn_text
 from .txn import Key, Transactions, Txn
 
 MiB = 1 << 20
@@ -185,7 +187,9 @@ class TaskStore:
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
         row = turn_row(record, index.get("owner"))
-        self.listing(scope, below=task_dir.parent).put_turn(task_id, row)
+        # An artifact upload (summary=False) leaves meta and summary, the searched text, alone.
+        text = turn_text(record) if summary else None
+        self.listing(scope, below=task_dir.parent).put_turn(task_id, row, text)
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -353,6 +357,11 @@ class TaskStore:
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
+        # Its text leaves the search index's file too, not only its answers (fts.py). The
+        # delete is done whatever happens here: an index kept busy leaves the purge pending
+        # for the next sweep.
+        with contextlib.suppress(LockTimeout, sqlite3.Error):
+            self.listing(scope).purge_search()
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
@@ -563,18 +572,22 @@ class TaskStore:
         """Rebuild the listing rows of every task of a project written by an older version
         (one task lock at a time); return how many tasks were rebuilt."""
         listing = self.listing(scope)
-        if not listing.exists() or not listing.needs_backfill():
+        if not listing.exists() or not (
+            listing.needs_backfill() or listing.search_needs_backfill()
+        ):
             return 0
         task_ids = sorted(listing.all_tasks()[0])
         for task_id in task_ids:
             with self.txns.locked(Key(scope, task_id)):
                 self.repair_task(scope, task_id)
         listing.backfilled()
+        listing.search_backfilled()
         return len(task_ids)
 
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
-        """Rebuild a task's derived files (summaries, index.json, listing rows) from its records.
+        """Rebuild a task's derived files (summaries, index.json, listing and search rows) from its
+        records.
 
         The caller holds the task lock.
         """
@@ -588,11 +601,13 @@ class TaskStore:
             if tree.lstat(self.layout.listing(scope)) is not None:
                 self.listing(scope).set_task(task_id, [])
             return
+        texts: dict[int, TurnText] = {}
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
             if record is None:
                 continue
+            texts[record.turn] = turn_text(record)
             _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
@@ -603,7 +618,7 @@ class TaskStore:
             current_index = None
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
-        self.listing(scope).set_task(task_id, index_rows(index))
+        self.listing(scope).set_task(task_id, index_rows(index), texts)
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:

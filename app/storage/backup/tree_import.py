@@ -44,6 +44,7 @@ from ..records import (
     turn_from_json,
     write_json,
 )
+from ..turn_search import TurnText, turn_text
 from ..txn import Key
 from .format import CHUNK, ArchiveError, BackupReader, Member, MemberName
 
@@ -271,6 +272,7 @@ class _Importer:
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
         rows = {}
+        texts: dict[str, dict[int, TurnText]] = {}
         staged_project = self.staging / "tasks" / scope.tenant / scope.project
         for task_id in task_ids:
             target = layout.task_dir(scope, task_id)
@@ -281,9 +283,15 @@ class _Importer:
                 index = read_json(target / TASK_INDEX)
                 assert isinstance(index, dict)  # built by build_derived before the rename
                 rows[task_id] = index_rows(index)
+                # What search finds each turn by, written with its listing row.
+                texts[task_id] = {}
+                for entry in index["turns"]:
+                    record = read_turn(target / turn_dirname(entry["turn"]))
+                    if record is not None:
+                        texts[task_id][record.turn] = turn_text(record)
             if trashed is not None:
                 layout.tree.remove(trashed)
-        tasks.listing(scope).set_tasks(rows)
+        tasks.listing(scope).set_tasks(rows, texts=texts)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout
