@@ -33,6 +33,7 @@ from pathlib import Path
 
 from app.storage import Scope
 from app.storage.atomic import make_dirs
+from app.storage.digest import Section
 from app.storage.facade import TreeStorage
 from app.storage.listing import TurnRow
 from app.storage.search import TreeSearch
@@ -106,7 +107,8 @@ def load(root: str, turns: int, stores: int, memories: int) -> None:
     for i in range(turns):
         task = f"t{i:06d}"
         row = TurnRow(0, now - turns + i, retain, "tok_loader", "claude-sonnet-4-5", None, 0)
-        listing.put_turn(task, row, TurnText(task, meta_text(meta(i)), text.summary()))
+        section = Section(0, retain, f"\n## {task}\n\nLatest turn: 0\n\n".encode())
+        listing.put_turn(task, row, section, TurnText(task, meta_text(meta(i)), text.summary()))
     t1 = time.perf_counter()
     for s in range(stores):
         store_id = storage.stores.create_store(SCOPE, name=f"store {s}").id
@@ -190,7 +192,7 @@ def write_cost(storage: TreeStorage, n: int) -> None:
         row = TurnRow(0, now + i, now + 10**12)
         body = TurnText(task, meta_text(meta(i)), summary) if i % 2 == 0 else None
         t0 = time.perf_counter()
-        listing.put_turn(task, row, body)
+        listing.put_turn(task, row, Section(0, now + 10**12, b"\n## x\n"), body)
         (row_with if body else row_without).append((time.perf_counter() - t0) * 1000)
     a, b = statistics.median(row_with), statistics.median(row_without)
     print(

@@ -22,7 +22,7 @@ from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from ..api.project_memory import ARTIFACT_SECURITY_HEADERS
+from ..api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from ..auth import Principal
 from ..errors import ApiError, RequestValidationError, from_storage
 from ..permissions import (
@@ -585,7 +585,9 @@ def project_md_raw(tenant: str, project: str) -> ResponseReturnValue:
     """The project digest as a file."""
     file, total = _tasks().open_digest(_scope())
     response = Response(
-        wrap_file(request.environ, file), mimetype="text/markdown", direct_passthrough=True
+        wrap_file(request.environ, file, DIGEST_CHUNK),
+        mimetype="text/markdown",
+        direct_passthrough=True,
     )
     response.content_length = total
     response.headers.set("Content-Disposition", "attachment", filename="project.md")

@@ -225,9 +225,9 @@ class _Sweep:
             # A listing index that cannot be read (or a linked one): fsck reports it; other
             # projects go on.
             self.error(project_dir / PROJECT_LISTING, exc)
-        if turns and not self.dry_run:
-            try:
-                self.store.refresh_digest(scope)
+        if not self.dry_run:
+            try:  # the file a person reads catches up with the writes (a no-op when idle)
+                self.store.compact_digest(scope)
             except (StorageError, OSError) as exc:
                 self.error(project_dir, exc)
         if not self.dry_run:
