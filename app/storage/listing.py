@@ -545,6 +545,7 @@ class Listing:
         a walk over the whole project in O(1) memory (fsck)."""
         conn = self.connect()
         try:
+            conn.execute("PRAGMA cache_size = -256")  # KiB: a walk reads each page once
             with read_txn(conn):
                 yield from conn.execute(sql, params)
         finally:
