@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -451,12 +453,69 @@ class IndexWriter(IndexReader):
         self.conn.executemany("DELETE FROM versions WHERE id = ?", [(v,) for v in version_ids])
 
 
+class _Cached(threading.local):
+    """This thread's open connections to store indexes, by path (oldest first)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.by_path: dict[str, tuple[sqlite3.Connection, tuple[int, int], bool]] = {}
+
+
+# Connections kept open per thread: opening one (and the settings and schema check that come
+# with it) cost more than the statements of a write, and closing the last connection to a
+# database checkpoints its WAL with two fsyncs and deletes it, for the next open to create
+# again: under the store lock, on every write of a store nobody else had open.
+_CACHE_LIMIT = 16
+
+
 class StoreIndex:
-    """One store's ``index.sqlite3``; a connection per use, closed when the block ends."""
+    """One store's ``index.sqlite3``; this thread's connection to it stays open between uses
+    while the file at ``path`` is the one it opened."""
+
+    _cached = _Cached()
 
     def __init__(self, path: Path, *, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _cached_conn(self, *, create: bool) -> sqlite3.Connection:
+        """This thread's connection to the file now at ``path``, opened if there is none (or
+        the one kept was to a file since removed or replaced: a deleted store, a rebuild)."""
+        cache = self._cached
+        if cache.pid != os.getpid():
+            # A connection must never cross a fork: the child starts with an empty cache.
+            cache.pid, cache.by_path = os.getpid(), {}
+        key = str(self.path)
+        found = cache.by_path.pop(key, None)
+        identity = self._identity()
+        if found is not None:
+            conn, opened, has_schema = found
+            if opened == identity and (has_schema or not create):
+                cache.by_path[key] = (conn, opened, has_schema)  # most recently used last
+                return conn
+            conn.close()
+        conn = self._connect(create=create)
+        identity = self._identity()
+        if identity is None:  # removed while it was being opened
+            return conn
+        while len(cache.by_path) >= _CACHE_LIMIT:
+            cache.by_path.pop(next(iter(cache.by_path)))[0].close()
+        cache.by_path[key] = (conn, identity, create)
+        return conn
+
+    def _discard(self, conn: sqlite3.Connection) -> None:
+        """Close ``conn`` and forget it (after an error: the next use opens afresh)."""
+        found = self._cached.by_path.get(str(self.path))
+        if found is not None and found[0] is conn:
+            del self._cached.by_path[str(self.path)]
+        conn.close()
 
     def _connect(self, *, create: bool) -> sqlite3.Connection:
         mode = "rwc" if create else "rw"
@@ -495,12 +554,13 @@ class StoreIndex:
     @contextlib.contextmanager
     def read(self) -> Iterator[IndexReader]:
         """A read transaction: every query inside sees the same snapshot."""
-        conn = self._connect(create=False)
+        conn = self._cached_conn(create=False)
         try:
             with read_txn(conn):
                 yield IndexReader(conn)
-        finally:
-            conn.close()
+        except BaseException:
+            self._discard(conn)
+            raise
 
     def purge(self, *, only_pending: bool = False) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
@@ -522,9 +582,10 @@ class StoreIndex:
 
     @contextlib.contextmanager
     def write(self, *, create: bool = True) -> Iterator[IndexWriter]:
-        conn = self._connect(create=create)
+        conn = self._cached_conn(create=create)
         try:
             with write_txn(conn, "memory store index"):
                 yield IndexWriter(conn)
-        finally:
-            conn.close()
+        except BaseException:
+            self._discard(conn)
+            raise
