@@ -50,6 +50,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     ),
     "RETENTION_DAYS": (30.0, float, "Days a turn is kept after its last write; fractions allowed."),
     "LOCK_TIMEOUT": (10.0, float, "Seconds to wait for a busy lock before answering 503."),
+    "GROUP_COMMIT": (
+        True,
+        bool,
+        "Concurrent writes share one flush (syncfs) on ext4, xfs and btrfs; false: fsync each file (docs/guarantees.md).",
+    ),
     "MAX_ARTIFACT_BYTES": (50 * MiB, int, "Largest artifact accepted, in bytes."),
     "MAX_JSON_BYTES": (4 * MiB, int, "Largest JSON request body, in bytes."),
     "SWEEP_INTERVAL": (

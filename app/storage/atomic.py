@@ -3,12 +3,34 @@
 A failed write or fsync is a failed operation: the temp file is removed and the previous
 version of the target stays in place. We never retry an fsync and then report success,
 because Linux may drop dirty pages after a failed writeback ("fsyncgate").
+
+**Group commit** (:func:`group_commit`). Inside a group-commit block, on a filesystem whose
+``syncfs`` is a durability barrier (:data:`GROUP_COMMIT_FILESYSTEMS`), a thread's durable
+writes are written and renamed without their fsyncs; when the block ends the thread waits
+for one ``syncfs`` of the filesystem that *started after* its writes. ``syncfs`` makes
+durable everything written to the filesystem before it began (file data, renames, links,
+new directories), so one call, run by one thread for all the threads of the process waiting
+at that moment, stands for every fsync they skipped. The rules:
+
+* a write is acknowledged only after its flush returned without error;
+* whatever must be durable before a later step (an artifact's bytes before the ``meta.json``
+  that names them) takes a flush of its own in between (:func:`flush_now`);
+* the flush covers every earlier write to the filesystem, by any thread or process: a writer
+  may let go of its lock before it waits, and a writer that read its predecessor's write
+  (and built on it) is acknowledged only after a flush that covers both;
+* a flush that reports an error fails every writer of this process whose block began before
+  the error was seen (:class:`_Flusher`): each ``syncfs`` reports the writeback errors since
+  the previous one on the same descriptor, which may have been anyone's.
+
+Elsewhere (no block, another filesystem, FUSE, NFS, no ``syncfs``) every durable write fsyncs
+its file and directory itself, as it always did.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import hashlib
 import os
@@ -55,6 +77,8 @@ _batch = threading.local()
 
 
 def fsync_dir(path: Path) -> None:
+    if _deferred(path):
+        return
     dirs = getattr(_batch, "dirs", None)
     if dirs is not None:
         dirs[path] = None  # inside batched_dir_syncs(): synced once, when the block ends
@@ -190,7 +214,7 @@ def atomic_file(path: Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
         try:
             try:
                 yield _FdWriter(fd)  # type: ignore[misc]
-                if durable:
+                if durable and not _deferred_fd(fd):
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -218,10 +242,11 @@ def sync_filesystem(path: Path) -> None:
     for many files (an import's staged tree) instead of one fsync per file and directory."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if _syncfs is None or _syncfs(fd) != 0:
-            os.sync()  # no syncfs here: sync every filesystem instead
+        error = _syncfs_error(fd)
     finally:
         os.close(fd)
+    if error is not None:
+        raise error
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -233,6 +258,241 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 
 _syncfs = _load_syncfs()
+
+
+def _syncfs_error(fd: int) -> OSError | None:
+    """``syncfs`` the filesystem of ``fd``; the error it reports, if any.
+
+    Without ``syncfs`` (ENOSYS, or no such libc call) every filesystem is synced instead:
+    sync(2) reports nothing, so that is the fallback for a missing call only, never for a
+    failed one.
+    """
+    if _syncfs is not None:
+        if _syncfs(fd) == 0:
+            return None
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:
+            return OSError(err, f"syncfs: {os.strerror(err)}")
+    os.sync()
+    return None
+
+
+# -- group commit ---------------------------------------------------------------------------
+
+# Filesystems whose syncfs(2) makes every earlier write durable: a journal commit (or log
+# force) and a cache flush. FUSE passes syncfs on to its server only for virtiofs, so on
+# LazyFS or any FUSE filesystem it would not reach the server's cache; NFS and the rest are
+# not known to: they keep per-file fsync. tmpfs keeps nothing across a power loss anyway.
+GROUP_COMMIT_FILESYSTEMS = frozenset({"ext4", "ext3", "xfs", "btrfs", "tmpfs"})
+
+
+class _Flusher:
+    """Group commit on one filesystem: one ``syncfs`` for every thread of this process waiting.
+
+    A writer needs a flush that *started* after its writes: the one running when it arrives
+    may have begun before them. So it waits for the next round to start and finish; the first
+    waiter that finds no round running runs it for all, and whoever arrives meanwhile waits
+    for the round after. ``fd`` stays open for the process's lifetime: ``syncfs`` reports the
+    writeback errors of the whole filesystem since the previous call on the same descriptor,
+    so none raised after it was opened (before any deferred write) goes unseen.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._cond = threading.Condition(threading.Lock())
+        self._started = 0
+        self._finished = 0
+        self._running = False
+        self._failures = 0
+        self._error: OSError | None = None
+
+    def ticket(self) -> int:
+        """Taken before a writer's first deferred write: the failures seen so far."""
+        with self._cond:
+            return self._failures
+
+    def wait(self, ticket: int) -> None:
+        """Return once a flush that started after this call has finished; raise OSError if
+        any flush finished since ``ticket`` was taken reported an error (it may have been
+        the writeback of this writer's pages, whoever's flush saw it)."""
+        with self._cond:
+            target = self._started + 1
+            while self._finished < target:
+                if self._running:
+                    self._cond.wait()
+                    continue
+                self._running = True
+                self._started += 1
+                number = self._started
+                error: OSError | None = OSError(errno.EIO, "flush interrupted")
+                self._cond.release()
+                try:
+                    error = _syncfs_error(self.fd)
+                except OSError as exc:
+                    error = exc
+                finally:
+                    # Whatever ended the round (an error, even an interrupt) without a clean
+                    # flush fails everyone who was waiting for it.
+                    self._cond.acquire()
+                    self._running = False
+                    self._finished = number
+                    if error is not None:
+                        self._failures += 1
+                        self._error = error
+                    self._cond.notify_all()
+            if self._failures != ticket:
+                failed = self._error or OSError(errno.EIO, "flush failed")
+                raise OSError(failed.errno, f"flushing the filesystem failed: {failed.strerror}")
+
+
+_flushers: dict[int, _Flusher | None] = {}  # st_dev -> its flusher, None: per-file fsync
+_flushers_mutex = threading.Lock()
+
+
+def _forget_flushers() -> None:
+    global _flushers_mutex
+    for flusher in _flushers.values():
+        if flusher is not None:
+            with contextlib.suppress(OSError):
+                os.close(flusher.fd)
+    _flushers.clear()
+    _flushers_mutex = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_flushers)
+
+
+def _filesystem_type(dev: int) -> str | None:
+    """The type of the mounted filesystem whose device number is ``dev``."""
+    wanted = f"{os.major(dev)}:{os.minor(dev)}"
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            if fields[2] == wanted:
+                return fields[fields.index("-", 6) + 1]
+    return None
+
+
+def _flusher_for(root: Path) -> tuple[_Flusher, int] | None:
+    """The flusher of ``root``'s filesystem and its device number; None where group commit
+    does not apply (no ``syncfs``, a filesystem not known to honour it)."""
+    if _syncfs is None:
+        return None
+    dev = os.stat(root).st_dev
+    if dev not in _flushers:
+        with _flushers_mutex:
+            if dev not in _flushers:
+                flusher = None
+                if _filesystem_type(dev) in GROUP_COMMIT_FILESYSTEMS:
+                    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                    if os.fstat(fd).st_dev != dev:
+                        os.close(fd)  # replaced since the stat: decide on the next call
+                        return None
+                    flusher = _Flusher(fd)
+                _flushers[dev] = flusher
+    found = _flushers[dev]
+    return None if found is None else (found, dev)
+
+
+@dataclasses.dataclass
+class _Group:
+    """This thread's open group-commit block."""
+
+    flusher: _Flusher
+    dev: int
+    ticket: int
+    pending: bool = False  # a deferred write not yet covered by a finished flush
+
+
+_group = threading.local()
+
+
+def _deferred_dev(dev: int) -> bool:
+    """Whether a durable write on ``dev`` is left to this thread's group flush (noted)."""
+    group: _Group | None = getattr(_group, "block", None)
+    if group is None or group.dev != dev:
+        return False
+    group.pending = True
+    return True
+
+
+def _deferred_fd(fd: int) -> bool:
+    if getattr(_group, "block", None) is None:
+        return False
+    return _deferred_dev(os.fstat(fd).st_dev)
+
+
+def _deferred(path: Path) -> bool:
+    if getattr(_group, "block", None) is None:
+        return False
+    return _deferred_dev(os.stat(path).st_dev)
+
+
+def grouped() -> bool:
+    """Whether this thread's durable writes are being left to a group flush."""
+    return getattr(_group, "block", None) is not None
+
+
+@contextlib.contextmanager
+def group_commit(root: Path, *, enabled: bool = True) -> Iterator[None]:
+    """Leave this thread's fsyncs on ``root``'s filesystem to one shared flush at the end.
+
+    When the block ends normally, wait for a flush that started after the block's last write
+    (none if it wrote nothing durable); its failure is the block's (OSError, or
+    InsufficientStorage). A block that raises still waits for its flush, so whatever its
+    failure path repaired is durable, and raises its own error. Nested blocks join the
+    outer one. Where group commit does not apply (or ``enabled`` is false), the block
+    changes nothing: every durable write inside fsyncs for itself.
+    """
+    if getattr(_group, "block", None) is not None or not enabled:
+        yield
+        return
+    found = _flusher_for(root)
+    if found is None:
+        yield
+        return
+    flusher, dev = found
+    group = _Group(flusher, dev, flusher.ticket())
+    _group.block = group
+    try:
+        yield
+    except BaseException:
+        _group.block = None
+        if group.pending:
+            with contextlib.suppress(OSError):
+                flusher.wait(group.ticket)
+        raise
+    _group.block = None
+    if group.pending:
+        with os_errors():
+            flusher.wait(group.ticket)
+
+
+def flush_now() -> None:
+    """Make every durable write this thread made so far durable before going on: a group
+    flush inside a group-commit block, the batched directory fsyncs otherwise."""
+    group: _Group | None = getattr(_group, "block", None)
+    if group is None:
+        sync_pending_dirs()
+        return
+    if group.pending:
+        with os_errors():
+            group.flusher.wait(group.ticket)
+        group.pending = False
+
+
+def commit_point() -> None:
+    """The record is written: make it durable before any derived file, where that matters.
+
+    Without group commit the batched directory fsyncs run here, so a power loss never keeps
+    a derived file (an index.json entry, a listing row) of a record that did not reach the
+    disk. Inside a group-commit block nothing is flushed: the block's flush covers the record
+    and its derived files together before the answer, and after a power loss the start-up
+    recovery rebuilds every derived file from the records whatever reached the disk first
+    (app/storage/recovery.py), as it does for derived files that were never flushed.
+    """
+    if not grouped():
+        sync_pending_dirs()
 
 
 def flush_derived() -> None:
@@ -318,7 +578,8 @@ def stage_stream(directory: Path, stream: IO[bytes], *, limit: int) -> StagedFil
                         )
                     digest.update(chunk)
                     _write_all(fd, chunk)
-                os.fsync(fd)
+                if not _deferred_fd(fd):
+                    os.fsync(fd)
             finally:
                 os.close(fd)
         except BaseException:

@@ -90,6 +90,7 @@ class TreeStorage:
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         tokens_file: Path | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
@@ -99,8 +100,11 @@ class TreeStorage:
             lock_timeout=lock_timeout,
             clock=clock,
             max_artifact_bytes=max_artifact_bytes,
+            group_commit=group_commit,
         )
-        self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
+        self.stores = MemoryStoreEngine(
+            root, lock_timeout=lock_timeout, clock=clock, group_commit=group_commit
+        )
         self.layout = self.tasks.layout
         self.searcher = TreeSearch(self.tasks, self.stores)
         self.recovery = Recovery(self.layout)

@@ -32,12 +32,14 @@ from . import digest as digest_mod
 from .atomic import (
     DIR_MODE,
     batched_dir_syncs,
+    commit_point,
+    flush_now,
     fsync_dir,
+    group_commit,
     make_dirs,
     os_errors,
     remove_quietly,
     stage_stream,
-    sync_pending_dirs,
     write_atomic,
 )
 from .background import Later
@@ -120,6 +122,7 @@ class TaskStore:
         lock_timeout: float = 10.0,
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        group_commit: bool = True,
     ) -> None:
         self.layout = Layout(root)
         self.retention = retention
@@ -129,7 +132,11 @@ class TaskStore:
         self._retention_us = retention // timedelta(microseconds=1)
         self.cursors = CursorCodec(load_key(self.layout))
         self.txns = Transactions(
-            self.layout, TASK_LOCKS, timeout=lock_timeout, repair=self._repair_key
+            self.layout,
+            TASK_LOCKS,
+            timeout=lock_timeout,
+            repair=self._repair_key,
+            group_commit=group_commit,
         )
         self.later = Later()
         self.digests = Digests(self)
@@ -288,8 +295,7 @@ class TaskStore:
                 updated_us=updated_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
-            # The commit point: durable before any derived file (batched syncs wait).
-            sync_pending_dirs()
+            commit_point()
             self._write_derived(scope, task_id, task_dir, record, index, summary=True)
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)
@@ -431,15 +437,17 @@ class TaskStore:
         self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        created = self._ensure_artifacts_dir(path.parent, task_id, turn)
-        try:
-            return self._put_artifact(
-                scope, task_id, turn, name, stream, content_type, if_match, if_none_match
-            )
-        except BaseException:
-            if created:
-                self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
-            raise
+        # The staged bytes and a new artifacts/ join the transaction's group flush (if any).
+        with group_commit(self.layout.root, enabled=self.txns.group_commit):
+            created = self._ensure_artifacts_dir(path.parent, task_id, turn)
+            try:
+                return self._put_artifact(
+                    scope, task_id, turn, name, stream, content_type, if_match, if_none_match
+                )
+            except BaseException:
+                if created:
+                    self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
+                raise
 
     def _put_artifact(
         self,
@@ -491,7 +499,7 @@ class TaskStore:
             if os.path.lexists(path):
                 os.link(path, backup)
             staged.publish(path)
-            sync_pending_dirs()  # the bytes are durable before a record names them
+            flush_now()  # the bytes and their name are durable before a record names them
             record = replace(
                 record,
                 artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
@@ -500,7 +508,7 @@ class TaskStore:
                 updated_us=updated_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
-            sync_pending_dirs()  # the commit point, durable before any derived file
+            commit_point()
             self._write_derived(scope, task_id, task_dir, record, index, summary=False)
             remove_quietly(backup)
         return info

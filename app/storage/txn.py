@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import DIR_MODE
+from .atomic import DIR_MODE, group_commit
 from .errors import StorageError, UnsafePath
 from .layout import LOCK_STRIPES, Layout, Scope, validate_id
 from .locks import locked
@@ -159,11 +159,13 @@ class Transactions:
         *,
         timeout: float,
         repair: Callable[[Key], None],
+        group_commit: bool = True,
     ) -> None:
         self.layout = layout
         self.kind = kind
         self.timeout = timeout
         self.repair = repair
+        self.group_commit = group_commit
         self.journal = Journal(layout.inflight(kind), layout)
         self._held = threading.local()
 
@@ -189,8 +191,14 @@ class Transactions:
 
     @contextlib.contextmanager
     def __call__(self, key: Key) -> Iterator[Txn]:
-        """A transaction on ``key``: a failure after :meth:`Txn.begin` repairs it at once."""
-        with self.locked(key):
+        """A transaction on ``key``: a failure after :meth:`Txn.begin` repairs it at once.
+
+        Under group commit (app/storage/atomic.py) the lock is released before the flush
+        that makes the transaction durable, and the caller answers only after it: the next
+        holder may read this write before it is durable, and its own flush, which starts
+        after its writes, covers this one too.
+        """
+        with group_commit(self.layout.root, enabled=self.group_commit), self.locked(key):
             txn = Txn(key, self.journal)
             try:
                 yield txn

@@ -2,7 +2,8 @@
 
 The SQLite test-VFS method, one level above tests/storage/test_crash.py (which drives the
 engine directly): for every write endpoint and every N, ``os.<call>`` raises ENOSPC or EIO
-on its Nth call (once, or from then on). Then:
+on its Nth call (once, or from then on); under group commit (app/storage/atomic.py) the
+shared flush (``syncfs``) may fail instead of a file's fsync. Then:
 
 * the response is the documented one: 507 ``{"detail": "insufficient storage: ..."}`` for a
   full disk, 500 ``{"detail": "<message>"}`` otherwise, never a traceback, never a path;
@@ -28,7 +29,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import TaskStore
+from app.storage import TaskStore, atomic
 from app.storage.fsck import fsck
 from app.storage.models import FsckReport
 from tests.conftest import Tokens
@@ -124,10 +125,12 @@ def visible(client: FlaskClient, headers: dict[str, str]) -> dict[str, Any]:
 
 
 class Bench:
-    """One app; each case gets a fresh copy of a seeded tree and its own TaskStore."""
+    """One app; each case gets a fresh copy of a seeded tree and its own TaskStore (group
+    commit on, as the service runs, unless :meth:`per_file_fsync` says otherwise)."""
 
     def __init__(self, app: Flask, client: FlaskClient, tokens: Tokens, tmp_path: Path) -> None:
         self.app, self.client, self.tmp_path = app, client, tmp_path
+        self.group = True
         self.headers = tokens.headers("project_admin")
         self.template = tmp_path / "template"
         self.cases = 0
@@ -139,13 +142,25 @@ class Bench:
     def _use(self, root: Path) -> None:
         old: TaskStore = self.app.extensions["storage"].tasks
         self.app.extensions["storage"].tasks = TaskStore(
-            root, clock=old.clock, lock_timeout=5.0, max_artifact_bytes=old.max_artifact_bytes
+            root,
+            clock=old.clock,
+            lock_timeout=5.0,
+            max_artifact_bytes=old.max_artifact_bytes,
+            group_commit=self.group,
         )
         engine = self.app.extensions["storage"].stores
         if engine is not None:
             self.app.extensions["storage"].stores = type(engine)(
-                root, lock_timeout=5.0, clock=engine.clock
+                root, lock_timeout=5.0, clock=engine.clock, group_commit=self.group
             )
+
+    def per_file_fsync(self) -> None:
+        """Every durable write fsyncs for itself (no group commit), from the next case on."""
+        self.group = False
+
+    def grouped(self) -> bool:
+        """Whether this bench's writes go through group commit (its filesystem allows it)."""
+        return self.group and atomic._flusher_for(self.template) is not None
 
     def fresh(self) -> Path:
         self.cases += 1
@@ -184,12 +199,16 @@ def run_case(
     """One fault at call ``n``; False once ``n`` is past the operation's last such call."""
     after = bench.expected_after(op)
     root = bench.fresh()
-    fault = Fault(call, n, err, persistent=persistent).install(monkeypatch)
+    if call == "syncfs":
+        fault = Fault("_syncfs_error", n, err, persistent=persistent, target=atomic)
+    else:
+        fault = Fault(call, n, err, persistent=persistent)
+    fault.install(monkeypatch)
     try:
         resp = bench.send(op)
     finally:
-        monkeypatch.setattr(os, call, fault.real)
-    where = f"{op}: os.{call} #{n} {errno.errorcode[err]}{' persistent' if persistent else ''}"
+        monkeypatch.setattr(fault.target, fault.name, fault.real)
+    where = f"{op}: {call} #{n} {errno.errorcode[err]}{' persistent' if persistent else ''}"
     if not fault.fired:
         assert resp.status_code == OPS[op][4], (where, resp.status_code, resp.data)
         return False
@@ -254,20 +273,31 @@ def sweep_n(
     pytest.fail(f"{op} made more than 80 calls of os.{call}")
 
 
+def _use_mode(bench: Bench, call: str) -> None:
+    """A file's fsync fails only where files fsync for themselves; the shared flush only
+    under group commit."""
+    if call == "syncfs":
+        if not bench.grouped():
+            pytest.skip("the test's filesystem has no group commit")
+    elif call == "fsync":
+        bench.per_file_fsync()
+
+
 @pytest.mark.parametrize("op", sorted(OPS))
-@pytest.mark.parametrize("call", ["write", "fsync", "replace", "mkdir"])
+@pytest.mark.parametrize("call", ["write", "fsync", "syncfs", "replace", "mkdir"])
 def test_single_fault_at_every_step(
     bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
 ) -> None:
+    _use_mode(bench, call)
     fired = sweep_n(bench, monkeypatch, op, call, (errno.ENOSPC, errno.EIO), persistent=False)
-    if call in ("fsync", "replace", "mkdir") and op != "delete_task":
-        assert fired > 0, f"{op} never called os.{call}: the test would prove nothing"
+    if call in ("fsync", "syncfs", "replace", "mkdir") and op != "delete_task":
+        assert fired > 0, f"{op} never called {call}: the test would prove nothing"
 
 
 PERSISTENT = [
     (op, call)
     for op in ("put_turn_update", "put_artifact_replace")
-    for call in ("write", "fsync", "replace")
+    for call in ("write", "fsync", "syncfs", "replace")
 ]
 
 
@@ -275,17 +305,19 @@ PERSISTENT = [
 def test_persistent_fault_then_recovery(
     bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
 ) -> None:
+    _use_mode(bench, call)
     sweep_n(bench, monkeypatch, op, call, (errno.EIO, errno.ENOSPC), persistent=True)
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("op", sorted(OPS))
-@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("call", [*CALLS, "syncfs"])
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
 @pytest.mark.parametrize("persistent", [False, True], ids=["once", "persistent"])
 def test_every_fault_both_errors_soak(
     bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str, call: str, err: int, persistent: bool
 ) -> None:
+    _use_mode(bench, call)
     sweep_n(bench, monkeypatch, op, call, (err,), persistent)
 
 
@@ -300,6 +332,7 @@ def test_failed_fsync_that_would_succeed_on_retry_is_never_success(
     bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str
 ) -> None:
     """fsyncgate: the first fsync of a file fails, every later one would succeed."""
+    bench.per_file_fsync()
     root = bench.fresh()
     fault = Fault("fsync", 1, errno.EIO, only=_is_file_fd).install(monkeypatch)
     resp = bench.send(op)
@@ -308,6 +341,27 @@ def test_failed_fsync_that_would_succeed_on_retry_is_never_success(
     assert resp.status_code == 500, resp.data
     assert visible(bench.client, bench.headers) == bench.before
     assert temp_files(root) == []
+
+
+@pytest.mark.parametrize("op", ["put_turn_update", "put_artifact_replace", "put_artifact_new"])
+def test_a_failed_shared_flush_that_would_succeed_on_retry_is_never_success(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    """fsyncgate under group commit: the flush after the write fails, the next would succeed.
+    The write was renamed into place before the flush, so readers may see it (its outcome is
+    unknown to the client, as for any error past the commit point); never a mix."""
+    if not bench.grouped():
+        pytest.skip("the test's filesystem has no group commit")
+    after = bench.expected_after(op)
+    root = bench.fresh()
+    fault = Fault("_syncfs_error", 1, errno.EIO, target=atomic).install(monkeypatch)
+    resp = bench.send(op)
+    monkeypatch.undo()
+    assert fault.fired == 1
+    assert resp.status_code == 500, resp.data
+    assert visible(bench.client, bench.headers) in (bench.before, after)
+    assert temp_files(root) == []
+    assert fsck(bench.app.extensions["storage"].tasks).clean
 
 
 def test_full_disk_on_the_lock_tree_is_507(
@@ -407,12 +461,16 @@ def run_store_case(
     after = sb.bench.after[op]
     root = sb.fresh()
     before = sb.state()
-    fault = Fault(call, n, err).install(monkeypatch)
+    if call == "syncfs":
+        fault = Fault("_syncfs_error", n, err, target=atomic)
+    else:
+        fault = Fault(call, n, err)
+    fault.install(monkeypatch)
     try:
         resp = sb.send(op)
     finally:
-        monkeypatch.setattr(os, call, fault.real)
-    where = f"{op}: os.{call} #{n} {errno.errorcode[err]}"
+        monkeypatch.setattr(fault.target, fault.name, fault.real)
+    where = f"{op}: {call} #{n} {errno.errorcode[err]}"
     if not fault.fired:
         assert resp.status_code == 200, (where, resp.status_code, resp.data)
         return False
@@ -452,6 +510,7 @@ def run_store_case(
     [
         "write",
         "fsync",
+        "syncfs",
         "link",
         pytest.param("replace", marks=pytest.mark.soak),
         pytest.param("mkdir", marks=pytest.mark.soak),
@@ -460,6 +519,7 @@ def run_store_case(
 def test_memory_stores_single_fault_at_every_step(
     store_bench: StoreBench, monkeypatch: pytest.MonkeyPatch, op: str, call: str
 ) -> None:
+    _use_mode(store_bench.bench, call)
     for n in range(1, 80):
         err = (errno.ENOSPC, errno.EIO)[n % 2]
         if not run_store_case(store_bench, monkeypatch, op, call, n, err):

@@ -62,7 +62,8 @@ def run_released(
 class Fault:
     """Make ``os.<name>`` raise ``OSError(err)`` on call number ``at`` (and later, if persistent).
 
-    The SQLite test-VFS method: the real call is made on every other call.
+    The SQLite test-VFS method: the real call is made on every other call. ``target``: the
+    module whose function is replaced (``os``, or app.storage.atomic for its ``syncfs``).
     """
 
     name: str
@@ -73,10 +74,11 @@ class Fault:
     calls: int = 0
     fired: int = 0
     real: Callable[..., Any] | None = None
+    target: Any = os
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> Fault:
-        self.real = getattr(os, self.name)
-        monkeypatch.setattr(os, self.name, self)
+        self.real = getattr(self.target, self.name)
+        monkeypatch.setattr(self.target, self.name, self)
         return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

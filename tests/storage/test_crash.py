@@ -3,7 +3,8 @@
 For every step N of a put_turn and a put_artifact, the operation fails there; afterwards the
 previous state (or, past the commit point, the new one) is completely readable, no temp file
 is left, and the next write or repair_task brings every derived file back in line with the
-records.
+records. Both ways of making a write durable are checked: per-file fsync, and group commit
+(app/storage/atomic.py), where the fault may also hit the shared flush (``syncfs``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
+from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore, atomic
 from app.storage.listing import Listing
 from app.storage.txn import Journal, Key
 from tests.conftest import FixedClock
@@ -28,10 +29,24 @@ from tests.storage._helpers import Fault, assert_consistent, records_of, temp_fi
 
 SCOPE = Scope("acme", "web")
 FAULTY = ("replace", "fsync", "write", "mkdir", "rename")
+# Under group commit the durable writes skip their fsyncs; the shared flush can fail instead.
+FAULTY_GROUPED = ("replace", "syncfs", "write", "mkdir", "rename")
+MODES = {"fsync": False, "group": True}
 
 
-def _base(root: Path, clock: FixedClock) -> TaskStore:
-    store = TaskStore(root, clock=clock, lock_timeout=5.0)
+def _grouped(root: Path) -> bool:
+    """Whether group commit applies to ``root`` (its filesystem honours syncfs)."""
+    return atomic._flusher_for(root) is not None
+
+
+def _fault(name: str, at: int, err: int, *, persistent: bool = False) -> Fault:
+    if name == "syncfs":
+        return Fault("_syncfs_error", at, err, persistent=persistent, target=atomic)
+    return Fault(name, at, err, persistent=persistent)
+
+
+def _base(root: Path, clock: FixedClock, *, group: bool = False) -> TaskStore:
+    store = TaskStore(root, clock=clock, lock_timeout=5.0, group_commit=group)
     store.put_turn(SCOPE, "t1", 0, meta={"v": "old"}, summary_md="old summary")
     store.put_artifact(SCOPE, "t1", 0, "a.bin", io.BytesIO(b"old bytes"), content_type="x/old")
     clock.advance(seconds=1)
@@ -40,7 +55,7 @@ def _base(root: Path, clock: FixedClock) -> TaskStore:
     return store
 
 
-def _copy_of_base(tmp_path: Path, root: Path, clock: FixedClock) -> TaskStore:
+def _copy_of_base(tmp_path: Path, root: Path, clock: FixedClock, *, group: bool) -> TaskStore:
     """A copy of one base tree per test: copying is much cheaper than writing it again."""
     template = tmp_path / "template"
     if not template.exists():
@@ -48,7 +63,7 @@ def _copy_of_base(tmp_path: Path, root: Path, clock: FixedClock) -> TaskStore:
         Listing.forget(store.layout.listing(SCOPE))  # checkpoint the WAL into the file
     shutil.copytree(template, root)
     clock.advance(seconds=2)  # where _base leaves its clock
-    return TaskStore(root, clock=clock, lock_timeout=5.0)
+    return TaskStore(root, clock=clock, lock_timeout=5.0, group_commit=group)
 
 
 OPS: dict[str, Callable[[TaskStore], object]] = {
@@ -97,14 +112,15 @@ def _run_case(
     err: int,
     persistent: bool,
     finish: str,
+    group: bool = False,
 ) -> bool:
     """Run one case; return False once N is past the operation's last call (no fault fired)."""
     clock = FixedClock()
     root = tmp_path / f"{op_name}-{fault_name}-{n}-{persistent}-{finish}"
-    store = _copy_of_base(tmp_path, root, clock)
+    store = _copy_of_base(tmp_path, root, clock, group=group)
     before = _visible_state(store)
     after_ok = _expected_after(tmp_path / f"ref-{op_name}-{n}-{fault_name}-{finish}", op_name)
-    fault = Fault(fault_name, n, err, persistent=persistent)
+    fault = _fault(fault_name, n, err, persistent=persistent)
     fault.install(monkeypatch)
     try:
         OPS[op_name](store)
@@ -112,7 +128,7 @@ def _run_case(
     except (OSError, StorageError) as exc:
         failed = exc
     finally:
-        monkeypatch.setattr(os, fault_name, fault.real)
+        monkeypatch.setattr(fault.target, fault.name, fault.real)
     if not fault.fired:
         assert failed is None
         return False
@@ -166,31 +182,54 @@ def _expected_after(root: Path, op_name: str) -> dict[str, Any]:
     return _EXPECTED[op_name]
 
 
+def _mode_faults(faults: tuple[str, ...], grouped: tuple[str, ...]) -> list[Any]:
+    return [pytest.param("fsync", f, id=f"fsync-{f}") for f in faults] + [
+        pytest.param("group", f, id=f"group-{f}") for f in grouped
+    ]
+
+
 @pytest.mark.parametrize("op_name", sorted(OPS))
-@pytest.mark.parametrize("fault_name", FAULTY)
+@pytest.mark.parametrize(("mode", "fault_name"), _mode_faults(FAULTY, FAULTY_GROUPED))
 def test_single_fault_at_every_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, fault_name: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, mode: str, fault_name: str
 ) -> None:
+    group = MODES[mode]
+    if group and not _grouped(tmp_path):
+        pytest.skip("the test's filesystem has no group commit")
     fired = 0
     for n in range(1, 40):
         err = errno.ENOSPC if n % 2 else errno.EIO
         finish = "next_write" if n % 2 else "repair"
         if not _run_case(
-            tmp_path, monkeypatch, op_name, fault_name, n, err=err, persistent=False, finish=finish
+            tmp_path,
+            monkeypatch,
+            op_name,
+            fault_name,
+            n,
+            err=err,
+            persistent=False,
+            finish=finish,
+            group=group,
         ):
             break
         fired += 1
     else:
         pytest.fail("the operation made more calls than the test expects")
-    if fault_name in ("replace", "fsync", "mkdir") and op_name != "delete_task":
-        assert fired > 0, f"{op_name} never called os.{fault_name}"
+    if fault_name in ("replace", "fsync", "mkdir", "syncfs") and op_name != "delete_task":
+        assert fired > 0, f"{op_name} never called {fault_name}"
 
 
 @pytest.mark.parametrize("op_name", ["put_turn_update", "put_artifact_replace", "delete_task"])
-@pytest.mark.parametrize("fault_name", ["replace", "fsync", "write"])
+@pytest.mark.parametrize(
+    ("mode", "fault_name"),
+    _mode_faults(("replace", "fsync", "write"), ("replace", "syncfs", "write")),
+)
 def test_persistent_fault_then_recovery(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, fault_name: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, op_name: str, mode: str, fault_name: str
 ) -> None:
+    group = MODES[mode]
+    if group and not _grouped(tmp_path):
+        pytest.skip("the test's filesystem has no group commit")
     for n in range(1, 40):
         if not _run_case(
             tmp_path,
@@ -201,6 +240,7 @@ def test_persistent_fault_then_recovery(
             err=errno.EIO,
             persistent=True,
             finish="next_write",
+            group=group,
         ):
             break
 

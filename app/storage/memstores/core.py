@@ -75,6 +75,7 @@ class StoresBase:
         version_retention: timedelta = timedelta(days=30),
         keep_recent_versions: int = DEFAULT_KEEP_RECENT,
         max_memories: int = DEFAULT_MAX_MEMORIES,
+        group_commit: bool = True,
     ) -> None:
         self.layout = Layout(root)
         self.tree = self.layout.tree
@@ -86,7 +87,11 @@ class StoresBase:
         self.max_memories = max_memories
         self.cursors = CursorCodec(load_key(self.layout))
         self.txns = Transactions(
-            self.layout, STORE_LOCKS, timeout=lock_timeout, repair=self._repair_key
+            self.layout,
+            STORE_LOCKS,
+            timeout=lock_timeout,
+            repair=self._repair_key,
+            group_commit=group_commit,
         )
 
     def now_us(self) -> int:
