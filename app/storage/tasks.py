@@ -90,6 +90,7 @@ from .records import (
     read_task_record,
     read_turn,
     rebuild_index,
+    turn_dirs,
     turn_from_json,
     turn_row,
     turn_to_json,
@@ -604,6 +605,8 @@ class TaskStore:
         task_dir = self._task_dir_checked(scope, task_id)
         tree = self.layout.tree
         exists = tree.is_dir(task_dir)
+        if exists:
+            _remove_unfinished_turns(tree, task_dir)
         index = rebuild_index(tree, task_dir, task_id) if exists else None
         if index is None:
             if exists:
@@ -661,6 +664,16 @@ def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | No
     except Corrupt:
         index = rebuild_index(tree, task_dir, task_id)
     return index
+
+
+def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
+    """Remove the turn directories a put_turn made and died (or failed) in before its commit:
+    no meta.json, nothing but its temp files. Nothing in them was acknowledged, and the
+    caller holds the task lock, so no writer is still filling one."""
+    for _, turn_dir in turn_dirs(tree, task_dir):
+        entries = tree.entries(turn_dir)
+        if all(not e.is_dir and not e.is_link and e.name.startswith(TMP_PREFIX) for e in entries):
+            tree.remove(turn_dir)
 
 
 def _file_sha256(path: Path) -> str | None:

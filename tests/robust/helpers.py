@@ -83,7 +83,7 @@ class Live:
             try:
                 if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a busy machine: ask again
                 time.sleep(0.1)
         self.kill_all()
         raise RuntimeError(f"gunicorn did not come up:\n{self.log()}")
