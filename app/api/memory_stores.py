@@ -1,4 +1,4 @@
-"""Memory stores API (seed 002) under /v1/memory_stores, wire-compatible with the SDKs.
+"""The memory-stores API under /v1/memory_stores, wire-compatible with the SDKs.
 
 ``anthropic-version``, ``anthropic-beta`` and ``?beta=true`` are accepted and ignored.
 Errors use the envelope ``{"type": "error", "error": {"type", "message"}, "request_id"}``.

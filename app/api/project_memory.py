@@ -1,4 +1,4 @@
-"""Project memory API (seed 000) under /sandbox/memory/v1."""
+"""The project-memory API under /sandbox/memory/v1."""
 
 from __future__ import annotations
 
@@ -114,9 +114,9 @@ def store() -> TaskBackend:
     return storage().tasks
 
 
-def turnjson_response(record: TurnRecord) -> dict[str, Any]:
+def turn_json(record: TurnRecord) -> dict[str, Any]:
     """The TurnRecord body, built by hand in the schema's field order: reading a turn is the
-    hottest path, and marshmallow's dump was a sixth of its view's CPU (bench/README.md).
+    hottest path, and marshmallow's dump costs more than the rest of its body.
     tests/api/test_list_shape.py pins it to ``turn_out.dump``."""
     return {
         "task_id": record.task_id,
@@ -183,9 +183,8 @@ def list_tasks() -> ResponseReturnValue:
     limit = query_int("limit", 50, 1, 1000)
     cursor = request.args.get("cursor") or None
     page = store().list_tasks(current_principal().scope, limit=limit, cursor=cursor)
-    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows was a
-    # fifth of this view's CPU (bench/README.md). tests/api/test_list_shape.py pins the two
-    # together.
+    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows is a
+    # large share of this view's CPU. tests/api/test_list_shape.py pins the two together.
     return json_response(
         {
             "tasks": [
@@ -236,7 +235,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     if not_modified(record.etag):
         return _not_modified(record.etag)
-    return json_response(turnjson_response(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>")
@@ -261,7 +260,7 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         if_match=if_match(),
         if_none_match=if_none_match_star(),
     )
-    return json_response(turnjson_response(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
