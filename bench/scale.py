@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import http.client
 import json
 import os
@@ -153,9 +154,14 @@ class Checkout:
             cmd = ["git", "-C", str(self.path), *args]
             return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
 
-        # A working tree mid-edit is measured as it stands; the JSON names what differs.
+        # A working tree mid-edit is measured as it stands: the JSON names what differs from
+        # the commit, and a fingerprint of those changes tells whether they moved mid-run.
         changed = git("status", "--porcelain").splitlines()
-        return {"commit": git("rev-parse", "HEAD"), "dirty": changed}
+        digest = hashlib.sha256(git("diff", "HEAD").encode())
+        for name in git("ls-files", "--others", "--exclude-standard").splitlines():
+            with contextlib.suppress(OSError):
+                digest.update(name.encode() + (self.path / name).read_bytes())
+        return {"commit": git("rev-parse", "HEAD"), "dirty": changed, "tree": digest.hexdigest()}
 
 
 def row(samples: list[list[float]], units: list[str], detail: str = "") -> dict[str, Any]:
@@ -469,6 +475,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["machine"]["load_avg_end"] = os.getloadavg()
+    if co.commit()["tree"] != report["tree"]:
+        report["notes"].append("THE CHECKOUT CHANGED DURING THE RUN: rows may mix two versions")
     return report
 
 
