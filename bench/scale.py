@@ -109,6 +109,8 @@ class NotMeasured(Exception):
 
 
 class Checkout:
+    """A checkout of this repo at any commit, run by one interpreter (whose venv it shares)."""
+
     def __init__(self, path: Path, python: Path) -> None:
         self.path, self.python = path.resolve(), python
 
