@@ -62,7 +62,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 import app
 from app.storage import Scope, TaskStore
-import bench.loader as loader
+try:
+    import bench.loader as loader
+except ImportError:
+    loader = None
 root, count, turns, words = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
 fast = hasattr(loader, "unsafe_fast_mode")
 if fast:
@@ -120,6 +123,8 @@ class Checkout:
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         return {
             **env,
+            # Ahead of the venv's own editable install, so `app` is this checkout's (build()
+            # checks it: without an app/ here, the venv's would be imported instead).
             "PYTHONPATH": str(self.path),
             "MEMORY_STORAGE_ROOT": str(root),
             "MEMORY_TOKENS_FILE": f"{root}.tokens.json",
@@ -138,9 +143,8 @@ class Checkout:
             timeout=4 * 3600,
         )
         if proc.returncode != 0:
-            raise NotMeasured(
-                f"{' '.join(args[:5])} exited {proc.returncode}: {proc.stderr[-400:]}"
-            )
+            what = " ".join("<script>" if "\n" in a else a[:40] for a in args[:6])
+            raise NotMeasured(f"{what} exited {proc.returncode}: {proc.stderr[-400:]}")
         return proc.stdout
 
     def flask(self, root: Path, *cli: str, check: bool = True) -> dict[str, Any]:
@@ -477,7 +481,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["machine"]["load_avg_end"] = os.getloadavg()
-    if co.commit()["tree"] != report["tree"]:
+    end = co.commit()
+    if (end["commit"], end["tree"]) != (report["commit"], report["tree"]):
         report["notes"].append("THE CHECKOUT CHANGED DURING THE RUN: rows may mix two versions")
     return report
 
