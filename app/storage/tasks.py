@@ -309,13 +309,22 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        path = self._task_dir_checked(scope, task_id) / TASK_INDEX
-        self.layout.check_inside(path)
-        obj = read_json(path)
-        index = None if obj is None else index_from_json(obj, path, self.now_us())
+        index = self._live_index(self._task_dir_checked(scope, task_id), task_id)
         if index is None:
             raise NotFound(f"task {task_id} not found")
         return index
+
+    def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
+        """The task's index with its live turns (None: none). An index.json torn or edited
+        out of shape is derived, so it is answered from the records; a write or fsck
+        --repair writes it back."""
+        path = self.layout.check_inside(task_dir / TASK_INDEX)
+        try:
+            obj = read_json(path)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
+        except Corrupt:
+            obj = rebuild_index(self.layout.tree, task_dir, task_id)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
 
     def list_tasks(
         self,
@@ -374,9 +383,7 @@ class TaskStore:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
         with self.transaction(scope, task_id) as txn, os_errors():
-            path = task_dir / TASK_INDEX
-            obj = read_json(path)
-            index = None if obj is None else index_from_json(obj, path, self.now_us())
+            index = self._live_index(task_dir, task_id)
             if index is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and index.owner != only_owner:
@@ -647,9 +654,15 @@ class TaskStore:
 
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """The task's index.json; rebuilt from the records when it is unreadable (it is derived)."""
+    """The task's index.json; rebuilt from the records when it is unreadable or not an index
+    (it is derived, and people edit files by hand)."""
+    path = task_dir / TASK_INDEX
     try:
-        index: dict[str, Any] | None = read_json(task_dir / TASK_INDEX)
+        index: dict[str, Any] | None = read_json(path)
+        if index is not None:
+            index_from_json(index, path, 0)
+            if not isinstance(index.get("updated_us"), int):
+                raise Corrupt(f"{path}: not a task index (no updated_us)")
     except Corrupt:
         index = rebuild_index(tree, task_dir, task_id)
     return index
