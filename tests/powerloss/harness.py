@@ -336,15 +336,16 @@ class Checker:
             time.sleep(0.1)
         return resp
 
-    def live_memories(self) -> dict[str, tuple[str, str, str]]:
-        """path -> (memory id, content sha256, head version id), read through the listing,
-        with each content read back and compared with its hash."""
+    def live_memories(self) -> dict[str, tuple[str, str, str]] | tuple[Any, ...]:
+        """path -> (memory id, content sha256, head version id), from the listing; an error
+        state when the listing fails."""
         out: dict[str, tuple[str, str, str]] = {}
         page: str | None = None
         while True:
             params = {"limit": "100", **({"page": page} if page else {})}
             resp = self.get(f"/v1/memory_stores/{self.target.store}/memories", **params)
-            resp.raise_for_status()
+            if resp.status_code != 200:
+                return _error("listing", resp)
             body = resp.json()
             for item in body["data"]:
                 if item.get("type") == "memory":
@@ -358,14 +359,15 @@ class Checker:
                 return out
 
     def observe(
-        self, key: tuple[Any, ...], memories: dict[str, tuple[str, str, str]]
+        self, key: tuple[Any, ...], memories: dict[str, tuple[str, str, str]] | tuple[Any, ...]
     ) -> tuple[Any, ...]:
+        """What a reader gets for ``key`` now: a state comparable with the model's, ABSENT,
+        or an error state (which matches nothing)."""
         kind = key[0]
         if kind == "turn":
             resp = self.get(f"{BASE}/tasks/{key[1]}/turns/{key[2]}")
-            if resp.status_code == 404:
-                return ABSENT
-            resp.raise_for_status()
+            if resp.status_code != 200:
+                return ABSENT if resp.status_code == 404 else _error("turn", resp)
             body = resp.json()
             return (
                 json.dumps(body["meta"], sort_keys=True),
@@ -374,28 +376,29 @@ class Checker:
             )
         if kind == "artifact":
             resp = self.get(f"{BASE}/tasks/{key[1]}/turns/{key[2]}/artifacts/{key[3]}")
-            if resp.status_code == 404:
-                return ABSENT
-            resp.raise_for_status()
+            if resp.status_code != 200:
+                return ABSENT if resp.status_code == 404 else _error("artifact", resp)
             sha = hashlib.sha256(resp.content).hexdigest()
             if resp.headers.get("ETag") != f'"{sha}"':
                 return ("etag-mismatch", resp.headers.get("ETag"), sha)
             return (sha, resp.headers.get("Content-Type"), len(resp.content))
         if kind == "memory":
+            if not isinstance(memories, dict):
+                return memories  # the listing failed
             found = memories.get(key[1])
             if found is None:
                 return ABSENT
             memory_id, sha, head = found
             resp = self.get(f"/v1/memory_stores/{self.target.store}/memories/{memory_id}")
-            resp.raise_for_status()
+            if resp.status_code != 200:
+                return _error("memory", resp)
             body = resp.json()
             if hashlib.sha256(body["content"].encode()).hexdigest() != sha:
                 return ("content-mismatch", memory_id, sha)
             return ("live", sha, head)
         resp = self.get(f"/v1/memory_stores/{self.target.store}/memory_versions/{key[1]}")
-        if resp.status_code == 404:
-            return ABSENT
-        resp.raise_for_status()
+        if resp.status_code != 200:
+            return ABSENT if resp.status_code == 404 else _error("version", resp)
         body = resp.json()
         return (body["memory_id"], body["path"], body["content_sha256"], body["content"])
 
@@ -436,6 +439,10 @@ class Checker:
         return checked, problems
 
 
+def _error(what: str, resp: requests.Response) -> tuple[Any, ...]:
+    return ("error", what, resp.status_code, resp.text[:120])
+
+
 def _short(state: tuple[Any, ...]) -> str:
     return "(" + ", ".join(str(s)[:24] for s in state) + ")"
 
@@ -458,12 +465,24 @@ def kill_server(server: Live) -> None:
     raise RuntimeError("a worker of the killed server is still alive")
 
 
-_RECOVERY = re.compile(r"previous run did not shut down cleanly.*")
+_RECOVERY = re.compile(r"\[(?:WARNING|INFO|ERROR)\] (.*(?:shut down cleanly|recover|repair).*)")
 
 
 def recovery_line(server: Live) -> str:
+    """What the start-up recovery said (the last such line of the server's log)."""
     found = _RECOVERY.findall(server.log())
-    return found[-1] if found else "no recovery ran"
+    return found[-1][:200] if found else "the log says nothing of a recovery"
+
+
+def wait_ready(server: Live, timeout: float = 600.0) -> None:
+    """Wait for /readyz: a recovery may go on after the server listens (it answers 503)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"{server.url}/readyz", timeout=5).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"the server was not ready {timeout:.0f}s after its start:\n{server.log()}")
 
 
 def fsck_cli(server: Live) -> tuple[bool, str]:
@@ -512,7 +531,7 @@ class RunResult:
             f"fsck clean after {self.fsck_clean}/{self.cycles} recoveries; "
             f"unanswered writes {s.unanswered}, refused {s.refused}, other statuses "
             f"{len(s.bad_status)}; restart with recovery {times[len(times) // 2]:.1f}s median, "
-            f"{times[-1]:.1f}s max"
+            f"{times[-1]:.1f}s max (start to /readyz)"
         )
 
 
@@ -559,6 +578,7 @@ def run(
             fs.cut_power()
             started = time.monotonic()
             server.start()
+            wait_ready(server)
             result.recovery_seconds.append(time.monotonic() - started)
             target.url = server.url
             clean, report = fsck_cli(server)
@@ -571,7 +591,10 @@ def run(
             result.checked += checked
             live = checker.live_memories()
             for w in clients:
-                w.resync({p: v for p, v in live.items() if p.startswith(f"/w{w.index}/")})
+                if isinstance(live, dict):
+                    w.resync({p: v for p, v in live.items() if p.startswith(f"/w{w.index}/")})
+                else:
+                    w.memories = {}  # unknown: no memory writes until a listing works
             log(
                 f"cycle {cycle}/{cycles}: killed at {delay:.2f}s, "
                 f"{model.stats.acked - acked_before} acknowledged, checked {checked}, "
