@@ -55,6 +55,10 @@ TASKS_PER_WRITER = 2
 MEMORY_PATHS_PER_WRITER = 3
 ARTIFACT_SIZES = (1, 3000, 70_000, 300_000)
 WRITE_SECONDS = (0.3, 2.5)  # the kill comes at a random moment in this window
+# A third of the restarts after a cut are killed again while they recover (in this window),
+# without a cut: the next start must still repair what the power loss left.
+KILL_IN_RECOVERY = 1 / 3
+RECOVERY_KILL_SECONDS = (0.0, 1.5)
 ABSENT = ("absent",)
 REQUEST_TIMEOUT = 30
 
@@ -474,6 +478,23 @@ def recovery_line(server: Live) -> str:
     return found[-1][:200] if found else "the log says nothing of a recovery"
 
 
+def restart_killed(server: Live, delay: float) -> bool:
+    """Start the server and SIGKILL it ``delay`` seconds later; whether that was before it
+    was ready (during its recovery)."""
+    timer = threading.Timer(delay, kill_server, args=(server,))
+    timer.start()
+    try:
+        server.start()
+        wait_ready(server)
+    except RuntimeError:
+        timer.join()
+        return True
+    timer.join()
+    if server.proc is not None and server.proc.poll() is None:
+        kill_server(server)  # the timer fired before the new server was spawned
+    return False
+
+
 def wait_ready(server: Live, timeout: float = 600.0) -> None:
     """Wait for /readyz: a recovery may go on after the server listens (it answers 503)."""
     deadline = time.monotonic() + timeout
@@ -508,6 +529,7 @@ class RunResult:
     fsck_clean: int = 0
     fsck_failures: list[str] = field(default_factory=list)
     recovery_seconds: list[float] = field(default_factory=list)
+    recovery_kills: int = 0
     stats: Stats = field(default_factory=Stats)
     checked: int = 0
 
@@ -528,7 +550,8 @@ class RunResult:
             f"powerloss ({self.kind}): cycles {self.cycles}, acknowledged writes {s.acked}, "
             f"checked {self.checked} (superseded by the writer's own later write: {s.superseded}), "
             f"lost {len(s.lost)}, unexpected {len(s.unexpected)}, "
-            f"fsck clean after {self.fsck_clean}/{self.cycles} recoveries; "
+            f"fsck clean after {self.fsck_clean}/{self.cycles} recoveries "
+            f"({self.recovery_kills} of them after a kill during the recovery); "
             f"unanswered writes {s.unanswered}, refused {s.refused}, other statuses "
             f"{len(s.bad_status)}; restart with recovery {times[len(times) // 2]:.1f}s median, "
             f"{times[-1]:.1f}s max (start to /readyz)"
@@ -542,6 +565,7 @@ def run(
     seed: int,
     writers: int,
     log: Callable[[str], None],
+    kill_in_recovery: float = KILL_IN_RECOVERY,
 ) -> RunResult:
     rng = random.Random(seed)
     model = Model()
@@ -576,6 +600,12 @@ def run(
             for t in threads:
                 t.join(timeout=REQUEST_TIMEOUT + 10)
             fs.cut_power()
+            again = ""
+            if rng.random() < kill_in_recovery:
+                after = rng.uniform(*RECOVERY_KILL_SECONDS)
+                during = restart_killed(server, after)
+                result.recovery_kills += during
+                again = f", after a kill {after:.2f}s into the {'recovery' if during else 'run'}"
             started = time.monotonic()
             server.start()
             wait_ready(server)
@@ -599,7 +629,7 @@ def run(
                 f"cycle {cycle}/{cycles}: killed at {delay:.2f}s, "
                 f"{model.stats.acked - acked_before} acknowledged, checked {checked}, "
                 f"problems {len(problems)}, fsck {'clean' if clean else 'NOT CLEAN'}, "
-                f"restart {result.recovery_seconds[-1]:.1f}s ({recovery_line(server)})"
+                f"restart {result.recovery_seconds[-1]:.1f}s{again} ({recovery_line(server)})"
             )
             for line in problems[:20]:
                 log(f"  {line}")
@@ -619,6 +649,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=50)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument(
+        "--kill-in-recovery",
+        type=float,
+        default=KILL_IN_RECOVERY,
+        help="the share of restarts killed again while they recover",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
@@ -635,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with mounted(workdir, lazyfs) as fs:
-            result = run(fs, workdir, args.cycles, seed, args.writers, log)
+            result = run(fs, workdir, args.cycles, seed, args.writers, log, args.kill_in_recovery)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
