@@ -366,6 +366,11 @@ class PowerLossFS(mfusepy.Operations):
     def readlink(self, path: str) -> str:
         return os.readlink(self.real(path))
 
+    def mknod(self, path: str, mode: int, dev: int) -> int:
+        # gunicorn binds its control socket in the storage root (LazyFS has no mknod).
+        os.mknod(self.real(path), mode, dev)
+        return 0
+
     def mkdir(self, path: str, mode: int) -> int:
         os.mkdir(self.real(path), mode)
         return 0
