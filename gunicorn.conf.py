@@ -25,10 +25,12 @@ control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"
-umask = 0o022
+# Files SQLite and gunicorn create get the modes the engine gives its own (owner rw, group r).
+umask = 0o027
 
 
 _created_metrics_dirs: list[str] = []
+_held: list[object] = []
 
 
 def _metrics_dir() -> None:
@@ -52,23 +54,33 @@ def _metrics_dir() -> None:
 
 
 def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
-    """Create the storage root and, on first start, a first token printed once; create the
-    rate limit table the workers share.
+    """Take the storage root, repair what an unclean stop left, create the rate limit table
+    the workers share and, on first start, a first token printed once.
 
-    Also: after an unclean shutdown (the running sentinel is still there) run
-    `fsck --repair` before serving, so derived files a crash left stale are rebuilt.
+    A second server on the same root stops here with one line naming the holder's PID,
+    before it touches anything (app/storage/recovery.py).
     """
     _metrics_dir()
     from app import create_app
     from app.bootstrap import first_start
     from app.ratelimit import share_across_workers
+    from app.startup import fail
+    from app.storage.recovery import RootBusy
     from app.sweeper import startup_recovery
 
     share_across_workers()  # before the fork: one rate limit table for every worker
     app = create_app()
+    try:
+        lines = startup_recovery(app)
+    except RootBusy as exc:
+        fail(str(exc))
+    # The root lock lives as long as its descriptor: keep it for the master's lifetime.
+    _held.append(app.extensions["storage"].recovery)
     first_start(bind, app)
-    for line in startup_recovery(app):
+    for line in lines:
         server.log.warning(line)
+    # The workers make their own connections after the fork; the master keeps none.
+    app.extensions["storage"].close()
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201

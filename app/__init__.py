@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,27 +20,17 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from .errors import register_error_handlers
     from .json_provider import JSONProvider
     from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
-    from .storage.facade import TreeStorage
-    from .storage.tokens import TokenRegistry
+    from .storage.backends import open_backend
 
     app = Flask(__name__)
     app.json = JSONProvider(app)
     # "a//b" is a 404 like any other unknown path, not a redirect to a normalised one.
     app.url_map.merge_slashes = False
     load_config(app, overrides)
-    clock = app.config.get("CLOCK")
-    extra = {"clock": clock} if clock else {}
-    app.extensions["storage"] = TreeStorage(
-        Path(app.config["STORAGE_ROOT"]),
-        retention=timedelta(days=app.config["RETENTION_DAYS"]),
-        lock_timeout=app.config["LOCK_TIMEOUT"],
-        max_artifact_bytes=app.config["MAX_ARTIFACT_BYTES"],
-        **extra,
-    )
+    # The tree, or PostgreSQL and an object store (MEMORY_DATABASE_URL, MEMORY_BLOB_URL).
+    storage = app.extensions["storage"] = open_backend(app.config)
     app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
-    app.extensions["token_registry"] = TokenRegistry(
-        Path(app.config["TOKENS_FILE"]), lock_timeout=app.config["LOCK_TIMEOUT"], **extra
-    )
+    app.extensions["token_registry"] = storage.token_registry(Path(app.config["TOKENS_FILE"]))
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
     requestlog.init_app(app)
     ratelimit.init_app(app)

@@ -12,7 +12,7 @@ from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
 from .ratelimit import Limiter, limits_of, resolve
-from .storage import Scope, StorageError, TaskStore
+from .storage import StorageError, TaskStore
 from .storage.atomic import flush_derived
 from .storage.facade import TreeStorage
 from .storage.limits import RateOverride, RateOverrides, format_bytes, parse_bytes
@@ -162,48 +162,48 @@ def fsck_command(repair: bool, grace_minutes: float) -> None:
         raise SystemExit(1)
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return (
+        f"{counts['tasks']} task(s), {counts['turns']} turn(s), {counts['artifacts']}"
+        f" artifact(s) ({counts['artifact_bytes']} byte(s)), {counts['stores']} memory"
+        f" store(s), {counts['versions']} version(s)"
+    )
+
+
 @click.command("export")
 @with_appcontext
-@click.option("--tenant", required=True)
-@click.option("--project", required=True)
+@click.option("--tenant", default=None, help="Only this tenant (default: every tenant).")
+@click.option("--project", default=None, help="Only this project of --tenant.")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-def export_command(tenant: str, project: str, file: Path) -> None:
-    """Write a project (tasks, turns, artifacts, project.md) and a sha256 manifest to FILE."""
+def export_command(tenant: str | None, project: str | None, file: Path) -> None:
+    """Back up one project, one tenant or the whole root (tasks, memory stores) to FILE."""
     from .storage import StorageError
-    from .storage.archive import export_project
 
     try:
-        summary = export_project(_store(), Scope(tenant, project), file)
+        summary = _storage().export(file, tenant=tenant, project=project)
     except StorageError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(
-        f"exported {summary.tenant}/{summary.project}: {summary.tasks} task(s), "
-        f"{summary.files} file(s), {summary.bytes} byte(s) -> {file}"
-    )
+    what = f"{tenant}/{project}" if project else tenant or "the whole root"
+    click.echo(f"exported {what}: {_counts(summary.counts)} -> {file}")
 
 
 @click.command("import")
 @with_appcontext
-@click.option("--tenant", default=None, help="Target tenant (default: the archive's).")
-@click.option("--project", default=None, help="Target project (default: the archive's).")
-@click.option("--overwrite", is_flag=True, help="Replace tasks that already exist.")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--tenant", default=None, help="Into this tenant (a backup of one project only).")
+@click.option("--project", default=None, help="Into this project (with --tenant).")
+@click.option("--overwrite", is_flag=True, help="Replace tasks and stores that already exist.")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 def import_command(tenant: str | None, project: str | None, overwrite: bool, file: Path) -> None:
-    """Verify FILE against its manifest and load it; existing tasks are kept unless asked."""
+    """Check FILE whole and restore it: all of it, or nothing."""
     from .storage import StorageError
-    from .storage.archive import import_project
 
     try:
-        summary = import_project(
-            _store(), file, tenant=tenant, project=project, overwrite=overwrite
-        )
+        with open(file, "rb") as fh:
+            summary = _storage().import_(fh, tenant=tenant, project=project, overwrite=overwrite)
     except StorageError as exc:
         raise click.ClickException(f"import refused: {exc}") from None
     flush_derived()  # the import writes derived files without fsync (atomic_file)
-    click.echo(
-        f"imported {summary.tasks} task(s), {summary.files} file(s), {summary.bytes} byte(s) "
-        f"into {summary.tenant}/{summary.project}"
-    )
+    click.echo(f"imported {_counts(summary.counts)}")
 
 
 # -- rate limits: per-tenant and per-project overrides of the MEMORY_RATE_LIMIT_* settings -----

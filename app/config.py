@@ -37,6 +37,17 @@ def parse_bool(value: object) -> bool:
 SETTINGS: dict[str, tuple[Any, type, str]] = {
     "STORAGE_ROOT": ("./var/storage", str, "Directory holding all data (a local filesystem)."),
     "TOKENS_FILE": ("./var/tokens.json", str, "Token registry (hashes only, mode 0600)."),
+    "DATABASE_URL": (
+        "",
+        str,
+        "postgresql://... : records, listings, locks and tokens in PostgreSQL (docs/scaling.md); empty: the tree.",
+    ),
+    "BLOB_URL": ("", str, "s3://bucket/prefix for artifact bytes (with `MEMORY_DATABASE_URL`)."),
+    "S3_ENDPOINT_URL": (
+        "",
+        str,
+        "The S3 endpoint (e.g. http://127.0.0.1:8333); empty: AWS. Credentials: the AWS_* variables.",
+    ),
     "RETENTION_DAYS": (30.0, float, "Days a turn is kept after its last write; fractions allowed."),
     "LOCK_TIMEOUT": (10.0, float, "Seconds to wait for a busy lock before answering 503."),
     "MAX_ARTIFACT_BYTES": (50 * MiB, int, "Largest artifact accepted, in bytes."),
@@ -169,6 +180,16 @@ def validate_config(config: dict[str, Any]) -> None:
         if config[name] < 1:
             raise ConfigError(f"{PREFIX}_{name} must be >= 1 (got {config[name]})")
     _validate_rate_limits(config)
+    if bool(config["DATABASE_URL"]) != bool(config["BLOB_URL"]):
+        raise ConfigError(
+            f"{PREFIX}_DATABASE_URL and {PREFIX}_BLOB_URL go together: set both or neither"
+        )
+    if config["DATABASE_URL"] and not config["DATABASE_URL"].startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise ConfigError(f"{PREFIX}_DATABASE_URL must be a postgresql:// URL")
+    if config["BLOB_URL"] and not config["BLOB_URL"].startswith("s3://"):
+        raise ConfigError(f"{PREFIX}_BLOB_URL must be an s3://bucket[/prefix] URL")
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])
     if tokens == root or tokens.startswith(root + os.sep):

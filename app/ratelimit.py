@@ -432,7 +432,7 @@ class Limiter:
         self._install(NO_OVERRIDES)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> Limiter:
+    def from_config(cls, config: Mapping[str, Any], limits: Any = None) -> Limiter:
         defaults = RateOverride(
             rps=config["RATE_LIMIT_RPS"],
             burst=config["RATE_LIMIT_BURST"],
@@ -441,7 +441,7 @@ class Limiter:
         )
         return cls(
             defaults,
-            LimitsFile(Path(config["STORAGE_ROOT"]), lock_timeout=config["LOCK_TIMEOUT"]),
+            limits or LimitsFile(Path(config["STORAGE_ROOT"]), lock_timeout=config["LOCK_TIMEOUT"]),
             exempt_admin=config["RATE_LIMIT_EXEMPT_ADMIN"],
             table=_shared,
         )
@@ -672,5 +672,8 @@ def limit_blueprints(*blueprints: Blueprint) -> None:
 
 
 def init_app(app: Flask) -> None:
-    app.extensions["rate_limiter"] = Limiter.from_config(app.config)
+    # The overrides live where the storage backend keeps what every node shares.
+    app.extensions["rate_limiter"] = Limiter.from_config(
+        app.config, app.extensions["storage"].limits()
+    )
     app.after_request(_after_request)

@@ -1,42 +1,48 @@
-"""The background sweeper: exactly one per storage root, however many gunicorn workers.
+"""The background housekeeper: exactly one per storage root, however many gunicorn workers.
 
 Every worker starts a daemon thread (gunicorn's ``post_worker_init`` hook). The threads
-compete for a non-blocking flock on ``<root>/.locks/sweeper.leader``; the holder keeps it
-and sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds, the others retry now and then. When the
-leader dies the kernel drops its flock and another worker takes over, and because the time
-of the last run is kept in ``<root>/.sweeper.json`` (not in memory) the new leader keeps
-the same rhythm instead of sweeping at once. No cron, and no sweep runs twice: a thread per
-worker without the leader lock would sweep N times per interval, and a thread started
-before the fork (``--preload``) would not run at all.
+compete for the storage backend's leader lease (``storage.lead``: a non-blocking flock on
+``<root>/.locks/sweeper.leader`` for the tree, a session advisory lock that every node
+competes for with PostgreSQL); the holder keeps it and, the others retrying now and then:
+
+* runs the full check a start-up recovery left pending (app/storage/recovery.py), first;
+* renews the recovery's canary every ``RENEW_SECONDS``;
+* sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds (0: never).
+
+When the leader dies the kernel drops its flock and another worker takes over, and because
+the time of the last sweep is kept by the backend (``<root>/.sweeper.json``, or a row), the new
+leader keeps the same rhythm instead of sweeping at once. No cron, and no sweep runs twice:
+a thread per worker without the leader lock would sweep N times per interval, and a thread
+started before the fork (``--preload``) would not run at all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .storage.atomic import flush_derived, fsync_dir, write_atomic
-from .storage.errors import StorageError
-from .storage.records import dumps, read_json
+from .storage.atomic import flush_derived
+from .storage.errors import StorageError, UnsafePath
+from .storage.layout import SENTINEL
 from .storage.retention import SweepReport
 
 if TYPE_CHECKING:
-    import filelock
     from flask import Flask
 
     from .storage.facade import SweepOutcome, TreeStorage
+    from .storage.interface import Lease
 
-LEADER_LOCK = "sweeper.leader"
-STATE_FILE = ".sweeper.json"
-RUNNING_SENTINEL = ".server-running"
+LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
+STATE_FILE = f".{LEADER}.json"
+RUNNING_SENTINEL = SENTINEL
 KEEP_RUNS = 50
 STANDBY_POLL = 5.0
+RENEW_SECONDS = 5.0
 
 log = logging.getLogger("app.sweeper")
 
@@ -58,28 +64,32 @@ def storage_of(app: Flask) -> TreeStorage:
     return found
 
 
-def state_path(storage: TreeStorage) -> Path:
-    return storage.layout.root / STATE_FILE
-
-
 def read_state(storage: TreeStorage) -> dict[str, Any]:
     try:
-        state = read_json(state_path(storage))
-    except Exception:  # noqa: BLE001 - a torn state file only costs us one early sweep
+        state = storage.load_state(LEADER)
+    except Exception:  # noqa: BLE001 - an unreadable state only costs us one early sweep
         state = None
     return state if isinstance(state, dict) else {"runs": 0, "recent": []}
 
 
 class Sweeper:
-    """The per-worker thread; only the one holding the leader lock sweeps."""
+    """The per-worker thread; only the one holding the leader lock does the work."""
 
-    def __init__(self, app: Flask, interval: float, *, poll: float = STANDBY_POLL) -> None:
+    def __init__(
+        self,
+        app: Flask,
+        interval: float,
+        *,
+        poll: float = STANDBY_POLL,
+        renew: float = RENEW_SECONDS,
+    ) -> None:
         self.app = app
         self.storage = storage_of(app)
         self.interval = interval
-        self.poll = min(poll, interval)
+        self.renew = renew
+        self.poll = min(poll, interval) if interval > 0 else poll
         self._stop = threading.Event()
-        self._lock: filelock.BaseFileLock | None = None
+        self._lock: Lease | None = None
         self.thread = threading.Thread(target=self._loop, name="memory-sweeper", daemon=True)
 
     def start(self) -> Sweeper:
@@ -97,36 +107,64 @@ class Sweeper:
 
     def _loop(self) -> None:
         try:
-            leader = self.storage.layout.check_inside(self.storage.layout.locks_dir() / LEADER_LOCK)
-        except StorageError as exc:  # a linked .locks: never create files through it
-            log.error("sweeper not started: %s", exc)
-            return
-        try:
-            self._serve(leader)
+            self._serve()
+        except UnsafePath as exc:  # a linked .locks: never create files through it
+            log.error("sweeper stopped: %s", exc)
         finally:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
 
-    def _serve(self, leader: Path) -> None:
-        from .storage.locks import try_locked
-
+    def _serve(self) -> None:
         while not self._stop.is_set():
+            if self._lock is not None and not self._lock.held():
+                self._lock.release()  # lost with its database connection: compete again
+                self._lock = None
             if self._lock is None:
-                self._lock = try_locked(leader)
+                try:
+                    self._lock = self.storage.lead(LEADER)
+                except UnsafePath:
+                    raise
+                except StorageError as exc:  # the database is away: try again later
+                    log.warning("sweeper lease not taken: %s", exc)
                 if self._lock is None:
                     self._stop.wait(self.poll)
                     continue
-            last = read_state(self.storage).get("last_started_epoch", 0.0)
-            wait = float(last) + self.interval - time.time()
-            if wait > 0:
-                self._stop.wait(min(wait, self.interval))
-                continue
-            try:
-                self.run_once()
-            except Exception:  # noqa: BLE001 - the thread must outlive one bad run
-                log.exception("sweep failed")
-                self._stop.wait(self.poll)
+                self._lead_once()
+            if self.storage.recovery.running():
+                self._guard(self.storage.recovery.renew, "canary renewal")
+            wait = self.renew
+            if self.interval > 0:
+                last = read_state(self.storage).get("last_started_epoch", 0.0)
+                due = float(last) + self.interval - time.time()
+                if due <= 0:
+                    self._guard(self.run_once, "sweep")
+                    due = self.interval
+                wait = min(wait, due)
+            self._stop.wait(wait)
+
+    def _lead_once(self) -> None:
+        """What a new leader does first: the full check a recovery may have left pending."""
+
+        def check() -> None:
+            report = self.storage.full_check()
+            if report is not None:
+                log.warning(
+                    "full check after a possible loss of unsynced data: %d problem(s),"
+                    " %d repaired, %d unrepairable",
+                    len(report.problems),
+                    len(report.repaired),
+                    len(report.unrepairable),
+                )
+
+        self._guard(check, "full check")
+
+    def _guard(self, work: Callable[[], object], what: str) -> None:
+        try:
+            work()
+        except Exception:  # noqa: BLE001 - the thread must outlive one bad run
+            log.exception("%s failed", what)
+            self._stop.wait(self.poll)
 
     def run_once(self) -> SweepReport:
         """Sweep now and record the run; the caller holds the leader lock."""
@@ -135,7 +173,7 @@ class Sweeper:
         # Recorded before the sweep: a leader killed mid-sweep does not make its successor
         # sweep again at once, and the next run finishes whatever this one left in the trash.
         state["last_started_epoch"] = started
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         report = run_sweep(self.app).tasks
         run = {
             "pid": os.getpid(),
@@ -150,7 +188,7 @@ class Sweeper:
         }
         state["runs"] = int(state.get("runs", 0)) + 1
         state["recent"] = [*state.get("recent", []), run][-KEEP_RUNS:]
-        write_atomic(state_path(self.storage), dumps(state))
+        self.storage.save_state(LEADER, state)
         log.info("sweep %s", run)
         return report
 
@@ -159,53 +197,43 @@ _started: Sweeper | None = None
 
 
 def start_for_worker(app: Any) -> Sweeper | None:
-    """Start this worker's sweeper thread (gunicorn ``post_worker_init``); once per process."""
+    """Start this worker's housekeeping thread (gunicorn ``post_worker_init``); once per
+    process."""
     global _started
     extensions = getattr(app, "extensions", None)
     if _started is not None or not extensions or "storage" not in extensions:
         return _started
-    interval = float(app.config.get("SWEEP_INTERVAL", 0))
-    if interval <= 0:
-        return None
-    _started = Sweeper(app, interval).start()
+    _started = Sweeper(app, float(app.config.get("SWEEP_INTERVAL", 0))).start()
     return _started
 
 
 def startup_recovery(app: Flask) -> list[str]:
-    """Mark the server running; if the last run did not shut down cleanly, fsck --repair.
+    """Take the storage root, bring an older layout up to date, repair what an unclean stop
+    left and mark the server running (app/storage/recovery.py).
 
-    Returns the lines worth printing (empty after a clean shutdown). Whatever the check
-    cannot repair (a planted link, a torn record) is reported, and the server still starts.
+    Raises RootBusy when another server holds the root: nothing is touched then. Returns
+    the lines worth printing (empty after a clean shutdown). What cannot be repaired is
+    reported, and the server still starts.
     """
     storage = storage_of(app)
-    root = storage.layout.root
-    sentinel = root / RUNNING_SENTINEL
+    storage.recovery.acquire()
     try:
         lines = [f"upgraded: {line}" for line in storage.upgrade()]
     except Exception as exc:  # noqa: BLE001 - an upgrade that fails must not keep the server down
         log.exception("start-up upgrade failed")
         lines = [f"upgrade failed: {exc}"]
-    if sentinel.exists():
-        try:
-            report = storage.fsck(repair=True)
-        except Exception as exc:  # noqa: BLE001 - recovery must not keep the server down
-            log.exception("start-up recovery failed")
-            lines.append(f"previous run did not shut down cleanly; recovery failed: {exc}")
-        else:
-            lines.append(
-                "previous run did not shut down cleanly: fsck --repair found "
-                f"{len(report.problems)} problem(s), repaired {len(report.repaired)}, "
-                f"unrepairable {len(report.unrepairable)}"
-            )
-            lines += [f"  unrepairable: {p}" for p in report.unrepairable]
-    write_atomic(sentinel, f"{os.getpid()}\n".encode())
+    plan = storage.recovery.plan()
+    try:
+        lines += storage.recover(plan).lines()
+    except Exception as exc:  # noqa: BLE001 - recovery must not keep the server down
+        log.exception("start-up recovery failed")
+        storage.recovery.mark_recovering(f"the recovery of in-flight writes failed: {exc}")
+        lines.append(f"previous run did not shut down cleanly; recovery failed: {exc}")
+    storage.recovery.renew()
     return lines
 
 
 def clean_shutdown(app: Flask) -> None:
     """Derived files are written without fsync: sync them all, then drop the sentinel."""
-    root = storage_of(app).layout.root
     flush_derived()
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(root / RUNNING_SENTINEL)
-        fsync_dir(root)
+    storage_of(app).recovery.stopped_cleanly()

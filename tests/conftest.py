@@ -1,7 +1,17 @@
-"""Shared fixtures: a fixed clock, a store on tmp_path, an app and tokens of every role."""
+"""Shared fixtures: a fixed clock, a store on tmp_path, an app and tokens of every role.
+
+Backends: ``MEMORY_TEST_BACKENDS`` (``tree``, ``pg`` or ``tree,pg``; default ``tree``) names
+the storage backends the conformance suite (tests/conformance/) and the API suites marked
+``all_backends`` run against. ``pg`` starts a real PostgreSQL and a real SeaweedFS once per
+run (tools/services.py); each test gets a schema and a key prefix of its own. A test that
+reads the tree's files is marked ``tree_only`` and skipped on the others.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +27,87 @@ from app.storage import Scope, TaskStore
 from app.storage.tokens import TokenRegistry
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BACKENDS = ("tree", "pg")
+_schemas = itertools.count()
+
+
+def selected_backends() -> list[str]:
+    """The backends ``MEMORY_TEST_BACKENDS`` names, in its order."""
+    names = [n.strip() for n in os.environ.get("MEMORY_TEST_BACKENDS", "tree").split(",")]
+    names = [n for n in names if n]
+    unknown = sorted(set(names) - set(BACKENDS))
+    if unknown or not names:
+        raise pytest.UsageError(f"MEMORY_TEST_BACKENDS: unknown backend(s) {unknown}")
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run ``all_backends`` tests (and every user of ``backend``) once per selected backend."""
+    if "backend_kind" not in metafunc.fixturenames:
+        return
+    marked = metafunc.definition.get_closest_marker("all_backends") is not None
+    if marked or "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend_kind", selected_backends(), indirect=True)
+
+
+@dataclass
+class Services:
+    """One PostgreSQL and one SeaweedFS for the whole run, and the database tests use."""
+
+    postgres: Any
+    seaweed: Any
+    database_url: str
+
+    def settings(self) -> dict[str, Any]:
+        """Config overrides for a backend of its own: a fresh schema and key prefix."""
+        import psycopg
+
+        name = f"t{next(_schemas)}_{os.getpid()}"
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        return {
+            "DATABASE_URL": f"{self.database_url}?options=-csearch_path%3D{name}",
+            "BLOB_URL": f"s3://{self.seaweed.bucket}/{name}",
+            "S3_ENDPOINT_URL": self.seaweed.endpoint,
+        }
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[Services]:
+    """A real PostgreSQL 15 and a real SeaweedFS, started once per run (never mocked)."""
+    from tools.services import Postgres, Seaweed, scratch_dir
+
+    directory = scratch_dir("pm-test-")
+    postgres = seaweed = None
+    try:
+        postgres = Postgres(directory / "pg").start()
+        seaweed = Seaweed(directory / "s3").start()
+        os.environ.update(seaweed.env())  # boto3 (and gunicorn children) read AWS_* from here
+        yield Services(postgres, seaweed, postgres.database("project_memory_test"))
+    finally:
+        if seaweed is not None:
+            seaweed.stop()
+        if postgres is not None:
+            postgres.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    kind = getattr(request, "param", "tree")
+    if kind != "tree" and request.node.get_closest_marker("tree_only"):
+        marker = request.node.get_closest_marker("tree_only")
+        pytest.skip(f"tree only: {marker.args[0] if marker.args else 'reads the tree'}")
+    return str(kind)
+
+
+@pytest.fixture
+def backend_config(backend_kind: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Config overrides that select ``backend_kind`` (none for the tree)."""
+    if backend_kind == "tree":
+        return {}
+    found: Services = request.getfixturevalue("services")
+    return found.settings()
 
 
 class FixedClock:
@@ -52,7 +143,7 @@ def store(tmp_path: Path, clock: FixedClock) -> TaskStore:
 
 
 @pytest.fixture
-def app(tmp_path: Path, clock: FixedClock) -> Iterator[Flask]:
+def app(tmp_path: Path, clock: FixedClock, backend_config: dict[str, Any]) -> Iterator[Flask]:
     application = create_app(
         {
             "TESTING": True,
@@ -60,9 +151,12 @@ def app(tmp_path: Path, clock: FixedClock) -> Iterator[Flask]:
             "TOKENS_FILE": str(tmp_path / "tokens.json"),
             "CLOCK": clock,
             "LOCK_TIMEOUT": 5.0,
+            "THREADS": 4,
+            **backend_config,
         }
     )
     yield application
+    application.extensions["storage"].close()
 
 
 class BufferedClient(FlaskClient):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flask import Flask
 
+from app import sweeper as sweeper_module
 from app.sweeper import STATE_FILE, Sweeper, start_for_worker
 
 
@@ -51,7 +52,7 @@ def test_one_leader_sweeps_each_interval_and_a_standby_takes_over(app: Flask) ->
             s.stop()
 
 
-def test_interval_zero_starts_no_thread(tmp_path: Path) -> None:
+def test_interval_zero_never_sweeps(tmp_path: Path) -> None:
     from app import create_app
 
     app = create_app(
@@ -62,5 +63,15 @@ def test_interval_zero_starts_no_thread(tmp_path: Path) -> None:
             "SWEEP_INTERVAL": 0,
         }
     )
-    assert start_for_worker(app) is None
-    assert not (tmp_path / "root" / STATE_FILE).exists()
+    housekeeper = start_for_worker(app)  # it still runs recoveries and renews the canary
+    assert housekeeper is not None
+    try:
+        deadline = time.monotonic() + 5
+        while not housekeeper.is_leader and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert housekeeper.is_leader
+        time.sleep(0.3)
+        assert not (tmp_path / "root" / STATE_FILE).exists()
+    finally:
+        housekeeper.stop()
+        sweeper_module._started = None

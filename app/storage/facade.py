@@ -6,26 +6,38 @@ The API, the console, the CLI and the sweeper reach storage only through this ob
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from .atomic import flush_derived, write_atomic
+from .backup.tree_export import ExportSummary, export_tree
+from .backup.tree_import import ImportSummary, import_tree
 from .clock import Clock, system_clock
 from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck
 from .keys import root_key
 from .layout import Scope
+from .limits import LimitsFile
 from .memstores import MemoryStoreEngine
 from .memstores.fsck import upgrade_store_dirs
 from .memstores.retention import VersionSweep
 from .models import FsckReport
 from .projects import list_projects
 from .readiness import check_ready
+from .records import dumps, read_json
+from .recovery import Plan, Recovery, Report
 from .retention import SweepReport, sweep
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
+from .tokens import TokenRegistry
+
+if TYPE_CHECKING:
+    import filelock
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +88,10 @@ class TreeStorage:
         lock_timeout: float = 10.0,
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        tokens_file: Path | None = None,
     ) -> None:
+        self.tokens_file = tokens_file
+        self._registry: TokenRegistry | None = None
         self.tasks = TaskStore(
             root,
             retention=retention,
@@ -86,6 +101,7 @@ class TreeStorage:
         )
         self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
         self.layout = self.tasks.layout
+        self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines)."""
@@ -116,8 +132,51 @@ class TreeStorage:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         return done
 
+    def recover(self, plan: Plan) -> Report:
+        """Repair what an unclean stop left (the caller holds the root lock): the writes the
+        journals name at once; when unsynced data may have been lost, mark the full check
+        that :meth:`full_check` runs in the background."""
+        report = Report(plan)
+        if plan.clean:
+            return report
+        for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
+            report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        if plan.full:
+            self.recovery.mark_recovering(plan.reason)
+        return report
+
+    def full_check(self) -> FsckReport | None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
+        if self.recovery.recovering_reason() is None:
+            return None
+        report = self.fsck(repair=True)
+        flush_derived()
+        self.recovery.recovered()
+        return report
+
     def ready(self) -> tuple[bool, str]:
+        pending = self.recovery.recovering_reason()
+        if pending is not None:
+            return False, f"recovering: a full check is running ({pending})"
         return check_ready(self.tasks)
+
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Back up one project, one tenant or everything to ``out`` (backup/format.py)."""
+        return export_tree(self, out, tenant=tenant, project=project)
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> ImportSummary:
+        """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
+        of one project)."""
+        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list_projects(self.layout, tenants)
@@ -127,3 +186,54 @@ class TreeStorage:
 
     def describe(self) -> dict[str, Path | str]:
         return {"backend": "tree", "storage root": self.layout.root}
+
+    # -- what every worker shares: files beside (or, for tokens, outside) the root ----------
+    def token_registry(self, tokens_file: Path | None = None) -> TokenRegistry:
+        """The registry file (MEMORY_TOKENS_FILE, outside the root), one object per backend."""
+        path = tokens_file or self.tokens_file
+        if path is None:
+            raise ValueError("the tree keeps tokens in a file: give its path")
+        if self._registry is None or self._registry.path != Path(os.path.abspath(path)):
+            self._registry = TokenRegistry(
+                path, clock=self.tasks.clock, lock_timeout=self.tasks.lock_timeout
+            )
+        return self._registry
+
+    def limits(self) -> LimitsFile:
+        return LimitsFile(self.layout.root, lock_timeout=self.tasks.lock_timeout)
+
+    def lead(self, name: str) -> _FileLease | None:
+        """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""
+        from .locks import try_locked
+
+        lock = try_locked(self.layout.check_inside(self.layout.locks_dir() / f"{name}.leader"))
+        return None if lock is None else _FileLease(lock)
+
+    def _state_path(self, name: str) -> Path:
+        return self.layout.root / f".{name}.json"
+
+    def load_state(self, name: str) -> dict[str, Any] | None:
+        try:
+            state = read_json(self._state_path(name))
+        except Exception:  # noqa: BLE001 - a torn state file only costs an early run
+            return None
+        return state if isinstance(state, dict) else None
+
+    def save_state(self, name: str, state: dict[str, Any]) -> None:
+        write_atomic(self._state_path(name), dumps(state))
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per use."""
+
+
+class _FileLease:
+    """A held flock: the kernel drops it when its process dies."""
+
+    def __init__(self, lock: filelock.BaseFileLock) -> None:
+        self._lock = lock
+
+    def held(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        self._lock.release()

@@ -1,9 +1,12 @@
 """The storage interface: what the API, the console, the CLI and the memory tool may call.
 
 Two engines, one Protocol each, and :class:`StorageBackend`, the object the app builds once
-(app/storage/facade.py for the tree). A second backend implements the same three and
-passes the same conformance suite (tests/conformance/); nothing above the storage layer
-knows which one runs. Errors are the ones of app/storage/errors.py (and memstores/models.py).
+(app/storage/backends.py): the tree (app/storage/facade.py) or PostgreSQL with an object
+store (app/storage/pg/). Both pass the same conformance suite (tests/conformance/); nothing
+above the storage layer knows which one runs. Errors are the ones of app/storage/errors.py
+(and memstores/models.py). What every node of a deployment must agree on (tokens, limit
+overrides, secret keys, the sweeper's leadership and state) is reached through the backend
+too, so that a second engine can keep it where all its nodes see it.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from .clock import Clock
 from .layout import Scope
+from .limits import RateOverride, RateOverrides
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
 from .models import ArtifactInfo, ArtifactStream, FsckReport, TaskIndex, TaskPage, TurnRecord
+from .tokens import Token
 
 
 class TaskBackend(Protocol):
@@ -194,24 +199,96 @@ class StoreBackend(Protocol):
 class SweepResult(Protocol):
     """What one retention sweep did (or, in a dry run, would do)."""
 
-    errors: tuple[str, ...]
+    @property
+    def errors(self) -> tuple[str, ...]: ...
 
     def to_dict(self) -> dict[str, object]: ...
 
     def lines(self) -> list[str]: ...
 
 
+class TokenStore(Protocol):
+    """The token registry: hashed secrets, roles, scope, expiry and revocation."""
+
+    def authenticate(self, secret: str) -> Token | None: ...
+
+    def get(self, token_id: str) -> Token | None: ...
+
+    def all(self) -> list[Token]: ...
+
+    def is_empty(self) -> bool: ...
+
+    def create(
+        self,
+        *,
+        role: str,
+        tenant: str | None = None,
+        project: str | None = None,
+        name: str = "",
+        expires_in: timedelta | None = None,
+    ) -> tuple[Token, str]: ...
+
+    def revoke(self, token_id: str) -> Token: ...
+
+
+class LimitsStore(Protocol):
+    """Per-tenant and per-project limit overrides (app/storage/limits.py's document)."""
+
+    @property
+    def path(self) -> Path | str: ...
+
+    def stamp(self) -> tuple[int, int, int]:
+        """A value that changes whenever the overrides do (cheap: polled every second)."""
+        ...
+
+    def document(self) -> dict[str, Any]: ...
+
+    def rates(self) -> RateOverrides: ...
+
+    def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride: ...
+
+    def clear_rate(self, tenant: str, project: str | None) -> bool: ...
+
+
+class Lease(Protocol):
+    """Leadership held by one thread of one process of every node (the sweeper's)."""
+
+    def held(self) -> bool:
+        """Whether it still holds (a lost database connection loses it)."""
+        ...
+
+    def release(self) -> None: ...
+
+
 class StorageBackend(Protocol):
     """Both engines and the operations on everything they hold."""
 
-    tasks: TaskBackend
-    stores: StoreBackend
+    @property
+    def tasks(self) -> TaskBackend: ...
+
+    @property
+    def stores(self) -> StoreBackend: ...
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepResult: ...
 
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def export(self, out: Path, *, tenant: str | None = None, project: str | None = None) -> Any:
+        """Write a backup (app/storage/backup/format.py) of one project, one tenant or all."""
+        ...
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> Any:
+        """Restore a backup, all of it or nothing."""
+        ...
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         """The projects that hold anything, of ``tenants`` (None: of every tenant)."""
@@ -222,3 +299,27 @@ class StorageBackend(Protocol):
         ...
 
     def describe(self) -> dict[str, Path | str]: ...
+
+    def token_registry(self, tokens_file: Path | None = None) -> TokenStore:
+        """The token registry (the tree keeps it in ``tokens_file``, outside its root)."""
+        ...
+
+    def limits(self) -> LimitsStore: ...
+
+    def lead(self, name: str) -> Lease | None:
+        """Become the one holder of ``name`` across every worker and node, or None at once."""
+        ...
+
+    def load_state(self, name: str) -> dict[str, Any] | None:
+        """A small JSON object every node shares (the sweeper's last runs)."""
+        ...
+
+    def save_state(self, name: str, state: dict[str, Any]) -> None: ...
+
+    def upgrade(self) -> list[str]:
+        """Bring stored data written by an older version to this one (idempotent)."""
+        ...
+
+    def close(self) -> None:
+        """Release this process's connections (before gunicorn forks its workers)."""
+        ...

@@ -17,6 +17,8 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/_tasks/NNNN.lock, _stores/NNNN.lock     lock stripes, never deleted
     <root>/.locks/_tasks.inflight, _stores.inflight       the write in flight on each stripe
     <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
+    <root>/.locks/_server.lock, _canary, _recovering      the root lock and the recovery's state
+    <root>/.server-running                                the running sentinel (recovery.py)
     <root>/.trash/                                        deletions in progress
     <root>/.cursor-key                                    signs list cursors (app/storage/cursor.py)
     <root>/.console-key                                   signs the console's session cookies
@@ -73,6 +75,10 @@ LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
 CURSOR_KEY = ".cursor-key"
 CONSOLE_KEY = ".console-key"
+SENTINEL = ".server-running"
+SERVER_LOCK = "_server.lock"
+CANARY = "_canary"
+RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
 # Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
@@ -245,6 +251,18 @@ class Layout:
 
     def project_lock(self, scope: Scope) -> Path:
         return self.locks_dir() / scope.tenant / scope.project / "project.lock"
+
+    def sentinel(self) -> Path:
+        return self.root / SENTINEL
+
+    def server_lock(self) -> Path:
+        return self.locks_dir() / SERVER_LOCK
+
+    def canary(self) -> Path:
+        return self.locks_dir() / CANARY
+
+    def recovering_marker(self) -> Path:
+        return self.locks_dir() / RECOVERING
 
     def trash_dir(self) -> Path:
         return self.root / TRASH_DIR

@@ -186,6 +186,28 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {_VERSION}")
 
 
+def _set_task(conn: sqlite3.Connection, task_id: str, rows: list[TurnRow]) -> None:
+    existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+    conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
+    if not rows:
+        if existed:
+            conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+            conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'tasks'")
+        return
+    conn.executemany(
+        f"INSERT INTO turns VALUES ({_TURN_VALUES})", [r.values(task_id) for r in rows]
+    )
+    conn.execute(
+        "INSERT INTO tasks (task_id, updated_us, retain_until_us) VALUES (?, ?, ?)"
+        " ON CONFLICT (task_id) DO UPDATE SET"
+        " updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us",
+        (task_id, max(r.updated_us for r in rows), max(r.retain_until_us for r in rows)),
+    )
+    conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
+    if not existed:
+        conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+
+
 @dataclass(frozen=True, slots=True)
 class TurnRow:
     turn: int
@@ -308,29 +330,16 @@ class Listing:
     # -- writes ----------------------------------------------------------------------------
     def set_task(self, task_id: str, turns: Iterable[TurnRow]) -> None:
         """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task)."""
-        rows = list(turns)
         with self._write() as conn:
-            existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-            conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
-            if not rows:
-                if existed:
-                    conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
-                    conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'tasks'")
-                return
-            conn.executemany(
-                f"INSERT INTO turns VALUES ({_TURN_VALUES})", [r.values(task_id) for r in rows]
-            )
-            updated = max(r.updated_us for r in rows)
-            retain = max(r.retain_until_us for r in rows)
-            conn.execute(
-                "INSERT INTO tasks (task_id, updated_us, retain_until_us) VALUES (?, ?, ?)"
-                " ON CONFLICT (task_id) DO UPDATE SET"
-                " updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us",
-                (task_id, updated, retain),
-            )
-            conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
-            if not existed:
-                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+            _set_task(conn, task_id, list(turns))
+
+    def set_tasks(self, tasks: dict[str, list[TurnRow]], batch: int = 1000) -> None:
+        """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
+        items = list(tasks.items())
+        for start in range(0, len(items), batch):
+            with self._write() as conn:
+                for task_id, rows in items[start : start + batch]:
+                    _set_task(conn, task_id, rows)
 
     def put_turn(self, task_id: str, row: TurnRow) -> None:
         """Record one written turn: O(log n) whatever the project size."""

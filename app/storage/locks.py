@@ -18,6 +18,7 @@ from typing import Any
 
 import filelock
 
+from .atomic import DIR_MODE
 from .errors import LockTimeout
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
@@ -81,7 +82,7 @@ def _gate(key: str) -> Iterator[threading.Lock]:
 def locked(path: Path, timeout: float) -> Iterator[None]:
     """Hold an exclusive flock on ``path`` (created with its parents) for the block."""
     if not os.path.exists(path):  # a stat, where mkdir(exist_ok) is a failing mkdir each time
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
     key = str(path)
     started = time.monotonic()
     with _gate(key) as gate:
@@ -114,7 +115,7 @@ def _observe(started: float, acquired: bool) -> None:
 
 def try_locked(path: Path) -> filelock.BaseFileLock | None:
     """Take ``path`` without waiting; return the held lock, or None if another holder has it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path), timeout=0)
     try:
         lock.acquire()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .clock import iso_us, parse_iso_us, to_us
 from .errors import Corrupt, StorageError, UnsafePath
-from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id
+from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, trash_age_seconds
 from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_DIR_RE, TURN_META, Scope
 from .records import read_turn, turn_dirs
 from .tasks import TaskStore
@@ -264,6 +264,8 @@ class _Sweep:
             if entry.is_link:
                 self.links.append(entry.path)
                 continue
+            if trash_age_seconds(self.tree, entry.path, self.wall_now) < self.grace:
+                continue  # a deletion in progress, or an export's snapshot in use
             count += 1
             if not self.dry_run:
                 self.tree.remove(entry.path)

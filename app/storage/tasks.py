@@ -31,6 +31,7 @@ from ulid import ULID
 
 from . import digest as digest_mod
 from .atomic import (
+    DIR_MODE,
     batched_dir_syncs,
     fsync_dir,
     make_dirs,
@@ -241,7 +242,8 @@ class TaskStore:
                 # The old turn expired: it is gone for every reader, so its artifacts must
                 # not come back with the new write.
                 expired_dir = self.trash(turn_dir)
-            make_dirs(turn_dir / ARTIFACTS_DIR, self.layout.root)
+            # artifacts/ comes with the first artifact: a turn without one costs no inode for it.
+            make_dirs(turn_dir, self.layout.root)
             record = TurnRecord(
                 task_id=task_id,
                 turn=turn,
@@ -389,7 +391,29 @@ class TaskStore:
         self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
         if self._alive(read_turn(turn_dir), self.now_us()) is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        self._ensure_artifacts_dir(path.parent, task_id, turn)
+        created = self._ensure_artifacts_dir(path.parent, task_id, turn)
+        try:
+            return self._put_artifact(
+                scope, task_id, turn, name, stream, content_type, if_match, if_none_match
+            )
+        except BaseException:
+            if created:
+                self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
+            raise
+
+    def _put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        content_type: str,
+        if_match: str | None,
+        if_none_match: bool,
+    ) -> ArtifactInfo:
+        path = self.layout.artifact(scope, task_id, turn, name)
+        turn_dir = path.parent.parent
         with (
             stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged,
             self.transaction(scope, task_id) as txn,
@@ -441,18 +465,19 @@ class TaskStore:
             remove_quietly(backup)
         return info
 
-    def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> None:
-        # A tree restored from git or a backup that drops empty directories has turns without
-        # artifacts/. Create only that last level: if the turn itself vanished (a concurrent
-        # delete), recreating its parents would resurrect an empty task skeleton.
+    def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> bool:
+        """Create the turn's artifacts/ (a turn has one from its first artifact on); return
+        whether this call created it. Only that last level: if the turn itself vanished (a
+        concurrent delete), recreating its parents would resurrect an empty task skeleton."""
         with os_errors():
             try:
-                os.mkdir(directory)
+                os.mkdir(directory, DIR_MODE)
             except FileExistsError:
-                return
+                return False
             except FileNotFoundError:
                 raise NotFound(f"turn {turn} of task {task_id} not found") from None
             fsync_dir(directory.parent)
+            return True
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
         """Open a live artifact for streaming; the caller closes ``file``."""

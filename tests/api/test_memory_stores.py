@@ -14,6 +14,9 @@ from werkzeug.test import TestResponse
 
 from tests.conftest import FixedClock, Tokens
 
+# Runs against every backend MEMORY_TEST_BACKENDS names (tests/conftest.py).
+pytestmark = pytest.mark.all_backends
+
 BASE = "/v1/memory_stores"
 ULID_TAIL = "[0-9A-HJKMNP-TV-Z]{26}"
 
@@ -221,6 +224,7 @@ def test_retrieve_store_and_not_found(api: Api) -> None:
     assert_error(api.get(f"{BASE}/..%2F..%2Fetc"), 404, "not_found_error")
 
 
+@pytest.mark.tree_only("reads the store's live files")
 def test_update_store_patch_semantics(api: Api, clock: FixedClock, app: Flask) -> None:
     store = api.store("Old Name", description="desc", metadata={"a": "1", "b": "2"})
     sid = store["id"]
@@ -384,6 +388,7 @@ def test_create_memory_refuses_invalid_paths(api: Api, path: str) -> None:
     assert api.versions(sid) == []
 
 
+@pytest.mark.tree_only("reads the store's live files")
 def test_valid_path_edges(api: Api, app: Flask) -> None:
     sid = api.store()["id"]
     long_path = "/" + "/".join(["a" * 254] * 4) + "/" + "b" * 3  # 1,024 bytes exactly
@@ -613,6 +618,7 @@ def test_retrieve_memory_views(api: Api) -> None:
     assert_error(api.get(f"{BASE}/{other}/memories/{mem['id']}"), 404, "not_found_error")
 
 
+@pytest.mark.tree_only("reads the store's live files")
 def test_update_content_and_rename(api: Api, app: Flask, clock: FixedClock) -> None:
     sid = api.store()["id"]
     mem = api.memory(sid, "/prefs/format.md", "v1")
@@ -642,6 +648,7 @@ def test_update_content_and_rename(api: Api, app: Flask, clock: FixedClock) -> N
     assert len(api.versions(sid, memory_id=mem["id"])) == 4
 
 
+@pytest.mark.tree_only("reads the store's live files")
 def test_rename_into_own_subtree_and_back(api: Api, app: Flask) -> None:
     sid = api.store()["id"]
     mem = api.memory(sid, "/a/b", "data")
@@ -737,6 +744,7 @@ def test_update_unknown_memory(api: Api) -> None:
     assert_error(r, 404, "not_found_error")
 
 
+@pytest.mark.tree_only("reads the store's live files")
 def test_delete_memory(api: Api, app: Flask) -> None:
     sid = api.store()["id"]
     mem = api.memory(sid, "/deep/er/file.md", "bye")
@@ -968,6 +976,7 @@ def test_unknown_routes_and_methods_use_the_envelope(api: Api) -> None:
 
 
 # -- the tree on disk ---------------------------------------------------------------------------
+@pytest.mark.tree_only("reads the store's live files")
 def test_tree_on_disk_matches_the_api_byte_for_byte(api: Api, app: Flask) -> None:
     sid = api.store("Scripted Session")["id"]
     a = api.memory(sid, "/prefs/format.md", "Use tabs.\n")

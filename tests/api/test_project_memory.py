@@ -10,6 +10,9 @@ from flask.testing import FlaskClient
 
 from tests.conftest import FixedClock, Tokens
 
+# Runs against every backend MEMORY_TEST_BACKENDS names (tests/conftest.py).
+pytestmark = pytest.mark.all_backends
+
 BASE = "/sandbox/memory/v1"
 
 

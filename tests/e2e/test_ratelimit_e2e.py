@@ -204,6 +204,14 @@ def test_a_429_in_each_api_shape_and_other_projects_unaffected(server: Server) -
     assert conn.request("GET", f"{API}/tasks", auth)[0] == 429
 
 
+def _length(raw: bytes) -> int:
+    for line in raw.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
 def test_an_upload_over_budget_is_refused_before_its_body_is_sent(server: Server) -> None:
     auth = writer(server, "uploads")
     artifact = f"{server.url}{API}/tasks/t/turns/0/artifacts/blob.bin"
@@ -223,8 +231,13 @@ def test_an_upload_over_budget_is_refused_before_its_body_is_sent(server: Server
                 f"Content-Length: {200 * KiB}\r\nContent-Type: application/octet-stream\r\n\r\n"
             ).encode()
         )
-        answer = sock.recv(65536).decode()
-    head, _, body = answer.partition("\r\n\r\n")
+        raw = b""
+        while b"\r\n\r\n" not in raw or len(raw.partition(b"\r\n\r\n")[2]) < _length(raw):
+            chunk = sock.recv(65536)  # the head and the body may come in separate segments
+            if not chunk:
+                break
+            raw += chunk
+    head, _, body = raw.decode().partition("\r\n\r\n")
     assert head.startswith("HTTP/1.1 429"), head
     assert 'RateLimit: "project-upload";r=0;t=' in head and "Retry-After: " in head
     assert "request bodies" in json.loads(body)["detail"]

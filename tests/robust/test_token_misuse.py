@@ -20,6 +20,9 @@ from app.api.public import PUBLIC_ENDPOINTS
 from tests.conftest import FixedClock, Tokens
 from tests.robust.helpers import BASE
 
+# Runs against every backend MEMORY_TEST_BACKENDS names (tests/conftest.py).
+pytestmark = pytest.mark.all_backends
+
 SECRET_TEXT = b"SECRET-OF-ACME-WEB"
 WRITE = {"POST", "PUT", "PATCH", "DELETE"}
 

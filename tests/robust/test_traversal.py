@@ -27,6 +27,9 @@ from app.storage.retention import sweep
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, tree_outside
 
+# Runs against every backend MEMORY_TEST_BACKENDS names (tests/conftest.py).
+pytestmark = pytest.mark.all_backends
+
 HOSTILE = [
     "..",
     ".",
@@ -91,7 +94,7 @@ def seeded(app: Flask, client: FlaskClient, tokens: Tokens) -> dict[str, str]:
 
 
 def test_hostile_values_in_every_slot(
-    app: Flask, client: FlaskClient, seeded: dict[str, str], tmp_path: Path
+    app: Flask, client: FlaskClient, seeded: dict[str, str], tmp_path: Path, backend_kind: str
 ) -> None:
     root = Path(app.config["STORAGE_ROOT"])
     outside_before = tree_outside(tmp_path) - {
@@ -110,6 +113,11 @@ def test_hostile_values_in_every_slot(
     assert seen > 300
     outside_after = {p for p in tree_outside(tmp_path) if not p.startswith("root")}
     assert outside_after == outside_before
+    assert [
+        t.task_id for t in app.extensions["storage"].tasks.list_tasks(Scope("acme", "web")).tasks
+    ] == ["t"]
+    if backend_kind != "tree":
+        return
     # The only task is the one we made; no stray names inside the root either.
     assert sorted(
         p.name for p in (root / "acme" / "web").iterdir() if not p.name.startswith(("_", "."))
@@ -193,6 +201,7 @@ def test_raw_paths_and_duplicate_headers_on_a_real_server(
     }
 
 
+@pytest.mark.tree_only("plants symlinks in the tree")
 def test_planted_symlinks_are_never_followed(
     app: Flask, client: FlaskClient, seeded: dict[str, str], tmp_path: Path
 ) -> None:

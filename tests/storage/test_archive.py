@@ -1,40 +1,43 @@
-"""Export/import: a byte-identical round trip; a corrupt archive imports nothing."""
+"""Backups: a byte-identical round trip of tasks and memory stores; a corrupt, tampered or
+crafted backup imports nothing."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.storage import Scope, TaskStore
-from app.storage.archive import ArchiveError, export_project, import_project
-from app.storage.fsck import fsck
-from app.storage.layout import PROJECT_DIGEST
+from app.storage import Scope
+from app.storage.backup.format import PAX_SHA256, ArchiveError
+from app.storage.facade import TreeStorage
+from app.storage.memstores import VersionFilter
 from tests.conftest import FixedClock
+from tests.storage._helpers import snapshot
 
+SCOPE = Scope("acme", "web")
 TASKS = {"alpha": 2, "beta": 1, "index.json": 1}  # a task named like a reserved file works
+ACTOR = {"type": "api_actor", "api_key_id": "tok_owner"}
 
 
-def files(project_dir: Path) -> dict[str, bytes]:
-    """Every file of the project's tasks and its digest (the SQLite listing is derived)."""
-    out = {}
-    for path in sorted(project_dir.rglob("*")):
-        if path.is_file() and not path.name.startswith("_listing"):
-            out[str(path.relative_to(project_dir))] = path.read_bytes()
-    return out
+def make(root: Path, clock: FixedClock) -> TreeStorage:
+    return TreeStorage(root, clock=clock, lock_timeout=5.0)
 
 
 @pytest.fixture
-def source(store: TaskStore, clock: FixedClock, scope: Scope) -> TaskStore:
+def source(tmp_path: Path, clock: FixedClock) -> TreeStorage:
+    storage = make(tmp_path / "root", clock)
+    tasks = storage.tasks
     for task, turns in TASKS.items():
         for turn in range(turns):
-            store.put_turn(
-                scope,
+            tasks.put_turn(
+                SCOPE,
                 task,
                 turn,
                 meta={"n": turn, "text": "ünïcode"},
@@ -42,204 +45,415 @@ def source(store: TaskStore, clock: FixedClock, scope: Scope) -> TaskStore:
                 actor="tok_owner",
             )
             clock.advance(seconds=1)
-    store.put_artifact(
-        scope, "alpha", 1, "data.bin", io.BytesIO(os.urandom(300_000)), content_type="x/y"
+    tasks.put_artifact(
+        SCOPE, "alpha", 1, "data.bin", io.BytesIO(os.urandom(300_000)), content_type="x/y"
     )
-    store.put_artifact(scope, "beta", 0, "empty", io.BytesIO(b""), content_type="text/plain")
-    return store
-
-
-def other_store(tmp_path: Path, clock: FixedClock) -> TaskStore:
-    return TaskStore(tmp_path / "other-root", clock=clock, lock_timeout=5.0)
-
-
-def test_round_trip_is_byte_identical(
-    source: TaskStore, scope: Scope, tmp_path: Path, clock: FixedClock
-) -> None:
-    archive = tmp_path / "web.tar.gz"
-    summary = export_project(source, scope, archive)
-    assert summary.tasks == 3
-    target = other_store(tmp_path, clock)
-    result = import_project(target, archive)
-    assert (result.tenant, result.project, result.tasks) == ("acme", "web", 3)
-
-    before = files(source.layout.project_dir(scope))
-    after = files(target.layout.project_dir(scope))
-    assert set(after) == set(before)
-    assert after == before  # records, index.json, summaries, artifacts and _project.md
-    assert PROJECT_DIGEST in after
-    assert fsck(target).clean
-    page = target.list_tasks(scope, limit=10)
-    assert [t.task_id for t in page.tasks] == [t.task_id for t in source.list_tasks(scope).tasks]
-    stream = target.open_artifact(scope, "alpha", 1, "data.bin")
-    with stream.file:
-        original = source.layout.artifact(scope, "alpha", 1, "data.bin").read_bytes()
-        assert stream.file.read() == original
-
-
-def test_import_into_another_tenant_and_project(
-    source: TaskStore, scope: Scope, tmp_path: Path
-) -> None:
-    archive = tmp_path / "web.tar.gz"
-    export_project(source, scope, archive)
-    other = Scope("globex", "copy")
-    import_project(source, archive, tenant=other.tenant, project=other.project)
-    before = files(source.layout.project_dir(scope))
-    after = files(source.layout.project_dir(other))
-    digest_before, digest_after = before.pop(PROJECT_DIGEST), after.pop(PROJECT_DIGEST)
-    assert after == before
-    assert (
-        b"globex/copy" in digest_after
-        and digest_after.replace(b"globex/copy", b"acme/web") == digest_before
+    tasks.put_artifact(SCOPE, "beta", 0, "empty", io.BytesIO(b""), content_type="text/plain")
+    tasks.put_turn(Scope("acme", "mobile"), "m", 0, meta={}, summary_md="other project")
+    tasks.put_turn(Scope("globex", "web"), "g", 0, meta={}, summary_md="other tenant")
+    stores = storage.stores
+    kept = stores.create_store(
+        SCOPE, name="Prefs", description="d", metadata={"k": "v"}, creator="tok_owner"
     )
-    assert fsck(source).clean
+    mem = stores.create_memory(SCOPE, kept.id, path="/a/b.md", content="one", actor=ACTOR)
+    stores.update_memory(SCOPE, kept.id, mem.id, content="two", actor=ACTOR)
+    gone = stores.create_memory(SCOPE, kept.id, path="/gone.md", content="x", actor=ACTOR)
+    stores.delete_memory(SCOPE, kept.id, gone.id, actor=ACTOR)
+    stores.redact_version(SCOPE, kept.id, mem.memory_version_id, actor=ACTOR)
+    old = stores.create_store(SCOPE, name="Old", creator=None)
+    stores.create_memory(SCOPE, old.id, path="/x", content="x", actor=None)
+    stores.archive_store(SCOPE, old.id)
+    return storage
 
-    # Export of the copy carries the same files with the same hashes.
-    again = tmp_path / "copy.tar.gz"
-    export_project(source, other, again)
-    manifests = [_manifest(archive), _manifest(again)]
-    assert [m["tenant"] for m in manifests] == ["acme", "globex"]
-    strip = [
-        {f["path"]: f["sha256"] for f in m["files"] if f["path"] != "project.md"} for m in manifests
+
+def records_and_derived(root: Path) -> dict[str, Any]:
+    """Every file a backup restores (records) or rebuilds (derived), but the SQLite files."""
+    keep = {}
+    for name, data in snapshot(root).items():
+        if name.startswith((".locks", ".trash", ".cursor-key", ".console-key")):
+            continue
+        if ".sqlite3" in name or name.endswith("_project.md"):
+            continue
+        keep[name] = data
+    return keep
+
+
+def answers(storage: TreeStorage) -> dict[str, Any]:
+    """What the API would answer about everything (through the storage interface)."""
+    out: dict[str, Any] = {}
+    for scope in storage.projects():
+        page = storage.tasks.list_tasks(scope, limit=1000)
+        out[f"{scope}/tasks"] = page
+        for t in page.tasks:
+            index = storage.tasks.get_task(scope, t.task_id)
+            out[f"{scope}/{t.task_id}"] = index
+            for entry in index.turns:
+                out[f"{scope}/{t.task_id}/{entry.turn}"] = storage.tasks.get_turn(
+                    scope, t.task_id, entry.turn
+                )
+        fh, _ = storage.tasks.open_digest(scope)
+        with fh:
+            out[f"{scope}/project.md"] = fh.read()
+        stores = storage.stores.list_stores(scope, limit=100, include_archived=True)
+        out[f"{scope}/stores"] = stores
+        for store in stores.data:
+            out[f"{store.id}/memories"] = storage.stores.list_memories(
+                scope, store.id, limit=20, full=True
+            )
+            out[f"{store.id}/versions"] = storage.stores.list_versions(
+                scope, store.id, filters=VersionFilter(), limit=100, full=True
+            )
+    return out
+
+
+def test_a_whole_root_round_trips_byte_for_byte_and_answers_the_same(
+    source: TreeStorage, tmp_path: Path, clock: FixedClock
+) -> None:
+    backup = tmp_path / "all.tar.gz"
+    summary = source.export(backup)
+    assert summary.counts == {
+        "tasks": 5,
+        "turns": 6,
+        "artifacts": 2,
+        "artifact_bytes": 300_000,
+        "stores": 2,
+        "versions": 5,
+    }
+    target = make(tmp_path / "restored", clock)
+    with open(backup, "rb") as fh:
+        result = target.import_(fh)
+    assert (result.tasks, result.stores) == (5, 2)
+    target = make(tmp_path / "restored", clock)  # a server started on the restored root
+    assert records_and_derived(target.layout.root) == records_and_derived(source.layout.root)
+    assert answers(target) == answers(source)  # cursors too: the key came with the backup
+    assert target.fsck().clean
+
+
+def test_a_project_goes_into_another_tenant_and_project(
+    source: TreeStorage, tmp_path: Path, clock: FixedClock
+) -> None:
+    backup = tmp_path / "web.tar.gz"
+    summary = source.export(backup, tenant="acme", project="web")
+    assert summary.counts["tasks"] == 3 and summary.counts["stores"] == 2
+    copy = Scope("initech", "copy")
+    with open(backup, "rb") as fh:
+        source.import_(fh, tenant=copy.tenant, project=copy.project)
+    assert [t.task_id for t in source.tasks.list_tasks(copy).tasks] == [
+        t.task_id for t in source.tasks.list_tasks(SCOPE).tasks
     ]
-    assert strip[0] == strip[1]
+    assert {s.id for s in source.stores.list_stores(copy, include_archived=True).data} == {
+        s.id for s in source.stores.list_stores(SCOPE, include_archived=True).data
+    }
+    assert source.fsck().clean
+    with open(backup, "rb") as fh, pytest.raises(ArchiveError, match="already exist"):
+        source.import_(fh, tenant=copy.tenant, project=copy.project)
 
 
-def _manifest(archive: Path) -> dict:  # type: ignore[type-arg]
-    with tarfile.open(archive, "r:gz") as tar:
+def test_a_tenant_backup_holds_that_tenant_only(source: TreeStorage, tmp_path: Path) -> None:
+    backup = tmp_path / "acme.tar.gz"
+    source.export(backup, tenant="acme")
+    names = member_names(backup)
+    assert any(n.startswith("tasks/acme/mobile/") for n in names)
+    assert not any("globex" in n for n in names) and "keys/cursor-key" not in names
+    assert names[-1] == "manifest.json"
+    manifest = read_manifest(backup)
+    assert manifest["scope"] == {"tenant": "acme", "project": None}
+    assert manifest["counts"]["tasks"] == 4
+
+
+def test_a_person_reads_the_backup_with_tar(source: TreeStorage, tmp_path: Path) -> None:
+    backup = tmp_path / "web.tar.gz"
+    source.export(backup, tenant="acme", project="web")
+    names = member_names(backup)
+    assert "tasks/acme/web/alpha/0001-turn/artifacts/data.bin" in names
+    assert "tasks/acme/web/index.json/task.json" in names
+    assert not any(n.endswith(("index.json/index.json", "summary.md", ".sqlite3")) for n in names)
+    assert any(n.startswith("stores/acme/web/memstore_") and "/versions/" in n for n in names)
+
+
+def member_names(backup: Path) -> list[str]:
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(backup.read_bytes()))) as tar:
+        return tar.getnames()
+
+
+def read_manifest(backup: Path) -> dict[str, Any]:
+    with tarfile.open(backup, "r:gz") as tar:
         fh = tar.extractfile("manifest.json")
         assert fh is not None
-        return json.loads(fh.read())  # type: ignore[no-any-return]
+        return dict(json.loads(fh.read()))
 
 
-def _assert_nothing_imported(target: TaskStore, scope: Scope) -> None:
-    project_dir = target.layout.project_dir(scope)
-    leftovers = list(project_dir.iterdir()) if project_dir.exists() else []
-    assert leftovers == [], leftovers
+# -- refusals: nothing imported ------------------------------------------------------------------
+def assert_nothing_imported(target: TreeStorage, before: dict[str, Any]) -> None:
+    after = snapshot(target.layout.root)
+    leftovers = sorted(set(after) - set(before))
+    assert not [p for p in leftovers if not p.startswith((".locks", ".trash"))], leftovers
 
 
-def test_corrupted_archive_is_refused_and_nothing_imported(
-    source: TaskStore, scope: Scope, tmp_path: Path, clock: FixedClock
+def import_refused(target: TreeStorage, backup: Path, message: str) -> None:
+    before = snapshot(target.layout.root)
+    with open(backup, "rb") as fh, pytest.raises(ArchiveError, match=message):
+        target.import_(fh)
+    assert_nothing_imported(target, before)
+
+
+@pytest.fixture
+def target(tmp_path: Path, clock: FixedClock) -> TreeStorage:
+    storage = make(tmp_path / "target", clock)
+    storage.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="kept")
+    return storage
+
+
+def test_a_corrupt_or_truncated_backup_imports_nothing(
+    source: TreeStorage, target: TreeStorage, tmp_path: Path
 ) -> None:
-    archive = tmp_path / "web.tar.gz"
-    export_project(source, scope, archive)
-    data = bytearray(archive.read_bytes())
+    backup = tmp_path / "web.tar.gz"
+    source.export(backup, tenant="acme", project="web")
+    data = bytearray(backup.read_bytes())
     data[len(data) // 2] ^= 0xFF
-    broken = tmp_path / "broken.tar.gz"
-    broken.write_bytes(bytes(data))
-    target = other_store(tmp_path, clock)
-    with pytest.raises(ArchiveError, match="corrupt"):
-        import_project(target, broken)
-    _assert_nothing_imported(target, scope)
-
-    truncated = tmp_path / "truncated.tar.gz"
-    truncated.write_bytes(archive.read_bytes()[: len(data) - 100])
-    with pytest.raises(ArchiveError, match="corrupt or truncated"):
-        import_project(target, truncated)
-    _assert_nothing_imported(target, scope)
+    (tmp_path / "flipped.tar.gz").write_bytes(bytes(data))
+    import_refused(target, tmp_path / "flipped.tar.gz", "corrupt")
+    (tmp_path / "cut.tar.gz").write_bytes(backup.read_bytes()[: len(data) - 100])
+    import_refused(target, tmp_path / "cut.tar.gz", "corrupt or truncated|no manifest")
 
 
-def _rewrite(archive: Path, out: Path, change: dict[str, bytes | None]) -> None:
-    """Copy ``archive`` with some members replaced (bytes) or dropped (None)."""
-    with tarfile.open(archive, "r:gz") as src, tarfile.open(out, "w:gz") as dst:
-        for member in src:
-            data = src.extractfile(member).read()  # type: ignore[union-attr]
-            if member.name in change:
-                if change[member.name] is None:
-                    continue
-                data = change[member.name]  # type: ignore[assignment]
-            member.size = len(data)
-            dst.addfile(member, io.BytesIO(data))
+class Craft:
+    """Build a backup member by member, with correct headers and manifest unless told."""
+
+    def __init__(self) -> None:
+        self.raw = io.BytesIO()
+        self.tar = tarfile.open(  # noqa: SIM115 - closed by finish()
+            fileobj=self.raw, mode="w|gz", format=tarfile.PAX_FORMAT
+        )
+        self.chain = hashlib.sha256()
+        self.n = 0
+        self.tasks: set[str] = set()
+        self.counts = {
+            "tasks": 0,
+            "turns": 0,
+            "artifacts": 0,
+            "artifact_bytes": 0,
+            "stores": 0,
+            "versions": 0,
+        }
+
+    def add(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        kind: str | None = None,
+        size: int | None = None,
+        type_: bytes = tarfile.REGTYPE,
+        sha: str | None = None,
+    ) -> Craft:
+        info = tarfile.TarInfo(name)
+        info.type = type_
+        info.size = len(data) if size is None else size
+        sha = sha or hashlib.sha256(data).hexdigest()
+        info.pax_headers = {PAX_SHA256: sha}
+        self.tar.addfile(info, io.BytesIO(data) if type_ == tarfile.REGTYPE else None)
+        self.chain.update(f"{name}\0{info.size}\0{sha}\n".encode())
+        self.n += 1
+        if kind == "artifact":
+            self.counts["artifacts"] += 1
+            self.counts["artifact_bytes"] += info.size
+        elif kind:
+            self.counts[kind] += 1
+        return self
+
+    def turn(
+        self,
+        task: str,
+        turn: int,
+        dirname: str | None = None,
+        artifacts: tuple[tuple[str, bytes], ...] = (),
+    ) -> Craft:
+        record = {
+            "version": 1,
+            "task_id": task,
+            "turn": turn,
+            "meta": {},
+            "summary_md": "s",
+            "artifacts": [
+                {
+                    "name": n,
+                    "content_type": "x/y",
+                    "size": len(d),
+                    "sha256": hashlib.sha256(d).hexdigest(),
+                    "updated_at": "2026-01-01T00:00:00.000000Z",
+                }
+                for n, d in artifacts
+            ],
+            "created_at": "2026-01-01T00:00:00.000000Z",
+            "updated_at": "2026-01-01T00:00:00.000000Z",
+            "retain_until": "2099-01-01T00:00:00.000000Z",
+            "updated_us": 1767225600000000,
+        }
+        if task not in self.tasks:
+            self.tasks.add(task)
+            record_json = {
+                "version": 1,
+                "task_id": task,
+                "owner": None,
+                "created_at": "2026-01-01T00:00:00.000000Z",
+            }
+            self.add(
+                f"tasks/acme/web/{task}/task.json", json.dumps(record_json).encode(), kind="tasks"
+            )
+        prefix = f"tasks/acme/web/{task}/{dirname or f'{turn:04d}-turn'}"
+        self.add(f"{prefix}/meta.json", json.dumps(record).encode(), kind="turns")
+        for n, d in artifacts:
+            self.add(f"{prefix}/artifacts/{n}", d, kind="artifact")
+        return self
+
+    def finish(self, path: Path, **override: Any) -> Path:
+        manifest = {
+            "format": "project-memory-backup",
+            "version": 2,
+            "scope": {"tenant": "acme", "project": "web"},
+            "exported_at": "x",
+            "counts": self.counts,
+            "members": self.n,
+            "digest": self.chain.hexdigest(),
+            **override,
+        }
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        self.tar.addfile(info, io.BytesIO(data))
+        self.tar.close()
+        path.write_bytes(self.raw.getvalue())
+        return path
+
+
+def test_a_crafted_backup_that_passes_every_check_imports(
+    target: TreeStorage, tmp_path: Path
+) -> None:
+    backup = Craft().turn("ok", 0, artifacts=(("a.bin", b"abc"),)).finish(tmp_path / "ok.tar.gz")
+    with open(backup, "rb") as fh:
+        target.import_(fh)
+    assert target.tasks.get_turn(SCOPE, "ok", 0).artifacts[0].size == 3
+    assert target.fsck().clean
+
+
+CRAFTED = {
+    "non-ASCII digits": (lambda c: c.turn("t", 1234, dirname="١٢٣٤-turn"), "not a member name"),
+    "a turn under another number": (
+        lambda c: c.turn("t", 7, dirname="0008-turn"),
+        "names task t turn 7",
+    ),
+    "a member twice": (lambda c: c.turn("t", 0).turn("t", 0), "appears twice"),
+    "an artifact named '.'": (
+        lambda c: c.turn("t", 0).add(
+            "tasks/acme/web/t/0000-turn/artifacts/.", b"x", kind="artifact"
+        ),
+        "not artifact names",
+    ),
+    "an artifact named '..'": (
+        lambda c: c.add("tasks/acme/web/t/0000-turn/artifacts/..", b"x"),
+        "not artifact names",
+    ),
+    "a path that climbs": (
+        lambda c: c.add("tasks/acme/web/../../../../escape", b"x"),
+        "not a member name",
+    ),
+    "an absolute path": (lambda c: c.add("/etc/cron.d/evil", b"x"), "not a member name"),
+    "a symlink": (
+        lambda c: c.add("tasks/acme/web/t/task.json", b"", type_=tarfile.SYMTYPE),
+        "not a regular file",
+    ),
+    "a hard link": (
+        lambda c: c.add("tasks/acme/web/t/task.json", b"", type_=tarfile.LNKTYPE),
+        "not a regular file",
+    ),
+    "a device": (
+        lambda c: c.add("tasks/acme/web/t/task.json", b"", type_=tarfile.CHRTYPE),
+        "not a regular file",
+    ),
+    "an artifact over the limit": (
+        lambda c: c.turn("t", 0).add(
+            "tasks/acme/web/t/0000-turn/artifacts/huge.bin", b"\0" * (300 << 20), kind="artifact"
+        ),
+        "over the limit",
+    ),
+    "an artifact meta.json does not list": (
+        lambda c: c.turn("t", 0).add(
+            "tasks/acme/web/t/0000-turn/artifacts/extra", b"x", kind="artifact"
+        ),
+        "artifacts differ",
+    ),
+    "bytes that differ from their SHA-256": (
+        lambda c: c.turn("t", 0).add(
+            "tasks/acme/web/t/0000-turn/artifacts/x", b"{}", kind="artifact", sha="0" * 64
+        ),
+        "do not match",
+    ),
+    "a torn record": (
+        lambda c: c.add("tasks/acme/web/t/0000-turn/meta.json", b'{"torn', kind="turns"),
+        "not valid JSON",
+    ),
+    "a task split in two": (lambda c: c.turn("b", 0).turn("a", 0).turn("b", 1), "out of order"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_a_crafted_backup_is_refused_and_imports_nothing(
+    target: TreeStorage, tmp_path: Path, case: str
+) -> None:
+    build, message = CRAFTED[case]
+    backup = build(Craft().turn("first", 0)).finish(tmp_path / "crafted.tar.gz")
+    if case == "an artifact over the limit":
+        assert backup.stat().st_size < 1 << 20  # it would have been small on disk
+    import_refused(target, backup, message)
+    assert not (tmp_path / "escape").exists() and target.tasks.get_turn(SCOPE, "mine", 0)
 
 
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("override", "message"),
     [
-        ({"tasks/alpha/0001-turn/artifacts/data.bin": b"swapped"}, "differ from the manifest"),
-        ({"tasks/beta/0000-turn/summary.md": None}, "missing"),
-        ({"manifest.json": None}, "manifest.json missing"),
-        ({"tasks/alpha/0000-turn/meta.json": b'{"torn'}, "not valid JSON"),
+        ({"members": 99}, "do not match the manifest"),
+        ({"digest": "0" * 64}, "do not match the manifest"),
+        ({"counts": {}}, "counts do not match"),
+        ({"format": "tar"}, "not a project-memory backup"),
+        ({"version": 1}, "unsupported backup version"),
     ],
 )
-def test_tampered_archive_is_refused(
-    source: TaskStore,
-    scope: Scope,
-    tmp_path: Path,
-    clock: FixedClock,
-    change: dict[str, bytes | None],
-    message: str,
+def test_a_manifest_that_disagrees_is_refused(
+    target: TreeStorage, tmp_path: Path, override: dict[str, Any], message: str
 ) -> None:
-    archive = tmp_path / "web.tar.gz"
-    export_project(source, scope, archive)
-    tampered = tmp_path / "tampered.tar.gz"
-    _rewrite(archive, tampered, change)
-    target = other_store(tmp_path, clock)
-    with pytest.raises(ArchiveError, match=message):
-        import_project(target, tampered)
-    _assert_nothing_imported(target, scope)
+    backup = Craft().turn("t", 0).finish(tmp_path / "m.tar.gz", **override)
+    import_refused(target, backup, message)
 
 
-def test_unsafe_member_names_are_refused(
-    source: TaskStore, scope: Scope, tmp_path: Path, clock: FixedClock
+def test_existing_tasks_and_stores_are_kept_unless_overwrite(
+    source: TreeStorage, tmp_path: Path, clock: FixedClock
 ) -> None:
-    evil = tmp_path / "evil.tar.gz"
-    with tarfile.open(evil, "w:gz") as tar:
-        info = tarfile.TarInfo("tasks/../../../escape.txt")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-    target = other_store(tmp_path, clock)
-    with pytest.raises(ArchiveError, match="not a path this format allows"):
-        import_project(target, evil)
-    assert not (tmp_path / "escape.txt").exists()
-
-    linky = tmp_path / "link.tar.gz"
-    with tarfile.open(linky, "w:gz") as tar:
-        info = tarfile.TarInfo("tasks/alpha/task.json")
-        info.type = tarfile.SYMTYPE
-        info.linkname = "/etc/passwd"
-        tar.addfile(info)
-    with pytest.raises(ArchiveError, match="not a regular file"):
-        import_project(target, linky)
+    backup = tmp_path / "web.tar.gz"
+    source.export(backup, tenant="acme", project="web")
+    target = make(tmp_path / "target", clock)
+    target.tasks.put_turn(SCOPE, "beta", 0, meta={}, summary_md="local beta")
+    target.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="local only")
+    import_refused(target, backup, "already exist.*beta.*--overwrite")
+    assert target.tasks.get_turn(SCOPE, "beta", 0).summary_md == "local beta"
+    with open(backup, "rb") as fh:
+        target.import_(fh, overwrite=True)
+    assert target.tasks.get_turn(SCOPE, "beta", 0).summary_md == "# beta\n\nturn 0\n"
+    assert target.tasks.get_turn(SCOPE, "mine", 0).summary_md == "local only"
+    assert target.tasks.list_tasks(SCOPE).total == 4
+    assert target.fsck().clean
 
 
-def test_existing_tasks_are_kept_unless_overwrite(
-    source: TaskStore, scope: Scope, tmp_path: Path, clock: FixedClock
-) -> None:
-    archive = tmp_path / "web.tar.gz"
-    export_project(source, scope, archive)
-    target = other_store(tmp_path, clock)
-    target.put_turn(scope, "beta", 0, meta={}, summary_md="local beta")
-    target.put_turn(scope, "mine", 0, meta={}, summary_md="local only")
-    with pytest.raises(ArchiveError, match="already exist.*beta.*--overwrite"):
-        import_project(target, archive)
-    assert target.get_turn(scope, "beta", 0).summary_md == "local beta"
-    assert not target.layout.task_dir(scope, "alpha").exists()
-
-    import_project(target, archive, overwrite=True)
-    assert target.get_turn(scope, "beta", 0).summary_md == "# beta\n\nturn 0\n"
-    assert target.get_turn(scope, "mine", 0).summary_md == "local only"
-    assert target.list_tasks(scope).total == 4
-    assert fsck(target).clean
-    assert not any(target.layout.trash_dir().iterdir())
-
-
-def test_gzip_of_export_is_a_plain_tar(source: TaskStore, scope: Scope, tmp_path: Path) -> None:
-    """A person can read the archive with tar: names are the layout's names."""
-    archive = tmp_path / "web.tar.gz"
-    export_project(source, scope, archive)
-    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive.read_bytes()))) as tar:
-        names = tar.getnames()
-    assert names[0] == "project.md" and names[-1] == "manifest.json"
-    assert "tasks/alpha/0001-turn/artifacts/data.bin" in names
-    assert "tasks/index.json/index.json" in names
-
-
-def test_export_refuses_a_tree_fsck_would_flag(
-    source: TaskStore, scope: Scope, tmp_path: Path
-) -> None:
-    source.layout.artifact(scope, "alpha", 1, "data.bin").unlink()
-    archive = tmp_path / "web.tar.gz"
+def test_export_refuses_a_tree_fsck_would_flag(source: TreeStorage, tmp_path: Path) -> None:
+    source.tasks.layout.artifact(SCOPE, "alpha", 1, "data.bin").unlink()
+    backup = tmp_path / "web.tar.gz"
     with pytest.raises(ArchiveError, match="listed but missing.*fsck --repair"):
-        export_project(source, scope, archive)
-    assert not archive.exists()
+        source.export(backup, tenant="acme", project="web")
+    assert not backup.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".~tmp")] == []
+    assert list(source.layout.trash_dir().iterdir()) == []  # the snapshot went too
+
+
+def test_export_refuses_to_write_inside_the_root(source: TreeStorage) -> None:
+    with pytest.raises(ArchiveError, match="inside the storage root"):
+        source.export(source.layout.root / "b.tar.gz")

@@ -1,4 +1,5 @@
-"""Artifacts: streamed in, 50 MiB limit to the byte, nothing left behind, streamed back."""
+"""Artifacts on the tree: bytes as files, nothing left behind, the tree's memory bound
+(behaviour: tests/conformance/test_artifacts.py)."""
 
 from __future__ import annotations
 
@@ -75,32 +76,6 @@ def test_replacing_an_artifact(store: TaskStore, scope: Scope) -> None:
     assert_consistent(store, scope)
 
 
-def test_artifact_needs_a_live_turn(store: TaskStore, scope: Scope, clock: FixedClock) -> None:
-    with pytest.raises(NotFound):
-        store.put_artifact(scope, "t1", 0, "a", io.BytesIO(b"x"), content_type="x")
-    store.put_turn(scope, "t1", 0, meta={}, summary_md="x")
-    with pytest.raises(NotFound):
-        store.put_artifact(scope, "t1", 1, "a", io.BytesIO(b"x"), content_type="x")
-    with pytest.raises(NotFound):
-        store.open_artifact(scope, "t1", 0, "missing")
-    store.put_artifact(scope, "t1", 0, "a", io.BytesIO(b"x"), content_type="x")
-    clock.advance(days=31)
-    with pytest.raises(NotFound):
-        store.open_artifact(scope, "t1", 0, "a")
-    with pytest.raises(NotFound):
-        store.put_artifact(scope, "t1", 0, "b", io.BytesIO(b"x"), content_type="x")
-    assert temp_files(store.layout.root) == []
-
-
-def test_empty_artifact(store: TaskStore, scope: Scope) -> None:
-    store.put_turn(scope, "t1", 0, meta={}, summary_md="x")
-    info = store.put_artifact(scope, "t1", 0, "empty", io.BytesIO(b""), content_type="x/y")
-    assert info.size == 0 and info.sha256 == hashlib.sha256(b"").hexdigest()
-    art = store.open_artifact(scope, "t1", 0, "empty")
-    with art.file:
-        assert art.file.read() == b""
-
-
 def test_exactly_50_mib_is_accepted_and_streamed(store: TaskStore, scope: Scope) -> None:
     store.put_turn(scope, "t1", 0, meta={}, summary_md="x")
     body = PatternStream(LIMIT, seed=1)
@@ -174,18 +149,6 @@ def test_a_stream_that_breaks_mid_upload_leaves_nothing(store: TaskStore, scope:
         k: v for k, v in before.items() if not k.startswith(".locks")
     }
     assert store.get_turn(scope, "t1", 0).artifacts == ()
-
-
-def test_a_smaller_configured_limit_is_exact(tmp_path: object, clock: FixedClock) -> None:
-    from pathlib import Path
-
-    s = TaskStore(Path(str(tmp_path)) / "r", clock=clock, max_artifact_bytes=1000, lock_timeout=5)
-    scope = Scope("a", "b")
-    s.put_turn(scope, "t", 0, meta={}, summary_md="x")
-    assert s.put_artifact(scope, "t", 0, "ok", PatternStream(1000), content_type="x").size == 1000
-    with pytest.raises(PayloadTooLarge):
-        s.put_artifact(scope, "t", 0, "no", PatternStream(1001), content_type="x")
-    assert temp_files(s.layout.root) == []
 
 
 def test_upload_racing_a_rewrite_of_its_expired_turn_is_a_conflict(store, scope, clock) -> None:

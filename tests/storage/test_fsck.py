@@ -96,7 +96,9 @@ def _artifact_mismatch(store: TaskStore, scope: Scope) -> None:
 
 
 def _orphan_artifact(store: TaskStore, scope: Scope) -> None:
-    store.layout.artifact(scope, "alpha", 0, "orphan.bin").write_bytes(b"no entry")
+    orphan = store.layout.artifact(scope, "alpha", 0, "orphan.bin")
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_bytes(b"no entry")
 
 
 def _write_in_flight(store: TaskStore, scope: Scope) -> None:

@@ -148,7 +148,7 @@ def test_a_sweep_killed_after_the_rename_is_completed_by_the_next_run(
         store.get_turn(scope, "a", 0)  # nothing half-visible
     assert not fsck(store).clean  # the stale index and the write in flight are visible to fsck
 
-    report = sweep(store, now=deadline)
+    report = sweep(store, now=deadline, grace=timedelta(0))  # its trash is young by the wall
     assert report.trash_entries >= 1
     assert not any(trash.iterdir())
     assert not store.txns.is_pending(Key(scope, "a"))
@@ -171,7 +171,7 @@ def test_a_sweep_killed_before_emptying_the_trash(
     monkeypatch.undo()
     assert not store.layout.task_dir(scope, "a").exists()
     assert listed(store, scope) == []
-    report = sweep(store, now=deadline)
+    report = sweep(store, now=deadline, grace=timedelta(0))
     assert report.trash_entries == 1
     assert not any(store.layout.trash_dir().iterdir())
     assert fsck(store).clean
@@ -323,7 +323,7 @@ def test_a_sweep_process_killed_by_sigkill_is_completed_by_the_next_run(
     assert store.txns.is_pending(Key(scope, "a"))
     assert store.layout.task_dir(scope, "b").exists(), "killed before reaching task b"
 
-    report = sweep(store, now=deadline)
+    report = sweep(store, now=deadline, grace=timedelta(0))
     assert (report.turns, report.tasks) == (1, 1)  # b/0 and with it task b; a/0 was gone
     assert report.trash_entries == 1
     assert not any(store.layout.trash_dir().iterdir())

@@ -295,7 +295,13 @@ class StoresBase:
         write_atomic(target, data)
 
     def rebuild(self, store_dir: Path) -> IndexContent:
-        """Make the index and the live tree equal a rebuild from the version records."""
+        """Make the index and the live tree equal a rebuild from the version records.
+
+        The caller holds the store lock: a temp file among the versions is a dead writer's.
+        """
+        for entry in self.tree.entries(self.layout.versions_dir(store_dir)):
+            if entry.name.startswith(TMP_PREFIX) and not entry.is_link:
+                self.tree.unlink(entry.path)
         content = rows_from_records(self.load_records(store_dir))
         with self.index(store_dir).write() as writer:
             writer.replace_all(content)

@@ -11,7 +11,7 @@ from typing import Any
 
 from ulid import ULID
 
-from ..atomic import fsync_dir, make_dirs, write_atomic
+from ..atomic import DIR_MODE, fsync_dir, make_dirs, write_atomic
 from ..clock import iso_us
 from ..errors import Corrupt, InvalidName, NotFound, NotOwner, UnsafePath
 from ..layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
@@ -76,9 +76,9 @@ class StoreOps(StoresBase):
         make_dirs(parent, Path(self.root.anchor))
         tmp = parent / f"{TMP_PREFIX}{record.id}"
         try:
-            os.mkdir(tmp, 0o750)
-            os.mkdir(tmp / VERSIONS_DIR, 0o750)
-            os.mkdir(tmp / MEMORIES_DIR, 0o750)
+            os.mkdir(tmp, DIR_MODE)
+            os.mkdir(tmp / VERSIONS_DIR, DIR_MODE)
+            os.mkdir(tmp / MEMORIES_DIR, DIR_MODE)
             with self.index(tmp).write():
                 pass
             write_atomic(self.layout.store_record(tmp), dumps(record.to_json()))

@@ -1,0 +1,40 @@
+"""Build the storage backend a configuration names: the tree, or PostgreSQL with an object
+store. The one place that knows both; everything above it sees app/storage/interface.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .clock import system_clock
+from .interface import StorageBackend
+
+
+def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
+    """The backend of ``settings`` (the app's validated config: ``STORAGE_ROOT``,
+    ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
+    ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``)."""
+    common: dict[str, Any] = {
+        "retention": timedelta(days=settings["RETENTION_DAYS"]),
+        "lock_timeout": settings["LOCK_TIMEOUT"],
+        "max_artifact_bytes": settings["MAX_ARTIFACT_BYTES"],
+        "clock": settings.get("CLOCK") or system_clock,
+    }
+    if settings.get("DATABASE_URL"):
+        from .pg.backend import PgStorage
+
+        return PgStorage(
+            settings["DATABASE_URL"],
+            settings["BLOB_URL"],
+            s3_endpoint_url=settings.get("S3_ENDPOINT_URL") or None,
+            # A connection per request thread, and one spare for the sweeper's reads.
+            pool_size=int(settings.get("THREADS", 8)) + 1,
+            **common,
+        )
+    from .facade import TreeStorage
+
+    return TreeStorage(
+        Path(settings["STORAGE_ROOT"]), tokens_file=Path(settings["TOKENS_FILE"]), **common
+    )

@@ -1,0 +1,120 @@
+"""PostgreSQL connections: one pool per process, transactions, and what their errors mean.
+
+A pool is made on first use in the process that uses it, never before a fork: gunicorn
+forks its workers from a master that may have used the database (the first-start token,
+the start-up migrations), and a connection shared by two processes is two clients writing
+one socket. A pool left behind by the parent is kept, unused and unclosed, for the same
+reason (closing it would send a Terminate on the parent's sockets).
+
+Every write is one transaction. Locks are waited for at most ``lock_timeout`` seconds
+(``SET LOCAL lock_timeout``, which also bounds advisory locks); a wait that runs out, or a
+pool with no free connection in that time, is :class:`LockTimeout` (HTTP 503 with
+Retry-After), as a busy lock file is for the tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import LockTimeout, StorageError
+
+# Pools of a parent process, kept alive in a forked child so that they are never closed there.
+_inherited: list[ConnectionPool] = []
+
+
+class DatabaseError(StorageError):
+    """The database refused or lost a statement (not a lock wait: see LockTimeout)."""
+
+
+@contextlib.contextmanager
+def translated(what: str) -> Iterator[None]:
+    """Turn a lock wait that ran out into LockTimeout, other database failures into
+    DatabaseError (the caller's StorageError subclasses pass through)."""
+    try:
+        yield
+    except (pg_errors.LockNotAvailable, pg_errors.QueryCanceled) as exc:
+        raise LockTimeout(f"{what} is busy: {exc.diag.message_primary or exc}") from None
+    except pg_errors.DeadlockDetected as exc:
+        raise LockTimeout(f"{what}: {exc.diag.message_primary or exc}") from None
+    except PoolTimeout:
+        raise LockTimeout(f"{what}: no database connection free; retry shortly") from None
+    except psycopg.OperationalError as exc:
+        raise LockTimeout(f"{what}: the database is unavailable ({exc})") from None
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{what}: {exc}") from None
+
+
+class Database:
+    """A PostgreSQL database reached through ``url`` (libpq URL or key=value string)."""
+
+    def __init__(self, url: str, *, lock_timeout: float, pool_size: int = 8) -> None:
+        self.url = url
+        self.lock_timeout = lock_timeout
+        self.pool_size = max(2, pool_size)
+        self._pool: ConnectionPool | None = None
+        self._pid = -1
+        self._mutex = threading.Lock()
+
+    def pool(self) -> ConnectionPool:
+        if self._pid != os.getpid():
+            with self._mutex:
+                if self._pid != os.getpid():
+                    if self._pool is not None:
+                        _inherited.append(self._pool)
+                    self._pool = ConnectionPool(
+                        self.url,
+                        min_size=1,
+                        max_size=self.pool_size,
+                        timeout=self.lock_timeout,
+                        name="project-memory",
+                        open=True,
+                    )
+                    self._pid = os.getpid()
+        assert self._pool is not None
+        return self._pool
+
+    def close(self) -> None:
+        """Close this process's pool (an inherited one is left alone)."""
+        with self._mutex:
+            if self._pool is not None and self._pid == os.getpid():
+                self._pool.close()
+            self._pool, self._pid = None, -1
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool (the sweeper's leader lease)."""
+        with translated("database"):
+            return psycopg.connect(self.url, **kwargs)
+
+    @contextlib.contextmanager
+    def transaction(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with translated(what), self.pool().connection() as conn:
+            # Milliseconds, as an integer: SET takes no bound parameters.
+            ms = max(1, int(self.lock_timeout * 1000))
+            conn.execute(f"SET LOCAL lock_timeout = {ms}")
+            yield conn
+
+    @contextlib.contextmanager
+    def snapshot(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A read-only transaction in which every statement sees the same snapshot."""
+        with translated(what), self.pool().connection() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield conn
+
+
+def lock_key(*parts: str) -> str:
+    """The text an advisory lock is taken on (hashed to 64 bits by the database)."""
+    return "\x1f".join(parts)
+
+
+def advisory_xact_lock(conn: psycopg.Connection[Any], *parts: str) -> None:
+    """Take the transaction's advisory lock on ``parts`` (released at commit or rollback)."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(*parts),))

@@ -1,0 +1,197 @@
+"""The database schema, as numbered migrations applied once each, in order, at start-up.
+
+:func:`migrate` takes a session advisory lock first, so of several nodes starting at once one
+applies what is missing and the others wait, then find nothing left to do. Each migration
+runs in its own transaction with its row in ``schema_migrations``: a migration is applied
+whole or not at all, and running :func:`migrate` again changes nothing. A migration, once
+released, is never edited: a change is a new one at the end.
+
+Text that may hold a NUL character (PostgreSQL ``text`` refuses it) is kept as ``bytea`` of
+its UTF-8 (summaries, memory contents) or as JSON, which escapes it (meta, store records).
+Ids, paths and names compare in byte order (``COLLATE "C"``), as the tree's SQLite indexes
+do, so pages come back in the same order from either backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (
+        1,
+        "tasks, turns, artifacts, memory stores, tokens, limits, keys",
+        """
+CREATE TABLE projects (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    tasks bigint NOT NULL DEFAULT 0,
+    generation bigint NOT NULL DEFAULT 0,
+    digest bytea,
+    digest_generation bigint NOT NULL DEFAULT -1,
+    digest_valid_until_us bigint NOT NULL DEFAULT 0,
+    digest_rendered_us bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, project)
+);
+CREATE TABLE tasks (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    owner text,
+    created_at text NOT NULL,
+    updated_us bigint NOT NULL DEFAULT 0,
+    retain_until_us bigint NOT NULL DEFAULT 0,
+    turn_count integer NOT NULL DEFAULT 0,
+    latest_turn integer,
+    min_retain_us bigint NOT NULL DEFAULT 0,
+    model text,
+    agent_id text,
+    exit_code bigint,
+    PRIMARY KEY (tenant, project, task_id),
+    FOREIGN KEY (tenant, project) REFERENCES projects
+);
+CREATE INDEX tasks_recent ON tasks (tenant, project, updated_us DESC, task_id DESC);
+CREATE INDEX tasks_expiry ON tasks (tenant, project, retain_until_us);
+CREATE INDEX tasks_model ON tasks (tenant, project, model, updated_us DESC, task_id DESC);
+CREATE INDEX tasks_agent ON tasks (tenant, project, agent_id, updated_us DESC, task_id DESC);
+CREATE INDEX tasks_failed ON tasks (tenant, project, updated_us DESC, task_id DESC)
+    WHERE exit_code <> 0;
+CREATE TABLE turns (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    meta text NOT NULL,
+    summary bytea NOT NULL,
+    created_at text NOT NULL,
+    updated_at text NOT NULL,
+    retain_until text NOT NULL,
+    updated_us bigint NOT NULL,
+    retain_until_us bigint NOT NULL,
+    model text,
+    agent_id text,
+    exit_code bigint,
+    PRIMARY KEY (tenant, project, task_id, turn),
+    FOREIGN KEY (tenant, project, task_id) REFERENCES tasks ON DELETE CASCADE
+);
+CREATE INDEX turns_expiry ON turns (retain_until_us);
+CREATE TABLE artifacts (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    content_type text NOT NULL,
+    size bigint NOT NULL,
+    sha256 text NOT NULL,
+    updated_at text NOT NULL,
+    updated_us bigint NOT NULL,
+    blob text COLLATE "C" NOT NULL UNIQUE,
+    PRIMARY KEY (tenant, project, task_id, turn, name),
+    FOREIGN KEY (tenant, project, task_id, turn) REFERENCES turns ON DELETE CASCADE
+);
+CREATE TABLE stores (
+    id text COLLATE "C" PRIMARY KEY,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    record text NOT NULL,
+    created_us bigint NOT NULL,
+    archived boolean NOT NULL DEFAULT false,
+    last_version_id text COLLATE "C" NOT NULL DEFAULT '',
+    last_version_us bigint NOT NULL DEFAULT 0,
+    FOREIGN KEY (tenant, project) REFERENCES projects
+);
+CREATE INDEX stores_recent ON stores (tenant, project, created_us DESC, id DESC);
+CREATE TABLE memories (
+    store_id text COLLATE "C" NOT NULL REFERENCES stores ON DELETE CASCADE,
+    id text COLLATE "C" NOT NULL,
+    path text COLLATE "C" NOT NULL,
+    head text COLLATE "C" NOT NULL,
+    sha text NOT NULL,
+    size integer NOT NULL,
+    created_at text NOT NULL,
+    updated_at text NOT NULL,
+    path_since text COLLATE "C" NOT NULL,
+    PRIMARY KEY (store_id, id),
+    UNIQUE (store_id, path)
+);
+CREATE TABLE versions (
+    store_id text COLLATE "C" NOT NULL REFERENCES stores ON DELETE CASCADE,
+    id text COLLATE "C" NOT NULL,
+    memory_id text COLLATE "C" NOT NULL,
+    operation text NOT NULL,
+    path text COLLATE "C",
+    content bytea,
+    sha text,
+    size integer,
+    created_by text,
+    actor_type text,
+    actor_id text,
+    created_us bigint NOT NULL,
+    created_at text NOT NULL,
+    redacted_at text,
+    redacted_by text,
+    memory_created_at text,
+    path_since text,
+    previous_version_id text,
+    PRIMARY KEY (store_id, id)
+);
+CREATE INDEX versions_by_memory ON versions (store_id, memory_id, id);
+CREATE TABLE tokens (
+    id text COLLATE "C" PRIMARY KEY,
+    sha256 text NOT NULL UNIQUE,
+    role text NOT NULL,
+    tenant text,
+    project text,
+    name text NOT NULL,
+    created_at text NOT NULL,
+    expires_at text,
+    revoked_at text
+);
+CREATE TABLE limits (
+    id integer PRIMARY KEY CHECK (id = 1),
+    doc text NOT NULL,
+    version bigint NOT NULL
+);
+CREATE TABLE keys (name text PRIMARY KEY, value bytea NOT NULL);
+CREATE TABLE service_state (name text PRIMARY KEY, state text NOT NULL);
+""",
+    ),
+)
+
+
+def _lock_text(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT current_schema()").fetchone()
+    return f"project-memory migrations {row[0] if row else ''}"
+
+
+def migrate(conn: psycopg.Connection[Any]) -> list[str]:
+    """Apply every migration the database lacks; return a line for each one applied.
+
+    ``conn`` is in autocommit mode: the advisory lock is the session's, held across the
+    migrations' own transactions.
+    """
+    applied: list[str] = []
+    text = _lock_text(conn)
+    conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (text,))
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, description text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        for version, description, sql in MIGRATIONS:
+            if version in done:
+                continue
+            with conn.transaction():
+                conn.execute(sql.encode())
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, description) VALUES (%s, %s)",
+                    (version, description),
+                )
+            applied.append(f"database schema migration {version} applied: {description}")
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (text,))
+    return applied

@@ -1,0 +1,845 @@
+"""The memory-store engine on PostgreSQL: stores, memories and versions as rows.
+
+A store's row is its lock: every mutation is one transaction that first takes it with
+``SELECT ... FOR UPDATE`` (waiting at most the lock timeout, then LockTimeout, as the tree's
+store lock does), then checks, writes one version row and moves its memory's head. A version
+is the commit point and never changes again except by redaction; readers take no lock and
+read one snapshot. Memory contents (100 KiB at most) stay in the database, beside the rows
+that name them: a memory write is one transaction, with nothing to clean up if it fails.
+
+The rules, ids, cursors, ordering and errors are the tree engine's (memstores/), shared
+where they are not about files.
+"""
+
+# ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from ulid import ULID
+
+from ..clock import Clock, iso_us, system_clock, to_us
+from ..cursor import CursorCodec
+from ..errors import InvalidName, NotFound, NotOwner
+from ..layout import MEMORY_ID_RE, STORE_ID_RE, VERSION_ID_RE, Scope
+from ..memstores import rules
+from ..memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
+from ..memstores.index import MemoryRow, VersionRow, filter_clause, version_row
+from ..memstores.memories import FULL_VIEW_LIMIT, _page_items
+from ..memstores.models import (
+    ContentPreconditionFailed,
+    Deleted,
+    HeadVersion,
+    Memory,
+    MemoryPrefix,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    PathConflict,
+    StoreArchived,
+    StoreFull,
+    VersionFilter,
+)
+from ..memstores.records import OPERATIONS, StoreRecord, VersionRecord, sha256_hex
+from ..memstores.retention import VersionSweep
+from ..memstores.stores import PAGE_PREFIX, check_limit, fingerprint
+from ..memstores.versions import row_view
+from .db import Database
+
+_MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
+_VERSION_COLUMNS = (
+    "id, memory_id, operation, path, content, sha, size, created_by, created_us, created_at,"
+    " redacted_at, redacted_by, memory_created_at, path_since, previous_version_id"
+)
+_INDEX_COLUMNS = (
+    "id, memory_id, operation, path, sha, size, created_by, actor_type, actor_id,"
+    " created_us, created_at, redacted_at, redacted_by"
+)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _record(store_id: str, row: tuple[Any, ...]) -> VersionRecord:
+    (
+        vid,
+        memory_id,
+        operation,
+        path,
+        content,
+        sha,
+        size,
+        created_by,
+        created_us,
+        created_at,
+        redacted_at,
+        redacted_by,
+        memory_created_at,
+        path_since,
+        previous,
+    ) = row
+    text = None if content is None else bytes(content).decode("utf-8")
+    return VersionRecord(
+        id=vid,
+        memory_store_id=store_id,
+        memory_id=memory_id,
+        operation=operation,
+        path=path,
+        content=text,
+        content_sha256=sha,
+        content_size_bytes=size,
+        created_by=None if created_by is None else json.loads(created_by),
+        created_at=created_at,
+        created_us=int(created_us),
+        redacted_at=redacted_at,
+        redacted_by=None if redacted_by is None else json.loads(redacted_by),
+        memory_created_at=memory_created_at,
+        path_since=path_since,
+        previous_version_id=previous,
+        has_content=text is not None,
+    )
+
+
+class _Reader:
+    """The named queries the shared paging code (memstores.memories) asks of an index."""
+
+    def __init__(self, conn: psycopg.Connection[Any], store_id: str, state: tuple[str, int]):
+        self.conn = conn
+        self.store_id = store_id
+        self._state = state
+
+    def state(self) -> tuple[str, int]:
+        return self._state
+
+    def memory(self, memory_id: str) -> MemoryRow | None:
+        row = self.conn.execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND id = %s",
+            (self.store_id, memory_id),
+        ).fetchone()
+        return None if row is None else MemoryRow(*row)
+
+    def memory_at(self, path: str) -> MemoryRow | None:
+        row = self.conn.execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND path = %s",
+            (self.store_id, path),
+        ).fetchone()
+        return None if row is None else MemoryRow(*row)
+
+    def count(self) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM memories WHERE store_id = %s", (self.store_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None:
+        """(id, path) of a memory other than ``exclude`` at ``path``, an ancestor or below."""
+        segments = path[1:].split("/")
+        candidates = [path] + ["/" + "/".join(segments[:i]) for i in range(1, len(segments))]
+        row = self.conn.execute(
+            "SELECT id, path FROM memories WHERE store_id = %s AND path = ANY(%s) AND id <> %s"
+            " ORDER BY length(path) LIMIT 1",
+            (self.store_id, candidates, exclude or ""),
+        ).fetchone()
+        if row is None:
+            # '0' follows '/': every path below ``path`` sorts between the two bounds.
+            row = self.conn.execute(
+                "SELECT id, path FROM memories WHERE store_id = %s AND path >= %s"
+                " AND path < %s AND id <> %s ORDER BY path LIMIT 1",
+                (self.store_id, path + "/", path + "0", exclude or ""),
+            ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]:
+        # The shared paging code resumes after a path at ``path + "\x00"``, which PostgreSQL
+        # text cannot hold; no path holds a control character, so "\x01" bounds the same set.
+        low = low.replace("\x00", "\x01")
+        rows = self.conn.execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND path >= %s"
+            " AND path < %s AND path_since <= %s ORDER BY path LIMIT %s",
+            (self.store_id, low, high, as_of, limit),
+        ).fetchall()
+        return [MemoryRow(*r) for r in rows]
+
+
+class PgMemoryStores:
+    """Every memory store of every tenant/project in one database."""
+
+    def __init__(
+        self,
+        db: Database,
+        cursors: CursorCodec,
+        *,
+        clock: Clock = system_clock,
+        version_retention: timedelta = timedelta(days=30),
+        keep_recent_versions: int = DEFAULT_KEEP_RECENT,
+        max_memories: int = DEFAULT_MAX_MEMORIES,
+    ) -> None:
+        self.db = db
+        self.cursors = cursors
+        self.clock = clock
+        self.version_retention = version_retention
+        self.keep_recent_versions = max(1, keep_recent_versions)
+        self.max_memories = max_memories
+
+    def now_us(self) -> int:
+        return to_us(self.clock())
+
+    # -- rows ------------------------------------------------------------------------------
+    def _store(
+        self, conn: psycopg.Connection[Any], scope: Scope, store_id: str, *, lock: bool
+    ) -> tuple[StoreRecord, tuple[str, int]]:
+        if not isinstance(store_id, str) or not STORE_ID_RE.fullmatch(store_id):
+            raise NotFound(f"memory store {store_id} not found")
+        row = conn.execute(
+            "SELECT record, last_version_id, last_version_us FROM stores"
+            " WHERE id = %s AND tenant = %s AND project = %s" + (" FOR UPDATE" if lock else ""),
+            (store_id, scope.tenant, scope.project),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"memory store {store_id} not found")
+        record = StoreRecord.from_json(json.loads(row[0]), store_id)  # type: ignore[arg-type]
+        return record, (str(row[1]), int(row[2]))
+
+    @contextmanager
+    def _write(
+        self, scope: Scope, store_id: str
+    ) -> Iterator[tuple[psycopg.Connection[Any], StoreRecord, tuple[str, int]]]:
+        with self.db.transaction(f"memory store {store_id}") as conn:
+            record, state = self._store(conn, scope, store_id, lock=True)
+            yield conn, record, state
+
+    @contextmanager
+    def _read(
+        self, scope: Scope, store_id: str
+    ) -> Iterator[tuple[psycopg.Connection[Any], StoreRecord, tuple[str, int]]]:
+        with self.db.snapshot(f"memory store {store_id}") as conn:
+            record, state = self._store(conn, scope, store_id, lock=False)
+            yield conn, record, state
+
+    def _version(
+        self, conn: psycopg.Connection[Any], store_id: str, version_id: str
+    ) -> VersionRecord | None:
+        if not isinstance(version_id, str) or not VERSION_ID_RE.fullmatch(version_id):
+            return None
+        row = conn.execute(
+            f"SELECT {_VERSION_COLUMNS} FROM versions WHERE store_id = %s AND id = %s",
+            (store_id, version_id),
+        ).fetchone()
+        return None if row is None else _record(store_id, row)
+
+    def _head_content(self, conn: psycopg.Connection[Any], store_id: str, row: MemoryRow) -> str:
+        found = conn.execute(
+            "SELECT content FROM versions WHERE store_id = %s AND id = %s", (store_id, row.head)
+        ).fetchone()
+        return "" if found is None or found[0] is None else bytes(found[0]).decode("utf-8")
+
+    def _save_store(self, conn: psycopg.Connection[Any], record: StoreRecord) -> None:
+        conn.execute(
+            "UPDATE stores SET record = %s, archived = %s WHERE id = %s",
+            (_json(record.to_json()), record.archived_at is not None, record.id),
+        )
+
+    def _next_version(self, state: tuple[str, int]) -> tuple[str, int]:
+        """A version id and time, both strictly after the store's last (the clock may stall)."""
+        last_id, last_us = state
+        us = max(self.now_us(), last_us)
+        candidate = ULID.from_timestamp(us / 1_000_000)
+        if last_id and str(candidate) <= last_id.removeprefix("memver_"):
+            candidate = ULID.from_int(int(ULID.from_str(last_id.removeprefix("memver_"))) + 1)
+        return f"memver_{candidate}", us
+
+    def _commit(self, conn: psycopg.Connection[Any], record: VersionRecord) -> None:
+        """Write one version and move its memory's head (or drop the memory)."""
+        row = version_row(record)
+        conn.execute(
+            "INSERT INTO versions (store_id, id, memory_id, operation, path, content, sha, size,"
+            " created_by, actor_type, actor_id, created_us, created_at, redacted_at,"
+            " redacted_by, memory_created_at, path_since, previous_version_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                record.memory_store_id,
+                record.id,
+                record.memory_id,
+                record.operation,
+                record.path,
+                None if record.content is None else record.content.encode("utf-8"),
+                record.content_sha256,
+                record.content_size_bytes,
+                row.created_by,
+                row.actor_type,
+                row.actor_id,
+                record.created_us,
+                record.created_at,
+                None,
+                None,
+                record.memory_created_at,
+                record.path_since,
+                record.previous_version_id,
+            ),
+        )
+        conn.execute(
+            "DELETE FROM memories WHERE store_id = %s AND id = %s",
+            (record.memory_store_id, record.memory_id),
+        )
+        if record.operation != "deleted":
+            conn.execute(
+                f"INSERT INTO memories (store_id, {_MEMORY_COLUMNS})"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    record.memory_store_id,
+                    record.memory_id,
+                    record.path,
+                    record.id,
+                    record.content_sha256,
+                    record.content_size_bytes,
+                    record.memory_created_at,
+                    record.created_at,
+                    record.path_since,
+                ),
+            )
+        conn.execute(
+            "UPDATE stores SET last_version_id = %s, last_version_us = greatest(last_version_us, %s)"
+            " WHERE id = %s",
+            (record.id, record.created_us, record.memory_store_id),
+        )
+
+    def _new_version(
+        self,
+        state: tuple[str, int],
+        store_id: str,
+        *,
+        memory_id: str,
+        operation: str,
+        path: str,
+        content: str | None,
+        actor: dict[str, Any] | None,
+        row: MemoryRow | None,
+    ) -> VersionRecord:
+        version_id, us = self._next_version(state)
+        moved = row is None or row.path != path
+        return VersionRecord.new(
+            id=version_id,
+            store_id=store_id,
+            memory_id=memory_id,
+            operation=operation,
+            path=path,
+            content=content,
+            actor=actor,
+            created_us=us,
+            created_at=iso_us(us),
+            memory_created_at=row.created_at if row else iso_us(us),
+            path_since=version_id if moved or row is None else row.path_since,
+            previous=row.head if row else None,
+        )
+
+    @staticmethod
+    def _view(store_id: str, row: MemoryRow, content: str | None) -> Memory:
+        return Memory(
+            id=row.id,
+            memory_store_id=store_id,
+            path=row.path,
+            content=content,
+            content_size_bytes=row.size,
+            content_sha256=row.sha,
+            memory_version_id=row.head,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def _decode_page(self, page: str, fp: str) -> dict[str, Any]:
+        body = self.cursors.decode(page, "page", PAGE_PREFIX)
+        if body.get("q") != fp:
+            raise InvalidName("page", page, "is not a page cursor this server issued for this list")
+        return body
+
+    def _encode_page(self, body: dict[str, Any]) -> str:
+        return self.cursors.encode(body, PAGE_PREFIX)
+
+    # -- stores ----------------------------------------------------------------------------
+    def create_store(
+        self,
+        scope: Scope,
+        *,
+        name: object,
+        description: object = "",
+        metadata: object = None,
+        creator: str | None = None,
+    ) -> MemoryStore:
+        """Create an empty store."""
+        now = self.now_us()
+        record = StoreRecord(
+            id=f"memstore_{ULID()}",
+            name=rules.validate_name(name),
+            description=rules.validate_description("" if description is None else description),
+            metadata=rules.validate_metadata({} if metadata is None else metadata),
+            created_at=iso_us(now),
+            created_us=now,
+            updated_at=iso_us(now),
+            archived_at=None,
+            tenant=scope.tenant,
+            project=scope.project,
+            created_by=creator,
+        )
+        with self.db.transaction("memory stores") as conn:
+            conn.execute(
+                "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (scope.tenant, scope.project),
+            )
+            conn.execute(
+                "INSERT INTO stores (id, tenant, project, record, created_us)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (record.id, scope.tenant, scope.project, _json(record.to_json()), now),
+            )
+        return record.view()
+
+    def get_store(self, scope: Scope, store_id: str) -> MemoryStore:
+        """Read a store, archived or not."""
+        with self._read(scope, store_id) as (_, record, _):
+            return record.view()
+
+    def store_creator(self, scope: Scope, store_id: str) -> str | None:
+        with self._read(scope, store_id) as (_, record, _):
+            return record.created_by
+
+    def list_stores(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 20,
+        page: str | None = None,
+        include_archived: bool = False,
+        created_gte_us: int | None = None,
+        created_lte_us: int | None = None,
+    ) -> Page:
+        """List the scope's stores, newest first, with a keyset cursor."""
+        limit = check_limit(limit)
+        fp = fingerprint("stores", scope.tenant, scope.project, include_archived)
+        where = "tenant = %s AND project = %s"
+        args: list[object] = [scope.tenant, scope.project]
+        if page is not None:
+            key = self._decode_page(page, fp).get("k")
+            if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int)):
+                raise InvalidName("page", page, "is not a valid page cursor")
+            where += " AND (created_us < %s OR (created_us = %s AND id < %s))"
+            args += [key[0], key[0], str(key[1])]
+        if not include_archived:
+            where += " AND NOT archived"
+        if created_gte_us is not None:
+            where += " AND created_us >= %s"
+            args.append(created_gte_us)
+        if created_lte_us is not None:
+            where += " AND created_us <= %s"
+            args.append(created_lte_us)
+        with self.db.snapshot("memory stores") as conn:
+            rows = conn.execute(
+                f"SELECT record FROM stores WHERE {where}"
+                " ORDER BY created_us DESC, id DESC LIMIT %s",
+                (*args, limit + 1),
+            ).fetchall()
+        records = [StoreRecord.from_json(json.loads(r[0]), "stores") for r in rows]  # type: ignore[arg-type]
+        next_page = None
+        if len(records) > limit:
+            records = records[:limit]
+            last = records[-1]
+            next_page = self._encode_page({"q": fp, "k": [last.created_us, last.id]})
+        return Page(tuple(r.view() for r in records), next_page)
+
+    def _check_creator(self, record: StoreRecord, only_creator: str | None) -> None:
+        if only_creator is not None and record.created_by != only_creator:
+            raise NotOwner(
+                f"only the creator of memory store {record.id} or a project_admin may change it"
+            )
+
+    def update_store(
+        self,
+        scope: Scope,
+        store_id: str,
+        *,
+        name: object = None,
+        description: object = None,
+        metadata: object = None,
+        only_creator: str | None = None,
+    ) -> MemoryStore:
+        """Change name, description and/or patch metadata; None leaves a field as it is."""
+        if name is not None:
+            name = rules.validate_name(name)
+        if description is not None:
+            description = rules.validate_description(description)
+        with self._write(scope, store_id) as (conn, record, _):
+            self._check_creator(record, only_creator)
+            if record.archived_at:
+                raise StoreArchived(f"memory store {store_id} is archived and read-only")
+            new = record
+            if name is not None:
+                new = replace(new, name=str(name))
+            if description is not None:
+                new = replace(new, description=str(description))
+            if metadata is not None:
+                new = replace(new, metadata=rules.patch_metadata(record.metadata, metadata))
+            if new == record:
+                return record.view()
+            new = replace(new, updated_at=iso_us(max(self.now_us(), record.created_us)))
+            self._save_store(conn, new)
+        return new.view()
+
+    def archive_store(
+        self, scope: Scope, store_id: str, *, only_creator: str | None = None
+    ) -> MemoryStore:
+        """Archive a store (one-way; archiving an archived store changes nothing)."""
+        with self._write(scope, store_id) as (conn, record, _):
+            self._check_creator(record, only_creator)
+            if record.archived_at:
+                return record.view()
+            record = replace(record, archived_at=iso_us(max(self.now_us(), record.created_us)))
+            self._save_store(conn, record)
+        return record.view()
+
+    def delete_store(
+        self, scope: Scope, store_id: str, *, only_creator: str | None = None
+    ) -> Deleted:
+        """Delete a store with all its memories and versions, in one transaction."""
+        with self._write(scope, store_id) as (conn, record, _):
+            self._check_creator(record, only_creator)
+            conn.execute("DELETE FROM stores WHERE id = %s", (store_id,))
+        return Deleted(store_id, "memory_store_deleted")
+
+    # -- memories --------------------------------------------------------------------------
+    @staticmethod
+    def _live(reader: _Reader, memory_id: str) -> MemoryRow:
+        row = reader.memory(memory_id) if MEMORY_ID_RE.fullmatch(str(memory_id)) else None
+        if row is None:
+            raise NotFound(f"memory {memory_id} not found")
+        return row
+
+    @staticmethod
+    def _check_free(reader: _Reader, path: str, exclude: str | None) -> None:
+        found = reader.occupant(path, exclude)
+        if found is not None:
+            raise PathConflict(path, found[0], found[1])
+
+    @staticmethod
+    def _check_writable(record: StoreRecord) -> None:
+        if record.archived_at:
+            raise StoreArchived(f"memory store {record.id} is archived and read-only")
+
+    def create_memory(
+        self,
+        scope: Scope,
+        store_id: str,
+        *,
+        path: object,
+        content: object,
+        actor: dict[str, Any] | None,
+        full: bool = False,
+    ) -> Memory:
+        """Create a memory at an unoccupied path; never overwrites."""
+        path = rules.validate_memory_path(path)
+        content = rules.validate_content(content)
+        with self._write(scope, store_id) as (conn, store, state):
+            self._check_writable(store)
+            reader = _Reader(conn, store_id, state)
+            self._check_free(reader, path, None)
+            if reader.count() >= self.max_memories:
+                raise StoreFull(self.max_memories)
+            record = self._new_version(
+                state,
+                store_id,
+                memory_id=f"mem_{ULID()}",
+                operation="created",
+                path=path,
+                content=content,
+                actor=actor,
+                row=None,
+            )
+            self._commit(conn, record)
+        return record.memory(full)
+
+    def get_memory(self, scope: Scope, store_id: str, memory_id: str, *, full: bool) -> Memory:
+        """Read one live memory (its head version)."""
+        with self._read(scope, store_id) as (conn, _, state):
+            row = self._live(_Reader(conn, store_id, state), memory_id)
+            content = self._head_content(conn, store_id, row) if full else None
+        return self._view(store_id, row, content)
+
+    def find_memory(self, scope: Scope, store_id: str, path: str, *, full: bool) -> Memory | None:
+        """The live memory at exactly ``path``, or None."""
+        path = rules.validate_memory_path(path)
+        with self._read(scope, store_id) as (conn, _, state):
+            row = _Reader(conn, store_id, state).memory_at(path)
+            if row is None:
+                return None
+            content = self._head_content(conn, store_id, row) if full else None
+        return self._view(store_id, row, content)
+
+    def update_memory(
+        self,
+        scope: Scope,
+        store_id: str,
+        memory_id: str,
+        *,
+        content: object = None,
+        path: object = None,
+        precondition_sha256: object = None,
+        actor: dict[str, Any] | None,
+        full: bool = False,
+    ) -> Memory:
+        """Change content and/or path; a no-op writes nothing, a real change one version."""
+        if content is None and path is None:
+            raise InvalidName("content", None, "at least one of content or path is required")
+        new_path = None if path is None else rules.validate_memory_path(path)
+        new_content = None if content is None else rules.validate_content(content)
+        expected = (
+            None
+            if precondition_sha256 is None
+            else rules.validate_sha256(precondition_sha256, "precondition.content_sha256")
+        )
+        with self._write(scope, store_id) as (conn, store, state):
+            self._check_writable(store)
+            reader = _Reader(conn, store_id, state)
+            row = self._live(reader, memory_id)
+            target = row.path if new_path is None else new_path
+            sha = row.sha if new_content is None else sha256_hex(new_content.encode("utf-8"))
+            unchanged = target == row.path and sha == row.sha
+            if expected is not None and expected != row.sha and not unchanged:
+                # A failed precondition whose requested state already holds is a success.
+                raise ContentPreconditionFailed(
+                    f"memory {memory_id} has content_sha256 {row.sha}, not {expected};"
+                    " re-read it and retry"
+                )
+            if unchanged:
+                current = self._head_content(conn, store_id, row) if full else None
+                return self._view(store_id, row, current)
+            if target != row.path:
+                self._check_free(reader, target, row.id)
+            if new_content is None:
+                new_content = self._head_content(conn, store_id, row)
+            record = self._new_version(
+                state,
+                store_id,
+                memory_id=row.id,
+                operation="modified",
+                path=target,
+                content=new_content,
+                actor=actor,
+                row=row,
+            )
+            self._commit(conn, record)
+        return record.memory(full)
+
+    def delete_memory(
+        self,
+        scope: Scope,
+        store_id: str,
+        memory_id: str,
+        *,
+        expected_sha256: object = None,
+        actor: dict[str, Any] | None,
+    ) -> Deleted:
+        """Delete a live memory (writes a ``deleted`` version; history stays)."""
+        expected = (
+            None
+            if expected_sha256 is None
+            else rules.validate_sha256(expected_sha256, "expected_content_sha256")
+        )
+        with self._write(scope, store_id) as (conn, store, state):
+            self._check_writable(store)
+            row = self._live(_Reader(conn, store_id, state), memory_id)
+            if expected is not None and expected != row.sha:
+                raise ContentPreconditionFailed(
+                    f"memory {memory_id} has content_sha256 {row.sha}, not {expected};"
+                    " nothing was deleted"
+                )
+            record = self._new_version(
+                state,
+                store_id,
+                memory_id=row.id,
+                operation="deleted",
+                path=row.path,
+                content=None,
+                actor=actor,
+                row=row,
+            )
+            self._commit(conn, record)
+        return Deleted(row.id, "memory_deleted")
+
+    def list_memories(
+        self,
+        scope: Scope,
+        store_id: str,
+        *,
+        path_prefix: object = "/",
+        depth: int = 0,
+        limit: int = 20,
+        page: str | None = None,
+        full: bool = False,
+    ) -> Page:
+        """Memories (and, with depth 1, ``memory_prefix`` roll-ups) in path order."""
+        prefix = rules.validate_path_prefix(path_prefix)
+        if depth not in (0, 1) or isinstance(depth, bool):
+            raise InvalidName("depth", depth, "must be 0 or 1")
+        limit = min(check_limit(limit), FULL_VIEW_LIMIT) if full else check_limit(limit)
+        fp = fingerprint("memories", store_id, prefix, depth)
+        body = self._decode_page(page, fp) if page is not None else None
+        if body is not None and not (
+            isinstance(body.get("k"), str) and isinstance(body.get("a"), str)
+        ):
+            raise InvalidName("page", page, "is not a valid page cursor")
+        with self._read(scope, store_id) as (conn, _, state):
+            reader = _Reader(conn, store_id, state)
+            as_of, items = _page_items(reader, prefix, depth, limit, body)  # type: ignore[arg-type]
+            next_page = None
+            if len(items) > limit:
+                items = items[:limit]
+                next_page = self._encode_page({"q": fp, "a": as_of, "k": items[-1].path})
+            data = tuple(
+                item
+                if isinstance(item, MemoryPrefix)
+                else self._view(
+                    store_id, item, self._head_content(conn, store_id, item) if full else None
+                )
+                for item in items
+            )
+        return Page(data, next_page)
+
+    # -- versions --------------------------------------------------------------------------
+    def list_versions(
+        self,
+        scope: Scope,
+        store_id: str,
+        *,
+        filters: VersionFilter,
+        limit: int = 20,
+        page: str | None = None,
+        full: bool = False,
+    ) -> Page:
+        """Versions newest first (id breaks ties; ids grow with time within a store)."""
+        if filters.operation is not None and filters.operation not in OPERATIONS:
+            raise InvalidName("operation", filters.operation, f"must be one of {OPERATIONS}")
+        limit = min(check_limit(limit), FULL_VIEW_LIMIT) if full else check_limit(limit)
+        where, args = filter_clause(filters)
+        fp = fingerprint("versions", store_id, where, args)
+        before = None
+        if page is not None:
+            before = self._decode_page(page, fp).get("k")
+            if not isinstance(before, str) or not VERSION_ID_RE.fullmatch(before):
+                raise InvalidName("page", page, "is not a valid page cursor")
+        where = [w.replace("?", "%s") for w in where]
+        if before is not None:
+            where.append("id < %s")
+            args.append(before)
+        with self._read(scope, store_id) as (conn, _, _):
+            columns = _VERSION_COLUMNS if full else _INDEX_COLUMNS
+            rows = conn.execute(
+                f"SELECT {columns} FROM versions WHERE store_id = %s AND {' AND '.join(where)}"
+                " ORDER BY id DESC LIMIT %s",
+                (store_id, *args, limit + 1),
+            ).fetchall()
+        next_page = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            next_page = self._encode_page({"q": fp, "k": rows[-1][0]})
+        if full:
+            data = tuple(_record(store_id, r).view(True) for r in rows)
+        else:
+            data = tuple(row_view(store_id, VersionRow(*r)) for r in rows)
+        return Page(data, next_page)
+
+    def get_version(
+        self, scope: Scope, store_id: str, version_id: str, *, full: bool
+    ) -> MemoryVersion:
+        """Read one version (a redacted one too: its content fields are null)."""
+        with self._read(scope, store_id) as (conn, _, _):
+            record = self._version(conn, store_id, version_id)
+        if record is None:
+            raise NotFound(f"memory version {version_id} not found")
+        return record.view(full)
+
+    def redact_version(
+        self, scope: Scope, store_id: str, version_id: str, *, actor: dict[str, Any] | None
+    ) -> MemoryVersion:
+        """Clear a version's content, hash, size and path; the head of a live memory refuses."""
+        with self._write(scope, store_id) as (conn, _, state):
+            record = self._version(conn, store_id, version_id)
+            if record is None:
+                raise NotFound(f"memory version {version_id} not found")
+            if record.redacted_at:
+                return record.view(True)
+            live = _Reader(conn, store_id, state).memory(record.memory_id)
+            if live is not None and live.head == version_id:
+                raise HeadVersion(
+                    f"version {version_id} is the head of live memory {live.id}: write a new"
+                    " version (or delete the memory) first, then redact this one"
+                )
+            redacted = record.redacted(iso_us(max(self.now_us(), state[1])), actor)
+            conn.execute(
+                "UPDATE versions SET path = NULL, content = NULL, sha = NULL, size = NULL,"
+                " redacted_at = %s, redacted_by = %s WHERE store_id = %s AND id = %s",
+                (redacted.redacted_at, _json(actor), store_id, version_id),
+            )
+        return redacted.view(True)
+
+    # -- retention -------------------------------------------------------------------------
+    def sweep_versions(self, *, now: datetime, dry_run: bool = False) -> VersionSweep:
+        """Remove versions past their retention, except the recent ones of live memories."""
+        cutoff = to_us(now - self.version_retention)
+        with self.db.snapshot("memory stores") as conn:
+            stores = [
+                (Scope(t, p), i)
+                for t, p, i in conn.execute("SELECT tenant, project, id FROM stores ORDER BY id")
+            ]
+        scanned = removed = size = 0
+        errors: list[str] = []
+        for scope, store_id in stores:
+            try:
+                with self._write(scope, store_id) as (conn, _, _):
+                    scanned += 1
+                    live = {
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT id FROM memories WHERE store_id = %s", (store_id,)
+                        )
+                    }
+                    kept: dict[str, int] = {}
+                    doomed: list[str] = []
+                    for vid, memory_id, created_us in conn.execute(
+                        "SELECT id, memory_id, created_us FROM versions WHERE store_id = %s"
+                        " ORDER BY id DESC",
+                        (store_id,),
+                    ):
+                        if memory_id in live and kept.get(memory_id, 0) < self.keep_recent_versions:
+                            kept[memory_id] = kept.get(memory_id, 0) + 1
+                            continue
+                        if created_us < cutoff:
+                            doomed.append(vid)
+                    if not doomed:
+                        continue
+                    row = conn.execute(
+                        "SELECT coalesce(sum(octet_length(coalesce(content, ''::bytea))), 0)"
+                        " FROM versions WHERE store_id = %s AND id = ANY(%s)",
+                        (store_id, doomed),
+                    ).fetchone()
+                    size += int(row[0]) if row else 0
+                    removed += len(doomed)
+                    if not dry_run:
+                        conn.execute(
+                            "DELETE FROM versions WHERE store_id = %s AND id = ANY(%s)",
+                            (store_id, doomed),
+                        )
+            except NotFound:
+                continue  # deleted while we swept
+            except Exception as exc:  # noqa: BLE001 - one store's failure must not stop the rest
+                errors.append(f"{scope.tenant}/{scope.project}/{store_id}: {exc}")
+        return VersionSweep(
+            stores_scanned=scanned,
+            versions_removed=removed,
+            bytes_removed=size,
+            errors=tuple(errors),
+        )

@@ -1,0 +1,735 @@
+"""The project-memory engine on PostgreSQL (records, listing) and an object store (artifacts).
+
+Every mutation of a task is one transaction holding the task's advisory lock (the tree's
+task lock, with the same timeout): read, check preconditions, write the turn and artifact
+rows, recompute the task's listing row from its turns, bump the project's generation.
+Readers take no lock. Artifact bytes go to the object store before the transaction that
+names them (blobs.py); bytes that lose their row (a replacement, a deletion, an expiry) are
+removed after the commit or, at the latest, by the sweeper's orphan pass.
+
+What the API sees is what the tree engine returns: the same ETags (``"t<updated_us>"`` for a
+turn, the sha256 for an artifact), the same strictly increasing ``updated_us`` per task, the
+same listing order and signed cursors, the same ``project.md`` bytes.
+"""
+
+# ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import IO, Any, BinaryIO
+
+import psycopg
+from ulid import ULID
+
+from .. import digest as digest_mod
+from ..clock import Clock, iso_us, system_clock, to_us
+from ..cursor import CursorCodec
+from ..errors import InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
+from ..layout import (
+    Scope,
+    turn_dirname,
+    validate_artifact_name,
+    validate_id,
+    validate_turn,
+)
+from ..listing import DigestRow, TaskFilter, meta_facts
+from ..models import (
+    ArtifactInfo,
+    ArtifactStream,
+    TaskIndex,
+    TaskPage,
+    TaskSummary,
+    TurnEntry,
+    TurnRecord,
+)
+from ..records import dumps_compact
+from .blobs import BlobStore
+from .db import Database, advisory_xact_lock
+
+MiB = 1 << 20
+DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
+MAX_SUMMARY_BYTES = 1 * MiB
+MAX_PAGE = 1000
+CURSOR_VERSION = 1
+_ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_TURN_COLUMNS = (
+    "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"
+)
+_ARTIFACT_COLUMNS = "turn, name, content_type, size, sha256, updated_at, blob"
+_KEY = "tenant = %(tenant)s AND project = %(project)s AND task_id = %(task_id)s"
+# The task's listing row from its turn rows, in the transaction that changed them: the
+# columns of its highest turn, its turn count and its earliest and latest expiry.
+_RECOMPUTE = f"""
+UPDATE tasks t SET
+    updated_us = a.updated_us, retain_until_us = a.retain_until_us, turn_count = a.n,
+    latest_turn = a.latest, min_retain_us = a.min_retain,
+    model = l.model, agent_id = l.agent_id, exit_code = l.exit_code
+FROM (SELECT max(updated_us) AS updated_us, max(retain_until_us) AS retain_until_us,
+             count(*) AS n, max(turn) AS latest, min(retain_until_us) AS min_retain
+      FROM turns WHERE {_KEY}) a,
+     (SELECT model, agent_id, exit_code FROM turns WHERE {_KEY}
+      ORDER BY turn DESC LIMIT 1) l
+WHERE t.tenant = %(tenant)s AND t.project = %(project)s AND t.task_id = %(task_id)s
+"""
+_ALIVE_TURNS = (
+    "FROM turns u WHERE u.tenant = t.tenant AND u.project = t.project"
+    " AND u.task_id = t.task_id AND u.retain_until_us > %(now)s"
+)
+_ALL_ALIVE = "t.min_retain_us > %(now)s"
+
+
+def _live(column: str) -> str:
+    """``column`` of the task's highest live turn: the stored one while every turn lives."""
+    return (
+        f"CASE WHEN {_ALL_ALIVE} THEN t.{column} ELSE"
+        f" (SELECT u.{column} {_ALIVE_TURNS} ORDER BY u.turn DESC LIMIT 1) END"
+    )
+
+
+_PAGE_COLUMNS = (
+    "SELECT t.task_id, t.updated_us, t.retain_until_us,"
+    f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
+    f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
+    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}"
+    " FROM tasks t"
+)
+
+
+def _etag(updated_us: int | None) -> str | None:
+    return None if updated_us is None else f'"t{updated_us}"'
+
+
+def _check_preconditions(
+    current_etag: str | None, if_match: str | None, if_none_match: bool
+) -> None:
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed("the resource already exists (If-None-Match: *)")
+    if if_match is not None and if_match != "*" and current_etag != if_match:
+        raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
+    if if_match == "*" and current_etag is None:
+        raise PreconditionFailed("the resource does not exist (If-Match: *)")
+
+
+def _key(scope: Scope, task_id: str, **more: object) -> dict[str, object]:
+    return {"tenant": scope.tenant, "project": scope.project, "task_id": task_id, **more}
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A turn row as read, with its artifacts (in the order the record lists them)."""
+
+    turn: int
+    meta: dict[str, Any]
+    summary_md: str
+    created_at: str
+    updated_at: str
+    retain_until: str
+    updated_us: int
+    retain_until_us: int
+
+    def record(self, task_id: str, artifacts: tuple[ArtifactInfo, ...]) -> TurnRecord:
+        return TurnRecord(
+            task_id=task_id,
+            turn=self.turn,
+            meta=self.meta,
+            summary_md=self.summary_md,
+            artifacts=artifacts,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            retain_until=self.retain_until,
+            updated_us=self.updated_us,
+        )
+
+
+def _turn(row: tuple[Any, ...]) -> _Turn:
+    turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_us = row
+    return _Turn(
+        turn=int(turn),
+        meta=json.loads(meta),
+        summary_md=bytes(summary).decode("utf-8"),
+        created_at=created_at,
+        updated_at=updated_at,
+        retain_until=retain_until,
+        updated_us=int(updated_us),
+        retain_until_us=int(retain_us),
+    )
+
+
+def _artifact(row: tuple[Any, ...]) -> tuple[int, ArtifactInfo, str]:
+    turn, name, content_type, size, sha256, updated_at, blob = row
+    return int(turn), ArtifactInfo(name, content_type, int(size), sha256, updated_at), blob
+
+
+class PgTaskStore:
+    """Durable per-task turn history of every tenant/project in one database and bucket."""
+
+    def __init__(
+        self,
+        db: Database,
+        blobs: BlobStore,
+        cursors: CursorCodec,
+        *,
+        retention: timedelta = timedelta(days=30),
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+    ) -> None:
+        self.db = db
+        self.blobs = blobs
+        self.cursors = cursors
+        self.retention = retention
+        self.clock = clock
+        self.max_artifact_bytes = max_artifact_bytes
+        self._retention_us = retention // timedelta(microseconds=1)
+
+    def now_us(self) -> int:
+        return to_us(self.clock())
+
+    # -- helpers ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self, scope: Scope, task_id: str) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction holding the task's lock."""
+        validate_id("task_id", task_id)
+        with self.db.transaction(f"task {task_id}") as conn:
+            advisory_xact_lock(conn, "task", scope.tenant, scope.project, task_id)
+            yield conn
+
+    def _turn_row(
+        self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int
+    ) -> _Turn | None:
+        row = conn.execute(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE {_KEY} AND turn = %(turn)s",
+            _key(scope, task_id, turn=turn),
+        ).fetchone()
+        return None if row is None else _turn(row)
+
+    def _artifacts(
+        self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int | None = None
+    ) -> dict[int, list[tuple[ArtifactInfo, str]]]:
+        where = _KEY + ("" if turn is None else " AND turn = %(turn)s")
+        rows = conn.execute(
+            f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE {where}"
+            " ORDER BY turn, updated_us, name",
+            _key(scope, task_id, turn=turn),
+        ).fetchall()
+        found: dict[int, list[tuple[ArtifactInfo, str]]] = {}
+        for row in rows:
+            number, info, blob = _artifact(row)
+            found.setdefault(number, []).append((info, blob))
+        return found
+
+    def _task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
+        row = conn.execute(
+            f"SELECT updated_us FROM tasks WHERE {_KEY}", _key(scope, task_id)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _next_updated_us(self, last: int, now_us: int) -> int:
+        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
+        # on it even when the clock stalls or steps back.
+        return max(now_us, last + 1)
+
+    def _ensure_project(self, conn: psycopg.Connection[Any], scope: Scope) -> None:
+        conn.execute(
+            "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (scope.tenant, scope.project),
+        )
+
+    def _bump(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int = 0) -> None:
+        conn.execute(
+            "UPDATE projects SET generation = generation + 1, tasks = tasks + %s"
+            " WHERE tenant = %s AND project = %s",
+            (tasks, scope.tenant, scope.project),
+        )
+
+    def _settle_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
+        """Recompute the task's listing row, or drop the task when no turn is left; return the
+        change to the project's task count."""
+        left = conn.execute(
+            f"SELECT count(*) FROM turns WHERE {_KEY}", _key(scope, task_id)
+        ).fetchone()
+        if left and int(left[0]):
+            conn.execute(_RECOMPUTE, _key(scope, task_id))
+            return 0
+        gone = conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
+        return -gone.rowcount
+
+    def _forget_blobs(self, keys: list[str]) -> None:
+        """Remove objects no row names any more (best effort: the sweeper collects the rest)."""
+        if keys:
+            with contextlib.suppress(Exception):
+                self.blobs.delete(keys)
+
+    # -- turns -----------------------------------------------------------------------------
+    def put_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        meta: dict[str, Any],
+        summary_md: str,
+        actor: str | None = None,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> TurnRecord:
+        """Create or replace one turn's meta and summary; keep created_at and artifacts."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        try:
+            summary = summary_md.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidName("summary_md", None, "is not valid Unicode text") from None
+        try:
+            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidName("meta", None, f"cannot be stored as JSON ({exc})") from None
+        if len(summary) > MAX_SUMMARY_BYTES:
+            raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
+        meta_text = dumps_compact(meta).decode("utf-8")
+        model, agent_id, exit_code = meta_facts(meta)
+        stale: list[str] = []
+        with self.transaction(scope, task_id) as conn:
+            now_us = self.now_us()
+            previous = self._turn_row(conn, scope, task_id, turn)
+            alive = previous if previous and previous.retain_until_us > now_us else None
+            _check_preconditions(
+                _etag(alive.updated_us if alive else None), if_match, if_none_match
+            )
+            updated_us = self._next_updated_us(self._task_updated_us(conn, scope, task_id), now_us)
+            self._ensure_project(conn, scope)
+            created = conn.execute(
+                "INSERT INTO tasks (tenant, project, task_id, owner, created_at)"
+                " VALUES (%(tenant)s, %(project)s, %(task_id)s, %(owner)s, %(created_at)s)"
+                " ON CONFLICT DO NOTHING",
+                _key(scope, task_id, owner=actor, created_at=iso_us(now_us)),
+            ).rowcount
+            artifacts: tuple[ArtifactInfo, ...] = ()
+            if previous is not None and alive is None:
+                # The old turn expired: it is gone for every reader, so its artifacts must
+                # not come back with the new write.
+                stale = [
+                    r[0]
+                    for r in conn.execute(
+                        f"DELETE FROM artifacts WHERE {_KEY} AND turn = %(turn)s RETURNING blob",
+                        _key(scope, task_id, turn=turn),
+                    )
+                ]
+            elif alive is not None:
+                found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
+                artifacts = tuple(info for info, _ in found)
+            record = TurnRecord(
+                task_id=task_id,
+                turn=turn,
+                meta=meta,
+                summary_md=summary_md,
+                artifacts=artifacts,
+                created_at=alive.created_at if alive else iso_us(updated_us),
+                updated_at=iso_us(updated_us),
+                retain_until=iso_us(updated_us + self._retention_us),
+                updated_us=updated_us,
+            )
+            conn.execute(
+                "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"
+                " updated_at, retain_until, updated_us, retain_until_us, model, agent_id,"
+                " exit_code) VALUES (%(tenant)s, %(project)s, %(task_id)s, %(turn)s, %(meta)s,"
+                " %(summary)s, %(created_at)s, %(updated_at)s, %(retain_until)s,"
+                " %(updated_us)s, %(retain_until_us)s, %(model)s, %(agent_id)s, %(exit_code)s)"
+                " ON CONFLICT (tenant, project, task_id, turn) DO UPDATE SET"
+                " meta = excluded.meta, summary = excluded.summary,"
+                " created_at = excluded.created_at, updated_at = excluded.updated_at,"
+                " retain_until = excluded.retain_until, updated_us = excluded.updated_us,"
+                " retain_until_us = excluded.retain_until_us, model = excluded.model,"
+                " agent_id = excluded.agent_id, exit_code = excluded.exit_code",
+                _key(
+                    scope,
+                    task_id,
+                    turn=turn,
+                    meta=meta_text,
+                    summary=summary,
+                    created_at=record.created_at,
+                    updated_at=record.updated_at,
+                    retain_until=record.retain_until,
+                    updated_us=updated_us,
+                    retain_until_us=updated_us + self._retention_us,
+                    model=model,
+                    agent_id=agent_id,
+                    exit_code=exit_code,
+                ),
+            )
+            conn.execute(_RECOMPUTE, _key(scope, task_id))
+            self._bump(conn, scope, tasks=created)
+        self._forget_blobs(stale)
+        return record
+
+    def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
+        """Read one live turn."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        with self.db.snapshot("turn") as conn:
+            row = self._turn_row(conn, scope, task_id, turn)
+            if row is None or row.retain_until_us <= self.now_us():
+                raise NotFound(f"turn {turn} of task {task_id} not found")
+            found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
+        return row.record(task_id, tuple(info for info, _ in found))
+
+    # -- tasks -----------------------------------------------------------------------------
+    def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
+        """Read a task's index with only its live turns."""
+        validate_id("task_id", task_id)
+        now_us = self.now_us()
+        with self.db.snapshot("task") as conn:
+            task = conn.execute(
+                f"SELECT owner, created_at FROM tasks WHERE {_KEY}", _key(scope, task_id)
+            ).fetchone()
+            rows = conn.execute(
+                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {_KEY}"
+                " AND retain_until_us > %(now)s ORDER BY turn",
+                _key(scope, task_id, now=now_us),
+            ).fetchall()
+            artifacts = self._artifacts(conn, scope, task_id) if rows else {}
+        if task is None or not rows:
+            raise NotFound(f"task {task_id} not found")
+        turns = [_turn(r) for r in rows]
+        entries = tuple(
+            TurnEntry(
+                turn=t.turn,
+                meta=t.meta,
+                artifacts=tuple(info.name for info, _ in artifacts.get(t.turn, [])),
+                created_at=t.created_at,
+                updated_at=t.updated_at,
+                retain_until=t.retain_until,
+            )
+            for t in turns
+        )
+        return TaskIndex(
+            task_id=task_id,
+            owner=task[0],
+            created_at=task[1],
+            updated_at=max(e.updated_at for e in entries),
+            retain_until=max(e.retain_until for e in entries),
+            turns=entries,
+        )
+
+    def owner_of(self, scope: Scope, task_id: str) -> str | None:
+        """The token id that created the task (None when unknown or absent)."""
+        with self.db.snapshot("task") as conn:
+            row = conn.execute(
+                f"SELECT owner FROM tasks WHERE {_KEY}", _key(scope, task_id)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def list_tasks(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        prefix: str | None = None,
+        model: str | None = None,
+        agent_id: str | None = None,
+        failed: bool = False,
+    ) -> TaskPage:
+        """List live tasks, most recently updated first, with a signed keyset cursor."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
+        if prefix is not None and (not prefix or not _ID_PREFIX_RE.fullmatch(prefix)):
+            raise InvalidName("prefix", prefix, "must be the start of a task id")
+        after = self._decode_cursor(scope, cursor) if cursor else None
+        now_us = self.now_us()
+        params: dict[str, object] = {
+            "tenant": scope.tenant,
+            "project": scope.project,
+            "now": now_us,
+            "limit": limit + 1,
+        }
+        where = "t.tenant = %(tenant)s AND t.project = %(project)s AND t.retain_until_us > %(now)s"
+        if after is not None:
+            where += " AND (t.updated_us < %(u)s OR (t.updated_us = %(u)s AND t.task_id < %(id)s))"
+            params["u"], params["id"] = after
+        only = TaskFilter(prefix, model, agent_id, failed)
+        if only.prefix:
+            where += " AND t.task_id >= %(lo)s AND t.task_id < %(hi)s"
+            params["lo"] = only.prefix
+            params["hi"] = only.prefix[:-1] + chr(ord(only.prefix[-1]) + 1)
+        for column, value in (("model", only.model), ("agent_id", only.agent_id)):
+            if value is not None:
+                where += f" AND t.{column} = %({column})s AND ({_live(column)}) = %({column})s"
+                params[column] = value
+        if only.failed:
+            where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
+        with self.db.snapshot("listing") as conn:
+            rows = conn.execute(
+                f"{_PAGE_COLUMNS} WHERE {where}"
+                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT %(limit)s",
+                params,
+            ).fetchall()
+            total_row = conn.execute(
+                "SELECT p.tasks - (SELECT count(*) FROM tasks t WHERE t.tenant = p.tenant"
+                " AND t.project = p.project AND t.retain_until_us <= %(now)s)"
+                " FROM projects p WHERE p.tenant = %(tenant)s AND p.project = %(project)s",
+                params,
+            ).fetchone()
+        total = int(total_row[0]) if total_row else 0
+        more = len(rows) > limit
+        rows = rows[:limit]
+        tasks = tuple(
+            TaskSummary(
+                task_id=r[0],
+                latest_turn=r[4],
+                turn_count=int(r[3]),
+                updated_at=iso_us(int(r[1])),
+                retain_until=iso_us(int(r[2])),
+                owner=r[5],
+                model=r[6],
+                agent_id=r[7],
+                exit_code=None if r[8] is None else int(r[8]),
+            )
+            for r in rows
+        )
+        next_cursor = self._encode_cursor(scope, int(rows[-1][1]), rows[-1][0]) if more else None
+        return TaskPage(tasks, total, next_cursor)
+
+    def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
+        """Delete a task with its turns and artifacts in one transaction, then its bytes."""
+        with self.transaction(scope, task_id) as conn:
+            task = conn.execute(
+                f"SELECT owner FROM tasks WHERE {_KEY}", _key(scope, task_id)
+            ).fetchone()
+            live = conn.execute(
+                f"SELECT 1 FROM turns WHERE {_KEY} AND retain_until_us > %(now)s LIMIT 1",
+                _key(scope, task_id, now=self.now_us()),
+            ).fetchone()
+            if task is None or live is None:
+                raise NotFound(f"task {task_id} not found")
+            if only_owner is not None and task[0] != only_owner:
+                raise NotOwner("only the task's owner or a project_admin may delete it")
+            blobs = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT blob FROM artifacts WHERE {_KEY}", _key(scope, task_id)
+                )
+            ]
+            conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
+            self._bump(conn, scope, tasks=-1)
+        self._forget_blobs(blobs)
+
+    # -- artifacts -------------------------------------------------------------------------
+    def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str:
+        """A new object key for one upload of an artifact (the tree's path, then an id)."""
+        return self.blobs.key(
+            scope.tenant, scope.project, task_id, turn_dirname(turn), "artifacts", name, str(ULID())
+        )
+
+    def put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        *,
+        content_type: str,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> ArtifactInfo:
+        """Stream an artifact to the object store, then name it in one transaction."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        validate_artifact_name(name)
+        with self.db.snapshot("turn") as conn:
+            row = self._turn_row(conn, scope, task_id, turn)
+        if row is None or row.retain_until_us <= self.now_us():
+            raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
+        written = self.blobs.put_new(
+            self.blob_key(scope, task_id, turn, name),
+            stream,
+            limit=self.max_artifact_bytes,
+            content_type=content_type,
+        )
+        replaced: list[str] = []
+        try:
+            with self.transaction(scope, task_id) as conn:
+                now_us = self.now_us()
+                record = self._turn_row(conn, scope, task_id, turn)
+                if record is None or record.retain_until_us <= now_us:
+                    raise NotFound(f"turn {turn} of task {task_id} not found")
+                current = conn.execute(
+                    f"SELECT sha256, blob FROM artifacts WHERE {_KEY} AND turn = %(turn)s"
+                    " AND name = %(name)s",
+                    _key(scope, task_id, turn=turn, name=name),
+                ).fetchone()
+                _check_preconditions(
+                    f'"{current[0]}"' if current else None, if_match, if_none_match
+                )
+                updated_us = self._next_updated_us(
+                    self._task_updated_us(conn, scope, task_id), now_us
+                )
+                info = ArtifactInfo(
+                    name=name,
+                    content_type=content_type,
+                    size=written.size,
+                    sha256=written.sha256,
+                    updated_at=iso_us(updated_us),
+                )
+                conn.execute(
+                    "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
+                    " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
+                    " %(project)s, %(task_id)s, %(turn)s, %(name)s, %(content_type)s, %(size)s,"
+                    " %(sha256)s, %(updated_at)s, %(updated_us)s, %(blob)s)"
+                    " ON CONFLICT (tenant, project, task_id, turn, name) DO UPDATE SET"
+                    " content_type = excluded.content_type, size = excluded.size,"
+                    " sha256 = excluded.sha256, updated_at = excluded.updated_at,"
+                    " updated_us = excluded.updated_us, blob = excluded.blob",
+                    _key(
+                        scope,
+                        task_id,
+                        turn=turn,
+                        name=name,
+                        content_type=content_type,
+                        size=written.size,
+                        sha256=written.sha256,
+                        updated_at=info.updated_at,
+                        updated_us=updated_us,
+                        blob=written.key,
+                    ),
+                )
+                conn.execute(
+                    "UPDATE turns SET updated_at = %(updated_at)s, updated_us = %(updated_us)s,"
+                    " retain_until = %(retain_until)s, retain_until_us = %(retain_until_us)s"
+                    f" WHERE {_KEY} AND turn = %(turn)s",
+                    _key(
+                        scope,
+                        task_id,
+                        turn=turn,
+                        updated_at=info.updated_at,
+                        updated_us=updated_us,
+                        retain_until=iso_us(updated_us + self._retention_us),
+                        retain_until_us=updated_us + self._retention_us,
+                    ),
+                )
+                conn.execute(_RECOMPUTE, _key(scope, task_id))
+                self._bump(conn, scope)
+                if current is not None:
+                    replaced.append(current[1])
+        except BaseException:
+            self._forget_blobs([written.key])
+            raise
+        # The replaced bytes stay until the sweeper's orphan pass (after the grace period):
+        # a download that began before this commit keeps reading them, as an open file
+        # keeps a replaced file's bytes in the tree.
+        del replaced
+        return info
+
+    def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
+        """Open a live artifact for streaming; the caller closes ``file``."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        validate_artifact_name(name)
+        missing = f"artifact {name} of turn {turn} of task {task_id} not found"
+        for _ in range(8):
+            with self.db.snapshot("artifact") as conn:
+                row = conn.execute(
+                    "SELECT a.content_type, a.size, a.sha256, a.updated_at, a.blob"
+                    " FROM artifacts a JOIN turns u USING (tenant, project, task_id, turn)"
+                    " WHERE a.tenant = %(tenant)s AND a.project = %(project)s"
+                    " AND a.task_id = %(task_id)s AND a.turn = %(turn)s AND a.name = %(name)s"
+                    " AND u.retain_until_us > %(now)s",
+                    _key(scope, task_id, turn=turn, name=name, now=self.now_us()),
+                ).fetchone()
+            if row is None:
+                raise NotFound(missing)
+            content_type, size, sha256, updated_at, blob = row
+            info = ArtifactInfo(name, content_type, int(size), sha256, updated_at)
+            try:
+                file = self.blobs.open(blob, int(size))
+            except FileNotFoundError:
+                continue  # deleted since the row was read (a delete or expiry committed)
+            return ArtifactStream(info=info, file=file, size=int(size))  # type: ignore[arg-type]
+        raise LockTimeout(f"artifact {name} is being replaced; retry shortly")
+
+    # -- project digest --------------------------------------------------------------------
+    def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
+        """``project.md``, rendered first if any write (or expiry) made it stale."""
+        now_us = self.now_us()
+        with self.db.snapshot("project") as conn:
+            row = conn.execute(
+                "SELECT digest, generation, digest_generation, digest_valid_until_us,"
+                " digest_rendered_us FROM projects WHERE tenant = %s AND project = %s",
+                (scope.tenant, scope.project),
+            ).fetchone()
+        if row is None:
+            data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
+            return io.BytesIO(data), len(data)
+        body, generation, rendered_gen, valid_until, rendered_us = row
+        if body is not None and generation == rendered_gen and rendered_us <= now_us < valid_until:
+            data = bytes(body)
+        else:
+            data = self.refresh_digest(scope)
+        return io.BytesIO(data), len(data)
+
+    def refresh_digest(self, scope: Scope) -> bytes:
+        """Render ``project.md`` from the live turns and keep it with the generation it shows."""
+        with self.db.transaction(f"project {scope.tenant}/{scope.project}") as conn:
+            advisory_xact_lock(conn, "digest", scope.tenant, scope.project)
+            now_us = self.now_us()
+            row = conn.execute(
+                "SELECT generation FROM projects WHERE tenant = %s AND project = %s",
+                (scope.tenant, scope.project),
+            ).fetchone()
+            generation = int(row[0]) if row else 0
+            rows = conn.execute(
+                "SELECT t.task_id, t.updated_us, u.turn, u.updated_at, u.summary,"
+                " u.retain_until_us FROM tasks t CROSS JOIN LATERAL (SELECT turn, updated_at,"
+                f" summary, retain_until_us {_ALIVE_TURNS} ORDER BY turn DESC LIMIT 1) u"
+                " WHERE t.tenant = %(tenant)s AND t.project = %(project)s"
+                " AND t.retain_until_us > %(now)s ORDER BY t.updated_us DESC, t.task_id DESC",
+                {"tenant": scope.tenant, "project": scope.project, "now": now_us},
+            ).fetchall()
+            turns: dict[str, TurnRecord] = {}
+            digest_rows = []
+            valid_until = 2**62
+            for task_id, updated_us, turn, updated_at, summary, retain_us in rows:
+                digest_rows.append(DigestRow(task_id, int(updated_us), int(turn)))
+                valid_until = min(valid_until, int(retain_us))
+                turns[task_id] = TurnRecord(
+                    task_id, int(turn), {}, bytes(summary).decode("utf-8"), (), "", updated_at,
+                    "", 0,
+                )  # fmt: skip
+            data = b"".join(
+                digest_mod.render(scope, digest_rows, lambda task_id, _turn: turns.get(task_id))
+            )
+            conn.execute(
+                "UPDATE projects SET digest = %s, digest_generation = %s,"
+                " digest_valid_until_us = %s, digest_rendered_us = %s"
+                " WHERE tenant = %s AND project = %s",
+                (data, generation, valid_until, now_us, scope.tenant, scope.project),
+            )
+        return data
+
+    # -- cursors ---------------------------------------------------------------------------
+    def _scope_tag(self, scope: Scope) -> str:
+        return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
+
+    def _encode_cursor(self, scope: Scope, updated_us: int, task_id: str) -> str:
+        return self.cursors.encode(
+            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)}
+        )
+
+    def _decode_cursor(self, scope: Scope, cursor: str) -> tuple[int, str]:
+        body = self.cursors.decode(cursor, "cursor")
+        try:
+            if body["v"] != CURSOR_VERSION or body["s"] != self._scope_tag(scope):
+                raise ValueError("issued for another project")
+            return int(body["u"]), validate_id("task_id", body["id"])
+        except (ValueError, KeyError, TypeError, InvalidName):
+            raise InvalidName(
+                "cursor", cursor, "is not a cursor this server issued for this project"
+            ) from None
