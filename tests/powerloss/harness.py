@@ -469,13 +469,12 @@ def kill_server(server: Live) -> None:
     raise RuntimeError("a worker of the killed server is still alive")
 
 
-_RECOVERY = re.compile(r"\[(?:WARNING|INFO|ERROR)\] (.*(?:shut down cleanly|recover|repair).*)")
-
-
 def recovery_line(server: Live) -> str:
-    """What the start-up recovery said (the last such line of the server's log)."""
-    found = _RECOVERY.findall(server.log())
-    return found[-1][:200] if found else "the log says nothing of a recovery"
+    """What the server said about its start-up recovery, and its full check if it ran one."""
+    text = server.log()
+    why = re.findall(r"previous run did not shut down cleanly.*", text)
+    full = re.findall(r"full check after .*", text)
+    return "; ".join(why[-1:] + full[-1:])[:300] or "the log says nothing of a recovery"
 
 
 def restart_killed(server: Live, delay: float) -> bool:
