@@ -8,11 +8,15 @@ answering 200, in three states of the storage root:
 
 * clean: the last server stopped cleanly;
 * killed: the last server was SIGKILLed (the running sentinel is left); nothing is stale;
-* power loss: killed, then every file the service writes without fsync loses what a power
-  cut takes from it when none of it reached the disk: each ``index.json``, ``summary.md``,
-  ``_project.md`` and memory live file is empty, every file in the lock tree (the journals of
-  writes in flight) is empty, and the SQLite listings are gone. The records stay, as they
-  do (they are fsynced before the answer); the recovery rebuilds everything else.
+* power loss, nothing stale: killed, then the files of the lock tree (the journals of writes
+  in flight, the recovery's canary) lose their contents, as after a cut that came long
+  enough after the last write for the kernel to have flushed every derived file: the full
+  check runs and finds nothing to repair;
+* power loss, every derived file lost: killed, then every file the service writes without
+  fsync loses what a cut takes when none of it reached the disk: each ``index.json``,
+  ``summary.md``, ``_project.md`` and memory live file is empty, the lock tree's files are
+  empty, and the SQLite listings are gone. The records stay, as they do (they are fsynced
+  before the answer); the full check rebuilds everything else.
 
 The figures depend on the filesystem of ``$TMPDIR`` (see bench/README.md). Prints one table.
 """
@@ -44,8 +48,9 @@ EMPTIED = {TASK_INDEX, TURN_SUMMARY, PROJECT_DIGEST}
 REMOVED = {base + s for base in (PROJECT_LISTING, STORE_INDEX) for s in SQLITE_SUFFIXES}
 
 
-def lose_unsynced(root: Path) -> tuple[int, int]:
-    """Empty or remove every file written without fsync; return (emptied, removed)."""
+def lose_unsynced(root: Path, *, derived: bool) -> tuple[int, int]:
+    """Empty the lock tree's files and, with ``derived``, empty or remove every derived file;
+    return (emptied, removed)."""
     emptied = removed = 0
     for dirpath, _, filenames in os.walk(root):
         here = Path(dirpath)
@@ -53,10 +58,10 @@ def lose_unsynced(root: Path) -> tuple[int, int]:
         live = MEMORIES_DIR in here.relative_to(root).parts
         for name in filenames:
             path = here / name
-            if name in REMOVED:
+            if derived and name in REMOVED:
                 path.unlink()
                 removed += 1
-            elif name in EMPTIED or in_locks or live:
+            elif in_locks or (derived and (name in EMPTIED or live)):
                 os.truncate(path, 0)
                 emptied += 1
     return emptied, removed
@@ -86,16 +91,17 @@ def kill(server: servers.Server) -> None:
 
 
 def said(server: servers.Server) -> str:
-    """The server's last log line about its recovery."""
+    """What the server logged about its recovery (the full check logs once it is ready)."""
+    time.sleep(1.0)
     lines = server.log_path.read_text(errors="replace").splitlines()
-    found = [ln for ln in lines if "shut down cleanly" in ln or "recover" in ln]
-    return found[-1].split("] ", 3)[-1] if found else "(nothing about a recovery)"
+    found = [ln for ln in lines if "shut down cleanly" in ln or "full check" in ln]
+    return "; ".join(ln.split("] ", 3)[-1].strip() for ln in found) or "(nothing)"
 
 
 def measure(work: Path, tasks: int, reps: int) -> dict[str, list[float]]:
     root = work / "storage"
     loader.load(root, "bench", "bench", tasks)
-    times: dict[str, list[float]] = {"clean": [], "killed": [], "power loss": []}
+    times: dict[str, list[float]] = {"clean": [], "killed": [], "cut": [], "cut, all lost": []}
     for rep in range(reps):
         server, seconds = start_timed(work)
         times["clean"].append(seconds)
@@ -103,11 +109,16 @@ def measure(work: Path, tasks: int, reps: int) -> dict[str, list[float]]:
         server, seconds = start_timed(work)
         times["killed"].append(seconds)
         kill(server)
-        emptied, removed = lose_unsynced(root)
-        server, seconds = start_timed(work)
-        times["power loss"].append(seconds)
-        if rep == 0:
-            print(f"  {tasks} tasks, {emptied} files emptied, {removed} removed: {said(server)}")
+        for state, derived in (("cut", False), ("cut, all lost", True)):
+            emptied, removed = lose_unsynced(root, derived=derived)
+            server, seconds = start_timed(work)
+            times[state].append(seconds)
+            if rep == 0:
+                print(
+                    f"  {tasks} tasks, {state}: {emptied} emptied, {removed} removed: {said(server)}"
+                )
+            kill(server)
+        server, _ = start_timed(work)
         server.stop()
     return times
 
@@ -126,8 +137,11 @@ def main() -> None:
     print(
         f"\nstart to /readyz, median of {args.reps} (seconds), root under {tempfile.gettempdir()}"
     )
-    print("| tasks | clean stop | killed (sentinel left) | power loss (derived files lost) |")
-    print("|---:|---:|---:|---:|")
+    print(
+        "| tasks | after a clean stop | after a kill | after a power loss, nothing stale"
+        " | after a power loss, every derived file lost |"
+    )
+    print("|---:|---:|---:|---:|---:|")
     for tasks, times in rows:
         cells = " | ".join(f"{statistics.median(times[k]):.1f}" for k in times)
         print(f"| {tasks:,} | {cells} |")
