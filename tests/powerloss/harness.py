@@ -498,6 +498,8 @@ def wait_ready(server: Live, timeout: float = 600.0) -> None:
     """Wait for /readyz: a recovery may go on after the server listens (it answers 503)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if server.proc is None or server.proc.poll() is not None:
+            raise RuntimeError(f"the server exited before it was ready:\n{server.log()[-2000:]}")
         with contextlib.suppress(requests.RequestException):
             if requests.get(f"{server.url}/readyz", timeout=5).status_code == 200:
                 return
