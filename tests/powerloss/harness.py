@@ -1,6 +1,7 @@
 """Power-loss cycles against the real server: every acknowledged write survives, recovery is clean.
 
-    python -m tests.powerloss.harness [--cycles N] [--seed S] [--writers W] [--keep]
+    python -m tests.powerloss.harness [--cycles N] [--seed S] [--writers W]
+                                      [--kill-in-recovery P] [--keep]
 
 ``LAZYFS=/path/to/lazyfs`` runs it on LazyFS; without it, on the simulator (simfs.py).
 
@@ -11,7 +12,9 @@ The storage root lives on a power-loss filesystem (mount.py). One cycle:
    gunicorn (``-c gunicorn.conf.py``, 2 workers), recording every attempt and its answer;
 2. at a random moment the whole server, master and workers, is SIGKILLed;
 3. the power is cut: everything nobody fsynced is dropped (``lazyfs::clear-cache``);
-4. the server starts again on the same root, and its start-up recovery runs;
+4. the server starts again on the same root, and its start-up recovery runs (a third of
+   these starts are SIGKILLed again within 1.5 s, and started once more); the checks wait
+   for ``/readyz``;
 5. ``flask --app wsgi fsck`` must report the tree clean;
 6. every key written in the cycle must hold what its last acknowledged write put there, or
    what a later unanswered write put there (it may have reached its commit point before the
