@@ -10,12 +10,14 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from ..auth import current_principal, require_principal
+from ..errors import validation_error
 from ..permissions import only_owner
 from ..schemas import project_memory as s
 from ..storage import PayloadTooLarge
 from ..storage.interface import TaskBackend
 from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from ..storage.models import TurnRecord
+from ..storage.query import MAX_QUERY_CHARS
 from .common import (
     body_stream,
     content_type,
@@ -32,6 +34,9 @@ from .common import (
 from .docs import doc
 
 PREFIX = "/sandbox/memory/v1"
+# project.md with changes spliced in is copied through the worker (an unchanged one goes
+# by sendfile): in pieces this big, the per-piece overhead is noise next to the copy.
+DIGEST_CHUNK = 256 * 1024
 
 TASK_ID = {
     "name": "task_id",
@@ -86,6 +91,7 @@ turn_out = s.TurnRecord()
 task_out = s.TaskIndex()
 task_list_out = s.TaskList()
 artifact_out = s.ArtifactRecord()
+search_out = s.SearchResults()
 
 # Types a browser renders without running script; anything else is sent as a download.
 PASSIVE_TYPES = frozenset(
@@ -152,7 +158,7 @@ def get_project_md() -> ResponseReturnValue:
     """Project digest: one section per task with its latest summary"""
     file, size = store().open_digest(current_principal().scope)
     response = Response(
-        wrap_file(request.environ, file),
+        wrap_file(request.environ, file, DIGEST_CHUNK),
         mimetype="text/markdown",
         direct_passthrough=True,
     )
@@ -341,3 +347,44 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     payload = artifact_out.dump(info)
     payload.update(task_id=task_id, turn=turn_no)
     return _json(payload, headers={"ETag": info.etag})
+
+
+@bp.get("/search")
+@doc(
+    params=[
+        {
+            "name": "q",
+            "in": "query",
+            "required": True,
+            "description": 'Words that must all match; "a quoted phrase"; prefix* (2+ letters).'
+            " Case and diacritics are ignored. OR/NOT/NEAR and other operators are refused.",
+            "schema": {"type": "string", "maxLength": MAX_QUERY_CHARS},
+        },
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+        },
+        {
+            "name": "cursor",
+            "in": "query",
+            "required": False,
+            "schema": {"type": ["string", "null"]},
+        },
+    ],
+    responses={200: s.SearchResults, 501: "HTTPError", **ERRORS},
+)
+def search_project() -> ResponseReturnValue:
+    """Search the project's turns and memories (full text, best first)
+
+    Finds live turns by task id, meta values and summary, and live memories of the project's
+    memory stores by path and content. Deleted, replaced and expired text is never found.
+    """
+    query = request.args.get("q")
+    if query is None:
+        raise validation_error(["query", "q"], "Field required", "missing")
+    limit = query_int("limit", 20, 1, 100)
+    cursor = request.args.get("cursor") or None
+    page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
+    return _json(search_out.dump(page))

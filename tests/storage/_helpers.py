@@ -23,6 +23,7 @@ from app.storage.layout import TMP_PREFIX, TURN_SUMMARY, validate_id
 from app.storage.listing import TurnRow
 from app.storage.models import TurnRecord
 from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
+from tests.conftest import nested_summary
 
 MiB = 1 << 20
 
@@ -168,7 +169,7 @@ def expected_digest(store: TaskStore, scope: Scope) -> str:
     if not sections:
         return text + "\nNo tasks yet.\n"
     for _, task_id, rec in sections:
-        summary = rec.summary_md
+        summary = nested_summary(rec.summary_md)
         if summary and not summary.endswith("\n"):
             summary += "\n"
         text += f"\n## {task_id}\n\nLatest turn: {rec.turn}, updated {rec.updated_at}\n\n{summary}"

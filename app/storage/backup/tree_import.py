@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from ulid import ULID
 
 from ..atomic import DIR_MODE, FILE_MODE, make_dirs, sync_filesystem, write_atomic
+from ..digest import Section
 from ..errors import Corrupt, StorageError
 from ..layout import (
     ARTIFACTS_DIR,
@@ -34,6 +35,7 @@ from ..layout import (
     Scope,
     turn_dirname,
 )
+from ..listing import TurnRow
 from ..memstores.records import StoreRecord, VersionRecord
 from ..records import (
     build_index,
@@ -44,12 +46,14 @@ from ..records import (
     turn_from_json,
     write_json,
 )
+from ..turn_search import TurnText, turn_text
 from ..txn import Key
 from .format import CHUNK, ArchiveError, BackupReader, Member, MemberName
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
 
+_PUBLISH_BATCH = 1000
 _KIND_RANK = {"task": 0, "turn": 0, "artifact": 0, "store": 1, "version": 1}
 
 
@@ -270,20 +274,34 @@ class _Importer:
         tasks, layout = self.storage.tasks, self.layout
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
-        rows = {}
         staged_project = self.staging / "tasks" / scope.tenant / scope.project
-        for task_id in task_ids:
-            target = layout.task_dir(scope, task_id)
-            with tasks.txns(Key(scope, task_id)) as txn:
-                txn.begin()
-                trashed = tasks.trash(target) if layout.tree.lstat(target) else None
-                layout.tree.rename(staged_project / task_id, target)
-                index = read_json(target / TASK_INDEX)
-                assert isinstance(index, dict)  # built by build_derived before the rename
-                rows[task_id] = index_rows(index)
-            if trashed is not None:
-                layout.tree.remove(trashed)
-        tasks.listing(scope).set_tasks(rows)
+        now_us = tasks.now_us()
+        for start in range(0, len(task_ids), _PUBLISH_BATCH):
+            # Listing, search and digest rows a batch at a time: memory stays flat.
+            rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
+            texts: dict[str, dict[int, TurnText]] = {}
+            for task_id in task_ids[start : start + _PUBLISH_BATCH]:
+                target = layout.task_dir(scope, task_id)
+                with tasks.txns(Key(scope, task_id)) as txn:
+                    txn.begin()
+                    trashed = tasks.trash(target) if layout.tree.lstat(target) else None
+                    layout.tree.rename(staged_project / task_id, target)
+                    index = read_json(target / TASK_INDEX)
+                    assert isinstance(index, dict)  # built by build_derived before the rename
+                    records = tuple(
+                        record
+                        for entry in index["turns"]
+                        if (record := read_turn(target / turn_dirname(entry["turn"])))
+                    )
+                    # What search finds each turn by, and the digest section, written with
+                    # the listing rows.
+                    texts[task_id] = {r.turn: turn_text(r) for r in records}
+                    section = tasks.section(scope, task_id, index, now_us, records)
+                    rows[task_id] = (index_rows(index), section)
+                if trashed is not None:
+                    layout.tree.remove(trashed)
+            tasks.listing(scope).set_tasks(rows, texts=texts)
+        tasks.compact_digest(scope)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout

@@ -20,11 +20,12 @@ import psycopg
 
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..errors import StorageError
+from ..errors import NotSupported, StorageError
 from ..facade import SweepOutcome
 from ..fsck import DEFAULT_GRACE
 from ..layout import CURSOR_KEY, Scope
-from ..models import FsckReport
+from ..models import FsckReport, SearchPage
+from ..query import parse_query
 from ..retention import ProjectSweep, SweepReport
 from .blobs import BlobStore
 from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
@@ -184,6 +185,13 @@ class PgStorage:
         except Exception as exc:  # noqa: BLE001
             return False, f"object store not usable: {type(exc).__name__}"
         return True, "database and object store reachable"
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Not offered by this backend yet (PostgreSQL full-text search, docs/search.md)."""
+        parse_query(query)  # the same 422 for a query outside the syntax
+        raise NotSupported("search is not available on the PostgreSQL backend yet")
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)
