@@ -22,7 +22,9 @@ The storage root lives on a power-loss filesystem (mount.py). One cycle:
    compared byte for byte, turn ETags and memory heads with the acknowledged ones, and every
    acknowledged memory version is read back by its id.
 
-After the last cycle every key of the whole run is checked once more. The counts go to
+Every 10 cycles a new storage root (with a new server and memory store) takes over, and
+every key written on the old one is checked once more: the full check after a cut reads the
+whole tree, and a root that kept growing would make a cycle ever longer. The counts go to
 stdout; the exit status is 0 only when nothing acknowledged was lost and every fsck after a
 recovery was clean.
 """
@@ -65,6 +67,9 @@ WRITE_SECONDS = (0.3, 2.5)  # the kill comes at a random moment in this window
 # without a cut: the next start must still repair what the power loss left.
 KILL_IN_RECOVERY = 1 / 3
 RECOVERY_KILL_SECONDS = (0.0, 1.5)
+# The full check after a cut reads the whole tree back: a new storage root every 10 cycles
+# keeps a cycle a few seconds long.
+CYCLES_PER_ROOT = 10
 ABSENT = ("absent",)
 REQUEST_TIMEOUT = 30
 
@@ -115,14 +120,14 @@ class Stats:
 
 
 class Model:
-    """Every attempt of every writer, and what the checks found."""
+    """Every attempt of every writer on one storage root, and what the checks found."""
 
-    def __init__(self) -> None:
+    def __init__(self, stats: Stats) -> None:
         self.lock = threading.Lock()
         self.keys: dict[tuple[Any, ...], KeyLog] = {}
         self.touched: set[tuple[Any, ...]] = set()
         self.cycle = 0
-        self.stats = Stats()
+        self.stats = stats
 
     def record(
         self, key: tuple[Any, ...], state: tuple[Any, ...], acked: bool, *, count: bool = True
@@ -581,82 +586,128 @@ def run(
     writers: int,
     log: Callable[[str], None],
     kill_in_recovery: float = KILL_IN_RECOVERY,
+    per_root: int = CYCLES_PER_ROOT,
 ) -> RunResult:
+    """``cycles`` cycles, on a new storage root every ``per_root`` of them."""
     rng = random.Random(seed)
-    model = Model()
-    result = RunResult(fs.kind, stats=model.stats)
-    server = Live(tmp_path=workdir, root=fs.mountpoint / "storage", workers=2, threads=4)
-    target = Target()
-    checker = Checker(model, target)
-    server.start()
-    try:
-        target.url, target.secret = server.url, server.token("writer")
-        resp = requests.post(
-            f"{server.url}/v1/memory_stores",
-            json={"name": "powerloss"},
-            headers=auth(target.secret),
-            timeout=REQUEST_TIMEOUT,
+    result = RunResult(fs.kind)
+    first = 1
+    while first <= cycles:
+        last = min(cycles, first + per_root - 1)
+        number = (first - 1) // per_root + 1
+        log(f"storage root {number}: cycles {first} to {last}")
+        RootRun(fs, workdir / f"root-{number}", rng, log, result).run(
+            range(first, last + 1), cycles, seed * 1000 + number * 100, writers, kill_in_recovery
         )
-        resp.raise_for_status()
-        target.store = resp.json()["id"]
-        clients = [Writer(i, model, target, seed * 1000 + i) for i in range(writers)]
-        for cycle in range(1, cycles + 1):
-            model.cycle = cycle
-            model.touched = set()
-            stop = threading.Event()
-            threads = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in clients]
-            acked_before = model.stats.acked
-            for t in threads:
-                t.start()
-            delay = rng.uniform(*WRITE_SECONDS)
-            time.sleep(delay)
-            stop.set()  # before the kill: no write starts after it
-            kill_server(server)
-            for t in threads:
-                t.join(timeout=REQUEST_TIMEOUT + 10)
-            fs.cut_power()
-            again = ""
-            if rng.random() < kill_in_recovery:
-                after = rng.uniform(*RECOVERY_KILL_SECONDS)
-                during = restart_killed(server, after)
-                result.recovery_kills += during
-                again = f", after a kill {after:.2f}s into the {'recovery' if during else 'run'}"
-            started = time.monotonic()
-            server.start()
-            wait_ready(server)
-            result.recovery_seconds.append(time.monotonic() - started)
-            target.url = server.url
-            clean, report = fsck_cli(server, started)
-            result.cycles = cycle
-            if clean:
-                result.fsck_clean += 1
-            else:
-                result.fsck_failures.append(f"cycle {cycle}: {report}")
-            checked, problems = checker.check(model.touched, cycle)
-            result.checked += checked
-            live = checker.live_memories()
-            for w in clients:
-                if isinstance(live, dict):
-                    w.resync({p: v for p, v in live.items() if p.startswith(f"/w{w.index}/")})
-                else:
-                    w.memories = {}  # unknown: no memory writes until a listing works
-            log(
-                f"cycle {cycle}/{cycles}: killed at {delay:.2f}s, "
-                f"{model.stats.acked - acked_before} acknowledged, checked {checked}, "
-                f"problems {len(problems)}, fsck {'clean' if clean else 'NOT CLEAN'}, "
-                f"restart {result.recovery_seconds[-1]:.1f}s{again} ({recovery_line(server)})"
-            )
-            for line in problems[:20]:
-                log(f"  {line}")
-            if not clean:
-                log("  " + report.replace("\n", "\n  ")[:4000])
-        _, problems = checker.check(set(model.keys), None)
-        log(f"final check of all {len(model.keys)} keys: problems {len(problems)}")
-        for line in problems[:20]:
-            log(f"  {line}")
-    finally:
-        server.stop()
+        first = last + 1
     return result
+
+
+class RootRun:
+    """Cycles on one storage root of the mount, its own server and memory store."""
+
+    def __init__(
+        self,
+        fs: PowerLossMount,
+        workdir: Path,
+        rng: random.Random,
+        log: Callable[[str], None],
+        result: RunResult,
+    ) -> None:
+        workdir.mkdir(parents=True)
+        self.fs = fs
+        self.rng = rng
+        self.log = log
+        self.result = result
+        self.model = Model(result.stats)
+        self.server = Live(
+            tmp_path=workdir, root=fs.mountpoint / workdir.name, workers=2, threads=4
+        )
+        self.target = Target()
+        self.checker = Checker(self.model, self.target)
+
+    def run(
+        self, numbers: range, total: int, seed: int, writers: int, kill_in_recovery: float
+    ) -> None:
+        server, target, model = self.server, self.target, self.model
+        server.start()
+        try:
+            target.url, target.secret = server.url, server.token("writer")
+            resp = requests.post(
+                f"{server.url}/v1/memory_stores",
+                json={"name": "powerloss"},
+                headers=auth(target.secret),
+                timeout=REQUEST_TIMEOUT,
+            )
+            resp.raise_for_status()
+            target.store = resp.json()["id"]
+            clients = [Writer(i, model, target, seed + i) for i in range(writers)]
+            for cycle in numbers:
+                self.cycle(cycle, total, clients, kill_in_recovery)
+            _, problems = self.checker.check(set(model.keys), None)
+            self.log(f"final check of all {len(model.keys)} keys: problems {len(problems)}")
+            for line in problems[:20]:
+                self.log(f"  {line}")
+        finally:
+            server.stop()
+
+    def cycle(self, cycle: int, total: int, clients: list[Writer], kill_in_recovery: float) -> None:
+        server, target, model, result, rng = (
+            self.server,
+            self.target,
+            self.model,
+            self.result,
+            self.rng,
+        )
+        model.cycle = cycle
+        model.touched = set()
+        stop = threading.Event()
+        threads = [threading.Thread(target=w.run, args=(stop,), daemon=True) for w in clients]
+        acked_before = model.stats.acked
+        for t in threads:
+            t.start()
+        delay = rng.uniform(*WRITE_SECONDS)
+        time.sleep(delay)
+        stop.set()  # before the kill: no write starts after it
+        kill_server(server)
+        for t in threads:
+            t.join(timeout=REQUEST_TIMEOUT + 10)
+        self.fs.cut_power()
+        again = ""
+        if rng.random() < kill_in_recovery:
+            after = rng.uniform(*RECOVERY_KILL_SECONDS)
+            during = restart_killed(server, after)
+            result.recovery_kills += during
+            again = f", after a kill {after:.2f}s into the {'recovery' if during else 'run'}"
+        started = time.monotonic()
+        server.start()
+        wait_ready(server)
+        result.recovery_seconds.append(time.monotonic() - started)
+        target.url = server.url
+        clean, report = fsck_cli(server, started)
+        result.cycles += 1
+        if clean:
+            result.fsck_clean += 1
+        else:
+            result.fsck_failures.append(f"cycle {cycle}: {report}")
+        checked, problems = self.checker.check(model.touched, cycle)
+        result.checked += checked
+        live = self.checker.live_memories()
+        for w in clients:
+            if isinstance(live, dict):
+                w.resync({p: v for p, v in live.items() if p.startswith(f"/w{w.index}/")})
+            else:
+                w.memories = {}  # unknown: no memory writes until a listing works
+        self.log(
+            f"cycle {cycle}/{total}: killed at {delay:.2f}s, "
+            f"{model.stats.acked - acked_before} acknowledged, checked {checked}, "
+            f"problems {len(problems)}, fsck {'clean' if clean else 'NOT CLEAN'}, "
+            f"restart {result.recovery_seconds[-1]:.1f}s{again} ({recovery_line(server)})"
+        )
+        for line in problems[:20]:
+            self.log(f"  {line}")
+        if not clean:
+            self.log("  " + report.replace("\n", "\n  ")[:4000])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -670,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         default=KILL_IN_RECOVERY,
         help="the share of restarts killed again while they recover",
     )
+    parser.add_argument("--cycles-per-root", type=int, default=CYCLES_PER_ROOT)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
@@ -686,7 +738,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with mounted(workdir, lazyfs) as fs:
-            result = run(fs, workdir, args.cycles, seed, args.writers, log, args.kill_in_recovery)
+            result = run(
+                fs,
+                workdir,
+                args.cycles,
+                seed,
+                args.writers,
+                log,
+                args.kill_in_recovery,
+                args.cycles_per_root,
+            )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
