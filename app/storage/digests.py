@@ -14,7 +14,7 @@ from .atomic import atomic_file, os_errors
 from .clock import parse_iso_us
 from .digest import Section
 from .digestdb import BaseMismatch, Spliced
-from .errors import Corrupt, LockTimeout
+from .errors import Corrupt, LockTimeout, UnsafePath
 from .layout import TURN_META, Scope
 from .listing import Listing
 from .locks import locked
@@ -39,12 +39,13 @@ class Digests:
 
     # -- sections ------------------------------------------------------------------------------
     def record(self, scope: Scope, task_id: str, turn: int, now_us: int) -> TurnRecord | None:
-        """A live turn's record (None: gone, unreadable or expired)."""
+        """A live turn's record (None: gone, unreadable, expired, or behind a planted link,
+        which is never followed: fsck reports it)."""
         turn_dir = self.layout.turn_dir(scope, task_id, turn)
-        self.layout.check_inside(turn_dir / TURN_META)
         try:
+            self.layout.check_inside(turn_dir / TURN_META)
             record = read_turn(turn_dir)
-        except Corrupt:
+        except (Corrupt, UnsafePath):
             return None
         if record is None or parse_iso_us(record.retain_until) <= now_us:
             return None

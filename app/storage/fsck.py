@@ -177,6 +177,11 @@ class _Fsck:
         except NotADirectoryError:
             return []
 
+    def entry(self, path: Path) -> Entry | None:
+        """``path`` typed as Tree.entries types it (None: removed since it was listed)."""
+        st = self.tree.lstat(path)
+        return None if st is None else Entry(path.name, path, st.st_mode, st.st_size, st.st_mtime)
+
     def is_link(self, path: Path) -> bool:
         st = self.tree.lstat(path)
         return st is not None and stat.S_ISLNK(st.st_mode)
@@ -265,8 +270,20 @@ class _Fsck:
         """Each task against the records and at once against its listing and search rows, then
         what the listing has that no task directory does, then the digest: one task in memory
         at a time (the sorted task names aside), whatever the project's size."""
+        try:
+            dirs, others = self.tree.dir_names(path)
+        except UnsafePath:
+            self.symlink(path)
+            return
         names: list[str] = []
-        for entry in self.entries(path):
+        for name in dirs:
+            if name.startswith(TMP_PREFIX) or not is_id(name):
+                entry = self.entry(path / name)
+                if entry is not None:
+                    others.append(entry)
+            elif not name.startswith((".", "_")):
+                names.append(name)
+        for entry in others:
             name = entry.name
             if self.common(entry):
                 continue
@@ -276,11 +293,7 @@ class _Fsck:
                 continue
             if name.startswith((".", "_")):
                 continue
-            if is_id(name) and entry.is_dir:
-                names.append(name)
-            else:
-                self.unindexed(entry.path)
-        names.sort()
+            self.unindexed(entry.path)
         listing = self.open_listing(scope)
         searched = listing is not None and self.search_ready(scope, listing, names)
         with_rows: list[str] = []

@@ -28,10 +28,13 @@ from ..digest import Section
 from ..errors import Corrupt, StorageError
 from ..layout import (
     ARTIFACTS_DIR,
+    STORE_RECORD,
     TASK_INDEX,
+    TASK_RECORD,
     TMP_PREFIX,
     TURN_META,
     TURN_SUMMARY,
+    VERSIONS_DIR,
     Scope,
     turn_dirname,
 )
@@ -136,15 +139,15 @@ class _Importer:
     def stage(self, group: _Group, member: Member) -> None:
         name = member.name
         if name.kind == "task":
-            path = group.dir / "task.json"
+            path = group.dir / TASK_RECORD
         elif name.kind == "turn":
             path = group.dir / turn_dirname(name.turn) / TURN_META
         elif name.kind == "artifact":
             path = group.dir / turn_dirname(name.turn) / ARTIFACTS_DIR / name.leaf
         elif name.kind == "store":
-            path = group.dir / "store.json"
+            path = group.dir / STORE_RECORD
         else:
-            path = group.dir / "versions" / f"{name.leaf}.json"
+            path = group.dir / VERSIONS_DIR / f"{name.leaf}.json"
         if path.parent != group.dir:
             os.makedirs(path.parent, DIR_MODE, exist_ok=True)
         data = _write_new(path, member)

@@ -23,7 +23,7 @@ from ..cursor import CursorCodec
 from ..errors import NotSupported, StorageError
 from ..facade import SweepOutcome
 from ..fsck import DEFAULT_GRACE
-from ..layout import CURSOR_KEY, Scope
+from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
 from ..models import FsckReport, SearchPage
 from ..query import parse_query
 from ..retention import ProjectSweep, SweepReport
@@ -382,7 +382,7 @@ class PgStorage:
         for tenant, project, task_id, turn, name, size, blob in artifacts:
             found = self.blobs.size(blob)
             if found != size:
-                where = f"{tenant}/{project}/{task_id}/{turn:04d}-turn/artifacts/{name}"
+                where = f"{tenant}/{project}/{task_id}/{turn_dirname(turn)}/{ARTIFACTS_DIR}/{name}"
                 problem = (
                     f"{where}: bytes missing from the object store ({blob})"
                     if found is None
