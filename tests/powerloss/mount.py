@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MOUNT_TIMEOUT = 60.0  # LazyFS allocates its whole cache before it mounts (about 4 s per GiB)
+MOUNT_TIMEOUT = 60.0  # LazyFS allocates its whole cache before it mounts
 LAZYFS_CACHE = "1gb"  # above the unsynced data of one cycle: a full LazyFS cache writes through
 
 _libc = ctypes.CDLL(None, use_errno=True)
