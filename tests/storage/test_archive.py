@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.storage import Scope
+from app.storage.backup import tree_export
 from app.storage.backup.format import PAX_SHA256, ArchiveError
 from app.storage.facade import TreeStorage
 from app.storage.memstores import VersionFilter
@@ -127,6 +128,35 @@ def test_a_whole_root_round_trips_byte_for_byte_and_answers_the_same(
     assert records_and_derived(target.layout.root) == records_and_derived(source.layout.root)
     assert answers(target) == answers(source)  # cursors too: the key came with the backup
     assert target.fsck().clean
+
+
+def test_a_task_or_store_past_the_held_bounds_is_hard_linked_and_still_round_trips(
+    source: TreeStorage, tmp_path: Path, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records past the byte bound and artifacts past the descriptor bound are taken as hard
+    links in a snapshot under .trash/, removed once streamed: the backup is the same."""
+    plain = tmp_path / "plain.tar.gz"
+    source.export(plain)
+    monkeypatch.setattr(tree_export, "_HELD_BYTES", 600)
+    monkeypatch.setattr(tree_export, "_HELD_FILES", 1)
+    linked = tmp_path / "linked.tar.gz"
+    source.export(linked)
+    assert tar_members(linked) == tar_members(plain)
+    trash = source.layout.trash_dir()
+    assert [p.name for p in trash.iterdir()] == []  # the snapshots went with the export
+    target = make(tmp_path / "restored", clock)
+    with open(linked, "rb") as fh:
+        target.import_(fh)
+    assert answers(make(tmp_path / "restored", clock)) == answers(source)
+
+
+def tar_members(path: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(path, "r:gz") as tar:
+        return [
+            (m.name, tar.extractfile(m).read())  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile() and m.name != "manifest.json"
+        ]
 
 
 def test_a_project_goes_into_another_tenant_and_project(
@@ -451,7 +481,8 @@ def test_export_refuses_a_tree_fsck_would_flag(source: TreeStorage, tmp_path: Pa
         source.export(backup, tenant="acme", project="web")
     assert not backup.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".~tmp")] == []
-    assert list(source.layout.trash_dir().iterdir()) == []  # the snapshot went too
+    trash = source.layout.trash_dir()
+    assert not trash.exists() or list(trash.iterdir()) == []  # nothing of the taking is left
 
 
 def test_export_refuses_to_write_inside_the_root(source: TreeStorage) -> None:
