@@ -81,6 +81,9 @@ CANARY = "_canary"
 RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TMP_PREFIX = ".~tmp-"
+# An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
+# publishing its bytes and committing meta.json; repair puts it back when the commit is lost.
+PREV_PREFIX = f"{TMP_PREFIX}prev-"
 # Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
 # never meet the per-project lock directories beside them.
 TASK_LOCKS = "_tasks"

@@ -56,6 +56,7 @@ from .errors import (
 )
 from .layout import (
     ARTIFACTS_DIR,
+    PREV_PREFIX,
     TASK_INDEX,
     TASK_LOCKS,
     TASK_RECORD,
@@ -106,7 +107,6 @@ CURSOR_VERSION = 1
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
-_PREV_PREFIX = f"{TMP_PREFIX}prev-"
 
 
 class TaskStore:
@@ -493,7 +493,7 @@ class TaskStore:
             # previous bytes as a hard link until the commit: if the write fails or dies in
             # between, repair_task (run on failure, or by the next writer through the dirty
             # marker) puts them back so the record and the bytes never disagree.
-            backup = path.parent / f"{_PREV_PREFIX}{name}"
+            backup = path.parent / f"{PREV_PREFIX}{name}"
             remove_quietly(backup)
             if os.path.lexists(path):
                 os.link(path, backup)
@@ -534,7 +534,7 @@ class TaskStore:
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
         self.layout.check_inside(turn_dir / TURN_META)
-        backup = path.parent / f"{_PREV_PREFIX}{name}"
+        backup = path.parent / f"{PREV_PREFIX}{name}"
         missing = f"artifact {name} of turn {turn} of task {task_id} not found"
         for _ in range(8):
             info = self._live_artifact(turn_dir, name)
@@ -711,8 +711,8 @@ def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> Non
     names = [e.name for e in tree.entries(directory) if e.is_file]
     expected = {a.name: a for a in record.artifacts}
     for name in names:
-        if name.startswith(_PREV_PREFIX):
-            info = expected.get(name[len(_PREV_PREFIX) :])
+        if name.startswith(PREV_PREFIX):
+            info = expected.get(name[len(PREV_PREFIX) :])
             if (
                 info is not None
                 and _file_sha256(directory / info.name) != info.sha256

@@ -40,19 +40,12 @@ TaskStore(Path(sys.argv[1])).put_artifact(
 )
 """
 
-LOST_AFTER_A_CUT = pytest.mark.xfail(
-    strict=True,
-    reason="the journal slot naming the replacement is not fsynced, and the full check"
-    " (fsck --repair) without it quarantines the new bytes, drops the artifact from meta.json"
-    " and removes the kept copy of the acknowledged bytes",
-)
-
 
 @pytest.mark.parametrize(
     "cut",
     [
         pytest.param(False, id="killed"),
-        pytest.param(True, id="killed-then-power-cut", marks=LOST_AFTER_A_CUT),
+        pytest.param(True, id="killed-then-power-cut"),
     ],
 )
 def test_artifact_replacement_killed_before_its_commit_keeps_the_acknowledged_bytes(
