@@ -89,6 +89,24 @@ class ArchiveError(StorageError):
 
 
 @dataclass(frozen=True, slots=True)
+class ExportSummary:
+    """What an export wrote."""
+
+    path: Path
+    counts: dict[str, int]
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    """What an import restored."""
+
+    tasks: int
+    stores: int
+    counts: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberName:
     """What a member name says, checked by the same rules as a write through the API."""
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -35,17 +34,10 @@ from ..layout import (
 )
 from ..records import build_index, index_rows, read_json, read_task_record, read_turn, write_json
 from ..txn import Key
-from .format import CHUNK, ArchiveError, BackupReader, Group, Member, Restore
+from .format import CHUNK, ArchiveError, BackupReader, Group, ImportSummary, Member, Restore
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
-
-
-@dataclass(frozen=True, slots=True)
-class ImportSummary:
-    tasks: int
-    stores: int
-    counts: dict[str, int]
 
 
 class _Importer(Restore):
