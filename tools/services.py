@@ -221,12 +221,15 @@ class Seaweed:
         path = self.directory / "weed.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds: every user of this class removes
+        the data directory next, and after a test run's thousands of keys weed took 15 s to
+        exit on its own."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
