@@ -187,13 +187,11 @@ def test_a_token_revoked_through_one_node_is_refused_by_the_other(
     nodes: tuple[Server, Server],
 ) -> None:
     a, b = nodes
-    token = a.token("reader")
-    assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 200
-    token_id = next(
-        line.split("\t")[0]
-        for line in flask_cli(a.env, "tokens", "list").splitlines()
-        if "role" not in line and line.split("\t")[1] == "reader"
+    created = flask_cli(
+        a.env, "tokens", "create", "--role", "reader", "--tenant", "acme", "--project", "web"
     )
+    token_id, token = created.split()[1], created.strip().splitlines()[-1]  # "created <id> ..."
+    assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 200
     flask_cli(a.env, "tokens", "revoke", token_id)
     assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 401
     assert http.get(f"{a.url}{PM}/tasks", headers=_h(token)).status_code == 401
