@@ -224,8 +224,8 @@ def _slow_import(storage: PgStorage, data: bytes) -> tuple[_Pipe, threading.Thre
 
 def _backup_of_big_artifacts(deploy: Callable[[], PgStorage], tmp_path: Path) -> bytes:
     source = deploy()
-    for i in range(4):
-        put(source, f"t{i}", data=os.urandom(MiB))  # random: the backup stays this large
+    for i, size in enumerate((MiB, MiB, MiB, 6 * MiB)):  # 6 MiB: a multipart upload
+        put(source, f"t{i}", data=os.urandom(size))  # random: the backup stays this large
     backup = tmp_path / "b.tar.gz"
     source.export(backup)
     return backup.read_bytes()

@@ -553,7 +553,12 @@ class _BytesReader:
 
 
 class _Checked:
-    """A read-through wrapper that hashes and counts, and never reads past ``limit``."""
+    """A read-through wrapper that hashes and counts, and never reads past ``limit``.
+
+    A read returns all ``n`` bytes asked for unless the source ends first: tarfile takes a
+    short read for the end of the data, and a network body (an object store's) may return
+    less than asked at any read.
+    """
 
     def __init__(self, fh: Readable, limit: int) -> None:
         self.fh = fh
@@ -564,6 +569,11 @@ class _Checked:
     def read(self, n: int = -1) -> bytes:
         n = self.left if n is None or n < 0 else min(n, self.left)
         data = self.fh.read(n) if n else b""
+        while data and len(data) < n:
+            more = self.fh.read(n - len(data))
+            if not more:
+                break
+            data += more
         self.left -= len(data)
         self.size += len(data)
         self.digest.update(data)
