@@ -326,6 +326,8 @@ def test_a_corrupt_or_truncated_backup_imports_nothing(
     import_refused(target, tmp_path / "flipped.tar.gz", "corrupt")
     (tmp_path / "cut.tar.gz").write_bytes(backup.read_bytes()[: len(data) - 100])
     import_refused(target, tmp_path / "cut.tar.gz", "corrupt or truncated|no manifest")
+    (tmp_path / "half.tar.gz").write_bytes(backup.read_bytes()[: len(data) // 2])
+    import_refused(target, tmp_path / "half.tar.gz", "corrupt or truncated")  # mid-artifact
 
 
 class Craft:

@@ -328,7 +328,7 @@ class BackupReader:
         fh = tar.extractfile(info)
         if fh is None:
             raise ArchiveError(f"{info.name}: unreadable")
-        checked = _Checked(fh, info.size)
+        checked = _Checked(_Damage(fh), info.size)
         yield Member(name, info.size, sha256, checked)
         while checked.read(CHUNK):  # whatever the consumer left unread
             pass
@@ -550,6 +550,20 @@ class _BytesReader:
         n = len(self._view) if n is None or n < 0 else n
         chunk, self._view = bytes(self._view[:n]), self._view[n:]
         return chunk
+
+
+class _Damage:
+    """A member's bytes as tarfile reads them. Its consumer reads them outside
+    :meth:`BackupReader.members`, so a damaged stream is ArchiveError here as well."""
+
+    def __init__(self, fh: Readable) -> None:
+        self.fh = fh
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.fh.read(n)
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+            raise ArchiveError(f"the backup is corrupt or truncated ({exc})") from None
 
 
 class _Checked:
