@@ -24,8 +24,10 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -95,17 +97,49 @@ def load_tasks(database_url: str, project: str, count: int) -> float:
     return time.perf_counter() - started
 
 
+def _cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of ``pids`` so far (those that exited count nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += sum(servers.proc_cpu(pid))
+        except (OSError, IndexError):
+            continue
+    return total
+
+
+def _group(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-g", str(pid)], capture_output=True, text=True, check=False)
+    return [int(p) for p in out.stdout.split()]
+
+
+def backing_pids(postgres: Postgres, seaweed: Seaweed) -> list[int]:
+    """PostgreSQL's postmaster and its backends, and SeaweedFS: the CPU the tree has no
+    counterpart for."""
+    head = (postgres.directory / "data" / "postmaster.pid").read_text().split()
+    master = int(head[0])
+    children = subprocess.run(
+        ["pgrep", "-P", str(master)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert seaweed.proc is not None
+    return [master, *(int(c) for c in children), *_group(seaweed.proc.pid)]
+
+
 def measure(
     target: list[servers.Server],
     others: list[servers.Server],
     secret: str,
     op: loadgen.Op,
     args: Any,
+    backing: Callable[[], list[int]] | None = None,
 ) -> dict[str, float]:
     """Load ``target`` (one server, or the nodes of one deployment split evenly) with the
-    other servers paused."""
+    other servers paused; count the CPU of the servers measured (and of ``backing``)."""
     for s in others:
         s.pause()
+    nodes = [p for t in target for p in _group(t.proc.pid)]
+    behind = backing() if backing else []
+    cpu = _cpu(nodes), _cpu(behind)
     try:
         auth = {"Authorization": f"Bearer {secret}"}
         res = loadgen.run(
@@ -117,34 +151,49 @@ def measure(
             duration=args.duration,
             warmup=args.warmup,
         )
+        cpu = _cpu(nodes) - cpu[0], _cpu(behind) - cpu[1]
     finally:
         for s in others:
             s.resume()
     if res.errors:
         print(f"  !! {res.errors} errors, first: {res.first_error}", file=sys.stderr)
-    return {"throughput": res.throughput, "median_ms": res.median_ms, "p99_ms": res.p99_ms}
+    # Every op of the run, warm-up included, used the CPU counted.
+    ops = res.throughput * (args.warmup + args.duration)
+    return {
+        "throughput": res.throughput,
+        "median_ms": res.median_ms,
+        "p99_ms": res.p99_ms,
+        "cpu_ms_per_op": 1000 * sum(cpu) / ops if ops else float("nan"),
+        "backing_cpu_ms_per_op": 1000 * cpu[1] / ops if ops else float("nan"),
+    }
 
 
 def compare(
-    tree: servers.Server, a: servers.Server, b: servers.Server, secrets: list[str], args: Any
+    tree: servers.Server,
+    a: servers.Server,
+    b: servers.Server,
+    secrets: list[str],
+    backing: Callable[[], list[int]],
+    args: Any,
 ) -> list[dict[str, Any]]:
     cases = {"record a turn": None, "read a turn": w.ours_read(), "list": w.ours_list()}
     names = [n for n in cases if not args.only or n.split()[0] in args.only]
     setups = {
-        "tree": ([tree], [a, b], secrets[0]),
-        "pg 1 node": ([a], [tree, b], secrets[1]),
-        "pg 2 nodes": ([a, b], [tree], secrets[1]),
+        "tree": ([tree], [a, b], secrets[0], None),
+        "pg 1 node": ([a], [tree, b], secrets[1], backing),
+        "pg 2 nodes": ([a, b], [tree], secrets[1], backing),
     }
     data: dict[str, dict[str, list[dict[str, float]]]] = {n: {k: [] for k in setups} for n in names}
     for rep in range(args.reps):
         for name in names:
-            for label, (target, others, secret) in setups.items():
+            for label, (target, others, secret, more) in setups.items():
                 op = cases[name] or w.ours_record(f"r{rep}-{label.replace(' ', '')}")
-                found = measure(target, others, secret, op, args)
+                found = measure(target, others, secret, op, args, more)
                 data[name][label].append(found)
                 print(
                     f"  rep {rep} {name:<14} {label:<11} {found['throughput']:7.0f} op/s"
-                    f" p50 {found['median_ms']:6.2f} ms",
+                    f" p50 {found['median_ms']:6.2f} ms, {found['cpu_ms_per_op']:5.2f} ms CPU/op"
+                    f" ({found['backing_cpu_ms_per_op']:.2f} in PostgreSQL and SeaweedFS)",
                     file=sys.stderr,
                 )
     rows = []
@@ -155,6 +204,10 @@ def compare(
                 "ops_s": statistics.median(f["throughput"] for f in found),
                 "median_ms": statistics.median(f["median_ms"] for f in found),
                 "p99_ms": statistics.median(f["p99_ms"] for f in found),
+                "cpu_ms_per_op": statistics.median(f["cpu_ms_per_op"] for f in found),
+                "backing_cpu_ms_per_op": statistics.median(
+                    f["backing_cpu_ms_per_op"] for f in found
+                ),
             }
         pairs = zip(by["pg 1 node"], by["tree"], by["pg 2 nodes"], strict=True)
         per_rep = [(p1["throughput"] / t["throughput"], p2["throughput"] / p1["throughput"])
@@ -184,36 +237,18 @@ def list_growth(a: servers.Server, database_url: str, args: Any) -> dict[str, An
     }
 
 
-def print_report(rows: list[dict[str, Any]], grown: dict[str, Any] | None) -> None:
-    print(
-        f"{'workload':<15}{'tree op/s':>10}{'p50':>8}{'pg1 op/s':>10}{'p50':>8}"
-        f"{'pg2 op/s':>10}{'p50':>8}{'pg1/tree':>10}{'pg2/pg1':>9}"
-    )
-    for r in rows:
-        t, p1, p2 = r["tree"], r["pg 1 node"], r["pg 2 nodes"]
-        print(
-            f"{r['workload']:<15}{t['ops_s']:>10.0f}{t['median_ms']:>8.2f}{p1['ops_s']:>10.0f}"
-            f"{p1['median_ms']:>8.2f}{p2['ops_s']:>10.0f}{p2['median_ms']:>8.2f}"
-            f"{r['pg_over_tree']:>10.2f}{r['two_over_one']:>9.2f}"
-        )
-    if grown is not None:
-        p50 = grown["list_p50_ms"]
-        print(
-            f"list p50 on PostgreSQL: {p50[100]:.2f} ms at 100 tasks, {p50[100_000]:.2f} ms at"
-            f" 100,000; ratio {grown['list_ratio']:.2f}"
-        )
-
-
 def markdown(report: dict[str, Any]) -> str:
     """The README's table of a pg-*.json report."""
     out = [
-        "| workload | tree op/s (p50 ms) | PG+S3, 1 node | PG+S3, 2 nodes | PG+S3 ÷ tree"
+        "| workload | tree: op/s (p50 ms; CPU ms/op) | PG+S3, 1 node | PG+S3, 2 nodes"
+        " | PG+S3 ÷ tree"
         " | 2 nodes ÷ 1 | per rep: ÷ tree; 2 ÷ 1 |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
         cells = [
-            f"{r[k]['ops_s']:.0f} ({r[k]['median_ms']:.1f})"
+            f"{r[k]['ops_s']:.0f} ({r[k]['median_ms']:.1f}; {r[k]['cpu_ms_per_op']:.1f}"
+            + (f", {r[k]['backing_cpu_ms_per_op']:.1f} in PG/S3)" if k != "tree" else ")")
             for k in ("tree", "pg 1 node", "pg 2 nodes")
         ]
         reps = ", ".join(f"{x:.2f}" for x in r["pg_over_tree_reps"])
@@ -266,7 +301,7 @@ def main() -> None:
                 s = loadgen.Session(server.host, server.port, {"Authorization": f"Bearer {secret}"})
                 w.ours_preload(s)
                 s.close()
-            rows = compare(tree, a, b, secrets, args)
+            rows = compare(tree, a, b, secrets, lambda: backing_pids(postgres, seaweed), args)
             grown = None
             if not args.only or "growth" in args.only:
                 b.pause()
@@ -299,7 +334,7 @@ def main() -> None:
         f"pg: {args.clients} clients, {args.reps} interleaved reps of {args.duration:g} s;"
         " ratios = median over reps of the per-rep throughput ratio"
     )
-    print_report(rows, grown)
+    print(markdown(report))
     print(f"JSON: {out.relative_to(servers.REPO)}")
 
 
