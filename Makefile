@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck deploy-check clean
+.PHONY: venv run test soak lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,7 +41,7 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy app/storage
+	$(BIN)/mypy app/storage app/api
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
 # starts its own servers on 127.0.0.1, stops them, prints one table, writes bench/results/*.json.
@@ -60,6 +60,15 @@ bench: $(DEV_STAMP)
 
 bench-peer: $(DEV_STAMP) $(MLFLOW_STAMP)
 	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)
+
+# What grows with the tree (bench/README.md, "Scale rows"), for this checkout as it stands;
+# BENCH_SIZES=1000,10000,50000 for the full table, SCALE_ARGS="--reps 5" for more repetitions.
+BENCH_SIZES ?= 1000,10000
+SCALE_ARGS ?=
+
+bench-scale: $(DEV_STAMP)
+	$(BIN)/python -m bench.scale --checkout . --sizes $(BENCH_SIZES) \
+		--out bench/results/scale-$$(git rev-parse --short HEAD).json $(SCALE_ARGS)
 
 sweep: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi sweep

@@ -91,6 +91,7 @@ STORE_ERROR_TYPES = {
     429: "rate_limit_error",
     431: "invalid_request_error",
     500: "api_error",
+    501: "api_error",
     503: "overloaded_error",
     507: "api_error",
 }
@@ -172,6 +173,7 @@ _FIELD_LOCATIONS = {
     "name": "path",
     "cursor": "query",
     "limit": "query",
+    "q": "query",
     "tenant": "header",
     "project": "header",
 }
@@ -217,6 +219,8 @@ def from_storage(exc: se.StorageError) -> HTTPException:
         return ApiError(413, f"{exc} (limit {exc.limit} bytes)")
     if isinstance(exc, se.LockTimeout):
         return ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, se.NotSupported):
+        return ApiError(501, str(exc))
     if isinstance(exc, se.InsufficientStorage):
         return ApiError(507, "insufficient storage: the server's disk is full")
     log.error("storage error: %r", exc)

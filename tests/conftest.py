@@ -246,3 +246,26 @@ def remote(server: Any, token: str) -> Iterator[Any]:
     client = Remote(server, token)
     yield client
     client.close()
+
+
+def nested_summary(markdown: str) -> str:
+    """A summary as project.md shows it: its ATX headings two levels deeper (at most six),
+    code blocks untouched. Written apart from app/storage/digest.py, from the rule alone."""
+    out = []
+    fence = ""
+    for line in markdown.splitlines(keepends=True):
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        mark = body.rstrip()
+        if fence:
+            if indent <= 3 and len(mark) >= len(fence) and set(mark) == {fence[0]}:
+                fence = ""
+        elif indent <= 3 and body[:3] in ("```", "~~~"):
+            fence = body[: len(body) - len(body.lstrip(body[0]))]
+        elif indent <= 3 and body.startswith("#"):
+            level = len(body) - len(body.lstrip("#"))
+            rest = body[level:]
+            if level <= 6 and (not rest or rest[0] in " \t\r\n"):
+                line = " " * indent + "#" * min(6, level + 2) + rest
+        out.append(line)
+    return "".join(out)

@@ -26,14 +26,15 @@ from .keys import root_key
 from .layout import Scope
 from .limits import LimitsFile
 from .memstores import MemoryStoreEngine
-from .memstores.fsck import upgrade_store_dirs
+from .memstores.fsck import upgrade_store_dirs, upgrade_store_search
 from .memstores.retention import VersionSweep
-from .models import FsckReport
+from .models import FsckReport, SearchPage
 from .projects import list_projects
 from .readiness import check_ready
 from .records import dumps, read_json
 from .recovery import Plan, Recovery, Report
 from .retention import SweepReport, sweep
+from .search import TreeSearch
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
 from .tokens import TokenRegistry
 
@@ -102,6 +103,7 @@ class TreeStorage:
         )
         self.stores = MemoryStoreEngine(root, lock_timeout=lock_timeout, clock=clock)
         self.layout = self.tasks.layout
+        self.searcher = TreeSearch(self.tasks, self.stores)
         self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
@@ -131,7 +133,14 @@ class TreeStorage:
                 continue
             if count:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        done += upgrade_store_search(self.stores)
         return done
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Search the project's turns and memories (app/storage/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
         """Repair what an unclean stop left (the caller holds the root lock): the writes the

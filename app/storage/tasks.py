@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -41,8 +40,11 @@ from .atomic import (
     sync_pending_dirs,
     write_atomic,
 )
+from .background import Later
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from .cursor import CursorCodec, load_key
+from .digest import Section
+from .digests import Digests
 from .errors import (
     Conflict,
     Corrupt,
@@ -68,7 +70,6 @@ from .layout import (
     validate_turn,
 )
 from .listing import Listing, TaskFilter
-from .locks import locked
 from .models import (
     ArtifactInfo,
     ArtifactStream,
@@ -93,6 +94,7 @@ from .records import (
     write_json,
 )
 from .tree import Tree
+from .turn_search import TurnText, turn_text
 from .txn import Key, Transactions, Txn
 
 MiB = 1 << 20
@@ -129,6 +131,8 @@ class TaskStore:
         self.txns = Transactions(
             self.layout, TASK_LOCKS, timeout=lock_timeout, repair=self._repair_key
         )
+        self.later = Later()
+        self.digests = Digests(self)
 
     # -- helpers -----------------------------------------------------------------------------
     def now_us(self) -> int:
@@ -185,7 +189,35 @@ class TaskStore:
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
         row = turn_row(record, index.get("owner"))
-        self.listing(scope, below=task_dir.parent).put_turn(task_id, row)
+        # An artifact upload (summary=False) leaves meta and summary, the searched text, alone.
+        text = turn_text(record) if summary else None
+        section = self.section(scope, task_id, index, self.now_us(), (record,))
+        listing = self.listing(scope, below=task_dir.parent)
+        if section is None:  # only a clock that jumped past the new turn's retention
+            listing.set_task(task_id, index_rows(index), None)
+        else:
+            listing.put_turn(task_id, row, section, text)
+
+    def section(
+        self,
+        scope: Scope,
+        task_id: str,
+        index: dict[str, Any],
+        now_us: int,
+        known: tuple[TurnRecord, ...] = (),
+    ) -> Section | None:
+        """The task's digest section: its highest live turn per ``index`` (index.json), read
+        from the records unless it is one of ``known``."""
+        live = [t["turn"] for t in index["turns"] if parse_iso_us(t["retain_until"]) > now_us]
+        if not live:
+            return None
+        top = max(live)
+        record = next((r for r in known if r.turn == top), None)
+        if record is None:
+            record = self.digests.record(scope, task_id, top, now_us)
+            if record is None:
+                return None
+        return digest_mod.section_of(task_id, record, parse_iso_us(record.retain_until))
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -353,6 +385,14 @@ class TaskStore:
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
+        # Its text leaves the search index's file too, not only its answers (fts.py), right
+        # after the answer: the purge rewrites the project's whole index. A purge that
+        # cannot finish (an index kept busy) stays pending for the next sweep.
+        self.later.run(
+            ("purge", scope),
+            lambda: self.listing(scope).purge_search(),
+            f"purging deleted text from the search index of {scope.tenant}/{scope.project}",
+        )
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
@@ -517,64 +557,39 @@ class TaskStore:
             None if record is None else next((a for a in record.artifacts if a.name == name), None)
         )
 
-    # -- project digest ----------------------------------------------------------------------
+    # -- project digest (app/storage/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
-        """Open ``project.md``, rendering it first if any write (or expiry) made it stale.
+        """Open ``project.md``: the base file with what changed since spliced in."""
+        return self.digests.open(scope)
 
-        Writes only bump the listing generation, so a turn costs the same in a project of 10
-        tasks as in one of 10,000; the O(project) render happens at most once per change, on
-        the first read after it, under the project lock (concurrent readers wait for it).
-        """
-        listing = self.listing(scope)
-        path = self.layout.check_inside(self.layout.digest(scope))
-        if not listing.exists():
-            data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
-            return io.BytesIO(data), len(data)
-        if not listing.digest_is_fresh(self.now_us()) or not path.exists():
-            self.refresh_digest(scope)
-        fd = open_noatime(path)
-        return os.fdopen(fd, "rb"), os.fstat(fd).st_size
+    def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool:
+        """Bring ``_project.md`` up to date if anything changed; return whether it ran."""
+        return self.digests.compact(scope, wait=wait)
 
-    def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
-        """Re-render ``project.md`` if stale; return whether it was written."""
-        listing = self.listing(scope)
-        path = self.layout.check_inside(self.layout.digest(scope))
-        lock = self.layout.check_inside(self.layout.project_lock(scope))
-        with locked(lock, self.lock_timeout), os_errors():
-            now_us = self.now_us()
-            if not force and listing.digest_is_fresh(now_us) and path.exists():
-                return False
-            generation, rows = listing.digest_snapshot(now_us)
-            valid_until = [2**62]
-
-            def read(task_id: str, turn: int) -> TurnRecord | None:
-                turn_dir = self.layout.turn_dir(scope, task_id, turn)
-                self.layout.check_inside(turn_dir / TURN_META)
-                record = self._alive(read_turn(turn_dir), now_us)
-                if record is not None:
-                    valid_until[0] = min(valid_until[0], parse_iso_us(record.retain_until))
-                return record
-
-            write_atomic(path, digest_mod.render(scope, rows, read), durable=False)
-            listing.set_digest_state(generation, valid_until[0], rendered_us=now_us)
-        return True
+    def rebuild_digest(self, scope: Scope) -> None:
+        """Write ``_project.md`` again from the listing and the records."""
+        self.digests.rebuild(scope)
 
     def backfill_listing(self, scope: Scope) -> int:
         """Rebuild the listing rows of every task of a project written by an older version
         (one task lock at a time); return how many tasks were rebuilt."""
         listing = self.listing(scope)
-        if not listing.exists() or not listing.needs_backfill():
+        if not listing.exists() or not (
+            listing.needs_backfill() or listing.search_needs_backfill()
+        ):
             return 0
         task_ids = sorted(listing.all_tasks()[0])
         for task_id in task_ids:
             with self.txns.locked(Key(scope, task_id)):
                 self.repair_task(scope, task_id)
         listing.backfilled()
+        listing.search_backfilled()
         return len(task_ids)
 
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
-        """Rebuild a task's derived files (summaries, index.json, listing rows) from its records.
+        """Rebuild a task's derived files (summaries, index.json, listing and search rows) from its
+        records.
 
         The caller holds the task lock.
         """
@@ -588,11 +603,15 @@ class TaskStore:
             if tree.lstat(self.layout.listing(scope)) is not None:
                 self.listing(scope).set_task(task_id, [])
             return
+        texts: dict[int, TurnText] = {}
+        records: list[TurnRecord] = []
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
             if record is None:
                 continue
+            records.append(record)
+            texts[record.turn] = turn_text(record)
             _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
@@ -603,7 +622,8 @@ class TaskStore:
             current_index = None
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
-        self.listing(scope).set_task(task_id, index_rows(index))
+        section = self.section(scope, task_id, index, self.now_us(), tuple(records))
+        self.listing(scope).set_task(task_id, index_rows(index), section, texts)
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:

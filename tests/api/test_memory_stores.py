@@ -1,4 +1,5 @@
-"""The memory-stores API: every endpoint, every rule of issue 5 point 2, every error type."""
+"""The memory-stores API: every endpoint, every rule of the store and memory semantics, every
+error type."""
 
 from __future__ import annotations
 

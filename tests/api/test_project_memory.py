@@ -1,4 +1,4 @@
-"""Every endpoint of the project-memory API (seed 000) through the Flask test client."""
+"""Every endpoint of the project-memory API through the Flask test client."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import NotFound, Scope, TaskStore
+from app.storage.digest import Section
 from app.storage.fsck import LOST_FOUND, fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
@@ -83,8 +84,10 @@ def _stray_temp(store: TaskStore, scope: Scope) -> None:
 
 def _stale_listing_row(store: TaskStore, scope: Scope) -> None:
     listing = Listing(store.layout.listing(scope), timeout=1)
-    listing.put_turn("alpha", TurnRow(5, 1, 2**60))  # a turn that does not exist
-    listing.put_turn("nobody", TurnRow(0, 1, 2**60))  # a task that does not exist
+    bogus = Section(5, 2**60, b"\n## alpha\n\nLatest turn: 5\n\n")
+    listing.put_turn("alpha", TurnRow(5, 1, 2**60), bogus)  # a turn that does not exist
+    nobody = Section(0, 2**60, b"\n## nobody\n\nLatest turn: 0\n\n")
+    listing.put_turn("nobody", TurnRow(0, 1, 2**60), nobody)  # a task that does not exist
 
 
 def _missing_summary(store: TaskStore, scope: Scope) -> None:

@@ -25,6 +25,7 @@ from ..layout import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
     STORE_ID_RE,
+    STORE_RECORD,
     TASK_RECORD,
     TURN_DIR_RE,
     TURN_META,
@@ -175,8 +176,8 @@ def _export_store(storage: TreeStorage, writer: BackupWriter, scope: Scope, stor
                 if entry.is_link:
                     _refuse_link(storage, entry.path)
             record = layout.store_record(store_dir)
-            snapshot.link(record, "store.json")
-            tails.append("store.json")
+            snapshot.link(record, STORE_RECORD)
+            tails.append(STORE_RECORD)
             for entry in tree.entries(layout.versions_dir(store_dir)):
                 if entry.is_link:
                     _refuse_link(storage, entry.path)

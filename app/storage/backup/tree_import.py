@@ -22,22 +22,30 @@ from typing import TYPE_CHECKING, BinaryIO
 from ulid import ULID
 
 from ..atomic import DIR_MODE, FILE_MODE, make_dirs, sync_filesystem, write_atomic
+from ..digest import Section
 from ..errors import StorageError
 from ..layout import (
     ARTIFACTS_DIR,
+    STORE_RECORD,
     TASK_INDEX,
+    TASK_RECORD,
     TMP_PREFIX,
     TURN_META,
     TURN_SUMMARY,
+    VERSIONS_DIR,
     Scope,
     turn_dirname,
 )
+from ..listing import TurnRow
 from ..records import build_index, index_rows, read_json, read_task_record, read_turn, write_json
+from ..turn_search import TurnText, turn_text
 from ..txn import Key
 from .format import CHUNK, ArchiveError, BackupReader, Group, ImportSummary, Member, Restore
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
+
+_PUBLISH_BATCH = 1000
 
 
 class _Importer(Restore):
@@ -67,15 +75,15 @@ class _Importer(Restore):
         name = member.name
         directory = self.dir
         if name.kind == "task":
-            path = directory / "task.json"
+            path = directory / TASK_RECORD
         elif name.kind == "turn":
             path = directory / turn_dirname(name.turn) / TURN_META
         elif name.kind == "artifact":
             path = directory / turn_dirname(name.turn) / ARTIFACTS_DIR / name.leaf
         elif name.kind == "store":
-            path = directory / "store.json"
+            path = directory / STORE_RECORD
         else:
-            path = directory / "versions" / f"{name.leaf}.json"
+            path = directory / VERSIONS_DIR / f"{name.leaf}.json"
         if path.parent != directory:
             os.makedirs(path.parent, DIR_MODE, exist_ok=True)
         return _write_new(path, member)
@@ -154,20 +162,34 @@ class _Importer(Restore):
         tasks, layout = self.storage.tasks, self.layout
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
-        rows = {}
         staged_project = self.staging / "tasks" / scope.tenant / scope.project
-        for task_id in task_ids:
-            target = layout.task_dir(scope, task_id)
-            with tasks.txns(Key(scope, task_id)) as txn:
-                txn.begin()
-                trashed = tasks.trash(target) if layout.tree.lstat(target) else None
-                layout.tree.rename(staged_project / task_id, target)
-                index = read_json(target / TASK_INDEX)
-                assert isinstance(index, dict)  # built by build_derived before the rename
-                rows[task_id] = index_rows(index)
-            if trashed is not None:
-                layout.tree.remove(trashed)
-        tasks.listing(scope).set_tasks(rows)
+        now_us = tasks.now_us()
+        for start in range(0, len(task_ids), _PUBLISH_BATCH):
+            # Listing, search and digest rows a batch at a time: memory stays flat.
+            rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
+            texts: dict[str, dict[int, TurnText]] = {}
+            for task_id in task_ids[start : start + _PUBLISH_BATCH]:
+                target = layout.task_dir(scope, task_id)
+                with tasks.txns(Key(scope, task_id)) as txn:
+                    txn.begin()
+                    trashed = tasks.trash(target) if layout.tree.lstat(target) else None
+                    layout.tree.rename(staged_project / task_id, target)
+                    index = read_json(target / TASK_INDEX)
+                    assert isinstance(index, dict)  # built by build_derived before the rename
+                    records = tuple(
+                        record
+                        for entry in index["turns"]
+                        if (record := read_turn(target / turn_dirname(entry["turn"])))
+                    )
+                    # What search finds each turn by, and the digest section, written with
+                    # the listing rows.
+                    texts[task_id] = {r.turn: turn_text(r) for r in records}
+                    section = tasks.section(scope, task_id, index, now_us, records)
+                    rows[task_id] = (index_rows(index), section)
+                if trashed is not None:
+                    layout.tree.remove(trashed)
+            tasks.listing(scope).set_tasks(rows, texts=texts)
+        tasks.compact_digest(scope)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout

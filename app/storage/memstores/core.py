@@ -179,6 +179,15 @@ class StoresBase:
             write_atomic(target, str(record.content).encode("utf-8"), durable=False)
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
+        if record.operation == "deleted":
+            self.purge_search(txn.dir)
+
+    def purge_search(self, store_dir: Path) -> None:
+        """Removed text leaves the search index's file too (app/storage/fts.py), not only its
+        answers. The write is done whatever happens here: an index that cannot be purged now
+        stays 'pending' for the next sweep."""
+        with contextlib.suppress(StorageError, sqlite3.Error):
+            self.index(store_dir).purge()
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""
@@ -295,7 +304,8 @@ class StoresBase:
         write_atomic(target, data)
 
     def rebuild(self, store_dir: Path) -> IndexContent:
-        """Make the index and the live tree equal a rebuild from the version records.
+        """Make the index (search rows included) and the live tree equal a rebuild from the
+        version records.
 
         The caller holds the store lock: a temp file among the versions is a dead writer's.
         """
@@ -303,7 +313,10 @@ class StoresBase:
             if entry.name.startswith(TMP_PREFIX) and not entry.is_link:
                 self.tree.unlink(entry.path)
         content = rows_from_records(self.load_records(store_dir))
+        expected = self.expected_tree(store_dir, content)
+        texts = {m.id: expected[m.path].decode("utf-8") for m in content.memories}
         with self.index(store_dir).write() as writer:
-            writer.replace_all(content)
-        self.sync_tree(store_dir, self.expected_tree(store_dir, content), apply=True)
+            writer.replace_all(content, texts)
+        self.index(store_dir).purge()
+        self.sync_tree(store_dir, expected, apply=True)
         return content

@@ -112,4 +112,7 @@ class VersionOps(MemoryOps):
             self.write_version_in_place(path, redacted)
             with self.index(txn.dir).write() as writer:
                 writer.put_version(redacted)
+            # An older content of a live memory may still sit in the search index's merged-away
+            # entries: redaction is how a secret is removed, so it leaves that file too.
+            self.purge_search(txn.dir)
         return redacted.view(True)

@@ -20,11 +20,12 @@ import psycopg
 from ..backup.format import ExportSummary, ImportSummary
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..errors import StorageError
+from ..errors import NotSupported, StorageError
 from ..facade import SweepOutcome
 from ..fsck import DEFAULT_GRACE
-from ..layout import CURSOR_KEY, Scope
-from ..models import FsckReport
+from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
+from ..models import FsckReport, SearchPage
+from ..query import parse_query
 from ..retention import ProjectSweep, SweepReport
 from .backup import export_pg, import_pg
 from .blobs import BlobStore
@@ -185,6 +186,13 @@ class PgStorage:
         except Exception as exc:  # noqa: BLE001
             return False, f"object store not usable: {type(exc).__name__}"
         return True, "database and object store reachable"
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Not offered by this backend yet (PostgreSQL full-text search, docs/search.md)."""
+        parse_query(query)  # the same 422 for a query outside the syntax
+        raise NotSupported("search is not available on the PostgreSQL backend yet")
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)
@@ -397,7 +405,7 @@ class PgStorage:
         for tenant, project, task_id, turn, name, size, blob in artifacts:
             found = self.blobs.size(blob)
             if found != size:
-                where = f"{tenant}/{project}/{task_id}/{turn:04d}-turn/artifacts/{name}"
+                where = f"{tenant}/{project}/{task_id}/{turn_dirname(turn)}/{ARTIFACTS_DIR}/{name}"
                 problem = (
                     f"{where}: bytes missing from the object store ({blob})"
                     if found is None

@@ -32,6 +32,7 @@ from ulid import ULID
 from .. import digest as digest_mod
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
+from ..digest import DigestRow
 from ..errors import InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
 from ..layout import (
     Scope,
@@ -40,7 +41,7 @@ from ..layout import (
     validate_id,
     validate_turn,
 )
-from ..listing import DigestRow, TaskFilter, meta_facts
+from ..listing import TaskFilter, meta_facts
 from ..models import (
     ArtifactInfo,
     ArtifactStream,
