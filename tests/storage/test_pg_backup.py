@@ -20,7 +20,7 @@ from app.storage.backends import open_backend
 from app.storage.backup.format import ArchiveError
 from app.storage.pg import backup as pg_backup
 from app.storage.pg.backend import PgStorage
-from app.storage.pg.db import hold_backup_lock
+from app.storage.pg.db import backup_lock
 from tests.conftest import FixedClock, Services, selected_backends
 
 pytestmark = pytest.mark.skipif(
@@ -78,8 +78,7 @@ def test_objects_that_lose_their_rows_stay_while_a_backup_runs(
     for task in ("deleted", "replaced", "expiring"):
         put(storage, task)
     before = objects(storage)
-    with storage.db.connect(autocommit=True) as held:
-        hold_backup_lock(held)
+    with storage.db.connect(autocommit=True) as held, backup_lock(held):
         storage.tasks.delete_task(SCOPE, "deleted")
         put(storage, "replaced", data=b"new")
         clock.advance(days=31)

@@ -5,7 +5,7 @@ imports into the tree, member for member the same bytes.
 Export: each task and each store is read in a snapshot transaction of its own (REPEATABLE
 READ), so each is as of one moment while writers run; its records stream from a server-side
 cursor and its artifacts from the object store, by the keys its rows name, one at a time. The
-export holds the backup lock (db.hold_backup_lock) from start to end: while it does, objects
+export holds the backup lock (db.backup_lock) from start to end: while it does, objects
 that lose their rows (a task deleted, a turn expired, an artifact replaced) stay in the store
 for the sweeper's orphan pass, so a snapshot never names an object that is gone.
 
@@ -57,7 +57,7 @@ from ..memstores.records import StoreRecord, VersionRecord
 from ..models import ArtifactInfo, TurnRecord
 from ..records import dumps, dumps_compact, turn_to_json
 from .blobs import BlobError
-from .db import hold_backup_lock, translated
+from .db import backup_lock, translated
 from .stores import _VERSION_COLUMNS, _json, _record
 from .tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
 
@@ -76,22 +76,25 @@ def export_pg(
     if project is not None and tenant is None:
         raise ArchiveError("--project needs --tenant")
     out = Path(os.path.abspath(out))
-    with translated("backup"), storage.db.connect(autocommit=True) as lock:
-        hold_backup_lock(lock)
-        with atomic_file(out) as raw:
-            writer = BackupWriter(raw, tenant=tenant, project=project)
-            try:
-                for scope in _scopes(storage, tenant, project):
-                    for task_id in _ids(storage, "task_id", "tasks", scope):
-                        _export_task(storage, writer, scope, task_id)
-                    for store_id in _ids(storage, "id", "stores", scope):
-                        _export_store(storage, writer, scope, store_id)
-                if tenant is None:
-                    writer.add(CURSOR_KEY_MEMBER, storage.key(CURSOR_KEY))
-                manifest = writer.finish(iso(storage.clock()))
-            except BaseException:
-                writer.abandon()
-                raise
+    with (
+        translated("backup"),
+        storage.db.connect(autocommit=True) as lock,
+        backup_lock(lock),
+        atomic_file(out) as raw,
+    ):
+        writer = BackupWriter(raw, tenant=tenant, project=project)
+        try:
+            for scope in _scopes(storage, tenant, project):
+                for task_id in _ids(storage, "task_id", "tasks", scope):
+                    _export_task(storage, writer, scope, task_id)
+                for store_id in _ids(storage, "id", "stores", scope):
+                    _export_store(storage, writer, scope, store_id)
+            if tenant is None:
+                writer.add(CURSOR_KEY_MEMBER, storage.key(CURSOR_KEY))
+            manifest = writer.finish(iso(storage.clock()))
+        except BaseException:
+            writer.abandon()
+            raise
     return ExportSummary(out, manifest["counts"], manifest["members"])
 
 
@@ -608,9 +611,7 @@ def import_pg(
     """Import a backup, all or nothing; ArchiveError (nothing imported) when it is refused."""
     reader = BackupReader(archive, max_artifact_bytes=storage.tasks.max_artifact_bytes)
     replaced: list[str] = []
-    with translated("import"), storage.db.connect() as conn:
-        conn.autocommit = True
-        hold_backup_lock(conn)
+    with translated("import"), storage.db.connect(autocommit=True) as conn, backup_lock(conn):
         conn.execute(_STAGING.encode())
         conn.autocommit = False
         importer = _Importer(storage, conn, tenant=tenant, project=project)
@@ -627,7 +628,7 @@ def import_pg(
             raise
         if overwrite:
             replaced = importer.replaced_blobs()
-    storage.tasks._forget_blobs(replaced)  # after the lock went with the session
+    storage.tasks._forget_blobs(replaced)  # once this import's lock is released
     return ImportSummary(importer.tasks, importer.stores, reader.counts.as_dict())
 
 

@@ -126,18 +126,30 @@ def advisory_xact_lock(conn: psycopg.Connection[Any], *parts: str) -> None:
 _BACKUP_LOCK_TEXT = lock_key("backup", "")
 
 
-def hold_backup_lock(conn: psycopg.Connection[Any]) -> None:
-    """Take the backup lock in shared mode for ``conn``'s session (released when it closes).
+@contextlib.contextmanager
+def backup_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Hold the backup lock in shared mode in ``conn``'s session while the block runs.
 
     While any session holds it, objects that lose their rows are left to the sweeper's
     orphan pass instead of being deleted at once: an export streams the objects its snapshot
     names after the snapshot was taken, and an import's objects are named by no committed
-    row until its last transaction, however long the upload takes.
+    row until its last transaction, however long the upload takes. It is released
+    explicitly at the end: a closed connection's server process lets go of its locks a
+    moment after the client has moved on.
     """
     conn.execute(
         "SELECT pg_advisory_lock_shared(hashtextextended(%s || current_schema(), 0))",
         (_BACKUP_LOCK_TEXT,),
     )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()  # a failed transaction refuses every statement, the unlock too
+            conn.execute(
+                "SELECT pg_advisory_unlock_shared(hashtextextended(%s || current_schema(), 0))",
+                (_BACKUP_LOCK_TEXT,),
+            )
 
 
 def backup_running(conn: psycopg.Connection[Any]) -> bool:
