@@ -32,6 +32,8 @@ from typing import Any
 
 import psycopg
 
+from app.storage import Scope
+from app.storage.backends import open_backend
 from tools.services import Postgres, Seaweed, scratch_dir
 
 from . import growth, loadgen, servers, workloads as w
@@ -220,13 +222,45 @@ def compare(
     return rows
 
 
-def list_growth(a: servers.Server, database_url: str, args: Any) -> dict[str, Any]:
-    loaded = {p: load_tasks(database_url, p, n) for n, p in LIST_LEVELS.items()}
+def in_process(env: dict[str, str], rounds: int = 5, calls: int = 100) -> dict[int, float]:
+    """p50 of PgTaskStore.list_tasks(limit=50) alone, in this process, one caller: the
+    storage layer's share of a listing, without HTTP or the other clients."""
+    storage = open_backend(
+        {
+            "DATABASE_URL": env["MEMORY_DATABASE_URL"],
+            "BLOB_URL": env["MEMORY_BLOB_URL"],
+            "S3_ENDPOINT_URL": env["MEMORY_S3_ENDPOINT_URL"],
+            "RETENTION_DAYS": 30.0,
+            "LOCK_TIMEOUT": 10.0,
+            "MAX_ARTIFACT_BYTES": 50 << 20,
+            "THREADS": 1,
+        }
+    )
+    times: dict[int, list[float]] = {n: [] for n in LIST_LEVELS}
+    try:
+        for _ in range(rounds):
+            for n, project in LIST_LEVELS.items():
+                for _ in range(calls):
+                    started = time.perf_counter()
+                    storage.tasks.list_tasks(Scope("bench", project), limit=50)
+                    times[n].append(1000 * (time.perf_counter() - started))
+    finally:
+        storage.close()
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def list_growth(a: servers.Server, env: dict[str, str], args: Any) -> dict[str, Any]:
+    loaded = {p: load_tasks(env["MEMORY_DATABASE_URL"], p, n) for n, p in LIST_LEVELS.items()}
     print(
         f"  loaded (s): {json.dumps({k: round(v, 1) for k, v in loaded.items()})}", file=sys.stderr
     )
     secret = a.token(project=None)
     curve = growth.latency_curve(a, secret, LIST_LEVELS, w.ours_list(), args)
+    alone = in_process(env)
+    print(
+        f"  in process: {json.dumps({k: round(v, 2) for k, v in alone.items()})} ms",
+        file=sys.stderr,
+    )
     return {
         "load_seconds": loaded,
         "list_p50_ms": {n: statistics.median(v) for n, v in curve.items()},
@@ -234,6 +268,8 @@ def list_growth(a: servers.Server, database_url: str, args: Any) -> dict[str, An
         "list_ratio": statistics.median(
             big / small for big, small in zip(curve[100_000], curve[100], strict=True)
         ),
+        "in_process_p50_ms": alone,
+        "in_process_ratio": alone[100_000] / alone[100],
     }
 
 
@@ -261,12 +297,15 @@ def markdown(report: dict[str, Any]) -> str:
     if grown:
         p50 = {int(k): v for k, v in grown["list_p50_ms"].items()}
         samples = {int(k): v for k, v in grown["list_samples_ms"].items()}
+        alone = {int(k): v for k, v in grown["in_process_p50_ms"].items()}
         reps = ", ".join(
             f"{b / a:.2f}" for a, b in zip(samples[100], samples[100_000], strict=True)
         )
         out.append(
             f"\nlist p50 on PostgreSQL: {p50[100]:.2f} ms at 100 tasks, {p50[100_000]:.2f} ms at"
-            f" 100,000: ratio {grown['list_ratio']:.2f} (per rep {reps})"
+            f" 100,000: ratio {grown['list_ratio']:.2f} (per rep {reps}); in process, one"
+            f" caller: {alone[100]:.2f} / {alone[100_000]:.2f} ms,"
+            f" ratio {grown['in_process_ratio']:.2f}"
         )
     return "\n".join(out)
 
@@ -307,7 +346,7 @@ def main() -> None:
                 b.pause()
                 tree.pause()
                 try:
-                    grown = list_growth(a, env["MEMORY_DATABASE_URL"], args)
+                    grown = list_growth(a, env, args)
                 finally:
                     b.resume()
                     tree.resume()
