@@ -65,6 +65,7 @@ $(MLFLOW_STAMP): bench/requirements-peer.txt
 
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench.run --growth $(BENCH_ARGS)
+	$(BIN)/python -m bench.pg $(BENCH_ARGS)
 
 bench-peer: $(DEV_STAMP) $(MLFLOW_STAMP)
 	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)

@@ -104,6 +104,7 @@ def test_create_store_shape_and_defaults(api: Api, clock: FixedClock) -> None:
     assert full["description"] == "d" and full["metadata"] == {"end_user": "u_123"}
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -137,6 +138,7 @@ def test_store_limits_are_inclusive(api: Api) -> None:
     assert len(body["metadata"]) == 16
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "raw",
     [b"\xff\xfe", b"not json", b"[1, 2]", b'"name"', b"", b'{"name": "a"', b"NaN"],
@@ -254,6 +256,7 @@ def test_memory_writes_do_not_advance_store_updated_at(api: Api, clock: FixedClo
     assert api.get(f"{BASE}/{store['id']}").json["updated_at"] == store["updated_at"]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -352,6 +355,7 @@ def test_create_memory_shape(api: Api, tokens: Tokens) -> None:
     assert full.json["content_sha256"] == sha("")
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "path",
     [
@@ -409,6 +413,7 @@ def test_valid_path_edges(api: Api, app: Flask) -> None:
     assert (store_dir(app, sid) / "memories" / "é" / "ü.md").read_text() == "x"
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -684,6 +689,7 @@ def test_update_no_op_writes_no_version(api: Api, clock: FixedClock) -> None:
     assert len(api.versions(sid)) == 1
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [

@@ -250,6 +250,7 @@ def test_artifact_on_missing_turn_is_404(client: FlaskClient, tokens: Tokens) ->
     assert "PUT the turn first" in resp.get_json()["detail"]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "ctype",
     ["text/html", "image/svg+xml", "application/javascript", "text/xml", "application/x-unknown"],

@@ -14,7 +14,6 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,17 +38,17 @@ from ..layout import (
 )
 from ..records import read_turn, turn_from_json
 from ..txn import Key
-from .format import CURSOR_KEY_MEMBER, ArchiveError, BackupWriter, store_member, task_member
+from .format import (
+    CURSOR_KEY_MEMBER,
+    ArchiveError,
+    BackupWriter,
+    ExportSummary,
+    store_member,
+    task_member,
+)
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
-
-
-@dataclass(frozen=True, slots=True)
-class ExportSummary:
-    path: Path
-    counts: dict[str, int]
-    members: int
 
 
 def _refuse_link(storage: TreeStorage, path: Path) -> None:
