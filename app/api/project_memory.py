@@ -1,10 +1,10 @@
-"""Project memory API (seed 000) under /sandbox/memory/v1."""
+"""The project-memory API under /sandbox/memory/v1."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
@@ -24,6 +24,7 @@ from .common import (
     if_match,
     if_none_match_star,
     json_body,
+    json_response,
     not_modified,
     path_artifact_name,
     path_task_id,
@@ -115,7 +116,7 @@ def store() -> TaskBackend:
 
 def turn_json(record: TurnRecord) -> dict[str, Any]:
     """The TurnRecord body, built by hand in the schema's field order: reading a turn is the
-    hottest path, and marshmallow's dump was a sixth of its view's CPU (bench/README.md).
+    hottest path, and marshmallow's dump costs more than the rest of its body.
     tests/api/test_list_shape.py pins it to ``turn_out.dump``."""
     return {
         "task_id": record.task_id,
@@ -141,14 +142,6 @@ def _not_modified(etag: str) -> Response:
     """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
     response = Response(status=304)
     response.headers["ETag"] = etag
-    return response
-
-
-def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
-    response.status_code = status
-    if headers:
-        response.headers.update(headers)
     return response
 
 
@@ -190,10 +183,9 @@ def list_tasks() -> ResponseReturnValue:
     limit = query_int("limit", 50, 1, 1000)
     cursor = request.args.get("cursor") or None
     page = store().list_tasks(current_principal().scope, limit=limit, cursor=cursor)
-    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows was a
-    # fifth of this view's CPU (bench/README.md). tests/api/test_list_shape.py pins the two
-    # together.
-    return _json(
+    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows is a
+    # large share of this view's CPU. tests/api/test_list_shape.py pins the two together.
+    return json_response(
         {
             "tasks": [
                 {
@@ -229,7 +221,7 @@ def get_task(task_id: str) -> ResponseReturnValue:
     payload = task_out.dump(index)
     payload["latest_turn"] = index.latest_turn
     payload["turn_count"] = index.turn_count
-    return _json(payload)
+    return json_response(payload)
 
 
 @bp.get("/tasks/<task_id>/turns/<turn>")
@@ -243,7 +235,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     if not_modified(record.etag):
         return _not_modified(record.etag)
-    return _json(turn_json(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>")
@@ -268,7 +260,7 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         if_match=if_match(),
         if_none_match=if_none_match_star(),
     )
-    return _json(turn_json(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
@@ -346,7 +338,7 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     )
     payload = artifact_out.dump(info)
     payload.update(task_id=task_id, turn=turn_no)
-    return _json(payload, headers={"ETag": info.etag})
+    return json_response(payload, headers={"ETag": info.etag})
 
 
 @bp.get("/search")
@@ -387,4 +379,4 @@ def search_project() -> ResponseReturnValue:
     limit = query_int("limit", 20, 1, 100)
     cursor = request.args.get("cursor") or None
     page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
-    return _json(search_out.dump(page))
+    return json_response(search_out.dump(page))

@@ -1,4 +1,4 @@
-"""Schemas of the project-memory API (seed 000), named as the seed names them."""
+"""Schemas of the project-memory API, named as its specification names them."""
 
 from __future__ import annotations
 

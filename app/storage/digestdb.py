@@ -43,10 +43,14 @@ from .digest import Section
 # that finds a change (a millisecond or two), so a small project's file is always current.
 COMPACT_AFTER = 256
 SPREAD = 64
+# Reads that copied this many bases' worth of spliced bytes (in one process) ask for one too.
+COPIES = 2
 HARD_LIMIT = 4096
 INLINE_BYTES = 256 * 1024
 _CHUNK = 2000
 
+# ``digest`` is a rowid table: a WITHOUT ROWID row keeps only ~1 KB in its b-tree page and
+# spills the rest of a section to an overflow page of its own (4 KiB for a 1.5 KB section).
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS digest (
     task_id TEXT PRIMARY KEY,
@@ -55,7 +59,7 @@ CREATE TABLE IF NOT EXISTS digest (
     valid_until_us INTEGER NOT NULL,
     seq INTEGER NOT NULL,
     section BLOB
-) WITHOUT ROWID;
+);
 CREATE INDEX IF NOT EXISTS digest_by_seq ON digest (seq);
 CREATE INDEX IF NOT EXISTS digest_by_expiry ON digest (valid_until_us);
 CREATE INDEX IF NOT EXISTS digest_order ON digest (updated_us DESC, task_id DESC);

@@ -36,6 +36,8 @@ class Digests:
     def __init__(self, store: TaskStore) -> None:
         self.store = store
         self.layout = store.layout
+        # Bytes this process served spliced since each project's base (generation, bytes).
+        self._copied: dict[Scope, tuple[int, int]] = {}
 
     # -- sections ------------------------------------------------------------------------------
     def record(self, scope: Scope, task_id: str, turn: int, now_us: int) -> TurnRecord | None:
@@ -121,17 +123,26 @@ class Digests:
                 self.compact(scope, wait=True)
             return None
         many = max(result.changes, len(result.expired)) >= digestdb.COMPACT_AFTER
+        copied = self._copied.get(scope, (base.gen, 0))
+        copied = copied if copied[0] == base.gen else (base.gen, 0)
         if may_compact and (result.changes or many):
             if base.size <= digestdb.INLINE_BYTES:
                 # A millisecond or two: the file a person reads stays current too.
                 if self.compact(scope, wait=False):
                     return None
-            elif many or result.changes * digestdb.SPREAD >= tasks:
+            elif (
+                many
+                or result.changes * digestdb.SPREAD >= tasks
+                or copied[1] >= digestdb.COPIES * base.size
+            ):
                 self._compact_later(scope)
         fd = self._open_base(scope, base)
         if fd is not None and not result.pending:
             return os.fdopen(fd, "rb"), base.size  # the base as it is: sendfile
         spliced = Spliced(-1 if fd is None else fd, [text.title(scope), *digestdb.pieces(result)])
+        # A spliced read is copied through the worker where the base goes by sendfile: once
+        # the copies cost what a compaction does, compacting is the cheaper way on.
+        self._copied[scope] = (base.gen, copied[1] + spliced.size)
         return spliced, spliced.size  # type: ignore[return-value]
 
     def _open_base(self, scope: Scope, base: digestdb.Base) -> int | None:

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .atomic import flush_derived, write_atomic
-from .backup.tree_export import ExportSummary, export_tree
-from .backup.tree_import import ImportSummary, import_tree
+from .backup.format import ExportSummary, ImportSummary
+from .backup.tree_export import export_tree
+from .backup.tree_import import import_tree
 from .clock import Clock, system_clock
 from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck

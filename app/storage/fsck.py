@@ -34,6 +34,7 @@ from .errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
 from .layout import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
+    PREV_PREFIX,
     PROJECT_DIGEST,
     PROJECT_LISTING,
     TASK_INDEX,
@@ -453,6 +454,7 @@ class _Fsck:
             self.fault(f"{rel}/{TURN_META}: names task {record.task_id} turn {record.turn}", move)
             return None
         files: dict[str, Path] = {}
+        kept: dict[str, Path] = {}
         for entry in entries:
             if self.common(entry):
                 continue
@@ -460,32 +462,51 @@ class _Fsck:
                 continue
             if entry.name == ARTIFACTS_DIR and entry.is_dir:
                 for art in self.entries(entry.path):
-                    if self.common(art):
+                    if art.name.startswith(PREV_PREFIX) and art.is_file and not art.is_link:
+                        kept[art.name[len(PREV_PREFIX) :]] = art.path
+                    elif self.common(art):
                         continue
-                    if entry_is_artifact(art):
+                    elif entry_is_artifact(art):
                         files[art.name] = art.path
                     else:
                         self.unindexed(art.path)
                 continue
             self.unindexed(entry.path)
-        return self.artifacts(record, turn_dir, files)
+        return self.artifacts(record, turn_dir, files, kept)
 
-    def artifacts(self, record: TurnRecord, turn_dir: Path, files: dict[str, Path]) -> TurnRecord:
+    def artifacts(
+        self, record: TurnRecord, turn_dir: Path, files: dict[str, Path], kept: dict[str, Path]
+    ) -> TurnRecord:
+        """Check each artifact's bytes against meta.json. ``kept``: the previous copies an
+        artifact replacement keeps until its commit; when the commit was lost (a kill, or a
+        power cut that also took the journal slot saying a write was in flight) the file holds
+        bytes never acknowledged and the kept copy the acknowledged ones, which go back."""
         bad: set[str] = set()
         for info in record.artifacts:
             path = files.pop(info.name, None)
             where = f"{self.rel(turn_dir)}/{ARTIFACTS_DIR}/{info.name}"
+            wanted = (info.size, info.sha256)
+            if path is not None and sha256_file(path) == wanted:
+                continue
+            backup = kept.pop(info.name, None)
+            if backup is not None and sha256_file(backup) == wanted:
+                target = turn_dir / ARTIFACTS_DIR / info.name
+                self.fault(
+                    f"{where}: bytes of a replacement never committed; the acknowledged copy "
+                    "kept beside it is put back",
+                    partial(_put_back, backup, target),
+                )
+                continue
             if path is None:
                 self.fault(f"{where}: listed in meta.json but missing; entry dropped", lambda: None)
-                bad.add(info.name)
-                continue
-            size, sha = sha256_file(path)
-            if (size, sha) != (info.size, info.sha256):
+            else:
                 self.fault(
                     f"{where}: size/sha256 differ from meta.json; file quarantined",
                     partial(quarantine, self.tree, path),
                 )
-                bad.add(info.name)
+            bad.add(info.name)
+        for backup in kept.values():
+            self.temp(backup)
         for path in files.values():
             self.unindexed(path, "an artifact file meta.json does not list")
         if not bad or not self.repair:
@@ -757,3 +778,8 @@ def fsck(
     report = report if report is not None else FsckReport()
     _Fsck(store, repair, grace, report).run()
     return report
+
+
+def _put_back(backup: Path, target: Path) -> None:
+    os.replace(backup, target)
+    fsync_dir(target.parent)

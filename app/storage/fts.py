@@ -29,10 +29,11 @@ from __future__ import annotations
 import math
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterable
 
 from .query import MARK_END, MARK_START
-from .sqlitedb import write_txn
+from .sqlitedb import is_busy, write_txn
 
 DOCS = "search_docs"
 TEXT = "search_text"
@@ -121,10 +122,33 @@ def purge(conn: sqlite3.Connection, what: str, *, only_pending: bool = False) ->
     return checkpoint(conn)
 
 
-def checkpoint(conn: sqlite3.Connection) -> bool:
-    """Copy the WAL into the database and truncate it to zero bytes; True when it did."""
-    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    return not busy
+def checkpoint(conn: sqlite3.Connection, *, patience: float = 1.0) -> bool:
+    """Copy the WAL into the database and truncate it to zero bytes; True when it did.
+
+    A TRUNCATE checkpoint that waits on the busy handler holds the writer lock while it waits
+    for readers of an older snapshot: a reader of this process that then writes (a digest
+    compaction streams its rows while it inserts) would wait on it until both time out. So
+    each attempt does not wait, and writers run between attempts, for up to ``patience``
+    seconds.
+    """
+    (before,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    deadline = time.monotonic() + patience
+    try:
+        while True:
+            try:
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                busy = 1
+            if not busy:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(before)}")
 
 
 def damage(conn: sqlite3.Connection) -> str | None:

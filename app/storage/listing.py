@@ -63,8 +63,7 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 
 # Version 2 keeps each task's turn count, latest turn and earliest turn expiry in its tasks
 # row, written in the same transaction as its turn rows: a page of 50 read them instead of
-# running two lookups over the turns table per row (74 -> 26 us per page query,
-# bench/README.md). Until a task's first turn expires they are exact; after that, until
+# running two lookups over the turns table per row. Until a task's first turn expires they are exact; after that, until
 # the sweeper removes the expired rows, its row falls back to counting the live turns.
 #
 # Version 3 adds the owner (the task's, kept on every turn row so that fsck compares it with

@@ -18,7 +18,7 @@ search asks the turn index and each store's index and merges their hits by rank:
 4. **snippets**: only for the hits on the page.
 
 The number of stores is what a search costs beyond the turns (one SQLite open and one or two
-statements per store, about half a millisecond, bench/README.md): at most
+statements per store): at most
 :data:`MAX_STORES` stores are searched per request, the newest first, and the page says how
 many were left out.
 """

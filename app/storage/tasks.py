@@ -58,6 +58,7 @@ from .errors import (
 )
 from .layout import (
     ARTIFACTS_DIR,
+    PREV_PREFIX,
     TASK_INDEX,
     TASK_LOCKS,
     TASK_RECORD,
@@ -109,7 +110,6 @@ CURSOR_VERSION = 1
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
-_PREV_PREFIX = f"{TMP_PREFIX}prev-"
 
 
 class TaskStore:
@@ -316,13 +316,22 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        path = self._task_dir_checked(scope, task_id) / TASK_INDEX
-        self.layout.check_inside(path)
-        obj = read_json(path)
-        index = None if obj is None else index_from_json(obj, path, self.now_us())
+        index = self._live_index(self._task_dir_checked(scope, task_id), task_id)
         if index is None:
             raise NotFound(f"task {task_id} not found")
         return index
+
+    def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
+        """The task's index with its live turns (None: none). An index.json torn or edited
+        out of shape is derived, so it is answered from the records; a write or fsck
+        --repair writes it back."""
+        path = self.layout.check_inside(task_dir / TASK_INDEX)
+        try:
+            obj = read_json(path)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
+        except Corrupt:
+            obj = rebuild_index(self.layout.tree, task_dir, task_id)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
 
     def list_tasks(
         self,
@@ -381,9 +390,7 @@ class TaskStore:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
         with self.transaction(scope, task_id) as txn, os_errors():
-            path = task_dir / TASK_INDEX
-            obj = read_json(path)
-            index = None if obj is None else index_from_json(obj, path, self.now_us())
+            index = self._live_index(task_dir, task_id)
             if index is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and index.owner != only_owner:
@@ -495,7 +502,7 @@ class TaskStore:
             # previous bytes as a hard link until the commit: if the write fails or dies in
             # between, repair_task (run on failure, or by the next writer through the dirty
             # marker) puts them back so the record and the bytes never disagree.
-            backup = path.parent / f"{_PREV_PREFIX}{name}"
+            backup = path.parent / f"{PREV_PREFIX}{name}"
             remove_quietly(backup)
             if os.path.lexists(path):
                 os.link(path, backup)
@@ -536,7 +543,7 @@ class TaskStore:
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
         self.layout.check_inside(turn_dir / TURN_META)
-        backup = path.parent / f"{_PREV_PREFIX}{name}"
+        backup = path.parent / f"{PREV_PREFIX}{name}"
         missing = f"artifact {name} of turn {turn} of task {task_id} not found"
         for _ in range(8):
             info = self._live_artifact(turn_dir, name)
@@ -658,9 +665,15 @@ class TaskStore:
 
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """The task's index.json; rebuilt from the records when it is unreadable (it is derived)."""
+    """The task's index.json; rebuilt from the records when it is unreadable or not an index
+    (it is derived, and people edit files by hand)."""
+    path = task_dir / TASK_INDEX
     try:
-        index: dict[str, Any] | None = read_json(task_dir / TASK_INDEX)
+        index: dict[str, Any] | None = read_json(path)
+        if index is not None:
+            index_from_json(index, path, 0)
+            if not isinstance(index.get("updated_us"), int):
+                raise Corrupt(f"{path}: not a task index (no updated_us)")
     except Corrupt:
         index = rebuild_index(tree, task_dir, task_id)
     return index
@@ -719,8 +732,8 @@ def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> Non
     names = [e.name for e in tree.entries(directory) if e.is_file]
     expected = {a.name: a for a in record.artifacts}
     for name in names:
-        if name.startswith(_PREV_PREFIX):
-            info = expected.get(name[len(_PREV_PREFIX) :])
+        if name.startswith(PREV_PREFIX):
+            info = expected.get(name[len(PREV_PREFIX) :])
             if (
                 info is not None
                 and _file_sha256(directory / info.name) != info.sha256

@@ -155,7 +155,7 @@ def live_records(store: TaskStore, scope: Scope, task_id: str, now_us: int) -> l
 
 
 def expected_digest(store: TaskStore, scope: Scope) -> str:
-    """project.md as the issue specifies it, computed from the live turn records."""
+    """project.md as the specification defines it, computed from the live turn records."""
     now_us = store.now_us()
     sections = []
     for task_id in task_ids_on_disk(store, scope):

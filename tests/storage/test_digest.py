@@ -197,3 +197,26 @@ def test_a_summarys_own_headings_sit_below_its_section(store: TaskStore, scope: 
         "```md\n# in a fence\n```\n~~~~\n## tilde fence\n~~~~\n###\n"
     )
     assert nested_summary(summary) == body  # the tests' own reading of the rule agrees
+
+
+@pytest.mark.usefixtures("spliced")
+def test_reads_that_keep_copying_the_same_changes_compact_the_base(
+    store: TaskStore, scope: Scope, clock: FixedClock
+) -> None:
+    for i in range(digestdb.SPREAD * 2):
+        clock.advance(seconds=1)
+        store.put_turn(scope, f"t{i:03d}", 0, meta={}, summary_md=f"text {i}")
+    store.compact_digest(scope)
+    path = store.layout.digest(scope)
+    clock.advance(seconds=1)
+    store.put_turn(scope, "t007", 1, meta={}, summary_md="one change")  # too few to compact
+    reads = 0
+    while "one change" not in path.read_text():
+        assert reads < digestdb.COPIES + 2, "spliced reads never asked for a compaction"
+        assert read_digest(store, scope) == expected_digest(store, scope)
+        reads += 1
+        _wait_compacted(store, scope)
+    assert reads >= digestdb.COPIES  # not before the copies cost a compaction
+    fh, _ = store.open_digest(scope)
+    with fh:
+        assert fh.fileno() >= 0  # the base itself again: served by sendfile

@@ -218,6 +218,29 @@ def test_artifact_mismatch_drops_the_entry_and_keeps_the_bytes(
     assert [p.read_bytes() for p in lost] == [b"tampered"]
 
 
+@pytest.mark.parametrize("file_left", [True, False])
+def test_a_replacement_cut_before_its_commit_gets_the_acknowledged_bytes_back(
+    populated: TaskStore, scope: Scope, file_left: bool
+) -> None:
+    """What a power cut leaves of put_artifact between publishing the new bytes and
+    meta.json: the new bytes in place, the acknowledged ones kept beside them, and no journal
+    slot saying a write was in flight (it is not fsynced)."""
+    artifacts = populated.layout.turn_dir(scope, "beta", 1) / "artifacts"
+    kept = artifacts / f"{TMP_PREFIX}prev-notes.txt"
+    os.link(artifacts / "notes.txt", kept)
+    (artifacts / "notes.txt").unlink()
+    if file_left:
+        (artifacts / "notes.txt").write_bytes(b"never acknowledged")
+    report = fsck(populated)
+    assert [p for p in report.problems if "acknowledged copy" in p], report
+    fsck(populated, repair=True)
+    stream = populated.open_artifact(scope, "beta", 1, "notes.txt")
+    with stream.file:
+        assert stream.file.read() == b"hello artifact"
+    assert not kept.exists()
+    assert fsck(populated).clean
+
+
 def test_symlink_is_reported_never_followed_never_repaired(
     populated: TaskStore, scope: Scope, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
-from ..layout import STORE_ID_PATTERN, STORE_ID_RE, TMP_PREFIX, Scope
+from ..layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from ..models import FsckReport
 from ..txn import Key
 from . import rules
@@ -171,7 +171,7 @@ class StoresFsck:
                     self.report.repaired.extend(problems)
         except (LockTimeout, UnsafePath, NotFound) as exc:
             self.problem(
-                f"{scope.tenant}/{scope.project}/_stores/{store_id}: not checked ({exc})",
+                f"{scope.tenant}/{scope.project}/{STORES_DIR}/{store_id}: not checked ({exc})",
                 repairable=False,
             )
 
@@ -254,7 +254,7 @@ class StoresFsck:
             if (key.scope, key.id) in visited:
                 continue
             problem = (
-                f"{key.scope.tenant}/{key.scope.project}/_stores/{key.id}: write in flight"
+                f"{key.scope.tenant}/{key.scope.project}/{STORES_DIR}/{key.id}: write in flight"
                 " left by a writer that died, on a store that is gone"
             )
             self.report.problems.append(problem)

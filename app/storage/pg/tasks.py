@@ -53,7 +53,7 @@ from ..models import (
 )
 from ..records import dumps_compact
 from .blobs import BlobStore
-from .db import Database, advisory_xact_lock
+from .db import Database, advisory_xact_lock, backup_running
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -263,9 +263,13 @@ class PgTaskStore:
         return -gone.rowcount
 
     def _forget_blobs(self, keys: list[str]) -> None:
-        """Remove objects no row names any more (best effort: the sweeper collects the rest)."""
+        """Remove objects no row names any more (best effort: the sweeper collects the rest,
+        and everything while a backup runs, which may still be reading them)."""
         if keys:
             with contextlib.suppress(Exception):
+                with self.db.transaction("objects") as conn:
+                    if backup_running(conn):
+                        return
                 self.blobs.delete(keys)
 
     # -- turns -----------------------------------------------------------------------------
