@@ -53,7 +53,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "GROUP_COMMIT": (
         True,
         bool,
-        "Concurrent writes share one flush (syncfs) on ext4, xfs and btrfs; false: fsync each file (docs/guarantees.md).",
+        "Concurrent writes share one flush (syncfs) on ext4 in its default data=ordered mode; false: fsync each file (docs/guarantees.md).",
     ),
     "MAX_ARTIFACT_BYTES": (50 * MiB, int, "Largest artifact accepted, in bytes."),
     "MAX_JSON_BYTES": (4 * MiB, int, "Largest JSON request body, in bytes."),

@@ -279,11 +279,21 @@ def _syncfs_error(fd: int) -> OSError | None:
 
 # -- group commit ---------------------------------------------------------------------------
 
-# Filesystems whose syncfs(2) makes every earlier write durable: a journal commit (or log
-# force) and a cache flush. FUSE passes syncfs on to its server only for virtiofs, so on
-# LazyFS or any FUSE filesystem it would not reach the server's cache; NFS and the rest are
-# not known to: they keep per-file fsync. tmpfs keeps nothing across a power loss anyway.
-GROUP_COMMIT_FILESYSTEMS = frozenset({"ext4", "ext3", "xfs", "btrfs", "tmpfs"})
+# Filesystems where skipping a record's own fsync is safe until the shared flush. syncfs(2)
+# must make every earlier write durable (a journal commit and a cache flush), and a power
+# loss *before* that flush must never leave a replaced record's name pointing at data that
+# did not reach the disk, which would lose the previous, acknowledged version. ext4 (and
+# ext3 on its driver) promise both in their default data=ordered mode: a rename over an
+# existing file commits only with the new file's data (auto_da_alloc), and the journal
+# commits operations in order, so an artifact's kept copy is never gone before the
+# meta.json that replaced it. data=writeback and noauto_da_alloc drop that promise; xfs and
+# btrfs do not make it (a rename may reach the disk before the data it names). FUSE passes
+# syncfs on to its server only for virtiofs, so on LazyFS or any FUSE filesystem it would
+# not reach the server's cache; NFS and the rest are not known to flush. All of them keep
+# per-file fsync. tmpfs keeps nothing across a power loss anyway.
+GROUP_COMMIT_FILESYSTEMS = frozenset({"ext4", "ext3", "tmpfs"})
+# Mount options under which ext4 no longer orders a replacement's data before its rename.
+UNORDERED_OPTIONS = frozenset({"data=writeback", "noauto_da_alloc"})
 
 
 class _Flusher:
@@ -363,13 +373,27 @@ os.register_at_fork(after_in_child=_forget_flushers)
 
 
 def _filesystem_type(dev: int) -> str | None:
-    """The type of the mounted filesystem whose device number is ``dev``."""
-    wanted = f"{os.major(dev)}:{os.minor(dev)}"
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/mountinfo") as fh:
-        for line in fh:
+    """The type of the mounted filesystem whose device number is ``dev``, as group commit
+    sees it: ``"ext4"`` mounted with an option in :data:`UNORDERED_OPTIONS` is reported as
+    ``"ext4 (data=writeback)"`` (say), which is not in :data:`GROUP_COMMIT_FILESYSTEMS`."""
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as fh:
+        return _mount_type(fh, f"{os.major(dev)}:{os.minor(dev)}")
+    return None
+
+
+def _mount_type(mountinfo: Iterable[str], wanted: str) -> str | None:
+    """:func:`_filesystem_type` of the device ``wanted`` (``major:minor``) in ``mountinfo``."""
+    with contextlib.suppress(ValueError, IndexError):
+        for line in mountinfo:
             fields = line.split()
             if fields[2] == wanted:
-                return fields[fields.index("-", 6) + 1]
+                dash = fields.index("-", 6)
+                fstype = fields[dash + 1]
+                options = set(fields[5].split(","))  # the mount's
+                if len(fields) > dash + 3:
+                    options |= set(fields[dash + 3].split(","))  # the superblock's
+                unordered = sorted(options & UNORDERED_OPTIONS)
+                return f"{fstype} ({', '.join(unordered)})" if unordered else fstype
     return None
 
 
@@ -466,6 +490,20 @@ def group_commit(root: Path, *, enabled: bool = True) -> Iterator[None]:
     if group.pending:
         with os_errors():
             flusher.wait(group.ticket)
+
+
+def await_flush() -> None:
+    """End this thread's group-commit block with a flush even if it writes nothing durable.
+
+    A transaction calls it once it holds its lock: what it read there may be a predecessor's
+    write that is not flushed yet (the lock is released before the flush), and whatever it
+    answers, a 2xx that wrote nothing or a 404 or 412 decided by that write, must not rest on
+    state a power loss can still take back. Outside a block (per-file fsync) the predecessor
+    was durable before it let go of the lock.
+    """
+    group: _Group | None = getattr(_group, "block", None)
+    if group is not None:
+        group.pending = True
 
 
 def flush_now() -> None:

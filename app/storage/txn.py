@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import DIR_MODE, group_commit
+from .atomic import DIR_MODE, await_flush, group_commit
 from .errors import StorageError, UnsafePath
 from .layout import LOCK_STRIPES, Layout, Scope, validate_id
 from .locks import locked
@@ -196,9 +196,11 @@ class Transactions:
         Under group commit (app/storage/atomic.py) the lock is released before the flush
         that makes the transaction durable, and the caller answers only after it: the next
         holder may read this write before it is durable, and its own flush, which starts
-        after its writes, covers this one too.
+        after its writes, covers this one too. Every transaction waits for such a flush, one
+        that wrote nothing or failed included: its answer may rest on what it read.
         """
         with group_commit(self.layout.root, enabled=self.group_commit), self.locked(key):
+            await_flush()
             txn = Txn(key, self.journal)
             try:
                 yield txn

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from app.storage import Scope, TaskStore, atomic, txn as txn_mod
+from app.storage.errors import NotFound, PreconditionFailed
 from app.storage.listing import Listing
 from app.storage.memstores import MemoryStoreEngine
 from tests.conftest import FixedClock
@@ -223,6 +224,36 @@ def test_a_filesystem_not_known_to_honour_syncfs_keeps_per_file_fsync(
     calls = Calls(monkeypatch)
     store.put_turn(SCOPE, "t1", 0, meta={"v": 2}, summary_md="replaced")
     assert calls.flushes == 0 and calls.fsyncs >= 2
+
+
+def test_a_transaction_that_writes_nothing_still_answers_after_a_flush(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its predecessor let go of the lock before its flush: a 412 or 404 decided by that write
+    # must not be answered before the write is on disk.
+    store = _record(root, group=True)
+    calls = Calls(monkeypatch)
+    with pytest.raises(PreconditionFailed):
+        store.put_turn(SCOPE, "t1", 0, meta={}, summary_md="x", if_none_match=True)
+    assert calls.flushes == 1
+    with pytest.raises(NotFound):
+        store.delete_task(SCOPE, "absent")
+    assert calls.flushes == 2
+    assert calls.fsyncs == 0
+
+
+def test_ext4_without_ordered_replacement_keeps_per_file_fsync() -> None:
+    line = "29 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,{}\n"
+    assert atomic._mount_type([line.format("discard")], "254:0") == "ext4"
+    for option in ("data=writeback", "noauto_da_alloc"):
+        found = atomic._mount_type([line.format(option)], "254:0")
+        assert found == f"ext4 ({option})"
+        assert found not in atomic.GROUP_COMMIT_FILESYSTEMS
+    # xfs and btrfs may put a rename on disk before the data it names.
+    assert atomic._mount_type([line.replace("ext4", "xfs")], "254:0") == "xfs"
+    assert "xfs" not in atomic.GROUP_COMMIT_FILESYSTEMS
+    assert "btrfs" not in atomic.GROUP_COMMIT_FILESYSTEMS
+    assert atomic._mount_type([line], "8:1") is None
 
 
 def test_a_write_on_another_filesystem_inside_a_group_is_not_deferred(root: Path) -> None:

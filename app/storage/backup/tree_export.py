@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
-from ..atomic import DIR_MODE, atomic_file
+from ..atomic import DIR_MODE, atomic_file, sync_filesystem
 from ..clock import iso
 from ..errors import StorageError, UnsafePath
 from ..layout import (
@@ -292,6 +292,9 @@ def export_tree(
             writer = BackupWriter(raw, tenant=tenant, project=project)
             try:
                 manifest = _write(storage, writer, tenant, project)
+                # Under group commit a writer lets go of its lock before its flush, so a
+                # record taken here may not be on disk yet: it is before the backup is.
+                sync_filesystem(root)
             except BaseException:
                 writer.abandon()
                 raise
