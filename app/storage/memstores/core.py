@@ -217,9 +217,11 @@ class StoresBase:
 
     # -- derived files -----------------------------------------------------------------
     def load_records(
-        self, store_dir: Path, problems: list[str] | None = None
+        self, store_dir: Path, problems: list[str] | None = None, torn: list[Path] | None = None
     ) -> list[VersionRecord]:
-        """Every version record of a store, without its content (read on demand)."""
+        """Every version record of a store, without its content (read on demand); the
+        unreadable ones are described in ``problems`` and, unless they are links, their
+        paths listed in ``torn``."""
         records = []
         for entry in self.tree.entries(self.layout.versions_dir(store_dir)):
             stem = entry.name.removesuffix(".json")
@@ -234,6 +236,8 @@ class StoresBase:
             except (Corrupt, UnsafePath) as exc:
                 if problems is not None:
                     problems.append(f"{self.rel(entry.path)}: unreadable version ({exc})")
+                if torn is not None and not entry.is_link:
+                    torn.append(entry.path)
                 continue
             records.append(record.without_content())
         return records

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
+from ..fsck import quarantine
 from ..layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from ..models import FsckReport
 from ..txn import Key
@@ -158,13 +159,16 @@ class StoresFsck:
             with engine.txns.locked(key, repair=False):
                 if not engine.tree.is_dir(store_dir):
                     return  # deleted since we listed it
-                problems = self.check(store_dir)
+                torn: list[Path] = []
+                problems = self.check(store_dir, torn)
                 if engine.txns.is_pending(key):
                     problems.append(
                         f"{engine.rel(store_dir)}: write in flight left by a writer that died"
                     )
                 self.report.problems.extend(problems)
                 if self.repair and problems:
+                    for path in torn:
+                        quarantine(engine.tree, path)
                     engine.rebuild(store_dir)
                     engine.txns.settle(key)
                     # The same strings as the problems: the CLI matches them.
@@ -175,8 +179,15 @@ class StoresFsck:
                 repairable=False,
             )
 
-    def check(self, store_dir: Path) -> list[str]:
-        """The repairable problems of one store; the others go to the report directly."""
+    def check(self, store_dir: Path, torn: list[Path] | None = None) -> list[str]:
+        """The repairable problems of one store; the others go to the report directly.
+
+        A version record that cannot be read (``torn``) is repairable: a write acknowledged
+        its record only once it was whole on disk (fsynced, or covered by a group flush), so
+        an empty or cut one is a write that never got its answer, which a power cut caught
+        before its flush (or a hand edit). The repair moves it to lost+found, for a person,
+        and rebuilds the store from the others.
+        """
         engine = self.engine
         rel = engine.rel(store_dir)
         try:
@@ -185,13 +196,21 @@ class StoresFsck:
             self.problem(f"{rel}: store record unreadable ({exc})", repairable=False)
             return []
         unreadable: list[str] = []
-        records = engine.load_records(store_dir, unreadable)
+        paths: list[Path] = []
+        records = engine.load_records(store_dir, unreadable, paths)
+        problems: list[str] = []
+        torn_rels = tuple(f"{engine.rel(path)}: " for path in paths)
         for item in unreadable:
-            self.problem(item, repairable=False)
+            if item.startswith(torn_rels):
+                problems.append(f"{item}; moved to lost+found")
+            else:
+                self.problem(item, repairable=False)  # a link: never moved, never read
+        if torn is not None:
+            torn.extend(paths)
         for item in chain_problems(records):
             self.problem(item, repairable=False)  # a fork cannot be rebuilt away
         expected = rows_from_records(records)
-        problems = self.index_problems(store_dir, expected)
+        problems += self.index_problems(store_dir, expected)
         links: list[str] = []
         for item in engine.sync_tree(store_dir, engine.expected_tree(store_dir, expected), False):
             (links if "symlink" in item else problems).append(item)
