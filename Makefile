@@ -35,11 +35,13 @@ soak: $(DEV_STAMP)
 # Power-loss cycles (tests/powerloss/, docs/guarantees.md): the storage root on a FUSE filesystem
 # that drops whatever was not fsynced. On LazyFS with LAZYFS=/path/to/lazyfs (built by hand,
 # never part of this repository), else on the simulator tests/powerloss/simfs.py (Debian's
-# fuse3 and libfuse3, PyPI's mfusepy). First the filesystem's semantics table, then the cycles.
+# fuse3 and libfuse3, PyPI's mfusepy). First the filesystem's semantics table, then the cycles,
+# then the cycles under group commit (always on the simulator, with ext4's ordering: simfs --ext4).
 POWERLOSS_CYCLES ?= 50
 powerloss: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m powerloss tests/powerloss $(PYTEST_ARGS)
 	$(BIN)/python -m tests.powerloss.harness --cycles $(POWERLOSS_CYCLES)
+	$(BIN)/python -m tests.powerloss.harness --cycles $(POWERLOSS_CYCLES) --group-commit
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .

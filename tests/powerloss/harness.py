@@ -4,6 +4,8 @@
                                       [--kill-in-recovery P] [--keep]
 
 ``LAZYFS=/path/to/lazyfs`` runs it on LazyFS; without it, on the simulator (simfs.py).
+``--group-commit`` runs the server under group commit, on the simulator with ext4's ordering
+and its flush as a command to the simulator (simfs.py ``--ext4``, groupcommit/sitecustomize.py).
 
 The storage root lives on a power-loss filesystem (mount.py). One cycle:
 
@@ -587,6 +589,7 @@ def run(
     log: Callable[[str], None],
     kill_in_recovery: float = KILL_IN_RECOVERY,
     per_root: int = CYCLES_PER_ROOT,
+    group_commit: bool = False,
 ) -> RunResult:
     """``cycles`` cycles, on a new storage root every ``per_root`` of them."""
     rng = random.Random(seed)
@@ -596,11 +599,35 @@ def run(
         last = min(cycles, first + per_root - 1)
         number = (first - 1) // per_root + 1
         log(f"storage root {number}: cycles {first} to {last}")
-        RootRun(fs, workdir / f"root-{number}", rng, log, result).run(
+        RootRun(fs, workdir / f"root-{number}", rng, log, result, group_commit).run(
             range(first, last + 1), cycles, seed * 1000 + number * 100, writers, kill_in_recovery
         )
         first = last + 1
     return result
+
+
+def group_commit_env(fs: PowerLossMount) -> dict[str, str]:
+    """The server's environment for group commit on the simulator (groupcommit/)."""
+    here = Path(__file__).parent / "groupcommit"
+    path = os.environ.get("PYTHONPATH")
+    boot = boot_id_file(fs)
+    if not boot.exists():
+        reboot(fs)
+    return {
+        "PYTHONPATH": f"{here}{os.pathsep}{path}" if path else str(here),
+        "MEMORY_TEST_SIMFS_FIFO": str(fs.fifo),
+        "MEMORY_TEST_BOOT_ID_FILE": str(boot),
+        "MEMORY_GROUP_COMMIT": "true",
+    }
+
+
+def boot_id_file(fs: PowerLossMount) -> Path:
+    return fs.workdir / "boot_id"
+
+
+def reboot(fs: PowerLossMount) -> None:
+    """A new boot id for the servers under group commit (groupcommit/sitecustomize.py)."""
+    boot_id_file(fs).write_text(f"{random.SystemRandom().getrandbits(128):032x}\n")
 
 
 class RootRun:
@@ -613,15 +640,21 @@ class RootRun:
         rng: random.Random,
         log: Callable[[str], None],
         result: RunResult,
+        group_commit: bool = False,
     ) -> None:
         workdir.mkdir(parents=True)
+        self.group_commit = group_commit
         self.fs = fs
         self.rng = rng
         self.log = log
         self.result = result
         self.model = Model(result.stats)
         self.server = Live(
-            tmp_path=workdir, root=fs.mountpoint / workdir.name, workers=2, threads=4
+            tmp_path=workdir,
+            root=fs.mountpoint / workdir.name,
+            workers=2,
+            threads=4,
+            env_extra=group_commit_env(fs) if group_commit else {},
         )
         self.target = Target()
         self.checker = Checker(self.model, self.target)
@@ -673,6 +706,8 @@ class RootRun:
         for t in threads:
             t.join(timeout=REQUEST_TIMEOUT + 10)
         self.fs.cut_power()
+        if self.group_commit:
+            reboot(self.fs)  # as a real cut does; the canary cannot tell here
         again = ""
         if rng.random() < kill_in_recovery:
             after = rng.uniform(*RECOVERY_KILL_SECONDS)
@@ -723,9 +758,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cycles-per-root", type=int, default=CYCLES_PER_ROOT)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--group-commit",
+        action="store_true",
+        help="the server under group commit, on the simulator with ext4's ordering",
+    )
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
-    lazyfs = lazyfs_binary()
+    lazyfs = None if args.group_commit else lazyfs_binary()
     workdir = Path(tempfile.mkdtemp(prefix="powerloss_"))
 
     def log(line: str) -> None:
@@ -733,11 +773,12 @@ def main(argv: list[str] | None = None) -> int:
 
     log(
         f"powerloss: {args.cycles} cycles, {args.writers} writers, seed {seed}, on "
-        f"{'LazyFS ' + str(lazyfs) if lazyfs else 'the simulator'}, work directory {workdir}"
+        f"{'LazyFS ' + str(lazyfs) if lazyfs else 'the simulator'}"
+        f"{' under group commit' if args.group_commit else ''}, work directory {workdir}"
     )
     started = time.monotonic()
     try:
-        with mounted(workdir, lazyfs) as fs:
+        with mounted(workdir, lazyfs, ext4=args.group_commit) as fs:
             result = run(
                 fs,
                 workdir,
@@ -747,6 +788,7 @@ def main(argv: list[str] | None = None) -> int:
                 log,
                 args.kill_in_recovery,
                 args.cycles_per_root,
+                args.group_commit,
             )
     finally:
         if not args.keep:

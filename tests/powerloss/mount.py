@@ -139,8 +139,11 @@ class PowerLossMount:
             os.close(self.done_fd)
 
 
-def mount(workdir: Path, lazyfs: Path | None = None) -> PowerLossMount:
-    """Mount LazyFS (``lazyfs``: its binary) or the simulator over ``workdir/backing``."""
+def mount(workdir: Path, lazyfs: Path | None = None, *, ext4: bool = False) -> PowerLossMount:
+    """Mount LazyFS (``lazyfs``: its binary) or the simulator over ``workdir/backing``
+    (``ext4``: the simulator with ext4's ordering and a syncfs command, simfs.py)."""
+    if ext4 and lazyfs is not None:
+        raise MountError("--ext4 is the simulator's: LazyFS has no syncfs command")
     if shutil.which("fusermount3") is None:
         raise MountError("fusermount3 not found: install Debian's fuse3 (and libfuse3-3)")
     if not os.path.exists("/dev/fuse"):
@@ -177,9 +180,9 @@ def mount(workdir: Path, lazyfs: Path | None = None) -> PowerLossMount:
         args = [str(lazyfs), str(mountpoint), "--config-path", str(config)]
         args += ["-o", "modules=subdir", "-o", f"subdir={backing}", "-f"]
     else:
-        kind = "simulator"
+        kind = "simulator (ext4 order, group commit)" if ext4 else "simulator"
         args = [sys.executable, "-m", "tests.powerloss.simfs", str(backing), str(mountpoint)]
-        args += ["--fifo", str(fifo), "--done-fifo", str(done)]
+        args += ["--fifo", str(fifo), "--done-fifo", str(done)] + (["--ext4"] if ext4 else [])
     # LazyFS answers nothing until its completion fifo has a reader: open it first.
     done_fd = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
     with open(log_path, "ab") as log:
@@ -202,8 +205,10 @@ def mount(workdir: Path, lazyfs: Path | None = None) -> PowerLossMount:
 
 
 @contextlib.contextmanager
-def mounted(workdir: Path, lazyfs: Path | None = None) -> Iterator[PowerLossMount]:
-    fs = mount(workdir, lazyfs)
+def mounted(
+    workdir: Path, lazyfs: Path | None = None, *, ext4: bool = False
+) -> Iterator[PowerLossMount]:
+    fs = mount(workdir, lazyfs, ext4=ext4)
     try:
         yield fs
     finally:

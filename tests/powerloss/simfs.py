@@ -21,11 +21,20 @@ same table against both):
 
 Unsynced state is keyed by the backing file's inode, so it follows a file through renames
 and hard links, as a page cache does.
+
+With ``--ext4`` it keeps two promises of ext4 in its default ``data=ordered`` mode, the ones
+group commit (app/storage/atomic.py) relies on: a rename over an existing file takes the
+renamed file's data to the disk with it (``auto_da_alloc``), and ``simfs::syncfs MARKER``
+stands for syncfs(2), which FUSE does not pass on: every unsynced change is written to the
+backing files, then the file ``MARKER`` (outside the mount) is created to say so. A new file
+renamed into a free name keeps its data in memory: a cut leaves it empty, as ext4's delayed
+allocation may.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
@@ -42,6 +51,7 @@ import mfusepy
 PAGE = 4096
 CLEAR = "lazyfs::clear-cache"
 CHECKPOINT = "lazyfs::cache-checkpoint"
+SYNCFS = "simfs::syncfs "  # + the marker file to create once done (--ext4 only)
 CLEARED = "finished::clear-cache\n"
 # Flags that make no sense on the backing descriptor: appends and truncation are applied
 # here (FUSE hands us the offset of an O_APPEND write), creation is the create op's.
@@ -154,8 +164,9 @@ class PowerLossFS(mfusepy.Operations):
 
     use_ns = True
 
-    def __init__(self, backing: Path) -> None:
+    def __init__(self, backing: Path, *, ext4: bool = False) -> None:
         self.backing = str(backing.resolve())
+        self.ext4 = ext4
         # One lock for the unsynced state and the handles: every operation is short, and
         # one order of events is what makes "what was synced before the cut" well defined.
         self.mu = threading.Lock()
@@ -351,6 +362,10 @@ class PowerLossFS(mfusepy.Operations):
             except FileNotFoundError:
                 same = False
             if not same:
+                if self.ext4 and os.path.isfile(dst) and not os.path.islink(dst):
+                    # auto_da_alloc: the replacement's data commits with the rename.
+                    st = os.lstat(src)
+                    self._sync((st.st_dev, st.st_ino))
                 self._lost_name(dst)
             os.rename(src, dst)
         return 0
@@ -513,6 +528,10 @@ def _serve_commands(fs: PowerLossFS, fifo: Path, done: Path) -> None:
             elif command == CHECKPOINT:
                 fs.checkpoint()
                 logging.warning("cache-checkpoint: done")
+            elif fs.ext4 and command.startswith(SYNCFS):
+                fs.checkpoint()
+                with contextlib.suppress(OSError):  # the server may have been killed since
+                    Path(command[len(SYNCFS) :]).touch()
             elif command:
                 logging.warning("unknown command %r", command)
 
@@ -523,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mountpoint", type=Path)
     parser.add_argument("--fifo", type=Path, required=True)
     parser.add_argument("--done-fifo", type=Path, required=True)
+    parser.add_argument(
+        "--ext4", action="store_true", help="ext4's ordering and a syncfs command (see above)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="simfs: %(message)s")
     for path in (args.fifo, args.done_fifo):
@@ -532,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     # One descriptor per file with unsynced data, until it is synced or dropped.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    fs = PowerLossFS(args.backing)
+    fs = PowerLossFS(args.backing, ext4=args.ext4)
     threading.Thread(
         target=_serve_commands, args=(fs, args.fifo, args.done_fifo), daemon=True
     ).start()

@@ -16,13 +16,15 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.powerloss.mount import PowerLossMount
+from tests.powerloss.mount import PowerLossMount, mounted
 
 pytestmark = pytest.mark.powerloss
 
@@ -366,3 +368,37 @@ def test_sqlite_wal_across_processes_and_a_cut(
         assert count == 350
     else:
         assert checkpointed <= count <= 350
+
+
+# -- the simulator's ext4 mode (group commit's cycles) ------------------------------------------
+@pytest.fixture(scope="module")
+def ext4fs() -> Iterator[PowerLossMount]:
+    with (
+        tempfile.TemporaryDirectory(prefix="powerloss_ext4_") as tmp,
+        mounted(Path(tmp), None, ext4=True) as fs,
+    ):
+        yield fs
+
+
+def test_ext4_mode_keeps_the_promises_group_commit_relies_on(ext4fs: PowerLossMount) -> None:
+    d = ext4fs.mountpoint / "ext4"
+    d.mkdir()
+    put(d / "replaced", OLD)
+    put(d / "flushed", NEW, sync=None)
+    marker = Path(ext4fs.workdir) / "synced"
+    ext4fs.command(f"simfs::syncfs {marker}", time.monotonic() + 30)
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, "no answer to simfs::syncfs"
+        time.sleep(0.01)
+    # After the flush, nothing synced:
+    put(d / "tmp1", NEW, sync=None)
+    os.rename(d / "tmp1", d / "replaced")  # over a file: its data goes with the rename
+    put(d / "tmp2", NEW, sync=None)
+    os.rename(d / "tmp2", d / "new")  # to a free name: delayed, lost with the cut
+    put(d / "late", NEW, sync=None)
+    ext4fs.cut_power()
+    assert (d / "flushed").read_bytes() == NEW
+    assert (d / "replaced").read_bytes() == NEW
+    assert (d / "new").read_bytes() == b""
+    assert (d / "late").read_bytes() == b""
