@@ -239,4 +239,5 @@ def test_sigkill_under_group_commit(live_factory: Any) -> None:
 @pytest.mark.soak
 def test_sigkill_under_group_commit_soak(live_factory: Any) -> None:
     acked, unanswered = run_kills(live_factory, kills=200, seed=1919)
+    print(f"200 kills: {acked} acknowledged writes all found, {unanswered} unanswered")
     assert acked > 1000 and unanswered > 0, (acked, unanswered)
