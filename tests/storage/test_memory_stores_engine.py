@@ -289,6 +289,31 @@ def test_fsck_moves_an_unreadable_version_to_lost_found(
     assert report.clean, report.problems
 
 
+def test_fsck_moves_a_store_with_an_empty_record_to_lost_found(
+    engine: MemoryStoreEngine, scope: Scope
+) -> None:
+    # A store created under group commit and cut off by a power loss before its flush.
+    kept = engine.create_store(scope, name="kept")
+    store = engine.create_store(scope, name="s")
+    record = store_path(engine, scope, store.id) / "store.json"
+    record.write_bytes(b"")
+    report = FsckReport()
+    engine.fsck(report, repair=True)
+    assert any("never acknowledged" in r for r in report.repaired), report.problems
+    assert not report.unrepairable, report.unrepairable
+    assert not store_path(engine, scope, store.id).exists()
+    assert [s.id for s in engine.list_stores(scope).data] == [kept.id]
+    report = FsckReport()
+    engine.fsck(report)
+    assert report.clean, report.problems
+    # Cut short by hand instead: reported, never moved.
+    path = store_path(engine, scope, kept.id) / "store.json"
+    path.write_text("{not json")
+    report = FsckReport()
+    engine.fsck(report, repair=True)
+    assert report.unrepairable and path.exists()
+
+
 def test_version_records_are_plain_json_with_the_full_content(
     engine: MemoryStoreEngine, scope: Scope
 ) -> None:

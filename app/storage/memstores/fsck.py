@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,7 +170,8 @@ class StoresFsck:
                 if self.repair and problems:
                     for path in torn:
                         quarantine(engine.tree, path)
-                    engine.rebuild(store_dir)
+                    if store_dir not in torn:  # else the whole store went to lost+found
+                        engine.rebuild(store_dir)
                     engine.txns.settle(key)
                     # The same strings as the problems: the CLI matches them.
                     self.report.repaired.extend(problems)
@@ -193,6 +195,16 @@ class StoresFsck:
         try:
             rules.validate_name(engine.store_record(store_dir).name)
         except (Corrupt, NotFound, UnsafePath, StorageError) as exc:
+            record = engine.tree.lstat(engine.layout.store_record(store_dir))
+            if record is not None and stat.S_ISREG(record.st_mode) and record.st_size == 0:
+                # What a power cut leaves of a store created under group commit before its
+                # flush: never acknowledged, and no version of it was either (each one's
+                # flush would have covered the store). Edited by hand, it stays unrepairable.
+                if torn is not None:
+                    torn.append(store_dir)
+                return [
+                    f"{rel}: store record empty, a creation never acknowledged (store moved to lost+found)"
+                ]
             self.problem(f"{rel}: store record unreadable ({exc})", repairable=False)
             return []
         unreadable: list[str] = []
