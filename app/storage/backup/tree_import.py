@@ -14,8 +14,10 @@ the staging directory, which the sweeper and fsck remove once it is older than t
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -56,8 +58,10 @@ class _Importer(Restore):
         self.storage = storage
         self.layout = storage.layout
         self.overwrite = overwrite
-        self.tasks: list[tuple[Scope, str]] = []
-        self.stores: list[tuple[Scope, str]] = []
+        # What was staged is named by the staging directory itself, read back in batches, so
+        # memory stays flat whatever the number of tasks: here only the projects and counts.
+        self.scopes: dict[str, set[Scope]] = {"tasks": set(), "stores": set()}
+        self.counts = {"tasks": 0, "stores": 0}
         root = self.layout.check_inside(self.layout.root)
         self.staging = root / f"{TMP_PREFIX}import-{ULID()}"
         self.dir = self.staging  # the staged directory of the task or store in progress
@@ -90,11 +94,13 @@ class _Importer(Restore):
 
     def store_done(self, group: Group) -> None:
         self.storage.stores.rebuild(self.dir)
-        self.stores.append((group.scope, group.owner))
+        self.scopes["stores"].add(group.scope)
+        self.counts["stores"] += 1
 
     def task_done(self, group: Group) -> None:
         self.build_derived(group)
-        self.tasks.append((group.scope, group.owner))
+        self.scopes["tasks"].add(group.scope)
+        self.counts["tasks"] += 1
 
     def build_derived(self, group: Group) -> None:
         """index.json and each turn's summary.md, from the staged records."""
@@ -110,9 +116,27 @@ class _Importer(Restore):
         write_json(directory / TASK_INDEX, index, durable=False)
 
     # -- publishing -----------------------------------------------------------------------
+    def staged_dir(self, kind: str, scope: Scope) -> Path:
+        return self.staging / kind / scope.tenant / scope.project
+
+    def staged(self, kind: str, scope: Scope) -> Iterator[str]:
+        """The names of the tasks or stores staged for ``scope``, read as a stream."""
+        with os.scandir(self.staged_dir(kind, scope)) as entries:
+            for entry in entries:
+                yield entry.name
+
+    def targets(self) -> Iterator[tuple[Scope, Path]]:
+        layout = self.layout
+        for scope in self.scopes["tasks"]:
+            for task_id in self.staged("tasks", scope):
+                yield scope, layout.task_dir(scope, task_id)
+        for scope in self.scopes["stores"]:
+            for store_id in self.staged("stores", scope):
+                yield scope, layout.store_dir(scope, store_id)
+
     def conflicts(self) -> None:
         layout, tree = self.layout, self.layout.tree
-        for scope in {s for s, _ in self.tasks} | {s for s, _ in self.stores}:
+        for scope in self.scopes["tasks"] | self.scopes["stores"]:
             try:
                 layout.check_inside(layout.stores_dir(scope))
             except StorageError:
@@ -120,55 +144,50 @@ class _Importer(Restore):
                     f"{scope.tenant}/{scope.project}: a symlink is on the way; the import never"
                     " follows one (remove it and import again). Nothing was imported."
                 ) from None
-        linked = [
-            p
-            for p in (
-                *(layout.task_dir(s, t) for s, t in self.tasks),
-                *(layout.store_dir(s, i) for s, i in self.stores),
-            )
-            if (st := tree.lstat(p)) is not None and stat.S_ISLNK(st.st_mode)
-        ]
-        if linked:
+        taken: list[str] = []
+        count = 0
+        for scope, target in self.targets():
+            st = tree.lstat(target)
+            if st is None:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise ArchiveError(
+                    f"{target.relative_to(layout.root)} is a symlink; the import never replaces"
+                    " or follows one (remove it and import again). Nothing was imported."
+                )
+            count += 1
+            if len(taken) < 10:
+                taken.append(f"{scope.tenant}/{scope.project}/{target.name}")
+        if count and not self.overwrite:
             raise ArchiveError(
-                f"{linked[0].relative_to(layout.root)} is a symlink; the import never replaces"
-                " or follows one (remove it and import again). Nothing was imported."
-            )
-        taken = [
-            f"{s.tenant}/{s.project}/{t}"
-            for s, t in self.tasks
-            if tree.lstat(layout.task_dir(s, t))
-        ]
-        taken += [
-            f"{s.tenant}/{s.project}/{i}"
-            for s, i in self.stores
-            if tree.lstat(layout.store_dir(s, i))
-        ]
-        if taken and not self.overwrite:
-            raise ArchiveError(
-                f"{len(taken)} task(s) or store(s) already exist: {', '.join(taken[:10])}; pass"
+                f"{count} task(s) or store(s) already exist: {', '.join(taken)}; pass"
                 " --overwrite to replace them. Nothing was imported."
             )
 
     def publish(self) -> None:
-        by_project: dict[Scope, list[str]] = {}
-        for scope, task_id in self.tasks:
-            by_project.setdefault(scope, []).append(task_id)
-        for scope, task_ids in by_project.items():
-            self.publish_tasks(scope, task_ids)
-        for scope, store_id in self.stores:
-            self.publish_store(scope, store_id)
+        for scope in self.scopes["tasks"]:
+            self.publish_tasks(scope)
+        for scope in self.scopes["stores"]:
+            for store_id in self.batch("stores", scope):
+                self.publish_store(scope, store_id)
 
-    def publish_tasks(self, scope: Scope, task_ids: list[str]) -> None:
+    def batch(self, kind: str, scope: Scope) -> Iterator[str]:
+        """Every staged name of ``scope``, taken a batch at a time from a fresh read of the
+        directory (each batch leaves it as it is published)."""
+        while names := list(itertools.islice(self.staged(kind, scope), _PUBLISH_BATCH)):
+            yield from names
+
+    def publish_tasks(self, scope: Scope) -> None:
         tasks, layout = self.storage.tasks, self.layout
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
-        staged_project = self.staging / "tasks" / scope.tenant / scope.project
+        staged_project = self.staged_dir("tasks", scope)
         now_us = tasks.now_us()
-        for start in range(0, len(task_ids), _PUBLISH_BATCH):
-            # Listing, search and digest rows a batch at a time: memory stays flat.
+        # Listing, search and digest rows a batch at a time: memory stays flat.
+        while task_ids := list(itertools.islice(self.staged("tasks", scope), _PUBLISH_BATCH)):
             rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
             texts: dict[str, dict[int, TurnText]] = {}
-            for task_id in task_ids[start : start + _PUBLISH_BATCH]:
+            for task_id in task_ids:
                 target = layout.task_dir(scope, task_id)
                 with tasks.txns(Key(scope, task_id)) as txn:
                     txn.begin()
@@ -261,4 +280,6 @@ def import_tree(
         importer.restore_key()
     finally:
         storage.layout.tree.remove(importer.staging)
-    return ImportSummary(len(importer.tasks), len(importer.stores), reader.counts.as_dict())
+    return ImportSummary(
+        importer.counts["tasks"], importer.counts["stores"], reader.counts.as_dict()
+    )
