@@ -15,7 +15,8 @@ from .interface import StorageBackend
 def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     """The backend of ``settings`` (the app's validated config: ``STORAGE_ROOT``,
     ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
-    ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``)."""
+    ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``,
+    ``MIN_FREE_BYTES``: the tree's free-space floor, None for none)."""
     common: dict[str, Any] = {
         "retention": timedelta(days=settings["RETENTION_DAYS"]),
         "lock_timeout": settings["LOCK_TIMEOUT"],
@@ -36,5 +37,8 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     from .facade import TreeStorage
 
     return TreeStorage(
-        Path(settings["STORAGE_ROOT"]), tokens_file=Path(settings["TOKENS_FILE"]), **common
+        Path(settings["STORAGE_ROOT"]),
+        tokens_file=Path(settings["TOKENS_FILE"]),
+        min_free=settings.get("MIN_FREE_BYTES"),
+        **common,
     )

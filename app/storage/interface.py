@@ -18,7 +18,7 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from .clock import Clock
 from .layout import Scope
-from .limits import RateOverride, RateOverrides
+from .limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
 from .models import ArtifactInfo, ArtifactStream, FsckReport, TaskIndex, TaskPage, TurnRecord
 from .tokens import Token
@@ -248,6 +248,16 @@ class LimitsStore(Protocol):
     def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride: ...
 
     def clear_rate(self, tenant: str, project: str | None) -> bool: ...
+
+    def quotas(self) -> Quotas: ...
+
+    def set_quota(
+        self, tenant: str, project: str | None, change: QuotaOverride
+    ) -> QuotaOverride: ...
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool: ...
 
 
 class Lease(Protocol):

@@ -17,13 +17,15 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import listing_usage as lu
 from .errors import LockTimeout
 from .sqlitedb import is_busy, open_wal, read_txn, write_txn
+from .usage import Reserved, StoreUsage, TurnUsage, Usage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -186,7 +188,14 @@ def _migrate(conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA user_version = {_VERSION}")
 
 
-def _set_task(conn: sqlite3.Connection, task_id: str, rows: list[TurnRow]) -> None:
+def _set_task(
+    conn: sqlite3.Connection,
+    task_id: str,
+    rows: list[TurnRow],
+    usage: list[TurnUsage] | None = None,
+) -> None:
+    if usage is not None or not rows:
+        lu.set_task(conn, task_id, usage or [])
     existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
     conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
     if not rows:
@@ -298,6 +307,7 @@ class Listing:
             try:
                 conn.executescript(_SCHEMA)
                 _migrate(conn)
+                lu.ensure_schema(conn)
             except sqlite3.OperationalError as exc:
                 conn.close()
                 if is_busy(exc):
@@ -328,22 +338,41 @@ class Listing:
         return self.path.exists()
 
     # -- writes ----------------------------------------------------------------------------
-    def set_task(self, task_id: str, turns: Iterable[TurnRow]) -> None:
-        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task)."""
+    def set_task(
+        self, task_id: str, turns: Iterable[TurnRow], usage: Iterable[TurnUsage] | None = None
+    ) -> None:
+        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), and its
+        usage rows ``usage`` (None: kept, unless no turn is left)."""
         with self._write() as conn:
-            _set_task(conn, task_id, list(turns))
+            _set_task(conn, task_id, list(turns), None if usage is None else list(usage))
 
-    def set_tasks(self, tasks: dict[str, list[TurnRow]], batch: int = 1000) -> None:
+    def set_tasks(
+        self,
+        tasks: dict[str, list[TurnRow]],
+        batch: int = 1000,
+        usage: dict[str, list[TurnUsage]] | None = None,
+    ) -> None:
         """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
         items = list(tasks.items())
         for start in range(0, len(items), batch):
             with self._write() as conn:
                 for task_id, rows in items[start : start + batch]:
-                    _set_task(conn, task_id, rows)
+                    _set_task(conn, task_id, rows, None if usage is None else usage[task_id])
 
-    def put_turn(self, task_id: str, row: TurnRow) -> None:
-        """Record one written turn: O(log n) whatever the project size."""
+    def put_turn(
+        self,
+        task_id: str,
+        row: TurnRow,
+        usage: TurnUsage | None = None,
+        release: str | None = None,
+    ) -> None:
+        """Record one written turn: O(log n) whatever the project size; ``usage``: what it
+        stores, counted in the same transaction, which also drops the write's reservation
+        ``release`` (app/storage/usage.py)."""
         with self._write() as conn:
+            if usage is not None:
+                lu.put_turn(conn, task_id, usage)
+            lu.release(conn, release)
             existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             conn.execute(
                 f"INSERT INTO turns VALUES ({_TURN_VALUES}) ON CONFLICT (task_id, turn) DO UPDATE"
@@ -362,6 +391,65 @@ class Listing:
             conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+
+    # -- usage (app/storage/listing_usage.py) ----------------------------------------------
+    def usage(self, now_us: int) -> tuple[Usage, Reserved]:
+        """What the project stores and what its writes in flight have reserved, one snapshot."""
+        with self._read() as conn:
+            return lu.usage(conn), lu.reserved(conn, now_us)
+
+    def reserve(
+        self,
+        ident: str,
+        nbytes: int,
+        tasks: int,
+        *,
+        owner: str,
+        now_us: int,
+        expires_us: int,
+        check: Callable[[Usage, Reserved], None],
+    ) -> None:
+        """Add to reservation ``ident`` if ``check(usage, reserved)`` (of this same write
+        transaction: no other writer of the project can reserve in between) does not raise."""
+        with write_txn(self._conn(), "listing index") as conn:
+            check(lu.usage(conn), lu.reserved(conn, now_us, drop_dead=True))
+            lu.reserve(conn, ident, nbytes, tasks, owner, expires_us)
+
+    def renew_reservation(self, ident: str, expires_us: int) -> None:
+        with write_txn(self._conn(), "listing index") as conn:
+            lu.renew(conn, ident, expires_us)
+
+    def release_reservation(self, ident: str) -> None:
+        with write_txn(self._conn(), "listing index") as conn:
+            lu.release(conn, ident)
+
+    def set_store_usage(
+        self, store_id: str, usage: StoreUsage | None, release: str | None = None
+    ) -> None:
+        """Record what a store holds (None: it is gone), dropping the reservation ``release``
+        of the write that changed it in the same transaction."""
+        with write_txn(self._conn(), "listing index") as conn:
+            lu.set_store(conn, store_id, usage)
+            lu.release(conn, release)
+
+    def usage_rows(
+        self,
+    ) -> tuple[dict[str, list[TurnUsage]], dict[str, StoreUsage], tuple[tuple[int, ...], ...]]:
+        """Every turn's and store's usage row, and (counters, sums of the rows): for fsck."""
+        with self._read() as conn:
+            return lu.turn_rows(conn), lu.store_rows(conn), lu.counter_sums(conn)
+
+    def recount_usage(self) -> None:
+        """Set the usage counters to the sums of the usage rows (fsck repair)."""
+        with write_txn(self._conn(), "listing index") as conn:
+            lu.recount(conn)
+
+    def usage_needs_backfill(self) -> bool:
+        return lu.needs_backfill(self._conn())
+
+    def usage_backfilled(self) -> None:
+        with write_txn(self._conn(), "listing index") as conn:
+            lu.backfilled(conn)
 
     def set_digest_state(self, generation: int, valid_until_us: int, rendered_us: int = 0) -> None:
         conn = self._conn()

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from ulid import ULID
 
@@ -90,10 +90,13 @@ from .records import (
     turn_from_json,
     turn_row,
     turn_to_json,
+    turn_usage,
     write_json,
 )
 from .tree import Tree
 from .txn import Key, Transactions, Txn
+from .usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
+from .usage_tree import TreeUsage, settling
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -118,8 +121,11 @@ class TaskStore:
         lock_timeout: float = 10.0,
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
+        # Counters, quotas and the free-space floor (app/storage/usage_tree.py).
+        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.retention = retention
         self.lock_timeout = lock_timeout
         self.clock = clock
@@ -173,9 +179,11 @@ class TaskStore:
         index: dict[str, Any] | None,
         *,
         summary: bool,
+        ticket: Ticket = NO_TICKET,
     ) -> None:
         """Write the derived files after ``record`` committed; ``index`` is the task's index.json
-        as read earlier under the same lock (the record write does not change it)."""
+        as read earlier under the same lock (the record write does not change it). The listing
+        row counts what the turn stores and drops ``ticket``'s reservation, in one transaction."""
         turn_dir = task_dir / turn_dirname(record.turn)
         # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
@@ -185,7 +193,9 @@ class TaskStore:
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
         row = turn_row(record, index.get("owner"))
-        self.listing(scope, below=task_dir.parent).put_turn(task_id, row)
+        listing = self.listing(scope, below=task_dir.parent)
+        listing.put_turn(task_id, row, turn_usage(record), release=ticket.id)
+        ticket.settled()
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -218,7 +228,11 @@ class TaskStore:
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
-        with self.transaction(scope, task_id) as txn, os_errors():
+        with (
+            self.transaction(scope, task_id) as txn,
+            os_errors(),
+            contextlib.ExitStack() as stack,
+        ):
             now_us = self.now_us()
             self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
@@ -226,6 +240,21 @@ class TaskStore:
             _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
             index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
+            kept = alive.artifacts if alive else ()
+            stored = turn_usage(TurnRecord(task_id, turn, meta, summary_md, kept, "", "", "", 0))
+            was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
+            ticket = self.usage.admit(
+                scope,
+                # meta.json holds the summary and meta, summary.md the summary again, and
+                # index.json the meta of every turn: about three times the turn's bytes.
+                gross=3 * stored.turn_bytes + 8192,
+                add_bytes=stored.artifact_bytes
+                + stored.turn_bytes
+                - was.artifact_bytes
+                - was.turn_bytes,
+                add_tasks=int(index is None),
+            )
+            stack.enter_context(settling(ticket))
             txn.begin()
             if not task_dir.exists() or read_task_record(task_dir) is None:
                 make_dirs(task_dir, self.layout.root)
@@ -258,7 +287,9 @@ class TaskStore:
             write_json(turn_dir / TURN_META, turn_to_json(record))
             # The commit point: durable before any derived file (batched syncs wait).
             sync_pending_dirs()
-            self._write_derived(scope, task_id, task_dir, record, index, summary=True)
+            self._write_derived(
+                scope, task_id, task_dir, record, index, summary=True, ticket=ticket
+            )
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)
         return record
@@ -381,25 +412,50 @@ class TaskStore:
         content_type: str,
         if_match: str | None = None,
         if_none_match: bool = False,
+        size: int | None = None,
     ) -> ArtifactInfo:
-        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock."""
+        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock.
+
+        ``size``: the body's declared length. It is admitted (floor, quotas) before a byte is
+        read; a body of unknown length is admitted slice by slice as it streams in.
+        """
         validate_turn(turn)
         validate_artifact_name(name)
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
         self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
-        if self._alive(read_turn(turn_dir), self.now_us()) is None:
+        found = self._alive(read_turn(turn_dir), self.now_us())
+        if found is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        created = self._ensure_artifacts_dir(path.parent, task_id, turn)
+        # What it replaces, as read now; checked again under the lock (ticket.cover).
+        before = next((a.size for a in found.artifacts if a.name == name), 0)
+        ticket = self.usage.admit(
+            scope, gross=size or 0, add_bytes=0 if size is None else size - before
+        )
         try:
-            return self._put_artifact(
-                scope, task_id, turn, name, stream, content_type, if_match, if_none_match
+            body = ReservingStream(
+                stream, ticket, self.usage.floor, known=size is not None, credit=before
             )
-        except BaseException:
-            if created:
-                self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
-            raise
+            created = self._ensure_artifacts_dir(path.parent, task_id, turn)
+            try:
+                return self._put_artifact(
+                    scope,
+                    task_id,
+                    turn,
+                    name,
+                    cast("IO[bytes]", body),
+                    content_type,
+                    if_match,
+                    if_none_match,
+                    ticket,
+                )
+            except BaseException:
+                if created:
+                    self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
+                raise
+        finally:
+            ticket.release()  # nothing to release once the write settled it
 
     def _put_artifact(
         self,
@@ -411,6 +467,7 @@ class TaskStore:
         content_type: str,
         if_match: str | None,
         if_none_match: bool,
+        ticket: Ticket,
     ) -> ArtifactInfo:
         path = self.layout.artifact(scope, task_id, turn, name)
         turn_dir = path.parent.parent
@@ -431,6 +488,8 @@ class TaskStore:
                 )
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
+            # What it adds, now known exactly: reserve any more it needs before writing.
+            ticket.cover(staged.size - (current.size if current else 0), 0)
             task_dir = turn_dir.parent
             index = _load_index(self.layout.tree, task_dir, task_id)
             updated_us = self._next_updated_us(index, now_us)
@@ -461,7 +520,9 @@ class TaskStore:
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             sync_pending_dirs()  # the commit point, durable before any derived file
-            self._write_derived(scope, task_id, task_dir, record, index, summary=False)
+            self._write_derived(
+                scope, task_id, task_dir, record, index, summary=False, ticket=ticket
+            )
             remove_quietly(backup)
         return info
 
@@ -588,11 +649,13 @@ class TaskStore:
             if tree.lstat(self.layout.listing(scope)) is not None:
                 self.listing(scope).set_task(task_id, [])
             return
+        usage = []
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
             if record is None:
                 continue
+            usage.append(turn_usage(record))
             _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
@@ -603,7 +666,7 @@ class TaskStore:
             current_index = None
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
-        self.listing(scope).set_task(task_id, index_rows(index))
+        self.listing(scope).set_task(task_id, index_rows(index), usage)
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:

@@ -42,9 +42,11 @@ from ..records import (
     read_task_record,
     read_turn,
     turn_from_json,
+    turn_usage,
     write_json,
 )
 from ..txn import Key
+from ..usage import TurnUsage
 from .format import CHUNK, ArchiveError, BackupReader, Member, MemberName
 
 if TYPE_CHECKING:
@@ -271,6 +273,7 @@ class _Importer:
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
         rows = {}
+        usage: dict[str, list[TurnUsage]] = {}
         staged_project = self.staging / "tasks" / scope.tenant / scope.project
         for task_id in task_ids:
             target = layout.task_dir(scope, task_id)
@@ -281,9 +284,14 @@ class _Importer:
                 index = read_json(target / TASK_INDEX)
                 assert isinstance(index, dict)  # built by build_derived before the rename
                 rows[task_id] = index_rows(index)
+                usage[task_id] = [
+                    turn_usage(record)
+                    for t in index["turns"]
+                    if (record := read_turn(target / turn_dirname(t["turn"]))) is not None
+                ]
             if trashed is not None:
                 layout.tree.remove(trashed)
-        tasks.listing(scope).set_tasks(rows)
+        tasks.listing(scope).set_tasks(rows, usage=usage)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout
@@ -296,6 +304,7 @@ class _Importer:
             layout.tree.rename(staged, target)
         if trashed is not None:
             layout.tree.remove(trashed)
+        self.storage.stores.refresh_usage(scope, store_id)
 
     def restore_key(self) -> None:
         """A whole-root backup's cursor key, into a root that held nothing before (so the

@@ -144,7 +144,7 @@ class StoresFsck:
                     )
                 self.report.problems.extend(problems)
                 if self.repair and problems:
-                    engine.rebuild(store_dir)
+                    engine.rebuild(store_dir, key)
                     engine.txns.settle(key)
                     # The same strings as the problems: the CLI matches them.
                     self.report.repaired.extend(problems)

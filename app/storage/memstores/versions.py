@@ -112,4 +112,6 @@ class VersionOps(MemoryOps):
             self.write_version_in_place(path, redacted)
             with self.index(txn.dir).write() as writer:
                 writer.put_version(redacted)
+                usage = writer.store_usage()
+            self.publish_usage(txn, usage)
         return redacted.view(True)

@@ -29,10 +29,15 @@ from ..limits import (
     RATE,
     VERSION,
     LimitsFileError,
+    QuotaOverride,
+    Quotas,
     RateOverride,
     RateOverrides,
     check_document,
+    clear_quota_in,
+    quotas_of,
     rate_from_json,
+    set_quota_in,
 )
 from ..records import dumps
 from ..tokens import ROLES, SECRET_PREFIX, Token, hash_secret
@@ -177,6 +182,9 @@ class PgLimits:
     def rates(self) -> RateOverrides:
         return check_document(self.document())
 
+    def quotas(self) -> Quotas:
+        return quotas_of(self.document())
+
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
         with self.db.transaction("limits") as conn:
@@ -228,6 +236,18 @@ class PgLimits:
             if not entry:
                 del entries[key]
         return True
+
+    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return set_quota_in(doc, section, key, change)
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool:
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return clear_quota_in(doc, section, key, names)
 
 
 def database_key(db: Database, name: str) -> bytes:

@@ -1,0 +1,205 @@
+"""The tree's usage counters against a recount from the records: fsck's part, and the
+start-up upgrade of listings and store indexes written before the counters existed.
+
+Each turn's usage row must equal what its ``meta.json`` says (app/storage/records.py
+``turn_usage``), each project's counters the sums of its rows, each store's counters a
+count of its index rows, and each store's row in its project's listing the store's counters.
+``repair`` rebuilds what differs under the lock its writers take (``repair_task``, a store's
+``rebuild``), which rewrites the counters with the rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from collections.abc import Callable
+from functools import partial
+
+from .errors import Corrupt, LockTimeout, StorageError, UnsafePath
+from .fsck import is_id
+from .layout import STORE_ID_RE, TURN_DIR_RE, Scope
+from .memstores.core import StoresBase
+from .models import FsckReport
+from .records import read_turn, turn_usage
+from .tasks import TaskStore
+from .txn import Key
+from .usage import StoreUsage, TurnUsage
+
+
+class _UsageCheck:
+    def __init__(
+        self, tasks: TaskStore, stores: StoresBase, report: FsckReport, repair: bool
+    ) -> None:
+        self.tasks = tasks
+        self.stores = stores
+        self.layout = tasks.layout
+        self.tree = tasks.layout.tree
+        self.report = report
+        self.repair = repair
+
+    def fault(self, message: str, fix: Callable[[], object]) -> None:
+        self.report.problems.append(message)
+        if not self.repair:
+            return
+        try:
+            fix()
+        except (OSError, StorageError, sqlite3.Error) as exc:
+            self.report.unrepairable.append(f"{message} (repair failed: {exc})")
+            return
+        self.report.repaired.append(message)
+
+    def run(self) -> None:
+        for scope in self.layout.projects([]):
+            path = self.layout.listing(scope)
+            st = self.tree.lstat(path)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue  # no listing (nothing counted yet), or a link fsck reports
+            try:
+                self.project(scope)
+            except (sqlite3.DatabaseError, StorageError) as exc:
+                self.report.problems.append(
+                    f"{scope.tenant}/{scope.project}: usage not checked ({exc})"
+                )
+
+    # -- tasks ------------------------------------------------------------------------------
+    def expected_task(self, scope: Scope, task_id: str) -> list[TurnUsage]:
+        """What the records of a task say it stores (turns whose meta.json reads)."""
+        task_dir = self.layout.task_dir(scope, task_id)
+        found = []
+        for entry in self.tree.entries(task_dir):
+            if not (entry.is_dir and TURN_DIR_RE.fullmatch(entry.name)):
+                continue
+            try:
+                record = read_turn(entry.path)
+            except (Corrupt, UnsafePath):
+                continue  # the main check reports (and quarantines) it
+            if record is not None:
+                found.append(turn_usage(record))
+        return sorted(found, key=lambda u: u.turn)
+
+    def project(self, scope: Scope) -> None:
+        where = f"{scope.tenant}/{scope.project}"
+        listing = self.tasks.listing(scope)
+        turns, stores, _ = listing.usage_rows()
+        on_disk = [
+            e.name
+            for e in self.tree.entries(self.layout.project_dir(scope))
+            if e.is_dir and is_id(e.name)
+        ]
+        for task_id in sorted(set(turns) | set(on_disk)):
+            key = Key(scope, task_id)
+            try:
+                if self.expected_task(scope, task_id) == turns.get(task_id, []):
+                    continue
+                # Again under the task's lock: a writer may have moved on since.
+                with self.tasks.txns.locked(key, repair=False):
+                    now, _, _ = listing.usage_rows()
+                    if self.expected_task(scope, task_id) == now.get(task_id, []):
+                        continue
+            except (LockTimeout, UnsafePath, NotADirectoryError) as exc:
+                self.report.problems.append(f"{where}/{task_id}: usage not checked ({exc})")
+                continue
+            self.fault(
+                f"{where}: usage rows of task {task_id} differ from its records",
+                partial(self._rebuild_task, key),
+            )
+        _, _, (counters, sums) = listing.usage_rows()
+        if counters != sums:
+            self.fault(
+                f"{where}: usage counters {counters} differ from the sums of the rows {sums}",
+                listing.recount_usage,
+            )
+        self.stores_of(scope, stores)
+        if self.repair and listing.usage_needs_backfill():
+            listing.usage_backfilled()
+
+    def _rebuild_task(self, key: Key) -> None:
+        with self.tasks.txns.locked(key):
+            self.tasks.repair_task(key.scope, key.id)
+
+    # -- stores -----------------------------------------------------------------------------
+    def stores_of(self, scope: Scope, rows: dict[str, StoreUsage]) -> None:
+        where = f"{scope.tenant}/{scope.project}"
+        stores_dir = self.layout.stores_dir(scope)
+        present = []
+        if self.tree.is_dir(stores_dir):
+            present = [
+                e.name
+                for e in self.tree.entries(stores_dir)
+                if e.is_dir and STORE_ID_RE.fullmatch(e.name)
+            ]
+        for store_id in present:
+            key = Key(scope, store_id)
+            try:
+                with self.stores.txns.locked(key, repair=False):
+                    store_dir = self.layout.store_dir(scope, store_id)
+                    if not self.tree.is_dir(store_dir):
+                        continue
+                    with self.stores.index(store_dir).read() as reader:
+                        counted, kept = reader.counted_usage(), reader.store_usage()
+                    if counted != kept:
+                        self.fault(
+                            f"{where}/_stores/{store_id}: usage counters differ from its index",
+                            partial(self.stores.rebuild, store_dir, key),
+                        )
+                        continue
+                    if rows.get(store_id) != kept:
+                        self.fault(
+                            f"{where}: usage row of store {store_id} differs from its index",
+                            partial(self.stores.usage.set_store, scope, store_id, kept),
+                        )
+            except (LockTimeout, UnsafePath, sqlite3.Error) as exc:
+                self.report.problems.append(
+                    f"{where}/_stores/{store_id}: usage not checked ({exc})"
+                )
+        for store_id in sorted(set(rows) - set(present)):
+            self.fault(
+                f"{where}: usage row of store {store_id}, which does not exist",
+                partial(self.stores.usage.set_store, scope, store_id, None),
+            )
+
+
+def fsck_usage(tasks: TaskStore, stores: StoresBase, report: FsckReport, *, repair: bool) -> None:
+    """Check (and with ``repair`` rebuild) every usage row and counter of the tree."""
+    _UsageCheck(tasks, stores, report, repair).run()
+
+
+def upgrade_usage(tasks: TaskStore, stores: StoresBase) -> list[str]:
+    """Fill the usage rows of listings written before them, and the listing rows of stores
+    that have none (idempotent; one task or store lock at a time)."""
+    done = []
+    layout = tasks.layout
+    for scope in layout.projects([]):
+        path = layout.listing(scope)
+        st = layout.tree.lstat(path)
+        has_listing = st is not None and stat.S_ISREG(st.st_mode)
+        if st is not None and not has_listing:
+            continue  # a planted link: fsck reports it
+        where = f"{scope.tenant}/{scope.project}"
+        try:
+            rows: dict[str, StoreUsage] = {}
+            if has_listing:
+                listing = tasks.listing(scope)
+                if listing.usage_needs_backfill():
+                    task_ids = sorted(listing.all_tasks()[0])
+                    for task_id in task_ids:
+                        with tasks.txns.locked(Key(scope, task_id)):
+                            tasks.repair_task(scope, task_id)
+                    listing.usage_backfilled()
+                    done.append(f"{where}: usage of {len(task_ids)} task(s) counted")
+                rows = listing.usage_rows()[1]
+            stores_dir = layout.stores_dir(scope)
+            if not layout.tree.is_dir(stores_dir):
+                continue
+            missing = [
+                e.name
+                for e in layout.tree.entries(stores_dir)
+                if e.is_dir and STORE_ID_RE.fullmatch(e.name) and e.name not in rows
+            ]
+            for store_id in missing:
+                stores.refresh_usage(scope, store_id)
+            if missing:
+                done.append(f"{where}: usage of {len(missing)} memory store(s) counted")
+        except (StorageError, sqlite3.Error, OSError) as exc:
+            done.append(f"{where}: usage not counted ({exc})")
+    return done
