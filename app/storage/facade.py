@@ -98,7 +98,7 @@ class TreeStorage:
     ) -> None:
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
-        limits = LimitsFile(root, lock_timeout=lock_timeout)
+        limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,
@@ -247,7 +247,7 @@ class TreeStorage:
         return self._registry
 
     def limits(self) -> LimitsFile:
-        return LimitsFile(self.layout.root, lock_timeout=self.tasks.lock_timeout)
+        return self._limits
 
     def lead(self, name: str) -> _FileLease | None:
         """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""

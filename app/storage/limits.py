@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -305,6 +305,9 @@ class LimitsFile:
         self.path = self.layout.root / LIMITS_FILE
         self.lock_path = self.layout.root / LOCKS_DIR / f"{LIMITS_FILE}.lock"
         self.lock_timeout = lock_timeout
+        # Called after each change made through this object: this process applies it at
+        # once (others look at the file's stamp within a second).
+        self.listeners: list[Callable[[], None]] = []
 
     # -- reading ---------------------------------------------------------------------------
     def stamp(self) -> tuple[int, int, int]:
@@ -349,6 +352,8 @@ class LimitsFile:
             after = dumps(doc)
             if after != before:
                 write_atomic(self.path, after)
+        for listener in self.listeners:
+            listener()
 
     def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
         try:

@@ -32,6 +32,9 @@ class QuotaSource:
 
     def __init__(self, document: QuotaDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
         self.document = document
+        listeners = getattr(document, "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self.forget)  # a change made through this process: at once
         self.check_every = check_every
         self._quotas = NO_QUOTAS
         self._stamp: tuple[int, int, int] | None = None

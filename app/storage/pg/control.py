@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -156,6 +156,8 @@ class PgLimits:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.path = "the limits table of the database"
+        # Called after each change made through this object (this process applies it at once).
+        self.listeners: list[Callable[[], None]] = []
 
     def stamp(self) -> tuple[int, int, int]:
         """Changes whenever the document does (its version); zeros when there is none."""
@@ -202,6 +204,8 @@ class PgLimits:
                     "UPDATE limits SET doc = %s, version = version + 1 WHERE id = 1",
                     (after.decode("utf-8"),),
                 )
+        for listener in self.listeners:
+            listener()
 
     def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
         from ..errors import InvalidName
