@@ -85,6 +85,10 @@ def parse_floor(text: object) -> tuple[int, float]:
     return parse_bytes(text), 0.0
 
 
+class FloorReached(InsufficientStorage):
+    """A write would leave less than the free-space floor on the root's disk (HTTP 507)."""
+
+
 class FreeSpace:
     """Refuse writes that would leave less than the floor free on the root's filesystem.
 
@@ -152,7 +156,7 @@ class FreeSpace:
             floor = max(self.floor_bytes, math.ceil(self.floor_share * self._total))
             free = self._free - self._admitted
             if free - max(need, 0) < floor:
-                raise InsufficientStorage(
+                raise FloorReached(
                     f"the server's disk is at its free-space floor: {format_bytes(max(free, 0))}"
                     f" byte(s) free, the floor is {format_bytes(floor)} and this write needs"
                     f" {format_bytes(max(need, 0))}; nothing was written. Reads and deletes"
