@@ -121,10 +121,12 @@ class TreeStorage:
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines)."""
-        return SweepOutcome(
+        outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
         )
+        self.usage_counters.freed()
+        return outcome
 
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check (and with ``repair`` rebuild) every derived file of both engines."""

@@ -18,6 +18,11 @@ from .limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
 FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted
 DEFAULT_MIN_FREE = "2%"
+# What a write puts on disk besides what it is asked to store: the records and indexes it
+# rewrites (meta.json, index.json), the pages it appends to SQLite's write-ahead logs, new
+# directories. Counted with each admitted write so that a burst of writes within one statvfs
+# stays above the floor.
+WRITE_OVERHEAD = 64 << 10
 
 
 # -- the quotas in force ----------------------------------------------------------------------
@@ -124,6 +129,11 @@ class FreeSpace:
         self._admitted = 0
         self._until = time.monotonic() + self.check_every
 
+    def forget(self) -> None:
+        """Look at the disk again at the next write (something was just freed)."""
+        with self._mutex:
+            self._until = -math.inf
+
     def floor(self) -> int:
         """The floor in bytes (a share of the disk is computed from its size)."""
         with self._mutex:
@@ -155,11 +165,12 @@ class FreeSpace:
                     return  # no root yet: the write creating it meets the disk itself
             floor = max(self.floor_bytes, math.ceil(self.floor_share * self._total))
             free = self._free - self._admitted
-            if free - max(need, 0) < floor:
+            need = max(need, 0) + WRITE_OVERHEAD
+            if free - need < floor:
                 raise FloorReached(
                     f"the server's disk is at its free-space floor: {format_bytes(max(free, 0))}"
                     f" byte(s) free, the floor is {format_bytes(floor)} and this write needs"
-                    f" {format_bytes(max(need, 0))}; nothing was written. Reads and deletes"
+                    f" about {format_bytes(need)}; nothing was written. Reads and deletes"
                     " still work; writes resume once space is freed"
                 )
-            self._admitted += max(need, 0)
+            self._admitted += need

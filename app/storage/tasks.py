@@ -384,6 +384,7 @@ class TaskStore:
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
+        self.usage.freed()
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""

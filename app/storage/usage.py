@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 LEASE_SECONDS = 900.0  # a reservation not renewed for this long no longer counts
 RENEW_SECONDS = 30.0  # a streaming write renews its lease at most this often
-STREAM_STEP = 1 << 20  # a body of unknown size reserves this much more each time it needs to
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,12 +298,12 @@ NO_TICKET: Ticket = _NoTicket()
 
 class ReservingStream:
     """A request body that keeps its write's reservation alive as it is read: it renews the
-        lease while the body streams in and, for a body of unknown length (``known`` False),
-        reserves quota and checks the floor ``STREAM_STEP`` bytes ahead (past ``credit``, the size
-    of what it replaces), so a body that crosses
-        a quota or the floor stops there, before the bytes past it are stored."""
+    lease while the body streams in and, for a body of unknown length (``known`` False),
+    reserves (and checks against the floor) each piece it reads before handing it on to be
+    written, past ``credit`` (the size of what it replaces): a body that would cross a quota
+    or the floor stops at the piece that crosses, and what it stored never does."""
 
-    PIECE = 256 << 10  # read at most this much at once: the lease is renewed in between
+    PIECE = 256 << 10  # read at most this much at once
 
     def __init__(
         self,
@@ -320,7 +319,6 @@ class ReservingStream:
         self.floor = floor
         self.known = known
         self.read_bytes = 0
-        # A replacement streams its first ``credit`` bytes (the size it replaces) unreserved.
         self.reserved = credit
         self._renewed = time.monotonic()
 
@@ -329,14 +327,14 @@ class ReservingStream:
             size = self.PIECE
         data: bytes = self.stream.read(size)
         self.read_bytes += len(data)
-        if not self.known:
-            while self.read_bytes > self.reserved:
-                if self.floor is not None:
-                    self.floor.admit(STREAM_STEP)
-                self.ticket.extend(STREAM_STEP)
-                self.reserved += STREAM_STEP
-                self._renewed = time.monotonic()
-        if time.monotonic() - self._renewed >= RENEW_SECONDS:
+        need = self.read_bytes - self.reserved
+        if not self.known and need > 0:
+            if self.floor is not None:
+                self.floor.admit(need)
+            self.ticket.extend(need)
+            self.reserved += need
+            self._renewed = time.monotonic()
+        elif time.monotonic() - self._renewed >= RENEW_SECONDS:
             self.ticket.renew()
             self._renewed = time.monotonic()
         return data

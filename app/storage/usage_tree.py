@@ -195,6 +195,11 @@ class TreeUsage:
                 check=check,
             )
 
+    def freed(self) -> None:
+        """Space was freed (a delete, a sweep): the next write looks at the disk again."""
+        if self.floor is not None:
+            self.floor.forget()
+
     def set_store(
         self, scope: Scope, store_id: str, usage: StoreUsage | None, release: str | None = None
     ) -> None:

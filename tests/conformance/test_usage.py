@@ -12,12 +12,13 @@ import pytest
 from app.storage import NotFound, Scope
 from app.storage.interface import StorageBackend
 from app.storage.limits import QuotaOverride
-from app.storage.usage import STREAM_STEP, QuotaExceeded
+from app.storage.usage import QuotaExceeded, ReservingStream
 from tests.conftest import FixedClock
 
 WEB = Scope("acme", "web")
 MOBILE = Scope("acme", "mobile")
 OTHER = Scope("globex", "web")
+MiB = 1 << 20
 
 
 def _turn_bytes(meta: bytes, summary: str) -> int:
@@ -148,18 +149,18 @@ def test_a_body_of_unknown_length_stops_where_it_crosses_the_quota(
     backend: StorageBackend,
 ) -> None:
     tasks = backend.tasks
-    tasks.put_turn(WEB, "a", 0, meta={}, summary_md="")
-    _quota(backend, WEB, bytes=3 * STREAM_STEP)
-    body = Reads(b"x" * (10 * STREAM_STEP))
+    tasks.put_turn(WEB, "a", 0, meta={}, summary_md="")  # 2 bytes
+    _quota(backend, WEB, bytes=2 + 3 * MiB)
+    body = Reads(b"x" * (10 * MiB))
     with pytest.raises(QuotaExceeded):
         tasks.put_artifact(WEB, "a", 0, "big", body, content_type="x/y")
-    # It reserves a slice ahead of what it read: refused within the slice that crossed.
-    assert 2 * STREAM_STEP < body.taken <= 3 * STREAM_STEP
+    # Each piece is reserved as it is read, before it is written: refused at the piece that
+    # crosses the quota, with nothing stored.
+    assert 3 * MiB < body.taken <= 3 * MiB + ReservingStream.PIECE
     assert tasks.get_turn(WEB, "a", 0).artifacts == ()
     assert backend.usage(WEB).artifact_bytes == 0
-    small = Reads(b"y" * STREAM_STEP)
-    tasks.put_artifact(WEB, "a", 0, "small", small, content_type="x/y")
-    assert backend.usage(WEB).artifact_bytes == STREAM_STEP
+    tasks.put_artifact(WEB, "a", 0, "all", Reads(b"y" * 3 * MiB), content_type="x/y")
+    assert backend.usage(WEB).bytes == 2 + 3 * MiB
 
 
 def test_the_task_quota(backend: StorageBackend) -> None:

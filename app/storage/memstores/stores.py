@@ -222,4 +222,5 @@ class StoreOps(StoresBase):
             fsync_dir(trash)
             self.usage.set_store(scope, store_id, None)
         self.tree.remove(target)
+        self.usage.freed()
         return Deleted(store_id, "memory_store_deleted")
