@@ -48,20 +48,26 @@ class QuotaSource:
 
     def current(self) -> Quotas:
         now = time.monotonic()
-        if now >= self._next and self.document is not None and self._mutex.acquire(False):
-            try:
-                self._next = now + self.check_every
-                stamp = self.document.stamp()
-                if stamp != self._stamp:
-                    # A document that does not parse keeps the quotas this process had
-                    # (`quota show` names the fault), as the rate limiter does.
-                    self._quotas = self.document.quotas()
-                    self._stamp = stamp
-            except (StorageError, OSError):
-                pass
-            finally:
-                self._mutex.release()
+        if now >= self._next and self.document is not None:
+            # Threads that find the look due wait for the one making it: a write admitted on
+            # the quotas of before would reserve nothing (the rate limiter can skip instead).
+            with self._mutex:
+                if now >= self._next:
+                    self._refresh(now)
         return self._quotas
+
+    def _refresh(self, now: float) -> None:
+        assert self.document is not None
+        self._next = now + self.check_every
+        try:
+            stamp = self.document.stamp()
+            if stamp != self._stamp:
+                # A document that does not parse keeps the quotas this process had
+                # (`quota show` names the fault), as the rate limiter does.
+                self._quotas = self.document.quotas()
+                self._stamp = stamp
+        except (StorageError, OSError):
+            pass
 
     def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
         return self.current().of(scope.tenant, scope.project)
