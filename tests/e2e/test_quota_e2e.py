@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -221,29 +222,25 @@ def test_a_killed_workers_reservation_is_given_back_at_once(server: Server) -> N
     # An upload of 1.5 MiB that sends its head and stalls: its worker reserved what it
     # declared before reading the body, and waits for the body.
     host, port = server.url.removeprefix("http://").split(":")
-    stalled = socket.create_connection((host, int(port)), timeout=60)
-    head = [f"PUT {PM}/tasks/t/turns/0/artifacts/stalled HTTP/1.1", f"Host: {host}"]
-    head += [f"{k}: {v}" for k, v in h.items()] + [f"Content-Length: {3 * MiB // 2}", "", ""]
-    stalled.sendall("\r\n".join(head).encode())
-    # A probe of 1 MiB: refused while the reservation counts (507); else admitted, and then
-    # refused by its precondition (412), so that it never stores anything itself.
     url = f"{server.url}{PM}/tasks/t/turns/0/artifacts/probe"
     probe = {**h, "If-Match": '"no-such-version"'}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        r = requests.put(url, data=b"a" * MiB, headers=probe, timeout=30)
-        if r.status_code == 507:
-            break  # the stalled upload's reservation is taken into account
-        assert r.status_code == 412, r.text
-        time.sleep(0.1)
-    if r.status_code != 507:
-        stalled.close()
-    assert r.status_code == 507, "the stalled upload never reserved anything"
-    # Kill every worker (one of them holds the reservation); gunicorn starts new ones.
+    listing = server.root / "acme" / "killed" / "_listing.sqlite3"
     old = server.worker_pids()
-    for pid in old:
-        os.kill(pid, signal.SIGKILL)
-    stalled.close()
+    with socket.create_connection((host, int(port)), timeout=60) as stalled:
+        head = [f"PUT {PM}/tasks/t/turns/0/artifacts/stalled HTTP/1.1", f"Host: {host}"]
+        head += [f"{k}: {v}" for k, v in h.items()] + [f"Content-Length: {3 * MiB // 2}", "", ""]
+        stalled.sendall("\r\n".join(head).encode())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _reserved(listing) < 3 * MiB // 2:
+            time.sleep(0.05)
+        assert _reserved(listing) == 3 * MiB // 2
+        # A probe of 1 MiB: refused while the reservation counts (507); admitted once it is
+        # gone, then refused by its precondition (412), so that it never stores anything.
+        r = requests.put(url, data=b"a" * MiB, headers=probe, timeout=30)
+        assert r.status_code == 507, r.text
+        # Kill every worker (one of them holds the reservation); gunicorn starts new ones.
+        for pid in old:
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         new = server.worker_pids()
@@ -252,6 +249,14 @@ def test_a_killed_workers_reservation_is_given_back_at_once(server: Server) -> N
         time.sleep(0.1)
     r = requests.put(url, data=b"a" * MiB, headers=probe, timeout=30)
     assert r.status_code == 412, r.text  # admitted: the dead worker's reservation is gone
+
+
+def _reserved(listing: Path) -> int:
+    """Bytes the reservations in a project's listing hold (alive or not)."""
+    with contextlib.closing(sqlite3.connect(f"file:{listing}?mode=ro", uri=True)) as conn:
+        return int(
+            conn.execute("SELECT coalesce(sum(bytes), 0) FROM usage_reservations").fetchone()[0]
+        )
 
 
 def test_request_counts_reach_the_usage_report(server: Server) -> None:
