@@ -1,6 +1,7 @@
 """Usage and quotas over HTTP: GET /usage, and every write route of both APIs and the memory
-tool at, just under and over a quota (507 in each API's error shape, nothing written), on
-every backend; traffic per hour and token; the Prometheus gauges."""
+tool at, just under and over a quota (507 in each API's error shape, nothing written); traffic
+per hour and token. The tests marked all_backends run on every backend (the conformance suite
+checks each backend's quotas under the API)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from flask.testing import FlaskClient
 
 from app.storage.limits import QuotaOverride
 from tests.conftest import Tokens
-
-pytestmark = pytest.mark.all_backends
 
 PM = "/sandbox/memory/v1"
 MS = "/v1/memory_stores"
@@ -35,6 +34,7 @@ def usage(client: FlaskClient, tokens: Tokens, who: str = "writer", **query: Any
     return r.json
 
 
+@pytest.mark.all_backends
 def test_usage_counts_what_each_api_wrote(client: FlaskClient, tokens: Tokens) -> None:
     h = tokens.headers("writer")
     assert (
@@ -69,6 +69,7 @@ def test_usage_counts_what_each_api_wrote(client: FlaskClient, tokens: Tokens) -
     assert body["projects"] == [] and body["disk"] is None  # a writer sees its project only
 
 
+@pytest.mark.all_backends
 def test_tenant_admins_see_every_project_and_admins_the_disk(
     app: Flask, client: FlaskClient, tokens: Tokens, backend_kind: str
 ) -> None:
@@ -216,6 +217,7 @@ def test_a_memory_tool_edit_over_the_quota_is_507_and_changes_nothing(
     assert "LINE" in view.json["content"] and "more" not in view.json["content"]
 
 
+@pytest.mark.all_backends
 def test_the_task_quota_over_http(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
     h = tokens.headers("writer")
     set_quota(app, tasks=1)
@@ -229,6 +231,7 @@ def test_the_task_quota_over_http(app: Flask, client: FlaskClient, tokens: Token
     assert client.put(f"{PM}/tasks/b/turns/0", headers=h, json={}).status_code == 200
 
 
+@pytest.mark.all_backends
 def test_an_artifact_over_quota_is_refused_from_its_content_length(
     app: Flask, client: FlaskClient, tokens: Tokens
 ) -> None:
@@ -260,6 +263,7 @@ def test_an_artifact_over_quota_is_refused_from_its_content_length(
     assert client.get(f"{PM}/tasks/t/turns/0", headers=h).json["artifacts"] == []
 
 
+@pytest.mark.all_backends
 def test_traffic_per_hour_and_token(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
     for who in ("writer", "writer", "reader"):
         client.get(f"{PM}/tasks", headers=tokens.headers(who))

@@ -95,13 +95,19 @@ def make(tmp_path: Path, clock: FixedClock, **kw: Any) -> TreeStorage:
     )
 
 
-def test_counters_equal_a_recount_after_a_random_mix(tmp_path: Path, clock: FixedClock) -> None:
+@pytest.mark.parametrize(
+    ("seed", "steps"),
+    [(20260101, 150), pytest.param(7, 3000, marks=pytest.mark.soak)],
+)
+def test_counters_equal_a_recount_after_a_random_mix(
+    tmp_path: Path, clock: FixedClock, seed: int, steps: int
+) -> None:
     storage = make(tmp_path, clock)
     tasks, engine = storage.tasks, storage.stores
-    rng = random.Random(20260101)
+    rng = random.Random(seed)
     stores: dict[Scope, list[MemoryStore]] = {WEB: [], MOBILE: []}
     memories: dict[str, dict[str, str]] = {}  # store id -> path -> memory id
-    for step in range(240):
+    for step in range(steps):
         scope = rng.choice((WEB, MOBILE))
         op = rng.random()
         task = f"t{rng.randrange(6)}"
