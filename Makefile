@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test soak lint fmt typecheck bench bench-peer sweep fsck deploy-check clean
+.PHONY: venv run test soak powerloss lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,10 +27,19 @@ run: $(RUN_STAMP)
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not soak and not powerloss" $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
+
+# Power-loss cycles (tests/powerloss/, docs/guarantees.md): the storage root on a FUSE filesystem
+# that drops whatever was not fsynced. On LazyFS with LAZYFS=/path/to/lazyfs (built by hand,
+# never part of this repository), else on the simulator tests/powerloss/simfs.py (Debian's
+# fuse3 and libfuse3, PyPI's mfusepy). First the filesystem's semantics table, then the cycles.
+POWERLOSS_CYCLES ?= 50
+powerloss: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m powerloss tests/powerloss $(PYTEST_ARGS)
+	$(BIN)/python -m tests.powerloss.harness --cycles $(POWERLOSS_CYCLES)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .
@@ -41,7 +50,7 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy app/storage
+	$(BIN)/mypy app/storage app/api
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
 # starts its own servers on 127.0.0.1, stops them, prints one table, writes bench/results/*.json.
@@ -56,9 +65,19 @@ $(MLFLOW_STAMP): bench/requirements-peer.txt
 
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench.run --growth $(BENCH_ARGS)
+	$(BIN)/python -m bench.pg $(BENCH_ARGS)
 
 bench-peer: $(DEV_STAMP) $(MLFLOW_STAMP)
 	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)
+
+# What grows with the tree (bench/README.md, "Scale rows"), for this checkout as it stands;
+# BENCH_SIZES=1000,10000,50000 for the full table, SCALE_ARGS="--reps 5" for more repetitions.
+BENCH_SIZES ?= 1000,10000
+SCALE_ARGS ?=
+
+bench-scale: $(DEV_STAMP)
+	$(BIN)/python -m bench.scale --checkout . --sizes $(BENCH_SIZES) \
+		--out bench/results/scale-$$(git rev-parse --short HEAD).json $(SCALE_ARGS)
 
 sweep: $(RUN_STAMP)
 	$(BIN)/flask --app wsgi sweep

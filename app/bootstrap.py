@@ -111,7 +111,6 @@ def first_token(app: Flask, url: str) -> list[str]:
     token, secret = registry.create(
         role="admin", tenant=tenant, project=project, name="first token (make run)"
     )
-    os.environ.setdefault("MEMORY_FIRST_TOKEN_ID", token.id)
     return [
         "",
         "=" * 72,

@@ -93,6 +93,7 @@ STORE_ERROR_TYPES = {
     429: "rate_limit_error",
     431: "invalid_request_error",
     500: "api_error",
+    501: "api_error",
     503: "overloaded_error",
     507: "api_error",
 }
@@ -175,6 +176,7 @@ _FIELD_LOCATIONS = {
     "name": "path",
     "cursor": "query",
     "limit": "query",
+    "q": "query",
     "tenant": "header",
     "project": "header",
 }
@@ -237,6 +239,8 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             headers=_NO_RETRY,
             error_type="insufficient_storage_error",
         )
+    if isinstance(exc, se.NotSupported):
+        return ApiError(501, str(exc))
     if isinstance(exc, se.InsufficientStorage):
         return ApiError(507, "insufficient storage: the server's disk is full")
     log.error("storage error: %r", exc)

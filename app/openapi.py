@@ -46,6 +46,7 @@ ERROR_RESPONSES = {
     403: "The credential may not do this in this tenant/project",
     404: "Not found",
     422: "Validation Error",
+    501: "Not offered by this storage backend",
     503: "A lock stayed busy; retry after Retry-After seconds",
     507: "Over a storage quota, or the server's disk is at its free-space floor; nothing was"
     " written (docs/operations.md)",
@@ -98,6 +99,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
         pm.ArtifactRecord,
         pm.MemoryArtifact,
         pm.TaskIndex,
+        pm.SearchResults,
+        pm.SearchHit,
     ):
         if schema.__name__ not in spec.components.schemas:
             spec.components.schema(schema.__name__, schema=schema)

@@ -29,6 +29,7 @@ import requests
 
 from app.storage import Scope, TaskStore
 from app.storage.atomic import make_dirs
+from app.storage.digest import Section
 from app.storage.listing import TurnRow
 from app.storage.tokens import TokenRegistry
 
@@ -53,7 +54,8 @@ def build(root: Path, project: str, count: int) -> float:
         retain = now + store._retention_us
         for i in range(rows_only):
             row = TurnRow(0, now - count + i, retain, "tok_loader", f"model-{i % 4}", None, i % 3)
-            listing.put_turn(f"t{i:06d}", row)
+            text = f"\n## t{i:06d}\n\nLatest turn: 0\n\n".encode()
+            listing.put_turn(f"t{i:06d}", row, Section(0, retain, text))
     for i in range(count - rows_only):
         for turn in range(TURNS):
             store.put_turn(

@@ -152,12 +152,23 @@ def _client_loop(
 
 
 def _proc_main(args: tuple[Any, ...], clients: list[int], queue: Any) -> None:
-    host, port, headers, op, start_at, record_from, end_at, max_ops = args
+    host, ports, headers, op, start_at, record_from, end_at, max_ops = args
     out: list[Any] = []
     threads = [
         threading.Thread(
             target=_client_loop,
-            args=(host, port, headers, op, c, start_at, record_from, end_at, max_ops, out),
+            args=(
+                host,
+                ports[c % len(ports)],  # several ports: the clients split over the servers
+                headers,
+                op,
+                c,
+                start_at,
+                record_from,
+                end_at,
+                max_ops,
+                out,
+            ),
         )
         for c in clients
     ]
@@ -170,7 +181,7 @@ def _proc_main(args: tuple[Any, ...], clients: list[int], queue: Any) -> None:
 
 def run(
     host: str,
-    port: int,
+    port: int | list[int],
     op: Op,
     *,
     headers: dict[str, str] | None = None,
@@ -180,13 +191,17 @@ def run(
     warmup: float = 0.5,
     max_ops_per_client: int = 100_000,
 ) -> Result:
-    """Run ``clients`` closed-loop clients for ``warmup + duration`` seconds; time the last part."""
+    """Run ``clients`` closed-loop clients for ``warmup + duration`` seconds; time the last part.
+
+    With several ports, client ``c`` talks to ``port[c % len(port)]`` (servers of one
+    deployment, the load split evenly)."""
     ctx = mp.get_context("fork")  # ops are closures: fork shares them without pickling
     queue = ctx.Queue()
     start_at = time.time() + 0.3
     record_from = start_at + warmup
     end_at = record_from + duration
-    args = (host, port, headers or {}, op, start_at, record_from, end_at, max_ops_per_client)
+    ports = port if isinstance(port, list) else [port]
+    args = (host, ports, headers or {}, op, start_at, record_from, end_at, max_ops_per_client)
     groups = [list(range(clients))[i::procs] for i in range(procs)]
     groups = [g for g in groups if g]
     workers = [ctx.Process(target=_proc_main, args=(args, g, queue)) for g in groups]

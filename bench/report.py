@@ -1,4 +1,4 @@
-"""Render the latest results (bench/results/{bench,peer}-latest.json) as the README's markdown table.
+"""Render the latest results (bench/results/{bench,peer,pg}-latest.json) as the README's tables.
 
 python -m bench.report
 """
@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from . import growth
+from .pg import markdown as pg_markdown
 from .run import target_rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,6 +49,12 @@ def main() -> None:
                 f" {r['ours_p99_ms']:.1f} | {r['base_ops_s']:.0f} | {r['base_median_ms']:.2f} |"
                 f" {r['throughput_ratio']:.3f} |"
             )
+
+    pg = RESULTS / "pg-latest.json"
+    if pg.exists():
+        report = json.loads(pg.read_text())
+        print(f"\nPostgreSQL + S3 against the tree (`pg-{report['started']}.json`):\n")
+        print(pg_markdown(report))
 
 
 if __name__ == "__main__":

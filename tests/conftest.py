@@ -4,7 +4,8 @@ Backends: ``MEMORY_TEST_BACKENDS`` (``tree``, ``pg`` or ``tree,pg``; default ``t
 the storage backends the conformance suite (tests/conformance/) and the API suites marked
 ``all_backends`` run against. ``pg`` starts a real PostgreSQL and a real SeaweedFS once per
 run (tools/services.py); each test gets a schema and a key prefix of its own. A test that
-reads the tree's files is marked ``tree_only`` and skipped on the others.
+reads the tree's files is marked ``tree_only`` and skipped on the others; one whose cases
+check a rule all backends share is marked ``shared_rule`` (pytest_collection_modifyitems).
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marked = metafunc.definition.get_closest_marker("all_backends") is not None
     if marked or "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend_kind", selected_backends(), indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``shared_rule`` checks, case by case, a rule every backend takes from the
+    same code (a schema, app/storage/memstores/rules.py): each of its cases runs on the first
+    backend MEMORY_TEST_BACKENDS names, and its first case on each other one, which shows
+    that backend applies the rule (and writes nothing when it refuses)."""
+    first = selected_backends()[0]
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("backend_kind") if callspec else None
+        if item.get_closest_marker("shared_rule") is None or kind in (None, first):
+            kept.append(item)
+            continue
+        key = (f"{item.nodeid.split('[')[0]}", str(kind))
+        (dropped if key in seen else kept).append(item)
+        seen.add(key)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @dataclass
@@ -223,3 +247,26 @@ def remote(server: Any, token: str) -> Iterator[Any]:
     client = Remote(server, token)
     yield client
     client.close()
+
+
+def nested_summary(markdown: str) -> str:
+    """A summary as project.md shows it: its ATX headings two levels deeper (at most six),
+    code blocks untouched. Written apart from app/storage/digest.py, from the rule alone."""
+    out = []
+    fence = ""
+    for line in markdown.splitlines(keepends=True):
+        body = line.lstrip(" ")
+        indent = len(line) - len(body)
+        mark = body.rstrip()
+        if fence:
+            if indent <= 3 and len(mark) >= len(fence) and set(mark) == {fence[0]}:
+                fence = ""
+        elif indent <= 3 and body[:3] in ("```", "~~~"):
+            fence = body[: len(body) - len(body.lstrip(body[0]))]
+        elif indent <= 3 and body.startswith("#"):
+            level = len(body) - len(body.lstrip("#"))
+            rest = body[level:]
+            if level <= 6 and (not rest or rest[0] in " \t\r\n"):
+                line = " " * indent + "#" * min(6, level + 2) + rest
+        out.append(line)
+    return "".join(out)

@@ -57,6 +57,9 @@ class Postgres:
     directory: Path
     port: int = 0
     proc_started: bool = False
+    # False: no fsync, no synchronous commit (tests: nothing survives the run anyway); True:
+    # PostgreSQL's own defaults, each commit flushed to disk (the benchmarks).
+    durable: bool = False
 
     @property
     def url(self) -> str:
@@ -79,9 +82,10 @@ class Postgres:
         self.port = free_port()
         options = (
             f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
-            " -c max_connections=400 -c shared_buffers=64MB -c fsync=off"
-            " -c synchronous_commit=off -c full_page_writes=off"
+            " -c max_connections=400 -c shared_buffers=64MB"
         )
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         subprocess.run(
             _as_postgres(
                 [pg_ctl, "-D", str(data), "-o", options, "-l", str(self.directory / "log"), "-w"]
@@ -221,12 +225,15 @@ class Seaweed:
         path = self.directory / "weed.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds: every user of this class removes
+        the data directory next, and after a test run's thousands of keys weed took 15 s to
+        exit on its own."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()

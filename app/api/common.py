@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from flask import current_app, request
+from flask import Response, current_app, request
 from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
@@ -207,3 +207,14 @@ def if_none_match_star() -> bool:
     if value.strip() != "*":
         raise ApiError(400, "only 'If-None-Match: *' is supported on writes")
     return True
+
+
+def json_response(
+    payload: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """``payload`` as the app's JSON (app/json_provider.py), with ``status`` and ``headers``."""
+    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
+    response.status_code = status
+    if headers:
+        response.headers.update(headers)
+    return response

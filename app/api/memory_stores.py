@@ -1,4 +1,4 @@
-"""Memory stores API (seed 002) under /v1/memory_stores, wire-compatible with the SDKs.
+"""The memory-stores API under /v1/memory_stores, wire-compatible with the SDKs.
 
 ``anthropic-version``, ``anthropic-beta`` and ``?beta=true`` are accepted and ignored.
 Errors use the envelope ``{"type": "error", "error": {"type", "message"}, "request_id"}``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 from marshmallow import Schema
 
 from ..auth import current_principal, require_principal
@@ -24,7 +24,7 @@ from ..storage.memstores import (
     Page,
     VersionFilter,
 )
-from .common import json_body, storage, strict_int
+from .common import json_body, json_response, storage, strict_int
 from .docs import doc
 
 PREFIX = "/v1/memory_stores"
@@ -179,11 +179,6 @@ def _actor() -> dict[str, Any]:
     return {"type": "api_actor", "api_key_id": current_principal().token.id}
 
 
-def _json(payload: Any) -> Response:
-    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
-    return response
-
-
 def _memory_page(page: Page) -> dict[str, Any]:
     return {
         "data": [
@@ -212,7 +207,7 @@ def create_memory_store() -> Response:
         metadata=data.get("metadata") or {},
         creator=principal.token.id,
     )
-    return _json(store_out.dump(store))
+    return json_response(store_out.dump(store))
 
 
 @bp.get("")
@@ -236,14 +231,16 @@ def list_memory_stores() -> Response:
         created_gte_us=_time_us("created_at[gte]"),
         created_lte_us=_time_us("created_at[lte]"),
     )
-    return _json(store_list_out.dump(page))
+    return json_response(store_list_out.dump(page))
 
 
 @bp.get("/<memory_store_id>")
 @doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
 def get_memory_store(memory_store_id: str) -> Response:
     """Retrieve a memory store (archived ones too)"""
-    return _json(store_out.dump(engine().get_store(current_principal().scope, memory_store_id)))
+    return json_response(
+        store_out.dump(engine().get_store(current_principal().scope, memory_store_id))
+    )
 
 
 @bp.post("/<memory_store_id>")
@@ -268,7 +265,7 @@ def update_memory_store(memory_store_id: str) -> Response:
         metadata=data.get("metadata"),
         only_creator=only_owner(principal),
     )
-    return _json(store_out.dump(store))
+    return json_response(store_out.dump(store))
 
 
 @bp.delete("/<memory_store_id>")
@@ -282,7 +279,7 @@ def delete_memory_store(memory_store_id: str) -> Response:
     deleted = engine().delete_store(
         principal.scope, memory_store_id, only_creator=only_owner(principal)
     )
-    return _json(deleted_store_out.dump(deleted))
+    return json_response(deleted_store_out.dump(deleted))
 
 
 @bp.post("/<memory_store_id>/archive")
@@ -297,7 +294,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
     store = engine().archive_store(
         principal.scope, memory_store_id, only_creator=only_owner(principal)
     )
-    return _json(store_out.dump(store))
+    return json_response(store_out.dump(store))
 
 
 # -- memories ------------------------------------------------------------------------------
@@ -320,7 +317,7 @@ def create_memory(memory_store_id: str) -> Response:
         actor=_actor(),
         full=full,
     )
-    return _json(memory_out.dump(memory))
+    return json_response(memory_out.dump(memory))
 
 
 @bp.get("/<memory_store_id>/memories")
@@ -351,7 +348,7 @@ def list_memories(memory_store_id: str) -> Response:
         page=request.args.get("page") or None,
         full=full,
     )
-    return _json(_memory_page(page))
+    return json_response(_memory_page(page))
 
 
 @bp.get("/<memory_store_id>/memories/<memory_id>")
@@ -365,7 +362,7 @@ def get_memory(memory_store_id: str, memory_id: str) -> Response:
     memory = engine().get_memory(
         current_principal().scope, memory_store_id, memory_id, full=_view("full")
     )
-    return _json(memory_out.dump(memory))
+    return json_response(memory_out.dump(memory))
 
 
 def _update_memory(memory_store_id: str, memory_id: str) -> Response:
@@ -382,7 +379,7 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
         actor=_actor(),
         full=full,
     )
-    return _json(memory_out.dump(memory))
+    return json_response(memory_out.dump(memory))
 
 
 UPDATE_DOC = doc(
@@ -430,7 +427,7 @@ def delete_memory(memory_store_id: str, memory_id: str) -> Response:
         expected_sha256=request.args.get("expected_content_sha256"),
         actor=_actor(),
     )
-    return _json(deleted_memory_out.dump(deleted))
+    return json_response(deleted_memory_out.dump(deleted))
 
 
 # -- versions ------------------------------------------------------------------------------
@@ -472,7 +469,7 @@ def list_memory_versions(memory_store_id: str) -> Response:
         page=args.get("page") or None,
         full=full,
     )
-    return _json(version_list_out.dump(page))
+    return json_response(version_list_out.dump(page))
 
 
 @bp.get("/<memory_store_id>/memory_versions/<memory_version_id>")
@@ -486,7 +483,7 @@ def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response
     version = engine().get_version(
         current_principal().scope, memory_store_id, memory_version_id, full=_view("full")
     )
-    return _json(version_out.dump(version))
+    return json_response(version_out.dump(version))
 
 
 @bp.post("/<memory_store_id>/memory_versions/<memory_version_id>/redact")
@@ -506,4 +503,4 @@ def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Respo
     version = engine().redact_version(
         principal.scope, memory_store_id, memory_version_id, actor=_actor()
     )
-    return _json(version_out.dump(version))
+    return json_response(version_out.dump(version))

@@ -1,4 +1,4 @@
-"""Project memory API (seed 000) under /sandbox/memory/v1."""
+"""The project-memory API under /sandbox/memory/v1."""
 
 from __future__ import annotations
 
@@ -11,18 +11,21 @@ from werkzeug.wsgi import wrap_file
 
 from .. import usage_report
 from ..auth import current_principal, require_principal
+from ..errors import validation_error
 from ..permissions import only_owner
 from ..schemas import project_memory as s, usage as us
 from ..storage import PayloadTooLarge
 from ..storage.interface import TaskBackend
 from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from ..storage.models import TurnRecord
+from ..storage.query import MAX_QUERY_CHARS
 from .common import (
     body_stream,
     content_type,
     if_match,
     if_none_match_star,
     json_body,
+    json_response,
     not_modified,
     path_artifact_name,
     path_task_id,
@@ -33,6 +36,9 @@ from .common import (
 from .docs import doc
 
 PREFIX = "/sandbox/memory/v1"
+# project.md with changes spliced in is copied through the worker (an unchanged one goes
+# by sendfile): in pieces this big, the per-piece overhead is noise next to the copy.
+DIGEST_CHUNK = 256 * 1024
 
 TASK_ID = {
     "name": "task_id",
@@ -90,6 +96,7 @@ task_out = s.TaskIndex()
 task_list_out = s.TaskList()
 artifact_out = s.ArtifactRecord()
 usage_out = us.UsageReport()
+search_out = s.SearchResults()
 
 # Types a browser renders without running script; anything else is sent as a download.
 PASSIVE_TYPES = frozenset(
@@ -113,7 +120,7 @@ def store() -> TaskBackend:
 
 def turn_json(record: TurnRecord) -> dict[str, Any]:
     """The TurnRecord body, built by hand in the schema's field order: reading a turn is the
-    hottest path, and marshmallow's dump was a sixth of its view's CPU (bench/README.md).
+    hottest path, and marshmallow's dump costs more than the rest of its body.
     tests/api/test_list_shape.py pins it to ``turn_out.dump``."""
     return {
         "task_id": record.task_id,
@@ -142,21 +149,13 @@ def _not_modified(etag: str) -> Response:
     return response
 
 
-def _json(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    response: Response = current_app.json.response(payload)  # type: ignore[assignment]
-    response.status_code = status
-    if headers:
-        response.headers.update(headers)
-    return response
-
-
 @bp.get("/project.md")
 @doc(responses={200: ("text/markdown", {"type": "string"}), **ERRORS})
 def get_project_md() -> ResponseReturnValue:
     """Project digest: one section per task with its latest summary"""
     file, size = store().open_digest(current_principal().scope)
     response = Response(
-        wrap_file(request.environ, file),
+        wrap_file(request.environ, file, DIGEST_CHUNK),
         mimetype="text/markdown",
         direct_passthrough=True,
     )
@@ -188,10 +187,9 @@ def list_tasks() -> ResponseReturnValue:
     limit = query_int("limit", 50, 1, 1000)
     cursor = request.args.get("cursor") or None
     page = store().list_tasks(current_principal().scope, limit=limit, cursor=cursor)
-    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows was a
-    # fifth of this view's CPU (bench/README.md). tests/api/test_list_shape.py pins the two
-    # together.
-    return _json(
+    # Built by hand in TaskList's field order: marshmallow's dump of 50 nested rows is a
+    # large share of this view's CPU. tests/api/test_list_shape.py pins the two together.
+    return json_response(
         {
             "tasks": [
                 {
@@ -227,7 +225,7 @@ def get_task(task_id: str) -> ResponseReturnValue:
     payload = task_out.dump(index)
     payload["latest_turn"] = index.latest_turn
     payload["turn_count"] = index.turn_count
-    return _json(payload)
+    return json_response(payload)
 
 
 @bp.get("/tasks/<task_id>/turns/<turn>")
@@ -241,7 +239,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     if not_modified(record.etag):
         return _not_modified(record.etag)
-    return _json(turn_json(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>")
@@ -266,7 +264,7 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         if_match=if_match(),
         if_none_match=if_none_match_star(),
     )
-    return _json(turn_json(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
 @bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
@@ -346,7 +344,7 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     )
     payload = artifact_out.dump(info)
     payload.update(task_id=task_id, turn=turn_no)
-    return _json(payload, headers={"ETag": info.etag})
+    return json_response(payload, headers={"ETag": info.etag})
 
 
 @bp.get("/usage")
@@ -375,4 +373,45 @@ def get_usage() -> ResponseReturnValue:
     )
     if not principal.at_least("admin"):
         body["disk"] = None  # the disk is every tenant's
-    return _json(usage_out.dump(body))
+    return json_response(usage_out.dump(body))
+
+
+@bp.get("/search")
+@doc(
+    params=[
+        {
+            "name": "q",
+            "in": "query",
+            "required": True,
+            "description": 'Words that must all match; "a quoted phrase"; prefix* (2+ letters).'
+            " Case and diacritics are ignored. OR/NOT/NEAR and other operators are refused.",
+            "schema": {"type": "string", "maxLength": MAX_QUERY_CHARS},
+        },
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+        },
+        {
+            "name": "cursor",
+            "in": "query",
+            "required": False,
+            "schema": {"type": ["string", "null"]},
+        },
+    ],
+    responses={200: s.SearchResults, 501: "HTTPError", **ERRORS},
+)
+def search_project() -> ResponseReturnValue:
+    """Search the project's turns and memories (full text, best first)
+
+    Finds live turns by task id, meta values and summary, and live memories of the project's
+    memory stores by path and content. Deleted, replaced and expired text is never found.
+    """
+    query = request.args.get("q")
+    if query is None:
+        raise validation_error(["query", "q"], "Field required", "missing")
+    limit = query_int("limit", 20, 1, 100)
+    cursor = request.args.get("cursor") or None
+    page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
+    return json_response(search_out.dump(page))

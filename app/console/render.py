@@ -3,13 +3,16 @@
 Every value an agent controls reaches a template either as text (Jinja escapes it) or through
 :func:`markdown`, whose output passes an allowlist sanitizer (nh3, the Ammonia library) after
 the Markdown renderer (markdown-it-py, raw HTML off). Images never load: the Markdown image
-syntax becomes a plain link, so a summary cannot make the browser fetch anything.
+syntax becomes a plain link, so a summary cannot make the browser fetch anything. A search
+snippet goes through :func:`snippet`: escaped whole, and only then its match markers (control
+characters, untouched by escaping) become ``<mark>``.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +24,9 @@ from markdown_it.common.utils import escapeHtml
 from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+from ..storage.query import MARK_END, MARK_START
 
 MAX_VALUE_CHARS = 4000  # one meta value on a page; the rest is in the API's JSON
 TEXT_PREVIEW_BYTES = 256 * 1024
@@ -262,3 +267,15 @@ def diff_lines(old: str, new: str, old_name: str, new_name: str) -> Iterator[Dif
             yield DiffLine("del", line)
         else:
             yield DiffLine("same", line)
+
+
+# -- search snippets ------------------------------------------------------------------------
+_MARKED = re.compile(f"{MARK_START}([^{MARK_START}{MARK_END}]*){MARK_END}")
+
+
+def snippet(text: str) -> Markup:
+    """A search snippet as HTML: escaped first, then each marked match a <mark>."""
+    escaped = str(escape(text))
+    marked = _MARKED.sub(r"<mark>\1</mark>", escaped)
+    # Markers only ever come in pairs; anything left over is dropped, never shown.
+    return Markup(marked.replace(MARK_START, "").replace(MARK_END, ""))  # noqa: S704 - escaped above

@@ -22,7 +22,7 @@ from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from ..api.project_memory import ARTIFACT_SECURITY_HEADERS
+from ..api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from ..auth import Principal
 from ..errors import ApiError, RequestValidationError, from_storage
 from ..permissions import (
@@ -64,6 +64,7 @@ TURNS_PER_PAGE = 20
 STORES_PER_PAGE = 50
 MEMORIES_PER_PAGE = 100
 VERSIONS_PER_PAGE = 50
+HITS_PER_PAGE = 20
 TIMELINE_SUMMARY_CHARS = 16_000  # per turn on a task's timeline; its turn page shows it all
 DIGEST_RENDER_BYTES = 256 * 1024  # of project.md; the rest is a download
 EXPIRING_SOON = timedelta(days=3)
@@ -208,6 +209,7 @@ def _template_context() -> dict[str, Any]:
         "ts": render.time_tag,
         "size": render.size,
         "short": render.short,
+        "snippet": render.snippet,
         "token_label": _token_label,
         "purl": _purl,
     }
@@ -535,6 +537,32 @@ def artifact_raw(
     )
 
 
+# -- search --------------------------------------------------------------------------------
+@bp.get("/p/<tenant>/<project>/search")
+def search(tenant: str, project: str) -> ResponseReturnValue:
+    """Search the project's turns and memories."""
+    query = request.args.get("q", "")
+    cursor = request.args.get("cursor") or None
+    page, error = None, None
+    if query.strip():
+        try:
+            page = _storage().search(_scope(), query, limit=HITS_PER_PAGE, cursor=cursor)
+        except InvalidName as exc:
+            # A query outside the syntax, or a cursor of another search: say so on the page.
+            error = exc.message if exc.field == "q" else f"{exc.field}: {exc.message}"
+    next_url = None
+    if page is not None and page.next_cursor:
+        next_url = _purl("search", q=query, cursor=page.next_cursor)
+    return render_template(
+        "console/search.html",
+        query=query,
+        page=page,
+        error=error,
+        first_url=_purl("search", q=query) if cursor else None,
+        next_url=next_url,
+    )
+
+
 # -- project.md ----------------------------------------------------------------------------
 @bp.get("/p/<tenant>/<project>/project.md")
 def project_md(tenant: str, project: str) -> ResponseReturnValue:
@@ -557,7 +585,9 @@ def project_md_raw(tenant: str, project: str) -> ResponseReturnValue:
     """The project digest as a file."""
     file, total = _tasks().open_digest(_scope())
     response = Response(
-        wrap_file(request.environ, file), mimetype="text/markdown", direct_passthrough=True
+        wrap_file(request.environ, file, DIGEST_CHUNK),
+        mimetype="text/markdown",
+        direct_passthrough=True,
     )
     response.content_length = total
     response.headers.set("Content-Disposition", "attachment", filename="project.md")

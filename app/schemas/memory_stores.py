@@ -1,4 +1,4 @@
-"""Schemas of the memory-stores API (seed 002), shaped like the Anthropic reference.
+"""Schemas of the memory-stores API, shaped like the Anthropic reference.
 
 Request schemas refuse unknown fields (the spec's bodies are ``additionalProperties:
 false``) and wrong JSON types; the value rules (path, sizes, metadata limits) live in the

@@ -1,4 +1,4 @@
-"""Schemas of the project-memory API (seed 000), named as the seed names them."""
+"""Schemas of the project-memory API, named as its specification names them."""
 
 from __future__ import annotations
 
@@ -149,3 +149,42 @@ class HTTPValidationError(Schema):
 
 class HTTPError(Schema):
     detail = fields.String(required=True)
+
+
+class SearchHit(Schema):
+    kind = fields.String(
+        required=True,
+        metadata={"enum": ["turn", "memory"], "description": "A turn of a task, or a memory."},
+    )
+    score = fields.Float(
+        required=True, metadata={"description": "Relevance (bm25); higher is better."}
+    )
+    snippet = fields.String(
+        required=True,
+        metadata={
+            "description": "Plain text around the matches; each matched word stands between"
+            " U+0002 and U+0003 (those two characters occur nowhere else in it). Escape it,"
+            " then turn the markers into highlighting."
+        },
+    )
+    task_id = fields.String(allow_none=True, metadata={"description": "A turn's task."})
+    turn = fields.Integer(allow_none=True, metadata={"description": "A turn's number."})
+    memory_store_id = fields.String(allow_none=True, metadata={"description": "A memory's store."})
+    store_name = fields.String(allow_none=True)
+    memory_id = fields.String(allow_none=True)
+    path = fields.String(allow_none=True, metadata={"description": "A memory's path."})
+
+
+class SearchResults(Schema):
+    hits = fields.List(fields.Nested(SearchHit), required=True)
+    next_cursor = fields.String(
+        allow_none=True,
+        metadata={"description": "Pass back as ?cursor= (with the same q) for the next page."},
+    )
+    stores_searched = fields.Integer(required=True)
+    stores_skipped = fields.Integer(
+        required=True,
+        metadata={
+            "description": "Memory stores beyond the per-search bound (the newest are searched)."
+        },
+    )

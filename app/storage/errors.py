@@ -57,3 +57,7 @@ class InsufficientStorage(StorageError):
 
 class Corrupt(StorageError):
     """A stored record cannot be parsed; fsck reports and repairs what it can."""
+
+
+class NotSupported(StorageError):
+    """This backend does not offer the operation (yet)."""

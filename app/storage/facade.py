@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .atomic import flush_derived, write_atomic
-from .backup.tree_export import ExportSummary, export_tree
-from .backup.tree_import import ImportSummary, import_tree
+from .backup.format import ExportSummary, ImportSummary
+from .backup.tree_export import export_tree
+from .backup.tree_import import import_tree
 from .clock import Clock, system_clock
 from .errors import StorageError
 from .fsck import DEFAULT_GRACE, fsck
@@ -25,15 +26,16 @@ from .keys import root_key
 from .layout import Scope
 from .limits import LimitsFile
 from .memstores import MemoryStoreEngine
-from .memstores.fsck import upgrade_store_dirs
+from .memstores.fsck import upgrade_store_dirs, upgrade_store_search
 from .memstores.retention import VersionSweep
-from .models import FsckReport
+from .models import FsckReport, SearchPage
 from .projects import list_projects
 from .quota import FreeSpace, QuotaSource
 from .readiness import check_ready
 from .records import dumps, read_json
 from .recovery import Plan, Recovery, Report
 from .retention import SweepReport, sweep
+from .search import TreeSearch
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
 from .tokens import TokenRegistry
 from .traffic import TrafficRow, TreeTraffic
@@ -117,6 +119,7 @@ class TreeStorage:
         self.usage_counters = usage
         self.layout = self.tasks.layout
         self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
+        self.searcher = TreeSearch(self.tasks, self.stores)
         self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
@@ -149,8 +152,15 @@ class TreeStorage:
                 continue
             if count:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        done += upgrade_store_search(self.stores)
         done += upgrade_usage(self.tasks, self.stores)
         return done
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Search the project's turns and memories (app/storage/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
         """Repair what an unclean stop left (the caller holds the root lock): the writes the

@@ -20,7 +20,15 @@ from .clock import Clock
 from .layout import Scope
 from .limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
-from .models import ArtifactInfo, ArtifactStream, FsckReport, TaskIndex, TaskPage, TurnRecord
+from .models import (
+    ArtifactInfo,
+    ArtifactStream,
+    FsckReport,
+    SearchPage,
+    TaskIndex,
+    TaskPage,
+    TurnRecord,
+)
 from .tokens import Token
 from .traffic import TrafficRow
 from .usage import Usage
@@ -287,6 +295,20 @@ class StorageBackend(Protocol):
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Full-text search over the project's live turns (task id, meta values, summary) and
+        the live memories (path, content) of its stores, best first.
+
+        ``query`` is in the syntax of app/storage/query.py (parse_query: InvalidName on ``q``
+        when it is not); ``limit`` 1..100; ``cursor`` a ``next_cursor`` of the same search
+        (InvalidName on ``cursor`` otherwise). Snippets mark matches with query.MARK_START /
+        MARK_END. Text of another project is never found; deleted, replaced and expired text
+        never matches.
+        """
+        ...
 
     def export(self, out: Path, *, tenant: str | None = None, project: str | None = None) -> Any:
         """Write a backup (app/storage/backup/format.py) of one project, one tenant or all."""

@@ -84,6 +84,9 @@ RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
 TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: traffic.py
 TMP_PREFIX = ".~tmp-"
+# An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
+# publishing its bytes and committing meta.json; repair puts it back when the commit is lost.
+PREV_PREFIX = f"{TMP_PREFIX}prev-"
 # Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
 # never meet the per-project lock directories beside them.
 TASK_LOCKS = "_tasks"
@@ -196,7 +199,7 @@ class Layout:
 
     def turn_meta_text(self, scope: Scope, task_id: str, turn: int) -> str:
         """A turn's meta.json as a plain string: reading a turn is the hottest path, and
-        building it through pathlib was a third of TaskStore.get_turn (bench/README.md)."""
+        building it through pathlib costs more than the read itself."""
         validate_id("task_id", task_id)
         dirname = turn_dirname(validate_turn(turn))
         return f"{self._root_prefix}{scope.tenant}/{scope.project}/{task_id}/{dirname}/{TURN_META}"
@@ -335,11 +338,11 @@ class Layout:
         ``below``: a directory under the root that this same operation has just checked;
         only the components of ``path`` after it are looked at. A write checks a task's
         paths this way, one lstat per new component instead of a walk from the root for
-        each (a tenth of a record's system calls, bench/README.md). ``below`` is no weaker
+        each. ``below`` is no weaker
         than a new walk: every check leaves the same window until the path is used.
         """
-        # Plain string work: this runs on every request, and pathlib's parsing was a
-        # measurable share of a read's CPU (bench/README.md).
+        # Plain string work: this runs on every request, and pathlib's parsing is a
+        # measurable share of a read's CPU.
         text = os.fspath(path)
         if below is None:
             start, prefix = self._root_text, self._root_prefix

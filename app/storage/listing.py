@@ -7,8 +7,8 @@ SQLite gives an ordered index, transactions across processes and a crash-safe jo
 the standard library. It is derived: fsck rebuilds it from the records.
 
 The task lock serializes writers of one task; SQLite serializes the short transactions of
-writers of different tasks. Each write bumps ``generation``, which tells the digest
-whether it is stale.
+writers of different tasks. Each write transaction bumps ``generation`` first: it is the
+write's sequence number, which stamps the project digest's sections (app/storage/digestdb.py).
 """
 
 from __future__ import annotations
@@ -17,17 +17,20 @@ import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import listing_usage as lu
+from . import digestdb, fts, listing_usage as lu, turn_search
+from .digest import DigestRow, Section
 from .errors import LockTimeout
 from .sqlitedb import is_busy, open_wal, read_txn, write_txn
+from .turn_search import TurnText
 from .usage import Reserved, StoreUsage, TurnUsage, Usage
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS tasks (
     task_id TEXT PRIMARY KEY,
     updated_us INTEGER NOT NULL,
@@ -54,14 +57,15 @@ CREATE TABLE IF NOT EXISTS turns (
     PRIMARY KEY (task_id, turn)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
-    ('digest_generation', -1), ('digest_valid_until_us', 0), ('digest_rendered_us', 0);
+INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 """
+    + digestdb.SCHEMA
+    + lu.SCHEMA
+)
 
 # Version 2 keeps each task's turn count, latest turn and earliest turn expiry in its tasks
 # row, written in the same transaction as its turn rows: a page of 50 read them instead of
-# running two lookups over the turns table per row (74 -> 26 us per page query,
-# bench/README.md). Until a task's first turn expires they are exact; after that, until
+# running two lookups over the turns table per row. Until a task's first turn expires they are exact; after that, until
 # the sweeper removes the expired rows, its row falls back to counting the live turns.
 #
 # Version 3 adds the owner (the task's, kept on every turn row so that fsck compares it with
@@ -69,7 +73,13 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0),
 # tasks row carries those of its highest turn, so the console's filters are index lookups.
 # Rows written before version 3 have them NULL until the task is written again or
 # `fsck --repair` rebuilds it (fsck reports them: they differ from the records).
-_VERSION = 3
+#
+# Version 4 adds the digest's sections (app/storage/digestdb.py); a listing with tasks gets
+# them from the start-up upgrade's backfill, and until then the digest is rendered whole.
+#
+# Version 5 adds the usage rows and counters (app/storage/listing_usage.py); a listing with
+# tasks gets them from the start-up upgrade's backfill, and until then its usage reads low.
+_VERSION = 5
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (
@@ -112,6 +122,11 @@ def _live(column: str) -> str:
     )
 
 
+_DIGEST_ROWS = (
+    "SELECT t.task_id, t.updated_us, CASE WHEN"
+    f" {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END"
+    " FROM tasks t WHERE t.retain_until_us > :now ORDER BY t.updated_us DESC, t.task_id DESC"
+)
 _PAGE_COLUMNS = (
     "SELECT t.task_id, t.updated_us, t.retain_until_us,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
@@ -182,6 +197,14 @@ def _migrate(conn: sqlite3.Connection) -> None:
                 # Rows written before have no facts: the start-up upgrade rebuilds them from
                 # the records (TaskStore.backfill_listing).
                 conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
+        has_tasks = conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone()
+        if has_tasks and not conn.execute("SELECT 1 FROM digest LIMIT 1").fetchone():
+            conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
+        lu.migrate(conn, has_tasks=bool(has_tasks))
+        conn.execute(
+            "DELETE FROM counters WHERE name IN"
+            " ('digest_generation', 'digest_valid_until_us', 'digest_rendered_us')"
+        )
         conn.execute(_RECOMPUTE)
         for statement in _INDEXES:
             conn.execute(statement)
@@ -192,16 +215,20 @@ def _set_task(
     conn: sqlite3.Connection,
     task_id: str,
     rows: list[TurnRow],
+    section: Section | None,
+    texts: Mapping[int, TurnText] | None = None,
     usage: list[TurnUsage] | None = None,
 ) -> None:
     if usage is not None or not rows:
         lu.set_task(conn, task_id, usage or [])
     existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
     conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
+    turn_search.set_task(conn, task_id, [r.turn for r in rows], texts)
     if not rows:
         if existed:
             conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
             conn.execute("UPDATE counters SET value = value - 1 WHERE name = 'tasks'")
+        digestdb.put_section(conn, task_id, None)
         return
     conn.executemany(
         f"INSERT INTO turns VALUES ({_TURN_VALUES})", [r.values(task_id) for r in rows]
@@ -215,6 +242,7 @@ def _set_task(
     conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
     if not existed:
         conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+    digestdb.put_section(conn, task_id, section)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,13 +292,6 @@ class TaskFilter:
     failed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class DigestRow:
-    task_id: str
-    updated_us: int
-    latest_turn: int
-
-
 class _Connections(threading.local):
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -307,7 +328,7 @@ class Listing:
             try:
                 conn.executescript(_SCHEMA)
                 _migrate(conn)
-                lu.ensure_schema(conn)
+                turn_search.ensure_schema(conn)
             except sqlite3.OperationalError as exc:
                 conn.close()
                 if is_busy(exc):
@@ -326,50 +347,78 @@ class Listing:
             conn.close()
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``generation`` inside it is this write's sequence number."""
         with write_txn(self._conn(), "listing index") as conn:
-            yield conn
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
+            yield conn
 
-    def _read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    def read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same snapshot."""
         return read_txn(self._conn())
+
+    def connect(self) -> sqlite3.Connection:
+        """A connection of the caller's own (one snapshot held while the cached one writes)."""
+        return open_wal(str(self.path), timeout=self.timeout)
 
     def exists(self) -> bool:
         return self.path.exists()
 
     # -- writes ----------------------------------------------------------------------------
     def set_task(
-        self, task_id: str, turns: Iterable[TurnRow], usage: Iterable[TurnUsage] | None = None
+        self,
+        task_id: str,
+        turns: Iterable[TurnRow],
+        section: Section | None = None,
+        texts: Mapping[int, TurnText] | None = None,
+        usage: Iterable[TurnUsage] | None = None,
     ) -> None:
-        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), and its
-        usage rows ``usage`` (None: kept, unless no turn is left)."""
-        with self._write() as conn:
-            _set_task(conn, task_id, list(turns), None if usage is None else list(usage))
+        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), its digest
+        section ``section`` (None: it has no live turn), its search rows those of ``texts``
+        (None: keep those of the turns that remain), and its usage rows ``usage`` (None:
+        kept, unless no turn is left)."""
+        with self.write() as conn:
+            _set_task(
+                conn, task_id, list(turns), section, texts, None if usage is None else list(usage)
+            )
 
     def set_tasks(
         self,
-        tasks: dict[str, list[TurnRow]],
+        tasks: dict[str, tuple[list[TurnRow], Section | None]],
         batch: int = 1000,
-        usage: dict[str, list[TurnUsage]] | None = None,
+        texts: Mapping[str, Mapping[int, TurnText]] | None = None,
+        usage: Mapping[str, list[TurnUsage]] | None = None,
     ) -> None:
         """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
         items = list(tasks.items())
         for start in range(0, len(items), batch):
-            with self._write() as conn:
-                for task_id, rows in items[start : start + batch]:
-                    _set_task(conn, task_id, rows, None if usage is None else usage[task_id])
+            with self.write() as conn:
+                for task_id, (rows, section) in items[start : start + batch]:
+                    _set_task(
+                        conn,
+                        task_id,
+                        rows,
+                        section,
+                        (texts or {}).get(task_id),
+                        None if usage is None else usage[task_id],
+                    )
 
     def put_turn(
         self,
         task_id: str,
         row: TurnRow,
+        section: Section | None,
+        text: TurnText | None = None,
         usage: TurnUsage | None = None,
         release: str | None = None,
     ) -> None:
-        """Record one written turn: O(log n) whatever the project size; ``usage``: what it
-        stores, counted in the same transaction, which also drops the write's reservation
-        ``release`` (app/storage/usage.py)."""
-        with self._write() as conn:
+        """Record one written turn and the task's digest section (None: the task has no live
+        turn): O(log n) whatever the project size; ``text``: what search finds it by (None:
+        unchanged); ``usage``: what it stores, counted in the same transaction, which also
+        drops the write's reservation ``release`` (app/storage/usage.py)."""
+        with self.write() as conn:
+            if text is not None:
+                turn_search.put(conn, row.turn, text)
             if usage is not None:
                 lu.put_turn(conn, task_id, usage)
             lu.release(conn, release)
@@ -391,11 +440,12 @@ class Listing:
             conn.execute(f"{_RECOMPUTE} WHERE task_id = ?", (task_id,))
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+            digestdb.put_section(conn, task_id, section)
 
     # -- usage (app/storage/listing_usage.py) ----------------------------------------------
     def usage(self, now_us: int) -> tuple[Usage, Reserved]:
         """What the project stores and what its writes in flight have reserved, one snapshot."""
-        with self._read() as conn:
+        with self.read() as conn:
             return lu.usage(conn), lu.reserved(conn, now_us)
 
     def reserve(
@@ -411,16 +461,16 @@ class Listing:
     ) -> None:
         """Add to reservation ``ident`` if ``check(usage, reserved)`` (of this same write
         transaction: no other writer of the project can reserve in between) does not raise."""
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             check(lu.usage(conn), lu.reserved(conn, now_us, drop_dead=True))
             lu.reserve(conn, ident, nbytes, tasks, owner, expires_us)
 
     def renew_reservation(self, ident: str, expires_us: int) -> None:
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             lu.renew(conn, ident, expires_us)
 
     def release_reservation(self, ident: str) -> None:
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             lu.release(conn, ident)
 
     def set_store_usage(
@@ -428,7 +478,7 @@ class Listing:
     ) -> None:
         """Record what a store holds (None: it is gone), dropping the reservation ``release``
         of the write that changed it in the same transaction."""
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             lu.set_store(conn, store_id, usage)
             lu.release(conn, release)
 
@@ -436,40 +486,50 @@ class Listing:
         self,
     ) -> tuple[dict[str, list[TurnUsage]], dict[str, StoreUsage], tuple[tuple[int, ...], ...]]:
         """Every turn's and store's usage row, and (counters, sums of the rows): for fsck."""
-        with self._read() as conn:
+        with self.read() as conn:
             return lu.turn_rows(conn), lu.store_rows(conn), lu.counter_sums(conn)
 
     def recount_usage(self) -> None:
         """Set the usage counters to the sums of the usage rows (fsck repair)."""
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             lu.recount(conn)
 
     def usage_needs_backfill(self) -> bool:
         return lu.needs_backfill(self._conn())
 
     def usage_backfilled(self) -> None:
-        with write_txn(self._conn(), "listing index") as conn:
+        with self.maintain() as conn:
             lu.backfilled(conn)
 
-    def set_digest_state(self, generation: int, valid_until_us: int, rendered_us: int = 0) -> None:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
-                "UPDATE counters SET value = ? WHERE name = 'digest_generation'", (generation,)
-            )
-            conn.execute(
-                "UPDATE counters SET value = ? WHERE name = 'digest_valid_until_us'",
-                (valid_until_us,),
-            )
-            conn.execute(
-                "UPDATE counters SET value = ? WHERE name = 'digest_rendered_us'", (rendered_us,)
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+    # -- search (app/storage/turn_search.py) ----------------------------------------------------
+    def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A read transaction for turn_search's queries."""
+        return self.read()
+
+    def maintain(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction that changes no task (no new sequence number): search and
+        digest upkeep."""
+        return write_txn(self._conn(), "listing index")
+
+    def search_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction for search maintenance."""
+        return self.maintain()
+
+    def purge_search(self, *, only_pending: bool = False) -> bool:
+        """Make removed search text leave the file and its WAL (fts.purge)."""
+        return fts.purge(self._conn(), "listing index", only_pending=only_pending)
+
+    def search_task_ids(self) -> Iterator[str]:
+        """Every task id with search rows, in id order (streamed)."""
+        for (task_id,) in self.stream(f"SELECT DISTINCT task_id FROM {fts.DOCS} ORDER BY 1"):
+            yield str(task_id)
+
+    def search_needs_backfill(self) -> bool:
+        return bool(fts.state(self._conn(), "backfill"))
+
+    def search_backfilled(self) -> None:
+        with self.search_write() as conn:
+            fts.set_state(conn, "backfill", 0)
 
     # -- reads -----------------------------------------------------------------------------
     def page(
@@ -491,7 +551,7 @@ class Listing:
         source = _PAGE_COLUMNS
         if only is not None:
             where += _filter_sql(only, params)
-        with self._read() as conn:
+        with self.read() as conn:
             if (
                 only is not None
                 and only.prefix
@@ -521,7 +581,7 @@ class Listing:
         return bool(row and row[0])
 
     def backfilled(self) -> None:
-        with self._write() as conn:
+        with self.write() as conn:
             conn.execute("DELETE FROM counters WHERE name = 'backfill'")
 
     def generation(self) -> int:
@@ -530,32 +590,14 @@ class Listing:
         )
         return int(value)
 
-    def digest_is_fresh(self, now_us: int) -> bool:
-        rows = dict(self._conn().execute("SELECT name, value FROM counters").fetchall())
-        # A clock that stepped back to before the render may bring expired turns back to life.
-        return bool(
-            rows["digest_generation"] == rows["generation"]
-            and rows.get("digest_rendered_us", 0) <= now_us < rows["digest_valid_until_us"]
-        )
-
-    def digest_snapshot(self, now_us: int) -> tuple[int, list[DigestRow]]:
-        """Return the generation and every live task with its latest live turn, in one read."""
-        with self._read() as conn:
-            (generation,) = conn.execute(
-                "SELECT value FROM counters WHERE name = 'generation'"
-            ).fetchone()
-            rows = conn.execute(
-                "SELECT t.task_id, t.updated_us, CASE WHEN"
-                f" {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END"
-                " FROM tasks t WHERE t.retain_until_us > :now"
-                " ORDER BY t.updated_us DESC, t.task_id DESC",
-                {"now": now_us},
-            ).fetchall()
-        return int(generation), [DigestRow(*r) for r in rows if r[2] is not None]
+    def digest_rows(self, now_us: int) -> list[DigestRow]:
+        """Every live task with its highest live turn, in digest order (the reference render's
+        input, app/storage/digest.py)."""
+        return list(self.digest_stream(now_us))
 
     def all_tasks(self) -> tuple[dict[str, list[TurnRow]], int]:
-        """Every row and the task counter, for fsck's comparison with a rebuild."""
-        with self._read() as conn:
+        """Every row and the task counter (tests and small tools; fsck goes task by task)."""
+        with self.read() as conn:
             tasks: dict[str, list[TurnRow]] = {
                 r[0]: [] for r in conn.execute("SELECT task_id FROM tasks")
             }
@@ -566,6 +608,51 @@ class Listing:
                 tasks.setdefault(task_id, []).append(TurnRow(*row))
             (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
         return tasks, int(count)
+
+    def task_rows(self, task_id: str) -> list[TurnRow] | None:
+        """The turn rows of one task, by turn; None when it has no tasks row."""
+        with self.read() as conn:
+            if not conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone():
+                return None
+            return [
+                TurnRow(*row)
+                for row in conn.execute(
+                    "SELECT turn, updated_us, retain_until_us, owner, model, agent_id,"
+                    " exit_code FROM turns WHERE task_id = ? ORDER BY turn",
+                    (task_id,),
+                )
+            ]
+
+    def counts(self) -> tuple[int, int]:
+        """The task counter and the number of task rows."""
+        with self.read() as conn:
+            (counter,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+            (rows,) = conn.execute("SELECT count(*) FROM tasks").fetchone()
+        return int(counter), int(rows)
+
+    def stream(self, sql: str, params: Any = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of one query, from one snapshot on a connection of its own, one at a time:
+        a walk over the whole project in O(1) memory (fsck)."""
+        conn = self.connect()
+        try:
+            conn.execute("PRAGMA cache_size = -256")  # KiB: a walk reads each page once
+            with read_txn(conn):
+                yield from conn.execute(sql, params)
+        finally:
+            conn.close()
+
+    def task_ids(self) -> Iterator[str]:
+        """Every task id with rows, in id order (streamed)."""
+        for (task_id,) in self.stream(
+            "SELECT task_id FROM tasks UNION SELECT task_id FROM turns ORDER BY 1"
+        ):
+            yield str(task_id)
+
+    def digest_stream(self, now_us: int) -> Iterator[DigestRow]:
+        """:meth:`digest_rows`, streamed."""
+        for row in self.stream(_DIGEST_ROWS, {"now": now_us}):
+            if row[2] is not None:
+                yield DigestRow(*row)
 
     def stale_aggregates(self) -> list[str]:
         """Tasks whose turn count, latest turn or earliest expiry differ from their turn rows
@@ -596,7 +683,7 @@ class Listing:
 
     def recount_tasks(self) -> None:
         """Reset the task counter to the number of task rows (fsck repair)."""
-        with self._write() as conn:
+        with self.write() as conn:
             conn.execute(
                 "UPDATE counters SET value = (SELECT count(*) FROM tasks) WHERE name = 'tasks'"
             )

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from .usage import Reserved, StoreUsage, TurnUsage, Usage, owner_alive
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage_turns (
     task_id TEXT NOT NULL,
     turn INTEGER NOT NULL,
@@ -56,27 +56,14 @@ _STORE_SUMS = (
 _ADD = "UPDATE counters SET value = value + ? WHERE name = ?"
 
 
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the usage tables; a listing that held tasks before them is marked for the
-    start-up upgrade, which fills them from the records (``needs_backfill``)."""
-    if conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'usage_reservations'"
-    ).fetchone():
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        had = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'usage_turns'"
-        ).fetchone()
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        if not had and conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone():
-            conn.execute("INSERT OR REPLACE INTO counters VALUES ('usage_backfill', 1)")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
+def migrate(conn: sqlite3.Connection, *, has_tasks: bool) -> None:
+    """In the listing's upgrade transaction (app/storage/listing.py ``_migrate``): a listing
+    that holds tasks but no usage rows was written before them, and is marked for the
+    start-up upgrade, which fills them from the records (``needs_backfill``). The counters
+    are set to the sums of the rows, so that the backfill's moves start from what is there."""
+    if has_tasks and not conn.execute("SELECT 1 FROM usage_turns LIMIT 1").fetchone():
+        conn.execute("INSERT OR REPLACE INTO counters VALUES ('usage_backfill', 1)")
+    recount(conn)
 
 
 def _apply(conn: sqlite3.Connection, delta: tuple[int, int, int, int]) -> None:

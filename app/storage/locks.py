@@ -27,8 +27,7 @@ wait_observers: list[Callable[[float, bool], None]] = []
 
 # flock has no timeout, so filelock polls a non-blocking flock; its default 50 ms between
 # polls let a waiter that just missed a release sleep while others took the lock again and
-# again: 8 clients writing one memory store saw p50 12 ms but p99 600 ms (bench/README.md).
-# Threads of one process now queue on a threading.Lock per path, which wakes the next waiter
+# again, so a few unlucky waiters waited far longer than the rest. Threads of one process now queue on a threading.Lock per path, which wakes the next waiter
 # at once, and only the thread at the head of that queue polls the flock (every millisecond)
 # against other processes.
 _POLL_SECONDS = 0.001
@@ -36,8 +35,8 @@ _gates: dict[str, list[Any]] = {}  # path -> [threading.Lock, users]
 _gates_mutex = threading.Lock()
 
 # One FileLock object per lock path and process, reused: building one resolves its path (an
-# lstat per component) and registers it for filelock's fork tracking, ~40 of the ~130 us an
-# acquisition cost (bench/README.md). Only the thread holding the path's gate uses it, so it
+# lstat per component) and registers it for filelock's fork tracking, a large share of an
+# acquisition. Only the thread holding the path's gate uses it, so it
 # is not thread-local. Bounded: a long-running worker sees every task it ever wrote.
 _FILE_LOCKS_LIMIT = 1024
 _file_locks: collections.OrderedDict[str, filelock.BaseFileLock] = collections.OrderedDict()

@@ -114,3 +114,31 @@ class FsckReport:
     @property
     def clean(self) -> bool:
         return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One search result: a turn (``task_id``, ``turn``) or a memory (``memory_store_id``,
+    ``memory_id``, ``path``). ``snippet`` is plain text in which each matched word sits
+    between app.storage.query.MARK_START and MARK_END; ``score``: higher is better."""
+
+    kind: str  # "turn" | "memory"
+    score: float
+    snippet: str
+    task_id: str | None = None
+    turn: int | None = None
+    memory_store_id: str | None = None
+    store_name: str | None = None
+    memory_id: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """A page of hits, best first. ``stores_skipped``: stores of the project left out of this
+    search (beyond the per-request bound, newest searched first)."""
+
+    hits: tuple[SearchHit, ...]
+    next_cursor: str | None
+    stores_searched: int = 0
+    stores_skipped: int = 0

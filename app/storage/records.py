@@ -31,8 +31,8 @@ FORMAT_VERSION = 1
 def dumps(obj: Any) -> bytes:
     """A record as people read it with ``cat``: indented UTF-8 JSON and a final newline.
 
-    Encoded by orjson: the standard library's indented encoder is pure Python, and was a
-    fifth of a turn write's CPU (bench/README.md). What orjson refuses (an integer beyond
+    Encoded by orjson: the standard library's indented encoder is pure Python, a large share
+    of a turn write's CPU. What orjson refuses (an integer beyond
     64 bits, a non-string key) falls back to the standard library, so nothing it could store
     before is refused now. NaN and infinities never get here (the API and put_turn refuse
     them; orjson would write null). Decoding stays with ``json.loads``: orjson reads an

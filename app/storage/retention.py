@@ -225,12 +225,25 @@ class _Sweep:
             # A listing index that cannot be read (or a linked one): fsck reports it; other
             # projects go on.
             self.error(project_dir / PROJECT_LISTING, exc)
-        if turns and not self.dry_run:
-            try:
-                self.store.refresh_digest(scope)
+        if not self.dry_run:
+            try:  # the file a person reads catches up with the writes (a no-op when idle)
+                self.store.compact_digest(scope)
             except (StorageError, OSError) as exc:
                 self.error(project_dir, exc)
+        if not self.dry_run:
+            self.purge_search(scope)
         return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
+
+    def purge_search(self, scope: Scope) -> None:
+        """Expired, deleted and replaced text leaves the search index's file (fts.py)."""
+        listing_path = self.layout.project_dir(scope) / PROJECT_LISTING
+        if self.tree.lstat(listing_path) is None:
+            return
+        try:
+            if not self.store.listing(scope).purge_search(only_pending=True):
+                self.error(listing_path, StorageError("WAL not truncated: a reader held it"))
+        except (sqlite3.Error, StorageError) as exc:
+            self.error(listing_path, exc)
 
     def candidates(self, scope: Scope, batch: int) -> Iterator[str]:
         project_dir = self.layout.project_dir(scope)

@@ -16,8 +16,8 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:
-    """Connect in WAL mode with ``synchronous=NORMAL``; a database kept busy past ``timeout``
-    raises LockTimeout (HTTP 503), not a bare OperationalError (HTTP 500).
+    """Connect in WAL mode with ``synchronous=NORMAL`` and ``secure_delete``; a database kept
+    busy past ``timeout`` raises LockTimeout (HTTP 503), not a bare OperationalError (HTTP 500).
 
     NORMAL: the WAL is fsynced at checkpoints, not at every commit. The indexes are derived:
     a killed process loses nothing committed (the WAL is in the page cache), and what a power
@@ -36,6 +36,9 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
                 if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                     conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
+                # Deleted rows and freed pages are overwritten with zeros: text removed from
+                # an index must not stay readable in its file (app/storage/fts.py).
+                conn.execute("PRAGMA secure_delete=ON")
                 return conn
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -41,8 +40,11 @@ from .atomic import (
     sync_pending_dirs,
     write_atomic,
 )
+from .background import Later
 from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from .cursor import CursorCodec, load_key
+from .digest import Section
+from .digests import Digests
 from .errors import (
     Conflict,
     Corrupt,
@@ -54,6 +56,7 @@ from .errors import (
 )
 from .layout import (
     ARTIFACTS_DIR,
+    PREV_PREFIX,
     TASK_INDEX,
     TASK_LOCKS,
     TASK_RECORD,
@@ -68,7 +71,6 @@ from .layout import (
     validate_turn,
 )
 from .listing import Listing, TaskFilter
-from .locks import locked
 from .models import (
     ArtifactInfo,
     ArtifactStream,
@@ -94,6 +96,7 @@ from .records import (
     write_json,
 )
 from .tree import Tree
+from .turn_search import TurnText, turn_text
 from .txn import Key, Transactions, Txn
 from .usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
 from .usage_tree import TreeUsage, settling
@@ -107,7 +110,6 @@ CURSOR_VERSION = 1
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
-_PREV_PREFIX = f"{TMP_PREFIX}prev-"
 
 
 class TaskStore:
@@ -135,6 +137,8 @@ class TaskStore:
         self.txns = Transactions(
             self.layout, TASK_LOCKS, timeout=lock_timeout, repair=self._repair_key
         )
+        self.later = Later()
+        self.digests = Digests(self)
 
     # -- helpers -----------------------------------------------------------------------------
     def now_us(self) -> int:
@@ -193,9 +197,34 @@ class TaskStore:
         index = index_with_turn(index, task_id, task_record, record)
         write_json(index_path, index, durable=False)
         row = turn_row(record, index.get("owner"))
+        # An artifact upload (summary=False) leaves meta and summary, the searched text, alone.
+        text = turn_text(record) if summary else None
+        # None: only a clock that jumped past the new turn's retention (it leaves the digest).
+        section = self.section(scope, task_id, index, self.now_us(), (record,))
         listing = self.listing(scope, below=task_dir.parent)
-        listing.put_turn(task_id, row, turn_usage(record), release=ticket.id)
+        listing.put_turn(task_id, row, section, text, turn_usage(record), release=ticket.id)
         ticket.settled()
+
+    def section(
+        self,
+        scope: Scope,
+        task_id: str,
+        index: dict[str, Any],
+        now_us: int,
+        known: tuple[TurnRecord, ...] = (),
+    ) -> Section | None:
+        """The task's digest section: its highest live turn per ``index`` (index.json), read
+        from the records unless it is one of ``known``."""
+        live = [t["turn"] for t in index["turns"] if parse_iso_us(t["retain_until"]) > now_us]
+        if not live:
+            return None
+        top = max(live)
+        record = next((r for r in known if r.turn == top), None)
+        if record is None:
+            record = self.digests.record(scope, task_id, top, now_us)
+            if record is None:
+                return None
+        return digest_mod.section_of(task_id, record, parse_iso_us(record.retain_until))
 
     # -- turns -------------------------------------------------------------------------------
     def put_turn(
@@ -308,13 +337,22 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        path = self._task_dir_checked(scope, task_id) / TASK_INDEX
-        self.layout.check_inside(path)
-        obj = read_json(path)
-        index = None if obj is None else index_from_json(obj, path, self.now_us())
+        index = self._live_index(self._task_dir_checked(scope, task_id), task_id)
         if index is None:
             raise NotFound(f"task {task_id} not found")
         return index
+
+    def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
+        """The task's index with its live turns (None: none). An index.json torn or edited
+        out of shape is derived, so it is answered from the records; a write or fsck
+        --repair writes it back."""
+        path = self.layout.check_inside(task_dir / TASK_INDEX)
+        try:
+            obj = read_json(path)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
+        except Corrupt:
+            obj = rebuild_index(self.layout.tree, task_dir, task_id)
+            return None if obj is None else index_from_json(obj, path, self.now_us())
 
     def list_tasks(
         self,
@@ -373,9 +411,7 @@ class TaskStore:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
         with self.transaction(scope, task_id) as txn, os_errors():
-            path = task_dir / TASK_INDEX
-            obj = read_json(path)
-            index = None if obj is None else index_from_json(obj, path, self.now_us())
+            index = self._live_index(task_dir, task_id)
             if index is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and index.owner != only_owner:
@@ -385,6 +421,14 @@ class TaskStore:
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
         self.usage.freed()
+        # Its text leaves the search index's file too, not only its answers (fts.py), right
+        # after the answer: the purge rewrites the project's whole index. A purge that
+        # cannot finish (an index kept busy) stays pending for the next sweep.
+        self.later.run(
+            ("purge", scope),
+            lambda: self.listing(scope).purge_search(),
+            f"purging deleted text from the search index of {scope.tenant}/{scope.project}",
+        )
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
@@ -506,7 +550,7 @@ class TaskStore:
             # previous bytes as a hard link until the commit: if the write fails or dies in
             # between, repair_task (run on failure, or by the next writer through the dirty
             # marker) puts them back so the record and the bytes never disagree.
-            backup = path.parent / f"{_PREV_PREFIX}{name}"
+            backup = path.parent / f"{PREV_PREFIX}{name}"
             remove_quietly(backup)
             if os.path.lexists(path):
                 os.link(path, backup)
@@ -549,7 +593,7 @@ class TaskStore:
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
         self.layout.check_inside(turn_dir / TURN_META)
-        backup = path.parent / f"{_PREV_PREFIX}{name}"
+        backup = path.parent / f"{PREV_PREFIX}{name}"
         missing = f"artifact {name} of turn {turn} of task {task_id} not found"
         for _ in range(8):
             info = self._live_artifact(turn_dir, name)
@@ -579,64 +623,42 @@ class TaskStore:
             None if record is None else next((a for a in record.artifacts if a.name == name), None)
         )
 
-    # -- project digest ----------------------------------------------------------------------
+    # -- project digest (app/storage/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
-        """Open ``project.md``, rendering it first if any write (or expiry) made it stale.
+        """Open ``project.md``: the base file with what changed since spliced in."""
+        return self.digests.open(scope)
 
-        Writes only bump the listing generation, so a turn costs the same in a project of 10
-        tasks as in one of 10,000; the O(project) render happens at most once per change, on
-        the first read after it, under the project lock (concurrent readers wait for it).
-        """
-        listing = self.listing(scope)
-        path = self.layout.check_inside(self.layout.digest(scope))
-        if not listing.exists():
-            data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
-            return io.BytesIO(data), len(data)
-        if not listing.digest_is_fresh(self.now_us()) or not path.exists():
-            self.refresh_digest(scope)
-        fd = open_noatime(path)
-        return os.fdopen(fd, "rb"), os.fstat(fd).st_size
+    def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool:
+        """Bring ``_project.md`` up to date if anything changed; return whether it ran."""
+        return self.digests.compact(scope, wait=wait)
 
-    def refresh_digest(self, scope: Scope, *, force: bool = False) -> bool:
-        """Re-render ``project.md`` if stale; return whether it was written."""
-        listing = self.listing(scope)
-        path = self.layout.check_inside(self.layout.digest(scope))
-        lock = self.layout.check_inside(self.layout.project_lock(scope))
-        with locked(lock, self.lock_timeout), os_errors():
-            now_us = self.now_us()
-            if not force and listing.digest_is_fresh(now_us) and path.exists():
-                return False
-            generation, rows = listing.digest_snapshot(now_us)
-            valid_until = [2**62]
-
-            def read(task_id: str, turn: int) -> TurnRecord | None:
-                turn_dir = self.layout.turn_dir(scope, task_id, turn)
-                self.layout.check_inside(turn_dir / TURN_META)
-                record = self._alive(read_turn(turn_dir), now_us)
-                if record is not None:
-                    valid_until[0] = min(valid_until[0], parse_iso_us(record.retain_until))
-                return record
-
-            write_atomic(path, digest_mod.render(scope, rows, read), durable=False)
-            listing.set_digest_state(generation, valid_until[0], rendered_us=now_us)
-        return True
+    def rebuild_digest(self, scope: Scope) -> None:
+        """Write ``_project.md`` again from the listing and the records."""
+        self.digests.rebuild(scope)
 
     def backfill_listing(self, scope: Scope) -> int:
         """Rebuild the listing rows of every task of a project written by an older version
         (one task lock at a time); return how many tasks were rebuilt."""
         listing = self.listing(scope)
-        if not listing.exists() or not listing.needs_backfill():
+        if not listing.exists() or not (
+            listing.needs_backfill()
+            or listing.search_needs_backfill()
+            or listing.usage_needs_backfill()
+        ):
             return 0
         task_ids = sorted(listing.all_tasks()[0])
         for task_id in task_ids:
             with self.txns.locked(Key(scope, task_id)):
                 self.repair_task(scope, task_id)
         listing.backfilled()
+        listing.search_backfilled()
+        listing.usage_backfilled()
         return len(task_ids)
 
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
-        """Rebuild a task's derived files (summaries, index.json, listing rows) from its records.
+        """Rebuild a task's derived files (summaries, index.json, listing and search rows) from its
+        records.
 
         The caller holds the task lock.
         """
@@ -650,12 +672,16 @@ class TaskStore:
             if tree.lstat(self.layout.listing(scope)) is not None:
                 self.listing(scope).set_task(task_id, [])
             return
-        usage = []
+        texts: dict[int, TurnText] = {}
+        records: list[TurnRecord] = []
+        usage: list[TurnUsage] = []
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
             if record is None:
                 continue
+            records.append(record)
+            texts[record.turn] = turn_text(record)
             usage.append(turn_usage(record))
             _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
@@ -667,7 +693,8 @@ class TaskStore:
             current_index = None
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
-        self.listing(scope).set_task(task_id, index_rows(index), usage)
+        section = self.section(scope, task_id, index, self.now_us(), tuple(records))
+        self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:
@@ -691,9 +718,15 @@ class TaskStore:
 
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """The task's index.json; rebuilt from the records when it is unreadable (it is derived)."""
+    """The task's index.json; rebuilt from the records when it is unreadable or not an index
+    (it is derived, and people edit files by hand)."""
+    path = task_dir / TASK_INDEX
     try:
-        index: dict[str, Any] | None = read_json(task_dir / TASK_INDEX)
+        index: dict[str, Any] | None = read_json(path)
+        if index is not None:
+            index_from_json(index, path, 0)
+            if not isinstance(index.get("updated_us"), int):
+                raise Corrupt(f"{path}: not a task index (no updated_us)")
     except Corrupt:
         index = rebuild_index(tree, task_dir, task_id)
     return index
@@ -742,8 +775,8 @@ def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> Non
     names = [e.name for e in tree.entries(directory) if e.is_file]
     expected = {a.name: a for a in record.artifacts}
     for name in names:
-        if name.startswith(_PREV_PREFIX):
-            info = expected.get(name[len(_PREV_PREFIX) :])
+        if name.startswith(PREV_PREFIX):
+            info = expected.get(name[len(PREV_PREFIX) :])
             if (
                 info is not None
                 and _file_sha256(directory / info.name) != info.sha256

@@ -1,5 +1,5 @@
 """The tree's usage counters against a recount from the records: fsck's part, and the
-start-up upgrade of listings and store indexes written before the counters existed.
+start-up upgrade of the stores counted nowhere yet.
 
 Each turn's usage row must equal what its ``meta.json`` says (app/storage/records.py
 ``turn_usage``), each project's counters the sums of its rows, each store's counters a
@@ -165,8 +165,10 @@ def fsck_usage(tasks: TaskStore, stores: StoresBase, report: FsckReport, *, repa
 
 
 def upgrade_usage(tasks: TaskStore, stores: StoresBase) -> list[str]:
-    """Fill the usage rows of listings written before them, and the listing rows of stores
-    that have none (idempotent; one task or store lock at a time)."""
+    """Fill the listing rows of stores that have none (idempotent; one store lock at a time).
+
+    The usage rows of tasks written before them are filled with the rest of their listing
+    rows (TaskStore.backfill_listing)."""
     done = []
     layout = tasks.layout
     for scope in layout.projects([]):
@@ -177,20 +179,10 @@ def upgrade_usage(tasks: TaskStore, stores: StoresBase) -> list[str]:
             continue  # a planted link: fsck reports it
         where = f"{scope.tenant}/{scope.project}"
         try:
-            rows: dict[str, StoreUsage] = {}
-            if has_listing:
-                listing = tasks.listing(scope)
-                if listing.usage_needs_backfill():
-                    task_ids = sorted(listing.all_tasks()[0])
-                    for task_id in task_ids:
-                        with tasks.txns.locked(Key(scope, task_id)):
-                            tasks.repair_task(scope, task_id)
-                    listing.usage_backfilled()
-                    done.append(f"{where}: usage of {len(task_ids)} task(s) counted")
-                rows = listing.usage_rows()[1]
             stores_dir = layout.stores_dir(scope)
             if not layout.tree.is_dir(stores_dir):
                 continue
+            rows = tasks.listing(scope).usage_rows()[1] if has_listing else {}
             missing = [
                 e.name
                 for e in layout.tree.entries(stores_dir)

@@ -139,18 +139,24 @@ def test_symlink_planted_in_the_tree_is_never_followed(
     assert sorted(p.name for p in outside.iterdir()) == ["0000-turn"]
 
 
-def test_torn_task_index_heals_on_the_next_write(
-    app: Flask, client: FlaskClient, tokens: Tokens
+@pytest.mark.parametrize("text", ['{"torn": ', "{}", '{"turns": 7}', "[]"])
+def test_a_torn_or_hand_edited_task_index_is_answered_from_the_records_and_healed(
+    app: Flask, client: FlaskClient, tokens: Tokens, text: str
 ) -> None:
     client.put(
         f"{BASE}/tasks/t/turns/0", json={"summary_md": "zero"}, headers=tokens.headers("writer")
     )
     index = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "index.json"
-    index.write_text('{"torn": ')
-    assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 500
+    index.write_text(text)
+    resp = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader"))
+    assert resp.status_code == 200 and [t["turn"] for t in resp.get_json()["turns"]] == [0]
     resp = client.put(
         f"{BASE}/tasks/t/turns/1", json={"summary_md": "one"}, headers=tokens.headers("writer")
     )
     assert resp.status_code == 200
     body = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).get_json()
     assert [t["turn"] for t in body["turns"]] == [0, 1]
+    index.write_text(text)
+    resp = client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer"))
+    assert resp.status_code == 204
+    assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 404

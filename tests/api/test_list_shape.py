@@ -1,4 +1,4 @@
-"""Hot views build their bodies by hand (bench/README.md): pin them to their schemas."""
+"""Hot views build their bodies by hand: pin them to their schemas."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The memory-stores API: every endpoint, every rule of issue 5 point 2, every error type."""
+"""The memory-stores API: every endpoint, every rule of the store and memory semantics, every
+error type."""
 
 from __future__ import annotations
 
@@ -103,6 +104,7 @@ def test_create_store_shape_and_defaults(api: Api, clock: FixedClock) -> None:
     assert full["description"] == "d" and full["metadata"] == {"end_user": "u_123"}
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -136,6 +138,7 @@ def test_store_limits_are_inclusive(api: Api) -> None:
     assert len(body["metadata"]) == 16
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "raw",
     [b"\xff\xfe", b"not json", b"[1, 2]", b'"name"', b"", b'{"name": "a"', b"NaN"],
@@ -253,6 +256,7 @@ def test_memory_writes_do_not_advance_store_updated_at(api: Api, clock: FixedClo
     assert api.get(f"{BASE}/{store['id']}").json["updated_at"] == store["updated_at"]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -351,6 +355,7 @@ def test_create_memory_shape(api: Api, tokens: Tokens) -> None:
     assert full.json["content_sha256"] == sha("")
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "path",
     [
@@ -408,6 +413,7 @@ def test_valid_path_edges(api: Api, app: Flask) -> None:
     assert (store_dir(app, sid) / "memories" / "é" / "ü.md").read_text() == "x"
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [
@@ -683,6 +689,7 @@ def test_update_no_op_writes_no_version(api: Api, clock: FixedClock) -> None:
     assert len(api.versions(sid)) == 1
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "body",
     [

@@ -149,7 +149,7 @@ def test_openapi_documents_every_memory_stores_route(app: Flask) -> None:
         if path.startswith(BASE)
         for method, op in item.items()
     }
-    assert len(ops) == 16  # 14 endpoints, the PATCH alias, the memory tool (issue 6)
+    assert len(ops) == 16  # 14 endpoints, the PATCH alias, the memory tool
     assert all(op["tags"] == ["memory-stores"] for op in ops.values())
     ids = [op["operationId"] for op in ops.values()]
     assert len(set(ids)) == len(ids)

@@ -1,4 +1,4 @@
-"""Every endpoint of the project-memory API (seed 000) through the Flask test client."""
+"""Every endpoint of the project-memory API through the Flask test client."""
 
 from __future__ import annotations
 
@@ -250,6 +250,7 @@ def test_artifact_on_missing_turn_is_404(client: FlaskClient, tokens: Tokens) ->
     assert "PUT the turn first" in resp.get_json()["detail"]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "ctype",
     ["text/html", "image/svg+xml", "application/javascript", "text/xml", "application/x-unknown"],

@@ -15,7 +15,7 @@ import pytest
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
 from app.storage.layout import Scope
-from tests.conftest import FixedClock
+from tests.conftest import FixedClock, nested_summary
 
 MiB = 1 << 20
 Factory = Callable[..., StorageBackend]
@@ -120,7 +120,7 @@ def expected_digest(tasks: TaskBackend, scope: Scope) -> str:
     for task_id in ids:
         index = tasks.get_task(scope, task_id)
         latest = tasks.get_turn(scope, task_id, max(t.turn for t in index.turns))
-        summary = latest.summary_md
+        summary = nested_summary(latest.summary_md)
         if summary and not summary.endswith("\n"):
             summary += "\n"
         text += (

@@ -174,7 +174,26 @@ def site(server: Server) -> Site:
             f"{site.url}/v1/memory_stores/{store['id']}/memories",
             json={"path": "/README.md", "content": "Read me."},
         )
+        r = s.post(
+            f"{site.url}/v1/memory_stores/{store['id']}/memories",
+            json={"path": "/login-notes.md", "content": "Login sessions last 30 minutes."},
+        )
+        assert r.status_code == 200
         site.ids["store"], site.ids["memory"] = store["id"], mem["id"]
+    # Another project of the same tenant writes about the login too: never found from web.
+    site.token("mobile-writer", "writer", project="mobile")
+    with site.api("mobile-writer") as s:
+        r = s.put(
+            f"{site.url}{API}/tasks/mobile-login/turns/0",
+            json={"summary_md": "The login of the mobile app."},
+        )
+        assert r.status_code == 200
+        store = s.post(f"{site.url}/v1/memory_stores", json={"name": "Mobile notes"}).json()
+        r = s.post(
+            f"{site.url}/v1/memory_stores/{store['id']}/memories",
+            json={"path": "/mobile-login.md", "content": "Login on phones."},
+        )
+        assert r.status_code == 200
     return site
 
 
@@ -302,6 +321,27 @@ def test_browse_page_diff_delete_redact_and_sign_out(
     go(tab, "a:has-text('Clear')")
     screenshot(tab, "console-tasks.png", tmp_path)
 
+    # Search from the header: a turn and a memory, never another project's text.
+    tab.fill("header input[name=q]", "login")
+    with tab.expect_navigation():
+        tab.keyboard.press("Enter")
+    at(tab, "Search · web")
+    hits = tab.locator("li.hit > a:first-child").all_inner_texts()
+    assert {"fix-login · turn 0", "fix-login · turn 1", "/login-notes.md"} <= set(hits), hits
+    assert not any("mobile" in h for h in hits), hits
+    assert "login" in [m.lower() for m in tab.locator("li.hit mark").all_inner_texts()]
+    assert tab.locator("header input[name=q]").input_value() == "login"
+    screenshot(tab, "console-search.png", tmp_path)
+    go(tab, "li.hit a:has-text('/login-notes.md')")
+    at(tab, "/login-notes.md · Team prefs")
+    tab.go_back()
+    at(tab, "Search · web")
+    go(tab, "li.hit a:has-text('fix-login · turn 0')")
+    at(tab, "Turn 0 · fix-login")
+    tab.goto(f"{site.url}{WEB}/search?q=mobile")
+    assert "Nothing matches" in tab.locator("main").inner_text()
+    tab.goto(f"{site.url}{WEB}/tasks")
+
     # Task -> turn -> artifact preview -> back.
     go(tab, "a:has-text('fix-login')")
     at(tab, "fix-login · Tasks")
@@ -380,7 +420,12 @@ def test_browse_page_diff_delete_redact_and_sign_out(
 
     # Readable on a phone: nothing wider than the screen but the tables' own scrollers.
     tab.set_viewport_size({"width": 390, "height": 800})
-    for url in (f"{WEB}/tasks", f"{WEB}/tasks/fix-login", f"{WEB}/tasks/fix-login/turns/1"):
+    for url in (
+        f"{WEB}/tasks",
+        f"{WEB}/tasks/fix-login",
+        f"{WEB}/tasks/fix-login/turns/1",
+        f"{WEB}/search?q=login",
+    ):
         tab.goto(site.url + url)
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390, url
     tab.set_viewport_size({"width": 1200, "height": 900})
@@ -566,6 +611,11 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         f"{WEB}/stores/{store}/diff?a={v1}&b={v2}",
         f"{WEB}/stores/{store}/versions/{v1}/redact",
         f"{WEB}/tasks/xss/delete",
+        # Snippets of everything above, with the matches highlighted; a hostile query too.
+        f"{WEB}/search?q=pwned",
+        f"{WEB}/search?q=script",
+        f"{WEB}/search?q={requests.utils.quote(SCRIPTS[0])}",
+        f"{WEB}/search?q={requests.utils.quote(SCRIPTS[3])}",
     ]
     for url in pages:
         response = tab.goto(site.url + url)
@@ -585,6 +635,11 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         assert not [
             h for h in hrefs if h.lower().startswith(("javascript:", "data:", "vbscript:"))
         ], url
+    # Search found the corpus and shows it as text, with marks only where it matched.
+    tab.goto(site.url + f"{WEB}/search?q=pwned")
+    assert tab.locator("li.hit").count() >= 3
+    assert "<script>window.__pwned=1</script>" in tab.locator("main").inner_text()
+    assert tab.locator("li.hit mark").count() >= 3
     # What the corpus looks like, as text, on the turn page.
     tab.goto(site.url + turn)
     body = tab.locator("main").inner_text()

@@ -11,6 +11,7 @@ import concurrent.futures
 import functools
 import hashlib
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -186,13 +187,11 @@ def test_a_token_revoked_through_one_node_is_refused_by_the_other(
     nodes: tuple[Server, Server],
 ) -> None:
     a, b = nodes
-    token = a.token("reader")
-    assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 200
-    token_id = next(
-        line.split("\t")[0]
-        for line in flask_cli(a.env, "tokens", "list").splitlines()
-        if "role" not in line and line.split("\t")[1] == "reader"
+    created = flask_cli(
+        a.env, "tokens", "create", "--role", "reader", "--tenant", "acme", "--project", "web"
     )
+    token_id, token = created.split()[1], created.strip().splitlines()[-1]  # "created <id> ..."
+    assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 200
     flask_cli(a.env, "tokens", "revoke", token_id)
     assert http.get(f"{b.url}{PM}/tasks", headers=_h(token)).status_code == 401
     assert http.get(f"{a.url}{PM}/tasks", headers=_h(token)).status_code == 401
@@ -271,3 +270,40 @@ def test_sigkill_of_one_node_mid_write_loses_no_acknowledged_write(
     assert set(acked) <= stored
     r = http.put(f"{survivor.url}{PM}/tasks/killed/turns/9999", json={}, headers=h)
     assert r.status_code == 200
+
+
+@pytest.mark.skipif(
+    shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="nginx is not installed"
+)
+def test_nginx_in_front_spreads_requests_and_skips_a_node_that_is_down(
+    nodes: tuple[Server, Server], secret: str, tmp_path: Path
+) -> None:
+    """deploy/proxy.py's nginx, as deploy/cluster.py starts it, with a third upstream that
+    refuses connections, as a killed node does."""
+    from deploy import proxy
+    from tests.e2e.conftest import free_port
+
+    down = f"127.0.0.1:{free_port()}"
+    live = [n.url.removeprefix("http://") for n in nodes]
+    port = free_port()
+    proc = proxy.start("nginx", [down, *live], port, tmp_path / "nginx")
+    try:
+        url, h = f"http://127.0.0.1:{port}", _h(secret)
+        for i in range(6):
+            r = http.put(
+                f"{url}{PM}/tasks/proxied/turns/{i}", json={"summary_md": f"{i}"}, headers=h
+            )
+            assert r.status_code == 200, r.text
+            assert (
+                http.get(f"{url}{PM}/tasks/proxied/turns/{i}", headers=h).json()["summary_md"]
+                == f"{i}"
+            )
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    served = {
+        line.rsplit("upstream=", 1)[1].split(", ")[-1]
+        for line in (tmp_path / "nginx" / "nginx-access.log").read_text().splitlines()
+        if "/proxied/" in line
+    }
+    assert served == set(live)  # both nodes answered, the one that is down never did

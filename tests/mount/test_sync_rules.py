@@ -1,4 +1,4 @@
-"""Each sync rule of issue 6 point 1, one sync at a time against a real gunicorn.
+"""Each sync rule of the mount, one sync at a time against a real gunicorn.
 
 The sync object runs in the test process so each step is explicit; its clock for the
 30-second delete delay is a counter the test moves. Files, HTTP and the server are real.

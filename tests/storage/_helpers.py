@@ -23,6 +23,7 @@ from app.storage.layout import TMP_PREFIX, TURN_SUMMARY, validate_id
 from app.storage.listing import TurnRow
 from app.storage.models import TurnRecord
 from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
+from tests.conftest import nested_summary
 
 MiB = 1 << 20
 
@@ -152,7 +153,7 @@ def live_records(store: TaskStore, scope: Scope, task_id: str, now_us: int) -> l
 
 
 def expected_digest(store: TaskStore, scope: Scope) -> str:
-    """project.md as the issue specifies it, computed from the live turn records."""
+    """project.md as the specification defines it, computed from the live turn records."""
     now_us = store.now_us()
     sections = []
     for task_id in task_ids_on_disk(store, scope):
@@ -168,7 +169,7 @@ def expected_digest(store: TaskStore, scope: Scope) -> str:
     if not sections:
         return text + "\nNo tasks yet.\n"
     for _, task_id, rec in sections:
-        summary = rec.summary_md
+        summary = nested_summary(rec.summary_md)
         if summary and not summary.endswith("\n"):
             summary += "\n"
         text += f"\n## {task_id}\n\nLatest turn: {rec.turn}, updated {rec.updated_at}\n\n{summary}"

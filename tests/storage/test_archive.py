@@ -1,38 +1,75 @@
-"""Backups: a byte-identical round trip of tasks and memory stores; a corrupt, tampered or
-crafted backup imports nothing."""
+"""Backups, on every backend MEMORY_TEST_BACKENDS names: a round trip restores what the API
+answers (and, exported again, the same members byte for byte); a corrupt, tampered or crafted
+backup imports nothing."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
 import json
 import os
 import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.storage import Scope
+from app.storage.backends import open_backend
+from app.storage.backup import tree_export
 from app.storage.backup.format import PAX_SHA256, ArchiveError
 from app.storage.facade import TreeStorage
+from app.storage.interface import StorageBackend
 from app.storage.memstores import VersionFilter
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 
+pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
 TASKS = {"alpha": 2, "beta": 1, "index.json": 1}  # a task named like a reserved file works
 ACTOR = {"type": "api_actor", "api_key_id": "tok_owner"}
-
-
-def make(root: Path, clock: FixedClock) -> TreeStorage:
-    return TreeStorage(root, clock=clock, lock_timeout=5.0)
+MiB = 1 << 20
+Make = Callable[[str], Any]
 
 
 @pytest.fixture
-def source(tmp_path: Path, clock: FixedClock) -> TreeStorage:
-    storage = make(tmp_path / "root", clock)
+def make(
+    backend_kind: str, request: pytest.FixtureRequest, tmp_path: Path, clock: FixedClock
+) -> Iterator[Make]:
+    """A deployment per name (its own root, or its own schema and key prefix); each call
+    opens it anew, as a server started on it would."""
+    settings: dict[str, dict[str, Any]] = {}
+    opened: list[StorageBackend] = []
+
+    def build(name: str) -> Any:
+        if name not in settings:
+            settings[name] = {
+                "STORAGE_ROOT": str(tmp_path / name),
+                "TOKENS_FILE": str(tmp_path / f"{name}-tokens.json"),
+                "RETENTION_DAYS": 30.0,
+                "LOCK_TIMEOUT": 5.0,
+                "MAX_ARTIFACT_BYTES": 50 * MiB,
+                "CLOCK": clock,
+                "THREADS": 2,
+            }
+            if backend_kind != "tree":
+                settings[name].update(request.getfixturevalue("services").settings())
+        backend = open_backend(settings[name])
+        opened.append(backend)
+        return backend
+
+    yield build
+    for backend in opened:
+        backend.close()
+
+
+@pytest.fixture
+def source(make: Make, clock: FixedClock) -> Any:
+    storage = make("root")
     tasks = storage.tasks
     for task, turns in TASKS.items():
         for turn in range(turns):
@@ -78,19 +115,26 @@ def records_and_derived(root: Path) -> dict[str, Any]:
     return keep
 
 
-def answers(storage: TreeStorage) -> dict[str, Any]:
+def answers(storage: Any) -> dict[str, Any]:
     """What the API would answer about everything (through the storage interface)."""
     out: dict[str, Any] = {}
     for scope in storage.projects():
         page = storage.tasks.list_tasks(scope, limit=1000)
         out[f"{scope}/tasks"] = page
+        out[f"{scope}/tasks/2"] = storage.tasks.list_tasks(scope, limit=2)  # a cursor
         for t in page.tasks:
             index = storage.tasks.get_task(scope, t.task_id)
             out[f"{scope}/{t.task_id}"] = index
             for entry in index.turns:
-                out[f"{scope}/{t.task_id}/{entry.turn}"] = storage.tasks.get_turn(
-                    scope, t.task_id, entry.turn
-                )
+                turn = storage.tasks.get_turn(scope, t.task_id, entry.turn)
+                out[f"{scope}/{t.task_id}/{entry.turn}"] = turn
+                for artifact in turn.artifacts:
+                    opened = storage.tasks.open_artifact(scope, t.task_id, turn.turn, artifact.name)
+                    with opened.file as fh:
+                        out[f"{scope}/{t.task_id}/{entry.turn}/{artifact.name}"] = (
+                            opened.info,
+                            hashlib.sha256(fh.read()).hexdigest(),
+                        )
         fh, _ = storage.tasks.open_digest(scope)
         with fh:
             out[f"{scope}/project.md"] = fh.read()
@@ -100,14 +144,25 @@ def answers(storage: TreeStorage) -> dict[str, Any]:
             out[f"{store.id}/memories"] = storage.stores.list_memories(
                 scope, store.id, limit=20, full=True
             )
+            out[f"{store.id}/memories/1"] = storage.stores.list_memories(scope, store.id, limit=1)
             out[f"{store.id}/versions"] = storage.stores.list_versions(
                 scope, store.id, filters=VersionFilter(), limit=100, full=True
             )
     return out
 
 
-def test_a_whole_root_round_trips_byte_for_byte_and_answers_the_same(
-    source: TreeStorage, tmp_path: Path, clock: FixedClock
+def members(backup: Path) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every member, in order."""
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(backup.read_bytes()))) as tar:
+        found = []
+        for info in tar:
+            fh = tar.extractfile(info)
+            found.append((info.name, fh.read() if fh else b""))
+        return found
+
+
+def test_a_whole_deployment_round_trips_and_answers_the_same(
+    source: Any, make: Make, tmp_path: Path
 ) -> None:
     backup = tmp_path / "all.tar.gz"
     summary = source.export(backup)
@@ -119,37 +174,94 @@ def test_a_whole_root_round_trips_byte_for_byte_and_answers_the_same(
         "stores": 2,
         "versions": 5,
     }
-    target = make(tmp_path / "restored", clock)
+    target = make("restored")
     with open(backup, "rb") as fh:
         result = target.import_(fh)
     assert (result.tasks, result.stores) == (5, 2)
-    target = make(tmp_path / "restored", clock)  # a server started on the restored root
-    assert records_and_derived(target.layout.root) == records_and_derived(source.layout.root)
+    target = make("restored")  # a server started on the restored deployment
     assert answers(target) == answers(source)  # cursors too: the key came with the backup
     assert target.fsck().clean
+    again = tmp_path / "again.tar.gz"
+    target.export(again)
+    assert members(again) == members(backup)  # the records' bytes, the artifacts, the key
+    if isinstance(target, TreeStorage):
+        assert records_and_derived(target.layout.root) == records_and_derived(source.layout.root)
+
+
+@pytest.mark.tree_only("the tree's snapshot under .trash/")
+def test_a_task_or_store_past_the_held_bounds_is_hard_linked_and_still_round_trips(
+    source: TreeStorage, make: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records past the byte bound and artifacts past the descriptor bound are taken as hard
+    links in a snapshot under .trash/, removed once streamed: the backup is the same."""
+    plain = tmp_path / "plain.tar.gz"
+    source.export(plain)
+    monkeypatch.setattr(tree_export, "_HELD_BYTES", 600)
+    monkeypatch.setattr(tree_export, "_HELD_FILES", 1)
+    linked = tmp_path / "linked.tar.gz"
+    source.export(linked)
+    assert members(linked) == members(plain)
+    trash = source.layout.trash_dir()
+    assert [p.name for p in trash.iterdir()] == []  # the snapshots went with the export
+    target = make("restored")
+    with open(linked, "rb") as fh:
+        target.import_(fh)
+    assert answers(make("restored")) == answers(source)
 
 
 def test_a_project_goes_into_another_tenant_and_project(
-    source: TreeStorage, tmp_path: Path, clock: FixedClock
+    source: Any, make: Make, tmp_path: Path
 ) -> None:
     backup = tmp_path / "web.tar.gz"
     summary = source.export(backup, tenant="acme", project="web")
     assert summary.counts["tasks"] == 3 and summary.counts["stores"] == 2
     copy = Scope("initech", "copy")
+    target = make("target")
     with open(backup, "rb") as fh:
-        source.import_(fh, tenant=copy.tenant, project=copy.project)
-    assert [t.task_id for t in source.tasks.list_tasks(copy).tasks] == [
+        target.import_(fh, tenant=copy.tenant, project=copy.project)
+    assert target.projects() == [copy]
+    assert [t.task_id for t in target.tasks.list_tasks(copy).tasks] == [
         t.task_id for t in source.tasks.list_tasks(SCOPE).tasks
     ]
-    assert {s.id for s in source.stores.list_stores(copy, include_archived=True).data} == {
+    assert {s.id for s in target.stores.list_stores(copy, include_archived=True).data} == {
         s.id for s in source.stores.list_stores(SCOPE, include_archived=True).data
     }
-    assert source.fsck().clean
+    assert target.fsck().clean
     with open(backup, "rb") as fh, pytest.raises(ArchiveError, match="already exist"):
-        source.import_(fh, tenant=copy.tenant, project=copy.project)
+        target.import_(fh, tenant=copy.tenant, project=copy.project)
+    with open(backup, "rb") as fh, pytest.raises(ArchiveError, match="go together"):
+        target.import_(fh, tenant=copy.tenant)
 
 
-def test_a_tenant_backup_holds_that_tenant_only(source: TreeStorage, tmp_path: Path) -> None:
+def test_a_backup_of_several_projects_goes_into_none(source: Any, make: Make, tmp_path: Path):
+    backup = tmp_path / "acme.tar.gz"
+    source.export(backup, tenant="acme")
+    import_refused(make("target"), backup, "more than one project", tenant="x", project="y")
+
+
+def test_a_copy_beside_its_source(source: Any, backend_kind: str, tmp_path: Path) -> None:
+    """Tasks copy into another project of the same deployment; memory stores do on the tree,
+    and are refused on PostgreSQL, where a store id names one store in the deployment."""
+    mobile = tmp_path / "mobile.tar.gz"
+    source.export(mobile, tenant="acme", project="mobile")
+    with open(mobile, "rb") as fh:
+        source.import_(fh, tenant="acme", project="mobile2")
+    assert source.tasks.get_turn(Scope("acme", "mobile2"), "m", 0).summary_md == "other project"
+    backup = tmp_path / "web.tar.gz"
+    source.export(backup, tenant="acme", project="web")
+    copy = Scope("initech", "copy")
+    if backend_kind == "tree":
+        with open(backup, "rb") as fh:
+            source.import_(fh, tenant=copy.tenant, project=copy.project)
+        assert {s.id for s in source.stores.list_stores(copy, include_archived=True).data} == {
+            s.id for s in source.stores.list_stores(SCOPE, include_archived=True).data
+        }
+    else:
+        import_refused(source, backup, "exists in acme/web", tenant="initech", project="copy")
+    assert source.fsck().clean
+
+
+def test_a_tenant_backup_holds_that_tenant_only(source: Any, tmp_path: Path) -> None:
     backup = tmp_path / "acme.tar.gz"
     source.export(backup, tenant="acme")
     names = member_names(backup)
@@ -161,7 +273,7 @@ def test_a_tenant_backup_holds_that_tenant_only(source: TreeStorage, tmp_path: P
     assert manifest["counts"]["tasks"] == 4
 
 
-def test_a_person_reads_the_backup_with_tar(source: TreeStorage, tmp_path: Path) -> None:
+def test_a_person_reads_the_backup_with_tar(source: Any, tmp_path: Path) -> None:
     backup = tmp_path / "web.tar.gz"
     source.export(backup, tenant="acme", project="web")
     names = member_names(backup)
@@ -184,28 +296,49 @@ def read_manifest(backup: Path) -> dict[str, Any]:
 
 
 # -- refusals: nothing imported ------------------------------------------------------------------
-def assert_nothing_imported(target: TreeStorage, before: dict[str, Any]) -> None:
-    after = snapshot(target.layout.root)
-    leftovers = sorted(set(after) - set(before))
-    assert not [p for p in leftovers if not p.startswith((".locks", ".trash"))], leftovers
+def stored(target: Any) -> Any:
+    """Everything a backend holds: the tree's files (but its locks and trash), or every row
+    of PostgreSQL and every object under the deployment's prefix."""
+    if isinstance(target, TreeStorage):
+        files = snapshot(target.layout.root)
+        return {k: v for k, v in files.items() if not k.startswith((".locks", ".trash"))}
+    rows = {}
+    with target.db.snapshot("test") as conn:
+        for table, order in (
+            ("projects", "1, 2"),
+            ("tasks", "1, 2, 3"),
+            ("turns", "1, 2, 3, 4"),
+            ("artifacts", "1, 2, 3, 4, 5"),
+            ("stores", "1"),
+            ("memories", "1, 2"),
+            ("versions", "1, 2"),
+            ("keys", "1"),
+        ):
+            query = f"SELECT * FROM {table} ORDER BY {order}"  # noqa: S608 - fixed names
+            rows[table] = conn.execute(query).fetchall()
+    rows["objects"] = sorted(key for key, _, _ in target.blobs.listing())
+    return rows
 
 
-def import_refused(target: TreeStorage, backup: Path, message: str) -> None:
-    before = snapshot(target.layout.root)
+def import_refused(target: Any, backup: Path, message: str, **kwargs: Any) -> None:
+    seen = answers(target)
+    before = stored(target)
     with open(backup, "rb") as fh, pytest.raises(ArchiveError, match=message):
-        target.import_(fh)
-    assert_nothing_imported(target, before)
+        target.import_(fh, **kwargs)
+    assert stored(target) == before
+    assert answers(target) == seen
 
 
 @pytest.fixture
-def target(tmp_path: Path, clock: FixedClock) -> TreeStorage:
-    storage = make(tmp_path / "target", clock)
+def target(make: Make) -> Any:
+    storage = make("target")
     storage.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="kept")
+    storage.tasks.put_artifact(SCOPE, "mine", 0, "a", io.BytesIO(b"a"), content_type="x/y")
     return storage
 
 
 def test_a_corrupt_or_truncated_backup_imports_nothing(
-    source: TreeStorage, target: TreeStorage, tmp_path: Path
+    source: Any, target: Any, tmp_path: Path
 ) -> None:
     backup = tmp_path / "web.tar.gz"
     source.export(backup, tenant="acme", project="web")
@@ -215,6 +348,8 @@ def test_a_corrupt_or_truncated_backup_imports_nothing(
     import_refused(target, tmp_path / "flipped.tar.gz", "corrupt")
     (tmp_path / "cut.tar.gz").write_bytes(backup.read_bytes()[: len(data) - 100])
     import_refused(target, tmp_path / "cut.tar.gz", "corrupt or truncated|no manifest")
+    (tmp_path / "half.tar.gz").write_bytes(backup.read_bytes()[: len(data) // 2])
+    import_refused(target, tmp_path / "half.tar.gz", "corrupt or truncated")  # mid-artifact
 
 
 class Craft:
@@ -327,9 +462,7 @@ class Craft:
         return path
 
 
-def test_a_crafted_backup_that_passes_every_check_imports(
-    target: TreeStorage, tmp_path: Path
-) -> None:
+def test_a_crafted_backup_that_passes_every_check_imports(target: Any, tmp_path: Path) -> None:
     backup = Craft().turn("ok", 0, artifacts=(("a.bin", b"abc"),)).finish(tmp_path / "ok.tar.gz")
     with open(backup, "rb") as fh:
         target.import_(fh)
@@ -397,12 +530,22 @@ CRAFTED = {
 }
 
 
+@functools.cache
+def crafted(case: str) -> bytes:
+    """The crafted backup of ``case``, built once for every backend (300 MiB of zeros take
+    seconds to compress)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = CRAFTED[case][0](Craft().turn("first", 0)).finish(Path(tmp) / "crafted.tar.gz")
+        return path.read_bytes()
+
+
 @pytest.mark.parametrize("case", sorted(CRAFTED))
 def test_a_crafted_backup_is_refused_and_imports_nothing(
-    target: TreeStorage, tmp_path: Path, case: str
+    target: Any, tmp_path: Path, case: str
 ) -> None:
-    build, message = CRAFTED[case]
-    backup = build(Craft().turn("first", 0)).finish(tmp_path / "crafted.tar.gz")
+    message = CRAFTED[case][1]
+    backup = tmp_path / "crafted.tar.gz"
+    backup.write_bytes(crafted(case))
     if case == "an artifact over the limit":
         assert backup.stat().st_size < 1 << 20  # it would have been small on disk
     import_refused(target, backup, message)
@@ -420,18 +563,18 @@ def test_a_crafted_backup_is_refused_and_imports_nothing(
     ],
 )
 def test_a_manifest_that_disagrees_is_refused(
-    target: TreeStorage, tmp_path: Path, override: dict[str, Any], message: str
+    target: Any, tmp_path: Path, override: dict[str, Any], message: str
 ) -> None:
     backup = Craft().turn("t", 0).finish(tmp_path / "m.tar.gz", **override)
     import_refused(target, backup, message)
 
 
 def test_existing_tasks_and_stores_are_kept_unless_overwrite(
-    source: TreeStorage, tmp_path: Path, clock: FixedClock
+    source: Any, make: Make, tmp_path: Path
 ) -> None:
     backup = tmp_path / "web.tar.gz"
     source.export(backup, tenant="acme", project="web")
-    target = make(tmp_path / "target", clock)
+    target = make("target")
     target.tasks.put_turn(SCOPE, "beta", 0, meta={}, summary_md="local beta")
     target.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="local only")
     import_refused(target, backup, "already exist.*beta.*--overwrite")
@@ -444,6 +587,7 @@ def test_existing_tasks_and_stores_are_kept_unless_overwrite(
     assert target.fsck().clean
 
 
+@pytest.mark.tree_only("removes an artifact's file")
 def test_export_refuses_a_tree_fsck_would_flag(source: TreeStorage, tmp_path: Path) -> None:
     source.tasks.layout.artifact(SCOPE, "alpha", 1, "data.bin").unlink()
     backup = tmp_path / "web.tar.gz"
@@ -451,9 +595,32 @@ def test_export_refuses_a_tree_fsck_would_flag(source: TreeStorage, tmp_path: Pa
         source.export(backup, tenant="acme", project="web")
     assert not backup.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".~tmp")] == []
-    assert list(source.layout.trash_dir().iterdir()) == []  # the snapshot went too
+    trash = source.layout.trash_dir()
+    assert not trash.exists() or list(trash.iterdir()) == []  # nothing of the taking is left
 
 
+@pytest.mark.tree_only("a storage root")
 def test_export_refuses_to_write_inside_the_root(source: TreeStorage) -> None:
     with pytest.raises(ArchiveError, match="inside the storage root"):
         source.export(source.layout.root / "b.tar.gz")
+
+
+def test_the_cursor_key_comes_only_into_an_empty_deployment(
+    source: Any, make: Make, tmp_path: Path
+) -> None:
+    backup = tmp_path / "all.tar.gz"
+    source.export(backup)
+    busy = make("busy")
+    busy.tasks.put_turn(Scope("other", "p"), "t", 0, meta={}, summary_md="")
+    own = busy.key(".cursor-key")
+    with open(backup, "rb") as fh:
+        busy.import_(fh)
+    assert make("busy").key(".cursor-key") == own  # its cursors in flight stay valid
+    cursor = source.tasks.list_tasks(SCOPE, limit=1).next_cursor
+    with pytest.raises(Exception, match="cursor"):
+        make("busy").tasks.list_tasks(SCOPE, limit=1, cursor=cursor)
+    empty = make("empty")
+    with open(backup, "rb") as fh:
+        empty.import_(fh)
+    assert empty.key(".cursor-key") == source.key(".cursor-key")
+    assert make("empty").tasks.list_tasks(SCOPE, limit=1, cursor=cursor).tasks

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import NotFound, Scope, TaskStore
+from app.storage.digest import Section
 from app.storage.fsck import LOST_FOUND, fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
@@ -83,8 +84,10 @@ def _stray_temp(store: TaskStore, scope: Scope) -> None:
 
 def _stale_listing_row(store: TaskStore, scope: Scope) -> None:
     listing = Listing(store.layout.listing(scope), timeout=1)
-    listing.put_turn("alpha", TurnRow(5, 1, 2**60))  # a turn that does not exist
-    listing.put_turn("nobody", TurnRow(0, 1, 2**60))  # a task that does not exist
+    bogus = Section(5, 2**60, b"\n## alpha\n\nLatest turn: 5\n\n")
+    listing.put_turn("alpha", TurnRow(5, 1, 2**60), bogus)  # a turn that does not exist
+    nobody = Section(0, 2**60, b"\n## nobody\n\nLatest turn: 0\n\n")
+    listing.put_turn("nobody", TurnRow(0, 1, 2**60), nobody)  # a task that does not exist
 
 
 def _missing_summary(store: TaskStore, scope: Scope) -> None:
@@ -213,6 +216,29 @@ def test_artifact_mismatch_drops_the_entry_and_keeps_the_bytes(
     assert populated.get_turn(scope, "beta", 1).artifacts == ()
     lost = list((populated.layout.root / LOST_FOUND).rglob("notes.txt"))
     assert [p.read_bytes() for p in lost] == [b"tampered"]
+
+
+@pytest.mark.parametrize("file_left", [True, False])
+def test_a_replacement_cut_before_its_commit_gets_the_acknowledged_bytes_back(
+    populated: TaskStore, scope: Scope, file_left: bool
+) -> None:
+    """What a power cut leaves of put_artifact between publishing the new bytes and
+    meta.json: the new bytes in place, the acknowledged ones kept beside them, and no journal
+    slot saying a write was in flight (it is not fsynced)."""
+    artifacts = populated.layout.turn_dir(scope, "beta", 1) / "artifacts"
+    kept = artifacts / f"{TMP_PREFIX}prev-notes.txt"
+    os.link(artifacts / "notes.txt", kept)
+    (artifacts / "notes.txt").unlink()
+    if file_left:
+        (artifacts / "notes.txt").write_bytes(b"never acknowledged")
+    report = fsck(populated)
+    assert [p for p in report.problems if "acknowledged copy" in p], report
+    fsck(populated, repair=True)
+    stream = populated.open_artifact(scope, "beta", 1, "notes.txt")
+    with stream.file:
+        assert stream.file.read() == b"hello artifact"
+    assert not kept.exists()
+    assert fsck(populated).clean
 
 
 def test_symlink_is_reported_never_followed_never_repaired(

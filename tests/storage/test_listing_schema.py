@@ -80,6 +80,7 @@ def test_a_version_1_listing_is_upgraded_and_lists_the_same(
     assert {"turn_count", "latest_turn", "min_retain_us", "owner", "model", "exit_code"} <= columns
     store.put_turn(scope, "b", 1, meta={}, summary_md="b1")
     assert {t.task_id: t.turn_count for t in store.list_tasks(scope).tasks}["b"] == 2
+    assert store.backfill_listing(scope) == 3  # the start-up upgrade: search rows, facts
     assert fsck(store).problems == []
 
 
@@ -119,6 +120,7 @@ def test_processes_opening_an_old_listing_at_once_upgrade_it_once(tmp_path: Path
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == _VERSION
     conn.close()
+    store.backfill_listing(scope)  # the start-up upgrade: search rows, facts
     assert fsck(TaskStore(root)).problems == []
 
 

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from app.storage import NotFound, Scope, TaskStore
 from app.storage.clock import iso_us, to_us
+from app.storage.digest import nest_headings
 from tests.conftest import FixedClock
 from tests.storage._helpers import read_digest, temp_files
 
@@ -177,7 +178,9 @@ class StoreMachine(RuleBasedStateMachine):
             text += "\nNo tasks yet.\n"
         for _, task_id, alive in listed:
             n = max(alive)
-            summary_md = alive[n].summary
+            # Heading nesting has its own cases (test_digest.py); here the model checks which
+            # turn each section shows and in what order.
+            summary_md = nest_headings(alive[n].summary)
             if summary_md and not summary_md.endswith("\n"):
                 summary_md += "\n"
             text += (

@@ -14,6 +14,7 @@ import pytest
 
 from app.storage import NotFound, Scope, TaskStore
 from app.storage.clock import parse_iso, to_us
+from app.storage.digest import Section
 from app.storage.fsck import fsck
 from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
@@ -110,8 +111,9 @@ def test_decision_is_taken_from_the_record_under_the_lock(
     clock.set(deadline - SECOND)
     put(store, scope, "t", 0, "rewritten")
     stale = TurnRow(0, 1, to_us(deadline))
-    Listing(store.layout.listing(scope), timeout=1).put_turn("t", stale)
-    Listing(store.layout.listing(scope), timeout=1).set_task("t", [stale])
+    section = Section(0, to_us(deadline), b"\n## t\n\nLatest turn: 0\n\n")
+    Listing(store.layout.listing(scope), timeout=1).put_turn("t", stale, section)
+    Listing(store.layout.listing(scope), timeout=1).set_task("t", [stale], section)
     report = sweep(store, now=deadline + SECOND)
     assert report.turns == 0
     assert store.get_turn(scope, "t", 0).summary_md == "rewritten"

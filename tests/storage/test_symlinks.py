@@ -95,7 +95,7 @@ def _operations(store: TaskStore) -> list[tuple[str, Callable[[], Any]]]:
         ("get_task", lambda: store.get_task(SCOPE, "evil")),
         ("list_tasks", lambda: store.list_tasks(SCOPE)),
         ("open_digest", lambda: _read_all(store.open_digest(SCOPE)[0])),
-        ("refresh_digest", lambda: store.refresh_digest(SCOPE, force=True)),
+        ("rebuild_digest", lambda: store.rebuild_digest(SCOPE)),
         ("open_digest_rendered", lambda: _read_all(store.open_digest(SCOPE)[0])),
         ("open_artifact", lambda: _read_all(store.open_artifact(SCOPE, "evil", 0, "a.bin").file)),
         ("owner_of", lambda: store.owner_of(SCOPE, "evil")),

@@ -15,6 +15,7 @@ from typing import Any
 from flask import Flask
 
 from app import create_app
+from app.storage import Scope
 from app.storage.models import FsckReport
 from tests.conftest import BufferedClient
 
@@ -57,14 +58,30 @@ def test_an_older_root_is_upgraded_and_answers_as_before(tmp_path: Path) -> None
     storage.stores.fsck(before)
     assert any("older layout" in p for p in before.problems)
     done = storage.upgrade()
-    assert len(done) == 5 and all(name.startswith("memstore_") for name in _store_dirs(root))
-    # The root predates usage counters: the upgrade counts its tasks and stores once.
-    assert done[-2:] == [
-        "acme/web: usage of 2 task(s) counted",
-        "acme/web: usage of 2 memory store(s) counted",
-    ]
+    assert sum(" -> memstore_" in line for line in done) == 2, done
+    assert sum("listing rows of 2 task(s)" in line for line in done) == 1, done
+    assert sum("search index of" in line for line in done) == 2, done
+    # The root predates usage counters: its tasks are counted with their listing rows, its
+    # stores once.
+    assert done[-1] == "acme/web: usage of 2 memory store(s) counted", done
+    assert len(done) == 6 and all(name.startswith("memstore_") for name in _store_dirs(root))
     assert storage.upgrade() == []  # idempotent
     _assert_same_answers(app)
+    assert storage.fsck().clean
+
+
+def test_an_older_root_is_searchable_once_upgraded(tmp_path: Path) -> None:
+    """Turns and memories written before search are found once the start-up upgrade has
+    built their search rows; until then fsck says so."""
+    app = _app(_root(tmp_path), tmp_path)
+    storage = app.extensions["storage"]
+    scope = Scope("acme", "web")
+    assert storage.search(scope, "ttl").hits == ()
+    report = storage.fsck()
+    assert any("search index not built yet" in p for p in report.problems), report.problems
+    storage.upgrade()
+    found = {(h.kind, h.task_id or h.path) for h in storage.search(scope, "ttl").hits}
+    assert found == {("turn", "fix-login"), ("memory", "/notes.md")}
     assert storage.fsck().clean
 
 
@@ -101,7 +118,7 @@ def test_an_upgrade_killed_midway_finishes_when_run_again(tmp_path: Path) -> Non
     names = _store_dirs(root)
     assert sum(n.startswith("memstore_") for n in names) == 1, names
     app = _app(root, tmp_path)
-    assert sum("_stores" in line for line in app.extensions["storage"].upgrade()) == 1
+    assert sum(" -> memstore_" in line for line in app.extensions["storage"].upgrade()) == 1
     _assert_same_answers(app)
 
 

@@ -1,19 +1,19 @@
 """Export the tree: every task and every store, each as of one moment, while writers run.
 
-Each task (and each store) is taken under its lock for as long as it takes to hard-link its
-records and artifacts into a snapshot directory under ``.trash/`` (a link per file, no copy);
-the lock is released before a byte is read. Writers replace files by rename, never in place,
-so the snapshot keeps the bytes of that moment however long the export of a 50 MiB artifact
-takes, and writers wait only for the links. A snapshot left by an export that died is old
-trash: the sweeper and fsck remove it.
+Each task (and each store) is taken under its lock for as long as it takes to read its
+records and open its artifacts (hard-linking into a snapshot directory under ``.trash/``
+what exceeds a bound, :class:`_Taken`); the lock is released before a byte is written to
+the backup. A snapshot directory left by an export that died is old trash: the sweeper and
+fsck remove it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,27 +26,29 @@ from ..layout import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
     STORE_ID_RE,
+    STORE_RECORD,
     TASK_RECORD,
     TURN_DIR_RE,
     TURN_META,
     VERSION_ID_RE,
+    VERSIONS_DIR,
     Scope,
     turn_dirname,
     validate_id,
 )
-from ..records import read_turn
+from ..records import read_turn, turn_from_json
 from ..txn import Key
-from .format import CURSOR_KEY_MEMBER, ArchiveError, BackupWriter, store_member, task_member
+from .format import (
+    CURSOR_KEY_MEMBER,
+    ArchiveError,
+    BackupWriter,
+    ExportSummary,
+    store_member,
+    task_member,
+)
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
-
-
-@dataclass(frozen=True, slots=True)
-class ExportSummary:
-    path: Path
-    counts: dict[str, int]
-    members: int
 
 
 def _refuse_link(storage: TreeStorage, path: Path) -> None:
@@ -56,111 +58,163 @@ def _refuse_link(storage: TreeStorage, path: Path) -> None:
     )
 
 
-class _Snapshot:
-    """Hard links of one task's or store's files, taken under its lock."""
+# What one task or store may hold open while the backup streams it: its records read into
+# memory and its artifacts as open descriptors, up to these bounds; past them the rest is
+# hard-linked into a snapshot directory under .trash/ (a task of thousands of turns, a store
+# of thousands of versions) so memory and descriptors stay bounded.
+_HELD_BYTES = 8 << 20
+_HELD_FILES = 64
+
+
+class _Taken:
+    """One task's or store's files as of one moment, taken under its lock.
+
+    Writers replace files by rename, never in place, so a record read, an artifact opened,
+    or a file hard-linked while the lock is held keeps the bytes of that moment however long
+    the backup then takes to stream them, and writers wait only for the taking.
+    """
 
     def __init__(self, storage: TreeStorage, tag: str) -> None:
         self.storage = storage
-        trash = storage.layout.check_inside(storage.layout.trash_dir())
-        os.makedirs(trash, DIR_MODE, exist_ok=True)
-        self.dir = trash / f"{ULID()}-snapshot-{tag}"
-        os.mkdir(self.dir, DIR_MODE)
+        self.tag = tag
+        self.items: list[tuple[str, bytes | int | Path]] = []
+        self.held = 0
+        self.fds = 0
+        self.dir: Path | None = None
 
-    def link(self, source: Path, relative: str) -> Path:
-        target = self.dir / relative
+    def record(self, source: Path, tail: str) -> bytes | None:
+        """Take a record; its bytes when they were read (None: hard-linked)."""
+        if self.held + os.lstat(source).st_size <= _HELD_BYTES:
+            data = self.storage.layout.read_bytes(source)
+            if data is None:
+                raise FileNotFoundError(source)
+            self.held += len(data)
+            self.items.append((tail, data))
+            return data
+        self.items.append((tail, self._link(source, tail)))
+        return None
+
+    def artifact(self, source: Path, tail: str) -> None:
+        if self.fds < _HELD_FILES:
+            fd = self.storage.layout.open_read(os.fspath(source))
+            if fd is None:
+                raise FileNotFoundError(source)
+            self.fds += 1
+            self.items.append((tail, fd))
+        else:
+            self.items.append((tail, self._link(source, tail)))
+
+    def _link(self, source: Path, tail: str) -> Path:
+        if self.dir is None:
+            trash = self.storage.layout.check_inside(self.storage.layout.trash_dir())
+            os.makedirs(trash, DIR_MODE, exist_ok=True)
+            self.dir = trash / f"{ULID()}-snapshot-{self.tag}"
+            os.mkdir(self.dir, DIR_MODE)
+        target = self.dir / tail
         target.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
         os.link(source, target, follow_symlinks=False)
         return target
 
-    def remove(self) -> None:
-        self.storage.layout.tree.remove(self.dir)
+    def release(self) -> None:
+        for _, item in self.items:
+            if isinstance(item, int):
+                with contextlib.suppress(OSError):
+                    os.close(item)
+        self.items = []
+        if self.dir is not None:
+            self.storage.layout.tree.remove(self.dir)
+            self.dir = None
 
 
-def _snapshot_task(
-    storage: TreeStorage, scope: Scope, task_id: str
-) -> tuple[_Snapshot, list[str]] | None:
-    """Link a task's records and the artifacts they list; return the member tails in order."""
+def _bytes(item: bytes | int | Path) -> bytes:
+    """A taken record's bytes (read under the lock, or from its hard link)."""
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, int):
+        raise TypeError("an artifact descriptor is not a record")
+    return item.read_bytes()
+
+
+def _take_task(storage: TreeStorage, scope: Scope, task_id: str) -> _Taken | None:
+    """Take a task's records and the artifacts they list, in member order."""
     tree = storage.layout.tree
     task_dir = storage.layout.task_dir(scope, task_id)
     with storage.tasks.txns.locked(Key(scope, task_id)):
         if not tree.is_dir(task_dir):
             return None  # deleted since the listing
-        snapshot = _Snapshot(storage, task_id)
-        tails: list[str] = []
+        taken = _Taken(storage, task_id)
         try:
+            turns = []
             for entry in tree.entries(task_dir):
                 if entry.is_link:
                     _refuse_link(storage, entry.path)
                 if entry.name == TASK_RECORD and entry.is_file:
-                    snapshot.link(entry.path, TASK_RECORD)
-                    tails.append(TASK_RECORD)
-            for entry in tree.entries(task_dir):
+                    taken.record(entry.path, TASK_RECORD)
                 match = TURN_DIR_RE.fullmatch(entry.name)
                 if match and entry.is_dir:
-                    tails += _snapshot_turn(storage, snapshot, entry.path, int(match.group(1)))
+                    turns.append((int(match.group(1)), entry.path))
+            committed = sum(_take_turn(storage, taken, path, turn) for turn, path in turns)
         except BaseException:
-            snapshot.remove()
+            taken.release()
             raise
-    if not any(tail.endswith(TURN_META) for tail in tails):
-        snapshot.remove()  # no committed turn: not a task yet (a first write that died)
+    if not committed:
+        taken.release()  # no committed turn: not a task yet (a first write that died)
         return None
-    return snapshot, tails
+    return taken
 
 
-def _snapshot_turn(
-    storage: TreeStorage, snapshot: _Snapshot, turn_dir: Path, turn: int
-) -> list[str]:
+def _take_turn(storage: TreeStorage, taken: _Taken, turn_dir: Path, turn: int) -> bool:
+    """Take one turn's meta.json and artifacts; False when it has no commit point."""
     for entry in storage.layout.tree.entries(turn_dir):
         if entry.is_link:
             _refuse_link(storage, entry.path)
-    record = read_turn(turn_dir)
-    if record is None:
-        return []  # no commit point: not part of the task
+    meta = turn_dir / TURN_META
+    if storage.layout.tree.lstat(meta) is None:
+        return False
     prefix = turn_dirname(turn)
-    tails = [f"{prefix}/{TURN_META}"]
-    snapshot.link(turn_dir / TURN_META, tails[0])
+    data = taken.record(meta, f"{prefix}/{TURN_META}")
+    record = turn_from_json(json.loads(data), meta) if data is not None else read_turn(turn_dir)
+    if record is None:
+        return False
     artifacts = turn_dir / ARTIFACTS_DIR
     if record.artifacts:
         for entry in storage.layout.tree.entries(artifacts):
             if entry.is_link:
                 _refuse_link(storage, entry.path)
     for info in record.artifacts:
-        tail = f"{prefix}/{ARTIFACTS_DIR}/{info.name}"
         st = storage.layout.tree.lstat(artifacts / info.name)
         if st is None or not stat.S_ISREG(st.st_mode):
             raise ArchiveError(
                 f"{turn_dir.relative_to(storage.layout.root)}: artifact {info.name} is listed"
                 " but missing; run `flask --app wsgi fsck --repair` first"
             )
-        snapshot.link(artifacts / info.name, tail)
-        tails.append(tail)
-    return tails
+        taken.artifact(artifacts / info.name, f"{prefix}/{ARTIFACTS_DIR}/{info.name}")
+    return True
 
 
 def _export_task(storage: TreeStorage, writer: BackupWriter, scope: Scope, task_id: str) -> None:
-    taken = _snapshot_task(storage, scope, task_id)
+    taken = _take_task(storage, scope, task_id)
     if taken is None:
         return
-    snapshot, tails = taken
     try:
-        turn_records = {}
-        for tail in tails:
+        infos = {}
+        for tail, item in taken.items:
             name = task_member(scope.tenant, scope.project, task_id, tail)
-            path = snapshot.dir / tail
-            if "/artifacts/" not in tail:
-                data = path.read_bytes()
+            if f"/{ARTIFACTS_DIR}/" not in tail:
+                data = _bytes(item)
                 writer.add(name, data)
                 if tail.endswith(TURN_META):
-                    turn_records[tail.split("/")[0]] = read_turn(path.parent)
+                    record = turn_from_json(json.loads(data), tail)
+                    for info in record.artifacts:
+                        infos[f"{tail.split('/')[0]}/{ARTIFACTS_DIR}/{info.name}"] = info
                 continue
-            turn_prefix, _, artifact = tail.partition(f"/{ARTIFACTS_DIR}/")
-            record = turn_records[turn_prefix]
-            assert record is not None
-            info = next(a for a in record.artifacts if a.name == artifact)
-            with open(path, "rb") as fh:
+            info = infos[tail]
+            with (
+                os.fdopen(item, "rb", closefd=False) if isinstance(item, int) else open(item, "rb")  # noqa: SIM115
+            ) as fh:
                 writer.add_stream(name, fh, info.size, info.sha256)
     finally:
-        snapshot.remove()
+        taken.release()
 
 
 def _export_store(storage: TreeStorage, writer: BackupWriter, scope: Scope, store_id: str) -> None:
@@ -169,34 +223,26 @@ def _export_store(storage: TreeStorage, writer: BackupWriter, scope: Scope, stor
     with storage.stores.txns.locked(Key(scope, store_id)):
         if not tree.is_dir(store_dir):
             return
-        snapshot = _Snapshot(storage, store_id)
-        tails = []
+        taken = _Taken(storage, store_id)
         try:
             for entry in tree.entries(store_dir):
                 if entry.is_link:
                     _refuse_link(storage, entry.path)
-            record = layout.store_record(store_dir)
-            snapshot.link(record, "store.json")
-            tails.append("store.json")
+            taken.record(layout.store_record(store_dir), STORE_RECORD)
             for entry in tree.entries(layout.versions_dir(store_dir)):
                 if entry.is_link:
                     _refuse_link(storage, entry.path)
                 stem = entry.name.removesuffix(".json")
                 if entry.is_file and VERSION_ID_RE.fullmatch(stem) and entry.name.endswith(".json"):
-                    tail = f"versions/{entry.name}"
-                    snapshot.link(entry.path, tail)
-                    tails.append(tail)
+                    taken.record(entry.path, f"{VERSIONS_DIR}/{entry.name}")
         except BaseException:
-            snapshot.remove()
+            taken.release()
             raise
     try:
-        for tail in tails:
-            writer.add(
-                store_member(scope.tenant, scope.project, store_id, tail),
-                (snapshot.dir / tail).read_bytes(),
-            )
+        for tail, item in taken.items:
+            writer.add(store_member(scope.tenant, scope.project, store_id, tail), _bytes(item))
     finally:
-        snapshot.remove()
+        taken.release()
 
 
 def _scopes(storage: TreeStorage, tenant: str | None, project: str | None) -> Iterator[Scope]:
@@ -215,16 +261,17 @@ def _scopes(storage: TreeStorage, tenant: str | None, project: str | None) -> It
 
 
 def _ids(storage: TreeStorage, directory: Path) -> list[str]:
-    found = []
-    for entry in storage.layout.tree.entries(directory):
-        if entry.name.startswith((".", "_")):
-            continue
-        if entry.is_link:
+    """The task ids of a project directory, sorted: a list of names, whatever its size."""
+    dirs, others = storage.layout.tree.dir_names(directory)
+    for entry in others:
+        if entry.is_link and not entry.name.startswith((".", "_")):
             _refuse_link(storage, entry.path)
-        if not entry.is_dir:
+    found = []
+    for name in dirs:
+        if name.startswith((".", "_")):
             continue
         try:
-            found.append(validate_id("id", entry.name))
+            found.append(validate_id("id", name))
         except StorageError:
             continue
     return found

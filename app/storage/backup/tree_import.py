@@ -14,210 +14,109 @@ the staging directory, which the sweeper and fsck remove once it is older than t
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from ulid import ULID
 
 from ..atomic import DIR_MODE, FILE_MODE, make_dirs, sync_filesystem, write_atomic
-from ..errors import Corrupt, StorageError
+from ..digest import Section
+from ..errors import StorageError
 from ..layout import (
     ARTIFACTS_DIR,
+    STORE_RECORD,
     TASK_INDEX,
+    TASK_RECORD,
     TMP_PREFIX,
     TURN_META,
     TURN_SUMMARY,
+    VERSIONS_DIR,
     Scope,
     turn_dirname,
 )
-from ..memstores.records import StoreRecord, VersionRecord
+from ..listing import TurnRow
 from ..records import (
     build_index,
     index_rows,
     read_json,
     read_task_record,
     read_turn,
-    turn_from_json,
     turn_usage,
     write_json,
 )
+from ..turn_search import TurnText, turn_text
 from ..txn import Key
 from ..usage import TurnUsage
-from .format import CHUNK, ArchiveError, BackupReader, Member, MemberName
+from .format import CHUNK, ArchiveError, BackupReader, Group, ImportSummary, Member, Restore
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
 
-_KIND_RANK = {"task": 0, "turn": 0, "artifact": 0, "store": 1, "version": 1}
+_PUBLISH_BATCH = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class ImportSummary:
-    tasks: int
-    stores: int
-    counts: dict[str, int]
-
-
-@dataclass
-class _Group:
-    """The task or store whose members are streaming past (they arrive together)."""
-
-    key: tuple[str, str, int, str]
-    kind: str
-    scope: Scope
-    owner: str
-    dir: Path
-    turns: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
-    artifacts: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
-    has_record: bool = False
-
-
-class _Importer:
+class _Importer(Restore):
     def __init__(
         self, storage: TreeStorage, *, tenant: str | None, project: str | None, overwrite: bool
     ) -> None:
+        super().__init__(tenant=tenant, project=project)
         self.storage = storage
         self.layout = storage.layout
-        self.target = None if tenant is None else Scope(tenant, project or "")
-        if (tenant is None) != (project is None):
-            raise ArchiveError("--tenant and --project go together")
         self.overwrite = overwrite
-        self.source: Scope | None = None
-        self.group: _Group | None = None
         self.tasks: list[tuple[Scope, str]] = []
         self.stores: list[tuple[Scope, str]] = []
         root = self.layout.check_inside(self.layout.root)
         self.staging = root / f"{TMP_PREFIX}import-{ULID()}"
-        self.key: bytes | None = None
+        self.dir = self.staging  # the staged directory of the task or store in progress
         self.empty_root = not any(True for _ in self.layout.projects([]))
 
     # -- staging --------------------------------------------------------------------------
-    def scope_of(self, name: MemberName) -> Scope:
-        source = Scope(name.tenant, name.project)
-        if self.target is None:
-            return source
-        if self.source is not None and source != self.source:
-            raise ArchiveError(
-                "the backup holds more than one project: --tenant/--project only apply to a"
-                " backup of one project"
-            )
-        self.source = source
-        return self.target
-
-    def member(self, member: Member) -> None:
-        name = member.name
-        if name.kind == "key":
-            self.key = member.stream.read(member.size)
-            return
-        scope = self.scope_of(name)
-        key = (scope.tenant, scope.project, _KIND_RANK[name.kind], name.owner)
-        if self.group is None or self.group.key != key:
-            if self.group is not None and key < self.group.key:
-                raise ArchiveError(f"{name.name}: members out of order (a task or store is split)")
-            self.finish_group()
-            self.group = self.start_group(name, scope, key)
-        self.stage(self.group, member)
-
-    def start_group(self, name: MemberName, scope: Scope, key: tuple[str, str, int, str]) -> _Group:
-        if name.kind in ("store", "version"):
-            directory = self.staging / "stores" / scope.tenant / scope.project / name.owner
-        else:
-            directory = self.staging / "tasks" / scope.tenant / scope.project / name.owner
+    def begin(self, group: Group) -> None:
+        scope = group.scope
+        kind = "stores" if group.kind == "store" else "tasks"
+        directory = self.staging / kind / scope.tenant / scope.project / group.owner
         make_dirs(directory, self.staging)
-        kind = "store" if name.kind in ("store", "version") else "task"
-        return _Group(key, kind, scope, name.owner, directory)
+        self.dir = directory
 
-    def stage(self, group: _Group, member: Member) -> None:
+    def stage(self, group: Group, member: Member) -> bytes | None:
         name = member.name
+        directory = self.dir
         if name.kind == "task":
-            path = group.dir / "task.json"
+            path = directory / TASK_RECORD
         elif name.kind == "turn":
-            path = group.dir / turn_dirname(name.turn) / TURN_META
+            path = directory / turn_dirname(name.turn) / TURN_META
         elif name.kind == "artifact":
-            path = group.dir / turn_dirname(name.turn) / ARTIFACTS_DIR / name.leaf
+            path = directory / turn_dirname(name.turn) / ARTIFACTS_DIR / name.leaf
         elif name.kind == "store":
-            path = group.dir / "store.json"
+            path = directory / STORE_RECORD
         else:
-            path = group.dir / "versions" / f"{name.leaf}.json"
-        if path.parent != group.dir:
+            path = directory / VERSIONS_DIR / f"{name.leaf}.json"
+        if path.parent != directory:
             os.makedirs(path.parent, DIR_MODE, exist_ok=True)
-        data = _write_new(path, member)
-        if name.kind == "artifact":
-            group.artifacts.setdefault(name.turn, {})[name.leaf] = (member.size, member.sha256)
-        elif data is not None:
-            self.check_record(group, name, data)
+        return _write_new(path, member)
 
-    def check_record(self, group: _Group, name: MemberName, data: bytes) -> None:
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            raise ArchiveError(f"{name.name}: not valid JSON") from None
-        try:
-            if name.kind == "task":
-                if not isinstance(obj, dict) or obj.get("task_id", group.owner) != group.owner:
-                    raise ArchiveError(f"{name.name}: not the record of task {group.owner}")
-                group.has_record = True
-            elif name.kind == "turn":
-                record = turn_from_json(obj, name.name)
-                if record.task_id != group.owner or record.turn != name.turn:
-                    raise ArchiveError(
-                        f"{name.name}: names task {record.task_id} turn {record.turn}"
-                    )
-                group.turns[name.turn] = {a.name: (a.size, a.sha256) for a in record.artifacts}
-            elif name.kind == "store":
-                store = StoreRecord.from_json(obj, Path(name.name))
-                if store.id != group.owner:
-                    raise ArchiveError(f"{name.name}: names store {store.id}")
-                group.has_record = True
-            else:
-                version = VersionRecord.from_json(obj, Path(name.name))
-                if version.id != name.leaf or version.memory_store_id not in ("", group.owner):
-                    raise ArchiveError(f"{name.name}: names version {version.id}")
-        except Corrupt as exc:
-            raise ArchiveError(str(exc)) from None
+    def store_done(self, group: Group) -> None:
+        self.storage.stores.rebuild(self.dir)
+        self.stores.append((group.scope, group.owner))
 
-    def finish_group(self) -> None:
-        group = self.group
-        if group is None:
-            return
-        self.group = None
-        if group.kind == "store":
-            if not group.has_record:
-                raise ArchiveError(f"store {group.owner}: no store.json")
-            self.storage.stores.rebuild(group.dir)
-            self.stores.append((group.scope, group.owner))
-            return
-        for turn, listed in sorted(group.turns.items()):
-            if group.artifacts.get(turn, {}) != listed:
-                raise ArchiveError(
-                    f"task {group.owner} turn {turn}: its artifacts differ from what meta.json"
-                    " lists"
-                )
-        stray = set(group.artifacts) - set(group.turns)
-        if stray:
-            raise ArchiveError(f"task {group.owner}: artifacts of a turn with no meta.json")
-        if not group.turns:
-            raise ArchiveError(f"task {group.owner}: no turn")
-        if not group.has_record:
-            raise ArchiveError(f"task {group.owner}: no task.json")
+    def task_done(self, group: Group) -> None:
         self.build_derived(group)
         self.tasks.append((group.scope, group.owner))
 
-    def build_derived(self, group: _Group) -> None:
+    def build_derived(self, group: Group) -> None:
         """index.json and each turn's summary.md, from the staged records."""
+        directory = self.dir
         records = []
         for turn in sorted(group.turns):
-            turn_dir = group.dir / turn_dirname(turn)
+            turn_dir = directory / turn_dirname(turn)
             record = read_turn(turn_dir)
             assert record is not None
             records.append(record)
             write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False)
-        index = build_index(group.owner, read_task_record(group.dir), records)
-        write_json(group.dir / TASK_INDEX, index, durable=False)
+        index = build_index(group.owner, read_task_record(directory), records)
+        write_json(directory / TASK_INDEX, index, durable=False)
 
     # -- publishing -----------------------------------------------------------------------
     def conflicts(self) -> None:
@@ -272,26 +171,36 @@ class _Importer:
         tasks, layout = self.storage.tasks, self.layout
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
-        rows = {}
-        usage: dict[str, list[TurnUsage]] = {}
         staged_project = self.staging / "tasks" / scope.tenant / scope.project
-        for task_id in task_ids:
-            target = layout.task_dir(scope, task_id)
-            with tasks.txns(Key(scope, task_id)) as txn:
-                txn.begin()
-                trashed = tasks.trash(target) if layout.tree.lstat(target) else None
-                layout.tree.rename(staged_project / task_id, target)
-                index = read_json(target / TASK_INDEX)
-                assert isinstance(index, dict)  # built by build_derived before the rename
-                rows[task_id] = index_rows(index)
-                usage[task_id] = [
-                    turn_usage(record)
-                    for t in index["turns"]
-                    if (record := read_turn(target / turn_dirname(t["turn"]))) is not None
-                ]
-            if trashed is not None:
-                layout.tree.remove(trashed)
-        tasks.listing(scope).set_tasks(rows, usage=usage)
+        now_us = tasks.now_us()
+        for start in range(0, len(task_ids), _PUBLISH_BATCH):
+            # Listing, search and digest rows a batch at a time: memory stays flat.
+            rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
+            texts: dict[str, dict[int, TurnText]] = {}
+            usage: dict[str, list[TurnUsage]] = {}
+            for task_id in task_ids[start : start + _PUBLISH_BATCH]:
+                target = layout.task_dir(scope, task_id)
+                with tasks.txns(Key(scope, task_id)) as txn:
+                    txn.begin()
+                    trashed = tasks.trash(target) if layout.tree.lstat(target) else None
+                    layout.tree.rename(staged_project / task_id, target)
+                    index = read_json(target / TASK_INDEX)
+                    assert isinstance(index, dict)  # built by build_derived before the rename
+                    records = tuple(
+                        record
+                        for entry in index["turns"]
+                        if (record := read_turn(target / turn_dirname(entry["turn"])))
+                    )
+                    # What search finds each turn by, what it stores, and the digest section,
+                    # written with the listing rows.
+                    texts[task_id] = {r.turn: turn_text(r) for r in records}
+                    usage[task_id] = [turn_usage(r) for r in records]
+                    section = tasks.section(scope, task_id, index, now_us, records)
+                    rows[task_id] = (index_rows(index), section)
+                if trashed is not None:
+                    layout.tree.remove(trashed)
+            tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
+        tasks.compact_digest(scope)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout
@@ -353,7 +262,7 @@ def import_tree(
         try:
             for member in reader.members():
                 importer.member(member)
-            importer.finish_group()
+            importer.end()
             importer.conflicts()
         except StorageError as exc:
             if isinstance(exc, ArchiveError):

@@ -203,6 +203,8 @@ class StoresBase:
             writer.put_version(record)
             usage = writer.store_usage()
         self.publish_usage(txn, usage, ticket)
+        if record.operation == "deleted":
+            self.purge_search(txn.dir)
 
     def publish_usage(self, txn: StoreTxn, usage: StoreUsage, ticket: Ticket = NO_TICKET) -> None:
         """Copy the store's counters to its project's listing (the holder of its lock does)."""
@@ -214,6 +216,13 @@ class StoresBase:
         with self.transaction(scope, store_id) as txn, self.index(txn.dir).write() as writer:
             usage = writer.store_usage()
         self.publish_usage(txn, usage)
+
+    def purge_search(self, store_dir: Path) -> None:
+        """Removed text leaves the search index's file too (app/storage/fts.py), not only its
+        answers. The write is done whatever happens here: an index that cannot be purged now
+        stays 'pending' for the next sweep."""
+        with contextlib.suppress(StorageError, sqlite3.Error):
+            self.index(store_dir).purge()
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""
@@ -330,8 +339,9 @@ class StoresBase:
         write_atomic(target, data)
 
     def rebuild(self, store_dir: Path, key: Key | None = None) -> IndexContent:
-        """Make the index and the live tree equal a rebuild from the version records, and
-        the store's usage row in its project's listing (``key``: the store) its counters.
+        """Make the index (search rows included) and the live tree equal a rebuild from the
+        version records, and the store's usage row in its project's listing (``key``: the
+        store) its counters.
 
         The caller holds the store lock: a temp file among the versions is a dead writer's.
         """
@@ -339,10 +349,13 @@ class StoresBase:
             if entry.name.startswith(TMP_PREFIX) and not entry.is_link:
                 self.tree.unlink(entry.path)
         content = rows_from_records(self.load_records(store_dir))
+        expected = self.expected_tree(store_dir, content)
+        texts = {m.id: expected[m.path].decode("utf-8") for m in content.memories}
         with self.index(store_dir).write() as writer:
-            writer.replace_all(content)
+            writer.replace_all(content, texts)
             usage = writer.store_usage()
-        self.sync_tree(store_dir, self.expected_tree(store_dir, content), apply=True)
+        self.index(store_dir).purge()
+        self.sync_tree(store_dir, expected, apply=True)
         if key is not None:
             self.usage.set_store(key.scope, key.id, usage)
         return content

@@ -8,6 +8,7 @@ planted link) is reported for a person, never guessed at and never followed.
 Stores of the older layout live in ``_stores/<slug>-<id>/``; :func:`upgrade_store_dirs`
 renames each to ``_stores/<id>/`` (one atomic rename per store, so a run killed midway
 leaves every store under one of its two names, and running it again finishes the job).
+Stores indexed before search have no search rows; :func:`upgrade_store_search` builds them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
-from ..layout import STORE_ID_PATTERN, STORE_ID_RE, TMP_PREFIX, Scope
+from ..layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from ..models import FsckReport
 from ..txn import Key
 from . import rules
@@ -66,6 +67,26 @@ def legacy_store_dirs(engine: StoresBase) -> list[tuple[Path, Path]]:
         if match and path.name != match.group(1):
             found.append((path, path.parent / match.group(1)))
     return found
+
+
+def upgrade_store_search(engine: StoresBase) -> list[str]:
+    """Build the search rows of every store indexed before search (idempotent)."""
+    done = []
+    for scope, store_id in all_stores(engine, []):
+        store_dir = engine.layout.store_dir(scope, store_id)
+        try:
+            with engine.index(store_dir).read() as reader:
+                if reader.search_ready():
+                    continue
+            with engine.txns.locked(Key(scope, store_id)):
+                if not engine.tree.is_dir(store_dir):
+                    continue
+                content = engine.rebuild(store_dir)
+        except (StorageError, sqlite3.Error) as exc:
+            done.append(f"{engine.rel(store_dir)}: search index not built ({exc})")
+            continue
+        done.append(f"{engine.rel(store_dir)}: search index of {len(content.memories)} memories")
+    return done
 
 
 def upgrade_store_dirs(engine: StoresBase) -> list[str]:
@@ -150,7 +171,7 @@ class StoresFsck:
                     self.report.repaired.extend(problems)
         except (LockTimeout, UnsafePath, NotFound) as exc:
             self.problem(
-                f"{scope.tenant}/{scope.project}/_stores/{store_id}: not checked ({exc})",
+                f"{scope.tenant}/{scope.project}/{STORES_DIR}/{store_id}: not checked ({exc})",
                 repairable=False,
             )
 
@@ -189,13 +210,37 @@ class StoresFsck:
                 actual = reader.dump()
         except sqlite3.Error as exc:
             return [f"{where}: unreadable ({exc})"]
-        problems = []
+        problems = self.search_problems(store_dir, expected)
         if actual.memories != expected.memories:
             problems.append(f"{where}: memories differ from a rebuild")
         if actual.versions != expected.versions:
             problems.append(f"{where}: versions differ from a rebuild")
         if actual.last_id < expected.last_id or actual.last_us < expected.last_us:
             problems.append(f"{where}: last version behind the records")
+        return problems
+
+    def search_problems(self, store_dir: Path, expected: IndexContent) -> list[str]:
+        """The search rows against the live memories' paths and head contents, and FTS5's own
+        integrity check of the index against its stored text."""
+        engine = self.engine
+        where = engine.rel(engine.layout.store_index(store_dir))
+        index = engine.index(store_dir)
+        try:
+            with index.read() as reader:
+                if not reader.search_ready():
+                    return [f"{where}: search index not built yet (a store from before search)"]
+                actual = reader.search_rows()
+                orphans = reader.search_orphans()
+            damage = index.search_damage()
+        except sqlite3.Error as exc:
+            return [f"{where}: search index unreadable ({exc})"]
+        tree = engine.expected_tree(store_dir, expected)
+        want = {m.id: (m.path, tree[m.path].decode("utf-8")) for m in expected.memories}
+        problems = []
+        if damage is not None:
+            problems.append(f"{where}: search index damaged ({damage})")
+        if actual != want or orphans:
+            problems.append(f"{where}: search rows differ from the live memories")
         return problems
 
     def in_flight_elsewhere(self, visited: set[tuple[Scope, str]]) -> None:
@@ -209,7 +254,7 @@ class StoresFsck:
             if (key.scope, key.id) in visited:
                 continue
             problem = (
-                f"{key.scope.tenant}/{key.scope.project}/_stores/{key.id}: write in flight"
+                f"{key.scope.tenant}/{key.scope.project}/{STORES_DIR}/{key.id}: write in flight"
                 " left by a writer that died, on a store that is gone"
             )
             self.report.problems.append(problem)

@@ -6,6 +6,10 @@ memories and filtered pages of versions without reading every record. It is deri
 repair and fsck use. Only the holder of the store lock writes it; readers open it without
 any lock and see a consistent snapshot inside one read transaction.
 
+It also holds the store's search index (app/storage/fts.py): one FTS5 row per live memory,
+its path and content, written in the same transaction as the memory's row, so a memory is
+found exactly while it lives at its path with that content.
+
 Every SQL statement of the memory-store engine is here, as a named query of
 :class:`IndexReader` / :class:`IndexWriter`.
 """
@@ -22,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import fts
+from ..fts import DOCS, TEXT
 from ..sqlitedb import open_wal, read_txn, write_txn
 from ..usage import StoreUsage
 from .models import VersionFilter
@@ -74,6 +80,16 @@ MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
 VERSION_COLUMNS = (
     "id, memory_id, operation, path, sha, size, created_by, actor_type, actor_id,"
     " created_us, created_at, redacted_at, redacted_by"
+)
+# bm25 weights of path and content: a word in the path (its name) counts most.
+SEARCH_WEIGHTS = "3.0, 1.0"
+_SEARCH_DOCS = "doc INTEGER PRIMARY KEY, memory_id TEXT NOT NULL UNIQUE"
+_SEARCH_COLUMNS = "path, content"
+_SEARCH_HITS = fts.ranked_sql(
+    "m.id, m.path",
+    SEARCH_WEIGHTS,
+    f"JOIN {DOCS} d ON d.doc = f.doc JOIN memories m ON m.id = d.memory_id",
+    "1 = 1",
 )
 _ACTOR_ID_FIELDS = {
     "api_actor": "api_key_id",
@@ -284,6 +300,38 @@ class IndexReader:
             )
         ]
 
+    # -- search -------------------------------------------------------------------------
+    def search_ready(self) -> bool:
+        """Whether the search index holds every live memory (not one to be backfilled)."""
+        return fts.has_schema(self.conn) and not fts.state(self.conn, "backfill")
+
+    def search_stats(self, terms: list[str]) -> tuple[int, list[int]] | None:
+        """fts.stats: None when the search index is not built yet."""
+        return fts.stats(self.conn, terms)
+
+    def search_hits(self, params: dict[str, object]) -> list[tuple[float, int, str, str]]:
+        """(key, doc, memory id, path) of the best matches (fts.ranked_sql's parameters)."""
+        return [
+            (float(k), int(doc), str(memory_id), str(path))
+            for k, doc, memory_id, path in self.conn.execute(_SEARCH_HITS, params)
+        ]
+
+    def search_snippet(self, match: str, doc: int, marks: fts.Sentinels) -> str:
+        return fts.snippet(self.conn, match, doc, marks, (1, 0))  # content, else path
+
+    def search_rows(self) -> dict[str, tuple[str, str]]:
+        """memory id -> (path, content) as indexed (fsck's comparison with the records)."""
+        return {
+            str(memory_id): (str(path), str(content))
+            for memory_id, path, content in self.conn.execute(
+                f"SELECT d.memory_id, t.path, t.content FROM {DOCS} d"
+                f" JOIN {TEXT} t ON t.rowid = d.doc"
+            )
+        }
+
+    def search_orphans(self) -> int:
+        return fts.orphans(self.conn)
+
     def dump(self) -> IndexContent:
         """The index as it is, in the order ``rows_from_records`` produces."""
         memories = [
@@ -362,15 +410,18 @@ class IndexWriter(IndexReader):
     """The writes, for the holder of the store lock, inside one write transaction."""
 
     def put_version(self, record: VersionRecord) -> None:
-        """Record a new (or redacted) version and move its memory's head with it."""
+        """Record a new (or redacted) version and move its memory's head (and its search
+        row) with it."""
         old_version = self._size("versions", record.id)
         old_memory = self._size("memories", record.memory_id)
         self.conn.execute(_INSERT_VERSION, _version_values(version_row(record)))
         if record.operation == "deleted":
             self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
+            self._search_drop(record.memory_id)
         elif record.redacted_at is None:
             self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
             self.conn.execute(_INSERT_MEMORY, _memory_values(memory_row(record)))
+            self._search_put(record.memory_id, str(record.path), str(record.content))
         self._set_state(record.id, record.created_us)
         new_memory = self._size("memories", record.memory_id)
         self._count(
@@ -388,18 +439,58 @@ class IndexWriter(IndexReader):
     def _count(self, **change: int) -> None:
         self.conn.executemany(_USAGE_ADD, [(v, k) for k, v in change.items() if v])
 
+    def _search_doc(self, memory_id: str) -> int | None:
+        row = self.conn.execute(
+            f"SELECT doc FROM {DOCS} WHERE memory_id = ?", (memory_id,)
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def _search_put(self, memory_id: str, path: str, content: str) -> None:
+        doc = self._search_doc(memory_id)
+        if doc is None:
+            doc = self.conn.execute(
+                f"INSERT INTO {DOCS} (memory_id) VALUES (?)", (memory_id,)
+            ).lastrowid
+        else:
+            old = self.conn.execute(
+                f"SELECT path, content FROM {TEXT} WHERE rowid = ?", (doc,)
+            ).fetchone()
+            if old == (path, content):
+                return
+            if old is not None:
+                self.conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
+                fts.removed(self.conn)
+        self.conn.execute(
+            f"INSERT INTO {TEXT} (rowid, path, content) VALUES (?, ?, ?)", (doc, path, content)
+        )
+
+    def _search_drop(self, memory_id: str) -> None:
+        doc = self._search_doc(memory_id)
+        if doc is not None:
+            fts.delete_doc(self.conn, doc)
+
     def _set_state(self, last_id: str, last_us: int) -> None:
         self.conn.execute(_SET_STATE, ("last_id", last_id))
         self.conn.execute(_SET_STATE, ("last_us", last_us))
 
-    def replace_all(self, content: IndexContent) -> None:
+    def replace_all(self, content: IndexContent, texts: dict[str, str]) -> None:
+        """Make the index ``content`` and the search rows the live memories with ``texts``
+        (memory id -> content)."""
         self.conn.execute("DELETE FROM memories")
         self.conn.execute("DELETE FROM versions")
         self.conn.executemany(_INSERT_MEMORY, [_memory_values(m) for m in content.memories])
         self.conn.executemany(_INSERT_VERSION, [_version_values(v) for v in content.versions])
         self.conn.execute("DELETE FROM state")
         self._set_state(content.last_id, content.last_us)
+        fts.recreate(self.conn, _SEARCH_COLUMNS)
+        for m in content.memories:
+            self._search_put(m.id, m.path, texts.get(m.id, ""))
+        fts.set_state(self.conn, "backfill", 0)
         self._recount()
+
+    def rebuild_search_index(self) -> None:
+        """Rebuild the FTS5 index from its stored text (a damaged index, fsck)."""
+        fts.rebuild_index(self.conn)
 
     def _recount(self) -> None:
         """Set the counters from the rows (a rebuild, or an index made before them)."""
@@ -439,10 +530,30 @@ class StoreIndex:
                     with write_txn(conn, "memory store index"):
                         conn.execute(_USAGE_SCHEMA)
                         IndexWriter(conn)._recount()
+                if not fts.has_schema(conn):
+                    with write_txn(conn, "memory store index"):
+                        # A store written before search: its memories wait for the backfill
+                        # (the start-up upgrade, or fsck --repair).
+                        live = conn.execute("SELECT 1 FROM memories LIMIT 1").fetchone()
+                        fts.create_schema(
+                            conn, _SEARCH_DOCS, _SEARCH_COLUMNS, backfill=live is not None
+                        )
         except BaseException:
             conn.close()
             raise
         return conn
+
+    @contextlib.contextmanager
+    def search_read(self) -> Iterator[IndexReader]:
+        """A plain connection for a search, each statement its own snapshot: a search opens
+        every store of a project, and the journal-mode and sync settings of :meth:`read`
+        and a transaction around one or two statements cost as much as the reading."""
+        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
+        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+        try:
+            yield IndexReader(conn)
+        finally:
+            conn.close()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[IndexReader]:
@@ -451,6 +562,24 @@ class StoreIndex:
         try:
             with read_txn(conn):
                 yield IndexReader(conn)
+        finally:
+            conn.close()
+
+    def purge(self, *, only_pending: bool = False) -> bool:
+        """Make removed search text leave the file and its WAL (fts.purge)."""
+        conn = self._connect(create=False)
+        try:
+            if not fts.has_schema(conn):
+                return True  # nothing indexed yet, nothing to purge
+            return fts.purge(conn, "memory store index", only_pending=only_pending)
+        finally:
+            conn.close()
+
+    def search_damage(self) -> str | None:
+        """FTS5's integrity check of the search index (None: sound)."""
+        conn = self._connect(create=False)
+        try:
+            return fts.damage(conn) if fts.has_schema(conn) else None
         finally:
             conn.close()
 

@@ -4,6 +4,7 @@ among them, whatever their age); versions of deleted memories go once they are o
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -61,6 +62,9 @@ def sweep_versions(
         try:
             with engine.transaction(scope, store_id) as txn:
                 scanned += 1
+                if not dry_run:
+                    # Contents replaced since the last sweep leave the search index's file.
+                    engine.index(txn.dir).purge(only_pending=True)
                 doomed = doomed_versions(engine, txn, cutoff)
                 if not doomed:
                     continue
@@ -79,6 +83,6 @@ def sweep_versions(
                 engine.publish_usage(txn, usage)
         except NotFound:
             continue  # deleted while we swept
-        except (StorageError, OSError) as exc:
+        except (StorageError, OSError, sqlite3.Error) as exc:
             errors.append(f"{scope.tenant}/{scope.project}/{store_id}: {exc}")
     return scanned, removed, size, errors

@@ -114,4 +114,7 @@ class VersionOps(MemoryOps):
                 writer.put_version(redacted)
                 usage = writer.store_usage()
             self.publish_usage(txn, usage)
+            # An older content of a live memory may still sit in the search index's merged-away
+            # entries: redaction is how a secret is removed, so it leaves that file too.
+            self.purge_search(txn.dir)
         return redacted.view(True)

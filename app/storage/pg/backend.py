@@ -8,31 +8,33 @@ and ``MEMORY_BLOB_URL``; docs/scaling.md says which data lives where and why.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from ..backup.format import ExportSummary, ImportSummary
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..errors import StorageError
+from ..errors import NotSupported, StorageError
 from ..facade import SweepOutcome
 from ..fsck import DEFAULT_GRACE
-from ..layout import CURSOR_KEY, Scope
-from ..models import FsckReport
+from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
+from ..models import FsckReport, SearchPage
+from ..query import parse_query
 from ..quota import QuotaSource
 from ..retention import ProjectSweep, SweepReport
 from ..traffic import TrafficRow
 from ..usage import Usage
 from . import usage as pgu
+from .backup import export_pg, import_pg
 from .blobs import BlobStore
 from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
-from .db import Database, advisory_xact_lock, translated
+from .db import Database, advisory_xact_lock, backup_running, translated
 from .schema import migrate
 from .stores import PgMemoryStores
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, PgTaskStore
@@ -191,6 +193,13 @@ class PgStorage:
             return False, f"object store not usable: {type(exc).__name__}"
         return True, "database and object store reachable"
 
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Not offered by this backend yet (PostgreSQL full-text search, docs/search.md)."""
+        parse_query(query)  # the same 422 for a query outside the syntax
+        raise NotSupported("search is not available on the PostgreSQL backend yet")
+
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)
         with self.db.snapshot("projects") as conn:
@@ -208,6 +217,25 @@ class PgStorage:
             "database": redacted_url(self.database_url),
             "blobs": f"s3://{self.blobs.bucket}/{self.blobs.url.prefix}",
         }
+
+    # -- backups ---------------------------------------------------------------------------
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Back up one project, one tenant or everything to ``out`` (backup/format.py)."""
+        return export_pg(self, out, tenant=tenant, project=project)
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> ImportSummary:
+        """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
+        of one project)."""
+        return import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
 
     # -- retention -------------------------------------------------------------------------
     def sweep(
@@ -237,8 +265,7 @@ class PgStorage:
                 errors.append(f"{tenant}/{project}/{task_id}: {exc}")
                 continue
             if not dry_run:
-                with contextlib.suppress(Exception):
-                    self.blobs.delete(done.blobs)
+                self.tasks._forget_blobs(done.blobs)
             totals = per_project.setdefault((tenant, project), [0, 0, 0])
             totals[0] += done.turns
             totals[1] += done.tasks
@@ -329,7 +356,11 @@ class PgStorage:
                 r[0]
                 for r in conn.execute("SELECT blob FROM artifacts WHERE blob = ANY(%s)", (keys,))
             }
+            # Asked after the rows were read: a backup that began before sees the rows gone.
+            running = backup_running(conn)
         doomed = [(k, n) for k, n in batch if k not in named]
+        if running:
+            return 0, 0  # an export may be reading them, an import's wait for its commit
         if doomed and not dry_run:
             self.blobs.delete(k for k, _ in doomed)
         return len(doomed), sum(n for _, n in doomed)
@@ -383,7 +414,7 @@ class PgStorage:
         for tenant, project, task_id, turn, name, size, blob in artifacts:
             found = self.blobs.size(blob)
             if found != size:
-                where = f"{tenant}/{project}/{task_id}/{turn:04d}-turn/artifacts/{name}"
+                where = f"{tenant}/{project}/{task_id}/{turn_dirname(turn)}/{ARTIFACTS_DIR}/{name}"
                 problem = (
                     f"{where}: bytes missing from the object store ({blob})"
                     if found is None

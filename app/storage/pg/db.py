@@ -118,3 +118,49 @@ def lock_key(*parts: str) -> str:
 def advisory_xact_lock(conn: psycopg.Connection[Any], *parts: str) -> None:
     """Take the transaction's advisory lock on ``parts`` (released at commit or rollback)."""
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(*parts),))
+
+
+# Backups (export and import) hold this lock in shared mode for as long as they run; a
+# deletion of objects asks whether any session holds it (backup_running). The key includes
+# the schema: deployments in other schemas of the same database have backups of their own.
+_BACKUP_LOCK_TEXT = lock_key("backup", "")
+
+
+@contextlib.contextmanager
+def backup_lock(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Hold the backup lock in shared mode in ``conn``'s session while the block runs.
+
+    While any session holds it, objects that lose their rows are left to the sweeper's
+    orphan pass instead of being deleted at once: an export streams the objects its snapshot
+    names after the snapshot was taken, and an import's objects are named by no committed
+    row until its last transaction, however long the upload takes. It is released
+    explicitly at the end: a closed connection's server process lets go of its locks a
+    moment after the client has moved on.
+    """
+    conn.execute(
+        "SELECT pg_advisory_lock_shared(hashtextextended(%s || current_schema(), 0))",
+        (_BACKUP_LOCK_TEXT,),
+    )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()  # a failed transaction refuses every statement, the unlock too
+            conn.execute(
+                "SELECT pg_advisory_unlock_shared(hashtextextended(%s || current_schema(), 0))",
+                (_BACKUP_LOCK_TEXT,),
+            )
+
+
+def backup_running(conn: psycopg.Connection[Any]) -> bool:
+    """Whether another session holds the backup lock (a bigint advisory lock shows in
+    pg_locks as its high half in ``classid``, its low half in ``objid``, ``objsubid`` 1)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND l.objsubid = 1 AND l.classid = ((k.v >> 32) & 4294967295)::oid"
+        " AND l.objid = (k.v & 4294967295)::oid AND l.pid <> pg_backend_pid())"
+        " FROM (SELECT hashtextextended(%s || current_schema(), 0) AS v) k",
+        (_BACKUP_LOCK_TEXT,),
+    ).fetchone()
+    return bool(row and row[0])

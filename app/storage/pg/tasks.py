@@ -32,6 +32,7 @@ from ulid import ULID
 from .. import digest as digest_mod
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
+from ..digest import DigestRow
 from ..errors import InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
 from ..layout import (
     Scope,
@@ -40,7 +41,7 @@ from ..layout import (
     validate_id,
     validate_turn,
 )
-from ..listing import DigestRow, TaskFilter, meta_facts
+from ..listing import TaskFilter, meta_facts
 from ..models import (
     ArtifactInfo,
     ArtifactStream,
@@ -55,7 +56,7 @@ from ..records import dumps_compact
 from ..usage import ReservingStream, Ticket
 from . import usage as pgu
 from .blobs import BlobStore
-from .db import Database, advisory_xact_lock
+from .db import Database, advisory_xact_lock, backup_running
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -268,9 +269,13 @@ class PgTaskStore:
         return -gone.rowcount
 
     def _forget_blobs(self, keys: list[str]) -> None:
-        """Remove objects no row names any more (best effort: the sweeper collects the rest)."""
+        """Remove objects no row names any more (best effort: the sweeper collects the rest,
+        and everything while a backup runs, which may still be reading them)."""
         if keys:
             with contextlib.suppress(Exception):
+                with self.db.transaction("objects") as conn:
+                    if backup_running(conn):
+                        return
                 self.blobs.delete(keys)
 
     # -- turns -----------------------------------------------------------------------------
