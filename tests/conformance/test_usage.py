@@ -5,6 +5,7 @@ sweeps free quota at once."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,4 +231,43 @@ def test_clearing_a_quota_admits_again(backend: StorageBackend) -> None:
     assert limits.clear_quota("acme", "web")
     assert not limits.clear_quota("acme", "web")
     backend.tasks.put_turn(WEB, "a", 0, meta={}, summary_md="")
+    assert backend.fsck().clean
+
+
+def _minus(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a[k] - b[k] for k in a}
+
+
+def test_an_import_counts_what_it_brings_less_what_it_replaces(
+    backend: StorageBackend, tmp_path: Path
+) -> None:
+    tasks, stores = backend.tasks, backend.stores
+    tasks.put_turn(WEB, "a", 0, meta={"model": "m"}, summary_md="first")
+    tasks.put_artifact(WEB, "a", 0, "log", io.BytesIO(b"1" * 500), content_type="x/y")
+    tasks.put_turn(WEB, "b", 0, meta={}, summary_md="b")
+    store = stores.create_store(WEB, name="s")
+    memory = stores.create_memory(WEB, store.id, path="/a.md", content="aaaa", actor=None)
+    stores.update_memory(WEB, store.id, memory.id, content="bb", actor=None)
+    saved = backend.usage(WEB).to_json()
+    backend.export(tmp_path / "web.tar", tenant="acme", project="web")
+
+    # Changed after the backup: the import puts back what it holds of "a" and the store.
+    tasks.put_turn(WEB, "a", 1, meta={}, summary_md="later" * 50)
+    stores.create_memory(WEB, store.id, path="/b.md", content="c" * 70, actor=None)
+    before_c = backend.usage(WEB).to_json()
+    tasks.put_turn(WEB, "c", 0, meta={}, summary_md="not in the backup")
+    only_c = _minus(backend.usage(WEB).to_json(), before_c)
+    with (tmp_path / "web.tar").open("rb") as archive:
+        backend.import_(archive, overwrite=True)
+    assert backend.usage(WEB).to_json() == {k: saved[k] + only_c[k] for k in saved}
+    assert backend.fsck().clean
+
+    # Into a project that no longer holds them.
+    for task_id in ("a", "b", "c"):
+        tasks.delete_task(WEB, task_id)
+    stores.delete_store(WEB, store.id)
+    assert backend.usage(WEB).bytes == 0
+    with (tmp_path / "web.tar").open("rb") as archive:
+        backend.import_(archive)
+    assert backend.usage(WEB).to_json() == saved
     assert backend.fsck().clean
