@@ -25,7 +25,7 @@ from typing import Any
 from . import digestdb, fts, listing_usage as lu, turn_search
 from .digest import DigestRow, Section
 from .errors import LockTimeout
-from .sqlitedb import is_busy, open_wal, read_txn, write_txn
+from .sqlitedb import create_file, is_busy, open_wal, read_txn, write_txn
 from .turn_search import TurnText
 from .usage import Reserved, StoreUsage, TurnUsage, Usage
 
@@ -324,6 +324,7 @@ class Listing:
                 # Evict the oldest connection (dicts keep insertion order).
                 old = local.by_path.pop(next(iter(local.by_path)))
                 old.close()
+            create_file(key)
             conn = open_wal(key, timeout=self.timeout)
             try:
                 conn.executescript(_SCHEMA)

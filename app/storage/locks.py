@@ -18,7 +18,7 @@ from typing import Any
 
 import filelock
 
-from .atomic import DIR_MODE
+from .atomic import DIR_MODE, FILE_MODE
 from .errors import LockTimeout
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
@@ -53,7 +53,7 @@ def _file_lock(key: str) -> filelock.BaseFileLock:
     with _gates_mutex:
         lock = _file_locks.pop(key, None)
         if lock is None:
-            lock = filelock.FileLock(key, thread_local=False)
+            lock = filelock.FileLock(key, mode=FILE_MODE, thread_local=False)
         _file_locks[key] = lock  # most recently used last
         while len(_file_locks) > _FILE_LOCKS_LIMIT:
             _file_locks.popitem(last=False)
@@ -81,7 +81,7 @@ def _gate(key: str) -> Iterator[threading.Lock]:
 def locked(path: Path, timeout: float) -> Iterator[None]:
     """Hold an exclusive flock on ``path`` (created with its parents) for the block."""
     if not os.path.exists(path):  # a stat, where mkdir(exist_ok) is a failing mkdir each time
-        path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
+        _make_parents(path)
     key = str(path)
     started = time.monotonic()
     with _gate(key) as gate:
@@ -107,6 +107,19 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
             gate.release()
 
 
+def _make_parents(path: Path) -> None:
+    """The lock file's missing directories, each with DIR_MODE (``Path.mkdir(parents=True)``
+    gives the levels above the last the umask's default). Locks hold no data: no fsync."""
+    missing = []
+    current = path.parent
+    while not os.path.isdir(current):
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, DIR_MODE)
+
+
 def _observe(started: float, acquired: bool) -> None:
     for observe in wait_observers:
         observe(time.monotonic() - started, acquired)
@@ -114,8 +127,8 @@ def _observe(started: float, acquired: bool) -> None:
 
 def try_locked(path: Path) -> filelock.BaseFileLock | None:
     """Take ``path`` without waiting; return the held lock, or None if another holder has it."""
-    path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(path), timeout=0)
+    _make_parents(path)
+    lock = filelock.FileLock(str(path), mode=FILE_MODE, timeout=0)
     try:
         lock.acquire()
     except filelock.Timeout:

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 
+from .atomic import FILE_MODE
 from .errors import LockTimeout
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+def create_file(path: str) -> None:
+    """Create a database file that does not exist yet with the service's file mode (SQLite
+    would create it 0644 less the umask, and gives its -wal and -shm files the database's
+    mode). Never through a link: a planted one is left for the open to refuse or fsck."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    # There already, or no directory: the open that follows answers as it would have.
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, flags, FILE_MODE))
 
 
 def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:

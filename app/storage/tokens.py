@@ -56,6 +56,42 @@ class Token:
         return self.expires_at is None or now < parse_iso(self.expires_at)
 
 
+def new_token(
+    now: datetime,
+    *,
+    role: str,
+    tenant: str | None,
+    project: str | None,
+    name: str,
+    expires_in: timedelta | None,
+) -> tuple[Token, str]:
+    """A new token and its secret, checked by the rules every registry shares (ValueError)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    if tenant is not None:
+        validate_id("tenant", tenant)
+    if project is not None:
+        validate_id("project", project)
+        if tenant is None:
+            raise ValueError("a token with a project needs a tenant")
+    if tenant is None and role != "admin":
+        raise ValueError("only admin tokens may omit the tenant")
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise ValueError("expiry must be in the future")
+    secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+    token = Token(
+        id=f"tok_{ULID()}",
+        role=role,
+        tenant=tenant,
+        project=project,
+        name=name,
+        created_at=iso(now),
+        expires_at=iso(now + expires_in) if expires_in else None,
+        sha256=hash_secret(secret),
+    )
+    return token, secret
+
+
 class TokenRegistry:
     """Create, list, revoke and authenticate tokens kept in ``path``."""
 
@@ -134,29 +170,13 @@ class TokenRegistry:
         expires_in: timedelta | None = None,
     ) -> tuple[Token, str]:
         """Create a token; return it with its secret (shown once, never stored)."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}")
-        if tenant is not None:
-            validate_id("tenant", tenant)
-        if project is not None:
-            validate_id("project", project)
-            if tenant is None:
-                raise ValueError("a token with a project needs a tenant")
-        if tenant is None and role != "admin":
-            raise ValueError("only admin tokens may omit the tenant")
-        if expires_in is not None and expires_in <= timedelta(0):
-            raise ValueError("expiry must be in the future")
-        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
-        now = self.clock()
-        token = Token(
-            id=f"tok_{ULID()}",
+        token, secret = new_token(
+            self.clock(),
             role=role,
             tenant=tenant,
             project=project,
             name=name,
-            created_at=iso(now),
-            expires_at=iso(now + expires_in) if expires_in else None,
-            sha256=hash_secret(secret),
+            expires_in=expires_in,
         )
         with self._lock():
             self._save([*self._load(), token])

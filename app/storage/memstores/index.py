@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import fts
 from ..fts import DOCS, TEXT
-from ..sqlitedb import open_wal, read_txn, write_txn
+from ..sqlitedb import create_file, open_wal, read_txn, write_txn
 from ..usage import StoreUsage
 from .models import VersionFilter
 from .records import VersionRecord
@@ -519,6 +519,8 @@ class StoreIndex:
         # mode=rw: a reader racing a store delete gets an error instead of silently
         # creating an empty database at the old place.
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode={mode}"
+        if create:
+            create_file(str(self.path))
         conn = open_wal(uri, uri=True, timeout=self.timeout)
         try:
             if create:

@@ -20,7 +20,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from ulid import ULID
 
 from ..clock import Clock, iso, system_clock
 from ..errors import NotFound
@@ -40,7 +39,7 @@ from ..limits import (
     set_quota_in,
 )
 from ..records import dumps
-from ..tokens import ROLES, SECRET_PREFIX, Token, hash_secret
+from ..tokens import Token, hash_secret, new_token
 from .db import Database, lock_key, translated
 
 _TOKEN_COLUMNS = "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256"  # noqa: S105
@@ -95,29 +94,13 @@ class PgTokenRegistry:
         expires_in: timedelta | None = None,
     ) -> tuple[Token, str]:
         """Create a token; return it with its secret (shown once, never stored)."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}")
-        if tenant is not None:
-            validate_id("tenant", tenant)
-        if project is not None:
-            validate_id("project", project)
-            if tenant is None:
-                raise ValueError("a token with a project needs a tenant")
-        if tenant is None and role != "admin":
-            raise ValueError("only admin tokens may omit the tenant")
-        if expires_in is not None and expires_in <= timedelta(0):
-            raise ValueError("expiry must be in the future")
-        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
-        now = self.clock()
-        token = Token(
-            id=f"tok_{ULID()}",
+        token, secret = new_token(
+            self.clock(),
             role=role,
             tenant=tenant,
             project=project,
             name=name,
-            created_at=iso(now),
-            expires_at=iso(now + expires_in) if expires_in else None,
-            sha256=hash_secret(secret),
+            expires_in=expires_in,
         )
         with self.db.transaction("tokens") as conn:
             conn.execute(
