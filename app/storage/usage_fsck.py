@@ -17,7 +17,7 @@ from functools import partial
 
 from .errors import Corrupt, LockTimeout, StorageError, UnsafePath
 from .fsck import is_id
-from .layout import STORE_ID_RE, TURN_DIR_RE, Scope
+from .layout import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope
 from .memstores.core import StoresBase
 from .models import FsckReport
 from .records import read_turn, turn_usage
@@ -139,7 +139,7 @@ class _UsageCheck:
                         counted, kept = reader.counted_usage(), reader.store_usage()
                     if counted != kept:
                         self.fault(
-                            f"{where}/_stores/{store_id}: usage counters differ from its index",
+                            f"{where}/{STORES_DIR}/{store_id}: usage counters differ from its index",
                             partial(self.stores.rebuild, store_dir, key),
                         )
                         continue
@@ -150,7 +150,7 @@ class _UsageCheck:
                         )
             except (LockTimeout, UnsafePath, sqlite3.Error) as exc:
                 self.report.problems.append(
-                    f"{where}/_stores/{store_id}: usage not checked ({exc})"
+                    f"{where}/{STORES_DIR}/{store_id}: usage not checked ({exc})"
                 )
         for store_id in sorted(set(rows) - set(present)):
             self.fault(

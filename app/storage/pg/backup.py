@@ -50,7 +50,15 @@ from ..backup.format import (
 )
 from ..clock import iso, parse_iso_us
 from ..errors import StorageError
-from ..layout import ARTIFACTS_DIR, CURSOR_KEY, TASK_RECORD, TURN_META, Scope, turn_dirname
+from ..layout import (
+    ARTIFACTS_DIR,
+    CURSOR_KEY,
+    STORE_RECORD,
+    TASK_RECORD,
+    TURN_META,
+    Scope,
+    turn_dirname,
+)
 from ..listing import meta_facts
 from ..memstores.index import version_row
 from ..memstores.records import StoreRecord, VersionRecord
@@ -210,7 +218,7 @@ def _export_store(storage: PgStorage, writer: BackupWriter, scope: Scope, store_
             return  # deleted since the listing
         record = StoreRecord.from_json(json.loads(row[0]), Path(store_id))
         writer.add(
-            store_member(scope.tenant, scope.project, store_id, "store.json"),
+            store_member(scope.tenant, scope.project, store_id, STORE_RECORD),
             dumps(record.to_json()),
         )
         with conn.cursor(name="backup_versions") as versions:
