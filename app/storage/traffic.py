@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .layout import Layout
-from .sqlitedb import open_wal, read_txn, write_txn
+from .sqlitedb import create_file, open_wal, read_txn, write_txn
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS traffic (
@@ -63,6 +63,7 @@ class TreeTraffic:
     def _connect(self) -> Iterator[sqlite3.Connection]:
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.traffic())
+        create_file(str(path))
         conn = open_wal(str(path), timeout=self.timeout)
         try:
             conn.executescript(_SCHEMA)
