@@ -90,6 +90,14 @@ def post_worker_init(worker):  # noqa: ANN001, ANN201
     start_for_worker(worker.wsgi)
 
 
+def worker_exit(server, worker):  # noqa: ANN001, ANN201
+    """Write this worker's last request counts (app/traffic.py) before it goes."""
+    app = getattr(worker, "wsgi", None)
+    recorder = getattr(app, "extensions", {}).get("traffic")
+    if recorder is not None:
+        recorder.close()
+
+
 def child_exit(server, worker):  # noqa: ANN001, ANN201
     """Drop a dead worker's live-gauge files (prometheus multiprocess mode)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

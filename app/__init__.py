@@ -14,12 +14,13 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, console, ratelimit, requestlog
+    from . import cli, console, ratelimit, requestlog, traffic
     from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
     from .json_provider import JSONProvider
     from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
+    from .schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
     from .storage.backends import open_backend
 
     app = Flask(__name__)
@@ -30,10 +31,12 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     # The tree, or PostgreSQL and an object store (MEMORY_DATABASE_URL, MEMORY_BLOB_URL).
     storage = app.extensions["storage"] = open_backend(app.config)
     app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
+    app.extensions["openapi_schemas"].extend(USAGE_SCHEMAS)
     app.extensions["token_registry"] = storage.token_registry(Path(app.config["TOKENS_FILE"]))
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
     requestlog.init_app(app)
     ratelimit.init_app(app)
+    traffic.init_app(app)
     register_error_handlers(app)
     # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
     ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp)

@@ -15,7 +15,8 @@ from .ratelimit import Limiter, limits_of, resolve
 from .storage import StorageError, TaskStore
 from .storage.atomic import flush_derived
 from .storage.facade import TreeStorage
-from .storage.limits import RateOverride, RateOverrides, format_bytes, parse_bytes
+from .storage.layout import Scope
+from .storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
 from .storage.models import FsckReport
 from .storage.tokens import ROLES, TokenRegistry
 
@@ -345,8 +346,142 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
     click.echo(f"{_where(tenant, project)}: {state}")
 
 
+# -- usage and quotas (app/storage/usage.py) ---------------------------------------------------
+@click.command("usage")
+@with_appcontext
+@click.option("--tenant", default=None, help="Only this tenant (default: every tenant).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def usage_command(tenant: str | None, as_json: bool) -> None:
+    """Show what each project and tenant stores, against its quotas."""
+    from . import usage_report as ur
+
+    storage = _storage()
+    try:
+        quotas = storage.limits().quotas()
+        tenants = ur.tenant_entries(storage, None if tenant is None else [tenant], quotas)
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    free = storage.free_space()
+    disk = None if free is None else {"free_bytes": free[0], "floor_bytes": free[1]}
+    if as_json:
+        click.echo(json.dumps({"tenants": tenants, "disk": disk}))
+        return
+    for entry in tenants:
+        click.echo(f"tenant {entry['tenant']}: {ur.usage_line(entry['usage'])}")
+        click.echo(f"  quota: {ur.quota_text(entry['quota'])}")
+        for project in entry["projects"]:
+            click.echo(
+                f"  project {entry['tenant']}/{project['project']}: {ur.usage_line(project['usage'])}"
+            )
+            if project["quota"]["bytes"] is not None or project["quota"]["tasks"] is not None:
+                click.echo(f"    quota: {ur.quota_text(project['quota'])}")
+    if not tenants:
+        click.echo("nothing stored yet")
+    if disk is not None:
+        click.echo(
+            f"disk: {format_bytes(disk['free_bytes'])} byte(s) free; writes stop at"
+            f" {format_bytes(disk['floor_bytes'])} (MEMORY_MIN_FREE_BYTES)"
+        )
+
+
+quota = AppGroup(
+    "quota", help="Show and change storage quotas per tenant and project (<root>/.limits.json)."
+)
+
+
+@quota.command("set")
+@click.option("--tenant", required=True)
+@click.option("--project", default=None, help="Omit to bound the tenant's total.")
+@click.option("--bytes", "nbytes", type=_ByteCount(), help="Bytes it may store (10GiB, 500MB).")
+@click.option("--tasks", type=click.IntRange(min=0), help="Tasks it may hold.")
+def set_quota(tenant: str, project: str | None, nbytes: int | None, tasks: int | None) -> None:
+    """Set a project's quota (or, without --project, the tenant's); fields not given keep
+    their value. Every worker applies it within a second."""
+    change = QuotaOverride(bytes=nbytes, tasks=tasks)
+    if change.empty:
+        raise click.UsageError("give at least one of --bytes, --tasks")
+    try:
+        entry = _storage().limits().set_quota(tenant, project, change)
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{_where(tenant, project)}: {_quota_text(entry)}")
+
+
+def _quota_text(entry: QuotaOverride) -> str:
+    from .usage_report import quota_text
+
+    return quota_text({"bytes": entry.bytes, "tasks": entry.tasks})
+
+
+@quota.command("show")
+@click.option("--tenant", default=None, help="Only this tenant's quotas.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_quotas(tenant: str | None, as_json: bool) -> None:
+    """Show every quota, with what is stored against it."""
+    storage = _storage()
+    try:
+        quotas = storage.limits().quotas()
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    tenants = {t: q for t, q in sorted(quotas.tenants.items()) if tenant is None or t == tenant}
+    projects = {
+        k: q for k, q in sorted(quotas.projects.items()) if tenant is None or k[0] == tenant
+    }
+    by_tenant: dict[str, Any] = {
+        t: {"quota": q.to_json(), "usage": _sum(storage, t).to_json()} for t, q in tenants.items()
+    }
+    by_project: dict[str, Any] = {
+        f"{t}/{p}": {"quota": q.to_json(), "usage": storage.usage(Scope(t, p)).to_json()}
+        for (t, p), q in projects.items()
+    }
+    path = str(storage.limits().path)
+    if as_json:
+        click.echo(json.dumps({"file": path, "tenants": by_tenant, "projects": by_project}))
+        return
+    from .usage_report import usage_line
+
+    for name, entry in [*by_tenant.items(), *by_project.items()]:
+        kind = "project" if "/" in name else "tenant"
+        click.echo(
+            f"{kind} {name}: {_quota_text(QuotaOverride(**entry['quota']))};"
+            f" stores {usage_line(entry['usage'])}"
+        )
+    if not tenants and not projects:
+        click.echo(f"no quotas in {path}")
+
+
+def _sum(storage: Any, tenant: str) -> Any:
+    from .storage.usage import ZERO
+
+    total = ZERO
+    for usage in storage.usages([tenant]).values():
+        total += usage
+    return total
+
+
+@quota.command("clear")
+@click.option("--tenant", required=True)
+@click.option("--project", default=None, help="Omit to clear the tenant's own quota.")
+@click.option("--bytes", "only_bytes", is_flag=True, help="Clear only the byte quota.")
+@click.option("--tasks", "only_tasks", is_flag=True, help="Clear only the task quota.")
+def clear_quota(tenant: str, project: str | None, only_bytes: bool, only_tasks: bool) -> None:
+    """Remove a project's (or a tenant's) quota: nothing bounds it there any more."""
+    names = tuple(n for n, on in (("bytes", only_bytes), ("tasks", only_tasks)) if on) or (
+        "bytes",
+        "tasks",
+    )
+    try:
+        cleared = _storage().limits().clear_quota(tenant, project, names)
+    except StorageError as exc:
+        raise click.ClickException(str(exc)) from None
+    state = "quota cleared" if cleared else "had no such quota"
+    click.echo(f"{_where(tenant, project)}: {state}")
+
+
 def init_app(app: Flask) -> None:
     app.cli.add_command(tokens)
     app.cli.add_command(ratelimit)
+    app.cli.add_command(quota)
+    app.cli.add_command(usage_command)
     for command in (sweep_command, fsck_command, export_command, import_command):
         app.cli.add_command(command)

@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask
 
 from .storage.limits import parse_bytes
+from .storage.quota import parse_floor
 
 PREFIX = "MEMORY"
 MiB = 1 << 20
@@ -57,6 +58,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     ),
     "MAX_ARTIFACT_BYTES": (50 * MiB, int, "Largest artifact accepted, in bytes."),
     "MAX_JSON_BYTES": (4 * MiB, int, "Largest JSON request body, in bytes."),
+    "MIN_FREE_BYTES": (
+        "2%",
+        str,
+        "Free space writes never go below on the storage root's disk (e.g. 5GiB, or 2% of the disk); reads and deletes go on (507).",
+    ),
     "SWEEP_INTERVAL": (
         3600.0,
         float,
@@ -166,6 +172,10 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_MAX_ARTIFACT_BYTES must be >= 1")
     if config["MAX_JSON_BYTES"] < 1024:
         raise ConfigError(f"{PREFIX}_MAX_JSON_BYTES must be >= 1024")
+    try:
+        parse_floor(config["MIN_FREE_BYTES"])
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}_MIN_FREE_BYTES: {exc}") from None
     if config["SWEEP_INTERVAL"] < 0:
         raise ConfigError(f"{PREFIX}_SWEEP_INTERVAL must be >= 0")
     for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT"):

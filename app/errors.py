@@ -23,6 +23,8 @@ from werkzeug.exceptions import HTTPException, InternalServerError
 from .serving import body_cut_off
 from .storage import errors as se
 from .storage.memstores import models as ms
+from .storage.quota import FloorReached
+from .storage.usage import QuotaExceeded
 
 log = logging.getLogger("app.errors")
 
@@ -167,6 +169,7 @@ def render(exc: HTTPException) -> Any:
     return response
 
 
+_NO_RETRY = {"x-should-retry": "false"}
 _FIELD_LOCATIONS = {
     "task_id": "path",
     "turn": "path",
@@ -219,6 +222,23 @@ def from_storage(exc: se.StorageError) -> HTTPException:
         return ApiError(413, f"{exc} (limit {exc.limit} bytes)")
     if isinstance(exc, se.LockTimeout):
         return ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, QuotaExceeded):
+        # 507: the request is fine and the server cannot store it; retrying will not help
+        # until space is freed (the SDKs honour x-should-retry).
+        return ApiError(
+            507,
+            f"insufficient storage: {exc}",
+            headers=_NO_RETRY,
+            error_type="quota_exceeded_error",
+            extra=exc.details(),
+        )
+    if isinstance(exc, FloorReached):
+        return ApiError(
+            507,
+            f"insufficient storage: {exc}",
+            headers=_NO_RETRY,
+            error_type="insufficient_storage_error",
+        )
     if isinstance(exc, se.NotSupported):
         return ApiError(501, str(exc))
     if isinstance(exc, se.InsufficientStorage):

@@ -1,6 +1,6 @@
 """Prometheus metrics: requests and latency by route and status, bytes written, lock waits,
-sweeper removals. Off by default; with ``MEMORY_METRICS=token`` ``GET /metrics`` answers
-admin tokens only.
+sweeper removals, and what each project stores against its quotas. Off by default; with
+``MEMORY_METRICS=token`` ``GET /metrics`` answers admin tokens only.
 
 Under gunicorn each worker is its own process, so the counters live in prometheus-client's
 multiprocess mode: ``gunicorn.conf.py`` points ``PROMETHEUS_MULTIPROC_DIR`` at an empty
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from flask import Blueprint, Flask, Response, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -23,8 +25,13 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .storage import locks
+
+if TYPE_CHECKING:
+    from .storage.interface import StorageBackend
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -58,6 +65,73 @@ bp = Blueprint("metrics", __name__)
 # Every label value comes from a closed set: a value taken from request input (a made-up method,
 # a path, a header) would be a new series per request, memory an attacker controls.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+# The kinds of usage, a closed set; the tenant and project labels come from the projects the
+# storage holds (never from a request), so they are as many as the projects that exist.
+USAGE_BYTES = ("turn_bytes", "artifact_bytes", "version_bytes", "memory_bytes")
+USAGE_ITEMS = ("tasks", "turns", "artifacts", "stores", "memories", "versions")
+
+
+class UsageCollector(Collector):
+    """Gauges read from the storage's counters at each scrape (one read per project)."""
+
+    def __init__(self, storage: StorageBackend) -> None:
+        self.storage = storage
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stored = GaugeMetricFamily(
+            "memory_usage_bytes",
+            "Bytes a project stores, by kind: turn, artifact, version (what quotas count),"
+            " and memory (the live memories, a part of the versions).",
+            labels=["tenant", "project", "kind"],
+        )
+        items = GaugeMetricFamily(
+            "memory_usage_items",
+            "What a project holds: tasks, turns, artifacts, stores, memories, versions.",
+            labels=["tenant", "project", "kind"],
+        )
+        quota = GaugeMetricFamily(
+            "memory_quota",
+            "A project's quota by kind (bytes, tasks); absent: none.",
+            labels=["tenant", "project", "kind"],
+        )
+        tenant_quota = GaugeMetricFamily(
+            "memory_tenant_quota",
+            "A tenant's quota (on the sum of its projects) by kind (bytes, tasks).",
+            labels=["tenant", "kind"],
+        )
+        quotas = self.storage.limits().quotas()
+        for scope, usage in sorted(
+            self.storage.usages().items(), key=lambda kv: (kv[0].tenant, kv[0].project)
+        ):
+            labels = [scope.tenant, scope.project]
+            for kind in USAGE_BYTES:
+                stored.add_metric([*labels, kind.removesuffix("_bytes")], getattr(usage, kind))
+            for kind in USAGE_ITEMS:
+                items.add_metric([*labels, kind], getattr(usage, kind))
+            own = quotas.projects.get((scope.tenant, scope.project))
+            for kind in ("bytes", "tasks"):
+                value = None if own is None else getattr(own, kind)
+                if value is not None:
+                    quota.add_metric([*labels, kind], value)
+        for tenant, own in sorted(quotas.tenants.items()):
+            for kind in ("bytes", "tasks"):
+                value = getattr(own, kind)
+                if value is not None:
+                    tenant_quota.add_metric([tenant, kind], value)
+        yield from (stored, items, quota, tenant_quota)
+        free = self.storage.free_space()
+        if free is not None:
+            disk = GaugeMetricFamily(
+                "memory_disk_free_bytes", "Bytes free on the storage root's filesystem."
+            )
+            disk.add_metric([], free[0])
+            floor = GaugeMetricFamily(
+                "memory_disk_floor_bytes", "Free space below which writes are refused (507)."
+            )
+            floor.add_metric([], free[1])
+            yield from (disk, floor)
 
 
 def record_sweep(report: object) -> None:
@@ -100,7 +174,9 @@ def get_metrics() -> Response:
         data = generate_latest(registry)
     else:
         data = generate_latest(REGISTRY)
-    return Response(data, mimetype=CONTENT_TYPE_LATEST)
+    usage = CollectorRegistry(auto_describe=False)
+    usage.register(UsageCollector(current_app.extensions["storage"]))
+    return Response(data + generate_latest(usage), mimetype=CONTENT_TYPE_LATEST)
 
 
 def init_app(app: Flask) -> None:

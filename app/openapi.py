@@ -48,6 +48,8 @@ ERROR_RESPONSES = {
     422: "Validation Error",
     501: "Not offered by this storage backend",
     503: "A lock stayed busy; retry after Retry-After seconds",
+    507: "Over a storage quota, or the server's disk is at its free-space floor; nothing was"
+    " written (docs/operations.md)",
 }
 
 

@@ -180,6 +180,7 @@ def app(tmp_path: Path, clock: FixedClock, backend_config: dict[str, Any]) -> It
         }
     )
     yield application
+    application.extensions["traffic"].close()
     application.extensions["storage"].close()
 
 

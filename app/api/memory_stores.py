@@ -75,6 +75,8 @@ ERRORS: dict[int, object] = {
     503: "MemoryStoresError",
 }
 CONFLICTS: dict[int, object] = {**ERRORS, 409: "MemoryStoresError"}
+# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
+FULL: dict[int, object] = {**CONFLICTS, 507: "MemoryStoresError"}
 
 store_create_in = s.MemoryStoreCreateRequest()
 store_update_in = s.MemoryStoreUpdateRequest()
@@ -189,7 +191,11 @@ def _memory_page(page: Page) -> dict[str, Any]:
 
 # -- stores --------------------------------------------------------------------------------
 @bp.post("")
-@doc(body=s.MemoryStoreCreateRequest, responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+@doc(
+    body=s.MemoryStoreCreateRequest,
+    responses={200: s.MemoryStore, **ERRORS, 507: "MemoryStoresError"},
+    tags=TAGS,
+)
 def create_memory_store() -> Response:
     """Create a memory store"""
     data = json_body(store_create_in)
@@ -296,7 +302,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
 @doc(
     params=[STORE_ID, _view_param("basic")],
     body=s.MemoryCreateRequest,
-    responses={200: s.Memory, **CONFLICTS},
+    responses={200: s.Memory, **FULL},
     tags=TAGS,
 )
 def create_memory(memory_store_id: str) -> Response:
@@ -379,7 +385,7 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
 UPDATE_DOC = doc(
     params=[STORE_ID, MEMORY_ID, _view_param("basic")],
     body=s.MemoryUpdateRequest,
-    responses={200: s.Memory, **CONFLICTS},
+    responses={200: s.Memory, **FULL},
     tags=TAGS,
 )
 

@@ -36,11 +36,14 @@ def _authenticate() -> None:
 @doc(
     params=[STORE_ID],
     body=s.MemoryToolInput,
-    responses={200: s.MemoryToolResult, **ERRORS},
+    responses={200: s.MemoryToolResult, **ERRORS, 507: "MemoryStoresError"},
     tags=TAGS,
 )
 def run_memory_tool(memory_store_id: str) -> Response:
-    """Run one memory-tool command (/memories/<rel> is the store's /<rel>)"""
+    """Run one memory-tool command (/memories/<rel> is the store's /<rel>)
+
+    A write over a quota, or at the disk's free-space floor, is a 507 (nothing was written).
+    """
     data = json_body(tool_input)
     principal = current_principal()
     tool = MemoryTool(

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, current_app, request
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
+from .. import usage_report
 from ..auth import current_principal, require_principal
 from ..errors import validation_error
 from ..permissions import only_owner
-from ..schemas import project_memory as s
+from ..schemas import project_memory as s, usage as us
 from ..storage import PayloadTooLarge
 from ..storage.interface import TaskBackend
 from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
@@ -85,6 +86,8 @@ ERRORS: dict[int, object] = {
     422: "HTTPValidationError",
     503: "HTTPError",
 }
+# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
+FULL: dict[int, object] = {507: "HTTPError"}
 bp = Blueprint("project_memory", __name__, url_prefix=PREFIX)
 
 put_turn_in = s.PutTurnRequest()
@@ -92,6 +95,7 @@ turn_out = s.TurnRecord()
 task_out = s.TaskIndex()
 task_list_out = s.TaskList()
 artifact_out = s.ArtifactRecord()
+usage_out = us.UsageReport()
 search_out = s.SearchResults()
 
 # Types a browser renders without running script; anything else is sent as a download.
@@ -242,7 +246,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
 @doc(
     params=[TASK_ID, TURN, *CONDITIONAL],
     body=s.PutTurnRequest,
-    responses={200: s.TurnRecord, 412: "HTTPError", **ERRORS},
+    responses={200: s.TurnRecord, 412: "HTTPError", **FULL, **ERRORS},
     headers=ETAG_HEADER,
 )
 def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
@@ -310,6 +314,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         404: "HTTPError",
         412: "HTTPError",
         413: "HTTPError",
+        **FULL,
         **ERRORS,
     },
     headers=ETAG_HEADER,
@@ -335,10 +340,40 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         content_type=kind,
         if_match=if_match(),
         if_none_match=if_none_match_star(),
+        size=declared,  # admitted against quotas and the disk before the body is read
     )
     payload = artifact_out.dump(info)
     payload.update(task_id=task_id, turn=turn_no)
     return json_response(payload, headers={"ETag": info.etag})
+
+
+@bp.get("/usage")
+@doc(
+    params=[
+        {
+            "name": "hours",
+            "in": "query",
+            "required": False,
+            "description": "Hours of traffic to return, the current one included.",
+            "schema": {"type": "integer", "minimum": 1, "default": 24},
+        }
+    ],
+    responses={200: us.UsageReport, **ERRORS},
+)
+def get_usage() -> ResponseReturnValue:
+    """Usage, quotas and traffic of the project (tenant_admin and admin: of every project of the tenant)
+
+    Counters kept by every write, never a walk of what is stored; quotas from
+    `flask --app wsgi quota`. A write that would go over a quota answers 507.
+    """
+    hours = query_int("hours", 24, 1, max(1, int(current_app.config["RETENTION_DAYS"] * 24)))
+    principal = current_principal()
+    body = usage_report.report(
+        storage(), principal.scope, whole_tenant=principal.at_least("tenant_admin"), hours=hours
+    )
+    if not principal.at_least("admin"):
+        body["disk"] = None  # the disk is every tenant's
+    return json_response(usage_out.dump(body))
 
 
 @bp.get("/search")

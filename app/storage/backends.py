@@ -16,7 +16,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     """The backend of ``settings`` (the app's validated config: ``STORAGE_ROOT``,
     ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
     ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``,
-    ``GROUP_COMMIT``)."""
+    ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none)."""
     common: dict[str, Any] = {
         "retention": timedelta(days=settings["RETENTION_DAYS"]),
         "lock_timeout": settings["LOCK_TIMEOUT"],
@@ -40,5 +40,6 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         Path(settings["STORAGE_ROOT"]),
         tokens_file=Path(settings["TOKENS_FILE"]),
         group_commit=settings.get("GROUP_COMMIT", True),
+        min_free=settings.get("MIN_FREE_BYTES"),
         **common,
     )

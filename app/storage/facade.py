@@ -30,6 +30,7 @@ from .memstores.fsck import upgrade_store_dirs, upgrade_store_search
 from .memstores.retention import VersionSweep
 from .models import FsckReport, SearchPage
 from .projects import list_projects
+from .quota import FreeSpace, QuotaSource
 from .readiness import check_ready
 from .records import dumps, read_json
 from .recovery import Plan, Recovery, Report
@@ -37,6 +38,10 @@ from .retention import SweepReport, sweep
 from .search import TreeSearch
 from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
 from .tokens import TokenRegistry
+from .traffic import TrafficRow, TreeTraffic
+from .usage import Usage
+from .usage_fsck import fsck_usage, upgrade_usage
+from .usage_tree import TreeUsage
 
 if TYPE_CHECKING:
     import filelock
@@ -92,9 +97,17 @@ class TreeStorage:
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         tokens_file: Path | None = None,
         group_commit: bool = True,
+        min_free: str | int | None = None,
     ) -> None:
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
+        limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
+        usage = TreeUsage(
+            limits.layout,
+            lock_timeout=lock_timeout,
+            quotas=QuotaSource(limits),
+            floor=None if min_free is None else FreeSpace(limits.layout.root, min_free),
+        )
         self.tasks = TaskStore(
             root,
             retention=retention,
@@ -102,25 +115,31 @@ class TreeStorage:
             clock=clock,
             max_artifact_bytes=max_artifact_bytes,
             group_commit=group_commit,
+            usage=usage,
         )
         self.stores = MemoryStoreEngine(
-            root, lock_timeout=lock_timeout, clock=clock, group_commit=group_commit
+            root, lock_timeout=lock_timeout, clock=clock, group_commit=group_commit, usage=usage
         )
+        self.usage_counters = usage
         self.layout = self.tasks.layout
+        self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
         self.searcher = TreeSearch(self.tasks, self.stores)
         self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines)."""
-        return SweepOutcome(
+        outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
         )
+        self.usage_counters.freed()
+        return outcome
 
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check (and with ``repair`` rebuild) every derived file of both engines."""
         report = fsck(self.tasks, repair=repair, grace=grace)
         self.stores.fsck(report, repair=repair)
+        fsck_usage(self.tasks, self.stores, report, repair=repair)
         return report
 
     def upgrade(self) -> list[str]:
@@ -138,6 +157,7 @@ class TreeStorage:
             if count:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         done += upgrade_store_search(self.stores)
+        done += upgrade_usage(self.tasks, self.stores)
         return done
 
     def search(
@@ -195,6 +215,35 @@ class TreeStorage:
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list_projects(self.layout, tenants)
 
+    # -- usage, quotas, traffic (app/storage/usage.py, traffic.py) ---------------------------
+    def usage(self, scope: Scope) -> Usage:
+        """What a project stores (zero for a project that does not exist)."""
+        return self.usage_counters.project(scope)[0]
+
+    def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:
+        """What every project of ``tenants`` (None: of every tenant) stores."""
+        return {s: self.usage(s) for s in self.projects(tenants)}
+
+    def free_space(self) -> tuple[int, int] | None:
+        """(bytes free on the root's filesystem, the floor writes stop at); None: no floor."""
+        floor = self.usage_counters.floor
+        return None if floor is None else (floor.free(), floor.floor())
+
+    def record_traffic(self, rows: Iterable[TrafficRow]) -> None:
+        """Add requests and bytes to their hours (what one worker counted since its last)."""
+        self.traffic_log.add(rows)
+
+    def traffic(
+        self, tenant: str, project: str | None = None, *, since_hour: int = 0
+    ) -> list[TrafficRow]:
+        """The hours of a tenant (or one of its projects) from ``since_hour`` (hours since
+        the epoch), per project and token."""
+        return self.traffic_log.rows(tenant, project, since_hour=since_hour)
+
+    def prune_traffic(self, before_hour: int) -> int:
+        """Forget the hours before ``before_hour``; return how many rows went."""
+        return self.traffic_log.prune(before_hour)
+
     def key(self, name: str) -> bytes:
         return root_key(self.layout, name)
 
@@ -214,7 +263,7 @@ class TreeStorage:
         return self._registry
 
     def limits(self) -> LimitsFile:
-        return LimitsFile(self.layout.root, lock_timeout=self.tasks.lock_timeout)
+        return self._limits
 
     def lead(self, name: str) -> _FileLease | None:
         """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""

@@ -18,7 +18,7 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from .clock import Clock
 from .layout import Scope
-from .limits import RateOverride, RateOverrides
+from .limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
 from .models import (
     ArtifactInfo,
@@ -30,6 +30,8 @@ from .models import (
     TurnRecord,
 )
 from .tokens import Token
+from .traffic import TrafficRow
+from .usage import Usage
 
 
 class TaskBackend(Protocol):
@@ -80,6 +82,7 @@ class TaskBackend(Protocol):
         content_type: str,
         if_match: str | None = None,
         if_none_match: bool = False,
+        size: int | None = None,
     ) -> ArtifactInfo: ...
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream: ...
@@ -257,6 +260,16 @@ class LimitsStore(Protocol):
 
     def clear_rate(self, tenant: str, project: str | None) -> bool: ...
 
+    def quotas(self) -> Quotas: ...
+
+    def set_quota(
+        self, tenant: str, project: str | None, change: QuotaOverride
+    ) -> QuotaOverride: ...
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool: ...
+
 
 class Lease(Protocol):
     """Leadership held by one thread of one process of every node (the sweeper's)."""
@@ -318,6 +331,32 @@ class StorageBackend(Protocol):
 
     def key(self, name: str) -> bytes:
         """A per-deployment secret (``CURSOR_KEY``, ``CONSOLE_KEY``), made on first use."""
+        ...
+
+    def usage(self, scope: Scope) -> Usage:
+        """What a project stores (app/storage/usage.py): its counters, never a walk."""
+        ...
+
+    def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:
+        """What every project of ``tenants`` (None: of every tenant) stores."""
+        ...
+
+    def free_space(self) -> tuple[int, int] | None:
+        """(bytes free, the floor writes stop at) of the local disk; None when there is none."""
+        ...
+
+    def record_traffic(self, rows: Iterable[TrafficRow]) -> None:
+        """Add requests and bytes to their hours (one worker's sums since its last flush)."""
+        ...
+
+    def traffic(
+        self, tenant: str, project: str | None = None, *, since_hour: int = 0
+    ) -> list[TrafficRow]:
+        """The hours of a tenant (or one project) from ``since_hour``, per project and token."""
+        ...
+
+    def prune_traffic(self, before_hour: int) -> int:
+        """Forget the hours before ``before_hour`` (hours since the epoch)."""
         ...
 
     def describe(self) -> dict[str, Path | str]: ...

@@ -20,6 +20,8 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/_server.lock, _canary, _recovering      the root lock and the recovery's state
     <root>/.server-running                                the running sentinel (recovery.py)
     <root>/.trash/                                        deletions in progress
+    <root>/.locks/<tenant>/_usage.lock                    checks against the tenant's quota
+    <root>/.traffic.sqlite3                               requests and bytes per hour (traffic.py)
     <root>/.cursor-key                                    signs list cursors (app/storage/cursor.py)
     <root>/.console-key                                   signs the console's session cookies
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
@@ -80,6 +82,7 @@ SERVER_LOCK = "_server.lock"
 CANARY = "_canary"
 RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: app/storage/limits.py
+TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: traffic.py
 TMP_PREFIX = ".~tmp-"
 # An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
 # publishing its bytes and committing meta.json; repair puts it back when the commit is lost.
@@ -254,6 +257,13 @@ class Layout:
 
     def project_lock(self, scope: Scope) -> Path:
         return self.locks_dir() / scope.tenant / scope.project / "project.lock"
+
+    def tenant_usage_lock(self, tenant: str) -> Path:
+        """Held while a write checks and reserves against its tenant's quota."""
+        return self.locks_dir() / validate_id("tenant", tenant) / "_usage.lock"
+
+    def traffic(self) -> Path:
+        return self.root / TRAFFIC_DB
 
     def sentinel(self) -> Path:
         return self.root / SENTINEL

@@ -11,9 +11,9 @@
       }
     }
 
-An entry holds one section per kind of limit. This module owns the ``"rate"`` section and
-keeps every other section (and every other top-level key) as it found it, so other kinds of
-limit can live in the same file. Changes are made under a lock in the lock tree and written
+An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/ratelimit.py)
+and ``"quota"`` (the storage quotas, app/storage/usage.py). Each command changes only its
+own section and keeps every other section (and every other top-level key) as it found it. Changes are made under a lock in the lock tree and written
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
 inode, size or mtime changes (:meth:`LimitsFile.stamp`).
 
@@ -21,6 +21,11 @@ Rate fields, all optional and all >= 0: ``rps`` (requests per second, fractions 
 ``burst`` (requests at once), ``upload_bps`` (request body bytes per second of writes),
 ``upload_burst`` (body bytes at once). A rate of 0 means no limit; a burst needs the rate of
 its pair in the same entry.
+
+Quota fields, both optional, both whole numbers >= 0: ``bytes`` (what the project or the
+tenant may store) and ``tasks`` (how many tasks it may hold). A project's entry limits that
+project and a tenant's entry limits the sum of its projects: both apply to every write. A
+quota of 0 lets nothing more be stored; a field that is absent sets no limit.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -42,6 +47,7 @@ from .records import dumps, read_json
 
 VERSION = 1
 RATE = "rate"
+QUOTA = "quota"
 
 _UNITS = {
     "": 1,
@@ -125,6 +131,43 @@ class RateOverrides:
 NO_OVERRIDES = RateOverrides({}, {})
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaOverride:
+    """The ``"quota"`` section of one entry; None: no limit of that kind here."""
+
+    bytes: int | None = None
+    tasks: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    def merged(self, change: QuotaOverride) -> QuotaOverride:
+        """This section with every field ``change`` sets replaced."""
+        return QuotaOverride(**{**self.to_json(), **change.to_json()})
+
+    def without(self, names: tuple[str, ...]) -> QuotaOverride:
+        return QuotaOverride(**{k: v for k, v in self.to_json().items() if k not in names})
+
+    @property
+    def empty(self) -> bool:
+        return not self.to_json()
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """Every ``"quota"`` section of the file, by tenant and by (tenant, project)."""
+
+    tenants: Mapping[str, QuotaOverride]
+    projects: Mapping[tuple[str, str], QuotaOverride]
+
+    def of(self, tenant: str, project: str) -> tuple[QuotaOverride | None, QuotaOverride | None]:
+        """The quotas a write in ``tenant/project`` answers to: the project's, the tenant's."""
+        return self.projects.get((tenant, project)), self.tenants.get(tenant)
+
+
+NO_QUOTAS = Quotas({}, {})
+
+
 def rate_from_json(obj: object, where: str) -> RateOverride:
     """Check a ``"rate"`` section; raise LimitsFileError naming ``where`` when it is wrong."""
     if not isinstance(obj, dict):
@@ -149,6 +192,19 @@ def rate_from_json(obj: object, where: str) -> RateOverride:
     return RateOverride(**values)  # type: ignore[arg-type]
 
 
+def quota_from_json(obj: object, where: str) -> QuotaOverride:
+    """Check a ``"quota"`` section; raise LimitsFileError naming ``where`` when it is wrong."""
+    if not isinstance(obj, dict):
+        raise LimitsFileError(f"{where}: the quota section must be an object")
+    unknown = sorted(set(obj) - {f.name for f in fields(QuotaOverride)})
+    if unknown:
+        raise LimitsFileError(f"{where}: unknown quota field(s) {', '.join(unknown)}")
+    for name, value in obj.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise LimitsFileError(f"{where}: {name} must be a whole number >= 0")
+    return QuotaOverride(**obj)
+
+
 def project_key(tenant: str, project: str) -> str:
     return f"{tenant}/{project}"
 
@@ -162,12 +218,26 @@ def _entries(doc: dict[str, Any], section: str) -> dict[str, Any]:
 
 def check_document(doc: object) -> RateOverrides:
     """Validate a whole file's content; return its rate sections."""
+    rates, _ = check_sections(doc)
+    return rates
+
+
+def quotas_of(doc: object) -> Quotas:
+    """Validate a whole file's content; return its quota sections."""
+    _, quotas = check_sections(doc)
+    return quotas
+
+
+def check_sections(doc: object) -> tuple[RateOverrides, Quotas]:
+    """Validate a whole file's content; return its rate and quota sections."""
     if not isinstance(doc, dict):
         raise LimitsFileError("the file must hold a JSON object")
     if doc.get("version") != VERSION:
         raise LimitsFileError(f"unsupported version {doc.get('version')!r} (expected {VERSION})")
     tenants: dict[str, RateOverride] = {}
     projects: dict[tuple[str, str], RateOverride] = {}
+    tenant_quotas: dict[str, QuotaOverride] = {}
+    project_quotas: dict[tuple[str, str], QuotaOverride] = {}
     try:
         for key, entry in _entries(doc, "tenants").items():
             if not isinstance(entry, dict):
@@ -175,6 +245,8 @@ def check_document(doc: object) -> RateOverrides:
             validate_id("tenant", key)
             if RATE in entry:
                 tenants[key] = rate_from_json(entry[RATE], f"tenants.{key}")
+            if QUOTA in entry:
+                tenant_quotas[key] = quota_from_json(entry[QUOTA], f"tenants.{key}")
         for key, entry in _entries(doc, "projects").items():
             if not isinstance(entry, dict):
                 raise LimitsFileError(f"projects.{key}: must be an object")
@@ -185,9 +257,44 @@ def check_document(doc: object) -> RateOverrides:
             validate_id("project", project)
             if RATE in entry:
                 projects[(tenant, project)] = rate_from_json(entry[RATE], f"projects.{key}")
+            if QUOTA in entry:
+                project_quotas[(tenant, project)] = quota_from_json(entry[QUOTA], f"projects.{key}")
     except InvalidName as exc:
         raise LimitsFileError(f"bad name in the limits file: {exc}") from None
-    return RateOverrides(tenants, projects)
+    return RateOverrides(tenants, projects), Quotas(tenant_quotas, project_quotas)
+
+
+def set_quota_in(
+    doc: dict[str, Any], section: str, key: str, change: QuotaOverride
+) -> QuotaOverride:
+    """Set the fields ``change`` gives in the quota section of ``doc[section][key]``; return
+    the section as it now is (the caller writes ``doc`` back)."""
+    where = f"{section}.{key}"
+    entry = doc.setdefault(section, {}).setdefault(key, {})
+    current = quota_from_json(entry.get(QUOTA, {}), where)
+    updated = quota_from_json(current.merged(change).to_json(), where)
+    entry[QUOTA] = updated.to_json()
+    return updated
+
+
+def clear_quota_in(doc: dict[str, Any], section: str, key: str, names: tuple[str, ...]) -> bool:
+    """Drop the fields ``names`` of the quota section of ``doc[section][key]`` (the section
+    goes when it is left empty, the entry when nothing else is in it); False when none was set."""
+    entries = doc.get(section, {})
+    entry = entries.get(key)
+    if entry is None or QUOTA not in entry:
+        return False
+    current = quota_from_json(entry[QUOTA], f"{section}.{key}")
+    kept = current.without(names)
+    if kept == current:
+        return False
+    if kept.empty:
+        del entry[QUOTA]
+    else:
+        entry[QUOTA] = kept.to_json()
+    if not entry:  # other kinds of limit keep the entry alive
+        del entries[key]
+    return True
 
 
 class LimitsFile:
@@ -198,6 +305,9 @@ class LimitsFile:
         self.path = self.layout.root / LIMITS_FILE
         self.lock_path = self.layout.root / LOCKS_DIR / f"{LIMITS_FILE}.lock"
         self.lock_timeout = lock_timeout
+        # Called after each change made through this object: this process applies it at
+        # once (others look at the file's stamp within a second).
+        self.listeners: list[Callable[[], None]] = []
 
     # -- reading ---------------------------------------------------------------------------
     def stamp(self) -> tuple[int, int, int]:
@@ -225,6 +335,10 @@ class LimitsFile:
         """Every rate override in the file (none when there is no file)."""
         return check_document(self.document())
 
+    def quotas(self) -> Quotas:
+        """Every quota in the file (none when there is no file)."""
+        return quotas_of(self.document())
+
     # -- writing ---------------------------------------------------------------------------
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
@@ -238,6 +352,8 @@ class LimitsFile:
             after = dumps(doc)
             if after != before:
                 write_atomic(self.path, after)
+        for listener in self.listeners:
+            listener()
 
     def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
         try:
@@ -274,3 +390,18 @@ class LimitsFile:
             if not entry:  # other kinds of limit keep the entry alive
                 del entries[key]
         return True
+
+    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
+        """Set the quota fields ``change`` gives for a project (or, without one, for the
+        tenant's total); keep the entry's other fields. Return the section as written."""
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return set_quota_in(doc, section, key, change)
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool:
+        """Drop quota fields of a project (or tenant) entry; False when none of them was set."""
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return clear_quota_in(doc, section, key, names)

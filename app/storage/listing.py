@@ -14,19 +14,21 @@ write's sequence number, which stamps the project digest's sections (app/storage
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import digestdb, fts, turn_search
+from . import digestdb, fts, listing_usage as lu, turn_search
 from .digest import DigestRow, Section
 from .errors import LockTimeout
 from .sqlitedb import create_file, is_busy, open_wal, read_txn, write_txn
 from .turn_search import TurnText
+from .usage import Reserved, StoreUsage, TurnUsage, Usage
 
 _SCHEMA = (
     """
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 """
     + digestdb.SCHEMA
+    + lu.SCHEMA
 )
 
 # Version 2 keeps each task's turn count, latest turn and earliest turn expiry in its tasks
@@ -74,7 +77,10 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 #
 # Version 4 adds the digest's sections (app/storage/digestdb.py); a listing with tasks gets
 # them from the start-up upgrade's backfill, and until then the digest is rendered whole.
-_VERSION = 4
+#
+# Version 5 adds the usage rows and counters (app/storage/listing_usage.py); a listing with
+# tasks gets them from the start-up upgrade's backfill, and until then its usage reads low.
+_VERSION = 5
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (
@@ -195,6 +201,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         has_tasks = conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone()
         if has_tasks and not conn.execute("SELECT 1 FROM digest LIMIT 1").fetchone():
             conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
+        lu.migrate(conn, has_tasks=bool(has_tasks))
         conn.execute(
             "DELETE FROM counters WHERE name IN"
             " ('digest_generation', 'digest_valid_until_us', 'digest_rendered_us')"
@@ -211,7 +218,10 @@ def _set_task(
     rows: list[TurnRow],
     section: Section | None,
     texts: Mapping[int, TurnText] | None = None,
+    usage: list[TurnUsage] | None = None,
 ) -> None:
+    if usage is not None or not rows:
+        lu.set_task(conn, task_id, usage or [])
     existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
     conn.execute("DELETE FROM turns WHERE task_id = ?", (task_id,))
     turn_search.set_task(conn, task_id, [r.turn for r in rows], texts)
@@ -363,34 +373,57 @@ class Listing:
         turns: Iterable[TurnRow],
         section: Section | None = None,
         texts: Mapping[int, TurnText] | None = None,
+        usage: Iterable[TurnUsage] | None = None,
     ) -> None:
         """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), its digest
-        section ``section`` (None: it has no live turn), and its search rows those of
-        ``texts`` (None: keep those of the turns that remain)."""
+        section ``section`` (None: it has no live turn), its search rows those of ``texts``
+        (None: keep those of the turns that remain), and its usage rows ``usage`` (None:
+        kept, unless no turn is left)."""
         with self.write() as conn:
-            _set_task(conn, task_id, list(turns), section, texts)
+            _set_task(
+                conn, task_id, list(turns), section, texts, None if usage is None else list(usage)
+            )
 
     def set_tasks(
         self,
         tasks: dict[str, tuple[list[TurnRow], Section | None]],
         batch: int = 1000,
         texts: Mapping[str, Mapping[int, TurnText]] | None = None,
+        usage: Mapping[str, list[TurnUsage]] | None = None,
     ) -> None:
         """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
         items = list(tasks.items())
         for start in range(0, len(items), batch):
             with self.write() as conn:
                 for task_id, (rows, section) in items[start : start + batch]:
-                    _set_task(conn, task_id, rows, section, (texts or {}).get(task_id))
+                    _set_task(
+                        conn,
+                        task_id,
+                        rows,
+                        section,
+                        (texts or {}).get(task_id),
+                        None if usage is None else usage[task_id],
+                    )
 
     def put_turn(
-        self, task_id: str, row: TurnRow, section: Section, text: TurnText | None = None
+        self,
+        task_id: str,
+        row: TurnRow,
+        section: Section | None,
+        text: TurnText | None = None,
+        usage: TurnUsage | None = None,
+        release: str | None = None,
     ) -> None:
-        """Record one written turn and the task's digest section: O(log n) whatever the
-        project size; ``text``: what search finds it by (None: unchanged)."""
+        """Record one written turn and the task's digest section (None: the task has no live
+        turn): O(log n) whatever the project size; ``text``: what search finds it by (None:
+        unchanged); ``usage``: what it stores, counted in the same transaction, which also
+        drops the write's reservation ``release`` (app/storage/usage.py)."""
         with self.write() as conn:
             if text is not None:
                 turn_search.put(conn, row.turn, text)
+            if usage is not None:
+                lu.put_turn(conn, task_id, usage)
+            lu.release(conn, release)
             existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
             conn.execute(
                 f"INSERT INTO turns VALUES ({_TURN_VALUES}) ON CONFLICT (task_id, turn) DO UPDATE"
@@ -410,6 +443,82 @@ class Listing:
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
             digestdb.put_section(conn, task_id, section)
+
+    # -- usage (app/storage/listing_usage.py) ----------------------------------------------
+    def usage(self, now_us: int) -> tuple[Usage, Reserved]:
+        """What the project stores and what its writes in flight have reserved, one snapshot."""
+        with self.read() as conn:
+            return lu.usage(conn), lu.reserved(conn, now_us)
+
+    def reserve(
+        self,
+        ident: str,
+        nbytes: int,
+        tasks: int,
+        *,
+        owner: str,
+        now_us: int,
+        expires_us: int,
+        check: Callable[[Usage, Reserved], None],
+    ) -> None:
+        """Add to reservation ``ident`` if ``check(usage, reserved)`` (of this same write
+        transaction: no other writer of the project can reserve in between) does not raise."""
+        with self.maintain() as conn:
+            check(lu.usage(conn), lu.reserved(conn, now_us, drop_dead=True))
+            lu.reserve(conn, ident, nbytes, tasks, owner, expires_us)
+
+    def renew_reservation(self, ident: str, expires_us: int) -> None:
+        with self.maintain() as conn:
+            lu.renew(conn, ident, expires_us)
+
+    def release_reservation(self, ident: str) -> None:
+        with self.maintain() as conn:
+            lu.release(conn, ident)
+
+    def set_store_usage(
+        self, store_id: str, usage: StoreUsage | None, release: str | None = None
+    ) -> None:
+        """Record what a store holds (None: it is gone), dropping the reservation ``release``
+        of the write that changed it in the same transaction."""
+        with self.maintain() as conn:
+            lu.set_store(conn, store_id, usage)
+            lu.release(conn, release)
+
+    def usage_turn_rows(self) -> Iterator[tuple[str, list[TurnUsage]]]:
+        """Each task's turn usage rows, in task id order (streamed: fsck)."""
+        rows = self.stream(
+            "SELECT task_id, turn, artifacts, artifact_bytes, turn_bytes FROM usage_turns"
+            " ORDER BY task_id, turn"
+        )
+        for task_id, group in itertools.groupby(rows, key=lambda r: r[0]):
+            yield str(task_id), [lu.turn_usage_of(r[1:]) for r in group]
+
+    def usage_of_task(self, task_id: str) -> list[TurnUsage]:
+        """One task's turn usage rows, in turn order."""
+        with self.read() as conn:
+            return lu.task_rows(conn, task_id)
+
+    def usage_store_rows(self) -> dict[str, StoreUsage]:
+        """Every store's usage row (a project holds few stores)."""
+        with self.read() as conn:
+            return lu.store_rows(conn)
+
+    def usage_counter_sums(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The project's usage counters, and the sums of its rows."""
+        with self.read() as conn:
+            return lu.counter_sums(conn)
+
+    def recount_usage(self) -> None:
+        """Set the usage counters to the sums of the usage rows (fsck repair)."""
+        with self.maintain() as conn:
+            lu.recount(conn)
+
+    def usage_needs_backfill(self) -> bool:
+        return lu.needs_backfill(self._conn())
+
+    def usage_backfilled(self) -> None:
+        with self.maintain() as conn:
+            lu.backfilled(conn)
 
     # -- search (app/storage/turn_search.py) ----------------------------------------------------
     def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:

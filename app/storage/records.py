@@ -23,6 +23,7 @@ from .listing import TurnRow, meta_facts
 from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
 from .noatime import open_noatime, read_all
 from .tree import Tree
+from .usage import TurnUsage
 
 FORMAT_VERSION = 1
 
@@ -157,6 +158,17 @@ def turn_row(record: TurnRecord, owner: str | None) -> TurnRow:
         parse_iso_us(record.retain_until),
         _text(owner),
         *meta_facts(record.meta),
+    )
+
+
+def turn_usage(record: TurnRecord) -> TurnUsage:
+    """What a turn stores (app/storage/usage.py): its artifacts and their bytes, and its meta
+    as compact JSON plus its summary, in UTF-8 (the same count on every backend)."""
+    return TurnUsage(
+        record.turn,
+        len(record.artifacts),
+        sum(a.size for a in record.artifacts),
+        len(dumps_compact(record.meta)) + len(record.summary_md.encode("utf-8")),
     )
 
 

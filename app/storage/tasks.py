@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from ulid import ULID
 
@@ -95,11 +95,14 @@ from .records import (
     turn_from_json,
     turn_row,
     turn_to_json,
+    turn_usage,
     write_json,
 )
 from .tree import Tree
 from .turn_search import TurnText, turn_text
 from .txn import Key, Transactions, Txn
+from .usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
+from .usage_tree import TreeUsage, settling
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -124,8 +127,11 @@ class TaskStore:
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         group_commit: bool = True,
+        usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
+        # Counters, quotas and the free-space floor (app/storage/usage_tree.py).
+        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.retention = retention
         self.lock_timeout = lock_timeout
         self.clock = clock
@@ -185,9 +191,11 @@ class TaskStore:
         index: dict[str, Any] | None,
         *,
         summary: bool,
+        ticket: Ticket = NO_TICKET,
     ) -> None:
         """Write the derived files after ``record`` committed; ``index`` is the task's index.json
-        as read earlier under the same lock (the record write does not change it)."""
+        as read earlier under the same lock (the record write does not change it). The listing
+        row counts what the turn stores and drops ``ticket``'s reservation, in one transaction."""
         turn_dir = task_dir / turn_dirname(record.turn)
         # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
@@ -199,12 +207,11 @@ class TaskStore:
         row = turn_row(record, index.get("owner"))
         # An artifact upload (summary=False) leaves meta and summary, the searched text, alone.
         text = turn_text(record) if summary else None
+        # None: only a clock that jumped past the new turn's retention (it leaves the digest).
         section = self.section(scope, task_id, index, self.now_us(), (record,))
         listing = self.listing(scope, below=task_dir.parent)
-        if section is None:  # only a clock that jumped past the new turn's retention
-            listing.set_task(task_id, index_rows(index), None)
-        else:
-            listing.put_turn(task_id, row, section, text)
+        listing.put_turn(task_id, row, section, text, turn_usage(record), release=ticket.id)
+        ticket.settled()
 
     def section(
         self,
@@ -258,7 +265,11 @@ class TaskStore:
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
-        with self.transaction(scope, task_id) as txn, os_errors():
+        with (
+            self.transaction(scope, task_id) as txn,
+            os_errors(),
+            contextlib.ExitStack() as stack,
+        ):
             now_us = self.now_us()
             self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
@@ -266,6 +277,21 @@ class TaskStore:
             _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
             index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
+            kept = alive.artifacts if alive else ()
+            stored = turn_usage(TurnRecord(task_id, turn, meta, summary_md, kept, "", "", "", 0))
+            was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
+            ticket = self.usage.admit(
+                scope,
+                # meta.json holds the summary and meta, summary.md the summary again, and
+                # index.json the meta of every turn: about three times the turn's bytes.
+                gross=3 * stored.turn_bytes + 8192,
+                add_bytes=stored.artifact_bytes
+                + stored.turn_bytes
+                - was.artifact_bytes
+                - was.turn_bytes,
+                add_tasks=int(index is None),
+            )
+            stack.enter_context(settling(ticket))
             txn.begin()
             if not task_dir.exists() or read_task_record(task_dir) is None:
                 make_dirs(task_dir, self.layout.root)
@@ -297,7 +323,9 @@ class TaskStore:
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
-            self._write_derived(scope, task_id, task_dir, record, index, summary=True)
+            self._write_derived(
+                scope, task_id, task_dir, record, index, summary=True, ticket=ticket
+            )
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)
         return record
@@ -399,6 +427,7 @@ class TaskStore:
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
+        self.usage.freed()
         # Its text leaves the search index's file too, not only its answers (fts.py), right
         # after the answer: the purge rewrites the project's whole index. A purge that
         # cannot finish (an index kept busy) stays pending for the next sweep.
@@ -435,27 +464,52 @@ class TaskStore:
         content_type: str,
         if_match: str | None = None,
         if_none_match: bool = False,
+        size: int | None = None,
     ) -> ArtifactInfo:
-        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock."""
+        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock.
+
+        ``size``: the body's declared length. It is admitted (floor, quotas) before a byte is
+        read; a body of unknown length is admitted slice by slice as it streams in.
+        """
         validate_turn(turn)
         validate_artifact_name(name)
         path = self.layout.artifact(scope, task_id, turn, name)
         self.layout.check_inside(path)
         turn_dir = path.parent.parent
         self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
-        if self._alive(read_turn(turn_dir), self.now_us()) is None:
+        found = self._alive(read_turn(turn_dir), self.now_us())
+        if found is None:
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        # The staged bytes and a new artifacts/ join the transaction's group flush (if any).
-        with group_commit(self.layout.root, enabled=self.txns.group_commit):
-            created = self._ensure_artifacts_dir(path.parent, task_id, turn)
-            try:
-                return self._put_artifact(
-                    scope, task_id, turn, name, stream, content_type, if_match, if_none_match
-                )
-            except BaseException:
-                if created:
-                    self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
-                raise
+        # What it replaces, as read now; checked again under the lock (ticket.cover).
+        before = next((a.size for a in found.artifacts if a.name == name), 0)
+        ticket = self.usage.admit(
+            scope, gross=size or 0, add_bytes=0 if size is None else size - before
+        )
+        try:
+            body = ReservingStream(
+                stream, ticket, self.usage.floor, known=size is not None, credit=before
+            )
+            # The staged bytes and a new artifacts/ join the transaction's group flush (if any).
+            with group_commit(self.layout.root, enabled=self.txns.group_commit):
+                created = self._ensure_artifacts_dir(path.parent, task_id, turn)
+                try:
+                    return self._put_artifact(
+                        scope,
+                        task_id,
+                        turn,
+                        name,
+                        cast("IO[bytes]", body),
+                        content_type,
+                        if_match,
+                        if_none_match,
+                        ticket,
+                    )
+                except BaseException:
+                    if created:
+                        self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
+                    raise
+        finally:
+            ticket.release()  # nothing to release once the write settled it
 
     def _put_artifact(
         self,
@@ -467,6 +521,7 @@ class TaskStore:
         content_type: str,
         if_match: str | None,
         if_none_match: bool,
+        ticket: Ticket,
     ) -> ArtifactInfo:
         path = self.layout.artifact(scope, task_id, turn, name)
         turn_dir = path.parent.parent
@@ -487,6 +542,8 @@ class TaskStore:
                 )
             current = next((a for a in record.artifacts if a.name == name), None)
             _check_preconditions(current.etag if current else None, if_match, if_none_match)
+            # What it adds, now known exactly: reserve any more it needs before writing.
+            ticket.cover(staged.size - (current.size if current else 0), 0)
             task_dir = turn_dir.parent
             index = _load_index(self.layout.tree, task_dir, task_id)
             updated_us = self._next_updated_us(index, now_us)
@@ -517,7 +574,9 @@ class TaskStore:
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
-            self._write_derived(scope, task_id, task_dir, record, index, summary=False)
+            self._write_derived(
+                scope, task_id, task_dir, record, index, summary=False, ticket=ticket
+            )
             remove_quietly(backup)
         return info
 
@@ -591,7 +650,9 @@ class TaskStore:
         (one task lock at a time); return how many tasks were rebuilt."""
         listing = self.listing(scope)
         if not listing.exists() or not (
-            listing.needs_backfill() or listing.search_needs_backfill()
+            listing.needs_backfill()
+            or listing.search_needs_backfill()
+            or listing.usage_needs_backfill()
         ):
             return 0
         task_ids = sorted(listing.all_tasks()[0])
@@ -600,6 +661,7 @@ class TaskStore:
                 self.repair_task(scope, task_id)
         listing.backfilled()
         listing.search_backfilled()
+        listing.usage_backfilled()
         return len(task_ids)
 
     # -- repair ------------------------------------------------------------------------------
@@ -623,6 +685,7 @@ class TaskStore:
             return
         texts: dict[int, TurnText] = {}
         records: list[TurnRecord] = []
+        usage: list[TurnUsage] = []
         for entry in index["turns"]:
             turn_dir = task_dir / turn_dirname(entry["turn"])
             record = read_turn(turn_dir)
@@ -630,6 +693,7 @@ class TaskStore:
                 continue
             records.append(record)
             texts[record.turn] = turn_text(record)
+            usage.append(turn_usage(record))
             _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
@@ -641,7 +705,7 @@ class TaskStore:
         if current_index != index:
             write_json(task_dir / TASK_INDEX, index, durable=False)
         section = self.section(scope, task_id, index, self.now_us(), tuple(records))
-        self.listing(scope).set_task(task_id, index_rows(index), section, texts)
+        self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
 
     # -- cursors -----------------------------------------------------------------------------
     def _scope_tag(self, scope: Scope) -> str:

@@ -42,6 +42,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "MEMORY_RATE_LIMIT_BURST": str(BURST),
             "MEMORY_RATE_LIMIT_UPLOAD_BPS": "64KiB",
             "MEMORY_RATE_LIMIT_UPLOAD_BURST": "256KiB",
+            # The tests hold keep-alive connections idle across a `flask` CLI run and a wait
+            # for the workers to see the limits file; gunicorn closes a connection idle for
+            # its keepalive (2 s by default), which a CLI run on a loaded machine outlasts.
+            "GUNICORN_CMD_ARGS": "--keep-alive 60",
         },
     )
     try:

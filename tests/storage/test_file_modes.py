@@ -16,6 +16,8 @@ import pytest
 from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.facade import TreeStorage
+from app.storage.limits import QuotaOverride
+from app.storage.traffic import TrafficRow
 from tests.conftest import FixedClock
 
 SCOPE = Scope("acme", "web")
@@ -48,6 +50,8 @@ def _open(root: Path, tmp_path: Path, clock: FixedClock) -> TreeStorage:
 
 def _use_everything(storage: TreeStorage, clock: FixedClock, backup: Path) -> None:
     tasks = storage.tasks
+    # A tenant quota: each write takes the tenant's quota lock and reserves in the listing.
+    storage.limits().set_quota("acme", None, QuotaOverride(bytes=1 << 30))
     for i in range(3):
         tasks.put_turn(SCOPE, f"t{i}", 0, meta={"i": i}, summary_md=f"turn {i} words")
     tasks.put_artifact(SCOPE, "t0", 0, "a.bin", io.BytesIO(b"x" * 5000), content_type="x/y")
@@ -66,6 +70,7 @@ def _use_everything(storage: TreeStorage, clock: FixedClock, backup: Path) -> No
     storage.sweep(now=clock())
     storage.fsck(repair=True, grace=timedelta(0))
     storage.export(backup)
+    storage.record_traffic([TrafficRow(0, "acme", "web", "tok", 1, 10, 20)])
 
 
 def _too_open(root: Path) -> list[str]:

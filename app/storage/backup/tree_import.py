@@ -39,9 +39,18 @@ from ..layout import (
     turn_dirname,
 )
 from ..listing import TurnRow
-from ..records import build_index, index_rows, read_json, read_task_record, read_turn, write_json
+from ..records import (
+    build_index,
+    index_rows,
+    read_json,
+    read_task_record,
+    read_turn,
+    turn_usage,
+    write_json,
+)
 from ..turn_search import TurnText, turn_text
 from ..txn import Key
+from ..usage import TurnUsage
 from .format import CHUNK, ArchiveError, BackupReader, Group, ImportSummary, Member, Restore
 
 if TYPE_CHECKING:
@@ -187,6 +196,7 @@ class _Importer(Restore):
         while task_ids := list(itertools.islice(self.staged("tasks", scope), _PUBLISH_BATCH)):
             rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
             texts: dict[str, dict[int, TurnText]] = {}
+            usage: dict[str, list[TurnUsage]] = {}
             for task_id in task_ids:
                 target = layout.task_dir(scope, task_id)
                 with tasks.txns(Key(scope, task_id)) as txn:
@@ -200,14 +210,15 @@ class _Importer(Restore):
                         for entry in index["turns"]
                         if (record := read_turn(target / turn_dirname(entry["turn"])))
                     )
-                    # What search finds each turn by, and the digest section, written with
-                    # the listing rows.
+                    # What search finds each turn by, what it stores, and the digest section,
+                    # written with the listing rows.
                     texts[task_id] = {r.turn: turn_text(r) for r in records}
+                    usage[task_id] = [turn_usage(r) for r in records]
                     section = tasks.section(scope, task_id, index, now_us, records)
                     rows[task_id] = (index_rows(index), section)
                 if trashed is not None:
                     layout.tree.remove(trashed)
-            tasks.listing(scope).set_tasks(rows, texts=texts)
+            tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
         tasks.compact_digest(scope)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
@@ -221,6 +232,7 @@ class _Importer(Restore):
             layout.tree.rename(staged, target)
         if trashed is not None:
             layout.tree.remove(trashed)
+        self.storage.stores.refresh_usage(scope, store_id)
 
     def restore_key(self) -> None:
         """A whole-root backup's cursor key, into a root that held nothing before (so the

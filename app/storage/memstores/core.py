@@ -38,6 +38,8 @@ from ..errors import Corrupt, NotFound, StorageError, UnsafePath
 from ..layout import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Layout, Scope
 from ..records import dumps, read_json_bytes
 from ..txn import Key, Transactions, Txn
+from ..usage import NO_TICKET, StoreUsage, Ticket
+from ..usage_tree import TreeUsage
 from .index import IndexContent, IndexReader, MemoryRow, StoreIndex, rows_from_records
 from .records import StoreRecord, VersionRecord
 
@@ -62,6 +64,14 @@ class StoreTxn:
     def begin(self) -> None:
         self.txn.begin()
 
+    @property
+    def scope(self) -> Scope:
+        return self.txn.key.scope
+
+    @property
+    def store_id(self) -> str:
+        return self.txn.key.id
+
 
 class StoresBase:
     """Every memory store of every tenant/project under one storage root."""
@@ -76,8 +86,11 @@ class StoresBase:
         keep_recent_versions: int = DEFAULT_KEEP_RECENT,
         max_memories: int = DEFAULT_MAX_MEMORIES,
         group_commit: bool = True,
+        usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
+        # Counters, quotas and the free-space floor (app/storage/usage_tree.py).
+        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.tree = self.layout.tree
         self.root = self.layout.root
         self.lock_timeout = lock_timeout
@@ -159,7 +172,9 @@ class StoresBase:
     def _repair_key(self, key: Key) -> None:
         store_dir = self.layout.store_dir(key.scope, key.id)
         if self.tree.is_dir(store_dir):
-            self.rebuild(store_dir)
+            self.rebuild(store_dir, key)
+        else:
+            self.usage.set_store(key.scope, key.id, None)
 
     def next_version(self, reader: IndexReader) -> tuple[str, int]:
         """A version id and time, both strictly after the store's last (the clock may stall)."""
@@ -170,8 +185,15 @@ class StoresBase:
             candidate = ULID.from_int(int(ULID.from_str(last_id.removeprefix("memver_"))) + 1)
         return f"memver_{candidate}", us
 
-    def commit(self, txn: StoreTxn, record: VersionRecord, old_path: str | None) -> None:
-        """Write one version: the record (the commit point), the live file, then the index."""
+    def commit(
+        self,
+        txn: StoreTxn,
+        record: VersionRecord,
+        old_path: str | None,
+        ticket: Ticket = NO_TICKET,
+    ) -> None:
+        """Write one version: the record (the commit point), the live file, then the index,
+        then the store's usage in its project's listing (which drops ``ticket``'s reservation)."""
         txn.begin()
         path = self.layout.check_inside(self.layout.version_file(txn.dir, record.id))
         write_new(path, dumps(record.to_json()))
@@ -184,8 +206,21 @@ class StoresBase:
             write_atomic(target, str(record.content).encode("utf-8"), durable=False)
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
+            usage = writer.store_usage()
+        self.publish_usage(txn, usage, ticket)
         if record.operation == "deleted":
             self.purge_search(txn.dir)
+
+    def publish_usage(self, txn: StoreTxn, usage: StoreUsage, ticket: Ticket = NO_TICKET) -> None:
+        """Copy the store's counters to its project's listing (the holder of its lock does)."""
+        self.usage.set_store(txn.scope, txn.store_id, usage, release=ticket.id)
+        ticket.settled()
+
+    def refresh_usage(self, scope: Scope, store_id: str) -> None:
+        """Copy a store's counters to its project's listing (an upgrade, an import)."""
+        with self.transaction(scope, store_id) as txn, self.index(txn.dir).write() as writer:
+            usage = writer.store_usage()
+        self.publish_usage(txn, usage)
 
     def purge_search(self, store_dir: Path) -> None:
         """Removed text leaves the search index's file too (app/storage/fts.py), not only its
@@ -312,9 +347,10 @@ class StoresBase:
         make_dirs(target.parent, memories)
         write_atomic(target, data)
 
-    def rebuild(self, store_dir: Path) -> IndexContent:
+    def rebuild(self, store_dir: Path, key: Key | None = None) -> IndexContent:
         """Make the index (search rows included) and the live tree equal a rebuild from the
-        version records.
+        version records, and the store's usage row in its project's listing (``key``: the
+        store) its counters.
 
         The caller holds the store lock: a temp file among the versions is a dead writer's.
         """
@@ -326,6 +362,9 @@ class StoresBase:
         texts = {m.id: expected[m.path].decode("utf-8") for m in content.memories}
         with self.index(store_dir).write() as writer:
             writer.replace_all(content, texts)
+            usage = writer.store_usage()
         self.index(store_dir).purge()
         self.sync_tree(store_dir, expected, apply=True)
+        if key is not None:
+            self.usage.set_store(key.scope, key.id, usage)
         return content

@@ -171,7 +171,7 @@ class StoresFsck:
                     for path in torn:
                         quarantine(engine.tree, path)
                     if store_dir not in torn:  # else the whole store went to lost+found
-                        engine.rebuild(store_dir)
+                        engine.rebuild(store_dir, key)
                     engine.txns.settle(key)
                     # The same strings as the problems: the CLI matches them.
                     self.report.repaired.extend(problems)

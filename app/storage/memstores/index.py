@@ -31,6 +31,7 @@ from typing import Any
 from .. import fts
 from ..fts import DOCS, TEXT
 from ..sqlitedb import create_file, open_wal, read_txn, write_txn
+from ..usage import StoreUsage
 from .models import VersionFilter
 from .records import VersionRecord
 
@@ -63,6 +64,19 @@ CREATE TABLE IF NOT EXISTS versions (
 CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 """
+# What the store holds (app/storage/usage.py), moved by every write in the transaction of its
+# rows; an index made before the table has it filled from its rows when first opened to write.
+_USAGE_TABLE = "usage_counters"
+_USAGE_NAMES = ("memories", "memory_bytes", "versions", "version_bytes")
+_USAGE_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {_USAGE_TABLE} (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+    " WITHOUT ROWID"
+)
+_USAGE_FROM_ROWS = (
+    "SELECT (SELECT count(*) FROM memories), (SELECT coalesce(sum(size), 0) FROM memories),"
+    " (SELECT count(*) FROM versions), (SELECT coalesce(sum(size), 0) FROM versions)"
+)
+_USAGE_ADD = f"UPDATE {_USAGE_TABLE} SET value = value + ? WHERE name = ?"
 
 MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
 VERSION_COLUMNS = (
@@ -263,6 +277,19 @@ class IndexReader:
         ).fetchall()
         return [VersionRow(*r) for r in rows]
 
+    def store_usage(self) -> StoreUsage:
+        """What the store holds: its counters (a recount of its rows in an index made before
+        them that was never opened to write since)."""
+        try:
+            values = dict(self.conn.execute(f"SELECT name, value FROM {_USAGE_TABLE}").fetchall())
+        except sqlite3.OperationalError:
+            return self.counted_usage()
+        return StoreUsage(*(int(values.get(n, 0)) for n in _USAGE_NAMES))
+
+    def counted_usage(self) -> StoreUsage:
+        """What the store holds, counted from its rows (fsck's comparison)."""
+        return StoreUsage(*(int(v) for v in self.conn.execute(_USAGE_FROM_ROWS).fetchone()))
+
     def live_ids(self) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT id FROM memories")}
 
@@ -387,6 +414,8 @@ class IndexWriter(IndexReader):
     def put_version(self, record: VersionRecord) -> None:
         """Record a new (or redacted) version and move its memory's head (and its search
         row) with it."""
+        old_version = self._size("versions", record.id)
+        old_memory = self._size("memories", record.memory_id)
         self.conn.execute(_INSERT_VERSION, _version_values(version_row(record)))
         if record.operation == "deleted":
             self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
@@ -396,6 +425,21 @@ class IndexWriter(IndexReader):
             self.conn.execute(_INSERT_MEMORY, _memory_values(memory_row(record)))
             self._search_put(record.memory_id, str(record.path), str(record.content))
         self._set_state(record.id, record.created_us)
+        new_memory = self._size("memories", record.memory_id)
+        self._count(
+            memories=(new_memory is not None) - (old_memory is not None),
+            memory_bytes=(new_memory or 0) - (old_memory or 0),
+            versions=int(old_version is None),
+            version_bytes=int(record.content_size_bytes or 0) - (old_version or 0),
+        )
+
+    def _size(self, table: str, ident: str) -> int | None:
+        """The size column of row ``ident`` (0 for a NULL size); None when there is no row."""
+        row = self.conn.execute(f"SELECT size FROM {table} WHERE id = ?", (ident,)).fetchone()
+        return None if row is None else int(row[0] or 0)
+
+    def _count(self, **change: int) -> None:
+        self.conn.executemany(_USAGE_ADD, [(v, k) for k, v in change.items() if v])
 
     def _search_doc(self, memory_id: str) -> int | None:
         row = self.conn.execute(
@@ -444,13 +488,25 @@ class IndexWriter(IndexReader):
         for m in content.memories:
             self._search_put(m.id, m.path, texts.get(m.id, ""))
         fts.set_state(self.conn, "backfill", 0)
+        self._recount()
 
     def rebuild_search_index(self) -> None:
         """Rebuild the FTS5 index from its stored text (a damaged index, fsck)."""
         fts.rebuild_index(self.conn)
 
+    def _recount(self) -> None:
+        """Set the counters from the rows (a rebuild, or an index made before them)."""
+        values = self.conn.execute(_USAGE_FROM_ROWS).fetchone()
+        self.conn.executemany(
+            f"INSERT OR REPLACE INTO {_USAGE_TABLE} VALUES (?, ?)",
+            [(n, int(v)) for n, v in zip(_USAGE_NAMES, values, strict=True)],
+        )
+
     def delete_versions(self, version_ids: list[str]) -> None:
+        sizes = [self._size("versions", v) for v in version_ids]
+        gone = [s for s in sizes if s is not None]
         self.conn.executemany("DELETE FROM versions WHERE id = ?", [(v,) for v in version_ids])
+        self._count(versions=-len(gone), version_bytes=-sum(gone))
 
 
 class _Cached(threading.local):
@@ -528,6 +584,13 @@ class StoreIndex:
         try:
             if create:
                 conn.executescript(_SCHEMA)
+                if not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                    (_USAGE_TABLE,),
+                ).fetchone():
+                    with write_txn(conn, "memory store index"):
+                        conn.execute(_USAGE_SCHEMA)
+                        IndexWriter(conn)._recount()
                 if not fts.has_schema(conn):
                     with write_txn(conn, "memory store index"):
                         # A store written before search: its memories wait for the backfill

@@ -10,6 +10,7 @@ from ulid import ULID
 from ..clock import iso_us
 from ..errors import InvalidName, NotFound
 from ..layout import MEMORY_ID_RE, Scope
+from ..usage import Ticket
 from . import rules
 from .index import IndexReader, MemoryRow
 from .models import (
@@ -50,6 +51,11 @@ class MemoryOps(StoreOps):
         record = self.store_record(store_dir)
         if record.archived_at:
             raise StoreArchived(f"memory store {record.id} is archived and read-only")
+
+    def _admit(self, scope: Scope, record: VersionRecord) -> Ticket:
+        """Admit a version of ``record``'s content (its record and its live file on disk)."""
+        size = int(record.content_size_bytes or 0)
+        return self.usage.admit(scope, gross=2 * size + 4096, add_bytes=size)
 
     def view(self, store_id: str, row: MemoryRow, content: str | None) -> Memory:
         return Memory(
@@ -122,7 +128,11 @@ class MemoryOps(StoreOps):
                     actor=actor,
                     row=None,
                 )
-            self.commit(txn, record, None)
+            ticket = self._admit(scope, record)
+            try:
+                self.commit(txn, record, None, ticket)
+            finally:
+                ticket.release()
         return record.memory(full)
 
     def get_memory(self, scope: Scope, store_id: str, memory_id: str, *, full: bool) -> Memory:
@@ -200,7 +210,12 @@ class MemoryOps(StoreOps):
                     actor=actor,
                     row=row,
                 )
-            self.commit(txn, record, row.path)
+            # The previous version stays (history): the new one is charged whole.
+            ticket = self._admit(scope, record)
+            try:
+                self.commit(txn, record, row.path, ticket)
+            finally:
+                ticket.release()
         return record.memory(full)
 
     def delete_memory(

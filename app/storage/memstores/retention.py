@@ -79,6 +79,8 @@ def sweep_versions(
                 fsync_dir(engine.layout.versions_dir(txn.dir))
                 with engine.index(txn.dir).write() as writer:
                     writer.delete_versions(doomed)
+                    usage = writer.store_usage()
+                engine.publish_usage(txn, usage)
         except NotFound:
             continue  # deleted while we swept
         except (StorageError, OSError, sqlite3.Error) as exc:

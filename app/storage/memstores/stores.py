@@ -16,6 +16,8 @@ from ..clock import iso_us
 from ..errors import Corrupt, InvalidName, NotFound, NotOwner, UnsafePath
 from ..layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
 from ..records import dumps
+from ..txn import Key
+from ..usage import StoreUsage
 from . import rules
 from .core import StoresBase
 from .models import Deleted, MemoryStore, Page, StoreArchived
@@ -72,6 +74,8 @@ class StoreOps(StoresBase):
             project=scope.project,
             created_by=creator,
         )
+        # A store record and an empty index: no quota counts them, the floor does.
+        self.usage.admit(scope, gross=64 << 10)
         parent = self.layout.check_inside(self.layout.stores_dir(scope))
         make_dirs(parent, Path(self.root.anchor))
         tmp = parent / f"{TMP_PREFIX}{record.id}"
@@ -83,7 +87,12 @@ class StoreOps(StoresBase):
                 pass
             write_atomic(self.layout.store_record(tmp), dumps(record.to_json()))
             fsync_dir(tmp)
-            self.tree.rename(tmp, self.layout.store_dir(scope, record.id))
+            # Published in a transaction on the new store, so that a crash between the rename
+            # and its usage row is repaired (the row written) like any other write.
+            with self.txns(Key(scope, record.id)) as txn:
+                txn.begin()
+                self.tree.rename(tmp, self.layout.store_dir(scope, record.id))
+                self.usage.set_store(scope, record.id, StoreUsage())
         except BaseException:
             self.tree.remove(tmp)
             raise
@@ -171,6 +180,7 @@ class StoreOps(StoresBase):
             self._check_creator(record, only_creator)
             if record.archived_at:
                 raise StoreArchived(f"memory store {store_id} is archived and read-only")
+            self.usage.admit(scope, gross=16 << 10)  # the store record: the floor only
             new = record
             if name is not None:
                 new = replace(new, name=str(name))
@@ -206,8 +216,11 @@ class StoreOps(StoresBase):
             trash = self.layout.check_inside(self.layout.trash_dir())
             make_dirs(trash, self.root)
             target = trash / f"{ULID()}-{store_id}"
+            txn.begin()  # a crash after the rename is repaired: the usage row goes too
             self.tree.rename(txn.dir, target)
             fsync_dir(txn.dir.parent)
             fsync_dir(trash)
+            self.usage.set_store(scope, store_id, None)
         self.tree.remove(target)
+        self.usage.freed()
         return Deleted(store_id, "memory_store_deleted")

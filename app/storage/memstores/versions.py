@@ -112,6 +112,8 @@ class VersionOps(MemoryOps):
             self.write_version_in_place(path, redacted)
             with self.index(txn.dir).write() as writer:
                 writer.put_version(redacted)
+                usage = writer.store_usage()
+            self.publish_usage(txn, usage)
             # An older content of a live memory may still sit in the search index's merged-away
             # entries: redaction is how a secret is removed, so it leaves that file too.
             self.purge_search(txn.dir)

@@ -9,7 +9,7 @@ and ``MEMORY_BLOB_URL``; docs/scaling.md says which data lives where and why.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -26,7 +26,11 @@ from ..fsck import DEFAULT_GRACE
 from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
 from ..models import FsckReport, SearchPage
 from ..query import parse_query
+from ..quota import QuotaSource
 from ..retention import ProjectSweep, SweepReport
+from ..traffic import TrafficRow
+from ..usage import Usage
+from . import usage as pgu
 from .backup import export_pg, import_pg
 from .blobs import BlobStore
 from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
@@ -113,8 +117,11 @@ class PgStorage:
         self.clock = clock
         self.lock_timeout = lock_timeout
         self.migrations = self._migrate()
+        self._tokens: PgTokenRegistry | None = None
+        self._limits: PgLimits | None = None
         self.recovery = DatabaseRecovery(self)
         cursors = CursorCodec(self.key(CURSOR_KEY))
+        self.usage_counters = pgu.PgUsage(self.db, QuotaSource(self.limits()))
         self.tasks = PgTaskStore(
             self.db,
             self.blobs,
@@ -122,10 +129,9 @@ class PgStorage:
             retention=retention,
             clock=clock,
             max_artifact_bytes=max_artifact_bytes,
+            usage=self.usage_counters,
         )
-        self.stores = PgMemoryStores(self.db, cursors, clock=clock)
-        self._tokens: PgTokenRegistry | None = None
-        self._limits: PgLimits | None = None
+        self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
 
     # -- the database ----------------------------------------------------------------------
     def upgrade(self) -> list[str]:
@@ -306,12 +312,14 @@ class PgStorage:
             if dry_run:
                 conn.rollback()
                 return _TaskSweep(len(numbers), int(gone_task), size, [])
+            gone = pgu.task_sums(conn, key, numbers)
             conn.execute(
                 f"DELETE FROM turns WHERE {where} AND turn = ANY(%(turns)s)",
                 {**key, "turns": numbers},
             )
             change = tasks._settle_task(conn, scope, task_id)
             tasks._bump(conn, scope, tasks=change)
+            pgu.add(conn, scope, **pgu.negated(gone))
         return _TaskSweep(len(numbers), int(gone_task), size, [str(r[0]) for r in arts])
 
     def _sweep_orphans(
@@ -393,6 +401,7 @@ class PgStorage:
                             (tenant, project),
                         )
                     report.repaired.append(problem)
+        self._fsck_usage(report, repair)
         for tenant, project, task_id in stale:
             problem = f"{tenant}/{project}/{task_id}: listing row differs from its turns"
             report.problems.append(problem)
@@ -415,3 +424,52 @@ class PgStorage:
                 report.unrepairable.append(problem)
         del grace
         return report
+
+    def _fsck_usage(self, report: FsckReport, repair: bool) -> None:
+        """Each project's usage counters against a recount of its rows."""
+        with self.db.snapshot("fsck") as conn:
+            found = pgu.recount(conn)
+        for scope, kept, counted in found:
+            # The task counter has a check of its own (above).
+            if replace(kept, tasks=0) == replace(counted, tasks=0):
+                continue
+            problem = (
+                f"{scope.tenant}/{scope.project}: usage counters {kept.to_json()} differ from"
+                f" the rows {counted.to_json()}"
+            )
+            report.problems.append(problem)
+            if repair:
+                with self.db.transaction("fsck") as conn:
+                    # Under every lock a writer of the project's counters takes, then counted
+                    # again: what is set is what the rows hold at that moment.
+                    advisory_xact_lock(conn, "usage", scope.tenant)
+                    advisory_xact_lock(conn, "usage", scope.tenant, scope.project)
+                    conn.execute(
+                        "SELECT 1 FROM projects WHERE tenant = %s AND project = %s FOR UPDATE",
+                        (scope.tenant, scope.project),
+                    )
+                    now = {s: c for s, _, c in pgu.recount(conn)}
+                    kept_tasks = pgu.read(conn, scope).tasks
+                    pgu.set_counters(conn, scope, replace(now[scope], tasks=kept_tasks))
+                report.repaired.append(problem)
+
+    # -- usage and traffic -----------------------------------------------------------------
+    def usage(self, scope: Scope) -> Usage:
+        return self.usage_counters.project(scope)
+
+    def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:
+        return self.usage_counters.projects(tenants)
+
+    def free_space(self) -> tuple[int, int] | None:
+        return None  # the database and the object store keep their own disks
+
+    def record_traffic(self, rows: Iterable[TrafficRow]) -> None:
+        self.usage_counters.add_traffic(rows)
+
+    def traffic(
+        self, tenant: str, project: str | None = None, *, since_hour: int = 0
+    ) -> list[TrafficRow]:
+        return self.usage_counters.traffic(tenant, project, since_hour)
+
+    def prune_traffic(self, before_hour: int) -> int:
+        return self.usage_counters.prune_traffic(before_hour)

@@ -64,6 +64,7 @@ from ..memstores.index import version_row
 from ..memstores.records import StoreRecord, VersionRecord
 from ..models import ArtifactInfo, TurnRecord
 from ..records import dumps, dumps_compact, turn_to_json
+from . import usage as pgu
 from .blobs import BlobError
 from .db import backup_lock, translated
 from .stores import _VERSION_COLUMNS, _json, _record
@@ -272,6 +273,37 @@ _VERSION_INSERT = (
 )
 _STORE_INSERT = "id, tenant, project, record, created_us, archived"
 _SAME_TASK = "t.tenant = s.tenant AND t.project = s.project AND t.task_id = s.task_id"
+_OF_TASKS = (
+    f"JOIN staged_tasks s ON {_SAME_TASK} WHERE s.tenant = p.tenant AND s.project = p.project"
+)
+_OF_STORES = "JOIN staged_stores s ON s.id = {} WHERE s.tenant = p.tenant AND s.project = p.project"
+# What the backup's tasks and stores hold in each of its projects, as the usage counters
+# (app/storage/pg/usage.py) count it; the task counter is moved by added_tasks.
+_HELD_KINDS = (
+    "turns",
+    "artifacts",
+    "artifact_bytes",
+    "turn_bytes",
+    "stores",
+    "memories",
+    "memory_bytes",
+    "versions",
+    "version_bytes",
+)
+_HELD = f"""
+SELECT p.tenant, p.project,
+    (SELECT count(*) FROM turns t {_OF_TASKS}),
+    (SELECT count(*) FROM artifacts t {_OF_TASKS}),
+    (SELECT coalesce(sum(t.size), 0) FROM artifacts t {_OF_TASKS}),
+    (SELECT coalesce(sum(octet_length(t.meta) + octet_length(t.summary)), 0)
+     FROM turns t {_OF_TASKS}),
+    (SELECT count(*) FROM stores t {_OF_STORES.format("t.id")}),
+    (SELECT count(*) FROM memories t {_OF_STORES.format("t.store_id")}),
+    (SELECT coalesce(sum(t.size), 0) FROM memories t {_OF_STORES.format("t.store_id")}),
+    (SELECT count(*) FROM versions t {_OF_STORES.format("t.store_id")}),
+    (SELECT coalesce(sum(t.size), 0) FROM versions t {_OF_STORES.format("t.store_id")})
+FROM staged_projects p
+"""
 
 
 def _read_all(member: Member) -> bytes:
@@ -477,6 +509,8 @@ class _Importer(Restore):
             " count(*) FILTER (WHERE t.task_id IS NULL) AS n FROM staged_tasks s"
             f" LEFT JOIN tasks t ON {_SAME_TASK} GROUP BY s.tenant, s.project"
         )
+        # What the tasks and stores it replaces held (nothing, unless ``overwrite``).
+        before = self._held()
         if overwrite:
             conn.execute(
                 "CREATE TEMP TABLE replaced_blobs AS SELECT a.blob FROM artifacts a"
@@ -489,6 +523,15 @@ class _Importer(Restore):
                 " AND t.tenant = s.tenant AND t.project = s.project"
             )
         self._move_rows()
+        # Added to the usage counters, like the task counter, by what the backup's tasks
+        # and stores hold less what they replaced.
+        for (tenant, project), now in self._held().items():
+            was = before.get((tenant, project), (0,) * len(_HELD_KINDS))
+            pgu.add(
+                conn,
+                Scope(tenant, project),
+                **{k: n - w for k, n, w in zip(_HELD_KINDS, now, was, strict=True)},
+            )
         if self.key is not None and self.target is None and empty:
             conn.execute(
                 "INSERT INTO keys (name, value) VALUES (%s, %s)"
@@ -496,6 +539,11 @@ class _Importer(Restore):
                 (CURSOR_KEY, self.key),
             )
         conn.commit()
+
+    def _held(self) -> dict[tuple[str, str], tuple[int, ...]]:
+        return {
+            (str(r[0]), str(r[1])): tuple(int(v) for v in r[2:]) for r in self.conn.execute(_HELD)
+        }
 
     def _check_conflicts(self, overwrite: bool) -> None:
         conn = self.conn

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -28,10 +28,15 @@ from ..limits import (
     RATE,
     VERSION,
     LimitsFileError,
+    QuotaOverride,
+    Quotas,
     RateOverride,
     RateOverrides,
     check_document,
+    clear_quota_in,
+    quotas_of,
     rate_from_json,
+    set_quota_in,
 )
 from ..records import dumps
 from ..tokens import Token, hash_secret, new_token
@@ -134,6 +139,8 @@ class PgLimits:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.path = "the limits table of the database"
+        # Called after each change made through this object (this process applies it at once).
+        self.listeners: list[Callable[[], None]] = []
 
     def stamp(self) -> tuple[int, int, int]:
         """Changes whenever the document does (its version); zeros when there is none."""
@@ -160,6 +167,9 @@ class PgLimits:
     def rates(self) -> RateOverrides:
         return check_document(self.document())
 
+    def quotas(self) -> Quotas:
+        return quotas_of(self.document())
+
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
         with self.db.transaction("limits") as conn:
@@ -177,6 +187,8 @@ class PgLimits:
                     "UPDATE limits SET doc = %s, version = version + 1 WHERE id = 1",
                     (after.decode("utf-8"),),
                 )
+        for listener in self.listeners:
+            listener()
 
     def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
         from ..errors import InvalidName
@@ -211,6 +223,18 @@ class PgLimits:
             if not entry:
                 del entries[key]
         return True
+
+    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return set_quota_in(doc, section, key, change)
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool:
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return clear_quota_in(doc, section, key, names)
 
 
 def database_key(db: Database, name: str) -> bytes:

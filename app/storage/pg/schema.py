@@ -158,6 +158,59 @@ CREATE TABLE keys (name text PRIMARY KEY, value bytea NOT NULL);
 CREATE TABLE service_state (name text PRIMARY KEY, state text NOT NULL);
 """,
     ),
+    (
+        2,
+        "usage counters, quota reservations, requests and bytes per hour",
+        """
+ALTER TABLE projects
+    ADD COLUMN turns bigint NOT NULL DEFAULT 0,
+    ADD COLUMN artifacts bigint NOT NULL DEFAULT 0,
+    ADD COLUMN artifact_bytes bigint NOT NULL DEFAULT 0,
+    ADD COLUMN turn_bytes bigint NOT NULL DEFAULT 0,
+    ADD COLUMN stores bigint NOT NULL DEFAULT 0,
+    ADD COLUMN memories bigint NOT NULL DEFAULT 0,
+    ADD COLUMN memory_bytes bigint NOT NULL DEFAULT 0,
+    ADD COLUMN versions bigint NOT NULL DEFAULT 0,
+    ADD COLUMN version_bytes bigint NOT NULL DEFAULT 0;
+UPDATE projects p SET
+    turns = (SELECT count(*) FROM turns t WHERE t.tenant = p.tenant AND t.project = p.project),
+    turn_bytes = (SELECT coalesce(sum(octet_length(t.meta) + octet_length(t.summary)), 0)
+                  FROM turns t WHERE t.tenant = p.tenant AND t.project = p.project),
+    artifacts = (SELECT count(*) FROM artifacts a
+                 WHERE a.tenant = p.tenant AND a.project = p.project),
+    artifact_bytes = (SELECT coalesce(sum(a.size), 0) FROM artifacts a
+                      WHERE a.tenant = p.tenant AND a.project = p.project),
+    stores = (SELECT count(*) FROM stores s WHERE s.tenant = p.tenant AND s.project = p.project),
+    memories = (SELECT count(*) FROM memories m JOIN stores s ON s.id = m.store_id
+                WHERE s.tenant = p.tenant AND s.project = p.project),
+    memory_bytes = (SELECT coalesce(sum(m.size), 0) FROM memories m JOIN stores s
+                    ON s.id = m.store_id WHERE s.tenant = p.tenant AND s.project = p.project),
+    versions = (SELECT count(*) FROM versions v JOIN stores s ON s.id = v.store_id
+                WHERE s.tenant = p.tenant AND s.project = p.project),
+    version_bytes = (SELECT coalesce(sum(v.size), 0) FROM versions v JOIN stores s
+                     ON s.id = v.store_id WHERE s.tenant = p.tenant AND s.project = p.project);
+CREATE TABLE usage_reservations (
+    id text COLLATE "C" PRIMARY KEY,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    bytes bigint NOT NULL,
+    tasks bigint NOT NULL,
+    expires_us bigint NOT NULL
+);
+CREATE INDEX usage_reservations_by_project ON usage_reservations (tenant, project);
+CREATE TABLE traffic (
+    hour bigint NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    token_id text COLLATE "C" NOT NULL,
+    requests bigint NOT NULL,
+    bytes_in bigint NOT NULL,
+    bytes_out bigint NOT NULL,
+    PRIMARY KEY (hour, tenant, project, token_id)
+);
+CREATE INDEX traffic_by_project ON traffic (tenant, project, hour);
+""",
+    ),
 )
 
 

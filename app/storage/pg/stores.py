@@ -51,6 +51,8 @@ from ..memstores.records import OPERATIONS, StoreRecord, VersionRecord, sha256_h
 from ..memstores.retention import VersionSweep
 from ..memstores.stores import PAGE_PREFIX, check_limit, fingerprint
 from ..memstores.versions import row_view
+from ..quota import QuotaSource
+from . import usage as pgu
 from .db import Database
 
 _MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
@@ -181,8 +183,11 @@ class PgMemoryStores:
         version_retention: timedelta = timedelta(days=30),
         keep_recent_versions: int = DEFAULT_KEEP_RECENT,
         max_memories: int = DEFAULT_MAX_MEMORIES,
+        usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
+        # Counters and quotas (app/storage/pg/usage.py).
+        self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.cursors = cursors
         self.clock = clock
         self.version_retention = version_retention
@@ -256,9 +261,13 @@ class PgMemoryStores:
             candidate = ULID.from_int(int(ULID.from_str(last_id.removeprefix("memver_"))) + 1)
         return f"memver_{candidate}", us
 
-    def _commit(self, conn: psycopg.Connection[Any], record: VersionRecord) -> None:
-        """Write one version and move its memory's head (or drop the memory)."""
+    def _commit(self, conn: psycopg.Connection[Any], scope: Scope, record: VersionRecord) -> None:
+        """Write one version and move its memory's head (or drop the memory), and count it."""
         row = version_row(record)
+        old = conn.execute(
+            "SELECT size FROM memories WHERE store_id = %s AND id = %s",
+            (record.memory_store_id, record.memory_id),
+        ).fetchone()
         conn.execute(
             "INSERT INTO versions (store_id, id, memory_id, operation, path, content, sha, size,"
             " created_by, actor_type, actor_id, created_us, created_at, redacted_at,"
@@ -309,6 +318,16 @@ class PgMemoryStores:
             "UPDATE stores SET last_version_id = %s, last_version_us = greatest(last_version_us, %s)"
             " WHERE id = %s",
             (record.id, record.created_us, record.memory_store_id),
+        )
+        live = record.operation != "deleted"
+        size = int(record.content_size_bytes or 0)
+        pgu.add(
+            conn,
+            scope,
+            versions=1,
+            version_bytes=size,
+            memories=int(live) - int(old is not None),
+            memory_bytes=(size if live else 0) - (int(old[0]) if old else 0),
         )
 
     def _new_version(
@@ -398,6 +417,7 @@ class PgMemoryStores:
                 " VALUES (%s, %s, %s, %s, %s)",
                 (record.id, scope.tenant, scope.project, _json(record.to_json()), now),
             )
+            pgu.add(conn, scope, stores=1)
         return record.view()
 
     def get_store(self, scope: Scope, store_id: str) -> MemoryStore:
@@ -508,7 +528,9 @@ class PgMemoryStores:
         """Delete a store with all its memories and versions, in one transaction."""
         with self._write(scope, store_id) as (conn, record, _):
             self._check_creator(record, only_creator)
+            gone = pgu.store_sums(conn, store_id)
             conn.execute("DELETE FROM stores WHERE id = %s", (store_id,))
+            pgu.add(conn, scope, stores=-1, **pgu.negated(gone))
         return Deleted(store_id, "memory_store_deleted")
 
     # -- memories --------------------------------------------------------------------------
@@ -559,7 +581,8 @@ class PgMemoryStores:
                 actor=actor,
                 row=None,
             )
-            self._commit(conn, record)
+            self.usage.check(conn, scope, int(record.content_size_bytes or 0))
+            self._commit(conn, scope, record)
         return record.memory(full)
 
     def get_memory(self, scope: Scope, store_id: str, memory_id: str, *, full: bool) -> Memory:
@@ -631,7 +654,9 @@ class PgMemoryStores:
                 actor=actor,
                 row=row,
             )
-            self._commit(conn, record)
+            # The previous version stays (history): the new one is charged whole.
+            self.usage.check(conn, scope, int(record.content_size_bytes or 0))
+            self._commit(conn, scope, record)
         return record.memory(full)
 
     def delete_memory(
@@ -667,7 +692,7 @@ class PgMemoryStores:
                 actor=actor,
                 row=row,
             )
-            self._commit(conn, record)
+            self._commit(conn, scope, record)
         return Deleted(row.id, "memory_deleted")
 
     def list_memories(
@@ -784,6 +809,7 @@ class PgMemoryStores:
                 " redacted_at = %s, redacted_by = %s WHERE store_id = %s AND id = %s",
                 (redacted.redacted_at, _json(actor), store_id, version_id),
             )
+            pgu.add(conn, scope, version_bytes=-int(record.content_size_bytes or 0))
         return redacted.view(True)
 
     # -- retention -------------------------------------------------------------------------
@@ -822,8 +848,9 @@ class PgMemoryStores:
                     if not doomed:
                         continue
                     row = conn.execute(
-                        "SELECT coalesce(sum(octet_length(coalesce(content, ''::bytea))), 0)"
-                        " FROM versions WHERE store_id = %s AND id = ANY(%s)",
+                        "SELECT coalesce(sum(octet_length(coalesce(content, ''::bytea))), 0),"
+                        " coalesce(sum(size), 0) FROM versions WHERE store_id = %s"
+                        " AND id = ANY(%s)",
                         (store_id, doomed),
                     ).fetchone()
                     size += int(row[0]) if row else 0
@@ -832,6 +859,12 @@ class PgMemoryStores:
                         conn.execute(
                             "DELETE FROM versions WHERE store_id = %s AND id = ANY(%s)",
                             (store_id, doomed),
+                        )
+                        pgu.add(
+                            conn,
+                            scope,
+                            versions=-len(doomed),
+                            version_bytes=-(int(row[1]) if row else 0),
                         )
             except NotFound:
                 continue  # deleted while we swept

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import psycopg
 from ulid import ULID
@@ -51,7 +51,10 @@ from ..models import (
     TurnEntry,
     TurnRecord,
 )
+from ..quota import QuotaSource
 from ..records import dumps_compact
+from ..usage import ReservingStream, Ticket
+from . import usage as pgu
 from .blobs import BlobStore
 from .db import Database, advisory_xact_lock, backup_running
 
@@ -181,8 +184,11 @@ class PgTaskStore:
         retention: timedelta = timedelta(days=30),
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
+        # Counters and quotas (app/storage/pg/usage.py).
+        self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.blobs = blobs
         self.cursors = cursors
         self.retention = retention
@@ -309,6 +315,21 @@ class PgTaskStore:
                 _etag(alive.updated_us if alive else None), if_match, if_none_match
             )
             updated_us = self._next_updated_us(self._task_updated_us(conn, scope, task_id), now_us)
+            key = _key(scope, task_id)
+            new_bytes = len(meta_text.encode("utf-8")) + len(summary)
+            old_bytes = pgu.turn_bytes(conn, key, turn) or 0
+            # An expired turn's artifacts go with the rewrite.
+            gone = (
+                pgu.task_sums(conn, key, [turn]) if previous is not None and alive is None else {}
+            )
+            if self.usage.applies(scope):
+                self.usage.ensure_project(scope)
+                self.usage.check(
+                    conn,
+                    scope,
+                    new_bytes - old_bytes - gone.get("artifact_bytes", 0),
+                    int(self._task_updated_us(conn, scope, task_id) == 0),
+                )
             self._ensure_project(conn, scope)
             created = conn.execute(
                 "INSERT INTO tasks (tenant, project, task_id, owner, created_at)"
@@ -371,6 +392,14 @@ class PgTaskStore:
             )
             conn.execute(_RECOMPUTE, _key(scope, task_id))
             self._bump(conn, scope, tasks=created)
+            pgu.add(
+                conn,
+                scope,
+                turns=int(previous is None),
+                turn_bytes=new_bytes - old_bytes,
+                artifacts=-gone.get("artifacts", 0),
+                artifact_bytes=-gone.get("artifact_bytes", 0),
+            )
         self._forget_blobs(stale)
         return record
 
@@ -522,8 +551,10 @@ class PgTaskStore:
                     f"SELECT blob FROM artifacts WHERE {_KEY}", _key(scope, task_id)
                 )
             ]
+            gone = pgu.task_sums(conn, _key(scope, task_id))
             conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
             self._bump(conn, scope, tasks=-1)
+            pgu.add(conn, scope, **pgu.negated(gone))
         self._forget_blobs(blobs)
 
     # -- artifacts -------------------------------------------------------------------------
@@ -544,18 +575,61 @@ class PgTaskStore:
         content_type: str,
         if_match: str | None = None,
         if_none_match: bool = False,
+        size: int | None = None,
     ) -> ArtifactInfo:
-        """Stream an artifact to the object store, then name it in one transaction."""
+        """Stream an artifact to the object store, then name it in one transaction.
+
+        ``size``: the body's declared length, admitted (quotas) before a byte is read; a body
+        of unknown length is admitted slice by slice as it streams in."""
         validate_id("task_id", task_id)
         validate_turn(turn)
         validate_artifact_name(name)
         with self.db.snapshot("turn") as conn:
             row = self._turn_row(conn, scope, task_id, turn)
+            found = conn.execute(
+                f"SELECT size FROM artifacts WHERE {_KEY} AND turn = %(turn)s AND name = %(name)s",
+                _key(scope, task_id, turn=turn, name=name),
+            ).fetchone()
         if row is None or row.retain_until_us <= self.now_us():
             raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
+        # What it replaces, as read now; checked again in the transaction (cover_in).
+        before = int(found[0]) if found else 0
+        ticket = self.usage.admit(scope, add_bytes=0 if size is None else size - before)
+        try:
+            return self._put_artifact(
+                scope,
+                task_id,
+                turn,
+                name,
+                stream,
+                content_type,
+                if_match,
+                if_none_match,
+                size,
+                before,
+                ticket,
+            )
+        finally:
+            ticket.release()  # nothing to release once the write settled it
+
+    def _put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        content_type: str,
+        if_match: str | None,
+        if_none_match: bool,
+        size: int | None,
+        before: int,
+        ticket: Ticket,
+    ) -> ArtifactInfo:
+        body = ReservingStream(stream, ticket, None, known=size is not None, credit=before)
         written = self.blobs.put_new(
             self.blob_key(scope, task_id, turn, name),
-            stream,
+            cast("IO[bytes]", body),
             limit=self.max_artifact_bytes,
             content_type=content_type,
         )
@@ -567,13 +641,17 @@ class PgTaskStore:
                 if record is None or record.retain_until_us <= now_us:
                     raise NotFound(f"turn {turn} of task {task_id} not found")
                 current = conn.execute(
-                    f"SELECT sha256, blob FROM artifacts WHERE {_KEY} AND turn = %(turn)s"
+                    f"SELECT sha256, blob, size FROM artifacts WHERE {_KEY} AND turn = %(turn)s"
                     " AND name = %(name)s",
                     _key(scope, task_id, turn=turn, name=name),
                 ).fetchone()
                 _check_preconditions(
                     f'"{current[0]}"' if current else None, if_match, if_none_match
                 )
+                added = written.size - (int(current[2]) if current else 0)
+                if isinstance(ticket, pgu.PgTicket):
+                    ticket.cover_in(conn, added)
+                    ticket.settle_in(conn)
                 updated_us = self._next_updated_us(
                     self._task_updated_us(conn, scope, task_id), now_us
                 )
@@ -622,8 +700,10 @@ class PgTaskStore:
                 )
                 conn.execute(_RECOMPUTE, _key(scope, task_id))
                 self._bump(conn, scope)
+                pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
                 if current is not None:
                     replaced.append(current[1])
+            ticket.settled()
         except BaseException:
             self._forget_blobs([written.key])
             raise
