@@ -34,7 +34,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -297,7 +297,66 @@ def clear_quota_in(doc: dict[str, Any], section: str, key: str, names: tuple[str
     return True
 
 
-class LimitsFile:
+class LimitEdits:
+    """The edits of a limits document, over the ``_changing`` block of its store (the file,
+    or PostgreSQL's row): each reads, changes and writes back the whole document at once."""
+
+    def _changing(self) -> AbstractContextManager[dict[str, Any]]:
+        raise NotImplementedError
+
+    def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
+        try:
+            validate_id("tenant", tenant)
+            if project is None:
+                return "tenants", tenant
+            validate_id("project", project)
+        except InvalidName as exc:
+            raise LimitsFileError(str(exc)) from None
+        return "projects", project_key(tenant, project)
+
+    def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride:
+        """Set the fields ``change`` gives for a project (or, without one, a tenant's default);
+        keep the entry's other fields. Return the entry's rate section as written."""
+        section, key = self._entry_path(tenant, project)
+        where = f"{section}.{key}"
+        with self._changing() as doc:
+            entries = doc.setdefault(section, {})
+            entry = entries.setdefault(key, {})
+            current = rate_from_json(entry.get(RATE, {}), where)
+            updated = rate_from_json(current.merged(change).to_json(), where)
+            entry[RATE] = updated.to_json()
+        return updated
+
+    def clear_rate(self, tenant: str, project: str | None) -> bool:
+        """Drop the rate section of a project (or tenant) entry; False when there was none."""
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            entries = doc.get(section, {})
+            entry = entries.get(key)
+            if entry is None or RATE not in entry:
+                return False
+            del entry[RATE]
+            if not entry:  # other kinds of limit keep the entry alive
+                del entries[key]
+        return True
+
+    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
+        """Set the quota fields ``change`` gives for a project (or, without one, for the
+        tenant's total); keep the entry's other fields. Return the section as written."""
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return set_quota_in(doc, section, key, change)
+
+    def clear_quota(
+        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
+    ) -> bool:
+        """Drop quota fields of a project (or tenant) entry; False when none of them was set."""
+        section, key = self._entry_path(tenant, project)
+        with self._changing() as doc:
+            return clear_quota_in(doc, section, key, names)
+
+
+class LimitsFile(LimitEdits):
     """Read and change ``<root>/.limits.json``."""
 
     def __init__(self, root: Path, *, lock_timeout: float = 10.0) -> None:
@@ -354,54 +413,3 @@ class LimitsFile:
                 write_atomic(self.path, after)
         for listener in self.listeners:
             listener()
-
-    def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
-        try:
-            validate_id("tenant", tenant)
-            if project is None:
-                return "tenants", tenant
-            validate_id("project", project)
-        except InvalidName as exc:
-            raise LimitsFileError(str(exc)) from None
-        return "projects", project_key(tenant, project)
-
-    def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride:
-        """Set the fields ``change`` gives for a project (or, without one, a tenant's default);
-        keep the entry's other fields. Return the entry's rate section as written."""
-        section, key = self._entry_path(tenant, project)
-        where = f"{section}.{key}"
-        with self._changing() as doc:
-            entries = doc.setdefault(section, {})
-            entry = entries.setdefault(key, {})
-            current = rate_from_json(entry.get(RATE, {}), where)
-            updated = rate_from_json(current.merged(change).to_json(), where)
-            entry[RATE] = updated.to_json()
-        return updated
-
-    def clear_rate(self, tenant: str, project: str | None) -> bool:
-        """Drop the rate section of a project (or tenant) entry; False when there was none."""
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            entries = doc.get(section, {})
-            entry = entries.get(key)
-            if entry is None or RATE not in entry:
-                return False
-            del entry[RATE]
-            if not entry:  # other kinds of limit keep the entry alive
-                del entries[key]
-        return True
-
-    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
-        """Set the quota fields ``change`` gives for a project (or, without one, for the
-        tenant's total); keep the entry's other fields. Return the section as written."""
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            return set_quota_in(doc, section, key, change)
-
-    def clear_quota(
-        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
-    ) -> bool:
-        """Drop quota fields of a project (or tenant) entry; False when none of them was set."""
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            return clear_quota_in(doc, section, key, names)

@@ -34,6 +34,7 @@ Both refusals are :class:`QuotaExceeded` / :class:`~app.storage.errors.Insuffici
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, fields
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .errors import StorageError
 
 if TYPE_CHECKING:
+    from .layout import Scope
     from .limits import QuotaOverride
     from .quota import FreeSpace
 
@@ -294,6 +296,48 @@ class _NoTicket:
 
 
 NO_TICKET: Ticket = _NoTicket()
+
+
+class HeldTicket:
+    """What every backend's ticket keeps: its reservation's id (made on the first
+    reservation), what it reserved, and whether the write settled it. A backend gives
+    ``_reserve`` (add to the reservation, or refuse), ``renew`` and ``_drop``."""
+
+    def __init__(self, scope: Scope) -> None:
+        self._scope = scope
+        self._id: str | None = None
+        self.bytes = 0
+        self.tasks = 0
+        self._done = False
+
+    @property
+    def id(self) -> str | None:
+        return None if self._done else self._id
+
+    def _reserve(self, add_bytes: int, add_tasks: int) -> None:
+        raise NotImplementedError
+
+    def _drop(self, ident: str) -> None:
+        raise NotImplementedError
+
+    def extend(self, add_bytes: int) -> None:
+        if add_bytes > 0:
+            self._reserve(add_bytes, 0)
+
+    def cover(self, add_bytes: int, add_tasks: int) -> None:
+        more_bytes, more_tasks = add_bytes - self.bytes, add_tasks - self.tasks
+        if more_bytes > 0 or more_tasks > 0:
+            self._reserve(max(0, more_bytes), max(0, more_tasks))
+
+    def settled(self) -> None:
+        self._done = True
+
+    def release(self) -> None:
+        if self._id is not None and not self._done:
+            self._done = True
+            # A failure here leaves a reservation its lease (or its process's end) frees.
+            with contextlib.suppress(Exception):
+                self._drop(self._id)
 
 
 class ReservingStream:

@@ -37,6 +37,7 @@ from .quota import FreeSpace, QuotaSource
 from .usage import (
     NO_TICKET,
     ZERO,
+    HeldTicket,
     Reserved,
     StoreUsage,
     Ticket,
@@ -48,20 +49,12 @@ from .usage import (
 )
 
 
-class TreeTicket:
+class TreeTicket(HeldTicket):
     """A reservation of one write in one project's listing."""
 
     def __init__(self, owner: TreeUsage, scope: Scope) -> None:
+        super().__init__(scope)
         self._owner = owner
-        self._scope = scope
-        self._id: str | None = None
-        self.bytes = 0
-        self.tasks = 0
-        self._done = False
-
-    @property
-    def id(self) -> str | None:
-        return None if self._done else self._id
 
     def _reserve(self, add_bytes: int, add_tasks: int) -> None:
         if self._id is None:
@@ -70,27 +63,12 @@ class TreeTicket:
         self.bytes += max(0, add_bytes)
         self.tasks += max(0, add_tasks)
 
-    def extend(self, add_bytes: int) -> None:
-        self._reserve(add_bytes, 0)
-
-    def cover(self, add_bytes: int, add_tasks: int) -> None:
-        more_bytes, more_tasks = add_bytes - self.bytes, add_tasks - self.tasks
-        if more_bytes > 0 or more_tasks > 0:
-            self._reserve(more_bytes, more_tasks)
-
     def renew(self) -> None:
         if self._id is not None and not self._done:
             self._owner.listing(self._scope).renew_reservation(self._id, lease_until())
 
-    def settled(self) -> None:
-        self._done = True
-
-    def release(self) -> None:
-        if self._id is not None and not self._done:
-            self._done = True
-            # A failure here leaves a reservation its lease (or its process's end) frees.
-            with contextlib.suppress(Exception):
-                self._owner.listing(self._scope).release_reservation(self._id)
+    def _drop(self, ident: str) -> None:
+        self._owner.listing(self._scope).release_reservation(ident)
 
 
 class TreeUsage:

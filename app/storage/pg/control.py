@@ -23,20 +23,14 @@ import psycopg
 
 from ..clock import Clock, iso, system_clock
 from ..errors import NotFound
-from ..layout import validate_id
 from ..limits import (
-    RATE,
     VERSION,
+    LimitEdits,
     LimitsFileError,
-    QuotaOverride,
     Quotas,
-    RateOverride,
     RateOverrides,
     check_document,
-    clear_quota_in,
     quotas_of,
-    rate_from_json,
-    set_quota_in,
 )
 from ..records import dumps
 from ..tokens import Token, hash_secret, new_token
@@ -133,7 +127,7 @@ class PgTokenRegistry:
         return Token(*row)
 
 
-class PgLimits:
+class PgLimits(LimitEdits):
     """The limit overrides document (app/storage/limits.py's format) in the ``limits`` table."""
 
     def __init__(self, db: Database) -> None:
@@ -189,52 +183,6 @@ class PgLimits:
                 )
         for listener in self.listeners:
             listener()
-
-    def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
-        from ..errors import InvalidName
-
-        try:
-            validate_id("tenant", tenant)
-            if project is None:
-                return "tenants", tenant
-            validate_id("project", project)
-        except InvalidName as exc:
-            raise LimitsFileError(str(exc)) from None
-        return "projects", f"{tenant}/{project}"
-
-    def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride:
-        section, key = self._entry_path(tenant, project)
-        where = f"{section}.{key}"
-        with self._changing() as doc:
-            entry = doc.setdefault(section, {}).setdefault(key, {})
-            current = rate_from_json(entry.get(RATE, {}), where)
-            updated = rate_from_json(current.merged(change).to_json(), where)
-            entry[RATE] = updated.to_json()
-        return updated
-
-    def clear_rate(self, tenant: str, project: str | None) -> bool:
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            entries = doc.get(section, {})
-            entry = entries.get(key)
-            if entry is None or RATE not in entry:
-                return False
-            del entry[RATE]
-            if not entry:
-                del entries[key]
-        return True
-
-    def set_quota(self, tenant: str, project: str | None, change: QuotaOverride) -> QuotaOverride:
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            return set_quota_in(doc, section, key, change)
-
-    def clear_quota(
-        self, tenant: str, project: str | None, names: tuple[str, ...] = ("bytes", "tasks")
-    ) -> bool:
-        section, key = self._entry_path(tenant, project)
-        with self._changing() as doc:
-            return clear_quota_in(doc, section, key, names)
 
 
 def database_key(db: Database, name: str) -> bytes:

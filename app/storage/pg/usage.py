@@ -15,7 +15,6 @@ The project-level SQL is here, as named queries; the engines call them with thei
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -29,6 +28,7 @@ from ..usage import (
     KINDS,
     NO_TICKET,
     ZERO,
+    HeldTicket,
     Reserved,
     Ticket,
     Usage,
@@ -253,21 +253,13 @@ class PgUsage:
         return int(gone)
 
 
-class PgTicket:
+class PgTicket(HeldTicket):
     """A reservation row of one write (an artifact), in transactions of its own; the write's
     transaction re-checks what it adds (:meth:`cover_in`) and drops it (:meth:`settle_in`)."""
 
     def __init__(self, owner: PgUsage, scope: Scope) -> None:
+        super().__init__(scope)
         self._owner = owner
-        self._scope = scope
-        self._id: str | None = None
-        self.bytes = 0
-        self.tasks = 0
-        self._done = False
-
-    @property
-    def id(self) -> str | None:
-        return None if self._done else self._id
 
     def _reserve(self, add_bytes: int, add_tasks: int) -> None:
         scope, owner = self._scope, self._owner
@@ -287,15 +279,6 @@ class PgTicket:
         self.bytes += add_bytes
         self.tasks += add_tasks
 
-    def extend(self, add_bytes: int) -> None:
-        if add_bytes > 0:
-            self._reserve(add_bytes, 0)
-
-    def cover(self, add_bytes: int, add_tasks: int) -> None:
-        more_bytes, more_tasks = add_bytes - self.bytes, add_tasks - self.tasks
-        if more_bytes > 0 or more_tasks > 0:
-            self._reserve(max(0, more_bytes), max(0, more_tasks))
-
     def cover_in(self, conn: psycopg.Connection[Any], add_bytes: int) -> None:
         """In the write's transaction: refuse what it adds beyond what it reserved."""
         if add_bytes > self.bytes:
@@ -313,15 +296,9 @@ class PgTicket:
                     (lease_until(), self._id),
                 )
 
-    def settled(self) -> None:
-        self._done = True
-
-    def release(self) -> None:
-        if self._id is not None and not self._done:
-            self._done = True
-            # A failure here leaves a reservation its lease frees.
-            with contextlib.suppress(Exception), self._owner.db.transaction("usage") as conn:
-                conn.execute("DELETE FROM usage_reservations WHERE id = %s", (self._id,))
+    def _drop(self, ident: str) -> None:
+        with self._owner.db.transaction("usage") as conn:
+            conn.execute("DELETE FROM usage_reservations WHERE id = %s", (ident,))
 
 
 # -- what a task's rows hold (the engines' deltas) ---------------------------------------------
