@@ -17,7 +17,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
@@ -284,6 +284,7 @@ class _Fsck:
                     others.append(entry)
             elif not name.startswith((".", "_")):
                 names.append(name)
+        del dirs  # one list of the project's names at a time
         for entry in others:
             name = entry.name
             if self.common(entry):
@@ -297,11 +298,12 @@ class _Fsck:
             self.unindexed(entry.path)
         listing = self.open_listing(scope)
         searched = listing is not None and self.search_ready(scope, listing, names)
-        with_rows: list[str] = []
-        for name in names:
+        with_rows = _Selected(names)
+        for i, listed in enumerate(names):
+            name = unshared(listed)
             rows, texts = self.task(scope, name)
             if rows:
-                with_rows.append(name)
+                with_rows.flags[i] = 1
             if listing is not None:
                 self.listing_task(scope, listing, name, rows)
                 if searched:
@@ -583,7 +585,7 @@ class _Fsck:
                 pass
             return (listing.task_rows(task_id) or None) != want
 
-    def rebuild_all(self, scope: Scope, task_ids: list[str]) -> None:
+    def rebuild_all(self, scope: Scope, task_ids: Iterable[str]) -> None:
         for task_id in task_ids:
             self.task_rebuild(scope, task_id)
 
@@ -591,7 +593,7 @@ class _Fsck:
         with self.task_locked(scope, task_id):
             self._rebuild(scope, task_id)
 
-    def digest(self, scope: Scope, task_ids: list[str]) -> None:
+    def digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
         """What a read serves against a render of the listing (checked against the records
         above) with each task's latest live turn read from its record, streamed side by side."""
         path = self.layout.digest(scope)
@@ -626,7 +628,7 @@ class _Fsck:
         if not same:
             self.fault(f"{self.rel(path)}: differs from a fresh render", fix)
 
-    def rebuild_digest(self, scope: Scope, task_ids: list[str]) -> None:
+    def rebuild_digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
         """Every task's section from its records, then the base from them."""
         self.rebuild_all(scope, task_ids)
         self.store.rebuild_digest(scope)
@@ -783,3 +785,26 @@ def fsck(
 def _put_back(backup: Path, target: Path) -> None:
     os.replace(backup, target)
     fsync_dir(target.parent)
+
+
+class _Selected:
+    """The names of ``names`` whose flag is set (one byte a name, not a second list)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.flags = bytearray(len(names))
+
+    def __iter__(self) -> Iterator[str]:
+        for name, flag in zip(self.names, self.flags, strict=True):
+            if flag:
+                yield unshared(name)
+
+    def __bool__(self) -> bool:
+        return any(self.flags)
+
+
+def unshared(name: str) -> str:
+    """A copy of ``name`` for building paths. pathlib interns every name it parses; a name a
+    list of the whole project also holds would then keep its slot in the interpreter's intern
+    table for as long as the list lives, which grows that table with the project."""
+    return name.encode().decode()

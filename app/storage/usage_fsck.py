@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 from .errors import Corrupt, LockTimeout, StorageError, UnsafePath
-from .fsck import is_id
+from .fsck import is_id, unshared
 from .layout import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope
 from .memstores.core import StoresBase
 from .models import FsckReport
@@ -86,6 +86,7 @@ class _UsageCheck:
         dirs, _ = self.tree.dir_names(self.layout.project_dir(scope))
         on_disk = [name for name in dirs if is_id(name)]
         for task_id, rows in _merged(on_disk, listing.usage_turn_rows()):
+            task_id = unshared(task_id)  # noqa: PLW2901 - the listed name stays unshared
             key = Key(scope, task_id)
             try:
                 if self.expected_task(scope, task_id) == rows:
