@@ -50,6 +50,15 @@ def test_entries_type_links_as_links_and_refuse_a_linked_directory(tree: Tree) -
         tree.entries(tree.root / "a" / "g.txt")
 
 
+def test_subdir_names_stream_plain_directories_and_refuse_a_linked_one(tree: Tree) -> None:
+    assert list(tree.subdir_names(tree.root / "a")) == ["b"]  # not the linked directory
+    with pytest.raises(UnsafePath):
+        list(tree.subdir_names(tree.root / "a" / "linked"))
+    with pytest.raises(UnsafePath):
+        list(tree.subdir_names(tree.root / "a" / "linked" / "sub"))
+    assert list(tree.subdir_names(tree.root / "missing")) == []
+
+
 def test_walk_lists_links_and_never_enters_them(tree: Tree) -> None:
     steps = list(tree.walk(tree.root))
     visited = [str(step.path.relative_to(tree.root)) for step in steps]

@@ -129,10 +129,9 @@ class _Importer(Restore):
         return self.staging / kind / scope.tenant / scope.project
 
     def staged(self, kind: str, scope: Scope) -> Iterator[str]:
-        """The names of the tasks or stores staged for ``scope``, read as a stream."""
-        with os.scandir(self.staged_dir(kind, scope)) as entries:
-            for entry in entries:
-                yield entry.name
+        """The names of the tasks or stores staged for ``scope``, read as a stream (never
+        through a link: the staging directory is under the root people touch)."""
+        return self.layout.tree.subdir_names(self.staged_dir(kind, scope))
 
     def targets(self) -> Iterator[tuple[Scope, Path]]:
         layout = self.layout
