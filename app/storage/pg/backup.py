@@ -60,14 +60,13 @@ from ..layout import (
     turn_dirname,
 )
 from ..listing import meta_facts
-from ..memstores.index import version_row
 from ..memstores.records import StoreRecord, VersionRecord
 from ..models import ArtifactInfo, TurnRecord
 from ..records import dumps, dumps_compact, turn_to_json
 from . import usage as pgu
 from .blobs import BlobError
 from .db import backup_lock, translated
-from .stores import _VERSION_COLUMNS, _json, _record
+from .stores import _VERSION_COLUMNS, VERSION_COLUMNS, _json, _record, marks, version_values
 from .tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
 
 if TYPE_CHECKING:
@@ -266,11 +265,6 @@ _TURN_INSERT = (
 _ARTIFACT_INSERT = (
     "tenant, project, task_id, turn, name, content_type, size, sha256, updated_at, updated_us, blob"
 )
-_VERSION_INSERT = (
-    "store_id, id, memory_id, operation, path, content, sha, size, created_by, actor_type,"
-    " actor_id, created_us, created_at, redacted_at, redacted_by, memory_created_at,"
-    " path_since, previous_version_id"
-)
 _STORE_INSERT = "id, tenant, project, record, created_us, archived"
 _SAME_TASK = "t.tenant = s.tenant AND t.project = s.project AND t.task_id = s.task_id"
 _OF_TASKS = (
@@ -312,10 +306,6 @@ def _read_all(member: Member) -> bytes:
     while chunk := member.stream.read(member.size - len(data)):
         data += chunk
     return bytes(data)
-
-
-def _marks(columns: str) -> str:
-    return ", ".join(["%s"] * len(columns.split(",")))
 
 
 class _Importer(Restore):
@@ -372,7 +362,7 @@ class _Importer(Restore):
             self._stage_turn(scope, record)
         elif isinstance(record, StoreRecord):
             self.conn.execute(
-                f"INSERT INTO staged_stores ({_STORE_INSERT}) VALUES ({_marks(_STORE_INSERT)})",
+                f"INSERT INTO staged_stores ({_STORE_INSERT}) VALUES ({marks(_STORE_INSERT)})",
                 (
                     record.id,
                     scope.tenant,
@@ -397,7 +387,7 @@ class _Importer(Restore):
             self.first_created = record.created_at
         model, agent_id, exit_code = meta_facts(record.meta)
         self.conn.execute(
-            f"INSERT INTO staged_turns ({_TURN_INSERT}) VALUES ({_marks(_TURN_INSERT)})",
+            f"INSERT INTO staged_turns ({_TURN_INSERT}) VALUES ({marks(_TURN_INSERT)})",
             (
                 scope.tenant,
                 scope.project,
@@ -417,31 +407,11 @@ class _Importer(Restore):
         )
 
     def _stage_version(self, store_id: str, name: MemberName, record: VersionRecord) -> None:
-        row = version_row(record)
         try:
             self.conn.execute(
-                f"INSERT INTO staged_versions ({_VERSION_INSERT})"
-                f" VALUES ({_marks(_VERSION_INSERT)})",
-                (
-                    store_id,
-                    record.id,
-                    record.memory_id,
-                    record.operation,
-                    record.path,
-                    None if record.content is None else record.content.encode("utf-8"),
-                    record.content_sha256,
-                    record.content_size_bytes,
-                    row.created_by,
-                    row.actor_type,
-                    row.actor_id,
-                    record.created_us,
-                    record.created_at,
-                    record.redacted_at,
-                    row.redacted_by,
-                    record.memory_created_at,
-                    record.path_since,
-                    record.previous_version_id,
-                ),
+                f"INSERT INTO staged_versions ({VERSION_COLUMNS})"
+                f" VALUES ({marks(VERSION_COLUMNS)})",
+                version_values(store_id, record),
             )
         except pg_errors.UniqueViolation:
             raise ArchiveError(f"{name.name}: appears twice") from None
@@ -482,7 +452,7 @@ class _Importer(Restore):
             with self.conn.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO staged_artifacts ({_ARTIFACT_INSERT})"
-                    f" VALUES ({_marks(_ARTIFACT_INSERT)})",
+                    f" VALUES ({marks(_ARTIFACT_INSERT)})",
                     rows,
                 )
         self.conn.commit()
@@ -611,7 +581,7 @@ class _Importer(Restore):
             " FROM staged_versions GROUP BY store_id) v ON v.store_id = s.id"
         )
         conn.execute(
-            f"INSERT INTO versions ({_VERSION_INSERT}) SELECT {_VERSION_INSERT}"
+            f"INSERT INTO versions ({VERSION_COLUMNS}) SELECT {VERSION_COLUMNS}"
             " FROM staged_versions"
         )
         # Each memory is its newest version, unless that deleted it.

@@ -263,36 +263,13 @@ class PgMemoryStores:
 
     def _commit(self, conn: psycopg.Connection[Any], scope: Scope, record: VersionRecord) -> None:
         """Write one version and move its memory's head (or drop the memory), and count it."""
-        row = version_row(record)
         old = conn.execute(
             "SELECT size FROM memories WHERE store_id = %s AND id = %s",
             (record.memory_store_id, record.memory_id),
         ).fetchone()
         conn.execute(
-            "INSERT INTO versions (store_id, id, memory_id, operation, path, content, sha, size,"
-            " created_by, actor_type, actor_id, created_us, created_at, redacted_at,"
-            " redacted_by, memory_created_at, path_since, previous_version_id)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                record.memory_store_id,
-                record.id,
-                record.memory_id,
-                record.operation,
-                record.path,
-                None if record.content is None else record.content.encode("utf-8"),
-                record.content_sha256,
-                record.content_size_bytes,
-                row.created_by,
-                row.actor_type,
-                row.actor_id,
-                record.created_us,
-                record.created_at,
-                None,
-                None,
-                record.memory_created_at,
-                record.path_since,
-                record.previous_version_id,
-            ),
+            f"INSERT INTO versions ({VERSION_COLUMNS}) VALUES ({marks(VERSION_COLUMNS)})",
+            version_values(record.memory_store_id, record),
         )
         conn.execute(
             "DELETE FROM memories WHERE store_id = %s AND id = %s",
@@ -876,3 +853,40 @@ class PgMemoryStores:
             bytes_removed=size,
             errors=tuple(errors),
         )
+
+
+VERSION_COLUMNS = (
+    "store_id, id, memory_id, operation, path, content, sha, size, created_by, actor_type,"
+    " actor_id, created_us, created_at, redacted_at, redacted_by, memory_created_at,"
+    " path_since, previous_version_id"
+)
+
+
+def version_values(store_id: str, record: VersionRecord) -> tuple[Any, ...]:
+    """A version row's values in VERSION_COLUMNS order (a new write, or a restored one)."""
+    row = version_row(record)
+    return (
+        store_id,
+        record.id,
+        record.memory_id,
+        record.operation,
+        record.path,
+        None if record.content is None else record.content.encode("utf-8"),
+        record.content_sha256,
+        record.content_size_bytes,
+        row.created_by,
+        row.actor_type,
+        row.actor_id,
+        record.created_us,
+        record.created_at,
+        record.redacted_at,
+        row.redacted_by,
+        record.memory_created_at,
+        record.path_since,
+        record.previous_version_id,
+    )
+
+
+def marks(columns: str) -> str:
+    """One placeholder per column of ``columns``."""
+    return ", ".join(["%s"] * (columns.count(",") + 1))
