@@ -294,8 +294,26 @@ def index_from_json(obj: Any, path: Path, now_us: int) -> TaskIndex | None:
 
 
 def rebuild_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """Read every record of a task and return its index document (None: no turns)."""
-    records = [r for _, d in turn_dirs(tree, task_dir) if (r := read_turn(d)) is not None]
+    """Read every record of a task and return its index document (None: no turns).
+
+    A record that does not parse is left out, and left where it is: a write acknowledges a
+    record only once it is whole on disk, so a torn one is a write that never got its answer
+    (a new file a power cut emptied before its group flush) or a hand edit. fsck reports it
+    and moves it to lost+found; until then it is no turn, and a torn task.json names no
+    owner. One such file must not stop the repair of everything else the task holds.
+    """
+    records = []
+    for _, turn_dir in turn_dirs(tree, task_dir):
+        try:
+            record = read_turn(turn_dir)
+        except Corrupt:
+            continue
+        if record is not None:
+            records.append(record)
     if not records:
         return None
-    return build_index(task_id, read_task_record(task_dir), records)
+    try:
+        task_record = read_task_record(task_dir)
+    except Corrupt:
+        task_record = None
+    return build_index(task_id, task_record, records)
