@@ -482,6 +482,9 @@ def kill_server(server: Live) -> None:
     raise RuntimeError("a worker of the killed server is still alive")
 
 
+RECOVERY_FAILED = re.compile(r".*(?:recovery failed|full check failed|Traceback).*")
+
+
 def recovery_line(server: Live) -> str:
     """What the server said about its start-up recovery, and its full check if it ran one."""
     text = server.log()
@@ -550,6 +553,9 @@ class RunResult:
     cycles: int = 0
     fsck_clean: int = 0
     fsck_failures: list[str] = field(default_factory=list)
+    # A recovery that raised (and left its work to the full check) is a bug even when the
+    # check then ends clean.
+    recovery_failures: list[str] = field(default_factory=list)
     recovery_seconds: list[float] = field(default_factory=list)
     recovery_kills: int = 0
     stats: Stats = field(default_factory=Stats)
@@ -562,6 +568,7 @@ class RunResult:
             and not self.stats.unexpected
             and not self.stats.bad_status
             and self.fsck_clean == self.cycles
+            and not self.recovery_failures
             and self.checked > 0
         )
 
@@ -573,7 +580,8 @@ class RunResult:
             f"checked {self.checked} (superseded by the writer's own later write: {s.superseded}), "
             f"lost {len(s.lost)}, unexpected {len(s.unexpected)}, "
             f"fsck clean after {self.fsck_clean}/{self.cycles} recoveries "
-            f"({self.recovery_kills} of them after a kill during the recovery); "
+            f"({self.recovery_kills} of them after a kill during the recovery), "
+            f"recoveries that failed {len(self.recovery_failures)}; "
             f"unanswered writes {s.unanswered}, refused {s.refused}, other statuses "
             f"{len(s.bad_status)}; restart with recovery {times[len(times) // 2]:.1f}s median, "
             f"{times[-1]:.1f}s max (start to /readyz)"
@@ -725,6 +733,9 @@ class RootRun:
             result.fsck_clean += 1
         else:
             result.fsck_failures.append(f"cycle {cycle}: {report}")
+        failed = RECOVERY_FAILED.findall(server.log())
+        if failed:
+            result.recovery_failures.append(f"cycle {cycle}: {failed[0][:1000]}")
         checked, problems = self.checker.check(model.touched, cycle)
         result.checked += checked
         live = self.checker.live_memories()
@@ -795,6 +806,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     for line in result.fsck_failures[:5]:
         log(f"fsck after recovery: {line[:2000]}")
+    for line in result.recovery_failures[:5]:
+        log(f"recovery failed: {line}")
     for line in result.stats.bad_status[:10]:
         log(f"unexpected status: {line}")
     log(f"{result.summary()}; {time.monotonic() - started:.0f}s in all")
