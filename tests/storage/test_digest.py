@@ -100,8 +100,10 @@ def test_interleaved_writes_and_reads_equal_a_full_render(
 
 @pytest.mark.usefixtures("spliced")
 def test_a_read_splices_the_changes_into_the_base_without_rewriting_it(
-    store: TaskStore, scope: Scope, clock: FixedClock
+    store: TaskStore, scope: Scope, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Two changes in 20 tasks are one in SPREAD of them: the read would queue a compaction.
+    monkeypatch.setattr(digestdb, "SPREAD", 1)
     for i in range(20):
         clock.advance(seconds=1)
         store.put_turn(scope, f"t{i:02d}", 0, meta={}, summary_md=f"first {i}")
