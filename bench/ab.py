@@ -1,6 +1,6 @@
 """Two checkouts of the service side by side: this one against another (a base commit).
 
-    python -m bench.ab --base /path/to/other/checkout [--workloads record ms-create ms-update]
+    python -m bench.ab --base /path/to/other/checkout [--workloads read list record ...]
                        [--reps 5] [--duration 3] [--this-env NAME=VALUE ...] [--base-env ...]
 
 Both servers run as `make bench` starts ours (gunicorn -c gunicorn.conf.py, 2 workers x 4
@@ -30,7 +30,7 @@ from . import loadgen, servers, workloads as w
 from .cpu import machine_cpu
 from .run import RESULTS, machine
 
-WORKLOADS = ("record", "put-turn", "ms-create", "ms-update")
+WORKLOADS = ("read", "list", "record", "put-turn", "ms-create", "ms-update")
 
 
 def start(name: str, checkout: Path, workdir: Path, extra: list[str]) -> servers.Server:
@@ -70,8 +70,12 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
     store, memories = w.ms_setup(s)
     for client in range(8):  # put-turn upserts turn 1 of an existing task per client
         s.request("PUT", f"{w.API}/tasks/pt-{client}/turns/1", w.turn_body(client, 0), w.JSON)
+    for i in range(w.READ_TASKS):  # what read picks from
+        s.request("PUT", f"{w.API}/tasks/pre-{i}/turns/0", w.turn_body(i, 0), w.JSON)
     s.close()
     return {
+        "read": lambda rep: w.ours_read(),
+        "list": lambda rep: w.ours_list(),
         "record": lambda rep: w.ours_record(f"ab{rep}"),
         "put-turn": lambda rep: w.ours_put_turn("pt-{client}"),
         "ms-create": lambda rep: w.ms_create(store, f"r{rep}"),
