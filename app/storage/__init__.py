@@ -33,14 +33,15 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TurnRecord as TurnRecord,
     )
-    from .tasks import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES, TaskStore as TaskStore
+    from .task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
+    from .tasks import TaskStore as TaskStore
 
 _EXPORTS = {
     "Clock": ".clock",
     "system_clock": ".clock",
     "Layout": ".layout",
     "Scope": ".layout",
-    "MAX_SUMMARY_BYTES": ".tasks",
+    "MAX_SUMMARY_BYTES": ".task_rules",
     "TaskStore": ".tasks",
     **dict.fromkeys(
         (

@@ -36,7 +36,8 @@ from .records import dumps, read_json
 from .recovery import Plan, Recovery, Report
 from .retention import SweepReport, sweep
 from .search import TreeSearch
-from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, TaskStore
+from .task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from .tasks import TaskStore
 from .tokens import TokenRegistry
 from .traffic import TrafficRow, TreeTraffic
 from .usage import Usage

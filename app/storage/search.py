@@ -25,7 +25,6 @@ many were left out.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from .memstores.engine import MemoryStoreEngine
 from .memstores.index import IndexReader
 from .models import SearchHit, SearchPage
 from .query import SearchQuery, fts5_match, fts5_term, parse_query
+from .task_rules import scope_tag
 from .tasks import TaskStore
 
 log = logging.getLogger("app.storage.search")
@@ -304,15 +304,12 @@ class TreeSearch:
         return tuple(out)
 
     # -- cursors ---------------------------------------------------------------------------
-    def _tag(self, scope: Scope) -> str:
-        return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
-
     def _encode(self, scope: Scope, query: SearchQuery, last: _Hit, project: _Stats) -> str:
         return self.tasks.cursors.encode(
             {
                 "l": "search",
                 "v": CURSOR_VERSION,
-                "s": self._tag(scope),
+                "s": scope_tag(scope),
                 "q": query.fingerprint(),
                 "k": last.key,
                 "src": last.source,
@@ -328,7 +325,7 @@ class TreeSearch:
             if (
                 body["l"] != "search"
                 or body["v"] != CURSOR_VERSION
-                or body["s"] != self._tag(scope)
+                or body["s"] != scope_tag(scope)
                 or body["q"] != query.fingerprint()
             ):
                 raise ValueError("issued for another search")

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
@@ -28,7 +26,7 @@ from typing import IO, Any, BinaryIO, cast
 
 from ulid import ULID
 
-from . import digest as digest_mod
+from . import digest as digest_mod, task_rules
 from .atomic import (
     DIR_MODE,
     batched_dir_syncs,
@@ -50,11 +48,9 @@ from .digests import Digests
 from .errors import (
     Conflict,
     Corrupt,
-    InvalidName,
     LockTimeout,
     NotFound,
     NotOwner,
-    PreconditionFailed,
 )
 from .layout import (
     ARTIFACTS_DIR,
@@ -98,19 +94,19 @@ from .records import (
     turn_usage,
     write_json,
 )
+from .task_rules import (
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    MiB,
+    check_preconditions,
+    decode_task_cursor,
+    encode_task_cursor,
+)
 from .tree import Tree
 from .turn_search import TurnText, turn_text
 from .txn import Key, Transactions, Txn
 from .usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
 from .usage_tree import TreeUsage, settling
 
-MiB = 1 << 20
-DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
-MAX_SUMMARY_BYTES = 1 * MiB
-MAX_PAGE = 1000
-CURSOR_VERSION = 1
-# The start of a task id (ID_PATTERN's first character, then any of the rest).
-_ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.
 
@@ -250,18 +246,7 @@ class TaskStore:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
         validate_id("task_id", task_id)
         validate_turn(turn)
-        # Refuse what cannot be stored as UTF-8 JSON (lone surrogates, NaN, sets, ...) before
-        # the first write: failing inside the transaction left a task skeleton behind.
-        try:
-            size = len(summary_md.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise InvalidName("summary_md", None, "is not valid Unicode text") from None
-        try:
-            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidName("meta", None, f"cannot be stored as JSON ({exc})") from None
-        if size > MAX_SUMMARY_BYTES:
-            raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
+        task_rules.check_turn(meta, summary_md)
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
@@ -274,7 +259,7 @@ class TaskStore:
             self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
             alive = self._alive(previous, now_us)
-            _check_preconditions(alive.etag if alive else None, if_match, if_none_match)
+            check_preconditions(alive.etag if alive else None, if_match, if_none_match)
             index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
             kept = alive.artifacts if alive else ()
@@ -378,11 +363,8 @@ class TaskStore:
         ``model`` / ``agent_id`` / non-zero exit code (``failed``) of the latest turn's meta.
         ``total`` counts every live task of the project, filtered or not.
         """
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
-        if prefix is not None and (not prefix or not _ID_PREFIX_RE.fullmatch(prefix)):
-            raise InvalidName("prefix", prefix, "must be the start of a task id")
-        after = self._decode_cursor(scope, cursor) if cursor else None
+        task_rules.check_list(limit, prefix)
+        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
         listing = self.listing(scope)
         if not listing.exists():
             return TaskPage((), 0, None)
@@ -410,7 +392,9 @@ class TaskStore:
             for r in rows
         )
         next_cursor = (
-            self._encode_cursor(scope, rows[-1].updated_us, rows[-1].task_id) if more else None
+            encode_task_cursor(self.cursors, scope, rows[-1].updated_us, rows[-1].task_id)
+            if more
+            else None
         )
         return TaskPage(tasks, total, next_cursor)
 
@@ -541,7 +525,7 @@ class TaskStore:
                     f"turn {turn} of task {task_id} was replaced during the upload; retry"
                 )
             current = next((a for a in record.artifacts if a.name == name), None)
-            _check_preconditions(current.etag if current else None, if_match, if_none_match)
+            check_preconditions(current.etag if current else None, if_match, if_none_match)
             # What it adds, now known exactly: reserve any more it needs before writing.
             ticket.cover(staged.size - (current.size if current else 0), 0)
             task_dir = turn_dir.parent
@@ -707,26 +691,6 @@ class TaskStore:
         section = self.section(scope, task_id, index, self.now_us(), tuple(records))
         self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
 
-    # -- cursors -----------------------------------------------------------------------------
-    def _scope_tag(self, scope: Scope) -> str:
-        return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
-
-    def _encode_cursor(self, scope: Scope, updated_us: int, task_id: str) -> str:
-        return self.cursors.encode(
-            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)}
-        )
-
-    def _decode_cursor(self, scope: Scope, cursor: str) -> tuple[int, str]:
-        body = self.cursors.decode(cursor, "cursor")
-        try:
-            if body["v"] != CURSOR_VERSION or body["s"] != self._scope_tag(scope):
-                raise ValueError("issued for another project")
-            return int(body["u"]), validate_id("task_id", body["id"])
-        except (ValueError, KeyError, TypeError, InvalidName):
-            raise InvalidName(
-                "cursor", cursor, "is not a cursor this server issued for this project"
-            ) from None
-
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
     """The task's index.json; rebuilt from the records when it is unreadable or not an index
@@ -809,14 +773,3 @@ def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> Non
                 remove_quietly(directory / name)
         elif not name.startswith(TMP_PREFIX) and name not in expected:
             remove_quietly(directory / name)
-
-
-def _check_preconditions(
-    current_etag: str | None, if_match: str | None, if_none_match: bool
-) -> None:
-    if if_none_match and current_etag is not None:
-        raise PreconditionFailed("the resource already exists (If-None-Match: *)")
-    if if_match is not None and if_match != "*" and current_etag != if_match:
-        raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
-    if if_match == "*" and current_etag is None:
-        raise PreconditionFailed("the resource does not exist (If-Match: *)")

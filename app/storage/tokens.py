@@ -92,7 +92,54 @@ def new_token(
     return token, secret
 
 
-class TokenRegistry:
+class TokenRegistryBase:
+    """What every token registry does alike: it checks a new token and a presented secret
+    by the same rules. A registry keeps the tokens (``_add``) and finds one by the hash of
+    its secret (``_find``)."""
+
+    clock: Clock
+
+    def _find(self, sha256: str) -> Token | None:
+        """The token whose secret hashes to ``sha256``, usable or not; None when none does."""
+        raise NotImplementedError
+
+    def _add(self, token: Token) -> None:
+        """Keep a new token (checked by :func:`new_token`)."""
+        raise NotImplementedError
+
+    def authenticate(self, secret: str) -> Token | None:
+        """Return the usable token whose secret this is, or None."""
+        if not secret or len(secret) > 512:
+            return None
+        # Looked up by hash: no byte-by-byte comparison of secrets, so no timing oracle.
+        token = self._find(hash_secret(secret))
+        if token is None or not token.usable(self.clock()):
+            return None
+        return token
+
+    def create(
+        self,
+        *,
+        role: str,
+        tenant: str | None = None,
+        project: str | None = None,
+        name: str = "",
+        expires_in: timedelta | None = None,
+    ) -> tuple[Token, str]:
+        """Create a token; return it with its secret (shown once, never stored)."""
+        token, secret = new_token(
+            self.clock(),
+            role=role,
+            tenant=tenant,
+            project=project,
+            name=name,
+            expires_in=expires_in,
+        )
+        self._add(token)
+        return token, secret
+
+
+class TokenRegistry(TokenRegistryBase):
     """Create, list, revoke and authenticate tokens kept in ``path``."""
 
     def __init__(self, path: Path, *, clock: Clock = system_clock, lock_timeout: float = 10.0):
@@ -125,15 +172,8 @@ class TokenRegistry:
                 self._stamp = stamp
             return self._by_hash
 
-    def authenticate(self, secret: str) -> Token | None:
-        """Return the usable token whose secret this is, or None."""
-        if not secret or len(secret) > 512:
-            return None
-        # Looked up by hash: no byte-by-byte comparison of secrets, so no timing oracle.
-        token = self._refresh().get(hash_secret(secret))
-        if token is None or not token.usable(self.clock()):
-            return None
-        return token
+    def _find(self, sha256: str) -> Token | None:
+        return self._refresh().get(sha256)
 
     def get(self, token_id: str) -> Token | None:
         """The token with this id, usable or not; None when there is none.
@@ -160,27 +200,9 @@ class TokenRegistry:
     def _lock(self) -> Any:
         return locked(self.path.with_name(self.path.name + ".lock"), self.lock_timeout)
 
-    def create(
-        self,
-        *,
-        role: str,
-        tenant: str | None = None,
-        project: str | None = None,
-        name: str = "",
-        expires_in: timedelta | None = None,
-    ) -> tuple[Token, str]:
-        """Create a token; return it with its secret (shown once, never stored)."""
-        token, secret = new_token(
-            self.clock(),
-            role=role,
-            tenant=tenant,
-            project=project,
-            name=name,
-            expires_in=expires_in,
-        )
+    def _add(self, token: Token) -> None:
         with self._lock():
             self._save([*self._load(), token])
-        return token, secret
 
     def revoke(self, token_id: str) -> Token:
         with self._lock():

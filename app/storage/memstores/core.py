@@ -29,8 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from ulid import ULID
-
 from ..atomic import make_dirs, write_atomic, write_new
 from ..clock import Clock, system_clock, to_us
 from ..cursor import CursorCodec, load_key
@@ -40,7 +38,7 @@ from ..records import dumps, read_json_bytes
 from ..txn import Key, Transactions, Txn
 from ..usage import NO_TICKET, StoreUsage, Ticket
 from ..usage_tree import TreeUsage
-from .index import IndexContent, IndexReader, MemoryRow, StoreIndex, rows_from_records
+from .index import IndexContent, MemoryRow, StoreIndex, rows_from_records
 from .records import StoreRecord, VersionRecord
 
 DEFAULT_MAX_MEMORIES = 10_000
@@ -175,15 +173,6 @@ class StoresBase:
             self.rebuild(store_dir, key)
         else:
             self.usage.set_store(key.scope, key.id, None)
-
-    def next_version(self, reader: IndexReader) -> tuple[str, int]:
-        """A version id and time, both strictly after the store's last (the clock may stall)."""
-        last_id, last_us = reader.state()
-        us = max(self.now_us(), last_us)
-        candidate = ULID.from_timestamp(us / 1_000_000)
-        if last_id and str(candidate) <= last_id.removeprefix("memver_"):
-            candidate = ULID.from_int(int(ULID.from_str(last_id.removeprefix("memver_"))) + 1)
-        return f"memver_{candidate}", us
 
     def commit(
         self,

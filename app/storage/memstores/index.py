@@ -26,13 +26,13 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .. import fts
 from ..fts import DOCS, TEXT
 from ..sqlitedb import create_file, open_wal, read_txn, write_txn
 from ..usage import StoreUsage
-from .models import VersionFilter
+from .models import Memory, MemoryVersion, VersionFilter
 from .records import VersionRecord
 
 _SCHEMA = """
@@ -112,6 +112,20 @@ class MemoryRow:
     updated_at: str
     path_since: str
 
+    def view(self, store_id: str, content: str | None) -> Memory:
+        """The memory this row describes, with ``content`` (None: without it)."""
+        return Memory(
+            id=self.id,
+            memory_store_id=store_id,
+            path=self.path,
+            content=content,
+            content_size_bytes=self.size,
+            content_sha256=self.sha,
+            memory_version_id=self.head,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class VersionRow:
@@ -134,6 +148,23 @@ class VersionRow:
 
     def redactor(self) -> dict[str, Any] | None:
         return None if self.redacted_by is None else dict(json.loads(self.redacted_by))
+
+    def view(self, store_id: str) -> MemoryVersion:
+        """The version this row describes, without its content (a row does not hold it)."""
+        return MemoryVersion(
+            id=self.id,
+            memory_store_id=store_id,
+            memory_id=self.memory_id,
+            operation=self.operation,
+            path=self.path,
+            content=None,
+            content_size_bytes=self.size,
+            content_sha256=self.sha,
+            created_by=self.actor(),
+            created_at=self.created_at,
+            redacted_at=self.redacted_at,
+            redacted_by=self.redactor(),
+        )
 
 
 def _actor_json(actor: Any) -> str | None:
@@ -199,6 +230,19 @@ def rows_from_records(records: Iterable[VersionRecord]) -> IndexContent:
         last_id=last.id if last else "",
         last_us=last.created_us if last else 0,
     )
+
+
+class MemoryLookup(Protocol):
+    """The queries the engine-independent code (paging.py, semantics.py) asks of a store's
+    index: the SQLite one here, and PostgreSQL's rows in pg/stores.py."""
+
+    def state(self) -> tuple[str, int]: ...
+
+    def memory(self, memory_id: str) -> MemoryRow | None: ...
+
+    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None: ...
+
+    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]: ...
 
 
 class IndexReader:

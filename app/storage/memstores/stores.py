@@ -2,53 +2,25 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ulid import ULID
 
 from ..atomic import DIR_MODE, fsync_dir, make_dirs, write_atomic
-from ..clock import iso_us
-from ..errors import Corrupt, InvalidName, NotFound, NotOwner, UnsafePath
+from ..errors import Corrupt, NotFound, UnsafePath
 from ..layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
 from ..records import dumps
 from ..txn import Key
 from ..usage import StoreUsage
-from . import rules
+from . import semantics
 from .core import StoresBase
-from .models import Deleted, MemoryStore, Page, StoreArchived
-from .records import StoreRecord
-
-PAGE_PREFIX = "page_"
-MAX_LIMIT = 100
-
-
-def fingerprint(*parts: object) -> str:
-    """What a cursor was issued for (kind, scope, filters): another list refuses it."""
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
-
-
-def check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidName("limit", limit, f"must be an integer between 1 and {MAX_LIMIT}")
-    return limit
+from .models import Deleted, MemoryStore, Page
+from .paging import check_limit, fingerprint, stores_after, stores_next
 
 
 class StoreOps(StoresBase):
     """The store-level operations of the engine."""
-
-    def decode_page(self, page: str, fp: str) -> dict[str, Any]:
-        body = self.cursors.decode(page, "page", PAGE_PREFIX)
-        if body.get("q") != fp:
-            raise InvalidName("page", page, "is not a page cursor this server issued for this list")
-        return body
-
-    def encode_page(self, body: dict[str, Any]) -> str:
-        return self.cursors.encode(body, PAGE_PREFIX)
 
     def create_store(
         self,
@@ -60,19 +32,13 @@ class StoreOps(StoresBase):
         creator: str | None = None,
     ) -> MemoryStore:
         """Create an empty store: built in a temp directory, published by one rename."""
-        now = self.now_us()
-        record = StoreRecord(
-            id=f"memstore_{ULID()}",
-            name=rules.validate_name(name),
-            description=rules.validate_description("" if description is None else description),
-            metadata=rules.validate_metadata({} if metadata is None else metadata),
-            created_at=iso_us(now),
-            created_us=now,
-            updated_at=iso_us(now),
-            archived_at=None,
-            tenant=scope.tenant,
-            project=scope.project,
-            created_by=creator,
+        record = semantics.new_store(
+            scope,
+            self.now_us(),
+            name=name,
+            description=description,
+            metadata=metadata,
+            creator=creator,
         )
         # A store record and an empty index: no quota counts them, the floor does.
         self.usage.admit(scope, gross=64 << 10)
@@ -120,12 +86,7 @@ class StoreOps(StoresBase):
         """List the scope's stores, newest first, with a keyset cursor."""
         limit = check_limit(limit)
         fp = fingerprint("stores", scope.tenant, scope.project, include_archived)
-        after: tuple[int, str] | None = None
-        if page is not None:
-            key = self.decode_page(page, fp).get("k")
-            if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int)):
-                raise InvalidName("page", page, "is not a valid page cursor")
-            after = (key[0], str(key[1]))
+        after = stores_after(self.cursors, page, fp)
         records = []
         for entry in self.tree.entries(self.layout.stores_dir(scope)):
             if not entry.is_dir or not STORE_ID_RE.fullmatch(entry.name):
@@ -151,14 +112,8 @@ class StoreOps(StoresBase):
         next_page = None
         if len(records) > limit:
             last = chosen[-1]
-            next_page = self.encode_page({"q": fp, "k": [last.created_us, last.id]})
+            next_page = stores_next(self.cursors, fp, (last.created_us, last.id))
         return Page(tuple(r.view() for r in chosen), next_page)
-
-    def _check_creator(self, record: StoreRecord, only_creator: str | None) -> None:
-        if only_creator is not None and record.created_by != only_creator:
-            raise NotOwner(
-                f"only the creator of memory store {record.id} or a project_admin may change it"
-            )
 
     def update_store(
         self,
@@ -171,26 +126,16 @@ class StoreOps(StoresBase):
         only_creator: str | None = None,
     ) -> MemoryStore:
         """Change name, description and/or patch metadata; None leaves a field as it is."""
-        if name is not None:
-            name = rules.validate_name(name)
-        if description is not None:
-            description = rules.validate_description(description)
+        new_name, new_description = semantics.store_update_request(name, description)
         with self.transaction(scope, store_id) as txn:
             record = self.store_record(txn.dir)
-            self._check_creator(record, only_creator)
-            if record.archived_at:
-                raise StoreArchived(f"memory store {store_id} is archived and read-only")
+            semantics.check_updatable(record, store_id, only_creator)
             self.usage.admit(scope, gross=16 << 10)  # the store record: the floor only
-            new = record
-            if name is not None:
-                new = replace(new, name=str(name))
-            if description is not None:
-                new = replace(new, description=str(description))
-            if metadata is not None:
-                new = replace(new, metadata=rules.patch_metadata(record.metadata, metadata))
-            if new == record:
+            new = semantics.changed_store(
+                record, self.now_us(), name=new_name, description=new_description, metadata=metadata
+            )
+            if new is None:
                 return record.view()
-            new = replace(new, updated_at=iso_us(max(self.now_us(), record.created_us)))
             self.write_store_record(txn.dir, new)
         return new.view()
 
@@ -200,10 +145,10 @@ class StoreOps(StoresBase):
         """Archive a store (one-way; archiving an archived store changes nothing)."""
         with self.transaction(scope, store_id) as txn:
             record = self.store_record(txn.dir)
-            self._check_creator(record, only_creator)
+            semantics.check_creator(record, only_creator)
             if record.archived_at:
                 return record.view()
-            record = replace(record, archived_at=iso_us(max(self.now_us(), record.created_us)))
+            record = semantics.archived_store(record, self.now_us())
             self.write_store_record(txn.dir, record)
         return record.view()
 
@@ -212,7 +157,7 @@ class StoreOps(StoresBase):
     ) -> Deleted:
         """Delete a store with all its memories and versions: one rename to the trash."""
         with self.transaction(scope, store_id) as txn:
-            self._check_creator(self.store_record(txn.dir), only_creator)
+            semantics.check_creator(self.store_record(txn.dir), only_creator)
             trash = self.layout.check_inside(self.layout.trash_dir())
             make_dirs(trash, self.root)
             target = trash / f"{ULID()}-{store_id}"

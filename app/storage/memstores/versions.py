@@ -6,30 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import iso_us
-from ..errors import InvalidName, NotFound
-from ..layout import VERSION_ID_RE, Scope
-from .index import VersionRow, filter_clause
-from .memories import FULL_VIEW_LIMIT, MemoryOps
-from .models import HeadVersion, MemoryVersion, Page, VersionFilter
-from .records import OPERATIONS
-from .stores import check_limit, fingerprint
-
-
-def row_view(store_id: str, row: VersionRow) -> MemoryVersion:
-    return MemoryVersion(
-        id=row.id,
-        memory_store_id=store_id,
-        memory_id=row.memory_id,
-        operation=row.operation,
-        path=row.path,
-        content=None,
-        content_size_bytes=row.size,
-        content_sha256=row.sha,
-        created_by=row.actor(),
-        created_at=row.created_at,
-        redacted_at=row.redacted_at,
-        redacted_by=row.redactor(),
-    )
+from ..errors import NotFound
+from ..layout import Scope
+from . import semantics
+from .memories import MemoryOps
+from .models import MemoryVersion, Page, VersionFilter
+from .paging import versions_next, versions_query
 
 
 class VersionOps(MemoryOps):
@@ -46,27 +28,19 @@ class VersionOps(MemoryOps):
         full: bool = False,
     ) -> Page:
         """Versions newest first (id breaks ties; ids grow with time within a store)."""
-        if filters.operation is not None and filters.operation not in OPERATIONS:
-            raise InvalidName("operation", filters.operation, f"must be one of {OPERATIONS}")
-        limit = min(check_limit(limit), FULL_VIEW_LIMIT) if full else check_limit(limit)
-        fp = fingerprint("versions", store_id, *filter_clause(filters))
-        before = None
-        if page is not None:
-            before = self.decode_page(page, fp).get("k")
-            if not isinstance(before, str) or not VERSION_ID_RE.fullmatch(before):
-                raise InvalidName("page", page, "is not a valid page cursor")
+        query = versions_query(self.cursors, store_id, filters, limit, page, full)
 
         def read(store_dir: Path) -> Page:
             with self.index(store_dir).read() as reader:
-                rows = reader.versions_page(filters, before, limit + 1)
+                rows = reader.versions_page(filters, query.before, query.limit + 1)
             next_page = None
-            if len(rows) > limit:
-                rows = rows[:limit]
-                next_page = self.encode_page({"q": fp, "k": rows[-1].id})
+            if len(rows) > query.limit:
+                rows = rows[: query.limit]
+                next_page = versions_next(self.cursors, query, rows[-1].id)
             data = []
             for row in rows:
                 if not full:
-                    data.append(row_view(store_id, row))
+                    data.append(row.view(store_id))
                     continue
                 record = self.version_record(store_dir, row.id)
                 if record is not None:  # else removed by retention since the index was read
@@ -101,11 +75,7 @@ class VersionOps(MemoryOps):
             with self.index(txn.dir).read() as reader:
                 live = reader.memory(record.memory_id)
                 last_us = reader.state()[1]
-            if live is not None and live.head == version_id:
-                raise HeadVersion(
-                    f"version {version_id} is the head of live memory {live.id}: write a new"
-                    " version (or delete the memory) first, then redact this one"
-                )
+            semantics.check_redactable(version_id, live)
             redacted = record.redacted(iso_us(max(self.now_us(), last_us)), actor)
             txn.begin()
             path = self.layout.check_inside(self.layout.version_file(txn.dir, version_id))

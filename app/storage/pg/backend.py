@@ -28,6 +28,7 @@ from ..models import FsckReport, SearchPage
 from ..query import parse_query
 from ..quota import QuotaSource
 from ..retention import ProjectSweep, SweepReport
+from ..task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from ..traffic import TrafficRow
 from ..usage import Usage
 from . import usage as pgu
@@ -37,7 +38,7 @@ from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state,
 from .db import Database, advisory_xact_lock, backup_running, translated
 from .schema import migrate
 from .stores import PgMemoryStores
-from .tasks import DEFAULT_MAX_ARTIFACT_BYTES, PgTaskStore
+from .tasks import PgTaskStore
 
 _ORPHAN_BATCH = 500
 

@@ -16,7 +16,6 @@ import json
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -33,14 +32,14 @@ from ..limits import (
     quotas_of,
 )
 from ..records import dumps
-from ..tokens import Token, hash_secret, new_token
+from ..tokens import Token, TokenRegistryBase
 from .db import Database, lock_key, translated
 
 _TOKEN_COLUMNS = "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256"  # noqa: S105
 _KEY_BYTES = 32
 
 
-class PgTokenRegistry:
+class PgTokenRegistry(TokenRegistryBase):
     """Create, list, revoke and authenticate tokens kept in the ``tokens`` table."""
 
     def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
@@ -48,15 +47,8 @@ class PgTokenRegistry:
         self.clock = clock
         self.path = "the tokens table of the database"
 
-    def authenticate(self, secret: str) -> Token | None:
-        """Return the usable token whose secret this is, or None."""
-        if not secret or len(secret) > 512:
-            return None
-        # Looked up by hash: no byte-by-byte comparison of secrets, so no timing oracle.
-        token = self._one("sha256", hash_secret(secret))
-        if token is None or not token.usable(self.clock()):
-            return None
-        return token
+    def _find(self, sha256: str) -> Token | None:
+        return self._one("sha256", sha256)
 
     def _one(self, column: str, value: str) -> Token | None:
         with self.db.transaction("tokens") as conn:
@@ -78,24 +70,7 @@ class PgTokenRegistry:
         with self.db.transaction("tokens") as conn:
             return conn.execute("SELECT 1 FROM tokens LIMIT 1").fetchone() is None
 
-    def create(
-        self,
-        *,
-        role: str,
-        tenant: str | None = None,
-        project: str | None = None,
-        name: str = "",
-        expires_in: timedelta | None = None,
-    ) -> tuple[Token, str]:
-        """Create a token; return it with its secret (shown once, never stored)."""
-        token, secret = new_token(
-            self.clock(),
-            role=role,
-            tenant=tenant,
-            project=project,
-            name=name,
-            expires_in=expires_in,
-        )
+    def _add(self, token: Token) -> None:
         with self.db.transaction("tokens") as conn:
             conn.execute(
                 f"INSERT INTO tokens ({_TOKEN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -111,7 +86,6 @@ class PgTokenRegistry:
                     token.sha256,
                 ),
             )
-        return token, secret
 
     def revoke(self, token_id: str) -> Token:
         with self.db.transaction("tokens") as conn:

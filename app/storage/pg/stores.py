@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,30 +26,34 @@ from ulid import ULID
 
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..errors import InvalidName, NotFound, NotOwner
-from ..layout import MEMORY_ID_RE, STORE_ID_RE, VERSION_ID_RE, Scope
-from ..memstores import rules
+from ..errors import NotFound
+from ..layout import STORE_ID_RE, VERSION_ID_RE, Scope
+from ..memstores import rules, semantics
 from ..memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from ..memstores.index import MemoryRow, VersionRow, filter_clause, version_row
-from ..memstores.memories import FULL_VIEW_LIMIT, _page_items
 from ..memstores.models import (
-    ContentPreconditionFailed,
     Deleted,
-    HeadVersion,
     Memory,
-    MemoryPrefix,
     MemoryStore,
     MemoryVersion,
     Page,
-    PathConflict,
-    StoreArchived,
     StoreFull,
     VersionFilter,
 )
-from ..memstores.records import OPERATIONS, StoreRecord, VersionRecord, sha256_hex
+from ..memstores.paging import (
+    check_limit,
+    fingerprint,
+    memories_page,
+    memories_query,
+    memory_items,
+    stores_after,
+    stores_next,
+    versions_next,
+    versions_query,
+)
+from ..memstores.records import StoreRecord, VersionRecord
 from ..memstores.retention import VersionSweep
-from ..memstores.stores import PAGE_PREFIX, check_limit, fingerprint
-from ..memstores.versions import row_view
+from ..memstores.semantics import check_free, live_memory
 from ..quota import QuotaSource
 from . import usage as pgu
 from .db import Database
@@ -111,7 +114,8 @@ def _record(store_id: str, row: tuple[Any, ...]) -> VersionRecord:
 
 
 class _Reader:
-    """The named queries the shared paging code (memstores.memories) asks of an index."""
+    """The named queries the engine-independent code (memstores.paging, memstores.semantics)
+    asks of an index (memstores.index.MemoryLookup)."""
 
     def __init__(self, conn: psycopg.Connection[Any], store_id: str, state: tuple[str, int]):
         self.conn = conn
@@ -252,15 +256,6 @@ class PgMemoryStores:
             (_json(record.to_json()), record.archived_at is not None, record.id),
         )
 
-    def _next_version(self, state: tuple[str, int]) -> tuple[str, int]:
-        """A version id and time, both strictly after the store's last (the clock may stall)."""
-        last_id, last_us = state
-        us = max(self.now_us(), last_us)
-        candidate = ULID.from_timestamp(us / 1_000_000)
-        if last_id and str(candidate) <= last_id.removeprefix("memver_"):
-            candidate = ULID.from_int(int(ULID.from_str(last_id.removeprefix("memver_"))) + 1)
-        return f"memver_{candidate}", us
-
     def _commit(self, conn: psycopg.Connection[Any], scope: Scope, record: VersionRecord) -> None:
         """Write one version and move its memory's head (or drop the memory), and count it."""
         old = conn.execute(
@@ -307,58 +302,6 @@ class PgMemoryStores:
             memory_bytes=(size if live else 0) - (int(old[0]) if old else 0),
         )
 
-    def _new_version(
-        self,
-        state: tuple[str, int],
-        store_id: str,
-        *,
-        memory_id: str,
-        operation: str,
-        path: str,
-        content: str | None,
-        actor: dict[str, Any] | None,
-        row: MemoryRow | None,
-    ) -> VersionRecord:
-        version_id, us = self._next_version(state)
-        moved = row is None or row.path != path
-        return VersionRecord.new(
-            id=version_id,
-            store_id=store_id,
-            memory_id=memory_id,
-            operation=operation,
-            path=path,
-            content=content,
-            actor=actor,
-            created_us=us,
-            created_at=iso_us(us),
-            memory_created_at=row.created_at if row else iso_us(us),
-            path_since=version_id if moved or row is None else row.path_since,
-            previous=row.head if row else None,
-        )
-
-    @staticmethod
-    def _view(store_id: str, row: MemoryRow, content: str | None) -> Memory:
-        return Memory(
-            id=row.id,
-            memory_store_id=store_id,
-            path=row.path,
-            content=content,
-            content_size_bytes=row.size,
-            content_sha256=row.sha,
-            memory_version_id=row.head,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
-
-    def _decode_page(self, page: str, fp: str) -> dict[str, Any]:
-        body = self.cursors.decode(page, "page", PAGE_PREFIX)
-        if body.get("q") != fp:
-            raise InvalidName("page", page, "is not a page cursor this server issued for this list")
-        return body
-
-    def _encode_page(self, body: dict[str, Any]) -> str:
-        return self.cursors.encode(body, PAGE_PREFIX)
-
     # -- stores ----------------------------------------------------------------------------
     def create_store(
         self,
@@ -371,18 +314,13 @@ class PgMemoryStores:
     ) -> MemoryStore:
         """Create an empty store."""
         now = self.now_us()
-        record = StoreRecord(
-            id=f"memstore_{ULID()}",
-            name=rules.validate_name(name),
-            description=rules.validate_description("" if description is None else description),
-            metadata=rules.validate_metadata({} if metadata is None else metadata),
-            created_at=iso_us(now),
-            created_us=now,
-            updated_at=iso_us(now),
-            archived_at=None,
-            tenant=scope.tenant,
-            project=scope.project,
-            created_by=creator,
+        record = semantics.new_store(
+            scope,
+            now,
+            name=name,
+            description=description,
+            metadata=metadata,
+            creator=creator,
         )
         with self.db.transaction("memory stores") as conn:
             conn.execute(
@@ -421,12 +359,10 @@ class PgMemoryStores:
         fp = fingerprint("stores", scope.tenant, scope.project, include_archived)
         where = "tenant = %s AND project = %s"
         args: list[object] = [scope.tenant, scope.project]
-        if page is not None:
-            key = self._decode_page(page, fp).get("k")
-            if not (isinstance(key, list) and len(key) == 2 and isinstance(key[0], int)):
-                raise InvalidName("page", page, "is not a valid page cursor")
+        after = stores_after(self.cursors, page, fp)
+        if after is not None:
             where += " AND (created_us < %s OR (created_us = %s AND id < %s))"
-            args += [key[0], key[0], str(key[1])]
+            args += [after[0], after[0], after[1]]
         if not include_archived:
             where += " AND NOT archived"
         if created_gte_us is not None:
@@ -446,14 +382,8 @@ class PgMemoryStores:
         if len(records) > limit:
             records = records[:limit]
             last = records[-1]
-            next_page = self._encode_page({"q": fp, "k": [last.created_us, last.id]})
+            next_page = stores_next(self.cursors, fp, (last.created_us, last.id))
         return Page(tuple(r.view() for r in records), next_page)
-
-    def _check_creator(self, record: StoreRecord, only_creator: str | None) -> None:
-        if only_creator is not None and record.created_by != only_creator:
-            raise NotOwner(
-                f"only the creator of memory store {record.id} or a project_admin may change it"
-            )
 
     def update_store(
         self,
@@ -466,24 +396,14 @@ class PgMemoryStores:
         only_creator: str | None = None,
     ) -> MemoryStore:
         """Change name, description and/or patch metadata; None leaves a field as it is."""
-        if name is not None:
-            name = rules.validate_name(name)
-        if description is not None:
-            description = rules.validate_description(description)
+        new_name, new_description = semantics.store_update_request(name, description)
         with self._write(scope, store_id) as (conn, record, _):
-            self._check_creator(record, only_creator)
-            if record.archived_at:
-                raise StoreArchived(f"memory store {store_id} is archived and read-only")
-            new = record
-            if name is not None:
-                new = replace(new, name=str(name))
-            if description is not None:
-                new = replace(new, description=str(description))
-            if metadata is not None:
-                new = replace(new, metadata=rules.patch_metadata(record.metadata, metadata))
-            if new == record:
+            semantics.check_updatable(record, store_id, only_creator)
+            new = semantics.changed_store(
+                record, self.now_us(), name=new_name, description=new_description, metadata=metadata
+            )
+            if new is None:
                 return record.view()
-            new = replace(new, updated_at=iso_us(max(self.now_us(), record.created_us)))
             self._save_store(conn, new)
         return new.view()
 
@@ -492,10 +412,10 @@ class PgMemoryStores:
     ) -> MemoryStore:
         """Archive a store (one-way; archiving an archived store changes nothing)."""
         with self._write(scope, store_id) as (conn, record, _):
-            self._check_creator(record, only_creator)
+            semantics.check_creator(record, only_creator)
             if record.archived_at:
                 return record.view()
-            record = replace(record, archived_at=iso_us(max(self.now_us(), record.created_us)))
+            record = semantics.archived_store(record, self.now_us())
             self._save_store(conn, record)
         return record.view()
 
@@ -504,31 +424,13 @@ class PgMemoryStores:
     ) -> Deleted:
         """Delete a store with all its memories and versions, in one transaction."""
         with self._write(scope, store_id) as (conn, record, _):
-            self._check_creator(record, only_creator)
+            semantics.check_creator(record, only_creator)
             gone = pgu.store_sums(conn, store_id)
             conn.execute("DELETE FROM stores WHERE id = %s", (store_id,))
             pgu.add(conn, scope, stores=-1, **pgu.negated(gone))
         return Deleted(store_id, "memory_store_deleted")
 
     # -- memories --------------------------------------------------------------------------
-    @staticmethod
-    def _live(reader: _Reader, memory_id: str) -> MemoryRow:
-        row = reader.memory(memory_id) if MEMORY_ID_RE.fullmatch(str(memory_id)) else None
-        if row is None:
-            raise NotFound(f"memory {memory_id} not found")
-        return row
-
-    @staticmethod
-    def _check_free(reader: _Reader, path: str, exclude: str | None) -> None:
-        found = reader.occupant(path, exclude)
-        if found is not None:
-            raise PathConflict(path, found[0], found[1])
-
-    @staticmethod
-    def _check_writable(record: StoreRecord) -> None:
-        if record.archived_at:
-            raise StoreArchived(f"memory store {record.id} is archived and read-only")
-
     def create_memory(
         self,
         scope: Scope,
@@ -543,13 +445,14 @@ class PgMemoryStores:
         path = rules.validate_memory_path(path)
         content = rules.validate_content(content)
         with self._write(scope, store_id) as (conn, store, state):
-            self._check_writable(store)
+            semantics.check_writable(store)
             reader = _Reader(conn, store_id, state)
-            self._check_free(reader, path, None)
+            check_free(reader, path, None)
             if reader.count() >= self.max_memories:
                 raise StoreFull(self.max_memories)
-            record = self._new_version(
+            record = semantics.new_version(
                 state,
+                self.now_us(),
                 store_id,
                 memory_id=f"mem_{ULID()}",
                 operation="created",
@@ -565,9 +468,9 @@ class PgMemoryStores:
     def get_memory(self, scope: Scope, store_id: str, memory_id: str, *, full: bool) -> Memory:
         """Read one live memory (its head version)."""
         with self._read(scope, store_id) as (conn, _, state):
-            row = self._live(_Reader(conn, store_id, state), memory_id)
+            row = live_memory(_Reader(conn, store_id, state), memory_id)
             content = self._head_content(conn, store_id, row) if full else None
-        return self._view(store_id, row, content)
+        return row.view(store_id, content)
 
     def find_memory(self, scope: Scope, store_id: str, path: str, *, full: bool) -> Memory | None:
         """The live memory at exactly ``path``, or None."""
@@ -577,7 +480,7 @@ class PgMemoryStores:
             if row is None:
                 return None
             content = self._head_content(conn, store_id, row) if full else None
-        return self._view(store_id, row, content)
+        return row.view(store_id, content)
 
     def update_memory(
         self,
@@ -592,37 +495,25 @@ class PgMemoryStores:
         full: bool = False,
     ) -> Memory:
         """Change content and/or path; a no-op writes nothing, a real change one version."""
-        if content is None and path is None:
-            raise InvalidName("content", None, "at least one of content or path is required")
-        new_path = None if path is None else rules.validate_memory_path(path)
-        new_content = None if content is None else rules.validate_content(content)
-        expected = (
-            None
-            if precondition_sha256 is None
-            else rules.validate_sha256(precondition_sha256, "precondition.content_sha256")
+        new_path, new_content, expected = semantics.update_request(
+            content, path, precondition_sha256
         )
         with self._write(scope, store_id) as (conn, store, state):
-            self._check_writable(store)
+            semantics.check_writable(store)
             reader = _Reader(conn, store_id, state)
-            row = self._live(reader, memory_id)
-            target = row.path if new_path is None else new_path
-            sha = row.sha if new_content is None else sha256_hex(new_content.encode("utf-8"))
-            unchanged = target == row.path and sha == row.sha
-            if expected is not None and expected != row.sha and not unchanged:
-                # A failed precondition whose requested state already holds is a success.
-                raise ContentPreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row.sha}, not {expected};"
-                    " re-read it and retry"
-                )
+            row = live_memory(reader, memory_id)
+            target, unchanged = semantics.update_target(
+                row, memory_id, new_path, new_content, expected
+            )
             if unchanged:
-                current = self._head_content(conn, store_id, row) if full else None
-                return self._view(store_id, row, current)
+                return row.view(store_id, self._head_content(conn, store_id, row) if full else None)
             if target != row.path:
-                self._check_free(reader, target, row.id)
+                check_free(reader, target, row.id)
             if new_content is None:
                 new_content = self._head_content(conn, store_id, row)
-            record = self._new_version(
+            record = semantics.new_version(
                 state,
+                self.now_us(),
                 store_id,
                 memory_id=row.id,
                 operation="modified",
@@ -646,21 +537,14 @@ class PgMemoryStores:
         actor: dict[str, Any] | None,
     ) -> Deleted:
         """Delete a live memory (writes a ``deleted`` version; history stays)."""
-        expected = (
-            None
-            if expected_sha256 is None
-            else rules.validate_sha256(expected_sha256, "expected_content_sha256")
-        )
+        expected = semantics.delete_request(expected_sha256)
         with self._write(scope, store_id) as (conn, store, state):
-            self._check_writable(store)
-            row = self._live(_Reader(conn, store_id, state), memory_id)
-            if expected is not None and expected != row.sha:
-                raise ContentPreconditionFailed(
-                    f"memory {memory_id} has content_sha256 {row.sha}, not {expected};"
-                    " nothing was deleted"
-                )
-            record = self._new_version(
+            semantics.check_writable(store)
+            row = live_memory(_Reader(conn, store_id, state), memory_id)
+            semantics.check_delete(row, memory_id, expected)
+            record = semantics.new_version(
                 state,
+                self.now_us(),
                 store_id,
                 memory_id=row.id,
                 operation="deleted",
@@ -684,32 +568,16 @@ class PgMemoryStores:
         full: bool = False,
     ) -> Page:
         """Memories (and, with depth 1, ``memory_prefix`` roll-ups) in path order."""
-        prefix = rules.validate_path_prefix(path_prefix)
-        if depth not in (0, 1) or isinstance(depth, bool):
-            raise InvalidName("depth", depth, "must be 0 or 1")
-        limit = min(check_limit(limit), FULL_VIEW_LIMIT) if full else check_limit(limit)
-        fp = fingerprint("memories", store_id, prefix, depth)
-        body = self._decode_page(page, fp) if page is not None else None
-        if body is not None and not (
-            isinstance(body.get("k"), str) and isinstance(body.get("a"), str)
-        ):
-            raise InvalidName("page", page, "is not a valid page cursor")
+        query = memories_query(self.cursors, store_id, path_prefix, depth, limit, page, full)
         with self._read(scope, store_id) as (conn, _, state):
-            reader = _Reader(conn, store_id, state)
-            as_of, items = _page_items(reader, prefix, depth, limit, body)  # type: ignore[arg-type]
-            next_page = None
-            if len(items) > limit:
-                items = items[:limit]
-                next_page = self._encode_page({"q": fp, "a": as_of, "k": items[-1].path})
-            data = tuple(
-                item
-                if isinstance(item, MemoryPrefix)
-                else self._view(
-                    store_id, item, self._head_content(conn, store_id, item) if full else None
-                )
-                for item in items
+            as_of, items = memory_items(_Reader(conn, store_id, state), query)
+            return memories_page(
+                self.cursors,
+                query,
+                as_of,
+                items,
+                lambda row: self._head_content(conn, store_id, row) if full else None,
             )
-        return Page(data, next_page)
 
     # -- versions --------------------------------------------------------------------------
     def list_versions(
@@ -723,35 +591,27 @@ class PgMemoryStores:
         full: bool = False,
     ) -> Page:
         """Versions newest first (id breaks ties; ids grow with time within a store)."""
-        if filters.operation is not None and filters.operation not in OPERATIONS:
-            raise InvalidName("operation", filters.operation, f"must be one of {OPERATIONS}")
-        limit = min(check_limit(limit), FULL_VIEW_LIMIT) if full else check_limit(limit)
+        query = versions_query(self.cursors, store_id, filters, limit, page, full)
         where, args = filter_clause(filters)
-        fp = fingerprint("versions", store_id, where, args)
-        before = None
-        if page is not None:
-            before = self._decode_page(page, fp).get("k")
-            if not isinstance(before, str) or not VERSION_ID_RE.fullmatch(before):
-                raise InvalidName("page", page, "is not a valid page cursor")
         where = [w.replace("?", "%s") for w in where]
-        if before is not None:
+        if query.before is not None:
             where.append("id < %s")
-            args.append(before)
+            args.append(query.before)
         with self._read(scope, store_id) as (conn, _, _):
             columns = _VERSION_COLUMNS if full else _INDEX_COLUMNS
             rows = conn.execute(
                 f"SELECT {columns} FROM versions WHERE store_id = %s AND {' AND '.join(where)}"
                 " ORDER BY id DESC LIMIT %s",
-                (store_id, *args, limit + 1),
+                (store_id, *args, query.limit + 1),
             ).fetchall()
         next_page = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            next_page = self._encode_page({"q": fp, "k": rows[-1][0]})
+        if len(rows) > query.limit:
+            rows = rows[: query.limit]
+            next_page = versions_next(self.cursors, query, rows[-1][0])
         if full:
             data = tuple(_record(store_id, r).view(True) for r in rows)
         else:
-            data = tuple(row_view(store_id, VersionRow(*r)) for r in rows)
+            data = tuple(VersionRow(*r).view(store_id) for r in rows)
         return Page(data, next_page)
 
     def get_version(
@@ -775,11 +635,7 @@ class PgMemoryStores:
             if record.redacted_at:
                 return record.view(True)
             live = _Reader(conn, store_id, state).memory(record.memory_id)
-            if live is not None and live.head == version_id:
-                raise HeadVersion(
-                    f"version {version_id} is the head of live memory {live.id}: write a new"
-                    " version (or delete the memory) first, then redact this one"
-                )
+            semantics.check_redactable(version_id, live)
             redacted = record.redacted(iso_us(max(self.now_us(), state[1])), actor)
             conn.execute(
                 "UPDATE versions SET path = NULL, content = NULL, sha = NULL, size = NULL,"

@@ -17,10 +17,8 @@ same listing order and signed cursors, the same ``project.md`` bytes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,11 +27,11 @@ from typing import IO, Any, BinaryIO, cast
 import psycopg
 from ulid import ULID
 
-from .. import digest as digest_mod
+from .. import digest as digest_mod, task_rules
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
 from ..digest import DigestRow
-from ..errors import InvalidName, LockTimeout, NotFound, NotOwner, PreconditionFailed
+from ..errors import LockTimeout, NotFound, NotOwner
 from ..layout import (
     Scope,
     turn_dirname,
@@ -53,17 +51,17 @@ from ..models import (
 )
 from ..quota import QuotaSource
 from ..records import dumps_compact
+from ..task_rules import (
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    check_preconditions,
+    decode_task_cursor,
+    encode_task_cursor,
+)
 from ..usage import ReservingStream, Ticket
 from . import usage as pgu
 from .blobs import BlobStore
 from .db import Database, advisory_xact_lock, backup_running
 
-MiB = 1 << 20
-DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
-MAX_SUMMARY_BYTES = 1 * MiB
-MAX_PAGE = 1000
-CURSOR_VERSION = 1
-_ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _TURN_COLUMNS = (
     "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"
 )
@@ -109,17 +107,6 @@ _PAGE_COLUMNS = (
 
 def _etag(updated_us: int | None) -> str | None:
     return None if updated_us is None else f'"t{updated_us}"'
-
-
-def _check_preconditions(
-    current_etag: str | None, if_match: str | None, if_none_match: bool
-) -> None:
-    if if_none_match and current_etag is not None:
-        raise PreconditionFailed("the resource already exists (If-None-Match: *)")
-    if if_match is not None and if_match != "*" and current_etag != if_match:
-        raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
-    if if_match == "*" and current_etag is None:
-        raise PreconditionFailed("the resource does not exist (If-Match: *)")
 
 
 def _key(scope: Scope, task_id: str, **more: object) -> dict[str, object]:
@@ -294,16 +281,7 @@ class PgTaskStore:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
         validate_id("task_id", task_id)
         validate_turn(turn)
-        try:
-            summary = summary_md.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidName("summary_md", None, "is not valid Unicode text") from None
-        try:
-            json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidName("meta", None, f"cannot be stored as JSON ({exc})") from None
-        if len(summary) > MAX_SUMMARY_BYTES:
-            raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
+        summary = task_rules.check_turn(meta, summary_md)
         meta_text = dumps_compact(meta).decode("utf-8")
         model, agent_id, exit_code = meta_facts(meta)
         stale: list[str] = []
@@ -311,9 +289,7 @@ class PgTaskStore:
             now_us = self.now_us()
             previous = self._turn_row(conn, scope, task_id, turn)
             alive = previous if previous and previous.retain_until_us > now_us else None
-            _check_preconditions(
-                _etag(alive.updated_us if alive else None), if_match, if_none_match
-            )
+            check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
             updated_us = self._next_updated_us(self._task_updated_us(conn, scope, task_id), now_us)
             key = _key(scope, task_id)
             new_bytes = len(meta_text.encode("utf-8")) + len(summary)
@@ -472,11 +448,8 @@ class PgTaskStore:
         failed: bool = False,
     ) -> TaskPage:
         """List live tasks, most recently updated first, with a signed keyset cursor."""
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
-        if prefix is not None and (not prefix or not _ID_PREFIX_RE.fullmatch(prefix)):
-            raise InvalidName("prefix", prefix, "must be the start of a task id")
-        after = self._decode_cursor(scope, cursor) if cursor else None
+        task_rules.check_list(limit, prefix)
+        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
         now_us = self.now_us()
         params: dict[str, object] = {
             "tenant": scope.tenant,
@@ -528,7 +501,9 @@ class PgTaskStore:
             )
             for r in rows
         )
-        next_cursor = self._encode_cursor(scope, int(rows[-1][1]), rows[-1][0]) if more else None
+        next_cursor = (
+            encode_task_cursor(self.cursors, scope, int(rows[-1][1]), rows[-1][0]) if more else None
+        )
         return TaskPage(tasks, total, next_cursor)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
@@ -645,9 +620,7 @@ class PgTaskStore:
                     " AND name = %(name)s",
                     _key(scope, task_id, turn=turn, name=name),
                 ).fetchone()
-                _check_preconditions(
-                    f'"{current[0]}"' if current else None, if_match, if_none_match
-                )
+                check_preconditions(f'"{current[0]}"' if current else None, if_match, if_none_match)
                 added = written.size - (int(current[2]) if current else 0)
                 if isinstance(ticket, pgu.PgTicket):
                     ticket.cover_in(conn, added)
@@ -798,23 +771,3 @@ class PgTaskStore:
                 (data, generation, valid_until, now_us, scope.tenant, scope.project),
             )
         return data
-
-    # -- cursors ---------------------------------------------------------------------------
-    def _scope_tag(self, scope: Scope) -> str:
-        return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
-
-    def _encode_cursor(self, scope: Scope, updated_us: int, task_id: str) -> str:
-        return self.cursors.encode(
-            {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": self._scope_tag(scope)}
-        )
-
-    def _decode_cursor(self, scope: Scope, cursor: str) -> tuple[int, str]:
-        body = self.cursors.decode(cursor, "cursor")
-        try:
-            if body["v"] != CURSOR_VERSION or body["s"] != self._scope_tag(scope):
-                raise ValueError("issued for another project")
-            return int(body["u"]), validate_id("task_id", body["id"])
-        except (ValueError, KeyError, TypeError, InvalidName):
-            raise InvalidName(
-                "cursor", cursor, "is not a cursor this server issued for this project"
-            ) from None
