@@ -58,7 +58,6 @@ class QuotaSource:
 
     def _refresh(self, now: float) -> None:
         assert self.document is not None
-        self._next = now + self.check_every
         try:
             stamp = self.document.stamp()
             if stamp != self._stamp:
@@ -68,6 +67,9 @@ class QuotaSource:
                 self._stamp = stamp
         except (StorageError, OSError):
             pass
+        # Only now: a thread that finds the next look not due yet takes the quotas without
+        # the mutex, so they must be the ones this look read.
+        self._next = now + self.check_every
 
     def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
         return self.current().of(scope.tenant, scope.project)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from app.storage.errors import LockTimeout, UnsafePath
-from app.storage.layout import LIMITS_FILE
+from app.storage.layout import LIMITS_FILE, Scope
 from app.storage.limits import (
     LimitsFile,
     LimitsFileError,
+    Quotas,
     RateOverride,
     format_bytes,
     parse_bytes,
@@ -220,3 +221,36 @@ def test_the_module_imports_no_flask() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_no_thread_is_served_the_quotas_of_before_while_another_reads_the_file(
+    tmp_path: Path,
+) -> None:
+    """The first look at the file in a process is slow (a loaded machine); a thread that
+    arrives while it is under way waits for it, never admitting a write with no quota."""
+    import threading
+    import time
+
+    from app.storage.limits import QuotaOverride
+    from app.storage.quota import QuotaSource
+
+    limits = LimitsFile(tmp_path / "root")
+    limits.set_quota("acme", "race", QuotaOverride(bytes=2 << 20))
+    reading = threading.Event()
+
+    class SlowFile:
+        def stamp(self) -> tuple[int, int, int]:
+            return limits.stamp()
+
+        def quotas(self) -> Quotas:
+            reading.set()
+            time.sleep(0.3)
+            return limits.quotas()
+
+    source = QuotaSource(SlowFile())
+    first = threading.Thread(target=source.of, args=(Scope("acme", "race"),))
+    first.start()
+    assert reading.wait(5)
+    project, _ = source.of(Scope("acme", "race"))  # while the first read is under way
+    first.join()
+    assert project is not None and project.bytes == 2 << 20
