@@ -159,8 +159,16 @@ def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None
     )
 
 
-def _filter_sql(only: TaskFilter, params: dict[str, object]) -> str:
-    """The WHERE terms of ``only``; each column test can use an index.
+def filter_terms(
+    only: TaskFilter,
+    params: dict[str, object],
+    *,
+    mark: Callable[[str], str] = lambda name: f":{name}",
+    live: Callable[[str], str] = _live,
+) -> str:
+    """The WHERE terms of ``only``, its values added to ``params``; each column test can use
+    an index. ``mark`` spells a named parameter and ``live`` a live-turn column in the SQL
+    dialect at hand (SQLite's by default; PostgreSQL's in app/storage/pg/tasks.py).
 
     The stored columns are those of the task's highest turn; once a turn has expired (until
     the sweeper drops it) the highest live turn's value is checked as well.
@@ -168,15 +176,15 @@ def _filter_sql(only: TaskFilter, params: dict[str, object]) -> str:
     where = ""
     if only.prefix:
         # A range on the primary key: ids are ASCII, compared as bytes.
-        where += " AND t.task_id >= :lo AND t.task_id < :hi"
+        where += f" AND t.task_id >= {mark('lo')} AND t.task_id < {mark('hi')}"
         params["lo"] = only.prefix
         params["hi"] = only.prefix[:-1] + chr(ord(only.prefix[-1]) + 1)
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
         if value is not None:
-            where += f" AND t.{column} = :{column} AND ({_live(column)}) = :{column}"
+            where += f" AND t.{column} = {mark(column)} AND ({live(column)}) = {mark(column)}"
             params[column] = value
     if only.failed:
-        where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
+        where += f" AND t.exit_code <> 0 AND ({live('exit_code')}) <> 0"
     return where
 
 
@@ -569,7 +577,7 @@ class Listing:
             params["u"], params["id"] = after
         source = _PAGE_COLUMNS
         if only is not None:
-            where += _filter_sql(only, params)
+            where += filter_terms(only, params)
         with self.read() as conn:
             if (
                 only is not None

@@ -39,7 +39,7 @@ from ..layout import (
     validate_id,
     validate_turn,
 )
-from ..listing import TaskFilter, meta_facts
+from ..listing import TaskFilter, filter_terms, meta_facts
 from ..models import (
     ArtifactInfo,
     ArtifactStream,
@@ -462,16 +462,7 @@ class PgTaskStore:
             where += " AND (t.updated_us < %(u)s OR (t.updated_us = %(u)s AND t.task_id < %(id)s))"
             params["u"], params["id"] = after
         only = TaskFilter(prefix, model, agent_id, failed)
-        if only.prefix:
-            where += " AND t.task_id >= %(lo)s AND t.task_id < %(hi)s"
-            params["lo"] = only.prefix
-            params["hi"] = only.prefix[:-1] + chr(ord(only.prefix[-1]) + 1)
-        for column, value in (("model", only.model), ("agent_id", only.agent_id)):
-            if value is not None:
-                where += f" AND t.{column} = %({column})s AND ({_live(column)}) = %({column})s"
-                params[column] = value
-        if only.failed:
-            where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
+        where += filter_terms(only, params, mark=lambda name: f"%({name})s", live=_live)
         with self.db.snapshot("listing") as conn:
             rows = conn.execute(
                 f"{_PAGE_COLUMNS} WHERE {where}"
