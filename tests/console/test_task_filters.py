@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.storage import InvalidName, Scope, TaskStore, listing as listing_mod
-from app.storage.listing import TaskFilter, _filter_sql
+from app.storage.listing import TaskFilter, filter_terms
 from app.storage.retention import sweep
 from tests.conftest import FixedClock
 
@@ -145,7 +145,7 @@ def test_every_filter_is_an_index_lookup(
 ) -> None:
     listing = project.listing(scope)
     params: dict[str, object] = {"now": 0, "limit": 51}
-    where = "t.retain_until_us > :now" + _filter_sql(only, params)
+    where = "t.retain_until_us > :now" + filter_terms(only, params)
     plan = [
         row[3]
         for row in listing._conn().execute(
