@@ -25,11 +25,12 @@ from .errors import LockTimeout
 wait_observers: list[Callable[[float, bool], None]] = []
 
 
-# flock has no timeout, so filelock polls a non-blocking flock; its default 50 ms between
-# polls let a waiter that just missed a release sleep while others took the lock again and
-# again, so a few unlucky waiters waited far longer than the rest. Threads of one process now queue on a threading.Lock per path, which wakes the next waiter
-# at once, and only the thread at the head of that queue polls the flock (every millisecond)
-# against other processes.
+# flock has no timeout, so filelock polls a non-blocking flock; at its default 50 ms between
+# polls a waiter that just missed a release sleeps while others take the lock again and
+# again, and a few unlucky waiters wait far longer than the rest. So threads of one process
+# queue on a threading.Lock per path, which wakes the next waiter at once, and only the
+# thread at the head of that queue polls the flock (every millisecond) against other
+# processes.
 _POLL_SECONDS = 0.001
 _gates: dict[str, list[Any]] = {}  # path -> [threading.Lock, users]
 _gates_mutex = threading.Lock()
