@@ -207,9 +207,10 @@ class StoresBase:
 
     def refresh_usage(self, scope: Scope, store_id: str) -> None:
         """Copy a store's counters to its project's listing (an upgrade, an import)."""
-        with self.transaction(scope, store_id) as txn, self.index(txn.dir).write() as writer:
-            usage = writer.store_usage()
-        self.publish_usage(txn, usage)
+        with self.transaction(scope, store_id) as txn:
+            with self.index(txn.dir).write() as writer:
+                usage = writer.store_usage()
+            self.publish_usage(txn, usage)
 
     def purge_search(self, store_dir: Path) -> None:
         """Removed text leaves the search index's file too (app/storage/fts.py), not only its
