@@ -162,13 +162,21 @@ def turn_row(record: TurnRecord, owner: str | None) -> TurnRow:
 
 
 def turn_usage(record: TurnRecord) -> TurnUsage:
-    """What a turn stores (app/storage/usage.py): its artifacts and their bytes, and its meta
-    as compact JSON plus its summary, in UTF-8 (the same count on every backend)."""
+    """What a written turn stores (app/storage/usage.py)."""
+    return usage_of_turn(record.turn, record.meta, record.summary_md, record.artifacts)
+
+
+def usage_of_turn(
+    turn: int, meta: dict[str, Any], summary_md: str, artifacts: tuple[ArtifactInfo, ...]
+) -> TurnUsage:
+    """What a turn of this meta, summary and artifacts stores: its artifacts and their bytes,
+    and its meta as compact JSON plus its summary, in UTF-8 (the same count on every
+    backend)."""
     return TurnUsage(
-        record.turn,
-        len(record.artifacts),
-        sum(a.size for a in record.artifacts),
-        len(dumps_compact(record.meta)) + len(record.summary_md.encode("utf-8")),
+        turn,
+        len(artifacts),
+        sum(a.size for a in artifacts),
+        len(dumps_compact(meta)) + len(summary_md.encode("utf-8")),
     )
 
 

@@ -92,6 +92,7 @@ from .records import (
     turn_row,
     turn_to_json,
     turn_usage,
+    usage_of_turn,
     write_json,
 )
 from .task_rules import (
@@ -188,10 +189,12 @@ class TaskStore:
         *,
         summary: bool,
         ticket: Ticket = NO_TICKET,
+        usage: TurnUsage | None = None,
     ) -> None:
         """Write the derived files after ``record`` committed; ``index`` is the task's index.json
         as read earlier under the same lock (the record write does not change it). The listing
-        row counts what the turn stores and drops ``ticket``'s reservation, in one transaction."""
+        row counts what the turn stores (``usage``, when the caller has it already) and drops
+        ``ticket``'s reservation, in one transaction."""
         turn_dir = task_dir / turn_dirname(record.turn)
         # Not fsynced (atomic_file's durable=False): the record they derive from already is.
         if summary:
@@ -206,7 +209,9 @@ class TaskStore:
         # None: only a clock that jumped past the new turn's retention (it leaves the digest).
         section = self.section(scope, task_id, index, self.now_us(), (record,))
         listing = self.listing(scope, below=task_dir.parent)
-        listing.put_turn(task_id, row, section, text, turn_usage(record), release=ticket.id)
+        if usage is None:
+            usage = turn_usage(record)
+        listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
 
     def section(
@@ -263,7 +268,7 @@ class TaskStore:
             index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
             updated_us = self._next_updated_us(index, now_us)
             kept = alive.artifacts if alive else ()
-            stored = turn_usage(TurnRecord(task_id, turn, meta, summary_md, kept, "", "", "", 0))
+            stored = usage_of_turn(turn, meta, summary_md, kept)
             was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
             ticket = self.usage.admit(
                 scope,
@@ -309,7 +314,7 @@ class TaskStore:
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
             self._write_derived(
-                scope, task_id, task_dir, record, index, summary=True, ticket=ticket
+                scope, task_id, task_dir, record, index, summary=True, ticket=ticket, usage=stored
             )
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)

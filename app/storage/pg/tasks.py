@@ -282,7 +282,8 @@ class PgTaskStore:
         validate_id("task_id", task_id)
         validate_turn(turn)
         summary = task_rules.check_turn(meta, summary_md)
-        meta_text = dumps_compact(meta).decode("utf-8")
+        meta_json = dumps_compact(meta)
+        meta_text = meta_json.decode("utf-8")
         model, agent_id, exit_code = meta_facts(meta)
         stale: list[str] = []
         with self.transaction(scope, task_id) as conn:
@@ -292,7 +293,7 @@ class PgTaskStore:
             check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
             updated_us = self._next_updated_us(self._task_updated_us(conn, scope, task_id), now_us)
             key = _key(scope, task_id)
-            new_bytes = len(meta_text.encode("utf-8")) + len(summary)
+            new_bytes = len(meta_json) + len(summary)  # records.usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
             # An expired turn's artifacts go with the rewrite.
             gone = (
