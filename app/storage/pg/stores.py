@@ -323,10 +323,7 @@ class PgMemoryStores:
             creator=creator,
         )
         with self.db.transaction("memory stores") as conn:
-            conn.execute(
-                "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (scope.tenant, scope.project),
-            )
+            pgu.ensure_project(conn, scope)
             conn.execute(
                 "INSERT INTO stores (id, tenant, project, record, created_us)"
                 " VALUES (%s, %s, %s, %s, %s)",

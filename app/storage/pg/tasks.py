@@ -230,12 +230,6 @@ class PgTaskStore:
         # on it even when the clock stalls or steps back.
         return max(now_us, last + 1)
 
-    def _ensure_project(self, conn: psycopg.Connection[Any], scope: Scope) -> None:
-        conn.execute(
-            "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (scope.tenant, scope.project),
-        )
-
     def _bump(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int = 0) -> None:
         conn.execute(
             "UPDATE projects SET generation = generation + 1, tasks = tasks + %s"
@@ -291,7 +285,8 @@ class PgTaskStore:
             previous = self._turn_row(conn, scope, task_id, turn)
             alive = previous if previous and previous.retain_until_us > now_us else None
             check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
-            updated_us = self._next_updated_us(self._task_updated_us(conn, scope, task_id), now_us)
+            last_us = self._task_updated_us(conn, scope, task_id)
+            updated_us = self._next_updated_us(last_us, now_us)
             key = _key(scope, task_id)
             new_bytes = len(meta_json) + len(summary)  # records.usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
@@ -299,15 +294,14 @@ class PgTaskStore:
             gone = (
                 pgu.task_sums(conn, key, [turn]) if previous is not None and alive is None else {}
             )
-            if self.usage.applies(scope):
-                self.usage.ensure_project(scope)
-                self.usage.check(
-                    conn,
-                    scope,
-                    new_bytes - old_bytes - gone.get("artifact_bytes", 0),
-                    int(self._task_updated_us(conn, scope, task_id) == 0),
-                )
-            self._ensure_project(conn, scope)
+            # In this transaction, under the project's advisory lock: no project row needed.
+            self.usage.check(
+                conn,
+                scope,
+                new_bytes - old_bytes - gone.get("artifact_bytes", 0),
+                int(last_us == 0),
+            )
+            pgu.ensure_project(conn, scope)
             created = conn.execute(
                 "INSERT INTO tasks (tenant, project, task_id, owner, created_at)"
                 " VALUES (%(tenant)s, %(project)s, %(task_id)s, %(owner)s, %(created_at)s)"

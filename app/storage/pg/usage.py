@@ -39,7 +39,6 @@ from ..usage import (
 from .db import Database, advisory_xact_lock
 
 _COLUMNS = ", ".join(KINDS)
-_P = "p.tenant = p2.tenant AND p.project = p2.project"
 # What the rows say, per project: fsck's recount.
 RECOUNT = f"""
 SELECT p.tenant, p.project, {", ".join(f"p.{k}" for k in KINDS)},
@@ -103,6 +102,14 @@ def set_counters(conn: psycopg.Connection[Any], scope: Scope, usage: Usage) -> N
     conn.execute(
         f"UPDATE projects SET {_SET} WHERE tenant = %(tenant)s AND project = %(project)s",
         {**{k: getattr(usage, k) for k in KINDS}, "tenant": scope.tenant, "project": scope.project},
+    )
+
+
+def ensure_project(conn: psycopg.Connection[Any], scope: Scope) -> None:
+    """The project's row (its usage counters), made if missing, in ``conn``'s transaction."""
+    conn.execute(
+        "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (scope.tenant, scope.project),
     )
 
 
@@ -188,13 +195,6 @@ class PgUsage:
             ticket.cover(add_bytes, add_tasks)
         return ticket
 
-    def ensure_project(self, scope: Scope) -> None:
-        with self.db.transaction("usage") as conn:
-            conn.execute(
-                "INSERT INTO projects (tenant, project) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (scope.tenant, scope.project),
-            )
-
     # -- reading --------------------------------------------------------------------------
     def project(self, scope: Scope) -> Usage:
         with self.db.snapshot("usage") as conn:
@@ -263,10 +263,12 @@ class PgTicket(HeldTicket):
 
     def _reserve(self, add_bytes: int, add_tasks: int) -> None:
         scope, owner = self._scope, self._owner
+        first = self._id is None
         if self._id is None:
             self._id = str(ULID())
-            owner.ensure_project(scope)  # the advisory locks need no row; the counters do
         with owner.db.transaction("usage") as conn:
+            if first:  # the advisory locks need no project row; the counters do
+                ensure_project(conn, scope)
             owner.check(conn, scope, add_bytes, add_tasks)
             conn.execute(
                 "INSERT INTO usage_reservations (id, tenant, project, bytes, tasks, expires_us)"
