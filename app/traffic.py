@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from flask import Flask, current_app, g, request
+from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
 from .storage.traffic import TrafficRow
@@ -137,24 +137,26 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _after_request(response: Response) -> Response:
-    principal = g.get("principal")
-    if principal is None:
-        return response
-    recorder: TrafficRecorder = current_app.extensions["traffic"]
-    sent = 0 if request.method == "HEAD" else response.content_length or 0
-    recorder.record(
-        principal.scope.tenant,
-        principal.scope.project,
-        principal.token.id,
-        request.content_length or 0,
-        sent,
-    )
-    return response
-
-
 def init_app(app: Flask) -> None:
-    app.extensions["traffic"] = TrafficRecorder(
+    recorder = app.extensions["traffic"] = TrafficRecorder(
         app.extensions["storage"], keep_hours=max(1, int(app.config["RETENTION_DAYS"] * 24))
     )
-    app.after_request(_after_request)
+
+    # Runs on every request: the recorder is this app's, and each context proxy is looked
+    # up once.
+    def after_request(response: Response) -> Response:
+        principal = g.get("principal")
+        if principal is None:
+            return response
+        req = request._get_current_object()  # type: ignore[attr-defined]
+        sent = 0 if req.method == "HEAD" else response.content_length or 0
+        recorder.record(
+            principal.scope.tenant,
+            principal.scope.project,
+            principal.token.id,
+            req.content_length or 0,
+            sent,
+        )
+        return response
+
+    app.after_request(after_request)
