@@ -180,8 +180,7 @@ class _Fsck:
 
     def entry(self, path: Path) -> Entry | None:
         """``path`` typed as Tree.entries types it (None: removed since it was listed)."""
-        st = self.tree.lstat(path)
-        return None if st is None else Entry(path.name, path, st.st_mode, st.st_size, st.st_mtime)
+        return self.tree.entry(path)
 
     def is_link(self, path: Path) -> bool:
         st = self.tree.lstat(path)

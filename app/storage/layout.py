@@ -37,7 +37,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -283,12 +283,16 @@ class Layout:
     def cursor_key(self) -> Path:
         return self.root / CURSOR_KEY
 
-    def projects(self, links: list[Path]) -> Iterator[Scope]:
-        """Every tenant/project directory, in name order; id-named links met on the way are
-        appended to ``links`` (never entered)."""
-        for tenant in self.tree.entries(self.root):
-            if not _is_id(tenant.name):
-                continue
+    def projects(self, links: list[Path], tenants: Iterable[str] | None = None) -> Iterator[Scope]:
+        """Every tenant/project directory (of ``tenants`` only, when given: their directories
+        alone are listed), in name order; id-named links met on the way are appended to
+        ``links`` (never entered)."""
+        if tenants is None:
+            found = [t for t in self.tree.entries(self.root) if _is_id(t.name)]
+        else:
+            wanted = sorted({t for t in tenants if _is_id(t)})
+            found = [e for t in wanted if (e := self.tree.entry(self.root / t)) is not None]
+        for tenant in found:
             if tenant.is_link:
                 links.append(tenant.path)
                 continue

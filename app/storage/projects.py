@@ -12,5 +12,4 @@ def list_projects(layout: Layout, tenants: Iterable[str] | None = None) -> list[
 
     Listed by descriptor (app/storage/tree.py): a linked tenant or project is skipped.
     """
-    wanted = None if tenants is None else set(tenants)
-    return [s for s in layout.projects([]) if wanted is None or s.tenant in wanted]
+    return list(layout.projects([], tenants))

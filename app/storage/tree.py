@@ -202,6 +202,11 @@ class Tree:
         except NotADirectoryError:
             return False
 
+    def entry(self, path: Path) -> Entry | None:
+        """``path`` typed as :meth:`entries` types it (None: absent)."""
+        st = self.lstat(path)
+        return None if st is None else Entry(path.name, path, st.st_mode, st.st_size, st.st_mtime)
+
     def lstat(self, path: str | os.PathLike[str]) -> os.stat_result | None:
         """``lstat`` of ``path`` through its checked parent; None when absent."""
         target = Path(path)
