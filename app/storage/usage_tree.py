@@ -59,9 +59,9 @@ class TreeTicket(HeldTicket):
     def _reserve(self, add_bytes: int, add_tasks: int) -> None:
         if self._id is None:
             self._id = str(ULID())
-        self._owner.reserve(self._scope, self._id, max(0, add_bytes), max(0, add_tasks))
-        self.bytes += max(0, add_bytes)
-        self.tasks += max(0, add_tasks)
+        self._owner.reserve(self._scope, self._id, add_bytes, add_tasks)  # never negative
+        self.bytes += add_bytes
+        self.tasks += add_tasks
 
     def renew(self) -> None:
         if self._id is not None and not self._done:
