@@ -408,9 +408,9 @@ def set_quota(tenant: str, project: str | None, nbytes: int | None, tasks: int |
 
 
 def _quota_text(entry: QuotaOverride) -> str:
-    from .usage_report import quota_text
+    from .usage_report import quota_json, quota_text
 
-    return quota_text({"bytes": entry.bytes, "tasks": entry.tasks})
+    return quota_text(quota_json(entry))
 
 
 @quota.command("show")
@@ -418,6 +418,8 @@ def _quota_text(entry: QuotaOverride) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_quotas(tenant: str | None, as_json: bool) -> None:
     """Show every quota, with what is stored against it."""
+    from .storage.usage import ZERO
+
     storage = _storage()
     try:
         quotas = storage.limits().quotas()
@@ -428,7 +430,8 @@ def show_quotas(tenant: str | None, as_json: bool) -> None:
         k: q for k, q in sorted(quotas.projects.items()) if tenant is None or k[0] == tenant
     }
     by_tenant: dict[str, Any] = {
-        t: {"quota": q.to_json(), "usage": _sum(storage, t).to_json()} for t, q in tenants.items()
+        t: {"quota": q.to_json(), "usage": sum(storage.usages([t]).values(), ZERO).to_json()}
+        for t, q in tenants.items()
     }
     by_project: dict[str, Any] = {
         f"{t}/{p}": {"quota": q.to_json(), "usage": storage.usage(Scope(t, p)).to_json()}
@@ -448,15 +451,6 @@ def show_quotas(tenant: str | None, as_json: bool) -> None:
         )
     if not tenants and not projects:
         click.echo(f"no quotas in {path}")
-
-
-def _sum(storage: Any, tenant: str) -> Any:
-    from .storage.usage import ZERO
-
-    total = ZERO
-    for usage in storage.usages([tenant]).values():
-        total += usage
-    return total
 
 
 @quota.command("clear")

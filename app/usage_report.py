@@ -54,13 +54,10 @@ def tenant_entries(
         by_tenant.setdefault(tenant, [])
     out = []
     for tenant, rows in sorted(by_tenant.items()):
-        total = ZERO
-        for _, usage in rows:
-            total += usage
         out.append(
             {
                 "tenant": tenant,
-                "usage": total.to_json(),
+                "usage": sum((u for _, u in rows), ZERO).to_json(),
                 "quota": quota_json(quotas.tenants.get(tenant)),
                 "projects": [project_entry(s, u, quotas) for s, u in rows],
             }
