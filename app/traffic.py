@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -21,6 +20,7 @@ from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
 from .storage.traffic import TrafficRow
+from .usage_report import hour_now
 
 if TYPE_CHECKING:
     from .storage.interface import StorageBackend
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("app.traffic")
 
 FLUSH_SECONDS = 10.0
-HOUR = 3600
 
 
 class TrafficRecorder:
@@ -57,7 +56,7 @@ class TrafficRecorder:
     def record(
         self, tenant: str, project: str, token_id: str, bytes_in: int, bytes_out: int
     ) -> None:
-        key = (int(time.time() // HOUR), tenant, project, token_id)
+        key = (hour_now(), tenant, project, token_id)
         with self._lock:
             counts = self._counts.get(key)
             if counts is None:
@@ -100,7 +99,7 @@ class TrafficRecorder:
         ]
         try:
             self.storage.record_traffic(rows)
-            hour = int(time.time() // HOUR)
+            hour = hour_now()
             if hour != self._pruned_hour:
                 self.storage.prune_traffic(hour - self.keep_hours)
                 self._pruned_hour = hour
