@@ -19,11 +19,18 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ulid import ULID
 
-from ..atomic import DIR_MODE, FILE_MODE, make_dirs, sync_filesystem, write_atomic
+from ..atomic import (
+    DIR_MODE,
+    FILE_MODE,
+    group_commit,
+    make_dirs,
+    sync_filesystem,
+    write_atomic,
+)
 from ..digest import Section
 from ..errors import StorageError
 from ..layout import (
@@ -39,19 +46,22 @@ from ..layout import (
     turn_dirname,
 )
 from ..listing import TurnRow
-from ..records import (
-    build_index,
-    index_rows,
-    read_json,
-    read_task_record,
-    read_turn,
-    turn_usage,
-    write_json,
-)
+from ..models import TurnRecord
+from ..records import build_index, dumps, index_rows, read_json, read_turn, turn_usage
 from ..turn_search import TurnText, turn_text
 from ..txn import Key
 from ..usage import TurnUsage
-from .format import CHUNK, ArchiveError, BackupReader, Group, ImportSummary, Member, Restore
+from .format import (
+    CHUNK,
+    ArchiveError,
+    BackupReader,
+    Group,
+    ImportSummary,
+    Member,
+    MemberName,
+    Record,
+    Restore,
+)
 
 if TYPE_CHECKING:
     from ..facade import TreeStorage
@@ -74,6 +84,8 @@ class _Importer(Restore):
         root = self.layout.check_inside(self.layout.root)
         self.staging = root / f"{TMP_PREFIX}import-{ULID()}"
         self.dir = self.staging  # the staged directory of the task or store in progress
+        self.turns: list[TurnRecord] = []  # its turn records, as they passed
+        self.task_record: dict[str, Any] | None = None  # its task.json
         self.empty_root = not any(True for _ in self.layout.projects([]))
 
     # -- staging --------------------------------------------------------------------------
@@ -81,8 +93,10 @@ class _Importer(Restore):
         scope = group.scope
         kind = "stores" if group.kind == "store" else "tasks"
         directory = self.staging / kind / scope.tenant / scope.project / group.owner
-        make_dirs(directory, self.staging)
+        make_dirs(directory, self.staging, durable=False)  # sync_filesystem() covers it
         self.dir = directory
+        self.turns = []
+        self.task_record = None
 
     def stage(self, group: Group, member: Member) -> bytes | None:
         name = member.name
@@ -106,23 +120,29 @@ class _Importer(Restore):
         self.scopes["stores"].add(group.scope)
         self.counts["stores"] += 1
 
+    def record(self, group: Group, name: MemberName, record: Record) -> None:
+        # The task in progress only: its derived files are built from these at its end.
+        if isinstance(record, TurnRecord):
+            self.turns.append(record)
+        elif name.kind == "task" and isinstance(record, dict):
+            self.task_record = record
+
     def task_done(self, group: Group) -> None:
         self.build_derived(group)
         self.scopes["tasks"].add(group.scope)
         self.counts["tasks"] += 1
 
     def build_derived(self, group: Group) -> None:
-        """index.json and each turn's summary.md, from the staged records."""
+        """index.json and each turn's summary.md, from the task's records as they passed.
+
+        New files of the staging directory, written once: nobody reads them before the
+        staged tree is synced and renamed into place."""
         directory = self.dir
-        records = []
-        for turn in sorted(group.turns):
-            turn_dir = directory / turn_dirname(turn)
-            record = read_turn(turn_dir)
-            assert record is not None
-            records.append(record)
-            write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False)
-        index = build_index(group.owner, read_task_record(directory), records)
-        write_json(directory / TASK_INDEX, index, durable=False)
+        for record in self.turns:
+            path = directory / turn_dirname(record.turn) / TURN_SUMMARY
+            _write_file(path, record.summary_md.encode("utf-8"))
+        index = build_index(group.owner, self.task_record, self.turns)
+        _write_file(directory / TASK_INDEX, dumps(index))
 
     # -- publishing -----------------------------------------------------------------------
     def staged_dir(self, kind: str, scope: Scope) -> Path:
@@ -189,36 +209,46 @@ class _Importer(Restore):
         tasks, layout = self.storage.tasks, self.layout
         project_dir = layout.check_inside(layout.project_dir(scope))
         make_dirs(project_dir, layout.root)
-        staged_project = self.staged_dir("tasks", scope)
         now_us = tasks.now_us()
-        # Listing, search and digest rows a batch at a time: memory stays flat.
+        # Listing, search and digest rows a batch at a time: memory stays flat. Each batch's
+        # transactions share one flush (they join its group-commit block), made before the
+        # batch's listing rows are written.
         while task_ids := list(itertools.islice(self.staged("tasks", scope), _PUBLISH_BATCH)):
             rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
             texts: dict[str, dict[int, TurnText]] = {}
             usage: dict[str, list[TurnUsage]] = {}
-            for task_id in task_ids:
-                target = layout.task_dir(scope, task_id)
-                with tasks.txns(Key(scope, task_id)) as txn:
-                    txn.begin()
-                    trashed = tasks.trash(target) if layout.tree.lstat(target) else None
-                    layout.tree.rename(staged_project / task_id, target)
-                    index = read_json(target / TASK_INDEX)
-                    assert isinstance(index, dict)  # built by build_derived before the rename
-                    records = tuple(
-                        record
-                        for entry in index["turns"]
-                        if (record := read_turn(target / turn_dirname(entry["turn"])))
-                    )
-                    # What search finds each turn by, what it stores, and the digest section,
-                    # written with the listing rows.
+            with group_commit(layout.root):
+                for task_id in task_ids:
+                    records, rows[task_id] = self.publish_task(scope, task_id, now_us)
+                    # What search finds each turn by and what it stores, written with the
+                    # listing rows.
                     texts[task_id] = {r.turn: turn_text(r) for r in records}
                     usage[task_id] = [turn_usage(r) for r in records]
-                    section = tasks.section(scope, task_id, index, now_us, records)
-                    rows[task_id] = (index_rows(index), section)
-                if trashed is not None:
-                    layout.tree.remove(trashed)
             tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
         tasks.compact_digest(scope)
+
+    def publish_task(
+        self, scope: Scope, task_id: str, now_us: int
+    ) -> tuple[tuple[TurnRecord, ...], tuple[list[TurnRow], Section | None]]:
+        """Rename one staged task into place (replacing any task of its id); its records,
+        listing rows and digest section."""
+        tasks, layout = self.storage.tasks, self.layout
+        target = layout.task_dir(scope, task_id)
+        with tasks.txns(Key(scope, task_id)) as txn:
+            txn.begin()
+            trashed = tasks.trash(target) if layout.tree.lstat(target) else None
+            layout.tree.rename(self.staged_dir("tasks", scope) / task_id, target)
+            index = read_json(target / TASK_INDEX)
+            assert isinstance(index, dict)  # built by build_derived before the rename
+            records = tuple(
+                record
+                for entry in index["turns"]
+                if (record := read_turn(target / turn_dirname(entry["turn"])))
+            )
+            section = tasks.section(scope, task_id, index, now_us, records)
+        if trashed is not None:
+            layout.tree.remove(trashed)
+        return records, (index_rows(index), section)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
         layout = self.layout
@@ -256,6 +286,14 @@ def _write_new(path: Path, member: Member) -> bytes | None:
     finally:
         os.close(fd)
     return None if kept is None else bytes(kept)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
