@@ -21,6 +21,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.server-running                                the running sentinel (recovery.py)
     <root>/.trash/                                        deletions in progress
     <root>/.locks/<tenant>/_usage.lock                    checks against the tenant's quota
+    <root>/.locks/**/_waiting                             who waits for each lock (locks.py)
     <root>/.traffic.sqlite3                               requests and bytes per hour (traffic.py)
     <root>/.cursor-key                                    signs list cursors (app/storage/cursor.py)
     <root>/.console-key                                   signs the console's session cookies

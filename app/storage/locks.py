@@ -3,6 +3,9 @@
 Lock files are never deleted while the service runs: unlinking a lock file that another
 process waits on splits the waiters across two inodes and breaks mutual exclusion.
 Every acquisition has a finite timeout; a busy lock becomes LockTimeout (HTTP 503).
+
+Each lock directory also holds ``_waiting``: which process has a thread waiting for each of
+its locks (see :class:`_Waiting`), so that processes take turns on a busy lock.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import stat
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,17 @@ _POLL_SECONDS = 0.001
 _gates: dict[str, list[Any]] = {}  # path -> [threading.Lock, users]
 _gates_mutex = threading.Lock()
 
+# Threads of one process hand the lock on at once, while a thread of another process only
+# sees it free when its poll happens to fall between a release and the next local take: under
+# steady load it could wait until the local queue ran dry. So a process whose thread finds
+# the lock taken says so in the lock directory's ``_waiting`` file, and a thread of any
+# other process that is about to take the lock first lets it go ahead, for at most
+# _DEFER_SECONDS (a hint left by a process that died or gave up costs no more than that).
+_DEFER_SECONDS = 0.005
+_WAITING_NAME = "_waiting"
+_WAITING_SLOTS = 4096  # 8 bytes each; two locks sharing a slot only defer to each other
+_SLOT = struct.Struct("<q")
+
 # One FileLock object per lock path and process, reused: building one resolves its path (an
 # lstat per component) and registers it for filelock's fork tracking, a large share of an
 # acquisition. Only the thread holding the path's gate uses it, so it
@@ -47,7 +64,85 @@ def _reset_gates_after_fork() -> None:
     global _gates_mutex
     _gates.clear()
     _file_locks.clear()  # objects must not cross a fork (gunicorn preload)
+    _Waiting.forget()
     _gates_mutex = threading.Lock()
+
+
+class _Waiting:
+    """A lock's slot in its directory's ``_waiting`` file: the pid of a process with a thread
+    waiting for that lock, or 0. A hint, read and written without a lock (each access is one
+    pread or pwrite of 8 bytes): whatever it says, mutual exclusion is the flock's alone.
+    Where the file cannot be used (a link or anything else put in its place by hand) there is
+    no hint, and processes compete for the lock as they would without one."""
+
+    _fds: dict[str, int | None] = {}  # lock directory -> its _waiting file, once per process
+    _mutex = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.fd = self._open(str(path.parent))
+        self.offset = zlib.crc32(path.name.encode()) % _WAITING_SLOTS * _SLOT.size
+        self.pid = os.getpid()
+        self.announced = False
+
+    @classmethod
+    def _open(cls, directory: str) -> int | None:
+        if directory in cls._fds:
+            return cls._fds[directory]
+        with cls._mutex:
+            if directory not in cls._fds:
+                flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                fd: int | None = None
+                with contextlib.suppress(OSError):
+                    fd = os.open(os.path.join(directory, _WAITING_NAME), flags, 0o600)
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.close(fd)
+                        fd = None
+                cls._fds[directory] = fd
+            return cls._fds[directory]
+
+    @classmethod
+    def forget(cls) -> None:
+        for fd in cls._fds.values():
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        cls._fds = {}
+        cls._mutex = threading.Lock()
+
+    def get(self) -> int:
+        if self.fd is None:
+            return 0
+        try:
+            data = os.pread(self.fd, _SLOT.size, self.offset)
+        except OSError:
+            return 0
+        return int(_SLOT.unpack(data)[0]) if len(data) == _SLOT.size else 0
+
+    def put(self, pid: int) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(self.fd, _SLOT.pack(pid), self.offset)
+
+    def defer(self) -> None:
+        """Let a waiting thread of another process take the lock first (for a while)."""
+        other = self.get()
+        if other in (0, self.pid):
+            return
+        deadline = time.monotonic() + _DEFER_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(_POLL_SECONDS / 4)
+            if self.get() != other:
+                return
+        if self.get() == other:
+            self.put(0)  # it did not come: its process died or gave up
+
+    def announce(self) -> None:
+        self.put(self.pid)
+        self.announced = True
+
+    def withdraw(self) -> None:
+        if self.announced and self.get() == self.pid:
+            self.put(0)
 
 
 def _file_lock(key: str) -> filelock.BaseFileLock:
@@ -91,14 +186,22 @@ def locked(path: Path, timeout: float) -> Iterator[None]:
             raise LockTimeout(f"lock {path.name} is busy; retry shortly")
         try:
             lock = _file_lock(key)
+            waiting = _Waiting(path)
+            waiting.defer()
             try:
-                lock.acquire(
-                    timeout=max(0.0, timeout - (time.monotonic() - started)),
-                    poll_interval=_POLL_SECONDS,
-                )
+                try:
+                    lock.acquire(timeout=0)
+                except filelock.Timeout:
+                    waiting.announce()
+                    lock.acquire(
+                        timeout=max(0.0, timeout - (time.monotonic() - started)),
+                        poll_interval=_POLL_SECONDS,
+                    )
             except filelock.Timeout:
+                waiting.withdraw()
                 _observe(started, False)
                 raise LockTimeout(f"lock {path.name} is busy; retry shortly") from None
+            waiting.withdraw()
             _observe(started, True)
             try:
                 yield

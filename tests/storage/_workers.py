@@ -112,3 +112,15 @@ def write_after_upgrade(root: str, worker: int, start: Any, results: Any) -> Non
         results.put((worker, "ok", {t.task_id: t.turn_count for t in page.tasks}))
     except BaseException:
         results.put((worker, "error", traceback.format_exc()))
+
+
+def take_lock_and_log(path: str, log: str, mark: str) -> None:
+    """Take locks.locked(path), append ``mark`` to ``log`` while holding it for 50 ms."""
+    import time
+
+    from app.storage import locks
+
+    with locks.locked(Path(path), 30.0):
+        with open(log, "a") as fh:
+            fh.write(mark)
+        time.sleep(0.05)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import queue
 import threading
 import time
@@ -208,3 +209,80 @@ def test_reused_lock_objects_still_exclude_other_processes(
             pass
     with locks.locked(path, 5.0):
         assert str(path) in locks._file_locks
+
+
+def test_a_process_waiting_for_a_busy_lock_gets_it_before_the_holder_takes_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread of another process that finds the lock taken says so; the holder's process
+    lets it go first on its next take, instead of taking the lock again at once."""
+    from app.storage import locks
+
+    monkeypatch.setattr(locks, "_DEFER_SECONDS", 30.0)  # the order is all this test checks
+    path = tmp_path / "locks" / "busy.lock"
+    log = tmp_path / "order"
+    ctx = multiprocessing.get_context("spawn")
+    with locks.locked(path, 5.0):
+        waiter = ctx.Process(target=_workers.take_lock_and_log, args=(str(path), str(log), "P"))
+        waiter.start()
+        slot = locks._Waiting(path)
+        deadline = time.monotonic() + 30
+        while slot.get() != waiter.pid:  # the other process found it taken and waits
+            assert time.monotonic() < deadline and waiter.is_alive()
+            time.sleep(0.01)
+    with locks.locked(path, 30.0), open(log, "a") as fh:
+        fh.write("T")
+    waiter.join(30)
+    assert waiter.exitcode == 0
+    assert log.read_text() == "PT"
+    assert slot.get() == 0
+
+
+def test_a_waiting_hint_left_by_a_dead_process_delays_a_lock_only_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.storage import locks
+
+    monkeypatch.setattr(locks, "_DEFER_SECONDS", 0.2)
+    path = tmp_path / "locks" / "busy.lock"
+    with locks.locked(path, 5.0):
+        pass
+    slot = locks._Waiting(path)
+    slot.put(2**31 + 7)  # no such process
+    started = time.monotonic()
+    with locks.locked(path, 5.0):
+        waited = time.monotonic() - started
+    assert 0.2 <= waited < 2.0
+    assert slot.get() == 0  # cleared: the next taker does not wait
+    started = time.monotonic()
+    with locks.locked(path, 5.0):
+        assert time.monotonic() - started < 0.15
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "directory"])
+def test_a_waiting_file_replaced_by_hand_is_never_followed(
+    tmp_path: Path, planted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever stands at <lock dir>/_waiting, a lock is still taken (with no hint), and
+    nothing outside the lock tree is written."""
+    from app.storage import locks
+
+    monkeypatch.setattr(locks._Waiting, "_fds", {})
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    path = tmp_path / "locks" / "x.lock"
+    path.parent.mkdir()
+    waiting = path.parent / "_waiting"
+    if planted == "symlink":
+        waiting.symlink_to(outside)
+    elif planted == "fifo":
+        os.mkfifo(waiting)
+    else:
+        waiting.mkdir()
+    with locks.locked(path, 5.0):
+        slot = locks._Waiting(path)
+        slot.announce()
+        assert slot.get() == 0
+    with held_elsewhere(path), pytest.raises(LockTimeout), locks.locked(path, 0.2):
+        pass
+    assert outside.read_bytes() == b"keep"
