@@ -86,6 +86,13 @@ def fsync_dir(path: Path) -> None:
     _fsync_dir_now(path)
 
 
+def fsync_dir_fd(fd: int) -> None:
+    """fsync the directory open as ``fd``, or leave it to this thread's group flush."""
+    if not _deferred_fd(fd):
+        with os_errors():
+            os.fsync(fd)
+
+
 def _fsync_dir_now(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -26,6 +26,7 @@ from ulid import ULID
 from ..atomic import (
     DIR_MODE,
     FILE_MODE,
+    fsync_dir_fd,
     group_commit,
     make_dirs,
     sync_filesystem,
@@ -213,41 +214,58 @@ class _Importer(Restore):
         # Listing, search and digest rows a batch at a time: memory stays flat. Each batch's
         # transactions share one flush (they join its group-commit block), made before the
         # batch's listing rows are written.
+        staged_project = self.staged_dir("tasks", scope)
         while task_ids := list(itertools.islice(self.staged("tasks", scope), _PUBLISH_BATCH)):
             rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
             texts: dict[str, dict[int, TurnText]] = {}
             usage: dict[str, list[TurnUsage]] = {}
-            with group_commit(layout.root):
+            with (
+                group_commit(layout.root),
+                layout.tree.opened(staged_project) as src,
+                layout.tree.opened(project_dir) as dst,
+            ):
+                if src is None or dst is None:
+                    raise ArchiveError(f"{scope.tenant}/{scope.project}: removed during the import")
                 for task_id in task_ids:
-                    records, rows[task_id] = self.publish_task(scope, task_id, now_us)
+                    records, rows[task_id] = self.publish_task(scope, task_id, now_us, src, dst)
                     # What search finds each turn by and what it stores, written with the
                     # listing rows.
                     texts[task_id] = {r.turn: turn_text(r) for r in records}
                     usage[task_id] = [turn_usage(r) for r in records]
+                # The renames are durable before any listing row names them.
+                fsync_dir_fd(dst)
             tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
         tasks.compact_digest(scope)
 
     def publish_task(
-        self, scope: Scope, task_id: str, now_us: int
+        self, scope: Scope, task_id: str, now_us: int, src: int, dst: int
     ) -> tuple[tuple[TurnRecord, ...], tuple[list[TurnRow], Section | None]]:
-        """Rename one staged task into place (replacing any task of its id); its records,
-        listing rows and digest section."""
+        """Rename one staged task from the directory ``src`` into ``dst`` (its project's)
+        under its lock, replacing the task of its id."""
         tasks, layout = self.storage.tasks, self.layout
         target = layout.task_dir(scope, task_id)
         with tasks.txns(Key(scope, task_id)) as txn:
             txn.begin()
             trashed = tasks.trash(target) if layout.tree.lstat(target) else None
-            layout.tree.rename(self.staged_dir("tasks", scope) / task_id, target)
-            index = read_json(target / TASK_INDEX)
-            assert isinstance(index, dict)  # built by build_derived before the rename
-            records = tuple(
-                record
-                for entry in index["turns"]
-                if (record := read_turn(target / turn_dirname(entry["turn"])))
-            )
-            section = tasks.section(scope, task_id, index, now_us, records)
+            os.rename(task_id, task_id, src_dir_fd=src, dst_dir_fd=dst)
+            published = self.published(scope, task_id, now_us)
         if trashed is not None:
             layout.tree.remove(trashed)
+        return published
+
+    def published(
+        self, scope: Scope, task_id: str, now_us: int
+    ) -> tuple[tuple[TurnRecord, ...], tuple[list[TurnRow], Section | None]]:
+        """A task just renamed into place: its records, listing rows and digest section."""
+        target = self.layout.task_dir(scope, task_id)
+        index = read_json(target / TASK_INDEX)
+        assert isinstance(index, dict)  # built by build_derived before the rename
+        records = tuple(
+            record
+            for entry in index["turns"]
+            if (record := read_turn(target / turn_dirname(entry["turn"])))
+        )
+        section = self.storage.tasks.section(scope, task_id, index, now_us, records)
         return records, (index_rows(index), section)
 
     def publish_store(self, scope: Scope, store_id: str) -> None:
