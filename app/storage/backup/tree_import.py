@@ -100,21 +100,28 @@ class _Importer(Restore):
         self.task_record = None
 
     def stage(self, group: Group, member: Member) -> bytes | None:
+        # Paths as strings: a few joins per member, on the import's hottest loop.
         name = member.name
-        directory = self.dir
+        directory = str(self.dir)
         if name.kind == "task":
-            path = directory / TASK_RECORD
+            parent, leaf = directory, TASK_RECORD
         elif name.kind == "turn":
-            path = directory / turn_dirname(name.turn) / TURN_META
+            parent, leaf = f"{directory}/{turn_dirname(name.turn)}", TURN_META
         elif name.kind == "artifact":
-            path = directory / turn_dirname(name.turn) / ARTIFACTS_DIR / name.leaf
+            parent = f"{directory}/{turn_dirname(name.turn)}/{ARTIFACTS_DIR}"
+            leaf = name.leaf
         elif name.kind == "store":
-            path = directory / STORE_RECORD
+            parent, leaf = directory, STORE_RECORD
         else:
-            path = directory / VERSIONS_DIR / f"{name.leaf}.json"
-        if path.parent != directory:
-            os.makedirs(path.parent, DIR_MODE, exist_ok=True)
-        return _write_new(path, member)
+            parent, leaf = f"{directory}/{VERSIONS_DIR}", f"{name.leaf}.json"
+        if parent != directory:
+            try:
+                os.mkdir(parent, DIR_MODE)
+            except FileExistsError:
+                pass  # a second member of the turn, or a second version
+            except FileNotFoundError:  # an artifact's turn directory: made with the meta
+                os.makedirs(parent, DIR_MODE, exist_ok=True)
+        return _write_new(f"{parent}/{leaf}", member)
 
     def store_done(self, group: Group) -> None:
         self.storage.stores.rebuild(self.dir)
@@ -138,12 +145,12 @@ class _Importer(Restore):
 
         New files of the staging directory, written once: nobody reads them before the
         staged tree is synced and renamed into place."""
-        directory = self.dir
+        directory = str(self.dir)
         for record in self.turns:
-            path = directory / turn_dirname(record.turn) / TURN_SUMMARY
+            path = f"{directory}/{turn_dirname(record.turn)}/{TURN_SUMMARY}"
             _write_file(path, record.summary_md.encode("utf-8"))
         index = build_index(group.owner, self.task_record, self.turns)
-        _write_file(directory / TASK_INDEX, dumps(index))
+        _write_file(f"{directory}/{TASK_INDEX}", dumps(index))
 
     # -- publishing -----------------------------------------------------------------------
     def staged_dir(self, kind: str, scope: Scope) -> Path:
@@ -288,7 +295,7 @@ class _Importer(Restore):
             write_atomic(self.layout.check_inside(self.layout.cursor_key()), self.key)
 
 
-def _write_new(path: Path, member: Member) -> bytes | None:
+def _write_new(path: str, member: Member) -> bytes | None:
     """Write a member's bytes to a new file (a second member of one name is refused); return
     them when the member is a record (small, parsed next)."""
     try:
@@ -306,7 +313,7 @@ def _write_new(path: Path, member: Member) -> bytes | None:
     return None if kept is None else bytes(kept)
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def _write_file(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     try:
         _write_all(fd, data)
