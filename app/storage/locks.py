@@ -26,6 +26,7 @@ import filelock
 
 from .atomic import DIR_MODE, FILE_MODE
 from .errors import LockTimeout
+from .noatime import O_NOATIME
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
@@ -92,8 +93,14 @@ class _Waiting:
             if directory not in cls._fds:
                 flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                 fd: int | None = None
+                path = os.path.join(directory, _WAITING_NAME)
                 with contextlib.suppress(OSError):
-                    fd = os.open(os.path.join(directory, _WAITING_NAME), flags, 0o600)
+                    try:
+                        # Read on every take: an access-time update would be one more
+                        # journaled inode write each time (noatime.py).
+                        fd = os.open(path, flags | O_NOATIME, 0o600)
+                    except PermissionError:
+                        fd = os.open(path, flags, 0o600)
                     if not stat.S_ISREG(os.fstat(fd).st_mode):
                         os.close(fd)
                         fd = None
