@@ -6,10 +6,14 @@ the manifest). Each member is written under a staging directory of the root
 task and turn and lists exactly the artifacts that follow it; a version record names its
 own id and store), and each task's and store's derived files are built there as soon as
 its last member has passed. Only when the whole backup has passed, and one ``syncfs`` has
-made the staged tree durable, are tasks and stores renamed into place, one lock at a time,
-and the listings updated in one transaction per project. A refusal at any point before that
-removes the staging directory: nothing of the backup was ever visible. A crash leaves only
-the staging directory, which the sweeper and fsck remove once it is older than their grace.
+made the staged tree durable, are tasks and stores renamed into place, each under its own
+lock, a batch of tasks at a time: a batch's renames are made durable by one flush, then its
+listing rows are written in one transaction. A refusal at any point before that removes the
+staging directory: nothing of the backup was ever visible. A crash before publishing leaves
+only the staging directory, which the sweeper and fsck remove once it is older than their
+grace; a crash while publishing leaves the tasks and stores renamed so far in place, each
+whole, and the last batch's listing rows unwritten, which ``fsck --repair`` writes (or the
+import is run again with ``--overwrite``).
 """
 
 from __future__ import annotations
