@@ -205,6 +205,12 @@ def import_command(tenant: str | None, project: str | None, overwrite: bool, fil
         raise click.ClickException(f"import refused: {exc}") from None
     flush_derived()  # the import writes derived files without fsync (atomic_file)
     click.echo(f"imported {_counts(summary.counts)}")
+    if summary.kept:
+        shown = ", ".join(summary.kept[:10]) + (", ..." if len(summary.kept) > 10 else "")
+        click.echo(
+            f"kept {len(summary.kept)} task(s) created while the import ran, as their writers"
+            f" left them (their copies in the backup were not imported): {shown}"
+        )
 
 
 # -- rate limits: per-tenant and per-project overrides of the MEMORY_RATE_LIMIT_* settings -----

@@ -587,6 +587,37 @@ def test_existing_tasks_and_stores_are_kept_unless_overwrite(
     assert target.fsck().clean
 
 
+@pytest.mark.tree_only("the tree's importer")
+def test_a_task_created_while_the_import_runs_is_kept_unless_overwrite(
+    source: Any, make: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client writes a task of an id the backup holds after the import checked for
+    existing ones: without --overwrite its acknowledged turn is kept, not replaced."""
+    from app.storage.backup import tree_import
+
+    backup = tmp_path / "web.tar.gz"
+    source.export(backup, tenant="acme", project="web")
+    checked = tree_import._Importer.conflicts
+
+    for overwrite, kept in ((False, ("acme/web/beta",)), (True, ())):
+        target = make(f"target-{overwrite}")
+
+        def conflicts_then_a_write(importer: Any, target: Any = target) -> None:
+            checked(importer)  # nothing exists yet: the import goes ahead
+            target.tasks.put_turn(SCOPE, "beta", 0, meta={}, summary_md="written meanwhile")
+
+        monkeypatch.setattr(tree_import._Importer, "conflicts", conflicts_then_a_write)
+        with open(backup, "rb") as fh:
+            summary = target.import_(fh, overwrite=overwrite)
+        assert summary.kept == kept
+        assert summary.tasks == 3 - len(kept)
+        beta = target.tasks.get_turn(SCOPE, "beta", 0).summary_md
+        assert beta == ("# beta\n\nturn 0\n" if overwrite else "written meanwhile")
+        assert target.tasks.get_turn(SCOPE, "alpha", 1).summary_md == "# alpha\n\nturn 1\n"
+        assert target.tasks.list_tasks(SCOPE).total == 3
+        assert target.fsck().clean
+
+
 @pytest.mark.tree_only("removes an artifact's file")
 def test_export_refuses_a_tree_fsck_would_flag(source: TreeStorage, tmp_path: Path) -> None:
     source.tasks.layout.artifact(SCOPE, "alpha", 1, "data.bin").unlink()

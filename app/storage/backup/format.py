@@ -99,11 +99,13 @@ class ExportSummary:
 
 @dataclass(frozen=True, slots=True)
 class ImportSummary:
-    """What an import restored."""
+    """What an import restored; ``kept``: tasks created while it ran (after its check for
+    existing ones, without ``--overwrite``), kept as they were instead of the backup's."""
 
     tasks: int
     stores: int
     counts: dict[str, int]
+    kept: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ class _Importer(Restore):
         # memory stays flat whatever the number of tasks: here only the projects and counts.
         self.scopes: dict[str, set[Scope]] = {"tasks": set(), "stores": set()}
         self.counts = {"tasks": 0, "stores": 0}
+        self.kept: list[str] = []  # tasks created while the import ran (publish_task)
         root = self.layout.check_inside(self.layout.root)
         self.staging = root / f"{TMP_PREFIX}import-{ULID()}"
         self.dir = self.staging  # the staged directory of the task or store in progress
@@ -238,7 +239,10 @@ class _Importer(Restore):
                 if src is None or dst is None:
                     raise ArchiveError(f"{scope.tenant}/{scope.project}: removed during the import")
                 for task_id in task_ids:
-                    records, rows[task_id] = self.publish_task(scope, task_id, now_us, src, dst)
+                    published = self.publish_task(scope, task_id, now_us, src, dst)
+                    if published is None:
+                        continue
+                    records, rows[task_id] = published
                     # What search finds each turn by and what it stores, written with the
                     # listing rows.
                     texts[task_id] = {r.turn: turn_text(r) for r in records}
@@ -250,14 +254,25 @@ class _Importer(Restore):
 
     def publish_task(
         self, scope: Scope, task_id: str, now_us: int, src: int, dst: int
-    ) -> tuple[tuple[TurnRecord, ...], tuple[list[TurnRow], Section | None]]:
+    ) -> tuple[tuple[TurnRecord, ...], tuple[list[TurnRow], Section | None]] | None:
         """Rename one staged task from the directory ``src`` into ``dst`` (its project's)
-        under its lock, replacing the task of its id."""
+        under its lock, replacing the task of its id under ``--overwrite``.
+
+        Without it, a task of that id was not there when the import checked (conflicts()),
+        so one found now was created while the import ran: it is kept, with whatever was
+        acknowledged to its writer, and the backup's copy is left out (None)."""
         tasks, layout = self.storage.tasks, self.layout
         target = layout.task_dir(scope, task_id)
         with tasks.txns(Key(scope, task_id)) as txn:
+            exists = layout.tree.lstat(target) is not None
+            if exists and not self.overwrite:
+                self.kept.append(f"{scope.tenant}/{scope.project}/{task_id}")
+                self.counts["tasks"] -= 1
+                # Out of the staging directory, which the batches read until it is empty.
+                layout.tree.remove(self.staged_dir("tasks", scope) / task_id)
+                return None
             txn.begin()
-            trashed = tasks.trash(target) if layout.tree.lstat(target) else None
+            trashed = tasks.trash(target) if exists else None
             os.rename(task_id, task_id, src_dir_fd=src, dst_dir_fd=dst)
             published = self.published(scope, task_id, now_us)
         if trashed is not None:
@@ -359,5 +374,8 @@ def import_tree(
     finally:
         storage.layout.tree.remove(importer.staging)
     return ImportSummary(
-        importer.counts["tasks"], importer.counts["stores"], reader.counts.as_dict()
+        importer.counts["tasks"],
+        importer.counts["stores"],
+        reader.counts.as_dict(),
+        tuple(importer.kept),
     )
