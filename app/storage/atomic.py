@@ -146,10 +146,8 @@ def sync_pending_dirs() -> None:
             del dirs[path]
 
 
-def make_dirs(path: Path, stop: Path, *, durable: bool = True) -> None:
-    """Create ``path`` and missing parents below ``stop``, fsyncing each new entry's parent
-    (``durable=False``: left to one ``syncfs`` of the whole tree later, as an import's
-    staged tree is)."""
+def make_dirs(path: Path, stop: Path) -> None:
+    """Create ``path`` and missing parents below ``stop``, fsyncing each new entry's parent."""
     missing: list[Path] = []
     current = path
     while current != stop and not current.exists():
@@ -161,8 +159,7 @@ def make_dirs(path: Path, stop: Path, *, durable: bool = True) -> None:
                 os.mkdir(directory, DIR_MODE)
             except FileExistsError:
                 continue
-            if durable:
-                fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
 
 
 def _new_temp(directory: Path) -> tuple[int, Path]:

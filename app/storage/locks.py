@@ -26,7 +26,7 @@ import filelock
 
 from .atomic import DIR_MODE, FILE_MODE
 from .errors import LockTimeout
-from .noatime import O_NOATIME
+from .noatime import open_noatime
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
@@ -78,11 +78,11 @@ class _Waiting:
 
     _fds: dict[str, int | None] = {}  # lock directory -> its _waiting file, once per process
     _mutex = threading.Lock()
+    pid = os.getpid()  # this process's (reset by forget() in a forked child)
 
     def __init__(self, path: Path) -> None:
         self.fd = self._open(str(path.parent))
         self.offset = zlib.crc32(path.name.encode()) % _WAITING_SLOTS * _SLOT.size
-        self.pid = os.getpid()
         self.announced = False
 
     @classmethod
@@ -95,12 +95,9 @@ class _Waiting:
                 fd: int | None = None
                 path = os.path.join(directory, _WAITING_NAME)
                 with contextlib.suppress(OSError):
-                    try:
-                        # Read on every take: an access-time update would be one more
-                        # journaled inode write each time (noatime.py).
-                        fd = os.open(path, flags | O_NOATIME, 0o600)
-                    except PermissionError:
-                        fd = os.open(path, flags, 0o600)
+                    # Read on every take: an access-time update would be one more journaled
+                    # inode write each time (noatime.py).
+                    fd = open_noatime(path, flags, 0o600)
                     if not stat.S_ISREG(os.fstat(fd).st_mode):
                         os.close(fd)
                         fd = None
@@ -115,6 +112,7 @@ class _Waiting:
                     os.close(fd)
         cls._fds = {}
         cls._mutex = threading.Lock()
+        cls.pid = os.getpid()
 
     def get(self) -> int:
         if self.fd is None:

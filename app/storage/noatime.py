@@ -20,16 +20,17 @@ O_NOATIME: int = getattr(os, "O_NOATIME", 0)
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_noatime(path: str | os.PathLike[str]) -> int:
-    """A read-only descriptor for ``path`` (never following a final symlink), opened without
-    the access-time update where the kernel permits it."""
+def open_noatime(path: str | os.PathLike[str], flags: int = READ_FLAGS, mode: int = 0o777) -> int:
+    """A descriptor for ``path`` (read-only and never following a final symlink, unless
+    ``flags`` say otherwise), opened without the access-time update where the kernel
+    permits it."""
     if O_NOATIME:
         try:
-            return os.open(path, READ_FLAGS | O_NOATIME)
+            return os.open(path, flags | O_NOATIME, mode)
         except PermissionError as exc:
-            if exc.errno != errno.EPERM:  # EACCES: not readable at all, retrying won't help
+            if exc.errno != errno.EPERM:  # EACCES: not allowed at all, retrying won't help
                 raise
-    return os.open(path, READ_FLAGS)
+    return os.open(path, flags, mode)
 
 
 def read_all(fd: int) -> bytes:

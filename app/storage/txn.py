@@ -39,7 +39,7 @@ from .atomic import DIR_MODE, await_flush, group_commit
 from .errors import StorageError, UnsafePath
 from .layout import LOCK_STRIPES, Layout, Scope, validate_id
 from .locks import locked
-from .noatime import O_NOATIME
+from .noatime import open_noatime
 
 log = logging.getLogger("app.storage")
 
@@ -95,12 +95,9 @@ class Journal:
                         self.layout.check_inside(self.path)
                     self.path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
                     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                    try:
-                        # Read on every write: an access-time update would be one more
-                        # journaled inode write each time (noatime.py).
-                        self._fd = os.open(self.path, flags | O_NOATIME, 0o600)
-                    except PermissionError:
-                        self._fd = os.open(self.path, flags, 0o600)
+                    # Read on every write: an access-time update would be one more
+                    # journaled inode write each time (noatime.py).
+                    self._fd = open_noatime(self.path, flags, 0o600)
                     self._pid = os.getpid()
                     weakref.finalize(self, os.close, self._fd)
         return self._fd

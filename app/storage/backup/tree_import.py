@@ -99,7 +99,7 @@ class _Importer(Restore):
         scope = group.scope
         kind = "stores" if group.kind == "store" else "tasks"
         directory = self.staging / kind / scope.tenant / scope.project / group.owner
-        make_dirs(directory, self.staging, durable=False)  # sync_filesystem() covers it
+        os.makedirs(directory, DIR_MODE, exist_ok=True)  # no fsync: sync_filesystem() covers it
         self.dir = directory
         self.turns = []
         self.task_record = None
@@ -265,18 +265,18 @@ class _Importer(Restore):
         target = layout.task_dir(scope, task_id)
         with tasks.txns(Key(scope, task_id)) as txn:
             exists = layout.tree.lstat(target) is not None
+            published = None
             if exists and not self.overwrite:
                 self.kept.append(f"{scope.tenant}/{scope.project}/{task_id}")
-                self.counts["tasks"] -= 1
-                # Out of the staging directory, which the batches read until it is empty.
-                layout.tree.remove(self.staged_dir("tasks", scope) / task_id)
-                return None
-            txn.begin()
-            trashed = tasks.trash(target) if exists else None
-            os.rename(task_id, task_id, src_dir_fd=src, dst_dir_fd=dst)
-            published = self.published(scope, task_id, now_us)
-        if trashed is not None:
-            layout.tree.remove(trashed)
+                # The staged copy goes: the batches read the staging until it is empty.
+                drop: Path | None = self.staged_dir("tasks", scope) / task_id
+            else:
+                txn.begin()
+                drop = tasks.trash(target) if exists else None
+                os.rename(task_id, task_id, src_dir_fd=src, dst_dir_fd=dst)
+                published = self.published(scope, task_id, now_us)
+        if drop is not None:
+            layout.tree.remove(drop)  # outside the lock
         return published
 
     def published(
@@ -374,7 +374,7 @@ def import_tree(
     finally:
         storage.layout.tree.remove(importer.staging)
     return ImportSummary(
-        importer.counts["tasks"],
+        importer.counts["tasks"] - len(importer.kept),
         importer.counts["stores"],
         reader.counts.as_dict(),
         tuple(importer.kept),

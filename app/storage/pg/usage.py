@@ -264,7 +264,7 @@ class PgTicket(HeldTicket):
     def _reserve(self, add_bytes: int, add_tasks: int) -> None:
         scope, owner = self._scope, self._owner
         first = self._id is None
-        if self._id is None:
+        if first:
             self._id = str(ULID())
         with owner.db.transaction("usage") as conn:
             if first:  # the advisory locks need no project row; the counters do
