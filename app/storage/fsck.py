@@ -12,7 +12,6 @@ bytes), and a symlink is reported, never followed and never touched.
 
 from __future__ import annotations
 
-import bisect
 import os
 import sqlite3
 import stat
@@ -269,21 +268,18 @@ class _Fsck:
     def project(self, scope: Scope, path: Path) -> None:
         """Each task against the records and at once against its listing and search rows, then
         what the listing has that no task directory does, then the digest: one task in memory
-        at a time (the sorted task names aside), whatever the project's size."""
+        at a time, and the task names streamed in sorted order (_TaskNames), whatever the
+        project's size."""
         try:
-            dirs, others = self.tree.dir_names(path)
-        except UnsafePath:
-            self.symlink(path)
-            return
-        names: list[str] = []
-        for name in dirs:
-            if name.startswith(TMP_PREFIX) or not is_id(name):
+            others = self.tree.non_dirs(path)
+            names = _TaskNames(self.tree, path)
+            for name in names.odd():
                 entry = self.entry(path / name)
                 if entry is not None:
                     others.append(entry)
-            elif not name.startswith((".", "_")):
-                names.append(name)
-        del dirs  # one list of the project's names at a time
+        except UnsafePath:
+            self.symlink(path)
+            return
         for entry in others:
             name = entry.name
             if self.common(entry):
@@ -297,12 +293,10 @@ class _Fsck:
             self.unindexed(entry.path)
         listing = self.open_listing(scope)
         searched = listing is not None and self.search_ready(scope, listing, names)
-        with_rows = _Selected(names)
-        for i, listed in enumerate(names):
-            name = unshared(listed)
+        with_rows = False
+        for name in names:
             rows, texts = self.task(scope, name)
-            if rows:
-                with_rows.flags[i] = 1
+            with_rows = with_rows or bool(rows)
             if listing is not None:
                 self.listing_task(scope, listing, name, rows)
                 if searched:
@@ -310,14 +304,12 @@ class _Fsck:
         if listing is None:
             path = self.layout.listing(scope)
             if with_rows and self.tree.lstat(path) is None:
-                self.fault(
-                    f"{self.rel(path)}: missing", partial(self.rebuild_all, scope, with_rows)
-                )
+                self.fault(f"{self.rel(path)}: missing", partial(self.rebuild_all, scope, names))
             return
         self.listing_rest(scope, listing, names)
         if searched:
             self.search_rest(scope, listing, names)
-        self.digest(scope, with_rows)
+        self.digest(scope, names)
 
     # -- one task, under its lock ------------------------------------------------------------
     def task_locked(self, scope: Scope, task_id: str) -> AbstractContextManager[None]:
@@ -554,11 +546,10 @@ class _Fsck:
                 partial(self.task_rebuild, scope, task_id),
             )
 
-    def listing_rest(self, scope: Scope, listing: Listing, names: list[str]) -> None:
+    def listing_rest(self, scope: Scope, listing: Listing, names: Iterable[str]) -> None:
         """Rows of tasks with no directory, aggregates, the task counter."""
-        for task_id in listing.task_ids():
-            if not _contains(names, task_id):
-                self.listing_differs(scope, listing, task_id, None)
+        for task_id in absent_from(names, listing.task_ids()):
+            self.listing_differs(scope, listing, task_id, None)
         where = self.rel(listing.path)
         for task_id in listing.stale_aggregates():  # one snapshot: a write moves them together
             self.fault(
@@ -633,7 +624,7 @@ class _Fsck:
         self.store.rebuild_digest(scope)
 
     # -- search index (app/storage/turn_search.py) -------------------------------------------
-    def search_ready(self, scope: Scope, listing: Listing, names: list[str]) -> bool:
+    def search_ready(self, scope: Scope, listing: Listing, names: Iterable[str]) -> bool:
         """Whether the turns' search rows can be compared task by task: built, and passing
         FTS5's integrity check (else reported, and rebuilt whole on repair)."""
         where = self.rel(listing.path)
@@ -684,11 +675,10 @@ class _Fsck:
                 partial(self.task_rebuild, scope, task_id),
             )
 
-    def search_rest(self, scope: Scope, listing: Listing, names: list[str]) -> None:
+    def search_rest(self, scope: Scope, listing: Listing, names: Iterable[str]) -> None:
         """Search rows of tasks with no directory; then what repairs removed leaves the file."""
-        for task_id in listing.search_task_ids():
-            if not _contains(names, task_id):
-                self.search_differs(scope, listing, task_id)
+        for task_id in absent_from(names, listing.search_task_ids()):
+            self.search_differs(scope, listing, task_id)
         if len(self.report.repaired) > self.search_repaired:
             listing.purge_search()  # what the repair removed leaves the file too
 
@@ -711,7 +701,7 @@ class _Fsck:
         with listing.search_write() as conn:
             fix(conn)
 
-    def search_backfill(self, scope: Scope, listing: Listing, task_ids: list[str]) -> None:
+    def search_backfill(self, scope: Scope, listing: Listing, task_ids: Iterable[str]) -> None:
         rows, _ = listing.all_tasks()
         for task_id in sorted(set(task_ids) | set(rows)):
             self.task_rebuild(scope, task_id)
@@ -750,10 +740,17 @@ class _Fsck:
         return True
 
 
-def _contains(names: list[str], name: str) -> bool:
-    """Whether the sorted list ``names`` holds ``name``."""
-    i = bisect.bisect_left(names, name)
-    return i < len(names) and names[i] == name
+def absent_from(names: Iterable[str], ids: Iterable[str]) -> Iterator[str]:
+    """The ids of ``ids`` that ``names`` does not hold, both in sorted order (a directory's
+    names as :meth:`Tree.sorted_subdir_names` gives them, a listing's ids as SQLite orders
+    them: code point order and UTF-8 byte order agree), walked side by side."""
+    found = iter(names)
+    name = next(found, None)
+    for task_id in ids:
+        while name is not None and name < task_id:
+            name = next(found, None)
+        if name != task_id:
+            yield task_id
 
 
 def entry_is_artifact(entry: Entry) -> bool:
@@ -786,24 +783,22 @@ def _put_back(backup: Path, target: Path) -> None:
     fsync_dir(target.parent)
 
 
-class _Selected:
-    """The names of ``names`` whose flag is set (one byte a name, not a second list)."""
+class _TaskNames:
+    """A project's task directory names in sorted order, streamed again for each use
+    (:meth:`Tree.sorted_subdir_names`: bounded memory whatever the project's size). Each
+    walk sees the directory as it is then; every use rechecks a task under its lock."""
 
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-        self.flags = bytearray(len(names))
+    def __init__(self, tree: Tree, path: Path) -> None:
+        self.tree = tree
+        self.path = path
 
     def __iter__(self) -> Iterator[str]:
-        for name, flag in zip(self.names, self.flags, strict=True):
-            if flag:
-                yield unshared(name)
+        for name in self.tree.sorted_subdir_names(self.path):
+            if not name.startswith((".", "_")) and is_id(name) and not name.startswith(TMP_PREFIX):
+                yield name
 
-    def __bool__(self) -> bool:
-        return any(self.flags)
-
-
-def unshared(name: str) -> str:
-    """A copy of ``name`` for building paths. pathlib interns every name it parses; a name a
-    list of the whole project also holds would then keep its slot in the interpreter's intern
-    table for as long as the list lives, which grows that table with the project."""
-    return name.encode().decode()
+    def odd(self) -> Iterator[str]:
+        """The directories that are neither a task nor the service's own (temp, not an id)."""
+        for name in self.tree.sorted_subdir_names(self.path):
+            if name.startswith(TMP_PREFIX) or not is_id(name):
+                yield name

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import sqlite3
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
 from .errors import Corrupt, LockTimeout, StorageError, UnsafePath
-from .fsck import is_id, unshared
+from .fsck import is_id
 from .layout import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope
 from .memstores.core import StoresBase
 from .models import FsckReport
@@ -83,10 +83,9 @@ class _UsageCheck:
         time, whatever the project's size."""
         where = f"{scope.tenant}/{scope.project}"
         listing = self.tasks.listing(scope)
-        dirs, _ = self.tree.dir_names(self.layout.project_dir(scope))
-        on_disk = [name for name in dirs if is_id(name)]
+        names = self.tree.sorted_subdir_names(self.layout.project_dir(scope))
+        on_disk = (name for name in names if is_id(name))
         for task_id, rows in _merged(on_disk, listing.usage_turn_rows()):
-            task_id = unshared(task_id)  # noqa: PLW2901 - the listed name stays unshared
             key = Key(scope, task_id)
             try:
                 if self.expected_task(scope, task_id) == rows:
@@ -159,20 +158,22 @@ class _UsageCheck:
 
 
 def _merged(
-    names: list[str], rows: Iterator[tuple[str, list[TurnUsage]]]
+    names: Iterable[str], rows: Iterator[tuple[str, list[TurnUsage]]]
 ) -> Iterator[tuple[str, list[TurnUsage]]]:
     """Every task id of ``names`` (sorted) or ``rows`` (in id order), once, in order, with its
     rows ([] for a task without any)."""
-    i = 0
+    found = iter(names)
+    name = next(found, None)
     for task_id, task_rows in rows:
-        while i < len(names) and names[i] < task_id:
-            yield names[i], []
-            i += 1
-        if i < len(names) and names[i] == task_id:
-            i += 1
+        while name is not None and name < task_id:
+            yield name, []
+            name = next(found, None)
+        if name == task_id:
+            name = next(found, None)
         yield task_id, task_rows
-    for name in names[i:]:
+    while name is not None:
         yield name, []
+        name = next(found, None)
 
 
 def fsck_usage(tasks: TaskStore, stores: StoresBase, report: FsckReport, *, repair: bool) -> None:

@@ -59,6 +59,42 @@ def test_subdir_names_stream_plain_directories_and_refuse_a_linked_one(tree: Tre
     assert list(tree.subdir_names(tree.root / "missing")) == []
 
 
+@pytest.mark.parametrize("batch", [1, 3, 7, 1000])
+def test_sorted_subdir_names_give_every_directory_once_in_order_in_batches(
+    tree: Tree, batch: int
+) -> None:
+    big = tree.root / "big"
+    names = [f"t{i:03d}" for i in range(60)] + ["Z", "_own", ".hidden", "é", "a b"]
+    for name in reversed(names):
+        (big / name).mkdir(parents=True)
+    (big / "t000.txt").write_text("a file is not a directory")
+    os.symlink(big / "t001", big / "t001-link")
+    assert list(tree.sorted_subdir_names(big, batch=batch)) == sorted(names)
+    assert [e.name for e in tree.non_dirs(big)] == ["t000.txt", "t001-link"]
+    assert tree.non_dirs(big)[1].is_link
+
+
+def test_sorted_subdir_names_see_what_is_created_ahead_and_refuse_a_linked_directory(
+    tree: Tree,
+) -> None:
+    big = tree.root / "big"
+    for i in range(0, 20, 2):
+        (big / f"t{i:02d}").mkdir(parents=True)
+    seen = []
+    for name in tree.sorted_subdir_names(big, batch=3):
+        seen.append(name)
+        if name == "t04":  # one created ahead of the walk is given, one behind it is not
+            (big / "t15").mkdir()
+            (big / "t01").mkdir()
+            (big / "t16").rmdir()
+    assert seen == ["t00", "t02", "t04", "t06", "t08", "t10", "t12", "t14", "t15", "t18"]
+    with pytest.raises(UnsafePath):
+        list(tree.sorted_subdir_names(tree.root / "a" / "linked"))
+    with pytest.raises(UnsafePath):
+        tree.non_dirs(tree.root / "a" / "linked")
+    assert list(tree.sorted_subdir_names(tree.root / "missing")) == []
+    assert tree.non_dirs(tree.root / "missing") == []
+
 def test_walk_lists_links_and_never_enters_them(tree: Tree) -> None:
     steps = list(tree.walk(tree.root))
     visited = [str(step.path.relative_to(tree.root)) for step in steps]

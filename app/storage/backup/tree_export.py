@@ -260,21 +260,20 @@ def _scopes(storage: TreeStorage, tenant: str | None, project: str | None) -> It
         _refuse_link(storage, link)
 
 
-def _ids(storage: TreeStorage, directory: Path) -> list[str]:
-    """The task ids of a project directory, sorted: a list of names, whatever its size."""
-    dirs, others = storage.layout.tree.dir_names(directory)
-    for entry in others:
+def _ids(storage: TreeStorage, directory: Path) -> Iterator[str]:
+    """The task ids of a project directory in sorted order (the order a backup's members
+    take), streamed in bounded memory whatever the project's size."""
+    tree = storage.layout.tree
+    for entry in tree.non_dirs(directory):
         if entry.is_link and not entry.name.startswith((".", "_")):
             _refuse_link(storage, entry.path)
-    found = []
-    for name in dirs:
+    for name in tree.sorted_subdir_names(directory):
         if name.startswith((".", "_")):
             continue
         try:
-            found.append(validate_id("id", name))
+            yield validate_id("id", name)
         except StorageError:
             continue
-    return found
 
 
 def export_tree(
