@@ -26,8 +26,13 @@ venv: $(DEV_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
+# Two pytest workers (pytest-xdist): most tests wait on servers, subprocesses and the disk, so
+# two of them share 2 cores well; each worker starts its own PostgreSQL and SeaweedFS.
+# TEST_WORKERS=0 runs the tests in one process.
+TEST_WORKERS ?= 2
+
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "not soak and not powerloss" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not soak and not powerloss" $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)

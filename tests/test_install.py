@@ -25,7 +25,7 @@ from tests.mount.helpers import Remote, local_tree
 
 pytestmark = pytest.mark.install
 
-DEV_TOOLS = {"pytest", "ruff", "mypy", "hypothesis", "schemathesis", "anthropic"}
+DEV_TOOLS = {"pytest", "pytest-xdist", "ruff", "mypy", "hypothesis", "schemathesis", "anthropic"}
 SERVER_ONLY = {"flask", "werkzeug", "gunicorn", "filelock", "python-ulid", "orjson", "marshmallow"}
 
 
