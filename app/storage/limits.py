@@ -370,9 +370,10 @@ class LimitsFile(LimitEdits):
 
     # -- reading ---------------------------------------------------------------------------
     def stamp(self) -> tuple[int, int, int]:
-        """(inode, size, mtime): changes whenever the file is replaced; zeros when absent."""
+        """(inode, size, mtime): changes whenever the file is replaced, by a link too (never
+        followed); zeros when absent."""
         try:
-            st = os.stat(self.path)
+            st = os.lstat(self.path)
         except FileNotFoundError:
             return (0, 0, 0)
         return (st.st_ino, st.st_size, st.st_mtime_ns)

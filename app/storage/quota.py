@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -24,6 +25,8 @@ DEFAULT_MIN_FREE = "2%"
 # stays above the floor.
 WRITE_OVERHEAD = 64 << 10
 
+log = logging.getLogger(__name__)
+
 
 # -- the quotas in force ----------------------------------------------------------------------
 class QuotaDocument(Protocol):
@@ -45,6 +48,7 @@ class QuotaSource:
         self._stamp: tuple[int, int, int] | None = None
         self._next = -math.inf
         self._mutex = threading.Lock()
+        self._fault: str | None = None  # why the last look failed, said once per cause
 
     def current(self) -> Quotas:
         now = time.monotonic()
@@ -65,8 +69,18 @@ class QuotaSource:
                 # (`quota show` names the fault), as the rate limiter does.
                 self._quotas = self.document.quotas()
                 self._stamp = stamp
-        except (StorageError, OSError):
-            pass
+        except (StorageError, OSError) as exc:
+            # The quotas this process read last stay in force (none before its first good
+            # look): a planted link or a bad disk must not stop every write.
+            if str(exc) != self._fault:
+                self._fault = str(exc)
+                log.warning(
+                    "limits document not read (%s): the quotas read before stay in force%s",
+                    exc,
+                    "" if self._stamp is not None else " (none read yet: no quota applies)",
+                )
+        else:
+            self._fault = None
         # Only now: a thread that finds the next look not due yet takes the quotas without
         # the mutex, so they must be the ones this look read.
         self._next = now + self.check_every

@@ -184,6 +184,41 @@ def test_a_planted_symlink_is_not_followed(tmp_path: Path) -> None:
         LimitsFile(root).rates()
 
 
+def test_a_limits_document_that_cannot_be_read_is_logged_once_per_cause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app.storage.limits import QuotaOverride
+    from app.storage.quota import QuotaSource
+
+    root = tmp_path / "root"
+    limits = LimitsFile(root)
+    limits.set_quota("acme", "web", QuotaOverride(bytes=1 << 20))
+    source = QuotaSource(limits)
+    scope = Scope("acme", "web")
+    assert source.of(scope)[0] == QuotaOverride(bytes=1 << 20)
+
+    (root / LIMITS_FILE).rename(tmp_path / "aside.json")
+    os.symlink(tmp_path / "aside.json", root / LIMITS_FILE)
+    for _ in range(3):
+        source.forget()
+        # The quotas read before stay in force: a planted link does not lift them.
+        assert source.of(scope)[0] == QuotaOverride(bytes=1 << 20)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.storage.quota"]
+    assert len(warnings) == 1 and "limits document not read" in warnings[0], warnings
+    assert "quotas read before stay in force" in warnings[0]
+
+    (root / LIMITS_FILE).unlink()
+    limits.set_quota("acme", "web", QuotaOverride(bytes=2 << 20))
+    source.forget()
+    assert source.of(scope)[0] == QuotaOverride(bytes=2 << 20)
+    (root / LIMITS_FILE).unlink()
+    os.symlink(tmp_path / "aside.json", root / LIMITS_FILE)
+    source.forget()
+    source.of(scope)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.storage.quota"]
+    assert len(warnings) == 2, warnings  # the same cause again, after a good look between
+
+
 def test_changes_wait_for_the_lock_and_time_out(tmp_path: Path) -> None:
     limits = LimitsFile(tmp_path / "root", lock_timeout=0.2)
     limits.set_rate("acme", "web", RateOverride(rps=1))
