@@ -172,10 +172,11 @@ class Tree:
                         yield item.name
 
     def sorted_subdir_names(
-        self, path: str | os.PathLike[str], *, batch: int = NAME_BATCH
+        self, path: str | os.PathLike[str], *, batch: int | None = None
     ) -> Iterator[str]:
         """The names of the plain subdirectories of ``path`` in sorted order, holding at most
-        2 x ``batch`` names whatever the directory's size (nothing when it is absent).
+        2 x ``batch`` names (default :data:`NAME_BATCH`) whatever the directory's size
+        (nothing when it is absent).
 
         Each pass scans the directory for the next ``batch`` names after the last one given,
         so a directory of n names costs n / ``batch`` scans (a 100,000-task project: 7 scans
@@ -183,6 +184,7 @@ class Tree:
         passes: a name created behind the last one given is not seen, a name removed after
         it is not given.
         """
+        batch = batch or NAME_BATCH
         after: str | None = None
         while True:
             chunk: list[str] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
+from app.storage import Scope, tree as tree_mod
 from app.storage.backends import open_backend
 from app.storage.backup import tree_export
 from app.storage.backup.format import PAX_SHA256, ArchiveError
@@ -207,6 +207,25 @@ def test_a_task_or_store_past_the_held_bounds_is_hard_linked_and_still_round_tri
     with open(linked, "rb") as fh:
         target.import_(fh)
     assert answers(make("restored")) == answers(source)
+
+
+@pytest.mark.tree_only("the tree's walk of a project's task names")
+def test_task_names_taken_a_few_at_a_time_make_the_same_backup_and_a_clean_check(
+    source: TreeStorage, make: Make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export, fsck and the usage check walk a project's task names in sorted batches
+    (Tree.sorted_subdir_names); with a batch of one name, every walk takes a pass per name."""
+    plain = tmp_path / "plain.tar.gz"
+    source.export(plain)
+    monkeypatch.setattr(tree_mod, "NAME_BATCH", 1)
+    batched = tmp_path / "batched.tar.gz"
+    source.export(batched)
+    assert members(batched) == members(plain)
+    target = make("restored")
+    with open(batched, "rb") as fh:
+        target.import_(fh)
+    assert answers(make("restored")) == answers(source)
+    assert target.fsck().clean and source.fsck().clean
 
 
 def test_a_project_goes_into_another_tenant_and_project(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore
+from app.storage import NotFound, Scope, TaskStore, tree as tree_mod
 from app.storage.digest import Section
 from app.storage.fsck import LOST_FOUND, fsck
 from app.storage.layout import TMP_PREFIX
@@ -142,6 +142,7 @@ FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
     "missing project.md section": (_missing_digest_section, "_project.md: differs"),
     "stray temp file": (_stray_temp, "stale temp file"),
     "stale listing row": (_stale_listing_row, "rows of task alpha differ"),
+    "listing row of no task": (_stale_listing_row, "rows of task nobody differ"),
     "missing summary.md": (_missing_summary, "beta/0000-turn/summary.md: differs"),
     "artifact bytes differ": (_artifact_mismatch, "notes.txt: size/sha256 differ"),
     "artifact without entry": (_orphan_artifact, "orphan.bin: unindexed"),
@@ -152,10 +153,17 @@ FAULTS: dict[str, tuple[Callable[[TaskStore, Scope], None], str]] = {
 }
 
 
+@pytest.mark.parametrize("batch", [None, 1], ids=["names in one pass", "a pass per name"])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_each_planted_fault_is_found_and_repaired(
-    populated: TaskStore, scope: Scope, fault: str
+    populated: TaskStore,
+    scope: Scope,
+    fault: str,
+    batch: int | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if batch is not None:  # the project's task names walked in sorted batches of this size
+        monkeypatch.setattr(tree_mod, "NAME_BATCH", batch)
     plant, expected = FAULTS[fault]
     plant(populated, scope)
     report = fsck(populated)
