@@ -95,6 +95,7 @@ def test_sorted_subdir_names_see_what_is_created_ahead_and_refuse_a_linked_direc
     assert list(tree.sorted_subdir_names(tree.root / "missing")) == []
     assert tree.non_dirs(tree.root / "missing") == []
 
+
 def test_walk_lists_links_and_never_enters_them(tree: Tree) -> None:
     steps = list(tree.walk(tree.root))
     visited = [str(step.path.relative_to(tree.root)) for step in steps]
