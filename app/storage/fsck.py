@@ -271,15 +271,19 @@ class _Fsck:
         at a time, and the task names streamed in sorted order (_TaskNames), whatever the
         project's size."""
         try:
-            others = self.tree.non_dirs(path)
-            names = _TaskNames(self.tree, path)
-            for name in names.odd():
-                entry = self.entry(path / name)
-                if entry is not None:
-                    others.append(entry)
+            self._project(scope, path)
         except UnsafePath:
+            # The project directory is a link, or was swapped for one between two walks of
+            # its task names: reported, and nothing behind it is checked or repaired.
             self.symlink(path)
-            return
+
+    def _project(self, scope: Scope, path: Path) -> None:
+        others = self.tree.non_dirs(path)
+        names = _TaskNames(self.tree, path)
+        for name in names.odd():
+            entry = self.entry(path / name)
+            if entry is not None:
+                others.append(entry)
         for entry in others:
             name = entry.name
             if self.common(entry):

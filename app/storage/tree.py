@@ -182,7 +182,7 @@ class Tree:
         so a directory of n names costs n / ``batch`` scans (a 100,000-task project: 7 scans
         without a stat) and no list of n names. The directory is not held open between
         passes: a name created behind the last one given is not seen, a name removed after
-        it is not given.
+        it is not given. UnsafePath when ``path`` is or passes through a link, at any pass.
         """
         batch = batch or NAME_BATCH
         after: str | None = None

@@ -19,6 +19,7 @@ from app.storage.layout import TMP_PREFIX
 from app.storage.listing import Listing, TurnRow
 from app.storage.txn import Key
 from tests.conftest import FixedClock
+from tests.storage._helpers import snapshot
 
 
 @pytest.fixture
@@ -267,6 +268,41 @@ def test_symlink_is_reported_never_followed_never_repaired(
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     assert (outside / "secret").read_text() == "do not touch"
     assert not fsck(populated).clean
+
+
+def test_a_project_swapped_for_a_link_between_two_walks_is_reported_and_left_alone(
+    populated: TaskStore, scope: Scope, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsck walks a project's task names a batch at a time; someone swaps the project
+    directory for a link while it checks the first task. The next walk refuses the link:
+    reported, nothing outside the root touched, and the check goes on."""
+    from app.storage import fsck as fsck_mod
+
+    monkeypatch.setattr(tree_mod, "NAME_BATCH", 1)
+    project = populated.layout.project_dir(scope)
+    outside = tmp_path / "outside"
+    # Make the tree stale first, so that a repair would have something to write.
+    populated.layout.task_index(scope, "gamma").write_text("{}")
+    checked = fsck_mod._Fsck.task
+    seen: list[str] = []
+    swapped: list[object] = []
+
+    def task_then_swap(self: object, scope_: Scope, task_id: str) -> object:
+        found = checked(self, scope_, task_id)  # type: ignore[arg-type]
+        if not seen:
+            project.rename(outside)
+            project.symlink_to(outside, target_is_directory=True)
+            swapped.append(snapshot(outside))
+        seen.append(task_id)
+        return found
+
+    monkeypatch.setattr(fsck_mod._Fsck, "task", task_then_swap)
+    report = fsck(populated, repair=True)
+    assert seen == ["alpha"]
+    assert any("acme/web: symlink" in p for p in report.problems), report.problems
+    assert project.is_symlink()
+    assert snapshot(outside) == swapped[0]  # gamma's index.json still stale, out there
+    assert (outside / "gamma" / "index.json").read_text() == "{}"
 
 
 def test_young_temp_file_is_noted_not_flagged(populated: TaskStore, scope: Scope) -> None:
