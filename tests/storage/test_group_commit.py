@@ -421,3 +421,35 @@ def test_concurrent_writers_share_flushes(root: Path, monkeypatch: pytest.Monkey
     for n in range(8):
         page = engine.list_memories(SCOPE, memstore.id, path_prefix=f"/w{n}/", limit=100)
         assert len(page.data) == 10
+
+
+def test_sync_tree_fsyncs_each_file_and_directory_where_syncfs_is_no_barrier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where syncfs makes nothing durable (FUSE: tests/powerloss/test_import.py cuts the power
+    after an import), sync_tree fsyncs every file and directory below, and never what a
+    link names."""
+    staged = tmp_path / "staged"
+    (staged / "tasks" / "t1" / "0000-turn" / "artifacts").mkdir(parents=True)
+    (staged / "tasks" / "t1" / "task.json").write_text("{}")
+    (staged / "tasks" / "t1" / "0000-turn" / "meta.json").write_text("{}")
+    (staged / "tasks" / "t1" / "0000-turn" / "artifacts" / "a.bin").write_bytes(b"a")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("never opened")
+    (staged / "tasks" / "link").symlink_to(outside, target_is_directory=True)
+    (staged / "tasks" / "file-link").symlink_to(outside / "secret")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
+    monkeypatch.setattr(atomic, "_flushers", {})
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    atomic.sync_tree(staged)
+    every = {str(staged)} | {str(p) for p in staged.rglob("*") if not p.is_symlink()}
+    assert sorted(synced) == sorted(every)
+    assert not any(str(outside) in path for path in synced)

@@ -5,8 +5,9 @@ the manifest). Each member is written under a staging directory of the root
 (``<root>/.~tmp-import-<ulid>/``), checked again by what it is (a turn record names its own
 task and turn and lists exactly the artifacts that follow it; a version record names its
 own id and store), and each task's and store's derived files are built there as soon as
-its last member has passed. Only when the whole backup has passed, and one ``syncfs`` has
-made the staged tree durable, are tasks and stores renamed into place, each under its own
+its last member has passed. Only when the whole backup has passed, and the staged tree is
+durable (one ``syncfs``, or an fsync of each file and directory where ``syncfs`` is no
+barrier: app/storage/atomic.py), are tasks and stores renamed into place, each under its own
 lock, a batch of tasks at a time: a batch's renames are made durable by one flush, then its
 listing rows are written in one transaction. A refusal at any point before that removes the
 staging directory: nothing of the backup was ever visible. A crash before publishing leaves
@@ -33,7 +34,7 @@ from ..atomic import (
     fsync_dir_fd,
     group_commit,
     make_dirs,
-    sync_filesystem,
+    sync_tree,
     write_atomic,
 )
 from ..digest import Section
@@ -99,7 +100,7 @@ class _Importer(Restore):
         scope = group.scope
         kind = "stores" if group.kind == "store" else "tasks"
         directory = self.staging / kind / scope.tenant / scope.project / group.owner
-        os.makedirs(directory, DIR_MODE, exist_ok=True)  # no fsync: sync_filesystem() covers it
+        os.makedirs(directory, DIR_MODE, exist_ok=True)  # no fsync: sync_tree() covers it
         self.dir = directory
         self.turns = []
         self.task_record = None
@@ -368,7 +369,7 @@ def import_tree(
             if isinstance(exc, ArchiveError):
                 raise
             raise ArchiveError(str(exc)) from None
-        sync_filesystem(importer.staging)  # the staged tree is durable before any of it shows
+        sync_tree(importer.staging)  # the staged tree is durable before any of it shows
         importer.publish()
         importer.restore_key()
     finally:
