@@ -286,6 +286,35 @@ def test_a_clean_shutdown_syncs_the_derived_files_before_it_drops_the_sentinel(
     assert seen == [True] and not sentinel.exists()
 
 
+def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_stopped(
+    app: Flask, store: TaskStore, scope: Scope, clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On FUSE a sync reaches no disk (tests/powerloss/test_clean_stop.py cuts the power
+    there): the sentinel of a clean stop stays, and the next start runs the full check only
+    if the canary lost its nonce."""
+    from app.storage import atomic
+    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+
+    monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
+    monkeypatch.setattr(atomic, "_flushers", {})
+    fill(store, scope, clock)
+    storage = app.extensions["storage"]
+    sentinel = store.layout.root / RUNNING_SENTINEL
+    startup_recovery(app)
+    clean_shutdown(app)
+    assert json.loads(sentinel.read_text())["stopped"] is True
+    assert startup_recovery(app) == []  # nothing lost since: a clean start
+    assert "stopped" not in json.loads(sentinel.read_text())  # running again
+    assert storage.ready()[0]
+
+    clean_shutdown(app)
+    storage.layout.canary().write_bytes(b"")  # a power cut took the unsynced nonce
+    lines = startup_recovery(app)
+    assert "the last stop was clean, but a cut since lost writes" in lines[0], lines
+    assert not storage.ready()[0] and storage.full_check() is not None
+    assert storage.ready()[0]
+
+
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
     from app.storage.txn import Key
     from app.sweeper import RUNNING_SENTINEL, startup_recovery

@@ -256,6 +256,13 @@ def sync_filesystem(path: Path) -> None:
         raise error
 
 
+def sync_is_barrier(path: Path) -> bool:
+    """Whether ``syncfs`` (and so ``sync``) makes everything written to the filesystem holding
+    ``path`` durable: the filesystems group commit trusts (:data:`GROUP_COMMIT_FILESYSTEMS`).
+    FUSE passes neither on to its server (virtiofs aside); NFS and the rest are not known to."""
+    return _flusher_for(path) is not None
+
+
 def sync_tree(path: Path) -> None:
     """Make the directory ``path``, and every file and directory below it, durable.
 
@@ -264,7 +271,7 @@ def sync_tree(path: Path) -> None:
     to no server, NFS and the rest are not known to flush) an fsync of each file and each
     directory, walked by descriptor without following a link, one open directory per level.
     """
-    if _flusher_for(path) is not None:
+    if sync_is_barrier(path):
         sync_filesystem(path)
         return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

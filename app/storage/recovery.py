@@ -8,7 +8,8 @@ and ``fsck --repair`` (which takes the same per-task and per-store locks the ser
 writers take), still work beside a running server.
 
 **What an unclean stop leaves.** The running sentinel (``<root>/.server-running``) is
-written, durably, when a server starts and removed when it stops cleanly. Found at start,
+written, durably, when a server starts and removed when it stops cleanly (kept, marked as a
+clean stop, where a sync makes nothing durable: :meth:`Recovery.stopped_cleanly`). Found at start,
 it means the last server did not stop cleanly, and what it may have left depends on how:
 
 * a killed process (SIGKILL, OOM, a crash): the kernel still holds every write in its page
@@ -40,7 +41,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import fsync_dir, make_dirs, write_atomic
+from .atomic import fsync_dir, make_dirs, sync_is_barrier, write_atomic
 from .errors import StorageError, UnsafePath
 from .layout import Layout
 
@@ -186,12 +187,18 @@ class Recovery:
             canary = self.layout.read_bytes(self.canary)
         except StorageError:
             canary = None
+        stopped = last.get("stopped") is True
         if canary != nonce.encode():
+            if stopped:
+                return Plan(False, True, "the last stop was clean, but a cut since lost writes")
             return Plan(False, True, "writes the kernel had not flushed were lost")
+        if stopped:
+            return Plan(True, False)  # a clean stop, and nothing unsynced was lost since
         return Plan(False, False, "the server was killed; the kernel kept its writes")
 
-    def renew(self) -> None:
-        """Write a new nonce: to the canary without fsync, then to the sentinel durably."""
+    def renew(self, *, stopped: bool = False) -> None:
+        """Write a new nonce: to the canary without fsync, then to the sentinel durably
+        (``stopped``: marked as the sentinel of a clean stop, :meth:`stopped_cleanly`)."""
         nonce = secrets.token_hex(16)
         canary = self.layout.check_inside(self.canary)
         fd = os.open(canary, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -200,14 +207,25 @@ class Recovery:
             os.ftruncate(fd, len(nonce))
         finally:
             os.close(fd)
-        body = {"pid": self.server_pid(), "boot_id": boot_id(), "nonce": nonce}
+        body: dict[str, object] = {"pid": self.server_pid(), "boot_id": boot_id(), "nonce": nonce}
+        if stopped:
+            body["stopped"] = True
         write_atomic(self.layout.check_inside(self.sentinel), json.dumps(body).encode() + b"\n")
 
     def running(self) -> bool:
         return self.layout.tree.lstat(self.sentinel) is not None
 
     def stopped_cleanly(self) -> None:
-        """Remove the sentinel (the caller synced the derived files first)."""
+        """Remove the sentinel (the caller synced the derived files first).
+
+        Where that sync makes nothing durable (:func:`sync_is_barrier`: FUSE), the derived
+        files may still be in a cache a power cut empties. The sentinel then stays, marked
+        stopped, with a new nonce in the canary: the next start repairs nothing while the
+        canary holds it, and runs the full check if a cut took it (:meth:`plan`).
+        """
+        if not sync_is_barrier(self.layout.root):
+            self.renew(stopped=True)
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.layout.check_inside(self.sentinel))
             fsync_dir(self.layout.root)
