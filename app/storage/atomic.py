@@ -38,10 +38,13 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from .errors import InsufficientStorage, PayloadTooLarge
 from .layout import TMP_PREFIX
+
+if TYPE_CHECKING:
+    from .tree import Tree
 
 CHUNK = 1 << 20
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
@@ -263,41 +266,14 @@ def sync_is_barrier(path: Path) -> bool:
     return _flusher_for(path) is not None
 
 
-def sync_tree(path: Path) -> None:
-    """Make the directory ``path``, and every file and directory below it, durable.
-
-    One ``syncfs`` where the filesystem makes it a durability barrier (the filesystems group
-    commit trusts, :data:`GROUP_COMMIT_FILESYSTEMS`); elsewhere (FUSE passes ``syncfs`` on
-    to no server, NFS and the rest are not known to flush) an fsync of each file and each
-    directory, walked by descriptor without following a link, one open directory per level.
-    """
+def sync_tree(path: Path, tree: Tree) -> None:
+    """Make the directory ``path``, and every file and directory below it, durable: one
+    ``syncfs`` where that is a barrier (:func:`sync_is_barrier`), else an fsync of each, walked
+    by ``tree`` (:meth:`Tree.fsync_all`: never through a link)."""
     if sync_is_barrier(path):
         sync_filesystem(path)
-        return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        _fsync_below(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_below(fd: int) -> None:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                child = os.open(entry.name, flags | os.O_DIRECTORY, dir_fd=fd)
-                try:
-                    _fsync_below(child)
-                finally:
-                    os.close(child)
-            elif entry.is_file(follow_symlinks=False):
-                child = os.open(entry.name, flags, dir_fd=fd)
-                try:
-                    os.fsync(child)
-                finally:
-                    os.close(child)
-    os.fsync(fd)
+    else:
+        tree.fsync_all(path)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:

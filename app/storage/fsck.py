@@ -278,27 +278,21 @@ class _Fsck:
             self.symlink(path)
 
     def _project(self, scope: Scope, path: Path) -> None:
-        others = self.tree.non_dirs(path)
+        for other in self.tree.non_dirs(path):
+            self.project_entry(other)
         names = _TaskNames(self.tree, path)
-        for name in names.odd():
-            entry = self.entry(path / name)
-            if entry is not None:
-                others.append(entry)
-        for entry in others:
-            name = entry.name
-            if self.common(entry):
-                continue
-            if name in _LISTING_FILES or name == PROJECT_DIGEST:
-                if not entry.is_file:
-                    self.unindexed(entry.path, "expected a regular file")
-                continue
-            if name.startswith((".", "_")):
-                continue
-            self.unindexed(entry.path)
         listing = self.open_listing(scope)
         searched = listing is not None and self.search_ready(scope, listing, names)
         with_rows = False
-        for name in names:
+        # One walk of every subdirectory: the tasks, and the directories that are none.
+        for name in self.tree.sorted_subdir_names(path):
+            if name.startswith(TMP_PREFIX) or not is_id(name):
+                odd = self.entry(path / name)
+                if odd is not None:
+                    self.project_entry(odd)
+                continue
+            if not _TaskNames.holds(name):
+                continue
             rows, texts = self.task(scope, name)
             with_rows = with_rows or bool(rows)
             if listing is not None:
@@ -314,6 +308,18 @@ class _Fsck:
         if searched:
             self.search_rest(scope, listing, names)
         self.digest(scope, names)
+
+    def project_entry(self, entry: Entry) -> None:
+        """An entry of a project directory other than a task."""
+        name = entry.name
+        if self.common(entry):
+            return
+        if name in _LISTING_FILES or name == PROJECT_DIGEST:
+            if not entry.is_file:
+                self.unindexed(entry.path, "expected a regular file")
+            return
+        if not name.startswith((".", "_")):
+            self.unindexed(entry.path)
 
     # -- one task, under its lock ------------------------------------------------------------
     def task_locked(self, scope: Scope, task_id: str) -> AbstractContextManager[None]:
@@ -796,13 +802,10 @@ class _TaskNames:
         self.tree = tree
         self.path = path
 
-    def __iter__(self) -> Iterator[str]:
-        for name in self.tree.sorted_subdir_names(self.path):
-            if not name.startswith((".", "_")) and is_id(name) and not name.startswith(TMP_PREFIX):
-                yield name
+    @staticmethod
+    def holds(name: str) -> bool:
+        """Whether the directory ``name`` is a task (the service's own start with . or _)."""
+        return is_id(name) and not name.startswith((".", "_"))
 
-    def odd(self) -> Iterator[str]:
-        """The directories that are neither a task nor the service's own (temp, not an id)."""
-        for name in self.tree.sorted_subdir_names(self.path):
-            if name.startswith(TMP_PREFIX) or not is_id(name):
-                yield name
+    def __iter__(self) -> Iterator[str]:
+        return filter(self.holds, self.tree.sorted_subdir_names(self.path))

@@ -236,6 +236,15 @@ class Tree:
         others.sort(key=lambda e: e.name)
         return others
 
+    def fsync_all(self, path: str | os.PathLike[str]) -> None:
+        """fsync the directory ``path`` and every file and directory below it, each directory
+        after its entries: opened by descriptor, a link never entered or opened (UnsafePath
+        when ``path`` is or passes through one), one open directory per level."""
+        with self.opened(path) as fd:
+            if fd is None:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", os.fspath(path))
+            _fsync_below(fd)
+
     def is_dir(self, path: str | os.PathLike[str]) -> bool:
         """True when ``path`` is a directory reached without a link (UnsafePath otherwise)."""
         try:
@@ -349,6 +358,24 @@ def _scan(fd: int, base: Path) -> list[Entry]:
             found.append(Entry(item.name, base / item.name, st.st_mode, st.st_size, st.st_mtime))
     found.sort(key=lambda e: e.name)
     return found
+
+
+def _fsync_below(fd: int) -> None:
+    with os.scandir(fd) as it:
+        for item in it:
+            if item.is_dir(follow_symlinks=False):
+                child = os.open(item.name, DIR_FLAGS, dir_fd=fd)
+                try:
+                    _fsync_below(child)
+                finally:
+                    os.close(child)
+            elif item.is_file(follow_symlinks=False):
+                child = os.open(item.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fsync(child)
+                finally:
+                    os.close(child)
+    os.fsync(fd)
 
 
 def _walk_fd(fd: int, base: Path) -> Iterator[WalkStep]:

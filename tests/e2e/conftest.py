@@ -27,7 +27,8 @@ def free_port() -> int:
 
 
 def flask_cli(env: dict[str, str], *args: str) -> str:
-    """Run `flask --app wsgi ARGS` with ``env``; return stdout (raises on failure)."""
+    """Run `flask --app wsgi ARGS` with ``env``; return stdout (AssertionError with what it
+    printed when it fails: `fsck` exits 1 when it finds problems)."""
     result = subprocess.run(
         [str(VENV_BIN / "flask"), "--app", "wsgi", *args],
         cwd=REPO,
@@ -35,7 +36,10 @@ def flask_cli(env: dict[str, str], *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"flask {' '.join(args)} exited {result.returncode}:\n{result.stdout}{result.stderr}"
     )
     return result.stdout
 
@@ -67,6 +71,14 @@ class Server:
             ["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True, check=False
         ).stdout
         return [int(p) for p in out.split()]
+
+    def kill(self) -> None:
+        """SIGKILL the master and its workers at once, as a crash would stop them."""
+        workers = self.worker_pids()  # before the master dies and they are reparented
+        self.proc.send_signal(signal.SIGKILL)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

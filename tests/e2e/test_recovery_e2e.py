@@ -10,8 +10,6 @@ listing and the digest name it, and fsck finds the tree clean.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +20,7 @@ import pytest
 import requests
 
 from app.storage.facade import TreeStorage
-from tests.e2e.conftest import REPO, Server, flask_cli, start_server
+from tests.e2e.conftest import REPO, flask_cli, start_server
 
 pytestmark = pytest.mark.e2e
 API = "/sandbox/memory/v1"
@@ -33,14 +31,6 @@ CLIENTS = 4
 
 def _task(i: int) -> str:
     return f"t{i:06d}"  # bench.loader.task_id
-
-
-def _kill_hard(srv: Server) -> None:
-    workers = srv.worker_pids()
-    srv.proc.send_signal(signal.SIGKILL)
-    for pid in workers:
-        os.kill(pid, signal.SIGKILL)
-    srv.proc.wait(timeout=10)
 
 
 def _ready(url: str) -> bool:
@@ -59,7 +49,7 @@ def test_writes_during_the_full_check_of_a_lost_page_cache_survive_it(tmp_path: 
     try:
         auth = {"Authorization": f"Bearer {first.token('writer')}"}
         assert _ready(first.url)
-        _kill_hard(first)
+        first.kill()
     finally:
         first.stop()
     # What a power loss leaves: the canary lost its nonce, and derived files lost their last

@@ -4,8 +4,6 @@ keeps serving and keeps its crash recovery."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -62,11 +60,7 @@ def test_a_second_server_on_the_same_root_refuses_and_the_first_keeps_its_recove
 
         # Killed mid-write (a write left in flight, its index stale), the first server is
         # repaired when it starts again.
-        children = first.worker_pids()  # before the master dies and they are reparented
-        first.proc.send_signal(signal.SIGKILL)
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
-        first.proc.wait(timeout=10)
+        first.kill()
         from app.storage.facade import TreeStorage
         from app.storage.layout import Scope
 

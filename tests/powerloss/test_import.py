@@ -13,20 +13,9 @@ from app.storage import Scope
 from app.storage.facade import TreeStorage
 from tests.e2e.conftest import flask_cli
 from tests.powerloss.mount import PowerLossMount
+from tests.storage._helpers import record_files
 
 pytestmark = pytest.mark.powerloss
-
-
-def _records(root: Path) -> dict[str, bytes]:
-    """Every record file below ``root``'s tenants: task.json, meta.json and artifacts."""
-    found = {}
-    for directory, dirs, files in os.walk(root / "acme"):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if name in ("task.json", "meta.json") or Path(directory).name == "artifacts":
-                path = Path(directory) / name
-                found[str(path.relative_to(root))] = path.read_bytes()
-    return found
 
 
 def test_an_import_keeps_what_it_imported_through_a_power_cut(
@@ -61,8 +50,8 @@ def test_an_import_keeps_what_it_imported_through_a_power_cut(
     assert "12 task(s)" in imported, imported
     plfs.cut_power()
 
-    restored = _records(area / "root")
+    restored = record_files(area / "root")
     assert len(restored) == 12 * 3 + 1
-    assert restored == _records(tmp_path / "source")
+    assert restored == record_files(tmp_path / "source")
     flask_cli(env, "fsck", "--repair")
     assert "fsck: clean" in flask_cli(env, "fsck")

@@ -236,3 +236,15 @@ def snapshot(root: Path) -> dict[str, Any]:
 def iter_chunks(fh: Any, size: int = MiB) -> Iterator[bytes]:
     while chunk := fh.read(size):
         yield chunk
+
+
+def record_files(root: Path) -> dict[str, bytes]:
+    """Every record file below ``root``'s tenant acme: task.json, meta.json and artifacts."""
+    found = {}
+    for directory, dirs, files in os.walk(root / "acme"):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if name in ("task.json", "meta.json") or Path(directory).name == "artifacts":
+                path = Path(directory) / name
+                found[str(path.relative_to(root))] = path.read_bytes()
+    return found

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.storage._helpers import record_files
+
 REPO = Path(__file__).resolve().parents[2]
 TASKS = int(os.environ.get("MEMORY_SOAK_TASKS", "100000"))
 RSS_LIMIT_KIB = 64 * 1024
@@ -53,18 +55,6 @@ def _run(module: str, args: list[str], env: dict[str, str], tmp_path: Path) -> i
     return int(peak.read_text())
 
 
-def _records(root: Path) -> dict[str, bytes]:
-    """Every record file below ``root``'s tenants: task.json, meta.json and artifacts."""
-    found = {}
-    for directory, dirs, files in os.walk(root / "acme"):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if name in ("task.json", "meta.json") or Path(directory).name == "artifacts":
-                path = Path(directory) / name
-                found[str(path.relative_to(root))] = path.read_bytes()
-    return found
-
-
 def test_a_project_of_100k_tasks_round_trips_in_bounded_memory(tmp_path: Path) -> None:
     source, target = tmp_path / "source", tmp_path / "target"
     backup = tmp_path / "web.tar.gz"
@@ -84,7 +74,7 @@ def test_a_project_of_100k_tasks_round_trips_in_bounded_memory(tmp_path: Path) -
         f"{TASKS} tasks: export {export_kib / 1024:.0f} MiB, import {import_kib / 1024:.0f} "
         f"MiB, fsck {fsck_kib / 1024:.0f} MiB peak RSS; backup {backup.stat().st_size} bytes"
     )
-    restored = _records(target)
+    restored = record_files(target)
     assert len(restored) == 2 * TASKS
-    assert restored == _records(source)
+    assert restored == record_files(source)
     assert max(export_kib, import_kib, fsck_kib) < RSS_LIMIT_KIB

@@ -32,6 +32,7 @@ from app.storage import Scope, TaskStore, atomic, txn as txn_mod
 from app.storage.errors import NotFound, PreconditionFailed
 from app.storage.listing import Listing
 from app.storage.memstores import MemoryStoreEngine
+from app.storage.tree import Tree
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent
 
@@ -449,7 +450,7 @@ def test_sync_tree_fsyncs_each_file_and_directory_where_syncfs_is_no_barrier(
     monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
     monkeypatch.setattr(atomic, "_flushers", {})
     monkeypatch.setattr(atomic.os, "fsync", fsync)
-    atomic.sync_tree(staged)
+    atomic.sync_tree(staged, Tree(tmp_path))
     every = {str(staged)} | {str(p) for p in staged.rglob("*") if not p.is_symlink()}
     assert sorted(synced) == sorted(every)
     assert not any(str(outside) in path for path in synced)

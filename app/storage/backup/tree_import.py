@@ -369,7 +369,8 @@ def import_tree(
             if isinstance(exc, ArchiveError):
                 raise
             raise ArchiveError(str(exc)) from None
-        sync_tree(importer.staging)  # the staged tree is durable before any of it shows
+        # The staged tree is durable before any of it shows.
+        sync_tree(importer.staging, storage.layout.tree)
         importer.publish()
         importer.restore_key()
     finally:
