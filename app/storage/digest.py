@@ -11,9 +11,9 @@ turn), then by task id, both descending::
 
     <the summary, its own headings two levels down>
 
-A project with no live task reads ``No tasks yet.`` after the title. How the tree backend
-serves this without rendering the whole project on each read is app/storage/digestdb.py;
-:func:`render` is the reference both backends' output equals.
+A project with no live task reads ``No tasks yet.`` after the title. How each backend
+serves this without rendering the whole project on a read is app/storage/digestdb.py (the
+tree) and app/storage/pg/digest.py; :func:`render` is the reference both outputs equal.
 """
 
 from __future__ import annotations
@@ -74,11 +74,17 @@ class Section:
 
 def section_of(task_id: str, record: TurnRecord, valid_until_us: int) -> Section:
     """The section of ``task_id`` showing ``record``, its highest live turn."""
-    summary = nest_headings(record.summary_md)
+    text = section_text(task_id, record.turn, record.updated_at, record.summary_md)
+    return Section(record.turn, valid_until_us, text)
+
+
+def section_text(task_id: str, turn: int, updated_at: str, summary_md: str) -> bytes:
+    """The bytes of the section of ``task_id`` showing ``turn``."""
+    summary = nest_headings(summary_md)
     if summary and not summary.endswith("\n"):
         summary += "\n"
-    head = f"\n## {task_id}\n\nLatest turn: {record.turn}, updated {record.updated_at}\n\n"
-    return Section(record.turn, valid_until_us, (head + summary).encode("utf-8"))
+    head = f"\n## {task_id}\n\nLatest turn: {turn}, updated {updated_at}\n\n"
+    return (head + summary).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

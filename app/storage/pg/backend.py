@@ -31,7 +31,7 @@ from ..retention import ProjectSweep, SweepReport
 from ..task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from ..traffic import TrafficRow
 from ..usage import Usage
-from . import usage as pgu
+from . import digest as pgd, usage as pgu
 from .backup import export_pg, import_pg
 from .blobs import BlobStore
 from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
@@ -388,13 +388,14 @@ class PgStorage:
                 "SELECT tenant, project, task_id, turn, name, size, blob FROM artifacts"
                 " ORDER BY tenant, project, task_id, turn, name"
             ).fetchall()
+            sections = list(pgd.differing(conn, self.tasks.now_us()))
+            section_counters = pgd.recount(conn)
         for tenant, project, counted, actual in counters:
             if counted != actual:
                 problem = f"{tenant}/{project}: task counter {counted}, {actual} tasks"
                 report.problems.append(problem)
                 if repair:
                     with self.db.transaction("fsck") as conn:
-                        advisory_xact_lock(conn, "digest", tenant, project)
                         conn.execute(
                             "UPDATE projects p SET tasks = (SELECT count(*) FROM tasks t"
                             " WHERE t.tenant = p.tenant AND t.project = p.project),"
@@ -411,6 +412,28 @@ class PgStorage:
                 with self.tasks.transaction(scope, task_id) as conn:
                     change = self.tasks._settle_task(conn, scope, task_id)
                     self.tasks._bump(conn, scope, tasks=change)
+                report.repaired.append(problem)
+        for scope, task_id in sections:
+            problem = f"{scope.tenant}/{scope.project}/{task_id}: project.md section differs from its turns"
+            report.problems.append(problem)
+            if repair:
+                with self.tasks.transaction(scope, task_id) as conn:
+                    key = (scope.tenant, scope.project, task_id)
+                    if conn.execute(
+                        "SELECT 1 FROM tasks WHERE tenant = %s AND project = %s AND task_id = %s",
+                        key,
+                    ).fetchone():
+                        pgd.put_section(conn, scope, task_id, self.tasks.now_us())
+                report.repaired.append(problem)
+        for scope, kept, counted in section_counters:
+            problem = (
+                f"{scope.tenant}/{scope.project}: project.md counters {list(kept)},"
+                f" sections {list(counted)}"
+            )
+            report.problems.append(problem)
+            if repair:
+                with self.db.transaction("fsck") as conn:
+                    pgd.set_counters(conn, scope)
                 report.repaired.append(problem)
         for tenant, project, task_id, turn, name, size, blob in artifacts:
             found = self.blobs.size(blob)

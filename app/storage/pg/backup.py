@@ -23,6 +23,7 @@ holds the backup lock too, so that pass leaves its objects alone however long it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -63,7 +64,7 @@ from ..listing import meta_facts
 from ..memstores.records import StoreRecord, VersionRecord
 from ..models import ArtifactInfo, TurnRecord
 from ..records import dumps, dumps_compact, turn_to_json
-from . import usage as pgu
+from . import digest as pgd, usage as pgu
 from .blobs import BlobError
 from .db import backup_lock, translated
 from .stores import _VERSION_COLUMNS, VERSION_COLUMNS, _json, _record, marks, version_values
@@ -330,6 +331,7 @@ class _Importer(Restore):
         self.listed: dict[int, tuple[ArtifactInfo, ...]] = {}
         self.task_record: dict[str, Any] = {}
         self.first_created = ""
+        self.scopes: list[Scope] = []  # the projects the published import wrote to
 
     def begin(self, group: Group) -> None:
         self.uploads, self.listed, self.task_record, self.first_created = {}, {}, {}, ""
@@ -508,6 +510,9 @@ class _Importer(Restore):
                 " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                 (CURSOR_KEY, self.key),
             )
+        self.scopes = [
+            Scope(*r) for r in conn.execute("SELECT tenant, project FROM staged_projects")
+        ]
         conn.commit()
 
     def _held(self) -> dict[tuple[str, str], tuple[int, ...]]:
@@ -655,6 +660,11 @@ def import_pg(
         if overwrite:
             replaced = importer.replaced_blobs()
     storage.tasks._forget_blobs(replaced)  # once this import's lock is released
+    # The imported tasks' project.md sections, now rather than on the first read (which
+    # would write them if this stopped short).
+    with contextlib.suppress(StorageError):
+        for scope in importer.scopes:
+            pgd.fill(storage.db, scope, storage.tasks.now_us)
     return ImportSummary(importer.tasks, importer.stores, reader.counts.as_dict())
 
 

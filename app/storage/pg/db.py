@@ -120,6 +120,15 @@ def advisory_xact_lock(conn: psycopg.Connection[Any], *parts: str) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (lock_key(*parts),))
 
 
+def advisory_xact_locks(conn: psycopg.Connection[Any], keys: list[tuple[str, ...]]) -> None:
+    """Take the transaction's advisory locks on each of ``keys``, in their order, in one
+    statement."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(%s::text[]) AS k",
+        ([lock_key(*parts) for parts in keys],),
+    )
+
+
 # Backups (export and import) hold this lock in shared mode for as long as they run; a
 # deletion of objects asks whether any session holds it (backup_running). The key includes
 # the schema: deployments in other schemas of the same database have backups of their own.

@@ -211,6 +211,56 @@ CREATE TABLE traffic (
 CREATE INDEX traffic_by_project ON traffic (tenant, project, hour);
 """,
     ),
+    (
+        3,
+        "project.md kept as one section per task, replacing the whole rendered digest",
+        """
+ALTER TABLE projects
+    DROP COLUMN digest,
+    DROP COLUMN digest_generation,
+    DROP COLUMN digest_valid_until_us,
+    DROP COLUMN digest_rendered_us,
+    ADD COLUMN digest_rows bigint NOT NULL DEFAULT 0,
+    ADD COLUMN digest_shown bigint NOT NULL DEFAULT 0,
+    ADD COLUMN digest_bytes bigint NOT NULL DEFAULT 0;
+CREATE TABLE digest_sections (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer,
+    valid_until_us bigint NOT NULL,
+    section bytea,
+    PRIMARY KEY (tenant, project, task_id),
+    FOREIGN KEY (tenant, project, task_id) REFERENCES tasks ON DELETE CASCADE
+);
+CREATE INDEX digest_sections_expiry ON digest_sections (tenant, project, valid_until_us)
+    WHERE section IS NOT NULL;
+CREATE FUNCTION digest_sections_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint := 0;
+    shown bigint := 0;
+    size bigint := 0;
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        n := -1;
+        shown := -(OLD.section IS NOT NULL)::int;
+        size := -coalesce(octet_length(OLD.section), 0);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        n := n + 1;
+        shown := shown + (NEW.section IS NOT NULL)::int;
+        size := size + coalesce(octet_length(NEW.section), 0);
+    END IF;
+    UPDATE projects SET digest_rows = digest_rows + n, digest_shown = digest_shown + shown,
+        digest_bytes = digest_bytes + size
+    WHERE tenant = coalesce(NEW.tenant, OLD.tenant)
+        AND project = coalesce(NEW.project, OLD.project);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER digest_sections_counted AFTER INSERT OR UPDATE OR DELETE ON digest_sections
+    FOR EACH ROW EXECUTE FUNCTION digest_sections_counted();
+""",
+    ),
 )
 
 

@@ -2,10 +2,11 @@
 
 Every mutation of a task is one transaction holding the task's advisory lock (the tree's
 task lock, with the same timeout): read, check preconditions, write the turn and artifact
-rows, recompute the task's listing row from its turns, bump the project's generation.
-Readers take no lock. Artifact bytes go to the object store before the transaction that
-names them (blobs.py); bytes that lose their row (a replacement, a deletion, an expiry) are
-removed after the commit or, at the latest, by the sweeper's orphan pass.
+rows, recompute the task's listing row and its project.md section from its turns, bump the
+project's generation. Readers take no lock. Artifact bytes go to the object store before
+the transaction that names them (blobs.py); bytes that lose their row (a replacement, a
+deletion, an expiry) are removed after the commit or, at the latest, by the sweeper's orphan
+pass.
 
 What the API sees is what the tree engine returns: the same ETags (``"t<updated_us>"`` for a
 turn, the sha256 for an artifact), the same strictly increasing ``updated_us`` per task, the
@@ -17,7 +18,6 @@ same listing order and signed cursors, the same ``project.md`` bytes.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +27,9 @@ from typing import IO, Any, BinaryIO, cast
 import psycopg
 from ulid import ULID
 
-from .. import digest as digest_mod, task_rules
+from .. import task_rules
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..digest import DigestRow
 from ..errors import LockTimeout, NotFound, NotOwner
 from ..layout import (
     Scope,
@@ -58,7 +57,7 @@ from ..task_rules import (
     encode_task_cursor,
 )
 from ..usage import ReservingStream, Ticket
-from . import usage as pgu
+from . import digest as pgd, usage as pgu
 from .blobs import BlobStore
 from .db import Database, advisory_xact_lock, backup_running
 
@@ -237,6 +236,26 @@ class PgTaskStore:
             (tasks, scope.tenant, scope.project),
         )
 
+    def _recompute(
+        self,
+        conn: psycopg.Connection[Any],
+        scope: Scope,
+        task_id: str,
+        written: TurnRecord | None = None,
+    ) -> None:
+        """Set the task's listing row and digest section from its turns. ``written``: the
+        turn this transaction wrote, which the section shows if it is the highest and every
+        turn lives (its turns are not read again then)."""
+        row = conn.execute(
+            f"{_RECOMPUTE} RETURNING t.latest_turn, t.min_retain_us", _key(scope, task_id)
+        ).fetchone()
+        now_us = self.now_us()
+        top = None
+        if written is not None and row and row[0] == written.turn and row[1] > now_us:
+            until = written.updated_us + self._retention_us
+            top = (written.turn, written.updated_at, written.summary_md, until)
+        pgd.put_section(conn, scope, task_id, now_us, top)
+
     def _settle_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
         """Recompute the task's listing row, or drop the task when no turn is left; return the
         change to the project's task count."""
@@ -244,7 +263,7 @@ class PgTaskStore:
             f"SELECT count(*) FROM turns WHERE {_KEY}", _key(scope, task_id)
         ).fetchone()
         if left and int(left[0]):
-            conn.execute(_RECOMPUTE, _key(scope, task_id))
+            self._recompute(conn, scope, task_id)
             return 0
         gone = conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
         return -gone.rowcount
@@ -361,7 +380,7 @@ class PgTaskStore:
                     exit_code=exit_code,
                 ),
             )
-            conn.execute(_RECOMPUTE, _key(scope, task_id))
+            self._recompute(conn, scope, task_id, record)
             self._bump(conn, scope, tasks=created)
             pgu.add(
                 conn,
@@ -657,7 +676,7 @@ class PgTaskStore:
                         retain_until_us=updated_us + self._retention_us,
                     ),
                 )
-                conn.execute(_RECOMPUTE, _key(scope, task_id))
+                self._recompute(conn, scope, task_id)
                 self._bump(conn, scope)
                 pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
                 if current is not None:
@@ -701,59 +720,6 @@ class PgTaskStore:
 
     # -- project digest --------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
-        """``project.md``, rendered first if any write (or expiry) made it stale."""
-        now_us = self.now_us()
-        with self.db.snapshot("project") as conn:
-            row = conn.execute(
-                "SELECT digest, generation, digest_generation, digest_valid_until_us,"
-                " digest_rendered_us FROM projects WHERE tenant = %s AND project = %s",
-                (scope.tenant, scope.project),
-            ).fetchone()
-        if row is None:
-            data = digest_mod.title(scope) + b"\nNo tasks yet.\n"
-            return io.BytesIO(data), len(data)
-        body, generation, rendered_gen, valid_until, rendered_us = row
-        if body is not None and generation == rendered_gen and rendered_us <= now_us < valid_until:
-            data = bytes(body)
-        else:
-            data = self.refresh_digest(scope)
-        return io.BytesIO(data), len(data)
-
-    def refresh_digest(self, scope: Scope) -> bytes:
-        """Render ``project.md`` from the live turns and keep it with the generation it shows."""
-        with self.db.transaction(f"project {scope.tenant}/{scope.project}") as conn:
-            advisory_xact_lock(conn, "digest", scope.tenant, scope.project)
-            now_us = self.now_us()
-            row = conn.execute(
-                "SELECT generation FROM projects WHERE tenant = %s AND project = %s",
-                (scope.tenant, scope.project),
-            ).fetchone()
-            generation = int(row[0]) if row else 0
-            rows = conn.execute(
-                "SELECT t.task_id, t.updated_us, u.turn, u.updated_at, u.summary,"
-                " u.retain_until_us FROM tasks t CROSS JOIN LATERAL (SELECT turn, updated_at,"
-                f" summary, retain_until_us {_ALIVE_TURNS} ORDER BY turn DESC LIMIT 1) u"
-                " WHERE t.tenant = %(tenant)s AND t.project = %(project)s"
-                " AND t.retain_until_us > %(now)s ORDER BY t.updated_us DESC, t.task_id DESC",
-                {"tenant": scope.tenant, "project": scope.project, "now": now_us},
-            ).fetchall()
-            turns: dict[str, TurnRecord] = {}
-            digest_rows = []
-            valid_until = 2**62
-            for task_id, updated_us, turn, updated_at, summary, retain_us in rows:
-                digest_rows.append(DigestRow(task_id, int(updated_us), int(turn)))
-                valid_until = min(valid_until, int(retain_us))
-                turns[task_id] = TurnRecord(
-                    task_id, int(turn), {}, bytes(summary).decode("utf-8"), (), "", updated_at,
-                    "", 0,
-                )  # fmt: skip
-            data = b"".join(
-                digest_mod.render(scope, digest_rows, lambda task_id, _turn: turns.get(task_id))
-            )
-            conn.execute(
-                "UPDATE projects SET digest = %s, digest_generation = %s,"
-                " digest_valid_until_us = %s, digest_rendered_us = %s"
-                " WHERE tenant = %s AND project = %s",
-                (data, generation, valid_until, now_us, scope.tenant, scope.project),
-            )
-        return data
+        """``project.md`` from one snapshot of the stored sections (app/storage/pg/digest.py)."""
+        stream, size = pgd.open_stream(self.db, scope, self.now_us)
+        return cast(BinaryIO, stream), size

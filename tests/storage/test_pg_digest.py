@@ -1,0 +1,205 @@
+"""project.md on PostgreSQL: one snapshot per read while writers go on, sections filled for
+tasks written in bulk or before an upgrade, fsck against sections and counters changed by
+hand (the format itself: tests/conformance/test_digest.py, on every backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from app.storage import Scope
+from app.storage.backends import open_backend
+from app.storage.interface import StorageBackend
+from app.storage.pg import backup as pg_backup, schema
+from tests.conformance.conftest import expected_digest, read_digest
+from tests.conftest import FixedClock
+
+pytestmark = pytest.mark.all_backends
+WEB = Scope("acme", "web")
+
+
+@pytest.fixture
+def settings(
+    backend_kind: str, backend_config: dict[str, Any], tmp_path: Path, clock: FixedClock
+) -> dict[str, Any]:
+    if backend_kind == "tree":
+        pytest.skip("the tree's digest: tests/storage/test_digest.py")
+    return {
+        "STORAGE_ROOT": str(tmp_path / "root"),
+        "TOKENS_FILE": str(tmp_path / "tokens.json"),
+        "RETENTION_DAYS": 30.0,
+        "LOCK_TIMEOUT": 5.0,
+        "MAX_ARTIFACT_BYTES": 1 << 20,
+        "CLOCK": clock,
+        "THREADS": 4,
+        **backend_config,
+    }
+
+
+@pytest.fixture
+def storage(settings: dict[str, Any]) -> Iterator[StorageBackend]:
+    found = open_backend(settings)
+    yield found
+    found.close()
+
+
+def sql(settings: dict[str, Any], statement: str, *params: object) -> list[tuple[Any, ...]]:
+    with psycopg.connect(settings["DATABASE_URL"], autocommit=True) as conn:
+        cur = conn.execute(statement, params or None)
+        return cur.fetchall() if cur.description else []
+
+
+def write(storage: StorageBackend, task_id: str, turn: int = 0, text: str = "") -> None:
+    summary = text or f"# {task_id}\n\n" + f"notes of {task_id} turn {turn}. " * 20
+    storage.tasks.put_turn(WEB, task_id, turn, meta={"n": turn}, summary_md=summary)
+
+
+def test_a_read_shows_one_moment_while_writers_go_on(
+    storage: StorageBackend, clock: FixedClock
+) -> None:
+    for i in range(700):  # more rows than one fetch of the stream
+        write(storage, f"t{i:04d}")
+        clock.advance(seconds=1)
+    want = expected_digest(storage.tasks, WEB)
+    file, size = storage.tasks.open_digest(WEB)
+    with file:
+        head = file.read(2048)
+        # Each of these would move or change a section the read has not reached yet.
+        write(storage, "t0000", 1, "the oldest task, written again")
+        storage.tasks.delete_task(WEB, "t0001")
+        write(storage, "t0002", 5, "a new turn of an old task")
+        write(storage, "new", 0, "a task of its own")
+        rest = file.read()
+    assert len(head) + len(rest) == size
+    assert (head + rest).decode() == want
+    after = read_digest(storage.tasks, WEB)
+    assert after == expected_digest(storage.tasks, WEB) != want
+    assert after.index("## t0002") < after.index("## t0000") < after.index("## t0699")
+    assert "## t0001\n" not in after and storage.fsck().clean
+
+
+def test_tasks_without_sections_are_filled_by_the_first_read(
+    storage: StorageBackend, settings: dict[str, Any], clock: FixedClock
+) -> None:
+    for i in range(1200):  # more than one batch of the fill
+        write(storage, f"t{i:04d}", i % 3)
+        clock.advance(seconds=1)
+    want = expected_digest(storage.tasks, WEB)
+    sql(settings, "DELETE FROM digest_sections WHERE task_id >= 't0100'")
+    assert sql(settings, "SELECT count(*) FROM digest_sections") == [(100,)]
+    assert read_digest(storage.tasks, WEB) == want
+    assert sql(settings, "SELECT count(*) FROM digest_sections") == [(1200,)]
+    assert storage.fsck().clean
+
+
+def test_the_upgrade_to_sections_keeps_every_project_readable(
+    settings: dict[str, Any], clock: FixedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database of the first schema, with tasks and a rendered digest: the migrations
+    drop the rendered digest, and the first read of each project writes its sections."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+    with psycopg.connect(settings["DATABASE_URL"], autocommit=True) as conn:
+        schema.migrate(conn)
+        conn.execute(
+            "INSERT INTO projects (tenant, project, tasks, digest) VALUES ('acme', 'web', 2, 'old')"
+        )
+        for task_id, up in (("a", 10), ("b", 20)):
+            conn.execute(
+                "INSERT INTO tasks (tenant, project, task_id, created_at, updated_us,"
+                " retain_until_us, turn_count, latest_turn, min_retain_us) VALUES"
+                " ('acme', 'web', %s, 'c', %s, 2e15, 1, 0, 2e15)",
+                (task_id, up),
+            )
+            conn.execute(
+                "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"
+                " updated_at, retain_until, updated_us, retain_until_us) VALUES"
+                " ('acme', 'web', %s, 0, '{}', %s, 'c', %s, 'r', %s, 2e15)",
+                (task_id, f"## {task_id} heading\nbody".encode(), f"u{up}", up),
+            )
+    monkeypatch.undo()
+    storage = open_backend(settings)
+    try:
+        assert read_digest(storage.tasks, WEB) == (
+            "# Project memory: acme/web\n"
+            "\n## b\n\nLatest turn: 0, updated u20\n\n#### b heading\nbody\n"
+            "\n## a\n\nLatest turn: 0, updated u10\n\n#### a heading\nbody\n"
+        )
+        assert storage.fsck().clean
+        write(storage, "c")
+        assert read_digest(storage.tasks, WEB) == expected_digest(storage.tasks, WEB)
+    finally:
+        storage.close()
+
+
+def test_fsck_repairs_sections_and_counters_changed_by_hand(
+    storage: StorageBackend, settings: dict[str, Any], clock: FixedClock
+) -> None:
+    for task_id in ("a", "b", "c"):
+        write(storage, task_id)
+        clock.advance(seconds=1)
+    want = expected_digest(storage.tasks, WEB)
+    sql(settings, "UPDATE digest_sections SET section = 'edited' WHERE task_id = 'a'")
+    sql(settings, "UPDATE digest_sections SET section = NULL WHERE task_id = 'b'")
+    sql(settings, "UPDATE projects SET digest_bytes = 7, digest_rows = 9")
+    problems = storage.fsck().problems
+    assert any("acme/web/a: project.md section" in p for p in problems), problems
+    assert any("acme/web/b: project.md section" in p for p in problems), problems
+    assert any("acme/web: project.md counters" in p for p in problems), problems
+    storage.fsck(repair=True)
+    assert storage.fsck().clean
+    assert read_digest(storage.tasks, WEB) == want
+
+
+def test_a_section_follows_its_expired_turn_and_the_sweep(
+    storage: StorageBackend, settings: dict[str, Any], clock: FixedClock
+) -> None:
+    write(storage, "a", 1, "turn one of a")
+    write(storage, "b", 0)
+    clock.advance(days=20)
+    write(storage, "a", 0, "turn zero of a, written again")
+    clock.advance(days=15)  # turn 1 of a has expired, turn 0 has not; b has expired
+    write(storage, "c", 0, "c")
+    text = read_digest(storage.tasks, WEB)
+    assert text == expected_digest(storage.tasks, WEB)
+    assert "## b" not in text and "\n## a\n\nLatest turn: 0," in text
+    assert storage.fsck().clean
+    storage.sweep(now=clock())
+    assert sql(settings, "SELECT task_id, turn FROM digest_sections ORDER BY 1") == [
+        ("a", 0),
+        ("c", 0),
+    ]
+    assert read_digest(storage.tasks, WEB) == text
+    assert storage.fsck().clean
+
+
+def test_an_import_writes_the_sections_of_the_tasks_it_brings(
+    storage: StorageBackend,
+    settings: dict[str, Any],
+    services: Any,
+    tmp_path: Path,
+    clock: FixedClock,
+) -> None:
+    for i in range(30):
+        write(storage, f"t{i:02d}", i % 2)
+        clock.advance(seconds=1)
+    want = expected_digest(storage.tasks, WEB)
+    archive = tmp_path / "backup.pmbak"
+    pg_backup.export_pg(storage, archive)  # type: ignore[arg-type]
+    target = open_backend({**settings, **services.settings()})
+    try:
+        with archive.open("rb") as raw:
+            pg_backup.import_pg(target, raw)  # type: ignore[arg-type]
+        url = target.db.url  # type: ignore[attr-defined]
+        with psycopg.connect(url, autocommit=True) as conn:
+            counted = conn.execute(
+                "SELECT tasks, digest_rows, digest_shown FROM projects"
+            ).fetchall()
+        assert counted == [(30, 30, 30)]  # before any read
+        assert read_digest(target.tasks, WEB) == want
+        assert target.fsck().clean
+    finally:
+        target.close()
