@@ -2,7 +2,8 @@
 
 What is written through one node is read through the other; concurrent and conditional
 writers split across the nodes lose nothing and win once; a revocation is seen by both;
-one sweeper runs for both; a node killed mid-write loses no acknowledged write.
+one sweeper runs for both; a node killed mid-write loses no acknowledged write; a reader of
+project.md that stalls mid-body holds up no writer.
 """
 
 from __future__ import annotations
@@ -270,6 +271,38 @@ def test_sigkill_of_one_node_mid_write_loses_no_acknowledged_write(
     assert set(acked) <= stored
     r = http.put(f"{survivor.url}{PM}/tasks/killed/turns/9999", json={}, headers=h)
     assert r.status_code == 200
+
+
+def test_a_slow_reader_of_project_md_sees_one_moment_and_holds_up_no_writer(
+    nodes: tuple[Server, Server], secret: str
+) -> None:
+    """A client that stops reading project.md mid-body keeps the snapshot it opened; writers
+    through both nodes go on meanwhile, and the next read has all they wrote."""
+    a, b = nodes
+    h = _h(secret)
+    filler = "notes " * 2700  # ~16 KB a section: the body is far more than socket buffers
+
+    def put(i: int, text: str, node: Server) -> None:
+        r = http.put(
+            f"{node.url}{PM}/tasks/slow-{i:04d}/turns/0", json={"summary_md": text}, headers=h
+        )
+        assert r.status_code == 200, r.text
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: put(i, f"{i} {filler}", (a, b)[i % 2]), range(1500)))
+    whole = http.get(f"{a.url}{PM}/project.md", headers=h)
+    assert len(whole.content) > 20 * MiB
+    with requests.get(f"{a.url}{PM}/project.md", headers=h, stream=True, timeout=120) as slow:
+        head = slow.raw.read(64 * 1024)
+        for i in range(0, 40):  # the oldest tasks move to the top; new ones appear
+            put(i, f"rewritten {i}", (a, b)[i % 2])
+            put(2000 + i, f"new {i}", (b, a)[i % 2])
+        rest = slow.raw.read()
+    assert len(head) + len(rest) == int(slow.headers["Content-Length"])
+    assert head + rest == whole.content
+    after = http.get(f"{b.url}{PM}/project.md", headers=h).text
+    assert "rewritten 39" in after and "new 39" in after
+    assert after.index("## slow-2039") < after.index("## slow-0039") < after.index("## slow-0040")
 
 
 @pytest.mark.skipif(
