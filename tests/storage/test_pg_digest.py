@@ -96,6 +96,18 @@ def test_tasks_without_sections_are_filled_by_the_first_read(
     assert storage.fsck().clean
 
 
+def test_the_sweeper_fills_sections_no_read_has_asked_for(
+    storage: StorageBackend, settings: dict[str, Any], clock: FixedClock
+) -> None:
+    for i in range(20):
+        write(storage, f"t{i:02d}")
+    want = expected_digest(storage.tasks, WEB)
+    sql(settings, "DELETE FROM digest_sections")
+    storage.sweep(now=clock())
+    assert sql(settings, "SELECT tasks, digest_rows, digest_shown FROM projects") == [(20, 20, 20)]
+    assert read_digest(storage.tasks, WEB) == want
+
+
 def test_the_upgrade_to_sections_keeps_every_project_readable(
     settings: dict[str, Any], clock: FixedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

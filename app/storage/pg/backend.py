@@ -272,6 +272,8 @@ class PgStorage:
             totals[1] += done.tasks
             totals[2] += done.bytes
         uploads, orphans, orphan_bytes = self._sweep_orphans(now, dry_run, grace, errors)
+        if not dry_run:
+            self._fill_sections(errors)
         return SweepReport(
             now=iso_us(now_us),
             dry_run=dry_run,
@@ -285,6 +287,20 @@ class PgStorage:
             leftover_bytes=orphan_bytes,
             errors=tuple(errors),
         )
+
+    def _fill_sections(self, errors: list[str]) -> None:
+        """Write the project.md sections that tasks loaded in bulk lack (an import that
+        stopped short of it, a database from before sections), so that no reader waits for
+        them."""
+        with self.db.snapshot("retention") as conn:
+            lacking = conn.execute(
+                "SELECT tenant, project FROM projects WHERE tasks <> digest_rows"
+            ).fetchall()
+        for tenant, project in lacking:
+            try:
+                pgd.fill(self.db, Scope(tenant, project), self.tasks.now_us)
+            except StorageError as exc:
+                errors.append(f"{tenant}/{project}: project.md sections: {exc}")
 
     def _sweep_task(self, scope: Scope, task_id: str, now_us: int, dry_run: bool) -> _TaskSweep:
         tasks = self.tasks

@@ -33,7 +33,7 @@ import psycopg
 
 from .. import digest as text
 from ..layout import Scope
-from .db import Database, advisory_xact_locks, translated
+from .db import Database, advisory_xact_lock, advisory_xact_locks, translated
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62
@@ -123,6 +123,9 @@ def fill(db: Database, scope: Scope, now_us: Callable[[], int]) -> int:
     filled, after = 0, ""
     while True:
         with db.transaction(f"project.md of {scope.tenant}/{scope.project}") as conn:
+            # One filler of a project at a time: a second one waits, then finds each
+            # batch done.
+            advisory_xact_lock(conn, "digest fill", scope.tenant, scope.project)
             ids, after = _without(conn, scope, after)
             if ids:
                 # Every lock first, in id order: a writer holding one of them waits for
