@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import Scope
+from app.storage import Scope, StorageError
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend
 from app.storage.pg import backup as pg_backup, schema
@@ -164,6 +164,18 @@ def test_fsck_repairs_sections_and_counters_changed_by_hand(
     storage.fsck(repair=True)
     assert storage.fsck().clean
     assert read_digest(storage.tasks, WEB) == want
+
+
+def test_a_read_fails_rather_than_break_its_length_when_counters_were_changed(
+    storage: StorageBackend, settings: dict[str, Any]
+) -> None:
+    write(storage, "a")
+    sql(settings, "UPDATE projects SET digest_bytes = digest_bytes + 5")
+    file, size = storage.tasks.open_digest(WEB)
+    with file, pytest.raises(StorageError, match="fsck --repair"):
+        file.read()
+    storage.fsck(repair=True)
+    assert read_digest(storage.tasks, WEB) == expected_digest(storage.tasks, WEB)
 
 
 def test_a_section_follows_its_expired_turn_and_the_sweep(

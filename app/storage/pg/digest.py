@@ -33,7 +33,7 @@ import psycopg
 
 from .. import digest as text
 from ..layout import Scope
-from .db import Database, advisory_xact_lock, advisory_xact_locks, translated
+from .db import Database, DatabaseError, advisory_xact_lock, advisory_xact_locks, translated
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62
@@ -157,11 +157,14 @@ class DigestStream:
         scope: Scope,
         fixes: dict[str, bytes | None],
         empty: bool,
+        size: int,
     ) -> None:
         self._stack = stack
         self._fixes = fixes
         self._empty = empty
+        self._size = size
         self._buffer = bytearray(text.title(scope))
+        self._made = len(self._buffer)
         self._cursor: psycopg.ServerCursor[Any] | None = None
         if conn is None:
             self._finish()
@@ -183,6 +186,7 @@ class DigestStream:
             data = self._fixes.get(task_id, section)
             if data is not None:
                 self._buffer += data
+                self._made += len(data)
         return True
 
     def read(self, n: int | None = -1) -> bytes:
@@ -192,7 +196,8 @@ class DigestStream:
             n = len(self._buffer)
         while len(self._buffer) < n and self._more():
             pass
-        out = bytes(self._buffer[:n])
+        with memoryview(self._buffer) as view:
+            out = bytes(view[:n])
         del self._buffer[:n]
         return out
 
@@ -200,10 +205,20 @@ class DigestStream:
         return True
 
     def _finish(self) -> None:
-        """The body is read: end the snapshot and give its connection back to the pool."""
+        """The body is read: end the snapshot and give its connection back to the pool.
+
+        The length announced comes from the project's counters, the body from the rows: they
+        differ only when the counters were changed by hand, and the read then fails rather
+        than end short or long of its Content-Length."""
         if self._empty:
             self._buffer += text.EMPTY
+            self._made += len(text.EMPTY)
         self.close()
+        if self._made != self._size:
+            raise DatabaseError(
+                f"project.md: {self._made} bytes of sections, {self._size} counted;"
+                " `flask --app wsgi fsck --repair` sets the counters from the sections"
+            )
 
     def close(self) -> None:
         cursor, self._cursor = self._cursor, None
@@ -237,8 +252,8 @@ def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[
             ).fetchone()
             if found is None:
                 stack.close()
-                stream = DigestStream(stack, None, scope, {}, empty=True)
-                return stream, len(text.title(scope)) + len(text.EMPTY)
+                size = len(text.title(scope)) + len(text.EMPTY)
+                return DigestStream(stack, None, scope, {}, empty=True, size=size), size
             tasks, rows, shown, size = (int(v) for v in found)
             if tasks != rows and attempt == 0:
                 stack.close()
@@ -250,7 +265,7 @@ def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[
                 shown += int(new is not None) - int(old is not None)
                 size += len(new or b"") - (old or 0)
             size += len(text.title(scope)) + (len(text.EMPTY) if shown == 0 else 0)
-            return DigestStream(stack, conn, scope, fixes, empty=shown == 0), size
+            return DigestStream(stack, conn, scope, fixes, empty=shown == 0, size=size), size
         except BaseException:
             stack.close()
             raise
