@@ -16,9 +16,10 @@ A read takes one snapshot and answers from it alone:
 No render of the project, no lock: a read costs what changed plus the copy of the bytes. It
 holds its snapshot (one pooled connection, as its thread does) until the client has the body.
 
-Tasks written in bulk (an import, or a database from before sections) have none: a read that
-finds some fills them first, a batch per transaction under the tasks' locks. ``fsck`` renders
-every section again and compares (:func:`differing`).
+Tasks written in bulk (an import, or a database from before sections) have none: the import
+itself, the next sweep or the first read that finds some fills them (:func:`fill`), a batch
+per transaction under the tasks' locks. ``fsck`` renders every section again and compares
+(:func:`differing`), and sets the counters from the rows.
 """
 
 # ruff: noqa: S608 - SQL text is fixed fragments; every value is bound.
