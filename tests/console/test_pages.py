@@ -349,6 +349,28 @@ def test_project_md_is_rendered_and_a_large_one_is_cut(
     assert b"**bold 0**" in raw.data and raw.headers["Content-Disposition"].startswith("attachment")
 
 
+@pytest.mark.all_backends
+def test_the_page_of_a_large_digest_shows_its_head_on_every_backend(
+    client: FlaskClient,
+    tokens: Tokens,
+    console: Callable[[str], Browser],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page reads the head of a project.md of more sections than one database fetch and
+    closes it mid-body, more times than the app has database connections."""
+    from app.console import views
+
+    for i in range(300):
+        put_turn(client, tokens, f"t{i:03d}", summary=f"section {i} " + "words " * 40)
+    monkeypatch.setattr(views, "DIGEST_RENDER_BYTES", 2000)
+    browser = console("reader")
+    for _ in range(12):
+        page = browser.get(f"{WEB}/project.md")
+        assert page.status_code == 200 and "Showing the first" in text(page)
+    whole = client.get(f"{API}/project.md", headers=tokens.headers("reader"))
+    assert whole.status_code == 200 and whole.data.count(b"\n## t") == 300
+
+
 def test_owners_and_authors_show_by_name_with_the_id_on_hover(
     client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
 ) -> None:
