@@ -39,7 +39,10 @@ from .db import Database, DatabaseError, advisory_xact_lock, advisory_xact_locks
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62
 FILL_BATCH = 500
-_FETCH = 256
+# Rows per fetch of a read: few first (the first byte waits for them), then more (each
+# fetch is a round trip).
+_FIRST_FETCH = 64
+_MAX_FETCH = 1024
 _PROJECT = "tenant = %(tenant)s AND project = %(project)s"
 # The highest live turn of each of a set of tasks: per task, the newest end of its range of
 # the turns' primary key, whatever plan (a prepared statement's generic one included) runs.
@@ -167,6 +170,7 @@ class DigestStream:
         self._buffer = bytearray(text.title(scope))
         self._made = len(self._buffer)
         self._cursor: psycopg.ServerCursor[Any] | None = None
+        self._fetch = _FIRST_FETCH
         if conn is None:
             self._finish()
         else:
@@ -179,7 +183,8 @@ class DigestStream:
         if self._cursor is None:
             return False
         with translated("project.md"):
-            rows = self._cursor.fetchmany(_FETCH)
+            rows = self._cursor.fetchmany(self._fetch)
+        self._fetch = min(2 * self._fetch, _MAX_FETCH)
         if not rows:
             self._finish()
             return True
