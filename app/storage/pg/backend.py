@@ -430,7 +430,8 @@ class PgStorage:
                     self.tasks._bump(conn, scope, tasks=change)
                 report.repaired.append(problem)
         for scope, task_id in sections:
-            problem = f"{scope.tenant}/{scope.project}/{task_id}: project.md section differs from its turns"
+            where = f"{scope.tenant}/{scope.project}/{task_id}"
+            problem = f"{where}: project.md section differs from its turns"
             report.problems.append(problem)
             if repair:
                 with self.tasks.transaction(scope, task_id) as conn:
