@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import Scope, StorageError
+from app.storage import LockTimeout, Scope, StorageError
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend
-from app.storage.pg import backup as pg_backup, schema
+from app.storage.pg import backup as pg_backup, digest as pg_digest, schema
 from tests.conformance.conftest import expected_digest, read_digest
 from tests.conftest import FixedClock
 
@@ -94,6 +94,28 @@ def test_tasks_without_sections_are_filled_by_the_first_read(
     assert read_digest(storage.tasks, WEB) == want
     assert sql(settings, "SELECT count(*) FROM digest_sections") == [(1200,)]
     assert storage.fsck().clean
+
+
+def test_a_read_renders_a_few_unwritten_sections_and_refuses_many(
+    storage: StorageBackend,
+    settings: dict[str, Any],
+    clock: FixedClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a read does when sections are still missing after it filled the project (a
+    concurrent import brought tasks meanwhile): it renders them, up to a bound."""
+    for i in range(10):
+        write(storage, f"t{i}")
+        clock.advance(seconds=1)
+    want = expected_digest(storage.tasks, WEB)
+    sql(settings, "DELETE FROM digest_sections WHERE task_id > 't3'")
+    monkeypatch.setattr(pg_digest, "fill", lambda *args: 0)
+    monkeypatch.setattr(pg_digest, "MAX_MISSING", 6)
+    assert read_digest(storage.tasks, WEB) == want
+    monkeypatch.setattr(pg_digest, "MAX_MISSING", 5)
+    with pytest.raises(LockTimeout, match="retry shortly"):
+        storage.tasks.open_digest(WEB)
+    assert sql(settings, "SELECT count(*) FROM digest_sections") == [(4,)]
 
 
 def test_the_sweeper_fills_sections_no_read_has_asked_for(

@@ -33,12 +33,16 @@ from typing import Any
 import psycopg
 
 from .. import digest as text
+from ..errors import LockTimeout
 from ..layout import Scope
 from .db import Database, DatabaseError, advisory_xact_lock, advisory_xact_locks, translated
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62
 FILL_BATCH = 500
+# A read renders at most this many sections that were never written (tasks a concurrent
+# import brought after the read filled the project); past it, it asks the client to retry.
+MAX_MISSING = 4096
 # Rows per fetch of a read: few first (the first byte waits for them), then more (each
 # fetch is a round trip).
 _FIRST_FETCH = 64
@@ -293,8 +297,15 @@ def _fixes(
         )
     }
     after = "" if missing else None
+    lacking = 0
     while after is not None:
         ids, after = _without(conn, scope, after)
+        lacking += len(ids)
+        if lacking > MAX_MISSING:
+            raise LockTimeout(
+                f"project.md of {scope.tenant}/{scope.project}: the sections of tasks written"
+                " in bulk are being written; retry shortly"
+            )
         stale.update(dict.fromkeys(ids))
         after = after or None
     ids = list(stale)
