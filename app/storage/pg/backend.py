@@ -335,7 +335,7 @@ class PgStorage:
                 {**key, "turns": numbers},
             )
             change = tasks._settle_task(conn, scope, task_id)
-            tasks._bump(conn, scope, tasks=change)
+            tasks._add_tasks(conn, scope, change)
             pgu.add(conn, scope, **pgu.negated(gone))
         return _TaskSweep(len(numbers), int(gone_task), size, [str(r[0]) for r in arts])
 
@@ -414,8 +414,8 @@ class PgStorage:
                     with self.db.transaction("fsck") as conn:
                         conn.execute(
                             "UPDATE projects p SET tasks = (SELECT count(*) FROM tasks t"
-                            " WHERE t.tenant = p.tenant AND t.project = p.project),"
-                            " generation = generation + 1 WHERE tenant = %s AND project = %s",
+                            " WHERE t.tenant = p.tenant AND t.project = p.project)"
+                            " WHERE tenant = %s AND project = %s",
                             (tenant, project),
                         )
                     report.repaired.append(problem)
@@ -427,7 +427,7 @@ class PgStorage:
                 scope = Scope(tenant, project)
                 with self.tasks.transaction(scope, task_id) as conn:
                     change = self.tasks._settle_task(conn, scope, task_id)
-                    self.tasks._bump(conn, scope, tasks=change)
+                    self.tasks._add_tasks(conn, scope, change)
                 report.repaired.append(problem)
         for scope, task_id in sections:
             where = f"{scope.tenant}/{scope.project}/{task_id}"

@@ -600,9 +600,8 @@ class _Importer(Restore):
         # Added to the counters, not recounted: writers of these projects may be adding to
         # them in transactions this one does not see.
         conn.execute(
-            "UPDATE projects p SET generation = p.generation + 1,"
-            " tasks = p.tasks + coalesce(n.n, 0) FROM staged_projects s LEFT JOIN"
-            " added_tasks n ON n.tenant = s.tenant AND n.project = s.project"
+            "UPDATE projects p SET tasks = p.tasks + coalesce(n.n, 0) FROM staged_projects s"
+            " LEFT JOIN added_tasks n ON n.tenant = s.tenant AND n.project = s.project"
             " WHERE p.tenant = s.tenant AND p.project = s.project"
         )
 

@@ -216,6 +216,7 @@ CREATE INDEX traffic_by_project ON traffic (tenant, project, hour);
         "project.md kept as one section per task, replacing the whole rendered digest",
         """
 ALTER TABLE projects
+    DROP COLUMN generation,
     DROP COLUMN digest,
     DROP COLUMN digest_generation,
     DROP COLUMN digest_valid_until_us,

@@ -2,8 +2,8 @@
 
 Every mutation of a task is one transaction holding the task's advisory lock (the tree's
 task lock, with the same timeout): read, check preconditions, write the turn and artifact
-rows, recompute the task's listing row and its project.md section from its turns, bump the
-project's generation. Readers take no lock. Artifact bytes go to the object store before
+rows, recompute the task's listing row and its project.md section from its turns, count a
+task created or removed in the project. Readers take no lock. Artifact bytes go to the object store before
 the transaction that names them (blobs.py); bytes that lose their row (a replacement, a
 deletion, an expiry) are removed after the commit or, at the latest, by the sweeper's orphan
 pass.
@@ -229,12 +229,14 @@ class PgTaskStore:
         # on it even when the clock stalls or steps back.
         return max(now_us, last + 1)
 
-    def _bump(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int = 0) -> None:
-        conn.execute(
-            "UPDATE projects SET generation = generation + 1, tasks = tasks + %s"
-            " WHERE tenant = %s AND project = %s",
-            (tasks, scope.tenant, scope.project),
-        )
+    def _add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None:
+        """Change the project's task count by ``tasks`` (in the transaction that created or
+        removed them)."""
+        if tasks:
+            conn.execute(
+                "UPDATE projects SET tasks = tasks + %s WHERE tenant = %s AND project = %s",
+                (tasks, scope.tenant, scope.project),
+            )
 
     def _recompute(
         self,
@@ -381,7 +383,7 @@ class PgTaskStore:
                 ),
             )
             self._recompute(conn, scope, task_id, record)
-            self._bump(conn, scope, tasks=created)
+            self._add_tasks(conn, scope, created)
             pgu.add(
                 conn,
                 scope,
@@ -533,7 +535,7 @@ class PgTaskStore:
             ]
             gone = pgu.task_sums(conn, _key(scope, task_id))
             conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
-            self._bump(conn, scope, tasks=-1)
+            self._add_tasks(conn, scope, -1)
             pgu.add(conn, scope, **pgu.negated(gone))
         self._forget_blobs(blobs)
 
@@ -677,7 +679,6 @@ class PgTaskStore:
                     ),
                 )
                 self._recompute(conn, scope, task_id)
-                self._bump(conn, scope)
                 pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
                 if current is not None:
                     replaced.append(current[1])
