@@ -424,23 +424,16 @@ class PgStorage:
             problem = f"{tenant}/{project}/{task_id}: listing row differs from its turns"
             report.problems.append(problem)
             if repair:
-                scope = Scope(tenant, project)
-                with self.tasks.transaction(scope, task_id) as conn:
-                    change = self.tasks._settle_task(conn, scope, task_id)
-                    self.tasks._add_tasks(conn, scope, change)
+                self._settle(Scope(tenant, project), task_id)
                 report.repaired.append(problem)
         for scope, task_id in sections:
-            where = f"{scope.tenant}/{scope.project}/{task_id}"
-            problem = f"{where}: project.md section differs from its turns"
+            problem = (
+                f"{scope.tenant}/{scope.project}/{task_id}: project.md section differs from"
+                " its turns"
+            )
             report.problems.append(problem)
             if repair:
-                with self.tasks.transaction(scope, task_id) as conn:
-                    key = (scope.tenant, scope.project, task_id)
-                    if conn.execute(
-                        "SELECT 1 FROM tasks WHERE tenant = %s AND project = %s AND task_id = %s",
-                        key,
-                    ).fetchone():
-                        pgd.put_section(conn, scope, task_id, self.tasks.now_us())
+                self._settle(scope, task_id)
                 report.repaired.append(problem)
         for scope, kept, counted in section_counters:
             problem = (
@@ -465,6 +458,13 @@ class PgStorage:
                 report.unrepairable.append(problem)
         del grace
         return report
+
+    def _settle(self, scope: Scope, task_id: str) -> None:
+        """Set a task's listing row and project.md section from its turns, under its lock
+        (a task whose turns are gone meanwhile is dropped, as a write would)."""
+        with self.tasks.transaction(scope, task_id) as conn:
+            change = self.tasks._settle_task(conn, scope, task_id)
+            self.tasks._add_tasks(conn, scope, change)
 
     def _fsck_usage(self, report: FsckReport, repair: bool) -> None:
         """Each project's usage counters against a recount of its rows."""

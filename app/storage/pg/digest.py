@@ -27,8 +27,9 @@ per transaction under the tasks' locks. ``fsck`` renders every section again and
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import psycopg
 
@@ -161,7 +162,7 @@ class DigestStream:
     def __init__(
         self,
         stack: contextlib.ExitStack,
-        conn: psycopg.Connection[Any] | None,
+        conn: psycopg.Connection[Any],
         scope: Scope,
         fixes: dict[str, bytes | None],
         empty: bool,
@@ -173,14 +174,10 @@ class DigestStream:
         self._size = size
         self._buffer = bytearray(text.title(scope))
         self._made = len(self._buffer)
-        self._cursor: psycopg.ServerCursor[Any] | None = None
         self._fetch = _FIRST_FETCH
-        if conn is None:
-            self._finish()
-        else:
-            self._cursor = conn.cursor(name="project_md", binary=True)
-            with translated("project.md"):
-                self._cursor.execute(_BODY, {"tenant": scope.tenant, "project": scope.project})
+        self._cursor: psycopg.ServerCursor[Any] | None = conn.cursor(name="project_md", binary=True)
+        with translated("project.md"):
+            self._cursor.execute(_BODY, {"tenant": scope.tenant, "project": scope.project})
 
     def _more(self) -> bool:
         """Add the next rows' bytes to the buffer; False once the body is done."""
@@ -244,7 +241,7 @@ class DigestStream:
         self.close()
 
 
-def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[DigestStream, int]:
+def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[BinaryIO, int]:
     """``project.md`` of ``scope`` and its length, from one snapshot."""
     for attempt in range(2):
         stack = contextlib.ExitStack()
@@ -262,8 +259,8 @@ def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[
             ).fetchone()
             if found is None:
                 stack.close()
-                size = len(text.title(scope)) + len(text.EMPTY)
-                return DigestStream(stack, None, scope, {}, empty=True, size=size), size
+                data = text.title(scope) + text.EMPTY
+                return io.BytesIO(data), len(data)
             tasks, rows, shown, size = (int(v) for v in found)
             if tasks != rows and attempt == 0:
                 stack.close()
@@ -275,7 +272,8 @@ def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[
                 shown += int(new is not None) - int(old is not None)
                 size += len(new or b"") - (old or 0)
             size += len(text.title(scope)) + (len(text.EMPTY) if shown == 0 else 0)
-            return DigestStream(stack, conn, scope, fixes, empty=shown == 0, size=size), size
+            stream = DigestStream(stack, conn, scope, fixes, empty=shown == 0, size=size)
+            return cast(BinaryIO, stream), size
         except BaseException:
             stack.close()
             raise
@@ -349,17 +347,22 @@ def _compare(
                 yield scope, task_id
 
 
+# A project's section counters, counted from its rows (``p``: its projects row).
+_COUNTED = (
+    "SELECT count(*), count(s.section), coalesce(sum(octet_length(s.section)), 0)"
+    " FROM digest_sections s WHERE s.tenant = p.tenant AND s.project = p.project"
+)
+_COUNTERS = "digest_rows, digest_shown, digest_bytes"
+
+
 def recount(conn: psycopg.Connection[Any]) -> list[tuple[Scope, tuple[int, ...], tuple[int, ...]]]:
     """Each project whose section counters differ from its rows: (scope, kept, counted)."""
     return [
         (Scope(r[0], r[1]), tuple(r[2:5]), tuple(r[5:8]))
         for r in conn.execute(
-            "SELECT p.tenant, p.project, p.digest_rows, p.digest_shown, p.digest_bytes,"
-            " c.n, c.shown, c.size FROM projects p CROSS JOIN LATERAL (SELECT count(*) AS n,"
-            " count(s.section) AS shown, coalesce(sum(octet_length(s.section)), 0) AS size"
-            " FROM digest_sections s WHERE s.tenant = p.tenant AND s.project = p.project) c"
-            " WHERE (p.digest_rows, p.digest_shown, p.digest_bytes)"
-            " IS DISTINCT FROM (c.n, c.shown, c.size)"
+            f"SELECT p.tenant, p.project, {_COUNTERS}, c.* FROM projects p"
+            f" CROSS JOIN LATERAL ({_COUNTED}) c(n, shown, size)"
+            f" WHERE ({_COUNTERS}) IS DISTINCT FROM (c.n, c.shown, c.size)"
         )
     ]
 
@@ -372,9 +375,7 @@ def set_counters(conn: psycopg.Connection[Any], scope: Scope) -> None:
         (scope.tenant, scope.project),
     )
     conn.execute(
-        "UPDATE projects p SET (digest_rows, digest_shown, digest_bytes) = (SELECT count(*),"
-        " count(s.section), coalesce(sum(octet_length(s.section)), 0) FROM digest_sections s"
-        " WHERE s.tenant = p.tenant AND s.project = p.project)"
+        f"UPDATE projects p SET ({_COUNTERS}) = ({_COUNTED})"
         " WHERE p.tenant = %s AND p.project = %s",
         (scope.tenant, scope.project),
     )

@@ -722,5 +722,4 @@ class PgTaskStore:
     # -- project digest --------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
         """``project.md`` from one snapshot of the stored sections (app/storage/pg/digest.py)."""
-        stream, size = pgd.open_stream(self.db, scope, self.now_us)
-        return cast(BinaryIO, stream), size
+        return pgd.open_stream(self.db, scope, self.now_us)
