@@ -134,6 +134,24 @@ def backend_config(backend_kind: str, request: pytest.FixtureRequest) -> dict[st
     return found.settings()
 
 
+@pytest.fixture
+def backend_settings(
+    backend_config: dict[str, Any], tmp_path: Path, clock: FixedClock
+) -> dict[str, Any]:
+    """Settings for ``open_backend`` of the selected kind: a root (or schema) of the test's
+    own, the fixed clock, 1 MiB artifacts."""
+    return {
+        "STORAGE_ROOT": str(tmp_path / "root"),
+        "TOKENS_FILE": str(tmp_path / "tokens.json"),
+        "RETENTION_DAYS": 30.0,
+        "LOCK_TIMEOUT": 5.0,
+        "MAX_ARTIFACT_BYTES": 1 << 20,
+        "CLOCK": clock,
+        "THREADS": 4,
+        **backend_config,
+    }
+
+
 class FixedClock:
     """A clock tests move by hand: ``clock.advance(days=30)``."""
 

@@ -23,21 +23,10 @@ WEB = Scope("acme", "web")
 
 
 @pytest.fixture
-def settings(
-    backend_kind: str, backend_config: dict[str, Any], tmp_path: Path, clock: FixedClock
-) -> dict[str, Any]:
+def settings(backend_kind: str, backend_settings: dict[str, Any]) -> dict[str, Any]:
     if backend_kind == "tree":
         pytest.skip("the tree's digest: tests/storage/test_digest.py")
-    return {
-        "STORAGE_ROOT": str(tmp_path / "root"),
-        "TOKENS_FILE": str(tmp_path / "tokens.json"),
-        "RETENTION_DAYS": 30.0,
-        "LOCK_TIMEOUT": 5.0,
-        "MAX_ARTIFACT_BYTES": 1 << 20,
-        "CLOCK": clock,
-        "THREADS": 4,
-        **backend_config,
-    }
+    return backend_settings
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ hand and --repair sets them from the rows (tests/storage/test_usage.py does it f
 from __future__ import annotations
 
 import io
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -12,28 +11,17 @@ import pytest
 
 from app.storage import Scope
 from app.storage.backends import open_backend
-from tests.conftest import FixedClock
 
 pytestmark = pytest.mark.all_backends
 WEB = Scope("acme", "web")
 
 
 def test_fsck_repairs_counters_changed_by_hand(
-    backend_kind: str, backend_config: dict[str, Any], tmp_path: Path, clock: FixedClock
+    backend_kind: str, backend_config: dict[str, Any], backend_settings: dict[str, Any]
 ) -> None:
     if backend_kind == "tree":
         pytest.skip("the tree's counters: tests/storage/test_usage.py")
-    storage = open_backend(
-        {
-            "STORAGE_ROOT": str(tmp_path / "root"),
-            "TOKENS_FILE": str(tmp_path / "tokens.json"),
-            "RETENTION_DAYS": 30.0,
-            "LOCK_TIMEOUT": 5.0,
-            "MAX_ARTIFACT_BYTES": 1 << 20,
-            "CLOCK": clock,
-            **backend_config,
-        }
-    )
+    storage = open_backend(backend_settings)
     try:
         storage.tasks.put_turn(WEB, "t", 0, meta={}, summary_md="s" * 100)
         storage.tasks.put_artifact(WEB, "t", 0, "a", io.BytesIO(b"a" * 500), content_type="x/y")
