@@ -18,9 +18,10 @@ import logging
 from typing import Any
 
 from flask import Flask, g, jsonify, request
+from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from .serving import body_cut_off
+from .serving import body_cut_off, close_after_answer
 from .storage import errors as se
 from .storage.memstores import models as ms
 from .storage.quota import FloorReached
@@ -261,6 +262,17 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(se.StorageError)
     def handle_storage(exc: se.StorageError) -> Any:
         return render(from_storage(exc))
+
+    @app.errorhandler(ParseException)
+    @app.errorhandler(NoMoreData)
+    def handle_bad_framing(exc: Exception) -> Any:
+        # gunicorn decodes a chunked body as the view reads it: a bad chunk, or a body that
+        # ends before its last chunk, is the client's mistake, and leaves the connection
+        # unreadable.
+        close_after_answer()
+        if isinstance(exc, NoMoreData):
+            return render(ApiError(400, "malformed request body: it ends before its last chunk"))
+        return render(ApiError(400, f"malformed request body: {exc}"[:300]))
 
     @app.errorhandler(OSError)
     def handle_os_error(exc: OSError) -> Any:

@@ -65,6 +65,14 @@ class ClientTooSlow(TimeoutError):
     """The request body arrived slower than the configured floor."""
 
 
+def close_after_answer() -> None:
+    """Close the connection once the current answer is sent: the request's framing is broken,
+    so nothing that follows on the connection can be read as a request."""
+    req = getattr(_request, "req", None)
+    if req is not None:
+        req.must_close = True
+
+
 def body_cut_off() -> str | None:
     """Return why the current request's body was cut off for arriving too slowly, or None."""
     pace: BodyPace | None = getattr(_request, "pace", None)
@@ -468,6 +476,13 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         finally:
             _request.pace = None
             _request.head = b""
+
+    def handle_request(self, req: Any, conn: TConn) -> Any:
+        _request.req = req
+        try:
+            return super().handle_request(req, conn)
+        finally:
+            _request.req = None
 
     # -- both --------------------------------------------------------------------------------
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:

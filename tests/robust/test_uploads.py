@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -161,3 +162,52 @@ def test_upload_cut_off_half_way_leaves_nothing(one_worker: tuple[Live, str]) ->
         timeout=30,
     )
     assert again.status_code == 200
+
+
+def _exchange(server: Live, request: bytes, *, half_close: bool = False) -> bytes:
+    """Send ``request`` on one connection and read until the server closes it."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize(
+    ("label", "chunks", "half_close"),
+    [
+        ("a chunk size that is no number", b"ZZ\r\nHELLO\r\n0\r\n\r\n", False),
+        ("a negative chunk size", b"-1\r\nHELLO\r\n0\r\n\r\n", False),
+        ("a chunk without its CRLF", b"5\r\nHELLOXX0\r\n\r\n", False),
+        ("a body that ends before its last chunk", b"5\r\nHEL", True),
+    ],
+)
+def test_a_malformed_chunked_body_is_400_and_ends_the_connection(
+    one_worker: tuple[Live, str], label: str, chunks: bytes, half_close: bool
+) -> None:
+    server, secret = one_worker
+    host = server.url.removeprefix("http://")
+    head = (
+        f"PUT {BASE}/tasks/t/turns/0/artifacts/bad.bin HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n"
+        "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    # A second, well-formed request follows on the same connection: after a broken body
+    # nothing on it can be read as a request, so it gets no answer.
+    follow = f"GET {BASE}/tasks/t HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    received = _exchange(
+        server, head + chunks + (b"" if half_close else follow), half_close=half_close
+    )
+    status_line, _, rest = received.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 400"), (label, received[:300])
+    assert rest.count(b"HTTP/1.1 ") == 0, (label, received[:600])
+    body_text = rest.partition(b"\r\n\r\n")[2]
+    detail = json.loads(body_text)["detail"]
+    assert half_close or detail.startswith("malformed request body"), (label, detail)
+    assert artifacts(server, secret) == ["warm"]
+    assert temp_files(server.root) == []
+    assert "unhandled error" not in server.log()
