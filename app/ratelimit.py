@@ -55,6 +55,7 @@ from .storage.limits import (
     RateOverride,
     RateOverrides,
 )
+from .traffic import CountingInput
 
 log = logging.getLogger("app.ratelimit")
 
@@ -576,27 +577,16 @@ class Limiter:
 
 
 # -- Flask -------------------------------------------------------------------------------------
-class _CountingInput:
-    """``wsgi.input`` that counts the bytes read through it (a body without Content-Length)."""
+#: The one route whose body is not JSON: an artifact, up to MAX_ARTIFACT_BYTES.
+ARTIFACT_ENDPOINT = "project_memory.put_artifact"
 
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.received = 0
 
-    def read(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.read(size)
-        self.received += len(data)
-        return data
-
-    def readline(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.readline(size)
-        self.received += len(data)
-        return data
-
-    def __iter__(self) -> Iterator[bytes]:
-        for line in self.stream:
-            self.received += len(line)
-            yield line
+def body_limit(endpoint: str | None) -> int:
+    """The largest request body the route accepts."""
+    config = current_app.config
+    if endpoint == ARTIFACT_ENDPOINT:
+        return int(config["MAX_ARTIFACT_BYTES"])
+    return int(config["MAX_JSON_BYTES"])
 
 
 def check_request() -> None:
@@ -617,6 +607,10 @@ def check_request() -> None:
             # Its size is known only once read: admitted unless the budget is overdrawn,
             # then charged by what was read (_after_request).
             upload, chunked = 0, True
+    if upload and upload > body_limit(req.endpoint):
+        # The view refuses such a body unread (413), so it is charged as a request without
+        # one: a claimed length of any size must not drain the upload budgets.
+        upload = None
     outcome = limiter.check(token.id, token.role, scope.tenant, scope.project, upload)
     if outcome is None:
         return
@@ -624,7 +618,7 @@ def check_request() -> None:
         raise ApiError(429, outcome.message, headers=outcome.headers())
     counting = None
     if chunked and outcome.limits.upload is not None:
-        counting = _CountingInput(environ["wsgi.input"])
+        counting = CountingInput(environ["wsgi.input"])
         environ["wsgi.input"] = counting
     # Admitted responses carry the RateLimit fields once a budget is half spent: a client
     # is told in time to slow down, and far from its limits no response pays for them.
@@ -635,7 +629,7 @@ def check_request() -> None:
 def _after_request(response: Response) -> Response:
     # g.get, not getattr with a default: g's __getattr__ raises for a missing name, and
     # building that exception on every request costs more than the rest of this function.
-    state: tuple[Outcome, _CountingInput | None] | None = g.get("rate_limit")
+    state: tuple[Outcome, CountingInput | None] | None = g.get("rate_limit")
     if state is None:
         return response
     outcome, counting = state

@@ -425,6 +425,41 @@ def test_without_the_hook_each_app_has_a_table_of_its_own(tmp_path: Path) -> Non
     assert one.table() is not two.table()
 
 
+def test_a_claimed_length_past_the_route_limit_is_refused_without_a_charge(
+    tmp_path: Path,
+) -> None:
+    app = create_app(
+        {
+            "STORAGE_ROOT": str(tmp_path / "root"),
+            "TOKENS_FILE": str(tmp_path / "tokens.json"),
+            "RATE_LIMIT_UPLOAD_BPS": 1000,
+            "RATE_LIMIT_UPLOAD_BURST": 1000,
+        }
+    )
+    _, secret = app.extensions["token_registry"].create(role="writer", tenant="acme", project="web")
+    client, auth = app.test_client(), {"Authorization": f"Bearer {secret}"}
+    url = "/sandbox/memory/v1/tasks/t/turns/0"
+    r = client.put(url, headers=auth, json={})  # 2 bytes of the 1,000
+    assert r.status_code in (200, 201), r.json
+    for route, claimed in [(f"{url}/artifacts/a.bin", 10**23), (url, (4 << 20) + 1)]:
+        r = client.put(
+            route,
+            headers=auth,
+            data=b"{}",
+            content_type="application/octet-stream",
+            environ_overrides={"CONTENT_LENGTH": str(claimed)},
+        )
+        assert r.status_code == 413, (route, r.json)
+    # Both budgets are (nearly) whole: 998 bytes are admitted at once.
+    r = client.put(
+        f"{url}/artifacts/b.bin",
+        headers=auth,
+        data=b"x" * 998,
+        content_type="application/octet-stream",
+    )
+    assert r.status_code == 200, r.json
+
+
 # -- settings ----------------------------------------------------------------------------------
 def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORY_STORAGE_ROOT", str(tmp_path / "r"))

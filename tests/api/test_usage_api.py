@@ -292,3 +292,33 @@ def test_traffic_per_hour_and_token(app: Flask, client: FlaskClient, tokens: Tok
 def test_hours_is_checked(client: FlaskClient, tokens: Tokens) -> None:
     r = client.get(f"{PM}/usage", headers=tokens.headers("writer"), query_string={"hours": "0"})
     assert r.status_code == 422 and r.json["detail"][0]["loc"] == ["query", "hours"]
+
+
+def test_traffic_counts_the_bytes_received_not_the_length_claimed(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    h = tokens.headers("writer")
+    r = client.put(f"{PM}/tasks/t/turns/0", headers=h, json={})  # 2 bytes
+    assert r.status_code in (200, 201), r.json
+    # A claim far past any route's limit (and past a 64-bit integer) is refused unread.
+    r = client.put(
+        f"{PM}/tasks/t/turns/0/artifacts/a.bin",
+        headers=h,
+        data=b"x",
+        content_type="application/octet-stream",
+        environ_overrides={"CONTENT_LENGTH": str(10**23)},
+    )
+    assert r.status_code == 413, r.json
+    r = client.put(
+        f"{PM}/tasks/t/turns/0/artifacts/b.bin",
+        headers=h,
+        data=b"12345",
+        content_type="application/octet-stream",
+    )
+    assert r.status_code == 200, r.json
+    assert app.extensions["traffic"].flush() == 1
+    row = {r["token_id"]: r for r in usage(client, tokens)["traffic"]}[tokens.ids["writer"]]
+    assert (row["requests"], row["bytes_in"]) == (3, 7)
+    # The next flush still works: nothing the refused request claimed is left to write.
+    client.get(f"{PM}/tasks", headers=h)
+    assert app.extensions["traffic"].flush() == 1
