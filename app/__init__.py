@@ -14,7 +14,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, console, ratelimit, requestlog, traffic
+    from . import cli, console, ratelimit, requestlog, serving, traffic
     from .api import memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
@@ -34,6 +34,10 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.extensions["openapi_schemas"].extend(USAGE_SCHEMAS)
     app.extensions["token_registry"] = storage.token_registry(Path(app.config["TOKENS_FILE"]))
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
+    # Every request body is read through one counter (traffic, upload budgets), and an
+    # answer that leaves some of it unread closes the connection.
+    app.before_request(serving.count_body)
+    app.after_request(serving.close_if_body_unread)
     requestlog.init_app(app)
     ratelimit.init_app(app)
     traffic.init_app(app)

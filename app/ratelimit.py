@@ -48,6 +48,7 @@ from flask import Blueprint, Flask, current_app, g, request
 from werkzeug.wrappers import Response
 
 from .errors import ApiError
+from .serving import COUNTED_INPUT, CountingInput
 from .storage.errors import StorageError
 from .storage.limits import (
     NO_OVERRIDES,
@@ -55,7 +56,6 @@ from .storage.limits import (
     RateOverride,
     RateOverrides,
 )
-from .traffic import CountingInput
 
 log = logging.getLogger("app.ratelimit")
 
@@ -618,8 +618,7 @@ def check_request() -> None:
         raise ApiError(429, outcome.message, headers=outcome.headers())
     counting = None
     if chunked and outcome.limits.upload is not None:
-        counting = CountingInput(environ["wsgi.input"])
-        environ["wsgi.input"] = counting
+        counting = environ.get(COUNTED_INPUT)  # every body is read through one (app.serving)
     # Admitted responses carry the RateLimit fields once a budget is half spent: a client
     # is told in time to slow down, and far from its limits no response pays for them.
     if outcome.low or counting is not None:

@@ -28,11 +28,12 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from flask import request as _flask_request
 from gunicorn import util
 from gunicorn.http.errors import LimitRequestHeaders
 from gunicorn.http.message import MAX_REQUEST_LINE
@@ -65,12 +66,79 @@ class ClientTooSlow(TimeoutError):
     """The request body arrived slower than the configured floor."""
 
 
+#: The environ key of the request's CountingInput (requests with a body).
+COUNTED_INPUT = "memory.counted_input"
+
+
+class CountingInput:
+    """``wsgi.input`` that counts the bytes read through it, and sees where the body ends.
+
+    A request's declared length is what the client claims; what the app read is what it
+    received (a refused body is never read)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.received = 0
+        self.ended = False
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self.stream.read(size)
+        self.received += len(data)
+        if size is None or size < 0 or (size and not data):
+            self.ended = True
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data: bytes = self.stream.readline(size)
+        self.received += len(data)
+        if not data and size != 0:
+            self.ended = True
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self.stream:
+            self.received += len(line)
+            yield line
+        self.ended = True
+
+    def unread(self, declared: int | None) -> bool:
+        """Whether some of the body is still unread (``declared``: its Content-Length)."""
+        if declared is not None:
+            return self.received < declared
+        return not self.ended
+
+
+def count_body() -> None:
+    """Read the body of the current request (if it has one) through a CountingInput: an app
+    hook, which runs before any blueprint's, so every read is counted."""
+    environ = _flask_request.environ
+    if environ.get("CONTENT_LENGTH") or environ.get("HTTP_TRANSFER_ENCODING"):
+        environ["wsgi.input"] = environ[COUNTED_INPUT] = CountingInput(environ["wsgi.input"])
+
+
+def body_bytes_read(environ: Mapping[str, Any]) -> int:
+    counted: CountingInput | None = environ.get(COUNTED_INPUT)
+    return 0 if counted is None else counted.received
+
+
+def close_if_body_unread(response: Any) -> Any:
+    """Answer ``Connection: close`` when the app left some of the body unread (a write refused
+    before its body: 401, 413, 429, 507...). gunicorn drains at most 64 KiB of it before the
+    next request and otherwise closes the connection, which a client told "keep-alive" would
+    meet on its next request, unanswered."""
+    environ = _flask_request.environ
+    counted: CountingInput | None = environ.get(COUNTED_INPUT)
+    if counted is not None and counted.unread(_flask_request.content_length):
+        close_after_answer()
+    return response
+
+
 def close_after_answer() -> None:
     """Close the connection once the current answer is sent: the request's framing is broken,
     so nothing that follows on the connection can be read as a request."""
     req = getattr(_request, "req", None)
     if req is not None:
-        req.must_close = True
+        req.force_close()
 
 
 def body_cut_off() -> str | None:

@@ -14,12 +14,12 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
+from .serving import body_bytes_read
 from .storage.traffic import TrafficRow
 from .usage_report import hour_now
 
@@ -29,36 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("app.traffic")
 
 FLUSH_SECONDS = 10.0
-#: The environ key of a request's CountingInput (the bytes its body gave the app).
-COUNTED_INPUT = "memory.counted_input"
 #: Counts are SQLite INTEGERs (and PostgreSQL bigints).
 _MAX_COUNT = (1 << 63) - 1
-
-
-class CountingInput:
-    """``wsgi.input`` that counts the bytes read through it.
-
-    A request's declared length is what the client claims; what the app read is what it
-    received (a refused body is never read)."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.received = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.read(size)
-        self.received += len(data)
-        return data
-
-    def readline(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.readline(size)
-        self.received += len(data)
-        return data
-
-    def __iter__(self) -> Iterator[bytes]:
-        for line in self.stream:
-            self.received += len(line)
-            yield line
 
 
 class TrafficRecorder:
@@ -172,12 +144,6 @@ def init_app(app: Flask) -> None:
         app.extensions["storage"], keep_hours=max(1, int(app.config["RETENTION_DAYS"] * 24))
     )
 
-    # Before any other hook (app hooks run before a blueprint's), so every read is counted.
-    def count_body() -> None:
-        environ = request.environ
-        if environ.get("CONTENT_LENGTH") or environ.get("HTTP_TRANSFER_ENCODING"):
-            environ["wsgi.input"] = environ[COUNTED_INPUT] = CountingInput(environ["wsgi.input"])
-
     # Runs on every request: the recorder is this app's, and each context proxy is looked
     # up once.
     def after_request(response: Response) -> Response:
@@ -186,15 +152,13 @@ def init_app(app: Flask) -> None:
             return response
         req = request._get_current_object()  # type: ignore[attr-defined]
         sent = 0 if req.method == "HEAD" else response.content_length or 0
-        counted: CountingInput | None = req.environ.get(COUNTED_INPUT)
         recorder.record(
             principal.scope.tenant,
             principal.scope.project,
             principal.token.id,
-            0 if counted is None else counted.received,
+            body_bytes_read(req.environ),
             sent,
         )
         return response
 
-    app.before_request(count_body)
     app.after_request(after_request)

@@ -211,3 +211,35 @@ def test_a_malformed_chunked_body_is_400_and_ends_the_connection(
     assert artifacts(server, secret) == ["warm"]
     assert temp_files(server.root) == []
     assert "unhandled error" not in server.log()
+
+
+def test_a_write_refused_before_its_body_says_close_and_the_session_goes_on(
+    one_worker: tuple[Live, str],
+) -> None:
+    """A refused write leaves its body unread, and gunicorn drains at most 64 KiB of it before
+    the next request: past that the connection closes, so the answer must say so, or a
+    keep-alive client meets a closed connection on its next request."""
+    server, secret = one_worker
+    session = requests.Session()
+    url = f"{server.url}{BASE}/tasks"
+    refused = [
+        # no such turn: 404 before the body is read
+        session.put(f"{url}/t/turns/9/artifacts/a.bin", data=b"y" * 300_000, headers=auth(secret)),
+        # a bad credential: 401 before the body is read
+        session.put(f"{url}/t/turns/0/artifacts/b.bin", data=b"y" * 300_000, headers=auth("x")),
+    ]
+    for resp in refused:
+        assert resp.status_code in (401, 404), resp.text
+        assert resp.headers["Connection"] == "close"
+    for i in range(6):
+        resp = session.put(f"{url}/t/turns/0/artifacts/n{i}.bin", data=b"ok", headers=auth(secret))
+        assert resp.status_code == 200, resp.text
+        resp = session.put(
+            f"{url}/t/turns/9/artifacts/a.bin", data=b"y" * 300_000, headers=auth(secret)
+        )
+        assert resp.status_code == 404
+    # A body that was read whole keeps the connection.
+    kept = session.put(
+        f"{url}/t/turns/0/artifacts/k.bin", data=b"y" * 300_000, headers=auth(secret)
+    )
+    assert kept.status_code == 200 and kept.headers["Connection"] == "keep-alive"
