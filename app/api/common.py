@@ -15,6 +15,7 @@ from ..schemas.common import load
 from ..storage import InvalidName
 from ..storage.interface import StorageBackend
 from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
+from ..storage.task_rules import entity_tags
 
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 20
@@ -176,9 +177,6 @@ def body_stream() -> Any:
     return _ExactBody(request.stream, request.content_length)
 
 
-_ENTITY_TAG = re.compile(r'\s*(\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*")\s*(?:,|$)')
-
-
 def not_modified(etag: str) -> bool:
     """Tell whether ``If-None-Match`` names ``etag`` or holds ``*`` (a GET then answers 304).
 
@@ -190,10 +188,7 @@ def not_modified(etag: str) -> bool:
     if not value:
         return False
     current = etag.removeprefix("W/")
-    return any(
-        tag == "*" or tag.removeprefix("W/") == current
-        for tag in (m.group(1) for m in _ENTITY_TAG.finditer(value))
-    )
+    return any(tag == "*" or tag.removeprefix("W/") == current for tag in entity_tags(value))
 
 
 def if_match() -> str | None:

@@ -6,6 +6,8 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 from flask.typing import ResponseReturnValue
+from werkzeug.exceptions import HTTPException
+from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
@@ -14,11 +16,12 @@ from ..auth import current_principal, require_principal
 from ..errors import validation_error
 from ..permissions import only_owner
 from ..schemas import project_memory as s, usage as us
-from ..storage import PayloadTooLarge
+from ..storage import PayloadTooLarge, PreconditionFailed
 from ..storage.interface import TaskBackend
 from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from ..storage.models import TurnRecord
 from ..storage.query import MAX_QUERY_CHARS
+from ..storage.task_rules import if_match_fails
 from .common import (
     body_stream,
     content_type,
@@ -283,8 +286,12 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     )
-    # Decided here by the rule GET turn follows: werkzeug reads 'If-None-Match: "x", *' as
+    # Decided here by the rules the writes follow: werkzeug reads 'If-None-Match: "x", *' as
     # matching nothing and an unquoted value as an entity tag.
+    precondition = request.headers.get("If-Match")
+    if precondition is not None and if_match_fails(opened.info.etag, precondition):
+        opened.file.close()
+        raise PreconditionFailed("the artifact changed since the given ETag (If-Match)")
     if not_modified(opened.info.etag):
         opened.file.close()
         return _not_modified(opened.info.etag)
@@ -295,13 +302,35 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     )
     response.content_length = opened.size
     response.set_etag(opened.info.sha256)
-    response.last_modified = None
     response.headers.update(ARTIFACT_SECURITY_HEADERS)
     base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
     disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
     response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
-    environ = {k: v for k, v in request.environ.items() if k != "HTTP_IF_NONE_MATCH"}
-    return response.make_conditional(environ, accept_ranges=True, complete_length=opened.size)
+    try:
+        return response.make_conditional(
+            _range_only(request.environ), accept_ranges=True, complete_length=opened.size
+        )
+    except HTTPException:  # 416: the range starts past the end
+        response.close()
+        raise
+
+
+def _range_only(environ: dict[str, Any]) -> dict[str, Any]:
+    """What werkzeug's make_conditional may act on: the Range (and If-Range) of a request whose
+    other conditions were decided above. No Last-Modified is sent, so the date conditions
+    have nothing to compare with. A Range that is not one well-formed byte range is ignored
+    (RFC 9110 14.2: an unknown unit or an invalid range set; several ranges are answered
+    whole rather than as multipart), so only a single range past the end is a 416."""
+    kept = {k: v for k, v in environ.items() if k not in _DECIDED_HERE}
+    ranges = parse_range_header(kept.get("HTTP_RANGE"))
+    if ranges is None or ranges.units != "bytes" or len(ranges.ranges) != 1:
+        kept.pop("HTTP_RANGE", None)
+    return kept
+
+
+_DECIDED_HERE = frozenset(
+    {"HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE"}
+)
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")

@@ -52,16 +52,45 @@ def check_list(limit: int, prefix: str | None) -> None:
         raise InvalidName("prefix", prefix, "must be the start of a task id")
 
 
+# A member of an If-Match / If-None-Match list: characters other than a comma, and quoted
+# strings (an entity tag may hold a comma); and what an entity tag (or ``*``) looks like.
+_LIST_MEMBER = re.compile(r'(?:[^,"]|"[^"]*"?)+')
+_ENTITY_TAG = re.compile(r'\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*"')
+
+
+def entity_tags(value: str) -> list[str]:
+    """The entity tags (and ``*``) an If-Match / If-None-Match value lists (RFC 9110 13.1).
+
+    A member that is not an entity tag (``abc``, ``junk"x"``) is no tag: it matches nothing.
+    """
+    tags = []
+    for member in _LIST_MEMBER.findall(value):
+        tag = member.strip(" \t")
+        if _ENTITY_TAG.fullmatch(tag):
+            tags.append(tag)
+    return tags
+
+
+def if_match_fails(current_etag: str | None, if_match: str) -> bool:
+    """Whether ``If-Match: if_match`` fails for a resource whose ETag is ``current_etag``
+    (None: it does not exist). ``*`` needs the resource; otherwise some listed tag must be
+    its ETag, compared strongly (a weak tag never matches)."""
+    tags = entity_tags(if_match)
+    if "*" in tags:
+        return current_etag is None
+    return current_etag is None or current_etag not in tags
+
+
 def check_preconditions(
     current_etag: str | None, if_match: str | None, if_none_match: bool
 ) -> None:
     """Refuse a conditional write whose If-Match / If-None-Match the current ETag fails."""
     if if_none_match and current_etag is not None:
         raise PreconditionFailed("the resource already exists (If-None-Match: *)")
-    if if_match is not None and if_match != "*" and current_etag != if_match:
+    if if_match is not None and if_match_fails(current_etag, if_match):
+        if current_etag is None and "*" in entity_tags(if_match):
+            raise PreconditionFailed("the resource does not exist (If-Match: *)")
         raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
-    if if_match == "*" and current_etag is None:
-        raise PreconditionFailed("the resource does not exist (If-Match: *)")
 
 
 def scope_tag(scope: Scope) -> str:

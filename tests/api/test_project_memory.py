@@ -292,6 +292,65 @@ def test_artifact_conditional_get_and_range(client: FlaskClient, tokens: Tokens)
     assert part.headers["Content-Range"] == "bytes 2-5/10"
 
 
+def test_artifact_get_preconditions_and_ranges_follow_rfc_9110(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    put_turn(client, tokens, "t", 0)
+    url = f"{BASE}/tasks/t/turns/0/artifacts/a.txt"
+    client.put(url, data=b"0123456789", headers=tokens.headers("writer"))
+
+    def get(**headers: str):  # noqa: ANN202
+        return client.get(url, headers=tokens.headers("reader", **headers))
+
+    whole = get()
+    etag = whole.headers["ETag"]
+    # No Last-Modified: nothing to compare an If-Modified-Since with, however late.
+    assert "Last-Modified" not in whole.headers
+    assert get(**{"If-Modified-Since": "Tue, 01 Dec 2099 00:00:00 GMT"}).status_code == 200
+    # If-Match: a list passes when a member is the ETag; a failure is the API's JSON 412.
+    for passing in (etag, f'"x", {etag}', "*"):
+        assert get(**{"If-Match": passing}).data == b"0123456789", passing
+    for failing in ('"x"', f"W/{etag}", f"junk{etag}", etag[1:-1]):
+        resp = get(**{"If-Match": failing})
+        assert resp.status_code == 412 and set(resp.json) == {"detail"}, failing
+    # If-None-Match: a member that is no entity tag matches nothing.
+    assert get(**{"If-None-Match": f"junk{etag}"}).status_code == 200
+    # A Range that is not one well-formed byte range is ignored: the whole body, 200.
+    for ignored in ("bytes=0-1,3-4", "items=0-1", "bytes=abc", "bytes=3-1"):
+        resp = get(Range=ignored)
+        assert (resp.status_code, resp.data) == (200, b"0123456789"), ignored
+    for wanted, body in (("bytes=-3", b"789"), ("bytes=8-", b"89"), ("bytes=8-20", b"89")):
+        resp = get(Range=wanted)
+        assert (resp.status_code, resp.data) == (206, body), wanted
+    past = get(Range="bytes=20-30")
+    assert past.status_code == 416 and past.headers["Content-Range"] == "bytes */10"
+
+
+def test_a_write_if_match_list_passes_when_a_member_is_the_etag(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    put_turn(client, tokens, "t", 0)
+    url = f"{BASE}/tasks/t/turns/0/artifacts/a.txt"
+    etag = client.put(url, data=b"one", headers=tokens.headers("writer")).headers["ETag"]
+    for failing in (f"W/{etag}", f"junk{etag}", '"x", "y"'):
+        resp = client.put(
+            url, data=b"two", headers=tokens.headers("writer", **{"If-Match": failing})
+        )
+        assert resp.status_code == 412, failing
+    resp = client.put(
+        url, data=b"two", headers=tokens.headers("writer", **{"If-Match": f'"x", {etag}'})
+    )
+    assert resp.status_code == 200, resp.json
+    turn = f"{BASE}/tasks/t/turns/0"
+    turn_etag = client.get(turn, headers=tokens.headers("reader")).headers["ETag"]
+    resp = client.put(
+        turn,
+        json={"summary_md": "new"},
+        headers=tokens.headers("writer", **{"If-Match": f'"a,b", {turn_etag}'}),
+    )
+    assert resp.status_code == 200, resp.json
+
+
 @pytest.mark.parametrize("kind", ["turn", "artifact"])
 def test_conditional_get_answers_304_when_if_none_match_holds_the_etag(
     client: FlaskClient, tokens: Tokens, kind: str
