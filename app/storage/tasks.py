@@ -340,16 +340,18 @@ class TaskStore:
         return index
 
     def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
-        """The task's index with its live turns (None: none). An index.json torn or edited
-        out of shape is derived, so it is answered from the records; a write or fsck
-        --repair writes it back."""
+        """The task's index with its live turns (None: none). An index.json removed, torn
+        or edited out of shape is derived, so it is answered from the records; a write or
+        fsck --repair writes it back."""
         path = self.layout.check_inside(task_dir / TASK_INDEX)
         try:
             obj = read_json(path)
-            return None if obj is None else index_from_json(obj, path, self.now_us())
+            if obj is not None:
+                return index_from_json(obj, path, self.now_us())
         except Corrupt:
-            obj = rebuild_index(self.layout.tree, task_dir, task_id)
-            return None if obj is None else index_from_json(obj, path, self.now_us())
+            pass
+        obj = rebuild_index(self.layout.tree, task_dir, task_id)
+        return None if obj is None else index_from_json(obj, path, self.now_us())
 
     def list_tasks(
         self,
@@ -698,8 +700,8 @@ class TaskStore:
 
 
 def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """The task's index.json; rebuilt from the records when it is unreadable or not an index
-    (it is derived, and people edit files by hand)."""
+    """The task's index.json; rebuilt from the records when it is missing, unreadable or not
+    an index (it is derived, and people remove and edit files by hand)."""
     path = task_dir / TASK_INDEX
     try:
         index: dict[str, Any] | None = read_json(path)
@@ -707,9 +709,10 @@ def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | No
             index_from_json(index, path, 0)
             if not isinstance(index.get("updated_us"), int):
                 raise Corrupt(f"{path}: not a task index (no updated_us)")
+            return index
     except Corrupt:
-        index = rebuild_index(tree, task_dir, task_id)
-    return index
+        pass
+    return rebuild_index(tree, task_dir, task_id)
 
 
 def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:

@@ -124,7 +124,9 @@ def test_corrupt_record_is_500_without_its_path(
     meta.write_text('{"torn": ')
     resp = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader"))
     assert resp.status_code == 500
-    assert resp.get_json() == {"detail": "internal error"}
+    detail = resp.get_json()["detail"]
+    assert "damaged" in detail and "fsck --repair" in detail
+    assert str(meta.parent) not in detail and "0000-turn" not in detail
 
 
 def test_symlink_planted_in_the_tree_is_never_followed(
@@ -149,15 +151,22 @@ def test_symlink_planted_in_the_tree_is_never_followed(
     assert sorted(p.name for p in outside.iterdir()) == ["0000-turn"]
 
 
-@pytest.mark.parametrize("text", ['{"torn": ', "{}", '{"turns": 7}', "[]"])
-def test_a_torn_or_hand_edited_task_index_is_answered_from_the_records_and_healed(
-    app: Flask, client: FlaskClient, tokens: Tokens, text: str
+@pytest.mark.parametrize("text", ['{"torn": ', "{}", '{"turns": 7}', "[]", None])
+def test_a_removed_torn_or_hand_edited_task_index_is_answered_from_the_records_and_healed(
+    app: Flask, client: FlaskClient, tokens: Tokens, text: str | None
 ) -> None:
     client.put(
         f"{BASE}/tasks/t/turns/0", json={"summary_md": "zero"}, headers=tokens.headers("writer")
     )
     index = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "index.json"
-    index.write_text(text)
+
+    def damage() -> None:
+        if text is None:
+            index.unlink()
+        else:
+            index.write_text(text)
+
+    damage()
     resp = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader"))
     assert resp.status_code == 200 and [t["turn"] for t in resp.get_json()["turns"]] == [0]
     resp = client.put(
@@ -166,7 +175,7 @@ def test_a_torn_or_hand_edited_task_index_is_answered_from_the_records_and_heale
     assert resp.status_code == 200
     body = client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).get_json()
     assert [t["turn"] for t in body["turns"]] == [0, 1]
-    index.write_text(text)
+    damage()
     resp = client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer"))
     assert resp.status_code == 204
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 404
