@@ -171,6 +171,10 @@ def render(exc: HTTPException) -> Any:
 
 
 _NO_RETRY = {"x-should-retry": "false"}
+DAMAGED = (
+    "a stored record is damaged (a torn or hand-edited file): `flask --app wsgi fsck` names "
+    "it, and `fsck --repair` moves it to lost+found"
+)
 _FIELD_LOCATIONS = {
     "task_id": "path",
     "turn": "path",
@@ -240,6 +244,10 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             headers=_NO_RETRY,
             error_type="insufficient_storage_error",
         )
+    if isinstance(exc, se.Corrupt):
+        # Its message names a path: that stays in the log.
+        log.error("damaged record: %s", exc)
+        return ApiError(500, DAMAGED)
     if isinstance(exc, se.NotSupported):
         return ApiError(501, str(exc))
     if isinstance(exc, se.InsufficientStorage):

@@ -32,7 +32,7 @@ from ..permissions import (
     may_write,
     only_owner,
 )
-from ..storage import InvalidName, Scope, StorageError
+from ..storage import Corrupt, InvalidName, Scope, StorageError
 from ..storage.clock import parse_iso
 from ..storage.interface import StorageBackend, StoreBackend, TaskBackend
 from ..storage.memstores import Memory, MemoryPrefix, VersionFilter
@@ -450,6 +450,9 @@ def task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
     for entry in shown:
         try:
             record = store.get_turn(_scope(), task_id, entry.turn)
+        except Corrupt:
+            turns.append({"damaged": entry.turn})
+            continue
         except StorageError:
             continue  # expired or deleted since the index was read
         turns.append(_turn_view(record, timeline=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -203,6 +204,22 @@ def test_task_timeline_turn_and_meta(
     assert browser.get(f"{WEB}/tasks/long/turns/23").status_code == 404
     assert browser.get(f"{WEB}/tasks/bad%20id").status_code == 404
     assert browser.get(f"{WEB}/tasks/long/turns/99999").status_code == 404
+
+
+def test_a_damaged_turn_is_shown_as_damaged_with_the_repair(
+    app: Flask, client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    for turn in range(2):
+        put_turn(client, tokens, "t", turn, summary=f"turn {turn} text")
+    root = Path(app.config["STORAGE_ROOT"])
+    (root / "acme" / "web" / "t" / "0000-turn" / "meta.json").write_text('{"torn": ')
+    browser = console("reader")
+    page = text(browser.get(f"{WEB}/tasks/t"))
+    assert "turn 1 text" in page
+    assert 'id="turn-0"' in page and "record is damaged" in page and "fsck --repair" in page
+    turn = browser.get(f"{WEB}/tasks/t/turns/0")
+    assert turn.status_code == 500 and "fsck --repair" in text(turn)
+    assert str(root) not in text(turn)
 
 
 def test_artifacts_preview_text_and_images_and_download_the_rest(
