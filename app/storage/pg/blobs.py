@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import LockTimeout, PayloadTooLarge, StorageError
+
+log = logging.getLogger("app.storage.pg")
 
 PART_BYTES = 5 << 20  # S3's smallest part: the memory a worker holds per upload
 _DELETE_BATCH = 1000  # DeleteObjects takes at most this many keys
@@ -179,7 +182,7 @@ class BlobStore:
                 raise LockTimeout(f"object store busy ({what}): {_code(exc)}") from None
             raise BlobError(f"object store refused {what}: {_code(exc)} {exc}") from None
         except BotoCoreError as exc:
-            raise LockTimeout(f"object store unavailable ({what}): {exc}") from None
+            raise _unavailable(what, exc) from None
 
     # -- writes ----------------------------------------------------------------------------
     def put_new(self, key: str, stream: IO[bytes], *, limit: int, content_type: str) -> Written:
@@ -257,7 +260,7 @@ class BlobStore:
                 raise BlobExists(f"{key} exists") from None
             raise
         except BotoCoreError as exc:
-            raise LockTimeout(f"object store unavailable (put): {exc}") from None
+            raise _unavailable("put", exc) from None
 
     def _complete(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> None:
         try:
@@ -311,7 +314,7 @@ class BlobStore:
                 raise FileNotFoundError(key) from None
             raise BlobError(f"object store refused reading {key}: {_code(exc)}") from None
         except BotoCoreError as exc:
-            raise LockTimeout(f"object store unavailable (get): {exc}") from None
+            raise _unavailable("get", exc) from None
 
     def open(self, key: str, size: int) -> BlobReader:
         return BlobReader(self, key, size, self.body(key))
@@ -367,3 +370,9 @@ class BlobStore:
 
     def ready(self) -> None:
         self._call("head bucket", self.client().head_bucket, Bucket=self.bucket)
+
+
+def _unavailable(what: str, exc: BotoCoreError) -> LockTimeout:
+    # botocore's text names the endpoint and the object's key: it stays in the log.
+    log.warning("object store unavailable (%s): %s", what, exc)
+    return LockTimeout(f"object store unavailable ({what})")

@@ -15,6 +15,7 @@ Retry-After), as a busy lock file is for the tree.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import LockTimeout, StorageError
+
+log = logging.getLogger("app.storage.pg")
 
 # Pools of a parent process, kept alive in a forked child so that they are never closed there.
 _inherited: list[ConnectionPool] = []
@@ -47,7 +50,9 @@ def translated(what: str) -> Iterator[None]:
     except PoolTimeout:
         raise LockTimeout(f"{what}: no database connection free; retry shortly") from None
     except psycopg.OperationalError as exc:
-        raise LockTimeout(f"{what}: the database is unavailable ({exc})") from None
+        # libpq's text names hosts and sockets: it stays in the log.
+        log.warning("%s: the database is unavailable: %s", what, exc)
+        raise LockTimeout(f"{what}: the database is unavailable") from None
     except psycopg.Error as exc:
         raise DatabaseError(f"{what}: {exc}") from None
 
@@ -71,6 +76,9 @@ class Database:
                         _inherited.append(self._pool)
                     self._pool = ConnectionPool(
                         self.url,
+                        # A connection the server closed (a restart, an idle timeout) is
+                        # found and replaced before it is lent, not by the request using it.
+                        check=ConnectionPool.check_connection,
                         min_size=1,
                         max_size=self.pool_size,
                         timeout=self.lock_timeout,

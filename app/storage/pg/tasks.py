@@ -698,6 +698,7 @@ class PgTaskStore:
         validate_turn(turn)
         validate_artifact_name(name)
         missing = f"artifact {name} of turn {turn} of task {task_id} not found"
+        gone = None
         for _ in range(8):
             with self.db.snapshot("artifact") as conn:
                 row = conn.execute(
@@ -715,7 +716,12 @@ class PgTaskStore:
             try:
                 file = self.blobs.open(blob, int(size))
             except FileNotFoundError:
-                continue  # deleted since the row was read (a delete or expiry committed)
+                if blob == gone:
+                    # The row still names it: the object was lost (fsck reports it), not
+                    # replaced; a missing file in the tree answers the same.
+                    raise NotFound(missing) from None
+                gone = blob  # deleted since the row was read (a delete or expiry committed)
+                continue
             return ArtifactStream(info=info, file=file, size=int(size))  # type: ignore[arg-type]
         raise LockTimeout(f"artifact {name} is being replaced; retry shortly")
 
