@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -478,10 +479,30 @@ def clear_quota(tenant: str, project: str | None, only_bytes: bool, only_tasks: 
     click.echo(f"{_where(tenant, project)}: {state}")
 
 
+def _one_line_errors(command: click.Command) -> None:
+    """Make a storage failure of ``command`` (and of its subcommands) one line on stderr and
+    exit status 1, as every command's own refusals are: a database or an object store that
+    cannot be reached is an operator's situation, not a bug to print a traceback for."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _one_line_errors(sub)
+    callback = command.callback
+    if callback is None or getattr(callback, "_one_line", False):
+        return
+
+    @functools.wraps(callback)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except StorageError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    guarded._one_line = True  # type: ignore[attr-defined]
+    command.callback = guarded
+
+
 def init_app(app: Flask) -> None:
-    app.cli.add_command(tokens)
-    app.cli.add_command(ratelimit)
-    app.cli.add_command(quota)
-    app.cli.add_command(usage_command)
-    for command in (sweep_command, fsck_command, export_command, import_command):
+    commands = (tokens, ratelimit, quota, usage_command)
+    for command in (*commands, sweep_command, fsck_command, export_command, import_command):
+        _one_line_errors(command)
         app.cli.add_command(command)

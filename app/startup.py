@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .config import PREFIX, ConfigError, load_config
+from .storage.errors import StorageError
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -163,7 +164,8 @@ def checked_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     checked_config(overrides)
     try:
         return create_app(overrides)
-    except (ConfigError, OSError) as exc:
+    except (ConfigError, OSError, StorageError) as exc:
+        # StorageError: the database or the object store cannot be reached (or refused).
         fail(f"cannot start: {exc}")
 
 

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError
-from app.startup import MAX_SOCKET_PATH, checked_config, control_socket_path, parse_bind
+from app.startup import (
+    MAX_SOCKET_PATH,
+    checked_app,
+    checked_config,
+    control_socket_path,
+    parse_bind,
+)
 
 
 @pytest.mark.parametrize(
@@ -63,3 +69,20 @@ def test_a_bad_setting_exits_2_with_one_line(
         checked_config({**overrides, "THREADS": 0})
     assert stopped.value.code == 2
     assert capsys.readouterr().err == "project-memory: MEMORY_THREADS must be >= 1 (got 0)\n"
+
+
+def test_a_database_that_cannot_be_reached_exits_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overrides = {
+        "STORAGE_ROOT": str(tmp_path / "root"),
+        "TOKENS_FILE": str(tmp_path / "tokens.json"),
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+        "BLOB_URL": "s3://bucket/prefix",
+        "LOCK_TIMEOUT": 1.0,
+    }
+    with pytest.raises(SystemExit) as stopped:
+        checked_app(overrides)
+    assert stopped.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("project-memory: cannot start: ") and "unavailable" in last

@@ -275,6 +275,8 @@ class BlobStore:
             if _status(exc) in (409, 412):
                 raise BlobExists(f"{key} exists") from None
             raise BlobError(f"object store refused completing {key}: {_code(exc)}") from None
+        except BotoCoreError as exc:
+            raise _unavailable("complete upload", exc) from None
 
     def put_bytes(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
         """Write a small object whole; with ``if_match`` only over that ETag (412 otherwise:
@@ -288,6 +290,8 @@ class BlobStore:
             if _status(exc) in (409, 412):
                 raise BlobExists(f"{key} changed") from None
             raise BlobError(f"object store refused writing {key}: {_code(exc)}") from None
+        except BotoCoreError as exc:
+            raise _unavailable("put", exc) from None
 
     def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys`` (absent ones are no error)."""
@@ -335,6 +339,8 @@ class BlobStore:
             if _status(exc) == 404:
                 return None
             raise BlobError(f"object store refused HEAD {key}: {_code(exc)}") from None
+        except BotoCoreError as exc:
+            raise _unavailable("head", exc) from None
         return int(head["ContentLength"])
 
     def listing(self, prefix: str = "") -> Iterator[tuple[str, datetime, int]]:
@@ -346,6 +352,8 @@ class BlobStore:
                     yield str(obj["Key"]), obj["LastModified"], int(obj["Size"])
         except ClientError as exc:
             raise BlobError(f"object store refused listing: {_code(exc)}") from None
+        except BotoCoreError as exc:
+            raise _unavailable("list", exc) from None
 
     def stale_uploads(self, older_than: datetime) -> list[tuple[str, str]]:
         """(key, upload id) of multipart uploads begun before ``older_than`` and never ended."""
@@ -353,6 +361,8 @@ class BlobStore:
             found = self.client().list_multipart_uploads(Bucket=self.bucket, Prefix=self.url.prefix)
         except ClientError:
             return []  # not every store lists them; abandoned parts then wait for its own expiry
+        except BotoCoreError as exc:
+            raise _unavailable("list uploads", exc) from None
         return [
             (str(u["Key"]), str(u["UploadId"]))
             for u in found.get("Uploads", [])
