@@ -54,7 +54,7 @@ def where_things_are(app: Flask, url: str) -> list[str]:
         f"  URL             {where}",
         f"  web console     {url}/console/",
         f"  storage root    {app.config['STORAGE_ROOT']}",
-        f"  token registry  {app.config['TOKENS_FILE']}"
+        f"  token registry  {_registry_place(app)}"
         + (f" ({_count(len(tokens), 'token')}, {usable} usable)" if tokens else " (no tokens yet)"),
         f"  control socket  {ctl or 'off (the storage root path is too long for a socket)'}",
     ]
@@ -64,7 +64,25 @@ def where_things_are(app: Flask, url: str) -> list[str]:
     elif not _prints_first_token(app):
         lines.append(f"  first token     none ({PREFIX}_FIRST_TOKEN=off): create it with")
         lines.append(f"                  {command}")
+    if _on_database(app) and (tokens or not _prints_first_token(app)):
+        # Its URL may hold a password: the names only, never the values.
+        names = ", ".join(f"{PREFIX}_{n}" for n in _DATABASE_SETTINGS)
+        lines.append(f"                  (with this server's {names} and AWS_* set)")
     return lines
+
+
+# The settings a command needs to reach the PostgreSQL backend (and its object store).
+_DATABASE_SETTINGS = ("DATABASE_URL", "BLOB_URL", "S3_ENDPOINT_URL")
+
+
+def _on_database(app: Flask) -> bool:
+    return bool(app.config.get("DATABASE_URL"))
+
+
+def _registry_place(app: Flask) -> str:
+    if _on_database(app):
+        return f"the database ({PREFIX}_DATABASE_URL)"
+    return str(app.config["TOKENS_FILE"])
 
 
 def _prints_first_token(app: Flask) -> bool:
@@ -87,7 +105,8 @@ def admin_token_command(app: Flask) -> str:
         shown = str(flask)
     words = [shown, "--app", "wsgi", "tokens", "create", "--role", "admin", "--name", "admin"]
     env = []
-    for name in ("STORAGE_ROOT", "TOKENS_FILE"):
+    # On the database the tokens are its own, wherever the (unused) root and file are.
+    for name in () if _on_database(app) else ("STORAGE_ROOT", "TOKENS_FILE"):
         if f"{PREFIX}_{name}" in os.environ:
             env.append(f"{PREFIX}_{name}={shlex.quote(app.config[name])}")
     prefix = ""

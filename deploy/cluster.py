@@ -36,7 +36,13 @@ def main() -> int:
     args = parser.parse_args()
     directory = scratch_dir("pm-cluster-")
     postgres = Postgres(directory / "pg").start()
-    seaweed = Seaweed(directory / "s3").start()
+    try:
+        seaweed = Seaweed(directory / "s3").start()
+    except BaseException:
+        # Nothing else runs yet: what started is stopped before the error is told.
+        postgres.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
     env = {
         **os.environ,
         **seaweed.env(),

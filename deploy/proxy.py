@@ -47,7 +47,7 @@ http {{
             proxy_pass http://project_memory;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_set_header Host $host;
+            proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto $scheme;
             # A node that refuses the connection (stopped, killed) is skipped: the request

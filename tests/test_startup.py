@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,21 @@ def test_a_database_that_cannot_be_reached_exits_2_naming_it(
     assert stopped.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("project-memory: cannot start: ") and "unavailable" in last
+
+
+@pytest.mark.all_backends
+def test_the_start_banner_names_the_registry_the_backend_uses(
+    backend_kind: str, backend_settings: dict[str, Any]
+) -> None:
+    from app import create_app
+    from app.bootstrap import where_things_are
+
+    app = create_app({**backend_settings, "FIRST_TOKEN": "off"})
+    lines = "\n".join(where_things_are(app, "http://127.0.0.1:9"))
+    if backend_kind == "tree":
+        assert f"token registry  {backend_settings['TOKENS_FILE']} (no tokens yet)" in lines
+        return
+    assert "token registry  the database (MEMORY_DATABASE_URL) (no tokens yet)" in lines
+    assert "MEMORY_TOKENS_FILE" not in lines and "MEMORY_STORAGE_ROOT=" not in lines
+    assert "MEMORY_DATABASE_URL, MEMORY_BLOB_URL, MEMORY_S3_ENDPOINT_URL" in lines
+    assert backend_settings["DATABASE_URL"] not in lines

@@ -12,6 +12,7 @@ import concurrent.futures
 import functools
 import hashlib
 import os
+import re
 import shutil
 import signal
 import time
@@ -331,6 +332,19 @@ def test_nginx_in_front_spreads_requests_and_skips_a_node_that_is_down(
                 http.get(f"{url}{PM}/tasks/proxied/turns/{i}", headers=h).json()["summary_md"]
                 == f"{i}"
             )
+        # A browser signs in through the proxy: its Origin holds the proxy's port, which
+        # the node sees only if the proxy passes the Host header whole.
+        browser = requests.Session()
+        form = browser.get(f"{url}/console/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert form.status_code == 200 and csrf is not None
+        signed_in = browser.post(
+            f"{url}/console/signin",
+            data={"csrf": csrf.group(1), "token": secret},
+            headers={"Origin": url, "Sec-Fetch-Site": "same-origin"},
+            allow_redirects=False,
+        )
+        assert signed_in.status_code == 303, signed_in.text
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
