@@ -19,7 +19,7 @@ from flask import Flask
 
 from .config import PREFIX
 from .startup import control_socket_path, parse_bind
-from .storage.atomic import make_dirs
+from .storage.atomic import make_config_dirs
 
 
 def first_start(bind: str, app: Flask | None = None) -> None:
@@ -28,7 +28,7 @@ def first_start(bind: str, app: Flask | None = None) -> None:
 
     app = app or create_app()
     root = Path(app.config["STORAGE_ROOT"])
-    make_dirs(root, Path(root.anchor))
+    make_config_dirs(root)
     registry = app.extensions["token_registry"]
     url = parse_bind(bind).url
     token_lines = []

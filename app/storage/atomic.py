@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .errors import InsufficientStorage, PayloadTooLarge
+from .errors import InsufficientStorage, PayloadTooLarge, UnsafePath
 from .layout import TMP_PREFIX
 
 if TYPE_CHECKING:
@@ -149,11 +149,13 @@ def sync_pending_dirs() -> None:
             del dirs[path]
 
 
-def make_dirs(path: Path, stop: Path) -> None:
-    """Create ``path`` and missing parents below ``stop``, fsyncing each new entry's parent."""
+def make_config_dirs(path: Path) -> None:
+    """Create the configured directory ``path`` and its missing parents, fsyncing each new
+    entry's parent. A configured path may pass through links (``/var/run``, a mount made a
+    link by its admin): they are the admin's, and followed."""
     missing: list[Path] = []
     current = path
-    while current != stop and not current.exists():
+    while current != current.parent and not current.exists():
         missing.append(current)
         current = current.parent
     for directory in reversed(missing):
@@ -163,6 +165,46 @@ def make_dirs(path: Path, stop: Path) -> None:
             except FileExistsError:
                 continue
             fsync_dir(directory.parent)
+
+
+def make_dirs(path: Path, stop: Path) -> None:
+    """Create ``path`` and its missing parents below ``stop``, fsyncing each new entry's
+    parent; ``stop`` (the root, or a directory the caller has checked) is made as a
+    configured path when it is missing.
+
+    Below ``stop`` nothing is followed: each component is made and opened relative to its
+    parent's descriptor, and one that is a link or not a directory is UnsafePath, so a link
+    a person planted can never make the service create directories outside the root.
+    """
+    parts = path.relative_to(stop).parts
+    if not stop.is_dir():
+        make_config_dirs(stop)
+    with os_errors():
+        fd = os.open(stop, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            current = stop
+            for name in parts:
+                try:
+                    os.mkdir(name, DIR_MODE, dir_fd=fd)
+                    fsync_dir(current)
+                except FileExistsError:
+                    pass
+                try:
+                    child = os.open(name, _BELOW_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafePath(
+                            f"{current / name} is a link or not a directory; the service never"
+                            " follows one"
+                        ) from None
+                    raise
+                os.close(fd)
+                fd, current = child, current / name
+        finally:
+            os.close(fd)
+
+
+_BELOW_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _new_temp(directory: Path) -> tuple[int, Path]:

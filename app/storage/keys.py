@@ -10,7 +10,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .atomic import fsync_dir, make_dirs, remove_quietly
+from .atomic import fsync_dir, make_config_dirs, remove_quietly
 from .layout import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX, Layout
 from .noatime import read_all
 
@@ -23,7 +23,7 @@ def root_key(layout: Layout, name: str) -> bytes:
     if not name.startswith(".") or "/" in name or name in (".", ".."):
         raise ValueError(f"{name!r} is not a key file name")
     root = layout.root
-    make_dirs(root, Path(root.anchor))
+    make_config_dirs(root)
     path = root / name
     found = _read(layout, path)
     if found is not None:

@@ -403,7 +403,7 @@ class LimitsFile(LimitEdits):
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
         """Yield the current document under the lock; write it back if the block changed it."""
-        make_dirs(self.lock_path.parent, self.layout.root.parent)
+        make_dirs(self.lock_path.parent, self.layout.root)
         with locked(self.lock_path, self.lock_timeout):
             doc = self.document()
             before = dumps(doc)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ulid import ULID
 
-from .atomic import make_dirs, write_atomic
+from .atomic import make_config_dirs, write_atomic
 from .clock import Clock, iso, parse_iso, system_clock
 from .errors import NotFound
 from .layout import validate_id
@@ -193,7 +193,7 @@ class TokenRegistry(TokenRegistryBase):
 
     # -- writing ---------------------------------------------------------------------------
     def _save(self, tokens: list[Token]) -> None:
-        make_dirs(self.path.parent, Path(self.path.anchor))
+        make_config_dirs(self.path.parent)
         write_atomic(self.path, dumps({"version": 1, "tokens": [asdict(t) for t in tokens]}))
         os.chmod(self.path, 0o600)
 

@@ -209,3 +209,22 @@ def test_a_cursor_key_link_is_not_read_through(tmp_path: Path) -> None:
     _swap(root / ".cursor-key", secret)
     with pytest.raises(UnsafePath):
         TaskStore(root)
+
+
+def test_a_lost_and_found_link_gets_nothing_moved_through_it(tmp_path: Path) -> None:
+    from app.storage.facade import TreeStorage
+
+    storage = TreeStorage(tmp_path / "root", clock=FixedClock(), lock_timeout=2.0)
+    tasks = storage.tasks
+    tasks.put_turn(SCOPE, "t", 0, meta={}, summary_md="zero")
+    tasks.put_turn(SCOPE, "t", 1, meta={}, summary_md="one")
+    root = tmp_path / "root"
+    turn = root / "acme" / "web" / "t"
+    (turn / "0001-turn" / "meta.json").write_text("torn{")  # fsck --repair moves it aside
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / ".lost+found")
+    report = storage.fsck(repair=True)
+    assert list(outside.iterdir()) == []
+    assert any(".lost+found" in line for line in report.problems + report.unrepairable)
+    assert (turn / "0001-turn" / "meta.json").read_text() == "torn{"  # left where it was

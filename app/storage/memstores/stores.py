@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ulid import ULID
 
@@ -43,7 +42,7 @@ class StoreOps(StoresBase):
         # A store record and an empty index: no quota counts them, the floor does.
         self.usage.admit(scope, gross=64 << 10)
         parent = self.layout.check_inside(self.layout.stores_dir(scope))
-        make_dirs(parent, Path(self.root.anchor))
+        make_dirs(parent, self.root)
         tmp = parent / f"{TMP_PREFIX}{record.id}"
         try:
             os.mkdir(tmp, DIR_MODE)
