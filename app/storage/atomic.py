@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .errors import InsufficientStorage, PayloadTooLarge, UnsafePath
+from .errors import Corrupt, InsufficientStorage, PayloadTooLarge, UnsafePath
 from .layout import TMP_PREFIX
 
 if TYPE_CHECKING:
@@ -58,9 +58,14 @@ DIR_MODE = 0o750
 
 
 def translate_os_error(exc: OSError) -> Exception:
-    """Turn a full disk into InsufficientStorage; leave every other OSError as it is."""
+    """Turn a full disk into InsufficientStorage, and a directory met where the service
+    writes a file (a rename over it: EISDIR) into Corrupt; leave every other OSError as
+    it is."""
     if exc.errno in _NO_SPACE:
         return InsufficientStorage(f"no space left on the storage device ({exc.strerror})")
+    if exc.errno == errno.EISDIR:
+        where = exc.filename2 or exc.filename
+        return Corrupt(f"{where}: a directory where a file belongs")
     return exc
 
 

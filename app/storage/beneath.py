@@ -20,7 +20,7 @@ import sys
 import weakref
 
 from .errors import UnsafePath
-from .noatime import O_NOATIME, READ_FLAGS
+from .noatime import O_NOATIME, READ_FLAGS, regular_file
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -95,12 +95,12 @@ class Beneath:
         root_fd, name, size = self._root_fd(), relative.encode(), ctypes.sizeof(_how)
         fd = int(_syscall(_SYS_OPENAT2, root_fd, name, ctypes.byref(_how_noatime), size))
         if fd >= 0:
-            return fd
+            return regular_file(fd, relative)
         err = ctypes.get_errno()
         if err == errno.EPERM and O_NOATIME:
             fd = int(_syscall(_SYS_OPENAT2, root_fd, name, ctypes.byref(_how), size))
             if fd >= 0:
-                return fd
+                return regular_file(fd, relative)
             err = ctypes.get_errno()
         self._failed(err, relative)
         return None

@@ -148,7 +148,10 @@ class Digests:
     def _open_base(self, scope: Scope, base: digestdb.Base) -> int | None:
         if base.gen < 0:
             return None
-        fd = self.layout.open_read(os.fspath(self.layout.digest(scope)))
+        try:
+            fd = self.layout.open_read(os.fspath(self.layout.digest(scope)))
+        except Corrupt as exc:  # not a file: rebuilt, as a missing one is
+            raise BaseMismatch(str(exc)) from None
         if fd is None:
             raise BaseMismatch("the digest base is missing")
         try:

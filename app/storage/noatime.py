@@ -15,34 +15,62 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
+
+from .errors import Corrupt
 
 O_NOATIME: int = getattr(os, "O_NOATIME", 0)
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO a person put where a file was expected must not wait for a
+# writer (it has no effect on a regular file). What was opened is then checked to be one.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def open_noatime(path: str | os.PathLike[str], flags: int = READ_FLAGS, mode: int = 0o777) -> int:
     """A descriptor for ``path`` (read-only and never following a final symlink, unless
     ``flags`` say otherwise), opened without the access-time update where the kernel
-    permits it."""
+    permits it. Opened to read (``READ_FLAGS``), it is a regular file, else Corrupt."""
     if O_NOATIME:
         try:
-            return os.open(path, flags | O_NOATIME, mode)
+            fd = os.open(path, flags | O_NOATIME, mode)
         except PermissionError as exc:
             if exc.errno != errno.EPERM:  # EACCES: not allowed at all, retrying won't help
                 raise
-    return os.open(path, flags, mode)
+        else:
+            return regular_file(fd, path) if flags == READ_FLAGS else fd
+    fd = os.open(path, flags, mode)
+    return regular_file(fd, path) if flags == READ_FLAGS else fd
 
 
-def read_all(fd: int) -> bytes:
+def regular_file(fd: int, path: str | os.PathLike[str]) -> int:
+    """``fd`` when it is open on a regular file; otherwise it is closed and the thing is
+    Corrupt: a directory, FIFO, socket or device where the service keeps a file is what a
+    person (or a damaged filesystem) put there, and reading it could block or never end."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    raise Corrupt(f"{os.fspath(path)}: {kind} where a file belongs")
+
+
+def read_all(fd: int, *, limit: int | None = None, path: object = None) -> bytes:
     """The rest of the open file ``fd`` (closed here), read without a buffered file object,
     which costs an ioctl and two lseeks more per file on the hot path. The first read asks
     for the file's size (plus one byte, to see the end): a fixed large request would have
-    the allocator map and unmap that much memory on every call."""
+    the allocator map and unmap that much memory on every call. A file of more than
+    ``limit`` bytes is Corrupt, and never read (``path`` names it)."""
     try:
         chunks = []
-        want = os.fstat(fd).st_size + 1
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise Corrupt(f"{path}: {size} bytes, more than such a file ever holds ({limit})")
+        want = size + 1
+        got = 0
         while chunk := os.read(fd, want):
             chunks.append(chunk)
+            got += len(chunk)
+            if limit is not None and got > limit:  # grown since the fstat
+                raise Corrupt(f"{path}: more than such a file ever holds ({limit} bytes)")
             want = 1 << 16
         return b"".join(chunks)
     finally:

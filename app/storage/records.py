@@ -80,9 +80,14 @@ def read_json_bytes(data: bytes | None, path: str | Path) -> Any | None:
         raise Corrupt(f"{path}: not valid JSON ({exc})") from None
 
 
+# More than any JSON file the service writes holds (a turn's record is at most its request
+# body): a bigger one is a hand edit or damage, refused before it is read into memory.
+MAX_JSON_FILE_BYTES = 64 << 20
+
+
 def parse_json_fd(fd: int, path: str | Path) -> Any:
     """Read and parse the open file ``fd`` (closed here); ``path`` is for the error only."""
-    data = read_all(fd)
+    data = read_all(fd, limit=MAX_JSON_FILE_BYTES, path=path)
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as exc:

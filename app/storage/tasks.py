@@ -553,6 +553,8 @@ class TaskStore:
             backup = path.parent / f"{PREV_PREFIX}{name}"
             remove_quietly(backup)
             if os.path.lexists(path):
+                if not os.path.isfile(path):  # lexists: not a link (checked above)
+                    raise Corrupt(f"{path}: not a regular file where an artifact belongs")
                 os.link(path, backup)
             staged.publish(path)
             flush_now()  # the bytes and their name are durable before a record names them

@@ -179,3 +179,14 @@ def test_a_removed_torn_or_hand_edited_task_index_is_answered_from_the_records_a
     resp = client.delete(f"{BASE}/tasks/t", headers=tokens.headers("writer"))
     assert resp.status_code == 204
     assert client.get(f"{BASE}/tasks/t", headers=tokens.headers("reader")).status_code == 404
+
+
+def test_a_record_larger_than_any_the_service_writes_is_damaged_and_never_read(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=tokens.headers("writer"))
+    meta = Path(app.config["STORAGE_ROOT"]) / "acme" / "web" / "t" / "0000-turn" / "meta.json"
+    with open(meta, "r+b") as fh:
+        fh.truncate(1 << 30)  # sparse: a gibibyte no one wrote, that a read would allocate
+    resp = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader"))
+    assert resp.status_code == 500 and "damaged" in resp.get_json()["detail"]

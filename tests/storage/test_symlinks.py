@@ -228,3 +228,59 @@ def test_a_lost_and_found_link_gets_nothing_moved_through_it(tmp_path: Path) -> 
     assert list(outside.iterdir()) == []
     assert any(".lost+found" in line for line in report.problems + report.unrepairable)
     assert (turn / "0001-turn" / "meta.json").read_text() == "torn{"  # left where it was
+
+
+def _fifo(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.unlink()
+    (path / "x").mkdir(parents=True)
+
+
+@pytest.mark.parametrize("plant", ["meta_json", "index_json", "task_json", "artifact", "digest"])
+@pytest.mark.parametrize("put", [_fifo, _directory], ids=["fifo", "directory"])
+def test_a_fifo_or_directory_where_a_file_belongs_never_blocks_and_is_reported(
+    trees: tuple[TaskStore, Path], plant: str, put: Callable[[Path], None]
+) -> None:
+    """Opening a FIFO to read waits for a writer, and a directory reads as EISDIR: neither
+    may hang a request or the fsck that should report it."""
+    from app.storage.facade import TreeStorage
+
+    store, outside = trees
+    target, _ = _rel(store, outside, *PLANTS[plant])
+    put(target)
+    storage = TreeStorage(store.layout.root, clock=FixedClock(), lock_timeout=2.0)
+    report = _within(60, storage.fsck)
+    rel = str(target.relative_to(store.layout.root))
+    assert any(rel in line for line in report.problems), report
+    outcomes = _within(60, lambda: _check_all(store, ["OUTSIDE"]))
+    assert set(outcomes.values()) <= {"ok", "Corrupt", "NotFound", "UnsafePath"}, outcomes
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``'s result, or a failure once it has run ``seconds`` (the blocked thread is
+    left behind as a daemon: a hang fails this test instead of stopping the run)."""
+    import threading
+
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still blocked after {seconds} s"
+    if errors:
+        raise errors[0]
+    return result[0]
