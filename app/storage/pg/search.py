@@ -298,6 +298,8 @@ _LETTERS = str.maketrans(
 
 def _fold(word: str) -> str:
     """A word as the index compares it: without diacritics, in lower case."""
+    if word.isascii():
+        return word.lower()
     bare = "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
     return bare.casefold().translate(_LETTERS)
 
