@@ -1,5 +1,5 @@
 """GET /sandbox/memory/v1/search through the Flask test client: shape, paging, the 422s of
-the query syntax, auth and scope, and its OpenAPI entry."""
+the query syntax, auth and scope, and its OpenAPI entry, on every backend."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import Tokens
 
+pytestmark = pytest.mark.all_backends
 BASE = "/sandbox/memory/v1"
 STORES = "/v1/memory_stores"
 

@@ -1,23 +1,28 @@
-"""Full-text search over a project's turns and memories (TreeStorage.search): ranking,
-snippets, paging, scope, liveness, and the text of deleted and expired turns and memories
-leaving the database files."""
+"""Full-text search over a project's turns and memories (StorageBackend.search): ranking,
+snippets, paging, scope, liveness on every backend; on the tree, the text of deleted and
+expired turns and memories leaving the database files, and fsck of its indexes."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.storage import InvalidName, Scope
+from app.storage.backends import open_backend
 from app.storage.facade import TreeStorage
 from app.storage.fsck import fsck
+from app.storage.interface import StorageBackend
 from app.storage.models import SearchHit
 from app.storage.query import MARK_END, MARK_START
 from app.storage.search import TreeSearch
 from tests.conftest import FixedClock
 
+pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
 # Words no other text here contains, so a byte search of a file finds exactly them.
 SECRET = "Qqzxsecretwordalpha"
@@ -25,24 +30,32 @@ MEMORY_SECRET = "Qqzxmemorysecretbeta"
 
 
 @pytest.fixture
-def storage(tmp_path: Path, clock: FixedClock) -> TreeStorage:
-    return TreeStorage(tmp_path / "root", clock=clock, lock_timeout=5.0)
+def storage(
+    backend_kind: str, backend_settings: dict[str, Any], tmp_path: Path, clock: FixedClock
+) -> Iterator[Any]:
+    """The backend under test (the tree's tests below read its files: typed TreeStorage)."""
+    if backend_kind == "tree":
+        yield TreeStorage(tmp_path / "root", clock=clock, lock_timeout=5.0)
+        return
+    backend = open_backend(backend_settings)
+    yield backend
+    backend.close()
 
 
 def turn(
-    storage: TreeStorage, task: str, n: int, summary: str, scope: Scope = SCOPE, **meta: object
+    storage: StorageBackend, task: str, n: int, summary: str, scope: Scope = SCOPE, **meta: object
 ) -> None:
     storage.tasks.put_turn(scope, task, n, meta=dict(meta), summary_md=summary, actor="tok")
 
 
-def store_with(storage: TreeStorage, scope: Scope, name: str, memories: dict[str, str]) -> str:
+def store_with(storage: StorageBackend, scope: Scope, name: str, memories: dict[str, str]) -> str:
     store_id = storage.stores.create_store(scope, name=name).id
     for path, content in memories.items():
         storage.stores.create_memory(scope, store_id, path=path, content=content, actor=None)
     return store_id
 
 
-def found(storage: TreeStorage, query: str, scope: Scope = SCOPE) -> list[tuple[str, str]]:
+def found(storage: StorageBackend, query: str, scope: Scope = SCOPE) -> list[tuple[str, str]]:
     """(kind, where) of every hit, best first, all pages."""
     out, cursor = [], None
     while True:
@@ -63,7 +76,7 @@ def marked(snippet: str) -> list[str]:
 
 
 # -- ranking, snippets, paging ----------------------------------------------------------------
-def test_hits_are_ranked_by_bm25_and_the_matched_words_are_marked(storage: TreeStorage) -> None:
+def test_hits_are_ranked_by_bm25_and_the_matched_words_are_marked(storage: StorageBackend) -> None:
     turn(storage, "fix-login", 0, "The login bug: login fails after 30 minutes. Login again.")
     turn(storage, "upload", 0, "Streaming the upload body. The login page was not touched.")
     for i in range(6):
@@ -82,7 +95,7 @@ def test_hits_are_ranked_by_bm25_and_the_matched_words_are_marked(storage: TreeS
     }
 
 
-def test_meta_values_and_the_task_id_are_searched(storage: TreeStorage) -> None:
+def test_meta_values_and_the_task_id_are_searched(storage: StorageBackend) -> None:
     turn(storage, "fix-login", 0, "Done.", model="claude-opus", ticket="WEB-17", tokens={"n": 1234})
     turn(storage, "other", 0, "Nothing about it.", model="haiku")
     assert found(storage, "WEB-17") == [("turn", "fix-login/0")]
@@ -91,7 +104,7 @@ def test_meta_values_and_the_task_id_are_searched(storage: TreeStorage) -> None:
     assert found(storage, "ticket") == []  # meta keys are not text
 
 
-def test_a_memory_of_a_small_store_ranks_with_the_turns(storage: TreeStorage) -> None:
+def test_a_memory_of_a_small_store_ranks_with_the_turns(storage: StorageBackend) -> None:
     """bm25 inside a three-memory store gives a word almost no weight; scaled to the project's
     frequencies, a memory about the query ranks by what it says, not by its store's size."""
     for i in range(30):
@@ -110,7 +123,7 @@ def test_a_memory_of_a_small_store_ranks_with_the_turns(storage: TreeStorage) ->
     assert marked(memory.snippet) == ["TTL"]
 
 
-def test_pages_follow_the_cursor_without_repeats_or_gaps(storage: TreeStorage) -> None:
+def test_pages_follow_the_cursor_without_repeats_or_gaps(storage: StorageBackend) -> None:
     for i in range(7):
         turn(storage, f"task-{i}", 0, "deploy " * (i + 1) + "done")
     store_with(storage, SCOPE, "Ops", {f"/m{i}.md": "deploy " * (i + 1) for i in range(4)})
@@ -130,7 +143,7 @@ def test_pages_follow_the_cursor_without_repeats_or_gaps(storage: TreeStorage) -
         storage.tasks.list_tasks(SCOPE, cursor=page.next_cursor)
 
 
-def test_equal_scores_page_in_a_stable_order(storage: TreeStorage) -> None:
+def test_equal_scores_page_in_a_stable_order(storage: StorageBackend) -> None:
     for i in range(9):
         turn(storage, f"same-{i}", 0, "identical text")
     hits = found(storage, "identical")
@@ -138,6 +151,7 @@ def test_equal_scores_page_in_a_stable_order(storage: TreeStorage) -> None:
     assert len(set(hits)) == 9
 
 
+@pytest.mark.tree_only("TreeSearch bounds the stores it opens")
 def test_more_stores_than_a_search_covers_are_counted(storage: TreeStorage) -> None:
     ids = [store_with(storage, SCOPE, f"s{i}", {"/n.md": "needle"}) for i in range(4)]
     page = TreeSearch(storage.tasks, storage.stores, max_stores=3).search(SCOPE, "needle")
@@ -146,6 +160,7 @@ def test_more_stores_than_a_search_covers_are_counted(storage: TreeStorage) -> N
 
 
 # -- query syntax -----------------------------------------------------------------------------
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     ("query", "says"),
     [
@@ -170,7 +185,7 @@ def test_more_stores_than_a_search_covers_are_counted(storage: TreeStorage) -> N
     ],
 )
 def test_queries_outside_the_syntax_are_refused_with_a_reason(
-    storage: TreeStorage, query: str, says: str
+    storage: StorageBackend, query: str, says: str
 ) -> None:
     with pytest.raises(InvalidName) as exc:
         storage.search(SCOPE, query)
@@ -197,28 +212,28 @@ def test_queries_outside_the_syntax_are_refused_with_a_reason(
     ],
 )
 def test_fts5_syntax_in_a_query_is_searched_as_text_never_an_error(
-    storage: TreeStorage, query: str
+    storage: StorageBackend, query: str
 ) -> None:
     turn(storage, "t", 0, "summary: login. Cafe. or not near and")
     page = storage.search(SCOPE, query)  # never an sqlite3 error
     assert all(h.kind == "turn" for h in page.hits)
 
 
-def test_words_match_without_case_or_diacritics(storage: TreeStorage) -> None:
+def test_words_match_without_case_or_diacritics(storage: StorageBackend) -> None:
     turn(storage, "t", 0, "Le Café est fermé.")
     assert found(storage, "cafe") == found(storage, "CAFÉ") == [("turn", "t/0")]
     assert found(storage, '"cafe est"') == [("turn", "t/0")]
     assert found(storage, '"est cafe"') == []
 
 
-def test_every_word_must_match(storage: TreeStorage) -> None:
+def test_every_word_must_match(storage: StorageBackend) -> None:
     turn(storage, "a", 0, "login bug")
     turn(storage, "b", 0, "login only")
     assert found(storage, "login bug") == [("turn", "a/0")]
     assert sorted(found(storage, "login")) == [("turn", "a/0"), ("turn", "b/0")]
 
 
-def test_limit_outside_1_to_100_is_refused(storage: TreeStorage) -> None:
+def test_limit_outside_1_to_100_is_refused(storage: StorageBackend) -> None:
     for limit in (0, 101, True):
         with pytest.raises(InvalidName) as exc:
             storage.search(SCOPE, "x", limit=limit)
@@ -226,7 +241,7 @@ def test_limit_outside_1_to_100_is_refused(storage: TreeStorage) -> None:
 
 
 # -- scope -------------------------------------------------------------------------------------
-def test_another_projects_or_tenants_text_is_never_found(storage: TreeStorage) -> None:
+def test_another_projects_or_tenants_text_is_never_found(storage: StorageBackend) -> None:
     mobile, other = Scope("acme", "mobile"), Scope("globex", "web")
     turn(storage, "mine", 0, "zebra in web")
     for scope in (mobile, other):
@@ -239,7 +254,7 @@ def test_another_projects_or_tenants_text_is_never_found(storage: TreeStorage) -
 
 # -- only live text ----------------------------------------------------------------------------
 def test_deleted_replaced_and_expired_text_is_not_found(
-    storage: TreeStorage, clock: FixedClock
+    storage: StorageBackend, clock: FixedClock
 ) -> None:
     turn(storage, "old", 0, "walrus")
     clock.advance(days=20)
@@ -265,6 +280,18 @@ def test_deleted_replaced_and_expired_text_is_not_found(
     assert found(storage, "later") == [("turn", "old/1")]
 
 
+def test_an_archived_stores_memories_are_found_a_deleted_stores_are_not(
+    storage: StorageBackend,
+) -> None:
+    archived = store_with(storage, SCOPE, "old", {"/a.md": "heron"})
+    deleted = store_with(storage, SCOPE, "gone", {"/d.md": "heron"})
+    storage.stores.archive_store(SCOPE, archived)
+    storage.stores.delete_store(SCOPE, deleted)
+    page = storage.search(SCOPE, "heron")
+    assert [where(h) for h in page.hits] == [("memory", "/a.md")]
+    assert (page.stores_searched, page.stores_skipped) == (1, 0)
+
+
 # -- removed text leaves the files ---------------------------------------------------------------
 def db_bytes(db: Path) -> bytes:
     """The database file and its WAL (and shared-memory index), as they are on disk."""
@@ -279,6 +306,7 @@ def holds(data: bytes, word: str) -> bool:
     return any(w.encode() in data for w in (word, word.lower(), word.lower()[-10:]))
 
 
+@pytest.mark.tree_only("reads the listing's bytes")
 def test_a_deleted_tasks_text_leaves_the_listing_file_and_its_wal(
     storage: TreeStorage,
 ) -> None:
@@ -300,6 +328,7 @@ def test_a_deleted_tasks_text_leaves_the_listing_file_and_its_wal(
     )
 
 
+@pytest.mark.tree_only("reads the listing's bytes")
 def test_an_expired_turns_text_leaves_the_files_at_the_sweep(
     storage: TreeStorage, clock: FixedClock
 ) -> None:
@@ -320,6 +349,7 @@ def test_an_expired_turns_text_leaves_the_files_at_the_sweep(
     assert found(storage, "second") == [("turn", "t/1")]
 
 
+@pytest.mark.tree_only("reads the listing's bytes")
 def test_a_replaced_summary_leaves_the_listing_file_at_the_next_sweep(
     storage: TreeStorage, clock: FixedClock
 ) -> None:
@@ -331,6 +361,7 @@ def test_a_replaced_summary_leaves_the_listing_file_at_the_next_sweep(
     assert not holds(db_bytes(listing), SECRET)
 
 
+@pytest.mark.tree_only("reads the store index's bytes")
 def test_a_deleted_memorys_text_leaves_the_store_index_and_redaction_the_store(
     storage: TreeStorage, clock: FixedClock
 ) -> None:
@@ -351,6 +382,7 @@ def test_a_deleted_memorys_text_leaves_the_store_index_and_redaction_the_store(
     )
 
 
+@pytest.mark.tree_only("reads the store index's bytes")
 def test_a_replaced_memory_content_leaves_the_index_at_the_version_sweep(
     storage: TreeStorage, clock: FixedClock
 ) -> None:
@@ -407,6 +439,7 @@ TURN_DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", list(TURN_DAMAGE))
+@pytest.mark.tree_only("damages the listing's FTS5 tables")
 def test_fsck_reports_and_repairs_a_damaged_turn_search_index(
     storage: TreeStorage, damage: str
 ) -> None:
@@ -431,6 +464,7 @@ def test_fsck_reports_and_repairs_a_damaged_turn_search_index(
         "INSERT INTO search_docs (memory_id) VALUES ('mem_ghost')",
     ],
 )
+@pytest.mark.tree_only("damages a store's FTS5 tables")
 def test_fsck_reports_and_repairs_a_damaged_store_search_index(
     storage: TreeStorage, sql: str
 ) -> None:
@@ -448,14 +482,25 @@ def test_fsck_reports_and_repairs_a_damaged_store_search_index(
 
 
 def test_a_restored_backup_is_searchable(
-    storage: TreeStorage, tmp_path: Path, clock: FixedClock
+    storage: StorageBackend,
+    backend_kind: str,
+    backend_settings: dict[str, Any],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    clock: FixedClock,
 ) -> None:
     turn(storage, "fix-login", 0, "The login bug, fixed.")
     store_with(storage, SCOPE, "notes", {"/login.md": "Login notes."})
     archive = tmp_path / "backup.tar.gz"
     storage.export(archive, tenant=SCOPE.tenant, project=SCOPE.project)
-    restored = TreeStorage(tmp_path / "restored", clock=clock, lock_timeout=5.0)
+    restored: StorageBackend
+    if backend_kind == "tree":
+        restored = TreeStorage(tmp_path / "restored", clock=clock, lock_timeout=5.0)
+    else:  # a deployment of its own: another schema and key prefix
+        services = request.getfixturevalue("services")
+        restored = open_backend({**backend_settings, **services.settings()})
     with archive.open("rb") as fh:
         restored.import_(fh)
     assert sorted(found(restored, "login")) == [("memory", "/login.md"), ("turn", "fix-login/0")]
     assert restored.fsck().problems == []
+    restored.close()

@@ -20,12 +20,11 @@ import psycopg
 from ..backup.format import ExportSummary, ImportSummary
 from ..clock import Clock, iso_us, system_clock, to_us
 from ..cursor import CursorCodec
-from ..errors import NotSupported, StorageError
+from ..errors import StorageError
 from ..facade import SweepOutcome
 from ..fsck import DEFAULT_GRACE
 from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
 from ..models import FsckReport, SearchPage
-from ..query import parse_query
 from ..quota import QuotaSource
 from ..retention import ProjectSweep, SweepReport
 from ..task_rules import DEFAULT_MAX_ARTIFACT_BYTES
@@ -37,6 +36,7 @@ from .blobs import BlobStore
 from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
 from .db import Database, advisory_xact_lock, backup_running, translated
 from .schema import migrate
+from .search import PgSearch
 from .stores import PgMemoryStores
 from .tasks import PgTaskStore
 
@@ -133,6 +133,7 @@ class PgStorage:
             usage=self.usage_counters,
         )
         self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
+        self.searcher = PgSearch(self.db, cursors, self.tasks.now_us)
 
     # -- the database ----------------------------------------------------------------------
     def upgrade(self) -> list[str]:
@@ -197,9 +198,8 @@ class PgStorage:
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
-        """Not offered by this backend yet (PostgreSQL full-text search, docs/search.md)."""
-        parse_query(query)  # the same 422 for a query outside the syntax
-        raise NotSupported("search is not available on the PostgreSQL backend yet")
+        """Search the project's live turns and memories (app/storage/pg/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)

@@ -262,6 +262,126 @@ CREATE TRIGGER digest_sections_counted AFTER INSERT OR UPDATE OR DELETE ON diges
     FOR EACH ROW EXECUTE FUNCTION digest_sections_counted();
 """,
     ),
+    (
+        4,
+        "full-text search: a weighted tsvector of every turn and memory version",
+        r"""
+-- An exception handler costs a subtransaction for each row written: the functions below
+-- enter one only for the rare text that needs it.
+--
+-- A summary's or memory's UTF-8 as text: each NUL byte (text cannot hold it, and it is never
+-- part of a longer UTF-8 sequence) becomes a space. In a database whose encoding cannot hold
+-- the text, the text gets no words rather than failing the write.
+CREATE FUNCTION search_utf8(data bytea) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    out text := '';
+    rest bytea := data;
+    at integer;
+BEGIN
+    IF getdatabaseencoding() <> 'UTF8' THEN
+        BEGIN
+            RETURN convert_from(rest, 'UTF8');
+        EXCEPTION WHEN untranslatable_character OR character_not_in_repertoire THEN
+            RETURN '';
+        END;
+    END IF;
+    LOOP
+        at := position('\x00'::bytea IN rest);
+        EXIT WHEN at = 0;
+        out := out || convert_from(substring(rest FROM 1 FOR at - 1), 'UTF8') || ' ';
+        rest := substring(rest FROM at + 1);
+    END LOOP;
+    RETURN out || convert_from(rest, 'UTF8');
+END $$;
+-- A turn's meta values (strings and numbers, nested ones too), one a line; keys are left out,
+-- they name the same fields in every turn.
+CREATE FUNCTION search_meta_values(meta jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (SELECT coalesce(string_agg(v #>> '{}', E'\n' ORDER BY n), '')
+        FROM jsonb_path_query(meta, 'strict $.**') WITH ORDINALITY AS x(v, n)
+        WHERE jsonb_typeof(v) IN ('string', 'number'));
+-- jsonb refuses the "\u0000" that JSON text may hold: such a meta is indexed as its JSON
+-- text, keys and all, rather than failing the write.
+CREATE FUNCTION search_meta(meta text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    IF strpos(meta, '\u0000') = 0 THEN
+        RETURN search_meta_values(meta::jsonb);
+    END IF;
+    BEGIN
+        RETURN search_meta_values(meta::jsonb);
+    EXCEPTION WHEN untranslatable_character OR invalid_text_representation THEN
+        RETURN meta;
+    END;
+END $$;
+-- ASCII punctuation splits words, as in the query syntax (fix-login is "fix login"), and
+-- never forms the parser's compound tokens (a file path, a URL, an e-mail address are their
+-- words). One character for one: offsets in the result are offsets in the text.
+CREATE FUNCTION search_words(body text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN translate(body, '!"#$%&''()*+,-./:;<=>?@[\]^_`{|}~', repeat(' ', 32));
+-- Words in lower case (the database's LC_CTYPE) and, when the unaccent extension can be
+-- installed, without diacritics; no stemming and no stop words, as the tree's FTS5 tokenizer.
+CREATE TEXT SEARCH CONFIGURATION search_text (COPY = pg_catalog.simple);
+DO $$
+DECLARE
+    home name;
+BEGIN
+    CREATE EXTENSION IF NOT EXISTS unaccent;
+    SELECT n.nspname INTO home FROM pg_extension e
+        JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'unaccent';
+    EXECUTE format('ALTER TEXT SEARCH CONFIGURATION search_text ALTER MAPPING FOR word, hword,'
+        ' hword_part, numword, numhword, hword_numpart WITH %I.unaccent, simple', home);
+EXCEPTION WHEN OTHERS THEN
+    -- Not installed on the server, not allowed to this role, or in a schema it cannot use:
+    -- search works without it, and diacritics then count.
+    RAISE NOTICE 'search without unaccent: %', SQLERRM;
+END $$;
+-- A turn's words: its task id weighs most (A), then its meta values (B), then its summary (C).
+-- A vector holds at most 1 MiB of distinct words: past that, the first part of the longer of
+-- meta and summary is indexed, halved until the whole fits (a task id is 128 characters).
+CREATE FUNCTION turn_search_vector(task_id text, meta text, summary bytea) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    name constant tsvector := setweight(to_tsvector('search_text', search_words(task_id)), 'A');
+    meta_words text := search_words(search_meta(meta));
+    body text := search_words(search_utf8(summary));
+BEGIN
+    IF octet_length(meta) + octet_length(summary) < 262144 THEN
+        RETURN name || setweight(to_tsvector('search_text', meta_words), 'B')
+            || setweight(to_tsvector('search_text', body), 'C');
+    END IF;
+    LOOP
+        BEGIN
+            RETURN name || setweight(to_tsvector('search_text', meta_words), 'B')
+                || setweight(to_tsvector('search_text', body), 'C');
+        EXCEPTION WHEN program_limit_exceeded THEN
+            IF length(body) >= length(meta_words) THEN
+                body := left(body, length(body) / 2);
+            ELSE
+                meta_words := left(meta_words, length(meta_words) / 2);
+            END IF;
+        END;
+    END LOOP;
+END $$;
+-- A memory version's words: its path weighs most (A), then its content (C); a redacted
+-- version has none. A content is at most 100 KiB: its vector is never too large.
+CREATE FUNCTION memory_search_vector(path text, content bytea) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN setweight(to_tsvector('search_text', search_words(coalesce(path, ''))), 'A')
+    || setweight(to_tsvector('search_text', search_words(coalesce(search_utf8(content), ''))),
+                 'C');
+-- Generated columns: every write path keeps them without knowing of them. A memory's text is
+-- its head version's (its memories row names it), so the vector is on the versions.
+ALTER TABLE turns ADD COLUMN search tsvector
+    GENERATED ALWAYS AS (turn_search_vector(task_id, meta, summary)) STORED;
+CREATE INDEX turns_search ON turns USING gin (search);
+ALTER TABLE versions ADD COLUMN search tsvector
+    GENERATED ALWAYS AS (memory_search_vector(path, content)) STORED;
+CREATE INDEX versions_search ON versions USING gin (search);
+""",
+    ),
 )
 
 
