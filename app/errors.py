@@ -21,6 +21,7 @@ from flask import Flask, g, jsonify, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from .requestlog import STORES_PREFIX, request_id
 from .serving import body_cut_off, close_after_answer
 from .storage import errors as se
 from .storage.memstores import models as ms
@@ -29,7 +30,6 @@ from .storage.usage import QuotaExceeded
 
 log = logging.getLogger("app.errors")
 
-STORES_PREFIX = "/v1/memory_stores"
 
 
 class ApiError(HTTPException):
@@ -119,8 +119,7 @@ def error_body(
     error.update(extra or {})
     # The reference's shape is "req_...": the request's correlation id (the log line's, and the
     # X-Correlation-Id answered) with that prefix.
-    request_id = correlation_id if correlation_id.startswith("req_") else f"req_{correlation_id}"
-    return {"type": "error", "error": error, "request_id": request_id}
+    return {"type": "error", "error": error, "request_id": request_id(correlation_id)}
 
 
 def _message(exc: HTTPException) -> str:

@@ -13,6 +13,13 @@ from ulid import ULID
 from .storage.records import dumps_compact
 
 CORRELATION_HEADER = "x-correlation-id"
+REQUEST_ID_HEADER = "request-id"
+STORES_PREFIX = "/v1/memory_stores"
+
+
+def request_id(correlation: str) -> str:
+    """The memory stores API's "req_..." id of a request (its correlation id, prefixed)."""
+    return correlation if correlation.startswith("req_") else f"req_{correlation}"
 _CORRELATION_RE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 
 log = logging.getLogger("app.request")
@@ -47,6 +54,10 @@ def _finish(response: Response) -> Response:
     ctx = g._get_current_object()
     correlation = getattr(ctx, "correlation_id", None) or str(ULID())
     response.headers[CORRELATION_HEADER] = correlation
+    if request.path.startswith(STORES_PREFIX):
+        # The memory stores API's own name for it, as its error bodies give it (request_id):
+        # the Anthropic SDKs read this header into APIStatusError.request_id.
+        response.headers[REQUEST_ID_HEADER] = request_id(correlation)
     if not log.isEnabledFor(logging.INFO):
         return response
     req = request._get_current_object()  # type: ignore[attr-defined]

@@ -75,6 +75,9 @@ def test_sdk_session(client: anthropic.Anthropic, server: Server) -> None:
         )
     assert stale.value.status_code == 409
     assert stale.value.body["error"]["type"] == "memory_precondition_failed_error"  # type: ignore[index]
+    # The SDK reads the request-id header: the body's request_id, for a support ticket.
+    assert stale.value.request_id == stale.value.body["request_id"]  # type: ignore[index]
+    assert stale.value.request_id.startswith("req_")
     with pytest.raises(anthropic.ConflictError) as taken:
         ms.memories.create(store.id, path="/prefs", content="x")
     assert taken.value.body["error"]["conflicting_memory_id"] in (fmt.id, lang.id)  # type: ignore[index]
