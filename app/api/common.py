@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 from flask import Response, current_app, request
@@ -59,7 +60,10 @@ def json_body(schema: Schema) -> Any:
         text = raw.decode("utf-8")
         data = json.loads(text, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise validation_error(["body"], f"JSON decode error: {exc}", "json_invalid") from None
+        why = str(exc)
+        if "int_max_str_digits" in why:  # Python's own limit, named in terms of Python
+            why = f"an integer of more than {sys.get_int_max_str_digits()} digits"
+        raise validation_error(["body"], f"JSON decode error: {why}", "json_invalid") from None
     if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise validation_error(
             ["body"], f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error"

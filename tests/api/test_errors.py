@@ -190,3 +190,17 @@ def test_a_record_larger_than_any_the_service_writes_is_damaged_and_never_read(
         fh.truncate(1 << 30)  # sparse: a gibibyte no one wrote, that a read would allocate
     resp = client.get(f"{BASE}/tasks/t/turns/0", headers=tokens.headers("reader"))
     assert resp.status_code == 500 and "damaged" in resp.get_json()["detail"]
+
+
+def test_an_integer_too_long_to_parse_is_named_without_python_internals(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    body = b'{"meta": {"n": ' + b"9" * 5000 + b"}}"
+    resp = client.put(
+        f"{BASE}/tasks/t/turns/0",
+        data=body,
+        headers=tokens.headers("writer", **{"Content-Type": "application/json"}),
+    )
+    assert resp.status_code == 422
+    (error,) = resp.get_json()["detail"]
+    assert "more than 4300 digits" in error["msg"] and "sys." not in error["msg"]
