@@ -31,7 +31,6 @@ from .storage.usage import QuotaExceeded
 log = logging.getLogger("app.errors")
 
 
-
 class ApiError(HTTPException):
     """An HTTP error with a message (and, for memory stores, an explicit error type)."""
 

@@ -20,6 +20,8 @@ STORES_PREFIX = "/v1/memory_stores"
 def request_id(correlation: str) -> str:
     """The memory stores API's "req_..." id of a request (its correlation id, prefixed)."""
     return correlation if correlation.startswith("req_") else f"req_{correlation}"
+
+
 _CORRELATION_RE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
 
 log = logging.getLogger("app.request")

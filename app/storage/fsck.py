@@ -730,7 +730,11 @@ class _Fsck:
                 if entry.is_link:
                     self.symlink(entry.path)
         txns = self.store.txns
-        for _, key in txns.journal.pending():
+        try:
+            pending = txns.journal.pending()
+        except UnsafePath:
+            return  # a linked journal: reported by the walk above; the next write replaces it
+        for _, key in pending:
             if self.tree.lstat(self.layout.task_dir(key.scope, key.id)) is not None:
                 continue  # a task the walk checked (or one created since, by a live writer)
             with txns.locked(key, repair=False):

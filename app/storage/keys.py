@@ -24,7 +24,7 @@ def root_key(layout: Layout, name: str) -> bytes:
         raise ValueError(f"{name!r} is not a key file name")
     root = layout.root
     make_config_dirs(root)
-    path = root / name
+    path = layout.own_file(root / name)  # a link there is removed: a new key is made
     found = _read(layout, path)
     if found is not None:
         return found

@@ -34,7 +34,9 @@ Temp files carry ``~``, which no id or artifact name may contain.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import re
 import stat
@@ -47,6 +49,8 @@ from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
 from .noatime import open_noatime, read_all
 from .tree import Tree
+
+log = logging.getLogger("app.storage")
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
@@ -327,6 +331,23 @@ class Layout:
             if exc.errno == errno.ELOOP:  # a symlink planted since the walk
                 raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
             raise
+
+    def own_file(self, path: Path) -> Path:
+        """``path``, a file only the service makes and reads (a lock, a journal, a marker, a
+        key), checked for a write: its directory must be reached without a link, and a link
+        planted at the file itself is removed (the link, never its target) so the service
+        makes its own file there again. Nothing but the service's state is lost: what was
+        there was not a file the service wrote."""
+        self.check_inside(path.parent)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return path
+        if stat.S_ISLNK(st.st_mode):
+            log.warning("%s is a symlink where the service keeps its own file: removed", path)
+            with contextlib.suppress(FileNotFoundError):  # another process was first
+                os.unlink(path)
+        return path
 
     def read_bytes(self, path: str | Path) -> bytes | None:
         """The bytes of the file ``path`` below the root, None when absent (UnsafePath for a

@@ -120,7 +120,7 @@ class Recovery:
                 f"{self.layout.locks_dir()} is a symlink; it holds only lock files: remove it and start again",
             ) from None
         make_dirs(locks, self.layout.root)
-        path = self.layout.check_inside(self.lock_path)
+        path = self.layout.own_file(self.lock_path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -200,7 +200,7 @@ class Recovery:
         """Write a new nonce: to the canary without fsync, then to the sentinel durably
         (``stopped``: marked as the sentinel of a clean stop, :meth:`stopped_cleanly`)."""
         nonce = secrets.token_hex(16)
-        canary = self.layout.check_inside(self.canary)
+        canary = self.layout.own_file(self.canary)
         fd = os.open(canary, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.pwrite(fd, nonce.encode(), 0)
@@ -210,7 +210,7 @@ class Recovery:
         body: dict[str, object] = {"pid": self.server_pid(), "boot_id": boot_id(), "nonce": nonce}
         if stopped:
             body["stopped"] = True
-        write_atomic(self.layout.check_inside(self.sentinel), json.dumps(body).encode() + b"\n")
+        write_atomic(self.layout.own_file(self.sentinel), json.dumps(body).encode() + b"\n")
 
     def running(self) -> bool:
         return self.layout.tree.lstat(self.sentinel) is not None
@@ -232,7 +232,7 @@ class Recovery:
 
     # -- the background full check -------------------------------------------------------
     def mark_recovering(self, reason: str) -> None:
-        write_atomic(self.layout.check_inside(self.recovering), f"{reason}\n".encode())
+        write_atomic(self.layout.own_file(self.recovering), f"{reason}\n".encode())
 
     def recovering_reason(self) -> str | None:
         """Why the full check has not finished yet; None when nothing is pending."""

@@ -91,8 +91,9 @@ class Journal:
             with self._mutex:
                 if self._pid != os.getpid():
                     if self.layout is not None:
-                        # A linked .locks would put the journal outside the root.
-                        self.layout.check_inside(self.path)
+                        # A linked .locks would put the journal outside the root; a link
+                        # at the journal itself is replaced by the journal.
+                        self.layout.own_file(self.path)
                     self.path.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)
                     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
                     # Read on every write: an access-time update would be one more
@@ -176,7 +177,7 @@ class Transactions:
         (``repair=False``: left as it is, for a check that only reports)."""
         if getattr(self._held, "key", None) is not None:
             raise NestedTransaction(f"{self.kind}: {key} requested while holding {self._held.key}")
-        self.layout.check_inside(self.journal.path)
+        self.layout.own_file(self.journal.path)
         with locked(self.lock_path(key), self.timeout):
             self._held.key = key
             try:

@@ -201,14 +201,45 @@ def test_a_locks_dir_link_is_not_written_through(trees: tuple[TaskStore, Path]) 
     assert list(elsewhere.iterdir()) == []
 
 
-def test_a_cursor_key_link_is_not_read_through(tmp_path: Path) -> None:
+def test_a_cursor_key_link_is_replaced_by_a_new_key_never_read_through(tmp_path: Path) -> None:
     root = tmp_path / "root"
     TaskStore(root)
     secret = tmp_path / "outside-secret"
     secret.write_bytes(b"OUTSIDE key material")
     _swap(root / ".cursor-key", secret)
-    with pytest.raises(UnsafePath):
-        TaskStore(root)
+    store = TaskStore(root)  # starts: the link was the service's file, not a person's data
+    key = root / ".cursor-key"
+    assert not key.is_symlink() and key.read_bytes() != secret.read_bytes()
+    assert secret.read_bytes() == b"OUTSIDE key material"
+    store.put_turn(SCOPE, "t", 0, meta={}, summary_md="x")
+    assert store.list_tasks(SCOPE, limit=1).total == 1
+
+
+@pytest.mark.parametrize("name", ["_canary", "_server.lock", "_tasks.inflight", "_stores.inflight"])
+def test_a_link_at_a_lock_file_is_replaced_and_the_server_still_starts(
+    tmp_path: Path, name: str
+) -> None:
+    from app import create_app
+    from app.sweeper import startup_recovery
+
+    config = {"STORAGE_ROOT": str(tmp_path / "root"), "TOKENS_FILE": str(tmp_path / "t.json")}
+    app = create_app(config)
+    storage = app.extensions["storage"]
+    storage.tasks.put_turn(SCOPE, "t", 0, meta={}, summary_md="x")
+    outside = tmp_path / "outside-file"
+    outside.write_bytes(b"OUTSIDE")
+    link = tmp_path / "root" / ".locks" / name
+    if link.exists():
+        link.unlink()
+    os.symlink(outside, link)
+    (tmp_path / "root" / ".server-running").write_text("1\n")  # an unclean stop
+    app = create_app(config)
+    startup_recovery(app)
+    report = app.extensions["storage"].full_check()
+    assert outside.read_bytes() == b"OUTSIDE"
+    app.extensions["storage"].tasks.put_turn(SCOPE, "t", 1, meta={}, summary_md="y")
+    assert [t.turn for t in app.extensions["storage"].tasks.get_task(SCOPE, "t").turns] == [0, 1]
+    assert report is None or isinstance(report.problems, list)
 
 
 def test_a_lost_and_found_link_gets_nothing_moved_through_it(tmp_path: Path) -> None:
