@@ -315,3 +315,22 @@ def _within(seconds: float, call: Callable[[], Any]) -> Any:
     if errors:
         raise errors[0]
     return result[0]
+
+
+def test_links_at_the_listing_wal_and_shm_are_removed_never_written_through(
+    trees: tuple[TaskStore, Path],
+) -> None:
+    store, outside = trees
+    listing = store.layout.listing(SCOPE)
+    Listing.forget(listing)  # SQLite opens its -wal and -shm again on the next connection
+    target = outside.parent / "outside-file"
+    target.write_bytes(b"OUTSIDE")
+    for suffix in ("-wal", "-shm"):
+        companion = Path(f"{listing}{suffix}")
+        if companion.exists():
+            companion.unlink()
+        os.symlink(target, companion)
+    store.put_turn(SCOPE, "t2", 0, meta={}, summary_md="after")
+    assert "t2" in [t.task_id for t in store.list_tasks(SCOPE).tasks]
+    assert target.read_bytes() == b"OUTSIDE"
+    assert not Path(f"{listing}-wal").is_symlink()
