@@ -579,6 +579,10 @@ def test_a_crafted_backup_is_refused_and_imports_nothing(
         ({"counts": {}}, "counts do not match"),
         ({"format": "tar"}, "not a project-memory backup"),
         ({"version": 1}, "unsupported backup version"),
+        # relabelled: its members are acme/web's
+        ({"scope": {"tenant": "other", "project": "proj"}}, "says a backup of tenant 'other'"),
+        ({"scope": {"tenant": "acme", "project": "mobile"}}, "holds acme/web"),
+        ({"scope": None}, "names no scope"),
     ],
 )
 def test_a_manifest_that_disagrees_is_refused(

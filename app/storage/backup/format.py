@@ -296,6 +296,7 @@ class BackupReader:
         self.counts = Counts()
         self.manifest: dict[str, Any] | None = None
         self._chain = _Chain()
+        self._scopes: set[tuple[str, str]] = set()  # every (tenant, project) a member names
 
     def members(self) -> Iterator[Member]:
         """Every member but the manifest, each checked; the manifest is checked at the end."""
@@ -338,6 +339,8 @@ class BackupReader:
             raise ArchiveError(f"{info.name}: its bytes do not match its SHA-256 (corrupted)")
         self._chain.add(info.name, info.size, sha256)
         self.counts.add(name.kind, info.size)
+        if name.kind != "key":
+            self._scopes.add((name.tenant, name.project))
 
     def _read_manifest(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> dict[str, Any]:
         if not info.isreg() or info.size > MAX_MANIFEST_BYTES:
@@ -366,6 +369,21 @@ class BackupReader:
             )
         if manifest.get("counts") != self.counts.as_dict():
             raise ArchiveError("the counts do not match the manifest")
+        # The scope the backup says it is of (export's --tenant/--project) holds every member:
+        # a relabelled backup would otherwise restore into projects its label does not name.
+        scope = manifest.get("scope")
+        if not isinstance(scope, dict):
+            raise ArchiveError("the manifest names no scope")
+        for part, index in (("tenant", 0), ("project", 1)):
+            said = scope.get(part)
+            if said is None:
+                continue
+            outside = sorted({f"{t}/{p}" for t, p in self._scopes if (t, p)[index] != said})
+            if outside:
+                raise ArchiveError(
+                    f"the manifest says a backup of {part} {said!r}, but it holds"
+                    f" {', '.join(outside[:3])}"
+                )
 
 
 # What a task or a store is made of: the order in which their members arrive is (tenant,
