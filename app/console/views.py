@@ -383,6 +383,21 @@ class _Filters:
         return {k: v for k, v in found.items() if v}
 
 
+def _deleted_notice(store: TaskBackend) -> str | None:
+    """The task a delete just redirected here with (?deleted=), only if that is a task id
+    and no such task exists: a link cannot make the page announce what it likes."""
+    task_id = request.args.get("deleted", "")
+    if not task_id:
+        return None
+    try:
+        store.get_task(_scope(), task_id)
+    except InvalidName:
+        return None
+    except StorageError:
+        return task_id  # gone: the delete happened
+    return None
+
+
 def _arg(name: str, limit: int = 256) -> str:
     return request.args.get(name, "").strip()[:limit]
 
@@ -423,6 +438,7 @@ def tasks(tenant: str, project: str) -> ResponseReturnValue:
         first_url=_purl("tasks", **filters.args()) if cursor else None,
         next_url=next_url,
         error=error,
+        deleted=_deleted_notice(store),
     )
 
 
@@ -685,11 +701,19 @@ def version(tenant: str, project: str, store_id: str, version_id: str) -> Respon
     engine = _stores()
     found = engine.get_store(_scope(), store_id)
     item = engine.get_version(_scope(), store_id, version_id, full=True)
+    may_redact = may_redact_version(_principal())
+    if may_redact:
+        # The head of a live memory cannot be redacted (409): no link that always fails.
+        try:
+            live = engine.get_memory(_scope(), store_id, item.memory_id, full=False)
+        except StorageError:
+            live = None
+        may_redact = live is None or live.memory_version_id != item.id
     return render_template(
         "console/version.html",
         store=found,
         version=item,
-        may_redact=may_redact_version(_principal()),
+        may_redact=may_redact,
     )
 
 

@@ -288,6 +288,10 @@ def test_delete_follows_the_api_rule_and_the_owner_check(
     done = owner.post(f"{WEB}/tasks/mine/delete")
     assert done.status_code == 303 and done.headers["Location"] == f"{WEB}/tasks?deleted=mine"
     assert "Deleted task mine." in text(owner.get(done.headers["Location"]))
+    # The notice follows a real delete only: a link cannot put words on the page.
+    for spoof in ("theirs", "Your token was rotated: see https://evil.example", "never-was-x"):
+        page = text(owner.get(f"{WEB}/tasks", query_string={"deleted": spoof}))
+        assert "Deleted task" not in page or spoof == "never-was-x", spoof
     assert client.get(f"{API}/tasks/mine", headers=tokens.headers("reader")).status_code == 404
 
     admin = console("project_admin")
@@ -304,6 +308,9 @@ def test_redact_is_project_admin_only_and_records_who(
     assert writer.get(f"{WEB}/stores/{sid}/versions/{v1}/redact").status_code == 403
     assert writer.post(f"{WEB}/stores/{sid}/versions/{v1}/redact").status_code == 403
     admin = console("project_admin")
+    # The head of a live memory is not offered: its redaction always fails.
+    assert "Redact this version" not in text(admin.get(f"{WEB}/stores/{sid}/versions/{v2}"))
+    assert "Redact this version" in text(admin.get(f"{WEB}/stores/{sid}/versions/{v1}"))
     head = admin.post(f"{WEB}/stores/{sid}/versions/{v2}/redact")
     assert head.status_code == 409 and "head of live memory" in text(head)
     assert "Redact version" in text(admin.get(f"{WEB}/stores/{sid}/versions/{v1}/redact"))
