@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ..storage.memstores.rules import is_store_id, slugify
 from .http import ApiError, StoreClient, TransportError
@@ -171,7 +172,10 @@ def _prepare(client: StoreClient, args: argparse.Namespace) -> list[StoreSync]:
     root.mkdir(parents=True, exist_ok=True)
     delete_delay = _env_float(TEST_DELETE_DELAY_ENV, DELETE_DELAY)
     syncs: list[StoreSync] = []
+    # Every store and its folder first: a clash refuses the mount before any folder is
+    # prepared (a prepared folder is marked as its store's, and adopted by the next mount).
     slugs: dict[str, str] = {}
+    stores: list[tuple[str, dict[str, Any], str]] = []
     for store_id in dict.fromkeys(args.stores):
         store = client.get_store(store_id)
         slug = slugify(store["name"]) or store_id
@@ -181,6 +185,8 @@ def _prepare(client: StoreClient, args: argparse.Namespace) -> list[StoreSync]:
                 " (their names give the same slug): rename one"
             )
         slugs[slug] = store_id
+        stores.append((store_id, store, slug))
+    for store_id, store, slug in stores:
         read_only = args.read_only
         if store.get("archived_at") and not read_only:
             log.info("[%s] the store is archived: mounted read-only", slug)

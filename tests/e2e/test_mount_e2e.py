@@ -213,6 +213,20 @@ def test_mount_refuses_to_start_over_a_folder_it_did_not_create(
     assert run.returncode == 2 and "--interval must be at least 5 seconds" in run.stderr
 
 
+def test_two_stores_of_one_slug_are_refused_before_any_folder_is_made(
+    server: Server, token: str, remote: Remote, tmp_path: Path
+) -> None:
+    first, second = remote.store("Same Name"), remote.store("same  name")
+    env = {**os.environ, "PROJECT_MEMORY_TOKEN": token}
+    args = [CLI, "mount", "--server", server.url, "--store", first, "--store", second, "--once"]
+    run = subprocess.run(
+        [*args, str(tmp_path / "root")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert run.returncode == 2 and "give the same slug" in run.stderr
+    # No folder was made and marked as the first store's, to be adopted by a later mount.
+    assert not (tmp_path / "root" / "same-name").exists()
+
+
 def test_once_syncs_and_exits(server: Server, token: str, remote: Remote, tmp_path: Path) -> None:
     store_id = remote.store("One Shot")
     remote.put(store_id, "/x/y.md", "y")
