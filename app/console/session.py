@@ -3,7 +3,9 @@
 The cookie carries the token's id (never its secret), a CSRF token and an expiry, signed
 with a per-root key (app/storage/keys.py). It is HttpOnly, SameSite=Strict, scoped to
 /console, and Secure when the request came over TLS. Every request looks the token up again
-in the registry, so a revoked or expired token ends the session at once.
+in the registry, so a revoked or expired token ends the session at once, and so does a
+sign-out: it records the moment in the token's registry entry, and a session issued before
+it (a copied cookie, another browser signed in with the same token) is refused.
 
 A visitor who has not signed in gets the same cookie without a token id: the sign-in form
 needs its CSRF token too (a forged sign-in would put the victim in the attacker's session).
@@ -21,8 +23,9 @@ from flask import Flask, current_app, request
 from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
+from ..storage.clock import parse_iso
 from ..storage.layout import CONSOLE_KEY
-from ..storage.tokens import TokenRegistry
+from ..storage.tokens import Token, TokenRegistry
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"
@@ -35,6 +38,7 @@ class Session:
     token_id: str | None
     csrf: str
     expires: float  # unix seconds, by the registry's clock
+    issued: float = 0.0  # unix seconds: a sign-out with the token since then ends it
 
 
 def init_app(app: Flask) -> None:
@@ -69,20 +73,30 @@ def load() -> Session | None:
     if not isinstance(data, dict):
         return None
     token_id, csrf, expires = data.get("t"), data.get("c"), data.get("e")
+    issued = data.get("i", 0.0)  # a cookie from before sign-outs ended sessions: the oldest
     if not isinstance(csrf, str) or not isinstance(expires, int | float):
         return None
     if token_id is not None and not isinstance(token_id, str):
         return None
-    if expires <= _now():
+    if not isinstance(issued, int | float) or expires <= _now():
         return None
-    return Session(token_id, csrf, float(expires))
+    return Session(token_id, csrf, float(expires), float(issued))
 
 
 def new(token_id: str | None) -> Session:
     """A fresh session (and a fresh CSRF token): signing in never keeps the old one."""
     hours: float = current_app.config["CONSOLE_SESSION_HOURS"]
     lifetime = hours * 3600 if token_id else ANONYMOUS_SECONDS
-    return Session(token_id, secrets.token_urlsafe(24), _now() + lifetime)
+    now = _now()
+    return Session(token_id, secrets.token_urlsafe(24), now + lifetime, now)
+
+
+def ended_by_sign_out(session: Session, token: Token) -> bool:
+    """Whether the console was signed out with ``token`` after ``session`` began: a copy of
+    the cookie kept from before the sign-out is refused, wherever it is presented."""
+    if token.console_signed_out_at is None:
+        return False
+    return session.issued < parse_iso(token.console_signed_out_at).timestamp()
 
 
 def https() -> bool:
@@ -108,7 +122,9 @@ def our_origin() -> str:
 
 
 def save(response: Response, session: Session) -> None:
-    value = _serializer().dumps({"t": session.token_id, "c": session.csrf, "e": session.expires})
+    value = _serializer().dumps(
+        {"t": session.token_id, "c": session.csrf, "e": session.expires, "i": session.issued}
+    )
     response.set_cookie(
         COOKIE,
         value,

@@ -9,6 +9,7 @@ page and the static assets are public.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -115,6 +116,8 @@ def _signed_in_token() -> Token | None:
         return None
     token = _registry().get(current.token_id)
     if token is None or not token.usable(_registry().clock()):
+        return None
+    if sessions.ended_by_sign_out(current, token):
         return None
     return token
 
@@ -334,7 +337,11 @@ def signin_post() -> ResponseReturnValue:
 
 @bp.post("/signout")
 def signout() -> ResponseReturnValue:
-    """Sign out."""
+    """Sign out: this session, and any copy of its cookie, end here."""
+    current = g.console_session
+    if current is not None and current.token_id is not None:
+        with contextlib.suppress(StorageError):  # a token removed since: nothing to end
+            _registry().end_console_sessions(current.token_id)
     response = _redirect(url_for("console.signin", out="1"))
     sessions.clear(response)
     return response

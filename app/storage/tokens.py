@@ -49,6 +49,8 @@ class Token:
     expires_at: str | None = None
     revoked_at: str | None = None
     sha256: str = ""
+    # When the console was last signed out with this token: its sessions from before end.
+    console_signed_out_at: str | None = None
 
     def usable(self, now: datetime) -> bool:
         if self.revoked_at is not None:
@@ -105,6 +107,11 @@ class TokenRegistryBase:
 
     def _add(self, token: Token) -> None:
         """Keep a new token (checked by :func:`new_token`)."""
+        raise NotImplementedError
+
+    def end_console_sessions(self, token_id: str) -> None:
+        """End every console session signed in with this token until now (a sign-out: a
+        copy of the session cookie must not outlive it)."""
         raise NotImplementedError
 
     def authenticate(self, secret: str) -> Token | None:
@@ -203,6 +210,16 @@ class TokenRegistry(TokenRegistryBase):
     def _add(self, token: Token) -> None:
         with self._lock():
             self._save([*self._load(), token])
+
+    def end_console_sessions(self, token_id: str) -> None:
+        with self._lock():
+            tokens = self._load()
+            for i, token in enumerate(tokens):
+                if token.id == token_id:
+                    tokens[i] = replace(token, console_signed_out_at=iso(self.clock()))
+                    self._save(tokens)
+                    return
+        raise NotFound(f"no token with id {token_id}")
 
     def revoke(self, token_id: str) -> Token:
         with self._lock():

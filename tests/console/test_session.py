@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,17 @@ from app.storage.keys import CONSOLE_KEY
 from tests.conftest import FixedClock, Tokens
 
 from .conftest import Browser, csrf_of, put_turn, sign_in
+
+
+def _decode(body: str) -> dict[str, object]:
+    """The JSON an itsdangerous payload holds (a leading "." marks it zlib-compressed)."""
+    raw = base64.urlsafe_b64decode(body.lstrip(".") + "=" * (-len(body.lstrip(".")) % 4))
+    data: dict[str, object] = json.loads(zlib.decompress(raw) if body.startswith(".") else raw)
+    return data
+
+
+def _encode(data: dict[str, object]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
 def _cookie_header(browser: Browser, token: str) -> str:
@@ -40,9 +52,8 @@ def test_the_cookie_is_httponly_strict_scoped_and_holds_no_secret(
     assert secret not in value and secret[3:20] not in value
     assert tokens.registry.get(tokens.ids["writer"]) is not None
     # It names the token by id (readable, signed: base64 of JSON, then a signature).
-    body = value.split(".")[0]
-    decoded = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
-    assert tokens.ids["writer"] in decoded
+    body = value.rsplit(".", 1)[0]
+    assert _decode(body)["t"] == tokens.ids["writer"]
 
 
 def test_secure_over_tls_and_behind_a_trusted_proxy_only(tmp_path: Path, clock: FixedClock) -> None:
@@ -82,9 +93,9 @@ def test_a_tampered_or_foreign_cookie_is_no_session(app: Flask, tokens: Tokens) 
     assert cookie is not None
     body, signature = cookie.value.rsplit(".", 1)
     # The body with another token's id, signed with the old signature.
-    data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    data = _decode(body)
     data["t"] = tokens.ids["admin"]
-    forged = base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+    forged = _encode(data)
     flipped = signature[:5] + ("B" if signature[5] == "A" else "A") + signature[6:]
     for value in (f"{body}.{flipped}", f"{forged}.{signature}", "garbage", ""):
         browser.client.set_cookie("pm_console", value, path="/console")
@@ -108,6 +119,29 @@ def test_sign_out_ends_the_session(app: Flask, tokens: Tokens) -> None:
     r = browser.post("/console/signout")
     assert r.status_code == 303 and r.headers["Location"] == "/console/signin?out=1"
     assert browser.get("/console/p/acme/web/tasks").status_code == 303
+
+
+@pytest.mark.all_backends
+def test_a_copy_of_the_cookie_ends_with_the_sign_out(
+    app: Flask, tokens: Tokens, clock: FixedClock
+) -> None:
+    browser = sign_in(app, tokens.secrets["reader"])
+    elsewhere = sign_in(app, tokens.secrets["reader"])  # another browser, the same token
+    copied = app.test_client()
+    for name in ("pm_console",):
+        cookie = browser.client.get_cookie(name, path="/console")
+        assert cookie is not None
+        copied.set_cookie(name, cookie.value, path="/console")
+    tasks = "/console/p/acme/web/tasks"
+    assert copied.get(tasks).status_code == 200
+    clock.advance(seconds=1)
+    assert browser.post("/console/signout").status_code == 303
+    for client in (copied, elsewhere.client):
+        ended = client.get(tasks)
+        assert ended.status_code == 303 and "/console/signin" in ended.headers["Location"]
+    clock.advance(seconds=1)
+    again = sign_in(app, tokens.secrets["reader"])
+    assert again.get(tasks).status_code == 200
 
 
 @pytest.fixture

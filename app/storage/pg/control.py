@@ -35,7 +35,10 @@ from ..records import dumps
 from ..tokens import Token, TokenRegistryBase
 from .db import Database, lock_key, translated
 
-_TOKEN_COLUMNS = "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256"  # noqa: S105
+_TOKEN_COLUMNS = (
+    "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256,"  # noqa: S105
+    " console_signed_out_at"
+)
 _KEY_BYTES = 32
 
 
@@ -73,7 +76,8 @@ class PgTokenRegistry(TokenRegistryBase):
     def _add(self, token: Token) -> None:
         with self.db.transaction("tokens") as conn:
             conn.execute(
-                f"INSERT INTO tokens ({_TOKEN_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                f"INSERT INTO tokens ({_TOKEN_COLUMNS})"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     token.id,
                     token.role,
@@ -84,8 +88,18 @@ class PgTokenRegistry(TokenRegistryBase):
                     token.expires_at,
                     token.revoked_at,
                     token.sha256,
+                    token.console_signed_out_at,
                 ),
             )
+
+    def end_console_sessions(self, token_id: str) -> None:
+        with self.db.transaction("tokens") as conn:
+            ended = conn.execute(
+                "UPDATE tokens SET console_signed_out_at = %s WHERE id = %s",
+                (iso(self.clock()), token_id),
+            ).rowcount
+        if not ended:
+            raise NotFound(f"no token with id {token_id}")
 
     def revoke(self, token_id: str) -> Token:
         with self.db.transaction("tokens") as conn:

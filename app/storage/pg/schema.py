@@ -382,6 +382,13 @@ ALTER TABLE versions ADD COLUMN search tsvector
 CREATE INDEX versions_search ON versions USING gin (search);
 """,
     ),
+    (
+        5,
+        "tokens: when the console was last signed out with each",
+        """
+ALTER TABLE tokens ADD COLUMN console_signed_out_at text;
+""",
+    ),
 )
 
 
