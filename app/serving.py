@@ -54,6 +54,7 @@ RECV_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 64 * 1024
 
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HAND_OFF = object()
 _request = threading.local()
 
@@ -194,8 +195,13 @@ class BodyPace:
         self.received = 0
         self.cut_off: str | None = None
         self.cap: float | None = None
+        # "100 Continue" owed to a client that asked for it, sent when the body is first read.
+        self.continue_owed = False
 
     def recv(self, size: int) -> bytes:
+        if self.continue_owed:
+            self.continue_owed = False
+            self.sock.sendall(CONTINUE)
         wait = self.gap
         reason: str | None = f"no request body bytes for {self.gap:g} s"
         if self.min_rate:
@@ -547,6 +553,14 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
 
     def handle_request(self, req: Any, conn: TConn) -> Any:
         _request.req = req
+        pace = getattr(conn, "pace", None)
+        if pace is not None and getattr(req, "_expected_100_continue", False):
+            # gunicorn answers "100 Continue" as soon as it has the head, before the app has
+            # looked at the credential or the length, so a client sends its body only to be
+            # refused. It goes out when the app first reads the body instead; a request
+            # refused before that gets its final status alone (RFC 9110 10.1.1).
+            req._expected_100_continue = False
+            pace.continue_owed = True
         try:
             return super().handle_request(req, conn)
         finally:

@@ -243,3 +243,46 @@ def test_a_write_refused_before_its_body_says_close_and_the_session_goes_on(
         f"{url}/t/turns/0/artifacts/k.bin", data=b"y" * 300_000, headers=auth(secret)
     )
     assert kept.status_code == 200 and kept.headers["Connection"] == "keep-alive"
+
+
+def _head_then(server: Live, head: bytes, body: bytes) -> tuple[bytes, bytes]:
+    """Send ``head``, read what the server says before any body, then send ``body`` (if it
+    asked for it) and read the rest: (first answer, what followed)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head)
+        first = sock.recv(65536)
+        rest = b""
+        if first.startswith(b"HTTP/1.1 100"):
+            sock.sendall(body)
+            while chunk := sock.recv(65536):
+                rest += chunk
+                if b"\r\n\r\n" in rest:
+                    break
+    return first, rest
+
+
+def test_100_continue_is_sent_only_when_the_body_is_wanted(one_worker: tuple[Live, str]) -> None:
+    """gunicorn says "100 Continue" before the credential or the length is checked; a refusal
+    must come instead of it, and an accepted write gets it, then its answer."""
+    server, secret = one_worker
+    host = server.url.removeprefix("http://")
+
+    def head(token: str, length: int) -> bytes:
+        return (
+            f"PUT {BASE}/tasks/t/turns/0/artifacts/c.bin HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        ).encode()
+
+    refused, _ = _head_then(server, head("pm_not-a-token", 5), b"hello")
+    assert refused.startswith(b"HTTP/1.1 401"), refused[:200]
+    too_large, _ = _head_then(server, head(secret, LIMIT + 1), b"")
+    assert too_large.startswith(b"HTTP/1.1 413"), too_large[:200]
+    go_on, answer = _head_then(server, head(secret, 5), b"hello")
+    assert go_on.startswith(b"HTTP/1.1 100 Continue"), go_on[:200]
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    got = requests.get(
+        f"{server.url}{BASE}/tasks/t/turns/0/artifacts/c.bin", headers=auth(secret), timeout=30
+    )
+    assert got.content == b"hello"
