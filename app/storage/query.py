@@ -25,9 +25,21 @@ plain text otherwise: those two characters never occur in a snippet except as ma
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import InvalidName
+from .task_rules import scope_tag
+
+if TYPE_CHECKING:
+    from .cursor import CursorCodec
+    from .layout import Scope
+
+T = TypeVar("T")
+#: The most hits one page of a search holds.
+MAX_LIMIT = 100
+CURSOR_VERSION = 1
 
 MAX_QUERY_CHARS = 256
 MAX_TERMS = 16
@@ -135,3 +147,53 @@ def fts5_term(term: QueryTerm) -> str:
 def fts5_match(query: SearchQuery) -> str:
     """The whole query as an FTS5 MATCH expression: every term, all of them required."""
     return " AND ".join(fts5_term(t) for t in query.terms)
+
+
+# -- what every backend's search shares besides the syntax ---------------------------------
+def check_limit(limit: object) -> None:
+    """A page size of 1..MAX_LIMIT, else InvalidName on ``limit``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidName("limit", limit, f"must be between 1 and {MAX_LIMIT}")
+
+
+def encode_cursor(
+    cursors: CursorCodec, kind: str, scope: Scope, query: SearchQuery, position: dict[str, Any]
+) -> str:
+    """A signed cursor of one search: ``kind`` (the backend's), the project, the query and
+    where the page ended (``position``, the backend's own fields)."""
+    return cursors.encode(
+        {
+            "l": kind,
+            "v": CURSOR_VERSION,
+            "s": scope_tag(scope),
+            "q": query.fingerprint(),
+            **position,
+        }
+    )
+
+
+def decode_cursor(
+    cursors: CursorCodec,
+    kind: str,
+    scope: Scope,
+    query: SearchQuery,
+    cursor: str,
+    position: Callable[[Mapping[str, Any]], T],
+) -> T:
+    """What ``position`` reads from a cursor :func:`encode_cursor` made for this very search;
+    InvalidName on ``cursor`` for any other (another kind, project or query, or fields
+    ``position`` refuses with ValueError, KeyError or TypeError)."""
+    body = cursors.decode(cursor, "cursor")
+    try:
+        if (
+            body["l"] != kind
+            or body["v"] != CURSOR_VERSION
+            or body["s"] != scope_tag(scope)
+            or body["q"] != query.fingerprint()
+        ):
+            raise ValueError("issued for another search")
+        return position(body)
+    except (ValueError, KeyError, TypeError):
+        raise InvalidName(
+            "cursor", cursor, "is not a cursor this server issued for this search"
+        ) from None

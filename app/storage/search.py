@@ -27,26 +27,31 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import fts, turn_search
-from .errors import InvalidName, NotFound, StorageError
+from .errors import NotFound, StorageError
 from .layout import STORE_ID_RE, Scope
 from .listing import Listing
 from .memstores.engine import MemoryStoreEngine
 from .memstores.index import IndexReader
 from .models import SearchHit, SearchPage
-from .query import SearchQuery, fts5_match, fts5_term, parse_query
-from .task_rules import scope_tag
+from .query import (
+    SearchQuery,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    fts5_match,
+    fts5_term,
+    parse_query,
+)
 from .tasks import TaskStore
 
 log = logging.getLogger("app.storage.search")
 
-MAX_LIMIT = 100
 MAX_STORES = 64
-CURSOR_VERSION = 1
 TURNS = "0"  # the turn index sorts before every store ("1:<store id>")
 T = TypeVar("T")
 
@@ -220,8 +225,7 @@ class TreeSearch:
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise InvalidName("limit", limit, f"must be between 1 and {MAX_LIMIT}")
+        check_limit(limit)
         parsed = parse_query(query)
         terms = [fts5_term(t) for t in parsed.terms]
         after = self._decode(scope, parsed, cursor) if cursor else None
@@ -305,30 +309,17 @@ class TreeSearch:
 
     # -- cursors ---------------------------------------------------------------------------
     def _encode(self, scope: Scope, query: SearchQuery, last: _Hit, project: _Stats) -> str:
-        return self.tasks.cursors.encode(
-            {
-                "l": "search",
-                "v": CURSOR_VERSION,
-                "s": scope_tag(scope),
-                "q": query.fingerprint(),
-                "k": last.key,
-                "src": last.source,
-                "d": last.doc,
-                "n": project.rows,
-                "c": list(project.counts),
-            }
-        )
+        position = {
+            "k": last.key,
+            "src": last.source,
+            "d": last.doc,
+            "n": project.rows,
+            "c": list(project.counts),
+        }
+        return encode_cursor(self.tasks.cursors, "search", scope, query, position)
 
     def _decode(self, scope: Scope, query: SearchQuery, cursor: str) -> _After:
-        body = self.tasks.cursors.decode(cursor, "cursor")
-        try:
-            if (
-                body["l"] != "search"
-                or body["v"] != CURSOR_VERSION
-                or body["s"] != scope_tag(scope)
-                or body["q"] != query.fingerprint()
-            ):
-                raise ValueError("issued for another search")
+        def position(body: Mapping[str, Any]) -> _After:
             key, source, doc, rows, counts = (body[f] for f in ("k", "src", "d", "n", "c"))
             if not isinstance(key, float | int) or isinstance(key, bool):
                 raise ValueError("key")
@@ -339,10 +330,8 @@ class TreeSearch:
             if not all(_is_int(c) and 0 < c <= rows for c in counts):
                 raise ValueError("statistics")
             return _After(float(key), source, doc, _Stats(rows, tuple(counts)))
-        except (ValueError, KeyError, TypeError):
-            raise InvalidName(
-                "cursor", cursor, "is not a cursor this server issued for this search"
-            ) from None
+
+        return decode_cursor(self.tasks.cursors, "search", scope, query, cursor, position)
 
 
 def _is_int(value: object) -> bool:

@@ -28,24 +28,27 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from ..cursor import CursorCodec
-from ..errors import InvalidName
 from ..fts import SNIPPET_TOKENS, Sentinels
 from ..layout import Scope
 from ..models import SearchHit, SearchPage
-from ..query import QueryTerm, SearchQuery, parse_query
-from ..task_rules import scope_tag
+from ..query import (
+    QueryTerm,
+    SearchQuery,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    parse_query,
+)
 from ..turn_search import meta_text
 from .db import Database
 
-MAX_LIMIT = 100
-CURSOR_VERSION = 1
 SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score
 # ts_rank's weights of D, C, B, A: task id and path 3, meta values 2, summary and content 1,
@@ -122,8 +125,7 @@ class PgSearch:
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise InvalidName("limit", limit, f"must be between 1 and {MAX_LIMIT}")
+        check_limit(limit)
         parsed = parse_query(query)
         after = self._decode(scope, parsed, cursor) if cursor else None
         with self.db.snapshot("search") as conn:
@@ -160,29 +162,11 @@ class PgSearch:
 
     # -- cursors ---------------------------------------------------------------------------
     def _encode(self, scope: Scope, query: SearchQuery, last: _Hit) -> str:
-        return self.cursors.encode(
-            {
-                "l": "search-pg",
-                "v": CURSOR_VERSION,
-                "s": scope_tag(scope),
-                "q": query.fingerprint(),
-                "k": last.score,
-                "src": last.source,
-                "a": last.name,
-                "b": last.turn,
-            }
-        )
+        position = {"k": last.score, "src": last.source, "a": last.name, "b": last.turn}
+        return encode_cursor(self.cursors, "search-pg", scope, query, position)
 
     def _decode(self, scope: Scope, query: SearchQuery, cursor: str) -> _Hit:
-        body = self.cursors.decode(cursor, "cursor")
-        try:
-            if (
-                body["l"] != "search-pg"
-                or body["v"] != CURSOR_VERSION
-                or body["s"] != scope_tag(scope)
-                or body["q"] != query.fingerprint()
-            ):
-                raise ValueError("issued for another search")
+        def position(body: Mapping[str, Any]) -> _Hit:
             score, source, name, turn = (body[f] for f in ("k", "src", "a", "b"))
             if not isinstance(score, float | int) or isinstance(score, bool):
                 raise ValueError("score")
@@ -191,10 +175,8 @@ class PgSearch:
             if not isinstance(name, str) or not isinstance(turn, int) or isinstance(turn, bool):
                 raise ValueError("position")
             return _Hit(float(score), source, name, turn, None)
-        except (ValueError, KeyError, TypeError):
-            raise InvalidName(
-                "cursor", cursor, "is not a cursor this server issued for this search"
-            ) from None
+
+        return decode_cursor(self.cursors, "search-pg", scope, query, cursor, position)
 
 
 def _store_name(record: str) -> str | None:
