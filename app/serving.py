@@ -422,20 +422,15 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         conn.head_prefix = head[:HEAD_PREFIX_BYTES]
         conn.init()  # plain HTTP/1: makes the parser, no I/O
         if conn.pace is None:
-            parser = conn.parser
-
-            def close_after_answer() -> None:
-                # The answer then says "Connection: close": the rest of the body is never read.
-                if parser.mesg is not None:
-                    parser.mesg.force_close()
-
+            # A body cut off for its pace is never read to its end: the answer says
+            # "Connection: close".
             conn.pace = BodyPace(
                 conn.sock,
                 self.limits.body_timeout,
                 self.limits.body_min_rate,
                 on_cut_off=close_after_answer,
             )
-            parser.unreader.sock = conn.pace
+            conn.parser.unreader.sock = conn.pace
         conn.parser.unreader.unread(head)
         super().enqueue_req(conn)
 

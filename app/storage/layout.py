@@ -34,9 +34,7 @@ Temp files carry ``~``, which no id or artifact name may contain.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import logging
 import os
 import re
 import stat
@@ -48,9 +46,7 @@ from typing import TypeVar
 from .beneath import Beneath, Unavailable
 from .errors import InvalidName, UnsafePath
 from .noatime import open_noatime, read_all
-from .tree import Tree
-
-log = logging.getLogger("app.storage")
+from .tree import Tree, remove_planted_link
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
@@ -339,14 +335,7 @@ class Layout:
         makes its own file there again. Nothing but the service's state is lost: what was
         there was not a file the service wrote."""
         self.check_inside(path.parent)
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return path
-        if stat.S_ISLNK(st.st_mode):
-            log.warning("%s is a symlink where the service keeps its own file: removed", path)
-            with contextlib.suppress(FileNotFoundError):  # another process was first
-                os.unlink(path)
+        remove_planted_link(path, "the service")
         return path
 
     def read_bytes(self, path: str | Path) -> bytes | None:

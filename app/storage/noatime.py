@@ -29,15 +29,15 @@ def open_noatime(path: str | os.PathLike[str], flags: int = READ_FLAGS, mode: in
     """A descriptor for ``path`` (read-only and never following a final symlink, unless
     ``flags`` say otherwise), opened without the access-time update where the kernel
     permits it. Opened to read (``READ_FLAGS``), it is a regular file, else Corrupt."""
+    fd = -1
     if O_NOATIME:
         try:
             fd = os.open(path, flags | O_NOATIME, mode)
         except PermissionError as exc:
             if exc.errno != errno.EPERM:  # EACCES: not allowed at all, retrying won't help
                 raise
-        else:
-            return regular_file(fd, path) if flags == READ_FLAGS else fd
-    fd = os.open(path, flags, mode)
+    if fd < 0:
+        fd = os.open(path, flags, mode)
     return regular_file(fd, path) if flags == READ_FLAGS else fd
 
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sqlite3
-import stat
 import time
 import urllib.parse
 from collections.abc import Iterator
 
 from .atomic import FILE_MODE
 from .errors import LockTimeout
-
-log = logging.getLogger("app.storage")
+from .tree import remove_planted_link
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -45,9 +42,12 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
     robustness soak found it as a 500): the mode is persistent, so it is only set when the
     file is not in WAL mode yet, and a busy answer is retried until ``timeout``.
     """
-    _drop_linked_companions(
-        urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
-    )
+    # SQLite opens a database's -wal and -shm by name and follows links there (the database
+    # file itself is refused by the walk before this). What a real WAL held is then gone:
+    # the indexes are derived, and fsck rebuilds them from the records.
+    path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
+    for suffix in ("-wal", "-shm"):
+        remove_planted_link(path + suffix, "SQLite")
     conn = sqlite3.connect(target, uri=uri, timeout=timeout, isolation_level=None)
     deadline = time.monotonic() + timeout
     try:
@@ -69,19 +69,6 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
     except BaseException:
         conn.close()
         raise
-
-
-def _drop_linked_companions(path: str) -> None:
-    """SQLite opens a database's ``-wal`` and ``-shm`` by name and follows links there (the
-    database file itself is refused by the walk before it). A link planted at one is removed,
-    the link and never its target, before SQLite makes its own file: what a real WAL held
-    is then gone, and the indexes are derived (fsck rebuilds them from the records)."""
-    for suffix in ("-wal", "-shm"):
-        companion = path + suffix
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISLNK(os.lstat(companion).st_mode):
-                log.warning("%s is a symlink where SQLite keeps its own file: removed", companion)
-                os.unlink(companion)
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import stat
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from .beneath import DIR_FLAGS, Beneath, Unavailable, not_a_directory
 from .errors import UnsafePath
+
+log = logging.getLogger("app.storage")
 
 # The names :meth:`Tree.sorted_subdir_names` holds per pass (twice this, while it selects).
 NAME_BATCH = 16384
@@ -392,3 +395,14 @@ def _walk_fd(fd: int, base: Path) -> Iterator[WalkStep]:
             yield from _walk_fd(child, entry.path)
     finally:
         os.close(fd)
+
+
+def remove_planted_link(path: str | os.PathLike[str], whose: str) -> None:
+    """Remove a link at ``path``, where ``whose`` (the service, SQLite) keeps a file of its
+    own: the link itself, never its target, so the owner makes its file there again. Nothing
+    else is touched: a plain file or no file at all is left as it is."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            log.warning("%s is a symlink where %s keeps its own file: removed", path, whose)
+            with contextlib.suppress(FileNotFoundError):  # another process was first
+                os.unlink(path)
