@@ -5,14 +5,12 @@ client is told about an outage names no host, socket or object key."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
 from app.storage import LockTimeout, NotFound, Scope
-from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend
 from app.storage.pg.db import translated
 
@@ -20,32 +18,18 @@ pytestmark = pytest.mark.all_backends
 WEB = Scope("acme", "web")
 
 
-@pytest.fixture
-def settings(backend_kind: str, backend_settings: dict[str, Any]) -> dict[str, Any]:
-    if backend_kind == "tree":
-        pytest.skip("PostgreSQL and the object store only")
-    return backend_settings
-
-
-@pytest.fixture
-def storage(settings: dict[str, Any]) -> Iterator[Any]:
-    found = open_backend(settings)
-    yield found
-    found.close()
-
-
 def test_connections_the_server_closed_are_replaced_before_they_are_lent(
-    storage: Any, settings: dict[str, Any]
+    pg_storage: Any, pg_settings: dict[str, Any]
 ) -> None:
-    tasks: StorageBackend = storage.tasks
+    tasks: StorageBackend = pg_storage.tasks
     tasks.put_turn(WEB, "t", 0, meta={}, summary_md="before")
-    pool = storage.db.pool()
+    pool = pg_storage.db.pool()
     held = [pool.getconn() for _ in range(3)]
     pids = [conn.info.backend_pid for conn in held]
     for conn in held:
         pool.putconn(conn)
     # What a PostgreSQL restart does to every idle connection of the pool.
-    with psycopg.connect(settings["DATABASE_URL"], autocommit=True) as admin:
+    with psycopg.connect(pg_settings["DATABASE_URL"], autocommit=True) as admin:
         for pid in pids:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     for i in range(6):
@@ -53,13 +37,13 @@ def test_connections_the_server_closed_are_replaced_before_they_are_lent(
     tasks.put_turn(WEB, "t", 1, meta={}, summary_md="after")
 
 
-def test_a_lost_object_answers_not_found_at_once(storage: Any) -> None:
-    tasks: StorageBackend = storage.tasks
+def test_a_lost_object_answers_not_found_at_once(pg_storage: Any) -> None:
+    tasks: StorageBackend = pg_storage.tasks
     tasks.put_turn(WEB, "t", 0, meta={}, summary_md="x")
     tasks.put_artifact(WEB, "t", 0, "a.bin", io.BytesIO(b"bytes"), content_type="text/plain")
-    with storage.db.snapshot("test") as conn:
+    with pg_storage.db.snapshot("test") as conn:
         (blob,) = conn.execute("SELECT blob FROM artifacts WHERE name = 'a.bin'").fetchone()
-    storage.blobs.client().delete_object(Bucket=storage.blobs.bucket, Key=blob)
+    pg_storage.blobs.client().delete_object(Bucket=pg_storage.blobs.bucket, Key=blob)
     with pytest.raises(NotFound):
         tasks.open_artifact(WEB, "t", 0, "a.bin")
 
