@@ -5,6 +5,7 @@ client is told about an outage names no host, socket or object key."""
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import psycopg
@@ -12,7 +13,7 @@ import pytest
 
 from app.storage import LockTimeout, NotFound, Scope
 from app.storage.interface import StorageBackend
-from app.storage.pg.db import translated
+from app.storage.pg.db import CHECK_IDLE_SECONDS, translated
 
 pytestmark = pytest.mark.all_backends
 WEB = Scope("acme", "web")
@@ -32,6 +33,7 @@ def test_connections_the_server_closed_are_replaced_before_they_are_lent(
     with psycopg.connect(pg_settings["DATABASE_URL"], autocommit=True) as admin:
         for pid in pids:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    time.sleep(CHECK_IDLE_SECONDS)  # a restart takes longer than this
     for i in range(6):
         assert tasks.get_turn(WEB, "t", 0).summary_md == "before", i
     tasks.put_turn(WEB, "t", 1, meta={}, summary_md="after")

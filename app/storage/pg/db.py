@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +58,22 @@ def translated(what: str) -> Iterator[None]:
         raise DatabaseError(f"{what}: {exc}") from None
 
 
+# A connection the server closed (a restart, an idle timeout) is found and replaced before it
+# is lent, not by the request using it. One returned less than this long ago was working then
+# and is lent unchecked: a restart takes longer, and the check is a round trip that a read
+# of one turn would otherwise pay every time.
+CHECK_IDLE_SECONDS = 1.0
+
+
+def _returned(conn: psycopg.Connection[Any]) -> None:
+    conn._pm_returned = time.monotonic()  # type: ignore[attr-defined]
+
+
+def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
+    if time.monotonic() - getattr(conn, "_pm_returned", 0.0) >= CHECK_IDLE_SECONDS:
+        ConnectionPool.check_connection(conn)
+
+
 class Database:
     """A PostgreSQL database reached through ``url`` (libpq URL or key=value string)."""
 
@@ -76,9 +93,8 @@ class Database:
                         _inherited.append(self._pool)
                     self._pool = ConnectionPool(
                         self.url,
-                        # A connection the server closed (a restart, an idle timeout) is
-                        # found and replaced before it is lent, not by the request using it.
-                        check=ConnectionPool.check_connection,
+                        check=_check_if_idle,
+                        reset=_returned,
                         min_size=1,
                         max_size=self.pool_size,
                         timeout=self.lock_timeout,
