@@ -56,13 +56,13 @@ def _finish(response: Response) -> Response:
     ctx = g._get_current_object()
     correlation = getattr(ctx, "correlation_id", None) or str(ULID())
     response.headers[CORRELATION_HEADER] = correlation
-    if request.path.startswith(STORES_PREFIX):
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    if req.path.startswith(STORES_PREFIX):
         # The memory stores API's own name for it, as its error bodies give it (request_id):
         # the Anthropic SDKs read this header into APIStatusError.request_id.
         response.headers[REQUEST_ID_HEADER] = request_id(correlation)
     if not log.isEnabledFor(logging.INFO):
         return response
-    req = request._get_current_object()  # type: ignore[attr-defined]
     started = getattr(ctx, "started", None)
     rule = req.url_rule
     record = {
