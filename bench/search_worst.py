@@ -115,8 +115,10 @@ def under_load(server: Server, client: Client, other: Client, args: argparse.Nam
             failures[f"list {status}"] += 1
         time.sleep(0.1)
     stop.set()
+    # Searches still running finish (or run out of their client timeout) before the count.
+    until = time.monotonic() + args.timeout + 5
     for t in workers:
-        t.join(timeout=args.timeout + 5)
+        t.join(timeout=max(0.0, until - time.monotonic()))
     print(
         f"  {args.load} searches for {args.load_seconds:.0f} s: /healthz max"
         f" {max(health):.2f} s, p50 {statistics.median(health):.3f} s ({len(health)} polls);"

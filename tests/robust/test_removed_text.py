@@ -11,6 +11,7 @@ the removed text still on disk meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -81,11 +82,8 @@ def held() -> Iterator[Callable[[Path], HeldReader]]:
 
     yield hold
     for reader in readers:
-        if reader.conn is not None:
-            try:
-                reader.close()
-            except sqlite3.ProgrammingError:
-                pass
+        with contextlib.suppress(sqlite3.ProgrammingError):  # closed by the test
+            reader.close()
 
 
 def write(client: FlaskClient, tokens: Tokens, task: str, turn: int, summary: str) -> None:
