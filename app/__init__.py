@@ -14,14 +14,14 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, console, ratelimit, requestlog, serving, traffic
-    from .api import memory_stores, memory_tool, project_memory, public
-    from .config import load_config
-    from .errors import register_error_handlers
-    from .json_provider import JSONProvider
-    from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
-    from .schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
-    from .storage.backends import open_backend
+    from app import cli, console, ratelimit, requestlog, serving, traffic
+    from app.api import memory_stores, memory_tool, project_memory, public
+    from app.config import load_config
+    from app.errors import register_error_handlers
+    from app.json_provider import JSONProvider
+    from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
+    from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
+    from app.storage.backends import open_backend
 
     app = Flask(__name__)
     app.json = JSONProvider(app)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from flask import Flask
 
-from .config import PREFIX
-from .startup import control_socket_path, parse_bind
-from .storage.atomic import make_config_dirs
+from app.config import PREFIX
+from app.startup import control_socket_path, parse_bind
+from app.storage.atomic import make_config_dirs
 
 
 def first_start(bind: str, app: Flask | None = None) -> None:
     """Create the storage root, the first token if it is time, and say where things are."""
-    from . import create_app
+    from app import create_app
 
     app = app or create_app()
     root = Path(app.config["STORAGE_ROOT"])

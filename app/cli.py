@@ -12,14 +12,14 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
-from .ratelimit import Limiter, limits_of, resolve
-from .storage import StorageError, TaskStore
-from .storage.atomic import flush_derived
-from .storage.facade import TreeStorage
-from .storage.layout import Scope
-from .storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
-from .storage.models import FsckReport
-from .storage.tokens import ROLES, TokenRegistry
+from app.ratelimit import Limiter, limits_of, resolve
+from app.storage import StorageError, TaskStore
+from app.storage.atomic import flush_derived
+from app.storage.facade import TreeStorage
+from app.storage.layout import Scope
+from app.storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
+from app.storage.models import FsckReport
+from app.storage.tokens import ROLES, TokenRegistry
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
 
@@ -69,7 +69,7 @@ def list_tokens() -> None:
 @click.argument("token_id")
 def revoke_token(token_id: str) -> None:
     """Revoke a token by id; every worker refuses it from the next request on."""
-    from .storage import NotFound
+    from app.storage import NotFound
 
     try:
         token = _registry().revoke(token_id)
@@ -105,7 +105,7 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
-    from .sweeper import run_sweep
+    from app.sweeper import run_sweep
 
     outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
     flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
@@ -179,7 +179,7 @@ def _counts(counts: dict[str, int]) -> str:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 def export_command(tenant: str | None, project: str | None, file: Path) -> None:
     """Back up one project, one tenant or the whole root (tasks, memory stores) to FILE."""
-    from .storage import StorageError
+    from app.storage import StorageError
 
     try:
         summary = _storage().export(file, tenant=tenant, project=project)
@@ -197,7 +197,7 @@ def export_command(tenant: str | None, project: str | None, file: Path) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 def import_command(tenant: str | None, project: str | None, overwrite: bool, file: Path) -> None:
     """Check FILE whole and restore it: all of it, or nothing."""
-    from .storage import StorageError
+    from app.storage import StorageError
 
     try:
         with open(file, "rb") as fh:
@@ -360,7 +360,7 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def usage_command(tenant: str | None, as_json: bool) -> None:
     """Show what each project and tenant stores, against its quotas."""
-    from . import usage_report as ur
+    from app import usage_report as ur
 
     storage = _storage()
     try:
@@ -415,7 +415,7 @@ def set_quota(tenant: str, project: str | None, nbytes: int | None, tasks: int |
 
 
 def _quota_text(entry: QuotaOverride) -> str:
-    from .usage_report import quota_json, quota_text
+    from app.usage_report import quota_json, quota_text
 
     return quota_text(quota_json(entry))
 
@@ -425,7 +425,7 @@ def _quota_text(entry: QuotaOverride) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_quotas(tenant: str | None, as_json: bool) -> None:
     """Show every quota, with what is stored against it."""
-    from .storage.usage import ZERO
+    from app.storage.usage import ZERO
 
     storage = _storage()
     try:
@@ -448,7 +448,7 @@ def show_quotas(tenant: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"file": path, "tenants": by_tenant, "projects": by_project}))
         return
-    from .usage_report import usage_line
+    from app.usage_report import usage_line
 
     for name, entry in [*by_tenant.items(), *by_project.items()]:
         kind = "project" if "/" in name else "tenant"

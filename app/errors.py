@@ -21,12 +21,12 @@ from flask import Flask, g, jsonify, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from .requestlog import STORES_PREFIX, request_id
-from .serving import body_cut_off, close_after_answer
-from .storage import errors as se
-from .storage.memstores import models as ms
-from .storage.quota import FloorReached
-from .storage.usage import QuotaExceeded
+from app.requestlog import STORES_PREFIX, request_id
+from app.serving import body_cut_off, close_after_answer
+from app.storage import errors as se
+from app.storage.memstores import models as ms
+from app.storage.quota import FloorReached
+from app.storage.usage import QuotaExceeded
 
 log = logging.getLogger("app.errors")
 

@@ -15,16 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .storage import InvalidName, NotFound, Scope
-from .storage.interface import StoreBackend
-from .storage.memstores import (
+from app.storage import InvalidName, NotFound, Scope
+from app.storage.interface import StoreBackend
+from app.storage.memstores import (
     ContentPreconditionFailed,
     Memory,
     PathConflict,
     StoreArchived,
     StoreFull,
 )
-from .storage.memstores.rules import validate_memory_path
+from app.storage.memstores.rules import validate_memory_path
 
 ROOT = "/memories"
 COMMANDS = ("view", "create", "str_replace", "insert", "delete", "rename")

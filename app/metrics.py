@@ -28,10 +28,10 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .storage import locks
+from app.storage import locks
 
 if TYPE_CHECKING:
-    from .storage.interface import StorageBackend
+    from app.storage.interface import StorageBackend
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -162,8 +162,8 @@ def _observe_request(response: Response) -> Response:
 @bp.get("/metrics")
 def get_metrics() -> Response:
     """Prometheus metrics (admin tokens only)"""
-    from .auth import authenticate
-    from .errors import ApiError
+    from app.auth import authenticate
+    from app.errors import ApiError
 
     token = authenticate()
     if token.role != "admin":

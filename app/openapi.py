@@ -11,7 +11,7 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Flask
 
-from .schemas import project_memory as pm
+from app.schemas import project_memory as pm
 
 _CONVERTER = re.compile(r"<(?:[a-z]+:)?([a-zA-Z_]+)>")
 DOCUMENTED_PREFIXES = ("/sandbox/memory/v1", "/v1/memory_stores")

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ApiError
-from .storage import Scope
-from .storage.tokens import Token
+from app.errors import ApiError
+from app.storage import Scope
+from app.storage.tokens import Token
 
 if TYPE_CHECKING:
-    from .auth import Principal
+    from app.auth import Principal
 
 ADMIN_ROLE = "project_admin"
 

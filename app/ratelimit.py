@@ -47,15 +47,10 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, g, request
 from werkzeug.wrappers import Response
 
-from .errors import ApiError
-from .serving import COUNTED_INPUT, CountingInput
-from .storage.errors import StorageError
-from .storage.limits import (
-    NO_OVERRIDES,
-    LimitsFile,
-    RateOverride,
-    RateOverrides,
-)
+from app.errors import ApiError
+from app.serving import COUNTED_INPUT, CountingInput
+from app.storage.errors import StorageError
+from app.storage.limits import NO_OVERRIDES, LimitsFile, RateOverride, RateOverrides
 
 log = logging.getLogger("app.ratelimit")
 

@@ -10,7 +10,7 @@ import time
 from flask import Flask, Response, g, request
 from ulid import ULID
 
-from .storage.records import dumps_compact
+from app.storage.records import dumps_compact
 
 CORRELATION_HEADER = "x-correlation-id"
 REQUEST_ID_HEADER = "request-id"
@@ -90,7 +90,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def init_app(app: Flask) -> None:
-    from . import metrics
+    from app import metrics
 
     app.before_request(_start)
     # Registered before _finish: Flask runs after_request handlers in reverse order, so the

@@ -41,7 +41,7 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 from ulid import ULID
 
-from .config import SETTINGS
+from app.config import SETTINGS
 
 HEAD_END = b"\r\n\r\n"
 #: Largest request head read in the event loop; each connection holds its own until complete.
@@ -290,7 +290,7 @@ def target_path(head: bytes) -> str | None:
 
 def error_response(status: int, reason: str, message: str, path: str | None) -> bytes:
     """Build a whole HTTP/1.1 error answer with the JSON body of the API ``path`` names."""
-    from .errors import error_body  # app.errors imports this module (body_cut_off)
+    from app.errors import error_body  # app.errors imports this module (body_cut_off)
 
     correlation = str(ULID())
     body = json.dumps(

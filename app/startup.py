@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .config import PREFIX, ConfigError, load_config
-from .storage.errors import StorageError
+from app.config import PREFIX, ConfigError, load_config
+from app.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -159,7 +159,7 @@ def checked_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]
 
 def checked_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """``create_app()`` once every setting passed ``checked_config``."""
-    from . import create_app
+    from app import create_app
 
     checked_config(overrides)
     try:

@@ -26,16 +26,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .storage.atomic import flush_derived
-from .storage.errors import StorageError, UnsafePath
-from .storage.layout import SENTINEL
-from .storage.retention import SweepReport
+from app.storage.atomic import flush_derived
+from app.storage.errors import StorageError, UnsafePath
+from app.storage.layout import SENTINEL
+from app.storage.retention import SweepReport
 
 if TYPE_CHECKING:
     from flask import Flask
 
-    from .storage.facade import SweepOutcome, TreeStorage
-    from .storage.interface import Lease
+    from app.storage.facade import SweepOutcome, TreeStorage
+    from app.storage.interface import Lease
 
 LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
 STATE_FILE = f".{LEADER}.json"
@@ -49,7 +49,7 @@ log = logging.getLogger("app.sweeper")
 
 def run_sweep(app: Flask, *, now: datetime | None = None, dry_run: bool = False) -> SweepOutcome:
     """Sweep both engines: expired turns and memory-store versions past their retention."""
-    from . import metrics
+    from app import metrics
 
     outcome = storage_of(app).sweep(now=now or datetime.now(UTC), dry_run=dry_run)
     if not dry_run:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
-from .serving import body_bytes_read
-from .storage.traffic import TrafficRow
-from .usage_report import hour_now
+from app.serving import body_bytes_read
+from app.storage.traffic import TrafficRow
+from app.usage_report import hour_now
 
 if TYPE_CHECKING:
-    from .storage.interface import StorageBackend
+    from app.storage.interface import StorageBackend
 
 log = logging.getLogger("app.traffic")
 

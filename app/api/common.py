@@ -11,12 +11,12 @@ from flask import Response, current_app, request
 from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
-from ..errors import ApiError, validation_error
-from ..schemas.common import load
-from ..storage import InvalidName
-from ..storage.interface import StorageBackend
-from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
-from ..storage.task_rules import entity_tags
+from app.errors import ApiError, validation_error
+from app.schemas.common import load
+from app.storage import InvalidName
+from app.storage.interface import StorageBackend
+from app.storage.layout import MAX_TURN, validate_artifact_name, validate_id
+from app.storage.task_rules import entity_tags
 
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 20

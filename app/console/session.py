@@ -23,9 +23,9 @@ from flask import Flask, current_app, request
 from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
-from ..storage.clock import parse_iso
-from ..storage.layout import CONSOLE_KEY
-from ..storage.tokens import Token, TokenRegistry
+from app.storage.clock import parse_iso
+from app.storage.layout import CONSOLE_KEY
+from app.storage.tokens import Token, TokenRegistry
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .clock import Clock as Clock, system_clock as system_clock
-    from .errors import (
+    from app.storage.clock import Clock as Clock, system_clock as system_clock
+    from app.storage.errors import (
         Conflict as Conflict,
         Corrupt as Corrupt,
         InsufficientStorage as InsufficientStorage,
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
         StorageError as StorageError,
         UnsafePath as UnsafePath,
     )
-    from .layout import Layout as Layout, Scope as Scope
-    from .models import (
+    from app.storage.layout import Layout as Layout, Scope as Scope
+    from app.storage.models import (
         ArtifactInfo as ArtifactInfo,
         ArtifactStream as ArtifactStream,
         TaskIndex as TaskIndex,
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TurnRecord as TurnRecord,
     )
-    from .task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
-    from .tasks import TaskStore as TaskStore
+    from app.storage.task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
+    from app.storage.tasks import TaskStore as TaskStore
 
 _EXPORTS = {
     "Clock": ".clock",

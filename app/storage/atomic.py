@@ -40,11 +40,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from .errors import Corrupt, InsufficientStorage, PayloadTooLarge, UnsafePath
-from .layout import TMP_PREFIX
+from app.storage.errors import Corrupt, InsufficientStorage, PayloadTooLarge, UnsafePath
+from app.storage.layout import TMP_PREFIX
 
 if TYPE_CHECKING:
-    from .tree import Tree
+    from app.storage.tree import Tree
 
 CHUNK = 1 << 20
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}

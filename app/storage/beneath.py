@@ -19,8 +19,8 @@ import stat
 import sys
 import weakref
 
-from .errors import UnsafePath
-from .noatime import O_NOATIME, READ_FLAGS, regular_file
+from app.storage.errors import UnsafePath
+from app.storage.noatime import O_NOATIME, READ_FLAGS, regular_file
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
 _RESOLVE_NO_MAGICLINKS = 0x02

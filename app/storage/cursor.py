@@ -16,9 +16,9 @@ import hmac
 import json
 from typing import Any
 
-from .errors import InvalidName
-from .keys import root_key
-from .layout import CURSOR_KEY, Layout
+from app.storage.errors import InvalidName
+from app.storage.keys import root_key
+from app.storage.layout import CURSOR_KEY, Layout
 
 TAG_BYTES = 16
 MAX_CURSOR_CHARS = 8192

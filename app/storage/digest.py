@@ -22,8 +22,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from .layout import Scope
-from .models import TurnRecord
+from app.storage.layout import Scope
+from app.storage.models import TurnRecord
 
 EMPTY = b"\nNo tasks yet.\n"
 

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
-from . import digest as text
-from .digest import Section
+from app.storage import digest as text
+from app.storage.digest import Section
 
 # A read asks for a compaction (in the background) once COMPACT_AFTER sections changed, or
 # one in SPREAD of the project's: the copy of the base it costs is then spread over at least

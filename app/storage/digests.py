@@ -9,21 +9,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
-from . import digest as text, digestdb
-from .atomic import atomic_file, os_errors
-from .clock import parse_iso_us
-from .digest import Section
-from .digestdb import BaseMismatch, Spliced
-from .errors import Corrupt, LockTimeout, UnsafePath
-from .layout import TURN_META, Scope
-from .listing import Listing
-from .locks import locked
-from .models import TurnRecord
-from .records import read_turn
-from .sqlitedb import read_txn
+from app.storage import digest as text, digestdb
+from app.storage.atomic import atomic_file, os_errors
+from app.storage.clock import parse_iso_us
+from app.storage.digest import Section
+from app.storage.digestdb import BaseMismatch, Spliced
+from app.storage.errors import Corrupt, LockTimeout, UnsafePath
+from app.storage.layout import TURN_META, Scope
+from app.storage.listing import Listing
+from app.storage.locks import locked
+from app.storage.models import TurnRecord
+from app.storage.records import read_turn
+from app.storage.sqlitedb import read_txn
 
 if TYPE_CHECKING:
-    from .tasks import TaskStore
+    from app.storage.tasks import TaskStore
 
 # A read that finds the base replaced under it tries again this many times (a compaction
 # renames the new base a moment before it commits), then rebuilds it under the project lock.

@@ -15,34 +15,34 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from .atomic import flush_derived, write_atomic
-from .backup.format import ExportSummary, ImportSummary
-from .backup.tree_export import export_tree
-from .backup.tree_import import import_tree
-from .clock import Clock, system_clock
-from .errors import StorageError
-from .fsck import DEFAULT_GRACE, fsck
-from .keys import root_key
-from .layout import Scope
-from .limits import LimitsFile
-from .memstores import MemoryStoreEngine
-from .memstores.fsck import upgrade_store_dirs, upgrade_store_search
-from .memstores.retention import VersionSweep
-from .models import FsckReport, SearchPage
-from .projects import list_projects
-from .quota import FreeSpace, QuotaSource
-from .readiness import check_ready
-from .records import dumps, read_json
-from .recovery import Plan, Recovery, Report
-from .retention import SweepReport, sweep
-from .search import TreeSearch
-from .task_rules import DEFAULT_MAX_ARTIFACT_BYTES
-from .tasks import TaskStore
-from .tokens import TokenRegistry
-from .traffic import TrafficRow, TreeTraffic
-from .usage import Usage
-from .usage_fsck import fsck_usage, upgrade_usage
-from .usage_tree import TreeUsage
+from app.storage.atomic import flush_derived, write_atomic
+from app.storage.backup.format import ExportSummary, ImportSummary
+from app.storage.backup.tree_export import export_tree
+from app.storage.backup.tree_import import import_tree
+from app.storage.clock import Clock, system_clock
+from app.storage.errors import StorageError
+from app.storage.fsck import DEFAULT_GRACE, fsck
+from app.storage.keys import root_key
+from app.storage.layout import Scope
+from app.storage.limits import LimitsFile
+from app.storage.memstores import MemoryStoreEngine
+from app.storage.memstores.fsck import upgrade_store_dirs, upgrade_store_search
+from app.storage.memstores.retention import VersionSweep
+from app.storage.models import FsckReport, SearchPage
+from app.storage.projects import list_projects
+from app.storage.quota import FreeSpace, QuotaSource
+from app.storage.readiness import check_ready
+from app.storage.records import dumps, read_json
+from app.storage.recovery import Plan, Recovery, Report
+from app.storage.retention import SweepReport, sweep
+from app.storage.search import TreeSearch
+from app.storage.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from app.storage.tasks import TaskStore
+from app.storage.tokens import TokenRegistry
+from app.storage.traffic import TrafficRow, TreeTraffic
+from app.storage.usage import Usage
+from app.storage.usage_fsck import fsck_usage, upgrade_usage
+from app.storage.usage_tree import TreeUsage
 
 if TYPE_CHECKING:
     import filelock
@@ -268,7 +268,7 @@ class TreeStorage:
 
     def lead(self, name: str) -> _FileLease | None:
         """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""
-        from .locks import try_locked
+        from app.storage.locks import try_locked
 
         lock = try_locked(self.layout.check_inside(self.layout.locks_dir() / f"{name}.leader"))
         return None if lock is None else _FileLease(lock)

@@ -26,11 +26,11 @@ from typing import BinaryIO
 
 from ulid import ULID
 
-from . import digest as digest_mod, fts, turn_search
-from .atomic import fsync_dir, make_dirs
-from .digestdb import BaseMismatch
-from .errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
-from .layout import (
+from app.storage import digest as digest_mod, fts, turn_search
+from app.storage.atomic import fsync_dir, make_dirs
+from app.storage.digestdb import BaseMismatch
+from app.storage.errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
+from app.storage.layout import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
     PREV_PREFIX,
@@ -48,10 +48,10 @@ from .layout import (
     validate_artifact_name,
     validate_id,
 )
-from .listing import Listing, TurnRow
-from .models import FsckReport, TurnRecord
-from .noatime import sha256_file
-from .records import (
+from app.storage.listing import Listing, TurnRow
+from app.storage.models import FsckReport, TurnRecord
+from app.storage.noatime import sha256_file
+from app.storage.records import (
     build_index,
     index_rows,
     read_json,
@@ -62,9 +62,9 @@ from .records import (
     turn_to_json,
     write_json,
 )
-from .tasks import TaskStore
-from .tree import Entry, Tree
-from .txn import Key
+from app.storage.tasks import TaskStore
+from app.storage.tree import Entry, Tree
+from app.storage.txn import Key
 
 LOST_FOUND = ".lost+found"
 DEFAULT_GRACE = timedelta(minutes=10)

@@ -32,8 +32,8 @@ import sqlite3
 import time
 from collections.abc import Iterable
 
-from .query import MARK_END, MARK_START
-from .sqlitedb import is_busy, write_txn
+from app.storage.query import MARK_END, MARK_START
+from app.storage.sqlitedb import is_busy, write_txn
 
 DOCS = "search_docs"
 TEXT = "search_text"

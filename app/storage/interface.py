@@ -16,11 +16,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
-from .clock import Clock
-from .layout import Scope
-from .limits import QuotaOverride, Quotas, RateOverride, RateOverrides
-from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
-from .models import (
+from app.storage.clock import Clock
+from app.storage.layout import Scope
+from app.storage.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
+from app.storage.memstores.models import (
+    Deleted,
+    Memory,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    VersionFilter,
+)
+from app.storage.models import (
     ArtifactInfo,
     ArtifactStream,
     FsckReport,
@@ -29,9 +36,9 @@ from .models import (
     TaskPage,
     TurnRecord,
 )
-from .tokens import Token
-from .traffic import TrafficRow
-from .usage import Usage
+from app.storage.tokens import Token
+from app.storage.traffic import TrafficRow
+from app.storage.usage import Usage
 
 
 class TaskBackend(Protocol):

@@ -10,9 +10,9 @@ import os
 import secrets
 from pathlib import Path
 
-from .atomic import fsync_dir, make_config_dirs, remove_quietly
-from .layout import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX, Layout
-from .noatime import read_all
+from app.storage.atomic import fsync_dir, make_config_dirs, remove_quietly
+from app.storage.layout import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX, Layout
+from app.storage.noatime import read_all
 
 __all__ = ["CONSOLE_KEY", "CURSOR_KEY", "root_key"]
 _KEY_BYTES = 32

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .beneath import Beneath, Unavailable
-from .errors import InvalidName, UnsafePath
-from .noatime import open_noatime, read_all
-from .tree import Tree, remove_planted_link
+from app.storage.beneath import Beneath, Unavailable
+from app.storage.errors import InvalidName, UnsafePath
+from app.storage.noatime import open_noatime, read_all
+from app.storage.tree import Tree, remove_planted_link
 
 ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"

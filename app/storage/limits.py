@@ -39,11 +39,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .atomic import make_dirs, write_atomic
-from .errors import Corrupt, InvalidName, StorageError
-from .layout import LIMITS_FILE, LOCKS_DIR, Layout, validate_id
-from .locks import locked
-from .records import dumps, read_json
+from app.storage.atomic import make_dirs, write_atomic
+from app.storage.errors import Corrupt, InvalidName, StorageError
+from app.storage.layout import LIMITS_FILE, LOCKS_DIR, Layout, validate_id
+from app.storage.locks import locked
+from app.storage.records import dumps, read_json
 
 VERSION = 1
 RATE = "rate"

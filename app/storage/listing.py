@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import digestdb, fts, listing_usage as lu, turn_search
-from .digest import DigestRow, Section
-from .errors import LockTimeout
-from .sqlitedb import create_file, is_busy, open_wal, read_txn, write_txn
-from .turn_search import TurnText
-from .usage import Reserved, StoreUsage, TurnUsage, Usage
+from app.storage import digestdb, fts, listing_usage as lu, turn_search
+from app.storage.digest import DigestRow, Section
+from app.storage.errors import LockTimeout
+from app.storage.sqlitedb import create_file, is_busy, open_wal, read_txn, write_txn
+from app.storage.turn_search import TurnText
+from app.storage.usage import Reserved, StoreUsage, TurnUsage, Usage
 
 _SCHEMA = (
     """

@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from .usage import Reserved, StoreUsage, TurnUsage, Usage, owner_alive
+from app.storage.usage import Reserved, StoreUsage, TurnUsage, Usage, owner_alive
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage_turns (

@@ -24,9 +24,9 @@ from typing import Any
 
 import filelock
 
-from .atomic import DIR_MODE, FILE_MODE
-from .errors import LockTimeout
-from .noatime import open_noatime
+from app.storage.atomic import DIR_MODE, FILE_MODE
+from app.storage.errors import LockTimeout
+from app.storage.noatime import open_noatime
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []

@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 
-from .errors import Corrupt
+from app.storage.errors import Corrupt
 
 O_NOATIME: int = getattr(os, "O_NOATIME", 0)
 # O_NONBLOCK: opening a FIFO a person put where a file was expected must not wait for a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .layout import Layout, Scope
+from app.storage.layout import Layout, Scope
 
 
 def list_projects(layout: Layout, tenants: Iterable[str] | None = None) -> list[Scope]:

@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InvalidName
-from .task_rules import scope_tag
+from app.storage.errors import InvalidName
+from app.storage.task_rules import scope_tag
 
 if TYPE_CHECKING:
-    from .cursor import CursorCodec
-    from .layout import Scope
+    from app.storage.cursor import CursorCodec
+    from app.storage.layout import Scope
 
 T = TypeVar("T")
 #: The most hits one page of a search holds.

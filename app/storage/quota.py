@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from .errors import InsufficientStorage, StorageError
-from .layout import Scope
-from .limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
+from app.storage.errors import InsufficientStorage, StorageError
+from app.storage.layout import Scope
+from app.storage.limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
 
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
 FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted

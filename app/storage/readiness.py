@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import secrets
 
-from .atomic import remove_quietly, write_atomic
-from .locks import locked
-from .tasks import TaskStore
+from app.storage.atomic import remove_quietly, write_atomic
+from app.storage.locks import locked
+from app.storage.tasks import TaskStore
 
 
 def check_ready(store: TaskStore) -> tuple[bool, str]:

@@ -15,15 +15,15 @@ from typing import Any
 
 import orjson
 
-from .atomic import write_atomic
-from .clock import parse_iso_us
-from .errors import Corrupt, UnsafePath
-from .layout import TASK_RECORD, TURN_DIR_RE, TURN_META
-from .listing import TurnRow, meta_facts
-from .models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
-from .noatime import open_noatime, read_all
-from .tree import Tree
-from .usage import TurnUsage
+from app.storage.atomic import write_atomic
+from app.storage.clock import parse_iso_us
+from app.storage.errors import Corrupt, UnsafePath
+from app.storage.layout import TASK_RECORD, TURN_DIR_RE, TURN_META
+from app.storage.listing import TurnRow, meta_facts
+from app.storage.models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
+from app.storage.noatime import open_noatime, read_all
+from app.storage.tree import Tree
+from app.storage.usage import TurnUsage
 
 FORMAT_VERSION = 1
 

@@ -41,9 +41,9 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .atomic import fsync_dir, make_dirs, sync_is_barrier, write_atomic
-from .errors import StorageError, UnsafePath
-from .layout import Layout
+from app.storage.atomic import fsync_dir, make_dirs, sync_is_barrier, write_atomic
+from app.storage.errors import StorageError, UnsafePath
+from app.storage.layout import Layout
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 

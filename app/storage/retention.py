@@ -28,14 +28,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .clock import iso_us, parse_iso_us, to_us
-from .errors import Corrupt, StorageError, UnsafePath
-from .fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, trash_age_seconds
-from .layout import ARTIFACTS_DIR, PROJECT_LISTING, TMP_PREFIX, TURN_DIR_RE, TURN_META, Scope
-from .records import read_turn, turn_dirs
-from .tasks import TaskStore
-from .tree import Entry, Tree
-from .txn import Key
+from app.storage.clock import iso_us, parse_iso_us, to_us
+from app.storage.errors import Corrupt, StorageError, UnsafePath
+from app.storage.fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, is_id, trash_age_seconds
+from app.storage.layout import (
+    ARTIFACTS_DIR,
+    PROJECT_LISTING,
+    TMP_PREFIX,
+    TURN_DIR_RE,
+    TURN_META,
+    Scope,
+)
+from app.storage.records import read_turn, turn_dirs
+from app.storage.tasks import TaskStore
+from app.storage.tree import Entry, Tree
+from app.storage.txn import Key
 
 
 @dataclass(frozen=True, slots=True)

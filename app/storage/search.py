@@ -31,14 +31,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import fts, turn_search
-from .errors import NotFound, StorageError
-from .layout import STORE_ID_RE, Scope
-from .listing import Listing
-from .memstores.engine import MemoryStoreEngine
-from .memstores.index import IndexReader
-from .models import SearchHit, SearchPage
-from .query import (
+from app.storage import fts, turn_search
+from app.storage.errors import NotFound, StorageError
+from app.storage.layout import STORE_ID_RE, Scope
+from app.storage.listing import Listing
+from app.storage.memstores.engine import MemoryStoreEngine
+from app.storage.memstores.index import IndexReader
+from app.storage.models import SearchHit, SearchPage
+from app.storage.query import (
     SearchQuery,
     check_limit,
     decode_cursor,
@@ -47,7 +47,7 @@ from .query import (
     fts5_term,
     parse_query,
 )
-from .tasks import TaskStore
+from app.storage.tasks import TaskStore
 
 log = logging.getLogger("app.storage.search")
 

@@ -9,9 +9,9 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 
-from .atomic import FILE_MODE
-from .errors import LockTimeout
-from .tree import remove_planted_link
+from app.storage.atomic import FILE_MODE
+from app.storage.errors import LockTimeout
+from app.storage.tree import remove_planted_link
 
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -12,9 +12,9 @@ import json
 import re
 from typing import Any
 
-from .cursor import CursorCodec
-from .errors import InvalidName, PreconditionFailed
-from .layout import Scope, validate_id
+from app.storage.cursor import CursorCodec
+from app.storage.errors import InvalidName, PreconditionFailed
+from app.storage.layout import Scope, validate_id
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB

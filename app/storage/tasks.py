@@ -26,8 +26,8 @@ from typing import IO, Any, BinaryIO, cast
 
 from ulid import ULID
 
-from . import digest as digest_mod, task_rules
-from .atomic import (
+from app.storage import digest as digest_mod, task_rules
+from app.storage.atomic import (
     DIR_MODE,
     batched_dir_syncs,
     commit_point,
@@ -40,19 +40,13 @@ from .atomic import (
     stage_stream,
     write_atomic,
 )
-from .background import Later
-from .clock import Clock, iso_us, parse_iso_us, system_clock, to_us
-from .cursor import CursorCodec, load_key
-from .digest import Section
-from .digests import Digests
-from .errors import (
-    Conflict,
-    Corrupt,
-    LockTimeout,
-    NotFound,
-    NotOwner,
-)
-from .layout import (
+from app.storage.background import Later
+from app.storage.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
+from app.storage.cursor import CursorCodec, load_key
+from app.storage.digest import Section
+from app.storage.digests import Digests
+from app.storage.errors import Conflict, Corrupt, LockTimeout, NotFound, NotOwner
+from app.storage.layout import (
     ARTIFACTS_DIR,
     PREV_PREFIX,
     TASK_INDEX,
@@ -68,8 +62,8 @@ from .layout import (
     validate_id,
     validate_turn,
 )
-from .listing import Listing, TaskFilter
-from .models import (
+from app.storage.listing import Listing, TaskFilter
+from app.storage.models import (
     ArtifactInfo,
     ArtifactStream,
     TaskIndex,
@@ -77,8 +71,8 @@ from .models import (
     TaskSummary,
     TurnRecord,
 )
-from .noatime import open_noatime, sha256_file
-from .records import (
+from app.storage.noatime import open_noatime, sha256_file
+from app.storage.records import (
     index_from_json,
     index_rows,
     index_with_turn,
@@ -95,18 +89,18 @@ from .records import (
     usage_of_turn,
     write_json,
 )
-from .task_rules import (
+from app.storage.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     MiB,
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
 )
-from .tree import Tree
-from .turn_search import TurnText, turn_text
-from .txn import Key, Transactions, Txn
-from .usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
-from .usage_tree import TreeUsage, settling
+from app.storage.tree import Tree
+from app.storage.turn_search import TurnText, turn_text
+from app.storage.txn import Key, Transactions, Txn
+from app.storage.usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
+from app.storage.usage_tree import TreeUsage, settling
 
 # A kept previous copy of an artifact while its replacement is being committed; a temp-file
 # name, so readers and listings skip it and the sweeper collects a stale one.

@@ -19,12 +19,12 @@ from typing import Any
 
 from ulid import ULID
 
-from .atomic import make_config_dirs, write_atomic
-from .clock import Clock, iso, parse_iso, system_clock
-from .errors import NotFound
-from .layout import validate_id
-from .locks import locked
-from .records import dumps, read_json
+from app.storage.atomic import make_config_dirs, write_atomic
+from app.storage.clock import Clock, iso, parse_iso, system_clock
+from app.storage.errors import NotFound
+from app.storage.layout import validate_id
+from app.storage.locks import locked
+from app.storage.records import dumps, read_json
 
 ROLES = ("reader", "writer", "project_admin", "tenant_admin", "admin")
 SECRET_PREFIX = "pm_"  # noqa: S105 - a prefix, not a secret

@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from .layout import Layout
-from .sqlitedb import create_file, open_wal, read_txn, write_txn
+from app.storage.layout import Layout
+from app.storage.sqlitedb import create_file, open_wal, read_txn, write_txn
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS traffic (

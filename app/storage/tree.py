@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .beneath import DIR_FLAGS, Beneath, Unavailable, not_a_directory
-from .errors import UnsafePath
+from app.storage.beneath import DIR_FLAGS, Beneath, Unavailable, not_a_directory
+from app.storage.errors import UnsafePath
 
 log = logging.getLogger("app.storage")
 

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import fts
-from .fts import DOCS, TEXT
-from .models import TurnRecord
-from .sqlitedb import write_txn
+from app.storage import fts
+from app.storage.fts import DOCS, TEXT
+from app.storage.models import TurnRecord
+from app.storage.sqlitedb import write_txn
 
 # bm25 weights of task_id, meta and summary: a word in the task's name counts most.
 WEIGHTS = "3.0, 2.0, 1.0"

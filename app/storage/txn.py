@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import DIR_MODE, await_flush, group_commit
-from .errors import StorageError, UnsafePath
-from .layout import LOCK_STRIPES, Layout, Scope, validate_id
-from .locks import locked
-from .noatime import open_noatime
+from app.storage.atomic import DIR_MODE, await_flush, group_commit
+from app.storage.errors import StorageError, UnsafePath
+from app.storage.layout import LOCK_STRIPES, Layout, Scope, validate_id
+from app.storage.locks import locked
+from app.storage.noatime import open_noatime
 
 log = logging.getLogger("app.storage")
 

@@ -40,12 +40,12 @@ import time
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import StorageError
+from app.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from .layout import Scope
-    from .limits import QuotaOverride
-    from .quota import FreeSpace
+    from app.storage.layout import Scope
+    from app.storage.limits import QuotaOverride
+    from app.storage.quota import FreeSpace
 
 LEASE_SECONDS = 900.0  # a reservation not renewed for this long no longer counts
 RENEW_SECONDS = 30.0  # a streaming write renews its lease at most this often

@@ -15,15 +15,15 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
-from .errors import Corrupt, LockTimeout, StorageError, UnsafePath
-from .fsck import is_id
-from .layout import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope
-from .memstores.core import StoresBase
-from .models import FsckReport
-from .records import read_turn, turn_usage
-from .tasks import TaskStore
-from .txn import Key
-from .usage import StoreUsage, TurnUsage
+from app.storage.errors import Corrupt, LockTimeout, StorageError, UnsafePath
+from app.storage.fsck import is_id
+from app.storage.layout import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope
+from app.storage.memstores.core import StoresBase
+from app.storage.models import FsckReport
+from app.storage.records import read_turn, turn_usage
+from app.storage.tasks import TaskStore
+from app.storage.txn import Key
+from app.storage.usage import StoreUsage, TurnUsage
 
 
 class _UsageCheck:

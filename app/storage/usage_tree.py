@@ -28,13 +28,13 @@ from contextlib import AbstractContextManager, nullcontext
 
 from ulid import ULID
 
-from .atomic import make_dirs
-from .layout import Layout, Scope
-from .listing import Listing
-from .locks import locked
-from .projects import list_projects
-from .quota import FreeSpace, QuotaSource
-from .usage import (
+from app.storage.atomic import make_dirs
+from app.storage.layout import Layout, Scope
+from app.storage.listing import Listing
+from app.storage.locks import locked
+from app.storage.projects import list_projects
+from app.storage.quota import FreeSpace, QuotaSource
+from app.storage.usage import (
     NO_TICKET,
     ZERO,
     HeldTicket,

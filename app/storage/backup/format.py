@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
-from ..errors import Corrupt, InvalidName, StorageError
-from ..layout import (
+from app.storage.errors import Corrupt, InvalidName, StorageError
+from app.storage.layout import (
     ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
     STORE_ID_PATTERN,
@@ -48,9 +48,9 @@ from ..layout import (
     validate_artifact_name,
     validate_id,
 )
-from ..memstores.records import StoreRecord, VersionRecord
-from ..models import TurnRecord
-from ..records import turn_from_json
+from app.storage.memstores.records import StoreRecord, VersionRecord
+from app.storage.models import TurnRecord
+from app.storage.records import turn_from_json
 
 FORMAT = "project-memory-backup"
 VERSION = 2

@@ -19,10 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from ulid import ULID
 
-from ..atomic import DIR_MODE, atomic_file, sync_filesystem
-from ..clock import iso
-from ..errors import StorageError, UnsafePath
-from ..layout import (
+from app.storage.atomic import DIR_MODE, atomic_file, sync_filesystem
+from app.storage.backup.format import (
+    CURSOR_KEY_MEMBER,
+    ArchiveError,
+    BackupWriter,
+    ExportSummary,
+    store_member,
+    task_member,
+)
+from app.storage.clock import iso
+from app.storage.errors import StorageError, UnsafePath
+from app.storage.layout import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
     STORE_ID_RE,
@@ -36,19 +44,11 @@ from ..layout import (
     turn_dirname,
     validate_id,
 )
-from ..records import read_turn, turn_from_json
-from ..txn import Key
-from .format import (
-    CURSOR_KEY_MEMBER,
-    ArchiveError,
-    BackupWriter,
-    ExportSummary,
-    store_member,
-    task_member,
-)
+from app.storage.records import read_turn, turn_from_json
+from app.storage.txn import Key
 
 if TYPE_CHECKING:
-    from ..facade import TreeStorage
+    from app.storage.facade import TreeStorage
 
 
 def _refuse_link(storage: TreeStorage, path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ulid import ULID
 
-from ..atomic import (
+from app.storage.atomic import (
     DIR_MODE,
     FILE_MODE,
     fsync_dir_fd,
@@ -37,9 +37,20 @@ from ..atomic import (
     sync_tree,
     write_atomic,
 )
-from ..digest import Section
-from ..errors import StorageError
-from ..layout import (
+from app.storage.backup.format import (
+    CHUNK,
+    ArchiveError,
+    BackupReader,
+    Group,
+    ImportSummary,
+    Member,
+    MemberName,
+    Record,
+    Restore,
+)
+from app.storage.digest import Section
+from app.storage.errors import StorageError
+from app.storage.layout import (
     ARTIFACTS_DIR,
     STORE_RECORD,
     TASK_INDEX,
@@ -51,26 +62,15 @@ from ..layout import (
     Scope,
     turn_dirname,
 )
-from ..listing import TurnRow
-from ..models import TurnRecord
-from ..records import build_index, dumps, index_rows, read_json, read_turn, turn_usage
-from ..turn_search import TurnText, turn_text
-from ..txn import Key
-from ..usage import TurnUsage
-from .format import (
-    CHUNK,
-    ArchiveError,
-    BackupReader,
-    Group,
-    ImportSummary,
-    Member,
-    MemberName,
-    Record,
-    Restore,
-)
+from app.storage.listing import TurnRow
+from app.storage.models import TurnRecord
+from app.storage.records import build_index, dumps, index_rows, read_json, read_turn, turn_usage
+from app.storage.turn_search import TurnText, turn_text
+from app.storage.txn import Key
+from app.storage.usage import TurnUsage
 
 if TYPE_CHECKING:
-    from ..facade import TreeStorage
+    from app.storage.facade import TreeStorage
 
 _PUBLISH_BATCH = 1000
 

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine import MemoryStoreEngine as MemoryStoreEngine
-    from .models import (
+    from app.storage.memstores.engine import MemoryStoreEngine as MemoryStoreEngine
+    from app.storage.memstores.models import (
         ContentPreconditionFailed as ContentPreconditionFailed,
         Deleted as Deleted,
         HeadVersion as HeadVersion,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         StoreFull as StoreFull,
         VersionFilter as VersionFilter,
     )
-    from .retention import VersionSweep as VersionSweep
+    from app.storage.memstores.retention import VersionSweep as VersionSweep
 
 _EXPORTS = {
     "MemoryStoreEngine": ".engine",

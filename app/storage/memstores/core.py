@@ -29,17 +29,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from ..atomic import make_dirs, write_atomic, write_new
-from ..clock import Clock, system_clock, to_us
-from ..cursor import CursorCodec, load_key
-from ..errors import Corrupt, NotFound, StorageError, UnsafePath
-from ..layout import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Layout, Scope
-from ..records import dumps, read_json_bytes
-from ..txn import Key, Transactions, Txn
-from ..usage import NO_TICKET, StoreUsage, Ticket
-from ..usage_tree import TreeUsage
-from .index import IndexContent, MemoryRow, StoreIndex, rows_from_records
-from .records import StoreRecord, VersionRecord
+from app.storage.atomic import make_dirs, write_atomic, write_new
+from app.storage.clock import Clock, system_clock, to_us
+from app.storage.cursor import CursorCodec, load_key
+from app.storage.errors import Corrupt, NotFound, StorageError, UnsafePath
+from app.storage.layout import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Layout, Scope
+from app.storage.memstores.index import IndexContent, MemoryRow, StoreIndex, rows_from_records
+from app.storage.memstores.records import StoreRecord, VersionRecord
+from app.storage.records import dumps, read_json_bytes
+from app.storage.txn import Key, Transactions, Txn
+from app.storage.usage import NO_TICKET, StoreUsage, Ticket
+from app.storage.usage_tree import TreeUsage
 
 DEFAULT_MAX_MEMORIES = 10_000
 DEFAULT_KEEP_RECENT = 3

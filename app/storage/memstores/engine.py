@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from ..models import FsckReport
-from .fsck import all_stores, fsck_stores
-from .retention import VersionSweep, sweep_versions
-from .versions import VersionOps
+from app.storage.memstores.fsck import all_stores, fsck_stores
+from app.storage.memstores.retention import VersionSweep, sweep_versions
+from app.storage.memstores.versions import VersionOps
+from app.storage.models import FsckReport
 
 
 class MemoryStoreEngine(VersionOps):

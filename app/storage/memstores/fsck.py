@@ -20,15 +20,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
-from ..fsck import quarantine
-from ..layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
-from ..models import FsckReport
-from ..txn import Key
-from . import rules
-from .core import StoresBase
-from .index import IndexContent, rows_from_records
-from .records import VersionRecord
+from app.storage.errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
+from app.storage.fsck import quarantine
+from app.storage.layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
+from app.storage.memstores import rules
+from app.storage.memstores.core import StoresBase
+from app.storage.memstores.index import IndexContent, rows_from_records
+from app.storage.memstores.records import VersionRecord
+from app.storage.models import FsckReport
+from app.storage.txn import Key
 
 STALE_TEMP_SECONDS = 3600
 _LEGACY_DIR = re.compile(rf"(?:[a-z0-9-]+-)?({STORE_ID_PATTERN})")

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import fts
-from ..fts import DOCS, TEXT
-from ..sqlitedb import create_file, open_wal, read_txn, write_txn
-from ..usage import StoreUsage
-from .models import Memory, MemoryVersion, VersionFilter
-from .records import VersionRecord
+from app.storage import fts
+from app.storage.fts import DOCS, TEXT
+from app.storage.memstores.models import Memory, MemoryVersion, VersionFilter
+from app.storage.memstores.records import VersionRecord
+from app.storage.sqlitedb import create_file, open_wal, read_txn, write_txn
+from app.storage.usage import StoreUsage
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (

@@ -7,14 +7,14 @@ from typing import Any
 
 from ulid import ULID
 
-from ..layout import Scope
-from ..usage import Ticket
-from . import rules, semantics
-from .models import Deleted, Memory, Page, StoreFull
-from .paging import memories_page, memories_query, memory_items
-from .records import VersionRecord
-from .semantics import check_free, live_memory
-from .stores import StoreOps
+from app.storage.layout import Scope
+from app.storage.memstores import rules, semantics
+from app.storage.memstores.models import Deleted, Memory, Page, StoreFull
+from app.storage.memstores.paging import memories_page, memories_query, memory_items
+from app.storage.memstores.records import VersionRecord
+from app.storage.memstores.semantics import check_free, live_memory
+from app.storage.memstores.stores import StoreOps
+from app.storage.usage import Ticket
 
 
 class MemoryOps(StoreOps):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Conflict, PreconditionFailed, StorageError
+from app.storage.errors import Conflict, PreconditionFailed, StorageError
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cursor import CursorCodec
-from ..errors import InvalidName
-from ..layout import VERSION_ID_RE
-from . import rules
-from .index import MemoryLookup, MemoryRow, filter_clause
-from .models import MemoryPrefix, Page, VersionFilter
-from .records import OPERATIONS
+from app.storage.cursor import CursorCodec
+from app.storage.errors import InvalidName
+from app.storage.layout import VERSION_ID_RE
+from app.storage.memstores import rules
+from app.storage.memstores.index import MemoryLookup, MemoryRow, filter_clause
+from app.storage.memstores.models import MemoryPrefix, Page, VersionFilter
+from app.storage.memstores.records import OPERATIONS
 
 PAGE_PREFIX = "page_"
 MAX_LIMIT = 100

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import Corrupt
-from .models import Memory, MemoryStore, MemoryVersion
+from app.storage.errors import Corrupt
+from app.storage.memstores.models import Memory, MemoryStore, MemoryVersion
 
 FORMAT = 1
 OPERATIONS = ("created", "modified", "deleted")

@@ -8,11 +8,11 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..atomic import fsync_dir
-from ..clock import to_us
-from ..errors import NotFound, StorageError
-from ..layout import Scope
-from .core import StoresBase, StoreTxn
+from app.storage.atomic import fsync_dir
+from app.storage.clock import to_us
+from app.storage.errors import NotFound, StorageError
+from app.storage.layout import Scope
+from app.storage.memstores.core import StoresBase, StoreTxn
 
 
 @dataclass(frozen=True, slots=True)

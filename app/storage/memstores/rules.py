@@ -11,8 +11,8 @@ import re
 import unicodedata
 from typing import Any
 
-from ..errors import InvalidName
-from ..layout import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
+from app.storage.errors import InvalidName
+from app.storage.layout import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
 
 MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENTS = 20

@@ -12,13 +12,18 @@ from typing import Any
 
 from ulid import ULID
 
-from ..clock import iso_us
-from ..errors import InvalidName, NotFound, NotOwner
-from ..layout import MEMORY_ID_RE, Scope
-from . import rules
-from .index import MemoryLookup, MemoryRow
-from .models import ContentPreconditionFailed, HeadVersion, PathConflict, StoreArchived
-from .records import StoreRecord, VersionRecord, sha256_hex
+from app.storage.clock import iso_us
+from app.storage.errors import InvalidName, NotFound, NotOwner
+from app.storage.layout import MEMORY_ID_RE, Scope
+from app.storage.memstores import rules
+from app.storage.memstores.index import MemoryLookup, MemoryRow
+from app.storage.memstores.models import (
+    ContentPreconditionFailed,
+    HeadVersion,
+    PathConflict,
+    StoreArchived,
+)
+from app.storage.memstores.records import StoreRecord, VersionRecord, sha256_hex
 
 VERSION_PREFIX = "memver_"
 

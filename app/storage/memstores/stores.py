@@ -6,16 +6,16 @@ import os
 
 from ulid import ULID
 
-from ..atomic import DIR_MODE, fsync_dir, make_dirs, write_atomic
-from ..errors import Corrupt, NotFound, UnsafePath
-from ..layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
-from ..records import dumps
-from ..txn import Key
-from ..usage import StoreUsage
-from . import semantics
-from .core import StoresBase
-from .models import Deleted, MemoryStore, Page
-from .paging import check_limit, fingerprint, stores_after, stores_next
+from app.storage.atomic import DIR_MODE, fsync_dir, make_dirs, write_atomic
+from app.storage.errors import Corrupt, NotFound, UnsafePath
+from app.storage.layout import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
+from app.storage.memstores import semantics
+from app.storage.memstores.core import StoresBase
+from app.storage.memstores.models import Deleted, MemoryStore, Page
+from app.storage.memstores.paging import check_limit, fingerprint, stores_after, stores_next
+from app.storage.records import dumps
+from app.storage.txn import Key
+from app.storage.usage import StoreUsage
 
 
 class StoreOps(StoresBase):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..clock import iso_us
-from ..errors import NotFound
-from ..layout import Scope
-from . import semantics
-from .memories import MemoryOps
-from .models import MemoryVersion, Page, VersionFilter
-from .paging import versions_next, versions_query
+from app.storage.clock import iso_us
+from app.storage.errors import NotFound
+from app.storage.layout import Scope
+from app.storage.memstores import semantics
+from app.storage.memstores.memories import MemoryOps
+from app.storage.memstores.models import MemoryVersion, Page, VersionFilter
+from app.storage.memstores.paging import versions_next, versions_query
 
 
 class VersionOps(MemoryOps):

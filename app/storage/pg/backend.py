@@ -17,28 +17,35 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from ..backup.format import ExportSummary, ImportSummary
-from ..clock import Clock, iso_us, system_clock, to_us
-from ..cursor import CursorCodec
-from ..errors import StorageError
-from ..facade import SweepOutcome
-from ..fsck import DEFAULT_GRACE
-from ..layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
-from ..models import FsckReport, SearchPage
-from ..quota import QuotaSource
-from ..retention import ProjectSweep, SweepReport
-from ..task_rules import DEFAULT_MAX_ARTIFACT_BYTES
-from ..traffic import TrafficRow
-from ..usage import Usage
-from . import digest as pgd, usage as pgu
-from .backup import export_pg, import_pg
-from .blobs import BlobStore
-from .control import Lease, PgLimits, PgTokenRegistry, database_key, load_state, save_state
-from .db import Database, advisory_xact_lock, backup_running, translated
-from .schema import migrate
-from .search import PgSearch
-from .stores import PgMemoryStores
-from .tasks import PgTaskStore
+from app.storage.backup.format import ExportSummary, ImportSummary
+from app.storage.clock import Clock, iso_us, system_clock, to_us
+from app.storage.cursor import CursorCodec
+from app.storage.errors import StorageError
+from app.storage.facade import SweepOutcome
+from app.storage.fsck import DEFAULT_GRACE
+from app.storage.layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
+from app.storage.models import FsckReport, SearchPage
+from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg.backup import export_pg, import_pg
+from app.storage.pg.blobs import BlobStore
+from app.storage.pg.control import (
+    Lease,
+    PgLimits,
+    PgTokenRegistry,
+    database_key,
+    load_state,
+    save_state,
+)
+from app.storage.pg.db import Database, advisory_xact_lock, backup_running, translated
+from app.storage.pg.schema import migrate
+from app.storage.pg.search import PgSearch
+from app.storage.pg.stores import PgMemoryStores
+from app.storage.pg.tasks import PgTaskStore
+from app.storage.quota import QuotaSource
+from app.storage.retention import ProjectSweep, SweepReport
+from app.storage.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from app.storage.traffic import TrafficRow
+from app.storage.usage import Usage
 
 _ORPHAN_BATCH = 500
 

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import psycopg
 from psycopg import errors as pg_errors
 
-from ..atomic import atomic_file
-from ..backup.format import (
+from app.storage.atomic import atomic_file
+from app.storage.backup.format import (
     CURSOR_KEY_MEMBER,
     ArchiveError,
     BackupReader,
@@ -49,9 +49,9 @@ from ..backup.format import (
     store_member,
     task_member,
 )
-from ..clock import iso, parse_iso_us
-from ..errors import StorageError
-from ..layout import (
+from app.storage.clock import iso, parse_iso_us
+from app.storage.errors import StorageError
+from app.storage.layout import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
     STORE_RECORD,
@@ -60,18 +60,25 @@ from ..layout import (
     Scope,
     turn_dirname,
 )
-from ..listing import meta_facts
-from ..memstores.records import StoreRecord, VersionRecord
-from ..models import ArtifactInfo, TurnRecord
-from ..records import dumps, dumps_compact, turn_to_json
-from . import digest as pgd, usage as pgu
-from .blobs import BlobError
-from .db import backup_lock, translated
-from .stores import _VERSION_COLUMNS, VERSION_COLUMNS, _json, _record, marks, version_values
-from .tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
+from app.storage.listing import meta_facts
+from app.storage.memstores.records import StoreRecord, VersionRecord
+from app.storage.models import ArtifactInfo, TurnRecord
+from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg.blobs import BlobError
+from app.storage.pg.db import backup_lock, translated
+from app.storage.pg.stores import (
+    _VERSION_COLUMNS,
+    VERSION_COLUMNS,
+    _json,
+    _record,
+    marks,
+    version_values,
+)
+from app.storage.pg.tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
+from app.storage.records import dumps, dumps_compact, turn_to_json
 
 if TYPE_CHECKING:
-    from .backend import PgStorage
+    from app.storage.pg.backend import PgStorage
 
 _BATCH = 500  # ids per listing query, rows per server-side cursor fetch
 _DELETE_BATCH = 1000

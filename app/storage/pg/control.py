@@ -20,9 +20,9 @@ from typing import Any
 
 import psycopg
 
-from ..clock import Clock, iso, system_clock
-from ..errors import NotFound
-from ..limits import (
+from app.storage.clock import Clock, iso, system_clock
+from app.storage.errors import NotFound
+from app.storage.limits import (
     VERSION,
     LimitEdits,
     LimitsFileError,
@@ -31,9 +31,9 @@ from ..limits import (
     check_document,
     quotas_of,
 )
-from ..records import dumps
-from ..tokens import Token, TokenRegistryBase
-from .db import Database, lock_key, translated
+from app.storage.pg.db import Database, lock_key, translated
+from app.storage.records import dumps
+from app.storage.tokens import Token, TokenRegistryBase
 
 _TOKEN_COLUMNS = (
     "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256,"  # noqa: S105

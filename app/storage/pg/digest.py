@@ -33,10 +33,16 @@ from typing import Any, BinaryIO, cast
 
 import psycopg
 
-from .. import digest as text
-from ..errors import LockTimeout
-from ..layout import Scope
-from .db import Database, DatabaseError, advisory_xact_lock, advisory_xact_locks, translated
+from app.storage import digest as text
+from app.storage.errors import LockTimeout
+from app.storage.layout import Scope
+from app.storage.pg.db import (
+    Database,
+    DatabaseError,
+    advisory_xact_lock,
+    advisory_xact_locks,
+    translated,
+)
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62

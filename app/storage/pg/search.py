@@ -34,11 +34,12 @@ from typing import Any
 
 import psycopg
 
-from ..cursor import CursorCodec
-from ..fts import SNIPPET_TOKENS, Sentinels
-from ..layout import Scope
-from ..models import SearchHit, SearchPage
-from ..query import (
+from app.storage.cursor import CursorCodec
+from app.storage.fts import SNIPPET_TOKENS, Sentinels
+from app.storage.layout import Scope
+from app.storage.models import SearchHit, SearchPage
+from app.storage.pg.db import Database
+from app.storage.query import (
     QueryTerm,
     SearchQuery,
     check_limit,
@@ -46,8 +47,7 @@ from ..query import (
     encode_cursor,
     parse_query,
 )
-from ..turn_search import meta_text
-from .db import Database
+from app.storage.turn_search import meta_text
 
 SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score

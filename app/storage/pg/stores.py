@@ -24,14 +24,14 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
-from ..clock import Clock, iso_us, system_clock, to_us
-from ..cursor import CursorCodec
-from ..errors import NotFound
-from ..layout import STORE_ID_RE, VERSION_ID_RE, Scope
-from ..memstores import rules, semantics
-from ..memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from ..memstores.index import MemoryRow, VersionRow, filter_clause, version_row
-from ..memstores.models import (
+from app.storage.clock import Clock, iso_us, system_clock, to_us
+from app.storage.cursor import CursorCodec
+from app.storage.errors import NotFound
+from app.storage.layout import STORE_ID_RE, VERSION_ID_RE, Scope
+from app.storage.memstores import rules, semantics
+from app.storage.memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
+from app.storage.memstores.index import MemoryRow, VersionRow, filter_clause, version_row
+from app.storage.memstores.models import (
     Deleted,
     Memory,
     MemoryStore,
@@ -40,7 +40,7 @@ from ..memstores.models import (
     StoreFull,
     VersionFilter,
 )
-from ..memstores.paging import (
+from app.storage.memstores.paging import (
     check_limit,
     fingerprint,
     memories_page,
@@ -51,12 +51,12 @@ from ..memstores.paging import (
     versions_next,
     versions_query,
 )
-from ..memstores.records import StoreRecord, VersionRecord
-from ..memstores.retention import VersionSweep
-from ..memstores.semantics import check_free, live_memory
-from ..quota import QuotaSource
-from . import usage as pgu
-from .db import Database
+from app.storage.memstores.records import StoreRecord, VersionRecord
+from app.storage.memstores.retention import VersionSweep
+from app.storage.memstores.semantics import check_free, live_memory
+from app.storage.pg import usage as pgu
+from app.storage.pg.db import Database
+from app.storage.quota import QuotaSource
 
 _MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
 _VERSION_COLUMNS = (

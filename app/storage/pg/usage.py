@@ -21,10 +21,11 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
-from ..layout import Scope
-from ..quota import QuotaSource
-from ..traffic import TrafficRow
-from ..usage import (
+from app.storage.layout import Scope
+from app.storage.pg.db import Database, advisory_xact_lock
+from app.storage.quota import QuotaSource
+from app.storage.traffic import TrafficRow
+from app.storage.usage import (
     KINDS,
     NO_TICKET,
     ZERO,
@@ -36,7 +37,6 @@ from ..usage import (
     over_quota,
     wall_us,
 )
-from .db import Database, advisory_xact_lock
 
 _COLUMNS = ", ".join(KINDS)
 # What the rows say, per project: fsck's recount.
