@@ -177,8 +177,8 @@ def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
 def test_startup_recovery_repairs_after_an_unclean_shutdown(
     app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
 ) -> None:
+    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
     from app.storage.txn import Key
-    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
 
     fill(store, scope, clock)
     sentinel = store.layout.root / RUNNING_SENTINEL
@@ -203,7 +203,7 @@ def test_startup_recovery_after_lost_unsynced_writes_runs_a_full_check(
     app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
 ) -> None:
     """A canary that lost its last unsynced write means the page cache was lost too."""
-    from app.sweeper import startup_recovery
+    from app.ops.sweeper import startup_recovery
 
     fill(store, scope, clock)
     storage = app.extensions["storage"]
@@ -227,7 +227,7 @@ def test_tasks_written_while_the_full_check_runs_are_correct_afterwards(
 ) -> None:
     """The server serves while the full check of a lost page cache runs: what is written
     meanwhile (a stale task rewritten, new tasks) survives the check and reads back whole."""
-    from app.sweeper import startup_recovery
+    from app.ops.sweeper import startup_recovery
 
     for i in range(40):
         store.put_turn(scope, f"t{i:02d}", 0, meta={}, summary_md=f"before {i}")
@@ -269,7 +269,7 @@ def test_a_clean_shutdown_syncs_the_derived_files_before_it_drops_the_sentinel(
 ) -> None:
     # Derived files are written without fsync; without the sentinel the next start skips the
     # recovery, so they must be on disk before it goes.
-    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
 
     fill(store, scope, clock)
     startup_recovery(app)
@@ -292,8 +292,8 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
     """On FUSE a sync reaches no disk (tests/powerloss/test_clean_stop.py cuts the power
     there): the sentinel of a clean stop stays, and the next start runs the full check only
     if the canary lost its nonce."""
+    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
     from app.storage import atomic
-    from app.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
 
     monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
     monkeypatch.setattr(atomic, "_flushers", {})
@@ -316,8 +316,8 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
 
 
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
+    from app.ops.sweeper import RUNNING_SENTINEL, startup_recovery
     from app.storage.txn import Key
-    from app.sweeper import RUNNING_SENTINEL, startup_recovery
 
     engine = app.extensions["storage"].stores
     root = Path(app.config["STORAGE_ROOT"])

@@ -13,7 +13,7 @@ import pytest
     "modules",
     [
         "app.storage, app.storage.tokens, app.storage.readiness",
-        "app.mount.cli, app.mount.sync, app.mount.http, app.memory_tool",
+        "app.mount.cli, app.mount.sync, app.mount.http, app.services.memory_tool",
     ],
 )
 def test_imports_no_flask(modules: str) -> None:

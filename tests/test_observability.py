@@ -149,7 +149,7 @@ def test_metrics_endpoint_admin_only_and_counts(metrics_app: Flask) -> None:
             headers={"Authorization": f"Bearer {writer}"},
         )
         assert r.status_code in (200, 201)
-    from app.sweeper import run_sweep
+    from app.ops.sweeper import run_sweep
 
     run_sweep(metrics_app)
     text = client.get("/metrics", headers=admin_h).get_data(as_text=True)

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app, ratelimit
+from app import create_app
 from app.config import ConfigError
-from app.ratelimit import PROBES, BucketTable, Limiter, Outcome
 from app.storage.layout import LIMITS_FILE
 from app.storage.limits import LimitsFile, RateOverride
+from app.web import ratelimit
+from app.web.ratelimit import PROBES, BucketTable, Limiter, Outcome
 
 
 class Clock:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.serving import BodyPace, ClientTooSlow, Limits, error_response, target_path
+from app.ops.serving import error_response, target_path
+from app.web.body import BodyPace, ClientTooSlow, Limits
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Start-up checks (app/startup.py): MEMORY_BIND forms, the control socket path, exit status 2."""
+"""Start-up checks (app/ops/startup.py): MEMORY_BIND forms, the control socket path, exit status 2."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from app.config import ConfigError
-from app.startup import (
+from app.ops.startup import (
     MAX_SOCKET_PATH,
     checked_app,
     checked_config,
@@ -94,7 +94,7 @@ def test_the_start_banner_names_the_registry_the_backend_uses(
     backend_kind: str, backend_settings: dict[str, Any]
 ) -> None:
     from app import create_app
-    from app.bootstrap import where_things_are
+    from app.ops.bootstrap import where_things_are
 
     app = create_app({**backend_settings, "FIRST_TOKEN": "off"})
     lines = "\n".join(where_things_are(app, "http://127.0.0.1:9"))

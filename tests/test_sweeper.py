@@ -10,8 +10,8 @@ from pathlib import Path
 
 from flask import Flask
 
-from app import sweeper as sweeper_module
-from app.sweeper import STATE_FILE, Sweeper, start_for_worker
+from app.ops import sweeper as sweeper_module
+from app.ops.sweeper import STATE_FILE, Sweeper, start_for_worker
 
 
 def history(root: Path) -> list[dict[str, float]]:

@@ -13,9 +13,9 @@ from flask.blueprints import BlueprintSetupState
 from app.api.common import json_body
 from app.api.docs import doc
 from app.api.memory_stores import ERRORS, STORE_ID, TAGS, engine
-from app.auth import current_principal, require_principal
-from app.memory_tool import MemoryTool
 from app.schemas import memory_tool as s
+from app.services.memory_tool import MemoryTool
+from app.web.auth import current_principal, require_principal
 
 bp = Blueprint("memory_tool", __name__)
 tool_input = s.MemoryToolInput()

@@ -11,7 +11,6 @@ from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from app import usage_report
 from app.api.common import (
     body_stream,
     content_type,
@@ -27,16 +26,17 @@ from app.api.common import (
     storage,
 )
 from app.api.docs import doc
-from app.auth import current_principal, require_principal
-from app.errors import validation_error
-from app.permissions import only_owner
 from app.schemas import project_memory as s, usage as us
+from app.services import usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.interface import TaskBackend
 from app.storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.models import TurnRecord
 from app.storage.query import MAX_QUERY_CHARS
 from app.storage.task_rules import if_match_fails
+from app.web.auth import current_principal, require_principal
+from app.web.errors import validation_error
+from app.web.permissions import only_owner
 
 PREFIX = "/sandbox/memory/v1"
 # project.md with changes spliced in is copied through the worker (an unchanged one goes

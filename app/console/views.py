@@ -24,15 +24,15 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
-from app.auth import Principal
 from app.console import render, session as sessions
-from app.errors import ApiError, RequestValidationError, from_storage
-from app.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
 from app.storage import Corrupt, InvalidName, Scope, StorageError
 from app.storage.clock import parse_iso
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
 from app.storage.memstores import Memory, MemoryPrefix, VersionFilter
 from app.storage.tokens import Token, TokenRegistry
+from app.web.auth import Principal
+from app.web.errors import ApiError, RequestValidationError, from_storage
+from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
 
 log = logging.getLogger("app.console")
 

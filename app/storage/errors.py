@@ -1,4 +1,4 @@
-"""Errors raised by the storage engine; app/errors.py maps them to HTTP."""
+"""Errors raised by the storage engine; app/web/errors.py maps them to HTTP."""
 
 from __future__ import annotations
 

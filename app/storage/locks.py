@@ -28,7 +28,7 @@ from app.storage.atomic import DIR_MODE, FILE_MODE
 from app.storage.errors import LockTimeout
 from app.storage.noatime import open_noatime
 
-# Called with (seconds waited, acquired) after each blocking acquisition; app.metrics adds one.
+# Called with (seconds waited, acquired) after each blocking acquisition; app.web.metrics adds one.
 wait_observers: list[Callable[[float, bool], None]] = []
 
 

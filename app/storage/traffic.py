@@ -2,7 +2,7 @@
 ``<root>/.traffic.sqlite3`` (PostgreSQL: the ``traffic`` table, app/storage/pg/).
 
 Nothing here runs per request: each worker adds up its requests in memory and adds its sums
-to their hours every few seconds (app/traffic.py), one transaction per flush. The hours are
+to their hours every few seconds (app/web/traffic.py), one transaction per flush. The hours are
 kept as long as the turns are (``MEMORY_RETENTION_DAYS``), then pruned.
 """
 

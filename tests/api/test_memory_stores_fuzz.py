@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from openapi_spec_validator import validate
 
-from app.openapi import build_spec
+from app.api.openapi import build_spec
 from app.storage.models import FsckReport
 from tests.conftest import Tokens
 

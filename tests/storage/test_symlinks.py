@@ -220,7 +220,7 @@ def test_a_link_at_a_lock_file_is_replaced_and_the_server_still_starts(
     tmp_path: Path, name: str
 ) -> None:
     from app import create_app
-    from app.sweeper import startup_recovery
+    from app.ops.sweeper import startup_recovery
 
     config = {"STORAGE_ROOT": str(tmp_path / "root"), "TOKENS_FILE": str(tmp_path / "t.json")}
     app = create_app(config)

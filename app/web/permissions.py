@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.errors import ApiError
 from app.storage import Scope
 from app.storage.tokens import Token
+from app.web.errors import ApiError
 
 if TYPE_CHECKING:
-    from app.auth import Principal
+    from app.web.auth import Principal
 
 ADMIN_ROLE = "project_admin"
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
-from app.serving import body_bytes_read
+from app.services.usage_report import hour_now
 from app.storage.traffic import TrafficRow
-from app.usage_report import hour_now
+from app.web.body import body_bytes_read
 
 if TYPE_CHECKING:
     from app.storage.interface import StorageBackend

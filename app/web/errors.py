@@ -21,12 +21,12 @@ from flask import Flask, g, jsonify, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from app.requestlog import STORES_PREFIX, request_id
-from app.serving import body_cut_off, close_after_answer
 from app.storage import errors as se
 from app.storage.memstores import models as ms
 from app.storage.quota import FloorReached
 from app.storage.usage import QuotaExceeded
+from app.web.body import body_cut_off, close_after_answer
+from app.web.requestlog import STORES_PREFIX, request_id
 
 log = logging.getLogger("app.errors")
 
@@ -110,7 +110,7 @@ def error_body(
 ) -> dict[str, Any]:
     """Build the error body of the API ``path`` names (``{"detail": message}`` when it is None).
 
-    Also used by the gunicorn worker (app/serving.py) for the answers it writes itself.
+    Also used by the gunicorn worker (app/ops/serving.py) for the answers it writes itself.
     """
     if path is None or not path.startswith(STORES_PREFIX):
         return {"detail": message}
@@ -137,7 +137,7 @@ def render(exc: HTTPException) -> Any:
     slow = body_cut_off()
     if slow is not None:
         # Whatever reading the body raised (werkzeug reports a failed read as a disconnect),
-        # the cause is a client below the server's floor (app/serving.py).
+        # the cause is a client below the server's floor (app/ops/serving.py).
         exc = ApiError(408, slow)
     response = exc.get_response()
     code = exc.code or 500

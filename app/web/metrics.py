@@ -10,20 +10,14 @@ that variable (tests, ``flask run``) the process's own registry is served.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from flask import Blueprint, Flask, Response, current_app, g, request
+from flask import Flask, Response, g, request
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
     Counter,
     Histogram,
-    generate_latest,
-    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -59,8 +53,6 @@ SWEEP_REMOVED = Counter(
     ["kind"],
 )
 SWEEP_RUNS = Counter("memory_sweeper_runs_total", "Retention sweeps run.")
-
-bp = Blueprint("metrics", __name__)
 
 # Every label value comes from a closed set: a value taken from request input (a made-up method,
 # a path, a header) would be a new series per request, memory an attacker controls.
@@ -159,31 +151,10 @@ def _observe_request(response: Response) -> Response:
     return response
 
 
-@bp.get("/metrics")
-def get_metrics() -> Response:
-    """Prometheus metrics (admin tokens only)"""
-    from app.auth import authenticate
-    from app.errors import ApiError
-
-    token = authenticate()
-    if token.role != "admin":
-        raise ApiError(403, "metrics are served to admin tokens only")
-    if os.environ.get(MULTIPROC_ENV):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        data = generate_latest(registry)
-    else:
-        data = generate_latest(REGISTRY)
-    usage = CollectorRegistry(auto_describe=False)
-    usage.register(UsageCollector(current_app.extensions["storage"]))
-    return Response(data + generate_latest(usage), mimetype=CONTENT_TYPE_LATEST)
-
-
 def init_app(app: Flask) -> None:
-    """With METRICS=token: count every request and lock wait and serve /metrics."""
+    """With METRICS=token: count every request and lock wait (app/api/metrics.py serves them)."""
     if app.config["METRICS"] != "token":
         return  # off: not even a counter on the request path
     app.after_request(_observe_request)
     if _observe_lock not in locks.wait_observers:
         locks.wait_observers.append(_observe_lock)
-    app.register_blueprint(bp)

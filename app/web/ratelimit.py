@@ -47,10 +47,10 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, g, request
 from werkzeug.wrappers import Response
 
-from app.errors import ApiError
-from app.serving import COUNTED_INPUT, CountingInput
 from app.storage.errors import StorageError
 from app.storage.limits import NO_OVERRIDES, LimitsFile, RateOverride, RateOverrides
+from app.web.body import COUNTED_INPUT, CountingInput
+from app.web.errors import ApiError
 
 log = logging.getLogger("app.ratelimit")
 
@@ -613,7 +613,7 @@ def check_request() -> None:
         raise ApiError(429, outcome.message, headers=outcome.headers())
     counting = None
     if chunked and outcome.limits.upload is not None:
-        counting = environ.get(COUNTED_INPUT)  # every body is read through one (app.serving)
+        counting = environ.get(COUNTED_INPUT)  # every body is read through one (app/web/body.py)
     # Admitted responses carry the RateLimit fields once a budget is half spent: a client
     # is told in time to slow down, and far from its limits no response pays for them.
     if outcome.low or counting is not None:

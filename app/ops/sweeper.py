@@ -49,7 +49,7 @@ log = logging.getLogger("app.sweeper")
 
 def run_sweep(app: Flask, *, now: datetime | None = None, dry_run: bool = False) -> SweepOutcome:
     """Sweep both engines: expired turns and memory-store versions past their retention."""
-    from app import metrics
+    from app.web import metrics
 
     outcome = storage_of(app).sweep(now=now or datetime.now(UTC), dry_run=dry_run)
     if not dry_run:

@@ -90,7 +90,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def init_app(app: Flask) -> None:
-    from app import metrics
+    from app.web import metrics
 
     app.before_request(_start)
     # Registered before _finish: Flask runs after_request handlers in reverse order, so the

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from flask import current_app, g, request
 
-from app.errors import ApiError, validation_error
 from app.storage import InvalidName, Scope
 from app.storage.layout import validate_id
 from app.storage.tokens import Token, TokenRegistry, role_rank
+from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
 PROJECT_HEADER = "X-Sandbox-Project-Id"

@@ -10,7 +10,7 @@ request's head and body: N clients trickling bytes hold N threads, and a few doz
 * in the pool every read of the body is bounded: no wait longer than ``MEMORY_BODY_TIMEOUT``, and
   after that much slack at least ``MEMORY_BODY_MIN_RATE`` bytes/s; a slower client gets 408;
 * the answers gunicorn writes itself (400, 408, 414, 431, 500, ...) have the JSON body of the API
-  the request path names (``app.errors.error_body``) instead of an HTML page;
+  the request path names (``app.web.errors.error_body``) instead of an HTML page;
 * closing a connection lingers in the event loop: gunicorn's graceful close blocks it, up to 2 s
   per connection whose client keeps it open.
 
@@ -26,14 +26,10 @@ import json
 import selectors
 import socket
 import ssl
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from flask import request as _flask_request
 from gunicorn import util
 from gunicorn.http.errors import LimitRequestHeaders
 from gunicorn.http.message import MAX_REQUEST_LINE
@@ -41,7 +37,13 @@ from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 from ulid import ULID
 
-from app.config import SETTINGS
+from app.web.body import (
+    BodyPace,
+    Limits,
+    close_after_answer,
+    worker_request,
+)
+from app.web.errors import error_body
 
 HEAD_END = b"\r\n\r\n"
 #: Largest request head read in the event loop; each connection holds its own until complete.
@@ -54,190 +56,11 @@ RECV_BYTES = 64 * 1024
 LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 64 * 1024
 
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _HAND_OFF = object()
-_request = threading.local()
 
 
 def _too_large() -> LimitRequestHeaders:
     return LimitRequestHeaders(f"request head over {MAX_HEAD_BYTES} bytes")
-
-
-class ClientTooSlow(TimeoutError):
-    """The request body arrived slower than the configured floor."""
-
-
-#: The environ key of the request's CountingInput (requests with a body).
-COUNTED_INPUT = "memory.counted_input"
-
-
-class CountingInput:
-    """``wsgi.input`` that counts the bytes read through it, and sees where the body ends.
-
-    A request's declared length is what the client claims; what the app read is what it
-    received (a refused body is never read)."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.received = 0
-        self.ended = False
-
-    def read(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.read(size)
-        self.received += len(data)
-        if size is None or size < 0 or (size and not data):
-            self.ended = True
-        return data
-
-    def readline(self, size: int = -1) -> bytes:
-        data: bytes = self.stream.readline(size)
-        self.received += len(data)
-        if not data and size != 0:
-            self.ended = True
-        return data
-
-    def __iter__(self) -> Iterator[bytes]:
-        for line in self.stream:
-            self.received += len(line)
-            yield line
-        self.ended = True
-
-    def unread(self, declared: int | None) -> bool:
-        """Whether some of the body is still unread (``declared``: its Content-Length)."""
-        if declared is not None:
-            return self.received < declared
-        return not self.ended
-
-
-def count_body() -> None:
-    """Read the body of the current request (if it has one) through a CountingInput: an app
-    hook, which runs before any blueprint's, so every read is counted."""
-    environ = _flask_request.environ
-    if environ.get("CONTENT_LENGTH") or environ.get("HTTP_TRANSFER_ENCODING"):
-        environ["wsgi.input"] = environ[COUNTED_INPUT] = CountingInput(environ["wsgi.input"])
-
-
-def body_bytes_read(environ: Mapping[str, Any]) -> int:
-    counted: CountingInput | None = environ.get(COUNTED_INPUT)
-    return 0 if counted is None else counted.received
-
-
-def close_if_body_unread(response: Any) -> Any:
-    """Answer ``Connection: close`` when the app left some of the body unread (a write refused
-    before its body: 401, 413, 429, 507...). gunicorn drains at most 64 KiB of it before the
-    next request and otherwise closes the connection, which a client told "keep-alive" would
-    meet on its next request, unanswered."""
-    environ = _flask_request.environ
-    counted: CountingInput | None = environ.get(COUNTED_INPUT)
-    if counted is not None and counted.unread(_flask_request.content_length):
-        close_after_answer()
-    return response
-
-
-def close_after_answer() -> None:
-    """Close the connection once the current answer is sent: the request's framing is broken,
-    so nothing that follows on the connection can be read as a request."""
-    req = getattr(_request, "req", None)
-    if req is not None:
-        req.force_close()
-
-
-def body_cut_off() -> str | None:
-    """Return why the current request's body was cut off for arriving too slowly, or None."""
-    pace: BodyPace | None = getattr(_request, "pace", None)
-    return pace.cut_off if pace is not None else None
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    header_timeout: float
-    body_timeout: float
-    body_min_rate: int
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> Limits:
-        """Read the limits from the app's validated config (SETTINGS defaults for another app)."""
-        values = {
-            name: (config or {}).get(name, SETTINGS[name][0])
-            for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT", "BODY_MIN_RATE")
-        }
-        return cls(
-            float(values["HEADER_TIMEOUT"]),
-            float(values["BODY_TIMEOUT"]),
-            int(values["BODY_MIN_RATE"]),
-        )
-
-
-class BodyPace:
-    """A connection's socket as gunicorn's request parser reads it: every recv under the floor.
-
-    Per request: no wait longer than ``gap`` seconds for the next bytes, and after ``t`` seconds
-    at least ``(t - gap) * min_rate`` bytes received. The socket is put back to blocking after
-    each read, so writing the response is not bounded by the floor.
-    """
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        gap: float,
-        min_rate: int,
-        on_cut_off: Callable[[], None] | None = None,
-    ) -> None:
-        self.sock = sock
-        self.gap = gap
-        self.min_rate = min_rate
-        self.on_cut_off = on_cut_off
-        self.start()
-
-    def start(self) -> None:
-        """Begin a request: its body's clock and byte count start from zero."""
-        self.started = time.monotonic()
-        self.received = 0
-        self.cut_off: str | None = None
-        self.cap: float | None = None
-        # "100 Continue" owed to a client that asked for it, sent when the body is first read.
-        self.continue_owed = False
-
-    def recv(self, size: int) -> bytes:
-        if self.continue_owed:
-            self.continue_owed = False
-            self.sock.sendall(CONTINUE)
-        wait = self.gap
-        reason: str | None = f"no request body bytes for {self.gap:g} s"
-        if self.min_rate:
-            left = self.started + self.gap + self.received / self.min_rate - time.monotonic()
-            if left < wait:
-                wait, reason = left, f"request body slower than {self.min_rate} bytes/s"
-        if self.cap is not None and self.cap < wait:
-            # gunicorn's own bound (draining an unread body before keep-alive): not the client's
-            # fault, so no 408.
-            wait, reason = self.cap, None
-        if wait <= 0:
-            raise self._timed_out(reason)
-        self.sock.settimeout(wait)
-        try:
-            data = self.sock.recv(size)
-        except TimeoutError:
-            raise self._timed_out(reason) from None
-        finally:
-            self.sock.settimeout(None)
-        self.received += len(data)
-        return data
-
-    def _timed_out(self, reason: str | None) -> TimeoutError:
-        if reason is None:
-            return TimeoutError("timed out")
-        self.cut_off = reason
-        if self.on_cut_off is not None:
-            self.on_cut_off()
-        return ClientTooSlow(reason)
-
-    # gunicorn's parser bounds its keep-alive drain with these.
-    def settimeout(self, value: float | None) -> None:
-        self.cap = value
-
-    def gettimeout(self) -> float | None:
-        return self.cap
 
 
 class EdgeConn(TConn):  # type: ignore[misc]  # gunicorn is untyped
@@ -290,8 +113,6 @@ def target_path(head: bytes) -> str | None:
 
 def error_response(status: int, reason: str, message: str, path: str | None) -> bytes:
     """Build a whole HTTP/1.1 error answer with the JSON body of the API ``path`` names."""
-    from app.errors import error_body  # app.errors imports this module (body_cut_off)
-
     correlation = str(ULID())
     body = json.dumps(
         error_body(status, message, path=path, correlation_id=correlation),
@@ -388,11 +209,11 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         if not isinstance(verdict, LimitRequestHeaders):
             self._hand_off(conn)
         else:
-            _request.head = bytes(conn.head[:HEAD_PREFIX_BYTES])
+            worker_request.head = bytes(conn.head[:HEAD_PREFIX_BYTES])
             try:
                 self.handle_error(None, conn.sock, conn.client, verdict)
             finally:
-                _request.head = b""
+                worker_request.head = b""
             self.nr_conns -= 1
             self.linger(conn.sock)
         return True
@@ -538,16 +359,16 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         pace = getattr(conn, "pace", None)
         if pace is not None:
             pace.start()
-        _request.pace = pace
-        _request.head = getattr(conn, "head_prefix", b"")
+        worker_request.pace = pace
+        worker_request.head = getattr(conn, "head_prefix", b"")
         try:
             return super().handle(conn)
         finally:
-            _request.pace = None
-            _request.head = b""
+            worker_request.pace = None
+            worker_request.head = b""
 
     def handle_request(self, req: Any, conn: TConn) -> Any:
-        _request.req = req
+        worker_request.req = req
         pace = getattr(conn, "pace", None)
         if pace is not None and getattr(req, "_expected_100_continue", False):
             # gunicorn answers "100 Continue" as soon as it has the head, before the app has
@@ -559,7 +380,7 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         try:
             return super().handle_request(req, conn)
         finally:
-            _request.req = None
+            worker_request.req = None
 
     # -- both --------------------------------------------------------------------------------
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
@@ -570,7 +391,7 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         # A server fault's text stays in the log; a client's mistake is named to the client.
         message = reason if status >= 500 else f"{reason}: {exc}"[:300]
         req = req if req is not None else getattr(exc, "req", None)
-        path = getattr(req, "path", None) or target_path(getattr(_request, "head", b""))
+        path = getattr(req, "path", None) or target_path(getattr(worker_request, "head", b""))
         try:
             util.write_nonblock(client, error_response(status, reason, message, path))
         except Exception:  # noqa: BLE001 - the client may be gone; nothing left to tell it

@@ -12,7 +12,6 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
-from app.ratelimit import Limiter, limits_of, resolve
 from app.storage import StorageError, TaskStore
 from app.storage.atomic import flush_derived
 from app.storage.facade import TreeStorage
@@ -20,6 +19,7 @@ from app.storage.layout import Scope
 from app.storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
 from app.storage.models import FsckReport
 from app.storage.tokens import ROLES, TokenRegistry
+from app.web.ratelimit import Limiter, limits_of, resolve
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
 
@@ -105,7 +105,7 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
-    from app.sweeper import run_sweep
+    from app.ops.sweeper import run_sweep
 
     outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
     flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
@@ -360,7 +360,7 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def usage_command(tenant: str | None, as_json: bool) -> None:
     """Show what each project and tenant stores, against its quotas."""
-    from app import usage_report as ur
+    from app.services import usage_report as ur
 
     storage = _storage()
     try:
@@ -415,7 +415,7 @@ def set_quota(tenant: str, project: str | None, nbytes: int | None, tasks: int |
 
 
 def _quota_text(entry: QuotaOverride) -> str:
-    from app.usage_report import quota_json, quota_text
+    from app.services.usage_report import quota_json, quota_text
 
     return quota_text(quota_json(entry))
 
@@ -448,7 +448,7 @@ def show_quotas(tenant: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"file": path, "tenants": by_tenant, "projects": by_project}))
         return
-    from app.usage_report import usage_line
+    from app.services.usage_report import usage_line
 
     for name, entry in [*by_tenant.items(), *by_project.items()]:
         kind = "project" if "/" in name else "tenant"

@@ -18,7 +18,7 @@ from pathlib import Path
 from flask import Flask
 
 from app.config import PREFIX
-from app.startup import control_socket_path, parse_bind
+from app.ops.startup import control_socket_path, parse_bind
 from app.storage.atomic import make_config_dirs
 
 
