@@ -28,10 +28,10 @@ from pathlib import Path
 import requests
 
 from app.storage import Scope, TaskStore
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
-from app.storage.tokens import TokenRegistry
+from app.storage.core.digest import Section
+from app.storage.core.tokens import TokenRegistry
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite.listing import TurnRow
 
 from . import servers, workloads as w
 from .loader import unsafe_fast_mode

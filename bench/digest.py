@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage import Scope, TaskStore, digestdb
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
+from app.storage import Scope, TaskStore
+from app.storage.core.digest import Section
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite import digestdb
+from app.storage.tree.sqlite.listing import TurnRow
 
 from . import workloads as w
 from .loader import unsafe_fast_mode

@@ -15,10 +15,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.storage import Scope, TaskStore, listing as listing_mod
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
+from app.storage import Scope, TaskStore
+from app.storage.core.digest import Section
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite import listing as listing_mod
+from app.storage.tree.sqlite.listing import TurnRow
 
 from . import workloads as w
 

@@ -25,7 +25,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.storage import Scope, TaskStore
-from app.storage.tokens import TokenRegistry
+from app.storage.core.tokens import TokenRegistry
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKENDS = ("tree", "pg")

@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskCliRunner
 
 from app.storage import Scope, TaskStore
-from app.storage.layout import TMP_PREFIX
+from app.storage.tree.fs.layout import TMP_PREFIX
 from tests.conftest import FixedClock
 from tests.e2e.conftest import REPO, VENV_BIN
 from tests.storage._helpers import snapshot
@@ -139,7 +139,7 @@ def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
     store.put_artifact(scope, "t", 0, "a.bin", io.BytesIO(b"12345"), content_type="x/y")
     fh, _ = store.open_digest(scope)
     fh.close()
-    from app.storage.listing import Listing
+    from app.storage.tree.sqlite.listing import Listing
 
     Listing.forget(store.layout.listing(scope))
     env = {
@@ -178,7 +178,7 @@ def test_startup_recovery_repairs_after_an_unclean_shutdown(
     app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
 ) -> None:
     from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
-    from app.storage.txn import Key
+    from app.storage.tree.fs.txn import Key
 
     fill(store, scope, clock)
     sentinel = store.layout.root / RUNNING_SENTINEL
@@ -293,7 +293,7 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
     there): the sentinel of a clean stop stays, and the next start runs the full check only
     if the canary lost its nonce."""
     from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
-    from app.storage import atomic
+    from app.storage.tree.fs import atomic
 
     monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
     monkeypatch.setattr(atomic, "_flushers", {})
@@ -317,7 +317,7 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
 
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
     from app.ops.sweeper import RUNNING_SENTINEL, startup_recovery
-    from app.storage.txn import Key
+    from app.storage.tree.fs.txn import Key
 
     engine = app.extensions["storage"].stores
     root = Path(app.config["STORAGE_ROOT"])

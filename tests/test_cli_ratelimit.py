@@ -8,8 +8,8 @@ from pathlib import Path
 from flask import Flask
 
 from app import create_app
-from app.storage.layout import LIMITS_FILE
-from app.storage.limits import RateOverride
+from app.storage.core.limits import RateOverride
+from app.storage.tree.fs.layout import LIMITS_FILE
 
 
 def make_app(tmp_path: Path, **settings: object) -> Flask:

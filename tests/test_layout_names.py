@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from app.storage import layout
+from app.storage.tree.fs import layout
 
 APP = Path(__file__).resolve().parent.parent / "app"
 NAMES = {
@@ -60,7 +60,7 @@ def spelled(source: str) -> list[tuple[int, str]]:
 def test_record_names_are_spelled_only_in_layout() -> None:
     offenders = []
     for path in sorted(APP.rglob("*.py")):
-        if path.name == "layout.py" and path.parent.name == "storage":
+        if path.name == "layout.py" and path.parent.name == "fs":
             continue
         for line, text in spelled(path.read_text(encoding="utf-8")):
             offenders.append(f"{path.relative_to(APP.parent)}:{line}: {text!r}")

@@ -23,9 +23,9 @@ from flask import Flask, current_app, request
 from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
-from app.storage.clock import parse_iso
-from app.storage.layout import CONSOLE_KEY
-from app.storage.tokens import Token, TokenRegistry
+from app.storage.core.clock import parse_iso
+from app.storage.core.tokens import Token, TokenRegistry
+from app.storage.tree.fs.layout import CONSOLE_KEY
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"

@@ -13,12 +13,18 @@ from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
 from app.storage import StorageError, TaskStore
-from app.storage.atomic import flush_derived
-from app.storage.facade import TreeStorage
-from app.storage.layout import Scope
-from app.storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
-from app.storage.models import FsckReport
-from app.storage.tokens import ROLES, TokenRegistry
+from app.storage.core.limits import (
+    QuotaOverride,
+    RateOverride,
+    RateOverrides,
+    format_bytes,
+    parse_bytes,
+)
+from app.storage.core.models import FsckReport
+from app.storage.core.tokens import ROLES, TokenRegistry
+from app.storage.tree.backend import TreeStorage
+from app.storage.tree.fs.atomic import flush_derived
+from app.storage.tree.fs.layout import Scope
 from app.web.ratelimit import Limiter, limits_of, resolve
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
@@ -425,7 +431,7 @@ def _quota_text(entry: QuotaOverride) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_quotas(tenant: str | None, as_json: bool) -> None:
     """Show every quota, with what is stored against it."""
-    from app.storage.usage import ZERO
+    from app.storage.core.usage import ZERO
 
     storage = _storage()
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from app.config import PREFIX, ConfigError, load_config
-from app.storage.errors import StorageError
+from app.storage.core.errors import StorageError
 
 if TYPE_CHECKING:
     from flask import Flask

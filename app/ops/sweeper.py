@@ -26,16 +26,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from app.storage.atomic import flush_derived
-from app.storage.errors import StorageError, UnsafePath
-from app.storage.layout import SENTINEL
-from app.storage.retention import SweepReport
+from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.tree.fs.atomic import flush_derived
+from app.storage.tree.fs.layout import SENTINEL
+from app.storage.tree.retention import SweepReport
 
 if TYPE_CHECKING:
     from flask import Flask
 
-    from app.storage.facade import SweepOutcome, TreeStorage
     from app.storage.interface import Lease
+    from app.storage.tree.backend import SweepOutcome, TreeStorage
 
 LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
 STATE_FILE = f".{LEADER}.json"

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from app.storage.core.limits import QuotaOverride, Quotas, format_bytes
+from app.storage.core.usage import ZERO, Usage
 from app.storage.interface import StorageBackend
-from app.storage.layout import Scope
-from app.storage.limits import QuotaOverride, Quotas, format_bytes
-from app.storage.usage import ZERO, Usage
+from app.storage.tree.fs.layout import Scope
 
 HOUR = 3600
 

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.storage.clock import Clock as Clock, system_clock as system_clock
-    from app.storage.errors import (
+    from app.storage.core.clock import Clock as Clock, system_clock as system_clock
+    from app.storage.core.errors import (
         Conflict as Conflict,
         Corrupt as Corrupt,
         InsufficientStorage as InsufficientStorage,
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
         StorageError as StorageError,
         UnsafePath as UnsafePath,
     )
-    from app.storage.layout import Layout as Layout, Scope as Scope
-    from app.storage.models import (
+    from app.storage.core.models import (
         ArtifactInfo as ArtifactInfo,
         ArtifactStream as ArtifactStream,
         TaskIndex as TaskIndex,
@@ -33,16 +32,17 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TurnRecord as TurnRecord,
     )
-    from app.storage.task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
-    from app.storage.tasks import TaskStore as TaskStore
+    from app.storage.core.task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
+    from app.storage.tree.fs.layout import Layout as Layout, Scope as Scope
+    from app.storage.tree.tasks import TaskStore as TaskStore
 
 _EXPORTS = {
-    "Clock": ".clock",
-    "system_clock": ".clock",
-    "Layout": ".layout",
-    "Scope": ".layout",
-    "MAX_SUMMARY_BYTES": ".task_rules",
-    "TaskStore": ".tasks",
+    "Clock": ".core.clock",
+    "system_clock": ".core.clock",
+    "Layout": ".tree.fs.layout",
+    "Scope": ".tree.fs.layout",
+    "MAX_SUMMARY_BYTES": ".core.task_rules",
+    "TaskStore": ".tree.tasks",
     **dict.fromkeys(
         (
             "Conflict",
@@ -57,11 +57,11 @@ _EXPORTS = {
             "StorageError",
             "UnsafePath",
         ),
-        ".errors",
+        ".core.errors",
     ),
     **dict.fromkeys(
         ("ArtifactInfo", "ArtifactStream", "TaskIndex", "TaskPage", "TaskSummary", "TurnRecord"),
-        ".models",
+        ".core.models",
     ),
 }
 __all__ = sorted(_EXPORTS)

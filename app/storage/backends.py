@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from app.storage.clock import system_clock
+from app.storage.core.clock import system_clock
 from app.storage.interface import StorageBackend
 
 
@@ -34,7 +34,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
             pool_size=int(settings.get("THREADS", 8)) + 1,
             **common,
         )
-    from app.storage.facade import TreeStorage
+    from app.storage.tree.backend import TreeStorage
 
     return TreeStorage(
         Path(settings["STORAGE_ROOT"]),

@@ -16,18 +16,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
-from app.storage.clock import Clock
-from app.storage.layout import Scope
-from app.storage.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
-from app.storage.memstores.models import (
-    Deleted,
-    Memory,
-    MemoryStore,
-    MemoryVersion,
-    Page,
-    VersionFilter,
-)
-from app.storage.models import (
+from app.storage.core.clock import Clock
+from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
+from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     FsckReport,
@@ -36,9 +27,18 @@ from app.storage.models import (
     TaskPage,
     TurnRecord,
 )
-from app.storage.tokens import Token
-from app.storage.traffic import TrafficRow
-from app.storage.usage import Usage
+from app.storage.core.store_models import (
+    Deleted,
+    Memory,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    VersionFilter,
+)
+from app.storage.core.tokens import Token
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import Usage
+from app.storage.tree.fs.layout import Scope
 
 
 class TaskBackend(Protocol):

@@ -21,10 +21,9 @@ from flask import Flask, g, jsonify, request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from app.storage import errors as se
-from app.storage.memstores import models as ms
-from app.storage.quota import FloorReached
-from app.storage.usage import QuotaExceeded
+from app.storage.core import errors as se, store_models as ms
+from app.storage.core.quota import FloorReached
+from app.storage.core.usage import QuotaExceeded
 from app.web.body import body_cut_off, close_after_answer
 from app.web.requestlog import STORES_PREFIX, request_id
 

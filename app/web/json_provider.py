@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response
 from flask.json.provider import DefaultJSONProvider
 
-from app.storage.records import dumps_compact
+from app.storage.tree.records import dumps_compact
 
 
 class JSONProvider(DefaultJSONProvider):

@@ -22,7 +22,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.storage import locks
+from app.storage.tree.fs import locks
 
 if TYPE_CHECKING:
     from app.storage.interface import StorageBackend

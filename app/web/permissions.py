@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.storage import Scope
-from app.storage.tokens import Token
+from app.storage.core.tokens import Token
 from app.web.errors import ApiError
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
 from app.services.usage_report import hour_now
-from app.storage.traffic import TrafficRow
+from app.storage.core.traffic import TrafficRow
 from app.web.body import body_bytes_read
 
 if TYPE_CHECKING:

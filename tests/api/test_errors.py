@@ -10,10 +10,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import atomic
-from app.storage.layout import Scope
-from app.storage.locks import locked
-from app.storage.txn import Key
+from app.storage.tree.fs import atomic
+from app.storage.tree.fs.layout import Scope
+from app.storage.tree.fs.locks import locked
+from app.storage.tree.fs.txn import Key
 from tests.conftest import Tokens
 
 BASE = "/sandbox/memory/v1"

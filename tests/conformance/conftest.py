@@ -14,7 +14,7 @@ import pytest
 
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
-from app.storage.layout import Scope
+from app.storage.tree.fs.layout import Scope
 from tests.conftest import FixedClock, nested_summary
 
 MiB = 1 << 20

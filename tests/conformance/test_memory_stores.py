@@ -8,7 +8,7 @@ import pytest
 
 from app.storage import InvalidName, NotFound, NotOwner, Scope
 from app.storage.interface import StorageBackend, StoreBackend
-from app.storage.memstores import (
+from app.storage.tree.stores import (
     ContentPreconditionFailed,
     HeadVersion,
     MemoryPrefix,

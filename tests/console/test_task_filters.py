@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.storage import InvalidName, Scope, TaskStore, listing as listing_mod
-from app.storage.listing import TaskFilter, filter_terms
-from app.storage.retention import sweep
+from app.storage import InvalidName, Scope, TaskStore
+from app.storage.tree.retention import sweep
+from app.storage.tree.sqlite import listing as listing_mod
+from app.storage.tree.sqlite.listing import TaskFilter, filter_terms
 from tests.conftest import FixedClock
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.storage.facade import TreeStorage
+from app.storage.tree.backend import TreeStorage
 from tests.e2e.conftest import REPO, flask_cli, start_server
 
 pytestmark = pytest.mark.e2e

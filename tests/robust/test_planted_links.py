@@ -381,7 +381,7 @@ def _recovery(c: Case) -> str:
     start, then the full check the first housekeeping leader runs."""
     from app.ops.sweeper import RUNNING_SENTINEL, startup_recovery
     from app.storage import StorageError
-    from app.storage.txn import Key
+    from app.storage.tree.fs.txn import Key
 
     storage = c.app.extensions["storage"]
     (c.root / RUNNING_SENTINEL).write_text("1\n")  # a sentinel that proves nothing survived

@@ -118,7 +118,7 @@ def take_lock_and_log(path: str, log: str, mark: str) -> None:
     """Take locks.locked(path), append ``mark`` to ``log`` while holding it for 50 ms."""
     import time
 
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     with locks.locked(Path(path), 30.0):
         with open(log, "a") as fh:

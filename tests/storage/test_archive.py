@@ -18,13 +18,14 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope, tree as tree_mod
+from app.storage import Scope
 from app.storage.backends import open_backend
-from app.storage.backup import tree_export
-from app.storage.backup.format import PAX_SHA256, ArchiveError
-from app.storage.facade import TreeStorage
+from app.storage.core.archive import PAX_SHA256, ArchiveError
 from app.storage.interface import StorageBackend
-from app.storage.memstores import VersionFilter
+from app.storage.tree import backup as tree_export
+from app.storage.tree.backend import TreeStorage
+from app.storage.tree.fs import walk as tree_mod
+from app.storage.tree.stores import VersionFilter
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 
@@ -616,7 +617,7 @@ def test_a_task_created_while_the_import_runs_is_kept_unless_overwrite(
 ) -> None:
     """A client writes a task of an id the backup holds after the import checked for
     existing ones: without --overwrite its acknowledged turn is kept, not replaced."""
-    from app.storage.backup import tree_import
+    from app.storage.tree import restore as tree_import
 
     backup = tmp_path / "web.tar.gz"
     source.export(backup, tenant="acme", project="web")

@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope, TaskStore
-from app.storage.clock import iso
+from app.storage.core.clock import iso
 from tests.conftest import FixedClock
 from tests.storage._helpers import (
     MiB,

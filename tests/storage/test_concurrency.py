@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import LockTimeout, Scope, TaskStore
-from app.storage.txn import Key
+from app.storage.tree.fs.txn import Key
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, records_of, run_released, temp_files
 
@@ -148,7 +148,7 @@ def test_a_busy_task_lock_times_out_with_lock_timeout_and_writes_nothing(tmp_pat
 def test_threads_of_one_process_queue_on_the_lock_and_time_out(tmp_path: Path) -> None:
     """Threads wait on a per-path gate in front of the flock: one holder at a time, a waiter
     past its timeout gets LockTimeout, and no gate outlives its users."""
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     path = tmp_path / "locks" / "x.lock"
     inside, held = [], threading.Event()
@@ -191,7 +191,7 @@ def test_reused_lock_objects_still_exclude_other_processes(
 ) -> None:
     """locked() reuses one FileLock per path: after a timeout and after being evicted from
     the bounded cache, the path still excludes another process and can be taken again."""
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     monkeypatch.setattr(locks, "_FILE_LOCKS_LIMIT", 3)
     path = tmp_path / "locks" / "x.lock"
@@ -216,7 +216,7 @@ def test_a_process_waiting_for_a_busy_lock_gets_it_before_the_holder_takes_it_ag
 ) -> None:
     """A thread of another process that finds the lock taken says so; the holder's process
     lets it go first on its next take, instead of taking the lock again at once."""
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     monkeypatch.setattr(locks, "_DEFER_SECONDS", 30.0)  # the order is all this test checks
     path = tmp_path / "locks" / "busy.lock"
@@ -241,7 +241,7 @@ def test_a_process_waiting_for_a_busy_lock_gets_it_before_the_holder_takes_it_ag
 def test_a_waiting_hint_left_by_a_dead_process_delays_a_lock_only_briefly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     monkeypatch.setattr(locks, "_DEFER_SECONDS", 0.2)
     path = tmp_path / "locks" / "busy.lock"
@@ -265,7 +265,7 @@ def test_a_waiting_file_replaced_by_hand_is_never_followed(
 ) -> None:
     """Whatever stands at <lock dir>/_waiting, a lock is still taken (with no hint), and
     nothing outside the lock tree is written."""
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     monkeypatch.setattr(locks._Waiting, "_fds", {})
     outside = tmp_path / "outside"

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore, atomic
-from app.storage.listing import Listing
-from app.storage.txn import Journal, Key
+from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
+from app.storage.tree.fs import atomic
+from app.storage.tree.fs.txn import Journal, Key
+from app.storage.tree.sqlite.listing import Listing
 from tests.conftest import FixedClock
 from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
 
@@ -310,7 +311,7 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     store = _base(tmp_path / "r", clock)
     key = Key(SCOPE, "t1")
     # Simulate the dead writer: commit a new record by hand and leave the flag set.
-    from app.storage.records import read_turn, turn_to_json, write_json
+    from app.storage.tree.records import read_turn, turn_to_json, write_json
 
     turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
     rec = read_turn(turn_dir)
@@ -422,8 +423,8 @@ def test_collecting_stale_temp_files_keeps_a_dirty_tasks_committed_artifact(
 ) -> None:
     from datetime import timedelta
 
-    from app.storage.fsck import fsck
-    from app.storage.retention import sweep
+    from app.storage.tree.fsck import fsck
+    from app.storage.tree.retention import sweep
 
     clock = FixedClock()
     store = _base(tmp_path / "r", clock)
@@ -503,7 +504,7 @@ def test_a_record_a_power_cut_left_empty_does_not_stop_the_recovery(
     slot; fsck --repair then moves the empty record to lost+found."""
     from datetime import timedelta
 
-    from app.storage.fsck import fsck
+    from app.storage.tree.fsck import fsck
 
     store = _base(tmp_path / "r", clock)
     key = Key(SCOPE, "t1")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore, digestdb
-from app.storage.fsck import fsck
-from app.storage.retention import sweep
+from app.storage import NotFound, Scope, TaskStore
+from app.storage.tree.fsck import fsck
+from app.storage.tree.retention import sweep
+from app.storage.tree.sqlite import digestdb
 from tests.conftest import FixedClock, nested_summary
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest
 

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from app.storage import Scope, TaskStore
-from app.storage.listing import Listing
+from app.storage.tree.sqlite.listing import Listing
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_the_example_reads_back_in_full(example: TaskStore) -> None:
 
 
 def test_the_example_is_clean_for_fsck(example: TaskStore) -> None:
-    fsck_mod = pytest.importorskip("app.storage.fsck")
+    fsck_mod = pytest.importorskip("app.storage.tree.fsck")
     report = fsck_mod.fsck(example)
     assert report.clean, report.problems
 

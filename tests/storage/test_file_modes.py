@@ -15,9 +15,9 @@ import pytest
 
 from app.storage import Scope
 from app.storage.backends import open_backend
-from app.storage.facade import TreeStorage
-from app.storage.limits import QuotaOverride
-from app.storage.traffic import TrafficRow
+from app.storage.core.limits import QuotaOverride
+from app.storage.core.traffic import TrafficRow
+from app.storage.tree.backend import TreeStorage
 from tests.conftest import FixedClock
 
 SCOPE = Scope("acme", "web")

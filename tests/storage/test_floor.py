@@ -19,7 +19,7 @@ import pytest
 from flask import Flask
 
 from app import create_app
-from app.storage.quota import FreeSpace
+from app.storage.core.quota import FreeSpace
 from tests.conftest import BufferedClient
 from tests.storage._helpers import temp_files
 

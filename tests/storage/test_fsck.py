@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore, tree as tree_mod
-from app.storage.digest import Section
-from app.storage.fsck import LOST_FOUND, fsck
-from app.storage.layout import TMP_PREFIX
-from app.storage.listing import Listing, TurnRow
-from app.storage.txn import Key
+from app.storage import NotFound, Scope, TaskStore
+from app.storage.core.digest import Section
+from app.storage.tree.fs import walk as tree_mod
+from app.storage.tree.fs.layout import TMP_PREFIX
+from app.storage.tree.fs.txn import Key
+from app.storage.tree.fsck import LOST_FOUND, fsck
+from app.storage.tree.sqlite.listing import Listing, TurnRow
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 
@@ -276,7 +277,7 @@ def test_a_project_swapped_for_a_link_between_two_walks_is_reported_and_left_alo
     """fsck walks a project's task names a batch at a time; someone swaps the project
     directory for a link while it checks the first task. The next walk refuses the link:
     reported, nothing outside the root touched, and the check goes on."""
-    from app.storage import fsck as fsck_mod
+    from app.storage.tree import fsck as fsck_mod
 
     monkeypatch.setattr(tree_mod, "NAME_BATCH", 1)
     project = populated.layout.project_dir(scope)

@@ -28,11 +28,12 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope, TaskStore, atomic, txn as txn_mod
-from app.storage.errors import NotFound, PreconditionFailed
-from app.storage.listing import Listing
-from app.storage.memstores import MemoryStoreEngine
-from app.storage.tree import Tree
+from app.storage import Scope, TaskStore
+from app.storage.core.errors import NotFound, PreconditionFailed
+from app.storage.tree.fs import atomic, txn as txn_mod
+from app.storage.tree.fs.walk import Tree
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.stores import MemoryStoreEngine
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.storage import InvalidName, Scope, TaskStore, UnsafePath
-from app.storage.layout import (
+from app.storage.tree.fs.layout import (
     ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
     PROJECT_DIGEST,

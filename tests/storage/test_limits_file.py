@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage.errors import LockTimeout, UnsafePath
-from app.storage.layout import LIMITS_FILE, Scope
-from app.storage.limits import (
+from app.storage.core.errors import LockTimeout, UnsafePath
+from app.storage.core.limits import (
     LimitsFile,
     LimitsFileError,
     Quotas,
@@ -20,7 +19,8 @@ from app.storage.limits import (
     format_bytes,
     parse_bytes,
 )
-from app.storage.locks import locked
+from app.storage.tree.fs.layout import LIMITS_FILE, Scope
+from app.storage.tree.fs.locks import locked
 
 
 @pytest.mark.parametrize(
@@ -187,8 +187,8 @@ def test_a_planted_symlink_is_not_followed(tmp_path: Path) -> None:
 def test_a_limits_document_that_cannot_be_read_is_logged_once_per_cause(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from app.storage.limits import QuotaOverride
-    from app.storage.quota import QuotaSource
+    from app.storage.core.limits import QuotaOverride
+    from app.storage.core.quota import QuotaSource
 
     root = tmp_path / "root"
     limits = LimitsFile(root)
@@ -233,7 +233,7 @@ def test_concurrent_writers_lose_no_change(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from app.storage.limits import LimitsFile, RateOverride\n"
+        "from app.storage.core.limits import LimitsFile, RateOverride\n"
         "f = LimitsFile(Path(sys.argv[1]))\n"
         "for i in range(5):\n"
         "    f.set_rate('acme', f'p{sys.argv[2]}-{i}', RateOverride(rps=float(sys.argv[2])))\n"
@@ -251,7 +251,7 @@ def test_concurrent_writers_lose_no_change(tmp_path: Path) -> None:
 
 def test_the_module_imports_no_flask() -> None:
     code = (
-        "import sys, app.storage.limits\n"
+        "import sys, app.storage.core.limits\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('flask', 'werkzeug'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -266,8 +266,8 @@ def test_no_thread_is_served_the_quotas_of_before_while_another_reads_the_file(
     import threading
     import time
 
-    from app.storage.limits import QuotaOverride
-    from app.storage.quota import QuotaSource
+    from app.storage.core.limits import QuotaOverride
+    from app.storage.core.quota import QuotaSource
 
     limits = LimitsFile(tmp_path / "root")
     limits.set_quota("acme", "race", QuotaOverride(bytes=2 << 20))

@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from app.storage import Scope, TaskStore
-from app.storage.fsck import fsck
-from app.storage.listing import _VERSION, Listing
+from app.storage.tree.fsck import fsck
+from app.storage.tree.sqlite.listing import _VERSION, Listing
 from tests.conftest import FixedClock
 
 # The listing schema of version 1, as session-1 roots have it on disk.

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from app.storage import Scope
-from app.storage.layout import VERSIONS_DIR
-from app.storage.memstores import ContentPreconditionFailed, MemoryStoreEngine, VersionFilter
-from app.storage.models import FsckReport
+from app.storage.core.models import FsckReport
+from app.storage.tree.fs.layout import VERSIONS_DIR
+from app.storage.tree.stores import ContentPreconditionFailed, MemoryStoreEngine, VersionFilter
 
 SCOPE = Scope("acme", "web")
 WORKERS = 4

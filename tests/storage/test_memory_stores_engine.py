@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.storage import InvalidName, NotFound, Scope
-from app.storage.layout import MEMORIES_DIR, VERSIONS_DIR
-from app.storage.memstores import MemoryStoreEngine, VersionFilter, rules
-from app.storage.models import FsckReport
-from app.storage.txn import Key
+from app.storage.core import store_rules as rules
+from app.storage.core.models import FsckReport
+from app.storage.tree.fs.layout import MEMORIES_DIR, VERSIONS_DIR
+from app.storage.tree.fs.txn import Key
+from app.storage.tree.stores import MemoryStoreEngine, VersionFilter
 from tests.conftest import T0, FixedClock
 
 ACTOR = {"type": "api_actor", "api_key_id": "tok_test"}
@@ -37,7 +38,7 @@ def store_path(engine: MemoryStoreEngine, scope: Scope, store_id: str) -> Path:
 
 def test_memstores_package_imports_no_flask() -> None:
     code = (
-        "import sys, app.storage.memstores\n"
+        "import sys, app.storage.tree.stores\n"
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('flask', 'werkzeug'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -175,7 +176,7 @@ def test_deleted_store_leaves_nothing_but_its_lock(
 # -- crash recovery and fsck --------------------------------------------------------------------
 def _die_after_commit(root: str, store_id: str) -> None:
     """Create a memory, then die (SIGKILL-like) before the index is updated."""
-    from app.storage.memstores.index import IndexWriter
+    from app.storage.tree.sqlite.store_index import IndexWriter
 
     def crash(*args: Any, **kwargs: Any) -> None:
         os._exit(9)

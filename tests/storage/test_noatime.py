@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.storage import Scope, TaskStore
-from app.storage.beneath import Beneath
-from app.storage.noatime import O_NOATIME, open_noatime, read_all
+from app.storage.tree.fs.beneath import Beneath
+from app.storage.tree.fs.noatime import O_NOATIME, open_noatime, read_all
 
 SCOPE = Scope("acme", "web")
 OLD = 1_000_000_000  # 2001: relatime updates an access time older than the modification time

@@ -17,7 +17,7 @@ import pytest
 
 from app.storage import NotFound, Scope
 from app.storage.backends import open_backend
-from app.storage.backup.format import ArchiveError
+from app.storage.core.archive import ArchiveError
 from app.storage.pg import backup as pg_backup
 from app.storage.pg.backend import PgStorage
 from app.storage.pg.db import backup_lock

@@ -12,10 +12,10 @@ import pytest
 
 from app.storage import Scope
 from app.storage.backends import open_backend
+from app.storage.core.models import SearchHit
+from app.storage.core.query import MARK_END, MARK_START
 from app.storage.interface import StorageBackend
-from app.storage.models import SearchHit
 from app.storage.pg import schema
-from app.storage.query import MARK_END, MARK_START
 
 pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from app.storage import NotFound, Scope, TaskStore
-from app.storage.clock import parse_iso, to_us
-from app.storage.digest import Section
-from app.storage.fsck import fsck
-from app.storage.layout import TMP_PREFIX
-from app.storage.listing import Listing, TurnRow
-from app.storage.retention import sweep
-from app.storage.txn import Key
+from app.storage.core.clock import parse_iso, to_us
+from app.storage.core.digest import Section
+from app.storage.tree.fs.layout import TMP_PREFIX
+from app.storage.tree.fs.txn import Key
+from app.storage.tree.fsck import fsck
+from app.storage.tree.retention import sweep
+from app.storage.tree.sqlite.listing import Listing, TurnRow
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import snapshot
 

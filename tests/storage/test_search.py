@@ -14,12 +14,12 @@ import pytest
 
 from app.storage import InvalidName, Scope
 from app.storage.backends import open_backend
-from app.storage.facade import TreeStorage
-from app.storage.fsck import fsck
+from app.storage.core.models import SearchHit
+from app.storage.core.query import MARK_END, MARK_START
 from app.storage.interface import StorageBackend
-from app.storage.models import SearchHit
-from app.storage.query import MARK_END, MARK_START
-from app.storage.search import TreeSearch
+from app.storage.tree.backend import TreeStorage
+from app.storage.tree.fsck import fsck
+from app.storage.tree.search import TreeSearch
 from tests.conftest import FixedClock
 
 pytestmark = pytest.mark.all_backends

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import LockTimeout
-from app.storage.sqlitedb import open_wal
+from app.storage.tree.sqlite.db import open_wal
 
 
 def _rollback_db_locked_exclusively(path: Path) -> sqlite3.Connection:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from app.storage import Corrupt, NotFound, Scope, TaskStore, UnsafePath
-from app.storage.listing import Listing
-from app.storage.txn import Key
+from app.storage.tree.fs.txn import Key
+from app.storage.tree.sqlite.listing import Listing
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 
@@ -243,7 +243,7 @@ def test_a_link_at_a_lock_file_is_replaced_and_the_server_still_starts(
 
 
 def test_a_lost_and_found_link_gets_nothing_moved_through_it(tmp_path: Path) -> None:
-    from app.storage.facade import TreeStorage
+    from app.storage.tree.backend import TreeStorage
 
     storage = TreeStorage(tmp_path / "root", clock=FixedClock(), lock_timeout=2.0)
     tasks = storage.tasks
@@ -281,7 +281,7 @@ def test_a_fifo_or_directory_where_a_file_belongs_never_blocks_and_is_reported(
 ) -> None:
     """Opening a FIFO to read waits for a writer, and a directory reads as EISDIR: neither
     may hang a request or the fsck that should report it."""
-    from app.storage.facade import TreeStorage
+    from app.storage.tree.backend import TreeStorage
 
     store, outside = trees
     target, _ = _rel(store, outside, *PLANTS[plant])

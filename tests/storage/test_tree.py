@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage.errors import UnsafePath
-from app.storage.tree import Tree
+from app.storage.core.errors import UnsafePath
+from app.storage.tree.fs.walk import Tree
 from tests.storage._helpers import snapshot
 
 

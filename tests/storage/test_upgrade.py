@@ -16,7 +16,7 @@ from flask import Flask
 
 from app import create_app
 from app.storage import Scope
-from app.storage.models import FsckReport
+from app.storage.core.models import FsckReport
 from tests.conftest import BufferedClient
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy-root"
@@ -94,7 +94,7 @@ def test_fsck_repair_upgrades_too(tmp_path: Path) -> None:
 
 
 def _upgrade_and_die_after_one_rename(root: str, tokens: str) -> None:
-    from app.storage.tree import Tree
+    from app.storage.tree.fs.walk import Tree
 
     real = Tree.rename
 

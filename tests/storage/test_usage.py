@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from app.storage import NotFound, Scope
-from app.storage.facade import TreeStorage
-from app.storage.layout import TURN_DIR_RE
-from app.storage.memstores import MemoryStore
-from app.storage.recovery import Plan
-from app.storage.usage import KINDS
+from app.storage.core.usage import KINDS
+from app.storage.tree.backend import TreeStorage
+from app.storage.tree.fs.layout import TURN_DIR_RE
+from app.storage.tree.recovery import Plan
+from app.storage.tree.stores import MemoryStore
 from tests.conftest import FixedClock
 
 WEB = Scope("acme", "web")
@@ -175,7 +175,7 @@ def test_counters_equal_a_recount_after_a_random_mix(
 
 
 def _all() -> Any:
-    from app.storage.memstores import VersionFilter
+    from app.storage.tree.stores import VersionFilter
 
     return VersionFilter()
 
@@ -197,8 +197,8 @@ def test_an_artifact_of_unknown_length_and_a_replacement_are_counted(
 # -- a writer killed mid-write ----------------------------------------------------------------
 def _die_at(root: str, where: str, op: str) -> None:
     """Write once, and SIGKILL this process at ``where`` (a function it calls)."""
-    import app.storage.listing as listing
-    import app.storage.listing_usage as lu
+    import app.storage.tree.sqlite.listing as listing
+    import app.storage.tree.sqlite.listing_usage as lu
 
     def kill(*args: Any, **kwargs: Any) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -260,7 +260,7 @@ def test_a_write_killed_after_its_records_is_counted_after_recovery(
 
 
 def _quota(**kw: int) -> Any:
-    from app.storage.limits import QuotaOverride
+    from app.storage.core.limits import QuotaOverride
 
     return QuotaOverride(**kw)
 

@@ -17,14 +17,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from app.storage.backup.format import ExportSummary, ImportSummary
-from app.storage.clock import Clock, iso_us, system_clock, to_us
-from app.storage.cursor import CursorCodec
-from app.storage.errors import StorageError
-from app.storage.facade import SweepOutcome
-from app.storage.fsck import DEFAULT_GRACE
-from app.storage.layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
-from app.storage.models import FsckReport, SearchPage
+from app.storage.core.archive import ExportSummary, ImportSummary
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import StorageError
+from app.storage.core.models import FsckReport, SearchPage
+from app.storage.core.quota import QuotaSource
+from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import Usage
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.backup import export_pg, import_pg
 from app.storage.pg.blobs import BlobStore
@@ -41,11 +42,10 @@ from app.storage.pg.schema import migrate
 from app.storage.pg.search import PgSearch
 from app.storage.pg.stores import PgMemoryStores
 from app.storage.pg.tasks import PgTaskStore
-from app.storage.quota import QuotaSource
-from app.storage.retention import ProjectSweep, SweepReport
-from app.storage.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
-from app.storage.traffic import TrafficRow
-from app.storage.usage import Usage
+from app.storage.tree.backend import SweepOutcome
+from app.storage.tree.fs.layout import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
+from app.storage.tree.fsck import DEFAULT_GRACE
+from app.storage.tree.retention import ProjectSweep, SweepReport
 
 _ORPHAN_BATCH = 500
 

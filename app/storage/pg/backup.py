@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import psycopg
 from psycopg import errors as pg_errors
 
-from app.storage.atomic import atomic_file
-from app.storage.backup.format import (
+from app.storage.core.archive import (
     CURSOR_KEY_MEMBER,
     ArchiveError,
     BackupReader,
@@ -49,20 +48,10 @@ from app.storage.backup.format import (
     store_member,
     task_member,
 )
-from app.storage.clock import iso, parse_iso_us
-from app.storage.errors import StorageError
-from app.storage.layout import (
-    ARTIFACTS_DIR,
-    CURSOR_KEY,
-    STORE_RECORD,
-    TASK_RECORD,
-    TURN_META,
-    Scope,
-    turn_dirname,
-)
-from app.storage.listing import meta_facts
-from app.storage.memstores.records import StoreRecord, VersionRecord
-from app.storage.models import ArtifactInfo, TurnRecord
+from app.storage.core.clock import iso, parse_iso_us
+from app.storage.core.errors import StorageError
+from app.storage.core.models import ArtifactInfo, TurnRecord
+from app.storage.core.store_records import StoreRecord, VersionRecord
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobError
 from app.storage.pg.db import backup_lock, translated
@@ -75,7 +64,18 @@ from app.storage.pg.stores import (
     version_values,
 )
 from app.storage.pg.tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
-from app.storage.records import dumps, dumps_compact, turn_to_json
+from app.storage.tree.fs.atomic import atomic_file
+from app.storage.tree.fs.layout import (
+    ARTIFACTS_DIR,
+    CURSOR_KEY,
+    STORE_RECORD,
+    TASK_RECORD,
+    TURN_META,
+    Scope,
+    turn_dirname,
+)
+from app.storage.tree.records import dumps, dumps_compact, turn_to_json
+from app.storage.tree.sqlite.listing import meta_facts
 
 if TYPE_CHECKING:
     from app.storage.pg.backend import PgStorage

@@ -20,9 +20,9 @@ from typing import Any
 
 import psycopg
 
-from app.storage.clock import Clock, iso, system_clock
-from app.storage.errors import NotFound
-from app.storage.limits import (
+from app.storage.core.clock import Clock, iso, system_clock
+from app.storage.core.errors import NotFound
+from app.storage.core.limits import (
     VERSION,
     LimitEdits,
     LimitsFileError,
@@ -31,9 +31,9 @@ from app.storage.limits import (
     check_document,
     quotas_of,
 )
+from app.storage.core.tokens import Token, TokenRegistryBase
 from app.storage.pg.db import Database, lock_key, translated
-from app.storage.records import dumps
-from app.storage.tokens import Token, TokenRegistryBase
+from app.storage.tree.records import dumps
 
 _TOKEN_COLUMNS = (
     "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256,"  # noqa: S105

@@ -33,9 +33,8 @@ from typing import Any, BinaryIO, cast
 
 import psycopg
 
-from app.storage import digest as text
-from app.storage.errors import LockTimeout
-from app.storage.layout import Scope
+from app.storage.core import digest as text
+from app.storage.core.errors import LockTimeout
 from app.storage.pg.db import (
     Database,
     DatabaseError,
@@ -43,6 +42,7 @@ from app.storage.pg.db import (
     advisory_xact_locks,
     translated,
 )
+from app.storage.tree.fs.layout import Scope
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62

@@ -34,12 +34,9 @@ from typing import Any
 
 import psycopg
 
-from app.storage.cursor import CursorCodec
-from app.storage.fts import SNIPPET_TOKENS, Sentinels
-from app.storage.layout import Scope
-from app.storage.models import SearchHit, SearchPage
-from app.storage.pg.db import Database
-from app.storage.query import (
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.models import SearchHit, SearchPage
+from app.storage.core.query import (
     QueryTerm,
     SearchQuery,
     check_limit,
@@ -47,7 +44,10 @@ from app.storage.query import (
     encode_cursor,
     parse_query,
 )
-from app.storage.turn_search import meta_text
+from app.storage.pg.db import Database
+from app.storage.tree.fs.layout import Scope
+from app.storage.tree.sqlite.fts import SNIPPET_TOKENS, Sentinels
+from app.storage.tree.sqlite.turn_search import meta_text
 
 SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score

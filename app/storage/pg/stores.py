@@ -24,14 +24,12 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
-from app.storage.clock import Clock, iso_us, system_clock, to_us
-from app.storage.cursor import CursorCodec
-from app.storage.errors import NotFound
-from app.storage.layout import STORE_ID_RE, VERSION_ID_RE, Scope
-from app.storage.memstores import rules, semantics
-from app.storage.memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from app.storage.memstores.index import MemoryRow, VersionRow, filter_clause, version_row
-from app.storage.memstores.models import (
+from app.storage.core import store_rules as rules, store_semantics as semantics
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import NotFound
+from app.storage.core.quota import QuotaSource
+from app.storage.core.store_models import (
     Deleted,
     Memory,
     MemoryStore,
@@ -40,7 +38,7 @@ from app.storage.memstores.models import (
     StoreFull,
     VersionFilter,
 )
-from app.storage.memstores.paging import (
+from app.storage.core.store_paging import (
     check_limit,
     fingerprint,
     memories_page,
@@ -51,12 +49,14 @@ from app.storage.memstores.paging import (
     versions_next,
     versions_query,
 )
-from app.storage.memstores.records import StoreRecord, VersionRecord
-from app.storage.memstores.retention import VersionSweep
-from app.storage.memstores.semantics import check_free, live_memory
+from app.storage.core.store_records import StoreRecord, VersionRecord
+from app.storage.core.store_semantics import check_free, live_memory
 from app.storage.pg import usage as pgu
 from app.storage.pg.db import Database
-from app.storage.quota import QuotaSource
+from app.storage.tree.fs.layout import STORE_ID_RE, VERSION_ID_RE, Scope
+from app.storage.tree.sqlite.store_index import MemoryRow, VersionRow, filter_clause, version_row
+from app.storage.tree.stores.base import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
+from app.storage.tree.stores.retention import VersionSweep
 
 _MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
 _VERSION_COLUMNS = (

@@ -27,19 +27,11 @@ from typing import IO, Any, BinaryIO, cast
 import psycopg
 from ulid import ULID
 
-from app.storage import task_rules
-from app.storage.clock import Clock, iso_us, system_clock, to_us
-from app.storage.cursor import CursorCodec
-from app.storage.errors import LockTimeout, NotFound, NotOwner
-from app.storage.layout import (
-    Scope,
-    turn_dirname,
-    validate_artifact_name,
-    validate_id,
-    validate_turn,
-)
-from app.storage.listing import TaskFilter, filter_terms, meta_facts
-from app.storage.models import (
+from app.storage.core import task_rules
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import LockTimeout, NotFound, NotOwner
+from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     TaskIndex,
@@ -48,18 +40,26 @@ from app.storage.models import (
     TurnEntry,
     TurnRecord,
 )
-from app.storage.pg import digest as pgd, usage as pgu
-from app.storage.pg.blobs import BlobStore
-from app.storage.pg.db import Database, advisory_xact_lock, backup_running
-from app.storage.quota import QuotaSource
-from app.storage.records import dumps_compact
-from app.storage.task_rules import (
+from app.storage.core.quota import QuotaSource
+from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
 )
-from app.storage.usage import ReservingStream, Ticket
+from app.storage.core.usage import ReservingStream, Ticket
+from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg.blobs import BlobStore
+from app.storage.pg.db import Database, advisory_xact_lock, backup_running
+from app.storage.tree.fs.layout import (
+    Scope,
+    turn_dirname,
+    validate_artifact_name,
+    validate_id,
+    validate_turn,
+)
+from app.storage.tree.records import dumps_compact
+from app.storage.tree.sqlite.listing import TaskFilter, filter_terms, meta_facts
 
 _TURN_COLUMNS = (
     "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"

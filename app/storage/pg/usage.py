@@ -21,11 +21,9 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
-from app.storage.layout import Scope
-from app.storage.pg.db import Database, advisory_xact_lock
-from app.storage.quota import QuotaSource
-from app.storage.traffic import TrafficRow
-from app.storage.usage import (
+from app.storage.core.quota import QuotaSource
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import (
     KINDS,
     NO_TICKET,
     ZERO,
@@ -37,6 +35,8 @@ from app.storage.usage import (
     over_quota,
     wall_us,
 )
+from app.storage.pg.db import Database, advisory_xact_lock
+from app.storage.tree.fs.layout import Scope
 
 _COLUMNS = ", ".join(KINDS)
 # What the rows say, per project: fsck's recount.

@@ -29,7 +29,8 @@ TIMEOUT = 120.0
 if FIFO:
     from pathlib import Path
 
-    from app.storage import atomic, recovery
+    from app.storage.tree import recovery
+    from app.storage.tree.fs import atomic
 
     recovery.BOOT_ID = Path(os.environ["MEMORY_TEST_BOOT_ID_FILE"])
 

@@ -1,0 +1,303 @@
+"""The tree backend: both engines over one storage root, built once by the app.
+
+The API, the console, the CLI and the sweeper reach storage only through this object
+(app/storage/interface.py): ``tasks``, ``stores``, and the operations on the whole tree.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from app.storage.core.archive import ExportSummary, ImportSummary
+from app.storage.core.clock import Clock, system_clock
+from app.storage.core.errors import StorageError
+from app.storage.core.limits import LimitsFile
+from app.storage.core.models import FsckReport, SearchPage
+from app.storage.core.quota import FreeSpace, QuotaSource
+from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from app.storage.core.tokens import TokenRegistry
+from app.storage.core.traffic import TrafficRow, TreeTraffic
+from app.storage.core.usage import Usage
+from app.storage.tree.backup import export_tree
+from app.storage.tree.control import root_key
+from app.storage.tree.fs.atomic import flush_derived, write_atomic
+from app.storage.tree.fs.layout import Scope
+from app.storage.tree.fsck import DEFAULT_GRACE, fsck
+from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
+from app.storage.tree.projects import list_projects
+from app.storage.tree.readiness import check_ready
+from app.storage.tree.records import dumps, read_json
+from app.storage.tree.recovery import Plan, Recovery, Report
+from app.storage.tree.restore import import_tree
+from app.storage.tree.retention import SweepReport, sweep
+from app.storage.tree.search import TreeSearch
+from app.storage.tree.stores import MemoryStoreEngine
+from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
+from app.storage.tree.stores.retention import VersionSweep
+from app.storage.tree.tasks import TaskStore
+from app.storage.tree.usage import TreeUsage
+
+if TYPE_CHECKING:
+    import filelock
+
+
+@dataclass(frozen=True, slots=True)
+class SweepOutcome:
+    """One retention sweep of both engines."""
+
+    tasks: SweepReport
+    versions: VersionSweep
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        return self.tasks.errors + self.versions.errors
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.tasks.to_dict(), "memory_store_versions": self.versions.to_dict()}
+
+    def lines(self) -> list[str]:
+        """What a person reads after ``flask --app wsgi sweep``."""
+        t, v = self.tasks, self.versions
+        verb = "would remove" if t.dry_run else "removed"
+        out = [f"sweep as of {t.now}{' (dry run: nothing changed)' if t.dry_run else ''}"]
+        out += [
+            f"  {p.tenant}/{p.project}: {verb} {p.turns} turn(s), {p.tasks} task(s), "
+            f"{p.bytes} byte(s)"
+            for p in t.projects
+        ]
+        out.append(
+            f"total: {verb} {t.turns} turn(s), {t.tasks} task(s), {t.bytes} byte(s); "
+            f"{t.temp_files} stale temp file(s), {t.leftovers} leftover(s); "
+            f"{t.trash_entries} unfinished deletion(s) completed"
+        )
+        out.append(
+            f"memory stores: {verb} {v.versions_removed} version(s), {v.bytes_removed} byte(s)"
+            f" from {v.stores_scanned} store(s)"
+        )
+        out += [f"link (never followed): {link}" for link in (*t.links, *v.links)]
+        return out
+
+
+class TreeStorage:
+    """Both engines over one storage root (a local filesystem)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        retention: timedelta = timedelta(days=30),
+        lock_timeout: float = 10.0,
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        tokens_file: Path | None = None,
+        group_commit: bool = True,
+        min_free: str | int | None = None,
+    ) -> None:
+        self.tokens_file = tokens_file
+        self._registry: TokenRegistry | None = None
+        limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
+        usage = TreeUsage(
+            limits.layout,
+            lock_timeout=lock_timeout,
+            quotas=QuotaSource(limits),
+            floor=None if min_free is None else FreeSpace(limits.layout.root, min_free),
+        )
+        self.tasks = TaskStore(
+            root,
+            retention=retention,
+            lock_timeout=lock_timeout,
+            clock=clock,
+            max_artifact_bytes=max_artifact_bytes,
+            group_commit=group_commit,
+            usage=usage,
+        )
+        self.stores = MemoryStoreEngine(
+            root, lock_timeout=lock_timeout, clock=clock, group_commit=group_commit, usage=usage
+        )
+        self.usage_counters = usage
+        self.layout = self.tasks.layout
+        self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
+        self.searcher = TreeSearch(self.tasks, self.stores)
+        self.recovery = Recovery(self.layout)
+
+    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
+        """Remove expired turns and versions past their retention (both engines)."""
+        outcome = SweepOutcome(
+            sweep(self.tasks, now=now, dry_run=dry_run),
+            self.stores.sweep_versions(now=now, dry_run=dry_run),
+        )
+        self.usage_counters.freed()
+        return outcome
+
+    def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
+        """Check (and with ``repair`` rebuild) every derived file of both engines."""
+        report = fsck(self.tasks, repair=repair, grace=grace)
+        self.stores.fsck(report, repair=repair)
+        fsck_usage(self.tasks, self.stores, report, repair=repair)
+        return report
+
+    def upgrade(self) -> list[str]:
+        """Bring a root written in an older layout to the current one (idempotent)."""
+        done = upgrade_store_dirs(self.stores)
+        for scope in self.layout.projects([]):
+            st = self.layout.tree.lstat(self.layout.listing(scope))
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue  # no listing yet, or a planted link fsck reports
+            try:
+                count = self.tasks.backfill_listing(scope)
+            except (StorageError, sqlite3.Error) as exc:
+                done.append(f"{scope.tenant}/{scope.project}: listing not upgraded ({exc})")
+                continue
+            if count:
+                done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        done += upgrade_store_search(self.stores)
+        done += upgrade_usage(self.tasks, self.stores)
+        return done
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Search the project's turns and memories (app/storage/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
+
+    def recover(self, plan: Plan) -> Report:
+        """Repair what an unclean stop left (the caller holds the root lock): the writes the
+        journals name at once; when unsynced data may have been lost, mark the full check
+        that :meth:`full_check` runs in the background."""
+        report = Report(plan)
+        if plan.clean:
+            return report
+        for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
+            report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        if plan.full:
+            self.recovery.mark_recovering(plan.reason)
+        return report
+
+    def full_check(self) -> FsckReport | None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
+        if self.recovery.recovering_reason() is None:
+            return None
+        report = self.fsck(repair=True)
+        flush_derived()
+        self.recovery.recovered()
+        return report
+
+    def ready(self) -> tuple[bool, str]:
+        pending = self.recovery.recovering_reason()
+        if pending is not None:
+            return False, f"recovering: a full check is running ({pending})"
+        return check_ready(self.tasks)
+
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Back up one project, one tenant or everything to ``out`` (backup/format.py)."""
+        return export_tree(self, out, tenant=tenant, project=project)
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> ImportSummary:
+        """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
+        of one project)."""
+        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+
+    def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
+        return list_projects(self.layout, tenants)
+
+    # -- usage, quotas, traffic (app/storage/usage.py, traffic.py) ---------------------------
+    def usage(self, scope: Scope) -> Usage:
+        """What a project stores (zero for a project that does not exist)."""
+        return self.usage_counters.project(scope)[0]
+
+    def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:
+        """What every project of ``tenants`` (None: of every tenant) stores."""
+        return {s: self.usage(s) for s in self.projects(tenants)}
+
+    def free_space(self) -> tuple[int, int] | None:
+        """(bytes free on the root's filesystem, the floor writes stop at); None: no floor."""
+        floor = self.usage_counters.floor
+        return None if floor is None else (floor.free(), floor.floor())
+
+    def record_traffic(self, rows: Iterable[TrafficRow]) -> None:
+        """Add requests and bytes to their hours (what one worker counted since its last)."""
+        self.traffic_log.add(rows)
+
+    def traffic(
+        self, tenant: str, project: str | None = None, *, since_hour: int = 0
+    ) -> list[TrafficRow]:
+        """The hours of a tenant (or one of its projects) from ``since_hour`` (hours since
+        the epoch), per project and token."""
+        return self.traffic_log.rows(tenant, project, since_hour=since_hour)
+
+    def prune_traffic(self, before_hour: int) -> int:
+        """Forget the hours before ``before_hour``; return how many rows went."""
+        return self.traffic_log.prune(before_hour)
+
+    def key(self, name: str) -> bytes:
+        return root_key(self.layout, name)
+
+    def describe(self) -> dict[str, Path | str]:
+        return {"backend": "tree", "storage root": self.layout.root}
+
+    # -- what every worker shares: files beside (or, for tokens, outside) the root ----------
+    def token_registry(self, tokens_file: Path | None = None) -> TokenRegistry:
+        """The registry file (MEMORY_TOKENS_FILE, outside the root), one object per backend."""
+        path = tokens_file or self.tokens_file
+        if path is None:
+            raise ValueError("the tree keeps tokens in a file: give its path")
+        if self._registry is None or self._registry.path != Path(os.path.abspath(path)):
+            self._registry = TokenRegistry(
+                path, clock=self.tasks.clock, lock_timeout=self.tasks.lock_timeout
+            )
+        return self._registry
+
+    def limits(self) -> LimitsFile:
+        return self._limits
+
+    def lead(self, name: str) -> _FileLease | None:
+        """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""
+        from app.storage.tree.fs.locks import try_locked
+
+        lock = try_locked(self.layout.check_inside(self.layout.locks_dir() / f"{name}.leader"))
+        return None if lock is None else _FileLease(lock)
+
+    def _state_path(self, name: str) -> Path:
+        return self.layout.root / f".{name}.json"
+
+    def load_state(self, name: str) -> dict[str, Any] | None:
+        try:
+            state = read_json(self._state_path(name))
+        except Exception:  # noqa: BLE001 - a torn state file only costs an early run
+            return None
+        return state if isinstance(state, dict) else None
+
+    def save_state(self, name: str, state: dict[str, Any]) -> None:
+        write_atomic(self._state_path(name), dumps(state))
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per use."""
+
+
+class _FileLease:
+    """A held flock: the kernel drops it when its process dies."""
+
+    def __init__(self, lock: filelock.BaseFileLock) -> None:
+        self._lock = lock
+
+    def held(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        self._lock.release()

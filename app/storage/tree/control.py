@@ -1,0 +1,59 @@
+"""Per-root secret keys, shared by every worker through a file in the storage root.
+
+A key lives beside the data it protects (a root copied elsewhere keeps working) and is made
+once: of the processes racing to create it, one wins and everyone uses the winner's bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from app.storage.tree.fs.atomic import fsync_dir, make_config_dirs, remove_quietly
+from app.storage.tree.fs.layout import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX, Layout
+from app.storage.tree.fs.noatime import read_all
+
+__all__ = ["CONSOLE_KEY", "CURSOR_KEY", "root_key"]
+_KEY_BYTES = 32
+
+
+def root_key(layout: Layout, name: str) -> bytes:
+    """The secret kept in ``<root>/<name>`` (mode 0600), created on first use."""
+    if not name.startswith(".") or "/" in name or name in (".", ".."):
+        raise ValueError(f"{name!r} is not a key file name")
+    root = layout.root
+    make_config_dirs(root)
+    path = layout.own_file(root / name)  # a link there is removed: a new key is made
+    found = _read(layout, path)
+    if found is not None:
+        return found
+    # Written whole and synced under a temp name, readable by the owner only from the
+    # start, then linked into place: link() refuses an existing name, so exactly one
+    # creator wins and nobody reads a partial key.
+    tmp = root / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(_KEY_BYTES))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        else:
+            fsync_dir(root)
+    finally:
+        remove_quietly(tmp)
+    found = _read(layout, path)
+    if found is None:
+        raise FileNotFoundError(path)
+    return found
+
+
+def _read(layout: Layout, path: Path) -> bytes | None:
+    # Opened without following a link: a linked key file would sign with bytes from
+    # outside the root (UnsafePath).
+    fd = layout.open_read(os.fspath(path))
+    return None if fd is None else read_all(fd)
