@@ -24,8 +24,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage import Scope, TaskStore
+from app.storage import Scope
 from app.storage.core.tokens import TokenRegistry
+from app.storage.tree.tasks import TaskStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKENDS = ("tree", "pg")

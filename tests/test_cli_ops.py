@@ -16,8 +16,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
 
-from app.storage import Scope, TaskStore
-from app.storage.tree.fs.layout import TMP_PREFIX
+from app.storage import Scope
+from app.storage.core.names import TMP_PREFIX
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.e2e.conftest import REPO, VENV_BIN
 from tests.storage._helpers import snapshot

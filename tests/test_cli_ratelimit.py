@@ -9,7 +9,7 @@ from flask import Flask
 
 from app import create_app
 from app.storage.core.limits import RateOverride
-from app.storage.tree.fs.layout import LIMITS_FILE
+from app.storage.core.names import LIMITS_FILE
 
 
 def make_app(tmp_path: Path, **settings: object) -> Flask:

@@ -11,8 +11,8 @@ from flask import Flask
 
 from app import create_app
 from app.config import ConfigError
+from app.storage.core.names import LIMITS_FILE
 from app.storage.core.quota import parse_floor
-from app.storage.tree.fs.layout import LIMITS_FILE
 from tests.conftest import FixedClock
 
 PM = "/sandbox/memory/v1"

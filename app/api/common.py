@@ -13,9 +13,9 @@ from werkzeug.exceptions import ClientDisconnected
 
 from app.schemas.common import load
 from app.storage import InvalidName
+from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
 from app.storage.core.task_rules import entity_tags
 from app.storage.interface import StorageBackend
-from app.storage.tree.fs.layout import MAX_TURN, validate_artifact_name, validate_id
 from app.web.errors import ApiError, validation_error
 
 MAX_JSON_DEPTH = 64

@@ -30,10 +30,10 @@ from app.schemas import project_memory as s, usage as us
 from app.services import usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.core.models import TurnRecord
+from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
-from app.storage.tree.fs.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
 from app.web.permissions import only_owner

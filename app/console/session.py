@@ -24,8 +24,8 @@ from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
 from app.storage.core.clock import parse_iso
+from app.storage.core.names import CONSOLE_KEY
 from app.storage.core.tokens import Token, TokenRegistry
-from app.storage.tree.fs.layout import CONSOLE_KEY
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"

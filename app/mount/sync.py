@@ -34,8 +34,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from app.storage.core.names import TMP_PREFIX
 from app.storage.tree.fs.atomic import write_atomic
-from app.storage.tree.fs.layout import TMP_PREFIX
 
 from .http import ApiError, StoreClient, TransportError
 

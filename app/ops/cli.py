@@ -12,7 +12,7 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
-from app.storage import StorageError, TaskStore
+from app.storage import StorageError
 from app.storage.core.limits import (
     QuotaOverride,
     RateOverride,
@@ -21,10 +21,11 @@ from app.storage.core.limits import (
     parse_bytes,
 )
 from app.storage.core.models import FsckReport
+from app.storage.core.names import Scope
 from app.storage.core.tokens import ROLES, TokenRegistry
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs.atomic import flush_derived
-from app.storage.tree.fs.layout import Scope
+from app.storage.tree.tasks import TaskStore
 from app.web.ratelimit import Limiter, limits_of, resolve
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")

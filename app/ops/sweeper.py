@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.core.names import SENTINEL
 from app.storage.tree.fs.atomic import flush_derived
-from app.storage.tree.fs.layout import SENTINEL
 from app.storage.tree.retention import SweepReport
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.storage.core.limits import QuotaOverride, Quotas, format_bytes
+from app.storage.core.names import Scope
 from app.storage.core.usage import ZERO, Usage
 from app.storage.interface import StorageBackend
-from app.storage.tree.fs.layout import Scope
 
 HOUR = 3600
 

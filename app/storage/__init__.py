@@ -1,7 +1,10 @@
-"""The storage engine: plain Python over a filesystem tree. No Flask in here.
+"""Storage: plain Python, no Flask, behind one interface (interface.py).
 
-Names load on first use: a client-side module (the mount client's use of the memory rules)
-imports ``app.storage`` without the server's dependencies (ulid, filelock, orjson).
+``core/`` is what every backend shares, ``tree/`` the filesystem backend, ``pg/`` PostgreSQL
+with an object store, and ``backends.py`` builds the configured one. The package exports the
+neutral names callers use most (the errors, the models, ``Scope``, the clock); they load on
+first use, so that importing ``app.storage`` imports no backend and none of the server's
+dependencies (ulid, filelock, orjson).
 """
 
 from __future__ import annotations
@@ -32,17 +35,14 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TurnRecord as TurnRecord,
     )
+    from app.storage.core.names import Scope as Scope
     from app.storage.core.task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
-    from app.storage.tree.fs.layout import Layout as Layout, Scope as Scope
-    from app.storage.tree.tasks import TaskStore as TaskStore
 
 _EXPORTS = {
     "Clock": ".core.clock",
     "system_clock": ".core.clock",
-    "Layout": ".tree.fs.layout",
-    "Scope": ".tree.fs.layout",
+    "Scope": ".core.names",
     "MAX_SUMMARY_BYTES": ".core.task_rules",
-    "TaskStore": ".tree.tasks",
     **dict.fromkeys(
         (
             "Conflict",

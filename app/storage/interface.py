@@ -27,6 +27,7 @@ from app.storage.core.models import (
     TaskPage,
     TurnRecord,
 )
+from app.storage.core.names import Scope
 from app.storage.core.store_models import (
     Deleted,
     Memory,
@@ -38,7 +39,6 @@ from app.storage.core.store_models import (
 from app.storage.core.tokens import Token
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
-from app.storage.tree.fs.layout import Scope
 
 
 class TaskBackend(Protocol):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from flask import current_app, g, request
 
 from app.storage import InvalidName, Scope
+from app.storage.core.names import validate_id
 from app.storage.core.tokens import Token, TokenRegistry, role_rank
-from app.storage.tree.fs.layout import validate_id
 from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"

@@ -10,8 +10,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from app.storage.core.names import Scope
 from app.storage.tree.fs import atomic
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.txn import Key
 from tests.conftest import Tokens

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.powerloss
 _REPLACE_KILLED_BEFORE_COMMIT = """
 import io, os, signal, sys
 from pathlib import Path
-from app.storage import Scope, TaskStore, tasks
+from app.storage import Scope
+from app.storage.tree import tasks
+from app.storage.tree.tasks import TaskStore
 
 def write_json(path, obj, *, durable=True):
     if path.name == "meta.json":

@@ -29,10 +29,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import TaskStore
 from app.storage.core.models import FsckReport
 from app.storage.tree.fs import atomic
 from app.storage.tree.fsck import fsck
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, Fault, temp_files
 

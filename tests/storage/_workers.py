@@ -7,7 +7,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
+from app.storage.tree.tasks import TaskStore
 
 SHARED_ARTIFACT_TURN = 9999
 

@@ -10,8 +10,9 @@ import tracemalloc
 
 import pytest
 
-from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope, TaskStore
+from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope
 from app.storage.core.clock import iso
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import (
     MiB,

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import LockTimeout, Scope, TaskStore
+from app.storage import LockTimeout, Scope
 from app.storage.tree.fs.txn import Key
+from app.storage.tree.tasks import TaskStore
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, records_of, run_released, temp_files
 

@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from app.storage import InsufficientStorage, NotFound, Scope, StorageError, TaskStore
+from app.storage import InsufficientStorage, NotFound, Scope, StorageError
 from app.storage.tree.fs import atomic
 from app.storage.tree.fs.txn import Journal, Key
 from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore
+from app.storage import NotFound, Scope
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import digestdb
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock, nested_summary
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest
 

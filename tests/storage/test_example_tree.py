@@ -11,8 +11,9 @@ from types import ModuleType
 
 import pytest
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
 from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.tasks import TaskStore
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest, snapshot
 
 REPO = Path(__file__).resolve().parents[2]

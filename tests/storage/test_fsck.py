@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore
+from app.storage import NotFound, Scope
 from app.storage.core.digest import Section
+from app.storage.core.names import TMP_PREFIX
 from app.storage.tree.fs import walk as tree_mod
-from app.storage.tree.fs.layout import TMP_PREFIX
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import LOST_FOUND, fsck
 from app.storage.tree.sqlite.listing import Listing, TurnRow
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 

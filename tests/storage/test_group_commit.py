@@ -28,12 +28,13 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
 from app.storage.core.errors import NotFound, PreconditionFailed
 from app.storage.tree.fs import atomic, txn as txn_mod
 from app.storage.tree.fs.walk import Tree
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.stores import MemoryStoreEngine
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.storage import InvalidName, Scope, TaskStore, UnsafePath
-from app.storage.tree.fs.layout import (
+from app.storage import InvalidName, Scope, UnsafePath
+from app.storage.core.names import (
     ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
     PROJECT_DIGEST,
@@ -19,11 +19,12 @@ from app.storage.tree.fs.layout import (
     TASK_INDEX,
     TASK_RECORD,
     TMP_PREFIX,
-    Layout,
     validate_artifact_name,
     validate_id,
     validate_turn,
 )
+from app.storage.tree.fs.layout import Layout
+from app.storage.tree.tasks import TaskStore
 
 BAD_IDS: list[object] = [
     "",

@@ -19,7 +19,7 @@ from app.storage.core.limits import (
     format_bytes,
     parse_bytes,
 )
-from app.storage.tree.fs.layout import LIMITS_FILE, Scope
+from app.storage.core.names import LIMITS_FILE, Scope
 from app.storage.tree.fs.locks import locked
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
 from app.storage.tree.fsck import fsck
 from app.storage.tree.sqlite.listing import _VERSION, Listing
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 
 # The listing schema of version 1, as session-1 roots have it on disk.

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.storage import Scope
 from app.storage.core.models import FsckReport
-from app.storage.tree.fs.layout import VERSIONS_DIR
+from app.storage.core.names import VERSIONS_DIR
 from app.storage.tree.stores import ContentPreconditionFailed, MemoryStoreEngine, VersionFilter
 
 SCOPE = Scope("acme", "web")

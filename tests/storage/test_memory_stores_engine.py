@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from app.storage import InvalidName, NotFound, Scope
 from app.storage.core import store_rules as rules
 from app.storage.core.models import FsckReport
-from app.storage.tree.fs.layout import MEMORIES_DIR, VERSIONS_DIR
+from app.storage.core.names import MEMORIES_DIR, VERSIONS_DIR
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.stores import MemoryStoreEngine, VersionFilter
 from tests.conftest import T0, FixedClock

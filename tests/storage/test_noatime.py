@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
 from app.storage.tree.fs.beneath import Beneath
 from app.storage.tree.fs.noatime import O_NOATIME, open_noatime, read_all
+from app.storage.tree.tasks import TaskStore
 
 SCOPE = Scope("acme", "web")
 OLD = 1_000_000_000  # 2001: relatime updates an access time older than the modification time

@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from app.storage import NotFound, Scope, TaskStore
+from app.storage import NotFound, Scope
 from app.storage.core.clock import parse_iso, to_us
 from app.storage.core.digest import Section
-from app.storage.tree.fs.layout import TMP_PREFIX
+from app.storage.core.names import TMP_PREFIX
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite.listing import Listing, TurnRow
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import snapshot
 

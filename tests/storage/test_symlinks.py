@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from app.storage import Corrupt, NotFound, Scope, TaskStore, UnsafePath
+from app.storage import Corrupt, NotFound, Scope, UnsafePath
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from app.storage import NotFound, Scope
+from app.storage.core.names import TURN_DIR_RE
 from app.storage.core.usage import KINDS
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.fs.layout import TURN_DIR_RE
 from app.storage.tree.recovery import Plan
 from app.storage.tree.stores import MemoryStore
 from tests.conftest import FixedClock

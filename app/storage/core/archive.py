@@ -40,8 +40,7 @@ from typing import IO, Any, BinaryIO, Protocol
 
 from app.storage.core.errors import Corrupt, InvalidName, StorageError
 from app.storage.core.models import TurnRecord
-from app.storage.core.store_records import StoreRecord, VersionRecord
-from app.storage.tree.fs.layout import (
+from app.storage.core.names import (
     ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
     STORE_ID_PATTERN,
@@ -50,6 +49,7 @@ from app.storage.tree.fs.layout import (
     validate_artifact_name,
     validate_id,
 )
+from app.storage.core.store_records import StoreRecord, VersionRecord
 from app.storage.tree.records import turn_from_json
 
 FORMAT = "project-memory-backup"

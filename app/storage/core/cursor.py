@@ -17,8 +17,9 @@ import json
 from typing import Any
 
 from app.storage.core.errors import InvalidName
+from app.storage.core.names import CURSOR_KEY
 from app.storage.tree.control import root_key
-from app.storage.tree.fs.layout import CURSOR_KEY, Layout
+from app.storage.tree.fs.layout import Layout
 
 TAG_BYTES = 16
 MAX_CURSOR_CHARS = 8192

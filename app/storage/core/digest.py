@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from app.storage.core.models import TurnRecord
-from app.storage.tree.fs.layout import Scope
+from app.storage.core.names import Scope
 
 EMPTY = b"\nNo tasks yet.\n"
 

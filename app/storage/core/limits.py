@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from app.storage.core.errors import Corrupt, InvalidName, StorageError
+from app.storage.core.names import LIMITS_FILE, LOCKS_DIR, validate_id
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
-from app.storage.tree.fs.layout import LIMITS_FILE, LOCKS_DIR, Layout, validate_id
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.records import dumps, read_json
 

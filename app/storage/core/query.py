@@ -34,7 +34,7 @@ from app.storage.core.task_rules import scope_tag
 
 if TYPE_CHECKING:
     from app.storage.core.cursor import CursorCodec
-    from app.storage.tree.fs.layout import Scope
+    from app.storage.core.names import Scope
 
 T = TypeVar("T")
 #: The most hits one page of a search holds.

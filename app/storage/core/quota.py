@@ -14,7 +14,7 @@ from typing import Protocol
 
 from app.storage.core.errors import InsufficientStorage, StorageError
 from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
-from app.storage.tree.fs.layout import Scope
+from app.storage.core.names import Scope
 
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
 FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted

@@ -18,9 +18,9 @@ from typing import Any
 from app.storage.core import store_rules as rules
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName
+from app.storage.core.names import VERSION_ID_RE
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.core.store_records import OPERATIONS
-from app.storage.tree.fs.layout import VERSION_ID_RE
 from app.storage.tree.sqlite.store_index import MemoryLookup, MemoryRow, filter_clause
 
 PAGE_PREFIX = "page_"

@@ -12,7 +12,7 @@ import unicodedata
 from typing import Any
 
 from app.storage.core.errors import InvalidName
-from app.storage.tree.fs.layout import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
+from app.storage.core.names import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
 
 MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENTS = 20

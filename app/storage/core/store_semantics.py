@@ -15,6 +15,7 @@ from ulid import ULID
 from app.storage.core import store_rules as rules
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import InvalidName, NotFound, NotOwner
+from app.storage.core.names import MEMORY_ID_RE, Scope
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
     HeadVersion,
@@ -22,7 +23,6 @@ from app.storage.core.store_models import (
     StoreArchived,
 )
 from app.storage.core.store_records import StoreRecord, VersionRecord, sha256_hex
-from app.storage.tree.fs.layout import MEMORY_ID_RE, Scope
 from app.storage.tree.sqlite.store_index import MemoryLookup, MemoryRow
 
 VERSION_PREFIX = "memver_"

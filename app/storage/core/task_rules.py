@@ -14,7 +14,7 @@ from typing import Any
 
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.tree.fs.layout import Scope, validate_id
+from app.storage.core.names import Scope, validate_id
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB

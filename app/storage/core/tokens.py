@@ -21,8 +21,8 @@ from ulid import ULID
 
 from app.storage.core.clock import Clock, iso, parse_iso, system_clock
 from app.storage.core.errors import NotFound
+from app.storage.core.names import validate_id
 from app.storage.tree.fs.atomic import make_config_dirs, write_atomic
-from app.storage.tree.fs.layout import validate_id
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.records import dumps, read_json
 

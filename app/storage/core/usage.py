@@ -44,8 +44,8 @@ from app.storage.core.errors import StorageError
 
 if TYPE_CHECKING:
     from app.storage.core.limits import QuotaOverride
+    from app.storage.core.names import Scope
     from app.storage.core.quota import FreeSpace
-    from app.storage.tree.fs.layout import Scope
 
 LEASE_SECONDS = 900.0  # a reservation not renewed for this long no longer counts
 RENEW_SECONDS = 30.0  # a streaming write renews its lease at most this often

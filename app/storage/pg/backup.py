@@ -51,6 +51,15 @@ from app.storage.core.archive import (
 from app.storage.core.clock import iso, parse_iso_us
 from app.storage.core.errors import StorageError
 from app.storage.core.models import ArtifactInfo, TurnRecord
+from app.storage.core.names import (
+    ARTIFACTS_DIR,
+    CURSOR_KEY,
+    STORE_RECORD,
+    TASK_RECORD,
+    TURN_META,
+    Scope,
+    turn_dirname,
+)
 from app.storage.core.store_records import StoreRecord, VersionRecord
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobError
@@ -65,15 +74,6 @@ from app.storage.pg.stores import (
 )
 from app.storage.pg.tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
 from app.storage.tree.fs.atomic import atomic_file
-from app.storage.tree.fs.layout import (
-    ARTIFACTS_DIR,
-    CURSOR_KEY,
-    STORE_RECORD,
-    TASK_RECORD,
-    TURN_META,
-    Scope,
-    turn_dirname,
-)
 from app.storage.tree.records import dumps, dumps_compact, turn_to_json
 from app.storage.tree.sqlite.listing import meta_facts
 

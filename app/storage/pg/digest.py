@@ -35,6 +35,7 @@ import psycopg
 
 from app.storage.core import digest as text
 from app.storage.core.errors import LockTimeout
+from app.storage.core.names import Scope
 from app.storage.pg.db import (
     Database,
     DatabaseError,
@@ -42,7 +43,6 @@ from app.storage.pg.db import (
     advisory_xact_locks,
     translated,
 )
-from app.storage.tree.fs.layout import Scope
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62

@@ -36,6 +36,7 @@ import psycopg
 
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import SearchHit, SearchPage
+from app.storage.core.names import Scope
 from app.storage.core.query import (
     QueryTerm,
     SearchQuery,
@@ -45,7 +46,6 @@ from app.storage.core.query import (
     parse_query,
 )
 from app.storage.pg.db import Database
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.sqlite.fts import SNIPPET_TOKENS, Sentinels
 from app.storage.tree.sqlite.turn_search import meta_text
 

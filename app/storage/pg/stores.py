@@ -28,6 +28,7 @@ from app.storage.core import store_rules as rules, store_semantics as semantics
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import NotFound
+from app.storage.core.names import STORE_ID_RE, VERSION_ID_RE, Scope
 from app.storage.core.quota import QuotaSource
 from app.storage.core.store_models import (
     Deleted,
@@ -53,7 +54,6 @@ from app.storage.core.store_records import StoreRecord, VersionRecord
 from app.storage.core.store_semantics import check_free, live_memory
 from app.storage.pg import usage as pgu
 from app.storage.pg.db import Database
-from app.storage.tree.fs.layout import STORE_ID_RE, VERSION_ID_RE, Scope
 from app.storage.tree.sqlite.store_index import MemoryRow, VersionRow, filter_clause, version_row
 from app.storage.tree.stores.base import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from app.storage.tree.stores.retention import VersionSweep

@@ -40,6 +40,13 @@ from app.storage.core.models import (
     TurnEntry,
     TurnRecord,
 )
+from app.storage.core.names import (
+    Scope,
+    turn_dirname,
+    validate_artifact_name,
+    validate_id,
+    validate_turn,
+)
 from app.storage.core.quota import QuotaSource
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
@@ -51,13 +58,6 @@ from app.storage.core.usage import ReservingStream, Ticket
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
-from app.storage.tree.fs.layout import (
-    Scope,
-    turn_dirname,
-    validate_artifact_name,
-    validate_id,
-    validate_turn,
-)
 from app.storage.tree.records import dumps_compact
 from app.storage.tree.sqlite.listing import TaskFilter, filter_terms, meta_facts
 

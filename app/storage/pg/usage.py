@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
+from app.storage.core.names import Scope
 from app.storage.core.quota import QuotaSource
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import (
@@ -36,7 +37,6 @@ from app.storage.core.usage import (
     wall_us,
 )
 from app.storage.pg.db import Database, advisory_xact_lock
-from app.storage.tree.fs.layout import Scope
 
 _COLUMNS = ", ".join(KINDS)
 # What the rows say, per project: fsck's recount.

@@ -20,6 +20,7 @@ from app.storage.core.clock import Clock, system_clock
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import LimitsFile
 from app.storage.core.models import FsckReport, SearchPage
+from app.storage.core.names import Scope
 from app.storage.core.quota import FreeSpace, QuotaSource
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.tokens import TokenRegistry
@@ -28,7 +29,6 @@ from app.storage.core.usage import Usage
 from app.storage.tree.backup import export_tree
 from app.storage.tree.control import root_key
 from app.storage.tree.fs.atomic import flush_derived, write_atomic
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.fsck import DEFAULT_GRACE, fsck
 from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.projects import list_projects

@@ -29,8 +29,7 @@ from app.storage.core.archive import (
 )
 from app.storage.core.clock import iso
 from app.storage.core.errors import StorageError, UnsafePath
-from app.storage.tree.fs.atomic import DIR_MODE, atomic_file, sync_filesystem
-from app.storage.tree.fs.layout import (
+from app.storage.core.names import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
     STORE_ID_RE,
@@ -44,6 +43,7 @@ from app.storage.tree.fs.layout import (
     turn_dirname,
     validate_id,
 )
+from app.storage.tree.fs.atomic import DIR_MODE, atomic_file, sync_filesystem
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.records import read_turn, turn_from_json
 

@@ -10,8 +10,9 @@ import os
 import secrets
 from pathlib import Path
 
+from app.storage.core.names import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX
 from app.storage.tree.fs.atomic import fsync_dir, make_config_dirs, remove_quietly
-from app.storage.tree.fs.layout import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX, Layout
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.noatime import read_all
 
 __all__ = ["CONSOLE_KEY", "CURSOR_KEY", "root_key"]

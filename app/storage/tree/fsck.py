@@ -29,8 +29,7 @@ from ulid import ULID
 from app.storage.core import digest as digest_mod
 from app.storage.core.errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
 from app.storage.core.models import FsckReport, TurnRecord
-from app.storage.tree.fs.atomic import fsync_dir, make_dirs
-from app.storage.tree.fs.layout import (
+from app.storage.core.names import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
     PREV_PREFIX,
@@ -44,10 +43,11 @@ from app.storage.tree.fs.layout import (
     TURN_META,
     TURN_SUMMARY,
     Scope,
+    is_id,
     turn_dirname,
     validate_artifact_name,
-    validate_id,
 )
+from app.storage.tree.fs.atomic import fsync_dir, make_dirs
 from app.storage.tree.fs.noatime import sha256_file
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
@@ -70,14 +70,6 @@ from app.storage.tree.tasks import TaskStore
 LOST_FOUND = ".lost+found"
 DEFAULT_GRACE = timedelta(minutes=10)
 _LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
-
-
-def is_id(name: str) -> bool:
-    try:
-        validate_id("id", name)
-    except InvalidName:
-        return False
-    return True
 
 
 def age_seconds(tree: Tree, path: Path, wall_now: float) -> float:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.storage.tree.fs.layout import Layout, Scope
+from app.storage.core.names import Scope
+from app.storage.tree.fs.layout import Layout
 
 
 def list_projects(layout: Layout, tenants: Iterable[str] | None = None) -> list[Scope]:

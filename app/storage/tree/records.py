@@ -18,9 +18,9 @@ import orjson
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.errors import Corrupt, UnsafePath
 from app.storage.core.models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
+from app.storage.core.names import TASK_RECORD, TURN_DIR_RE, TURN_META
 from app.storage.core.usage import TurnUsage
 from app.storage.tree.fs.atomic import write_atomic
-from app.storage.tree.fs.layout import TASK_RECORD, TURN_DIR_RE, TURN_META
 from app.storage.tree.fs.noatime import open_noatime, read_all
 from app.storage.tree.fs.walk import Tree
 from app.storage.tree.sqlite.listing import TurnRow, meta_facts

@@ -42,17 +42,7 @@ from app.storage.core.archive import (
 from app.storage.core.digest import Section
 from app.storage.core.errors import StorageError
 from app.storage.core.models import TurnRecord
-from app.storage.core.usage import TurnUsage
-from app.storage.tree.fs.atomic import (
-    DIR_MODE,
-    FILE_MODE,
-    fsync_dir_fd,
-    group_commit,
-    make_dirs,
-    sync_tree,
-    write_atomic,
-)
-from app.storage.tree.fs.layout import (
+from app.storage.core.names import (
     ARTIFACTS_DIR,
     STORE_RECORD,
     TASK_INDEX,
@@ -63,6 +53,16 @@ from app.storage.tree.fs.layout import (
     VERSIONS_DIR,
     Scope,
     turn_dirname,
+)
+from app.storage.core.usage import TurnUsage
+from app.storage.tree.fs.atomic import (
+    DIR_MODE,
+    FILE_MODE,
+    fsync_dir_fd,
+    group_commit,
+    make_dirs,
+    sync_tree,
+    write_atomic,
 )
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.records import (

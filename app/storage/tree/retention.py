@@ -30,23 +30,18 @@ from pathlib import Path
 
 from app.storage.core.clock import iso_us, parse_iso_us, to_us
 from app.storage.core.errors import Corrupt, StorageError, UnsafePath
-from app.storage.tree.fs.layout import (
+from app.storage.core.names import (
     ARTIFACTS_DIR,
     PROJECT_LISTING,
     TMP_PREFIX,
     TURN_DIR_RE,
     TURN_META,
     Scope,
+    is_id,
 )
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
-from app.storage.tree.fsck import (
-    DEFAULT_GRACE,
-    age_seconds,
-    entry_is_artifact,
-    is_id,
-    trash_age_seconds,
-)
+from app.storage.tree.fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, trash_age_seconds
 from app.storage.tree.records import read_turn, turn_dirs
 from app.storage.tree.tasks import TaskStore
 

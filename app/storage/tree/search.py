@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.models import SearchHit, SearchPage
+from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
     SearchQuery,
     check_limit,
@@ -42,7 +43,6 @@ from app.storage.core.query import (
     fts5_term,
     parse_query,
 )
-from app.storage.tree.fs.layout import STORE_ID_RE, Scope
 from app.storage.tree.sqlite import fts, turn_search
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.store_index import IndexReader

@@ -39,6 +39,21 @@ from app.storage.core.models import (
     TaskSummary,
     TurnRecord,
 )
+from app.storage.core.names import (
+    ARTIFACTS_DIR,
+    PREV_PREFIX,
+    TASK_INDEX,
+    TASK_LOCKS,
+    TASK_RECORD,
+    TMP_PREFIX,
+    TURN_META,
+    TURN_SUMMARY,
+    Scope,
+    turn_dirname,
+    validate_artifact_name,
+    validate_id,
+    validate_turn,
+)
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     MiB,
@@ -62,22 +77,7 @@ from app.storage.tree.fs.atomic import (
     stage_stream,
     write_atomic,
 )
-from app.storage.tree.fs.layout import (
-    ARTIFACTS_DIR,
-    PREV_PREFIX,
-    TASK_INDEX,
-    TASK_LOCKS,
-    TASK_RECORD,
-    TMP_PREFIX,
-    TURN_META,
-    TURN_SUMMARY,
-    Layout,
-    Scope,
-    turn_dirname,
-    validate_artifact_name,
-    validate_id,
-    validate_turn,
-)
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.noatime import open_noatime, sha256_file
 from app.storage.tree.fs.txn import Key, Transactions, Txn
 from app.storage.tree.fs.walk import Tree

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 from ulid import ULID
 
+from app.storage.core.names import Scope
 from app.storage.core.quota import FreeSpace, QuotaSource
 from app.storage.core.usage import (
     NO_TICKET,
@@ -43,7 +44,7 @@ from app.storage.core.usage import (
     wall_us,
 )
 from app.storage.tree.fs.atomic import make_dirs
-from app.storage.tree.fs.layout import Layout, Scope
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.projects import list_projects
 from app.storage.tree.sqlite.listing import Listing

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from app.storage.core.errors import Corrupt, InsufficientStorage, PayloadTooLarge, UnsafePath
-from app.storage.tree.fs.layout import TMP_PREFIX
+from app.storage.core.names import TMP_PREFIX
 
 if TYPE_CHECKING:
     from app.storage.tree.fs.walk import Tree

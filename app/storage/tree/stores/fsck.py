@@ -23,8 +23,8 @@ from pathlib import Path
 from app.storage.core import store_rules as rules
 from app.storage.core.errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
 from app.storage.core.models import FsckReport
+from app.storage.core.names import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from app.storage.core.store_records import VersionRecord
-from app.storage.tree.fs.layout import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import quarantine
 from app.storage.tree.sqlite.store_index import IndexContent, rows_from_records

@@ -8,12 +8,12 @@ from typing import Any
 from ulid import ULID
 
 from app.storage.core import store_rules as rules, store_semantics as semantics
+from app.storage.core.names import Scope
 from app.storage.core.store_models import Deleted, Memory, Page, StoreFull
 from app.storage.core.store_paging import memories_page, memories_query, memory_items
 from app.storage.core.store_records import VersionRecord
 from app.storage.core.store_semantics import check_free, live_memory
 from app.storage.core.usage import Ticket
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.stores.stores import StoreOps
 
 

@@ -10,8 +10,8 @@ from datetime import datetime
 
 from app.storage.core.clock import to_us
 from app.storage.core.errors import NotFound, StorageError
+from app.storage.core.names import Scope
 from app.storage.tree.fs.atomic import fsync_dir
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.stores.base import StoresBase, StoreTxn
 
 

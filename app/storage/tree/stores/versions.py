@@ -8,9 +8,9 @@ from typing import Any
 from app.storage.core import store_semantics as semantics
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.core.store_models import MemoryVersion, Page, VersionFilter
 from app.storage.core.store_paging import versions_next, versions_query
-from app.storage.tree.fs.layout import Scope
 from app.storage.tree.stores.memories import MemoryOps
 
 
