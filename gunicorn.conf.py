@@ -65,7 +65,7 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     from app.ops.bootstrap import first_start
     from app.ops.startup import fail
     from app.ops.sweeper import startup_recovery
-    from app.storage.tree.recovery import RootBusy
+    from app.storage.core.recovery import RootBusy
     from app.web.ratelimit import share_across_workers
 
     share_across_workers()  # before the fork: one rate limit table for every worker

@@ -29,10 +29,10 @@ import requests
 
 from app.storage import Scope
 from app.storage.core.digest import Section
-from app.storage.core.tokens import TokenRegistry
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.sqlite.listing import TurnRow
 from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 
 from . import servers, workloads as w
 from .loader import unsafe_fast_mode

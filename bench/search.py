@@ -33,11 +33,12 @@ from pathlib import Path
 
 from app.storage import Scope
 from app.storage.core.digest import Section
+from app.storage.core.query import meta_text
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.sqlite.listing import TurnRow
-from app.storage.tree.sqlite.turn_search import TurnText, meta_text
+from app.storage.tree.sqlite.turn_search import TurnText
 
 from . import workloads as w
 from .loader import unsafe_fast_mode

@@ -25,8 +25,8 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.storage import Scope
-from app.storage.core.tokens import TokenRegistry
 from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKENDS = ("tree", "pg")

@@ -294,10 +294,10 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
     there): the sentinel of a clean stop stays, and the next start runs the full check only
     if the canary lost its nonce."""
     from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
-    from app.storage.tree.fs import atomic
+    from app.storage.tree.fs import sync
 
-    monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
-    monkeypatch.setattr(atomic, "_flushers", {})
+    monkeypatch.setattr(sync, "_filesystem_type", lambda dev: "fuse.sshfs")
+    monkeypatch.setattr(sync, "_flushers", {})
     fill(store, scope, clock)
     storage = app.extensions["storage"]
     sentinel = store.layout.root / RUNNING_SENTINEL

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from app.storage.core.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 
 
 def test_create_prints_the_secret_alone_on_the_last_line(app: Flask) -> None:

@@ -14,7 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage.core.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from tests.conftest import FixedClock, Tokens
 from tests.e2e.conftest import start_server
 

@@ -15,8 +15,9 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
-from app.storage.core.limits import LimitsFile, RateOverride
+from app.storage.core.limits import RateOverride
 from app.storage.core.names import LIMITS_FILE
+from app.storage.tree.limits import LimitsFile
 from app.web import ratelimit
 from app.web.ratelimit import PROBES, BucketTable, Limiter, Outcome
 

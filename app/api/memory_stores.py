@@ -17,8 +17,8 @@ from app.api.docs import doc
 from app.schemas import memory_stores as s
 from app.storage.core.clock import to_us
 from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
+from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
-from app.storage.tree.stores import MemoryPrefix, Page, VersionFilter
 from app.web.auth import current_principal, require_principal
 from app.web.errors import ApiError
 from app.web.permissions import only_owner, require_redact

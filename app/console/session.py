@@ -25,7 +25,8 @@ from werkzeug.wrappers import Response
 
 from app.storage.core.clock import parse_iso
 from app.storage.core.names import CONSOLE_KEY
-from app.storage.core.tokens import Token, TokenRegistry
+from app.storage.core.tokens import Token
+from app.storage.tree.tokens import TokenRegistry
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"

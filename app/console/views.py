@@ -27,9 +27,10 @@ from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.console import render, session as sessions
 from app.storage import Corrupt, InvalidName, Scope, StorageError
 from app.storage.core.clock import parse_iso
-from app.storage.core.tokens import Token, TokenRegistry
+from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
+from app.storage.core.tokens import Token
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
-from app.storage.tree.stores import Memory, MemoryPrefix, VersionFilter
+from app.storage.tree.tokens import TokenRegistry
 from app.web.auth import Principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
 from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner

@@ -22,10 +22,11 @@ from app.storage.core.limits import (
 )
 from app.storage.core.models import FsckReport
 from app.storage.core.names import Scope
-from app.storage.core.tokens import ROLES, TokenRegistry
+from app.storage.core.tokens import ROLES
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.fs.atomic import flush_derived
+from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 from app.web.ratelimit import Limiter, limits_of, resolve
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")

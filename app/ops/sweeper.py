@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from app.storage.core.errors import StorageError, UnsafePath
 from app.storage.core.names import SENTINEL
-from app.storage.tree.fs.atomic import flush_derived
-from app.storage.tree.retention import SweepReport
+from app.storage.core.sweep import SweepReport
+from app.storage.tree.fs.sync import flush_derived
 
 if TYPE_CHECKING:
     from flask import Flask
 
+    from app.storage.core.sweep import SweepOutcome
     from app.storage.interface import Lease
-    from app.storage.tree.backend import SweepOutcome, TreeStorage
+    from app.storage.tree.backend import TreeStorage
 
 LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
 STATE_FILE = f".{LEADER}.json"

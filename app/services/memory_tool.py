@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from app.storage import InvalidName, NotFound, Scope
-from app.storage.core.store_rules import validate_memory_path
-from app.storage.interface import StoreBackend
-from app.storage.tree.stores import (
+from app.storage.core.store_models import (
     ContentPreconditionFailed,
     Memory,
     PathConflict,
     StoreArchived,
     StoreFull,
 )
+from app.storage.core.store_rules import validate_memory_path
+from app.storage.interface import StoreBackend
 
 ROOT = "/memories"
 COMMANDS = ("view", "create", "str_replace", "insert", "delete", "rename")

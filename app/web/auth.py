@@ -13,7 +13,8 @@ from flask import current_app, g, request
 
 from app.storage import InvalidName, Scope
 from app.storage.core.names import validate_id
-from app.storage.core.tokens import Token, TokenRegistry, role_rank
+from app.storage.core.tokens import Token, role_rank
+from app.storage.tree.tokens import TokenRegistry
 from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"

@@ -1,4 +1,4 @@
-"""Flask's JSON responses, encoded by orjson (see app.storage.records.dumps_compact)."""
+"""Flask's JSON responses, encoded by orjson (see app.storage.core.encoding.dumps_compact)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from flask import Response
 from flask.json.provider import DefaultJSONProvider
 
-from app.storage.tree.records import dumps_compact
+from app.storage.core.encoding import dumps_compact
 
 
 class JSONProvider(DefaultJSONProvider):

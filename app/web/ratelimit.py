@@ -48,7 +48,8 @@ from flask import Blueprint, Flask, current_app, g, request
 from werkzeug.wrappers import Response
 
 from app.storage.core.errors import StorageError
-from app.storage.core.limits import NO_OVERRIDES, LimitsFile, RateOverride, RateOverrides
+from app.storage.core.limits import NO_OVERRIDES, RateOverride, RateOverrides
+from app.storage.tree.limits import LimitsFile
 from app.web.body import COUNTED_INPUT, CountingInput
 from app.web.errors import ApiError
 

@@ -10,7 +10,7 @@ import time
 from flask import Flask, Response, g, request
 from ulid import ULID
 
-from app.storage.tree.records import dumps_compact
+from app.storage.core.encoding import dumps_compact
 
 CORRELATION_HEADER = "x-correlation-id"
 REQUEST_ID_HEADER = "request-id"

@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.storage.core.limits import RateOverride
-from app.storage.core.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from app.web.ratelimit import Limiter
 from tests.conftest import FixedClock
 from tests.test_ratelimit import Clock

@@ -216,7 +216,7 @@ def test_memory_writes_count_against_the_quota(backend: StorageBackend) -> None:
 
 
 def _filters() -> Any:
-    from app.storage.tree.stores import VersionFilter
+    from app.storage.core.store_models import VersionFilter
 
     return VersionFilter()
 

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from app.storage import InvalidName, Scope
+from app.storage.core.models import TaskFilter
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import listing as listing_mod
-from app.storage.tree.sqlite.listing import TaskFilter, filter_terms
+from app.storage.tree.sqlite.listing import filter_terms
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 

@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from app.storage.core.names import TMP_PREFIX
-from app.storage.core.tokens import TokenRegistry
 from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import REPO, VENV_BIN, free_port
 from tests.storage._helpers import Fault, temp_files  # noqa: F401 - shared with tests/robust
 

@@ -31,8 +31,8 @@ import pytest
 import requests
 
 from app.storage import NotFound, Scope
+from app.storage.core.models import DEFAULT_GRACE
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.fsck import DEFAULT_GRACE
 from tests.robust.helpers import BASE, Live, auth
 
 pytestmark = pytest.mark.e2e

@@ -21,11 +21,11 @@ import pytest
 from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.core.archive import PAX_SHA256, ArchiveError
+from app.storage.core.store_models import VersionFilter
 from app.storage.interface import StorageBackend
 from app.storage.tree import backup as tree_export
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs import walk as tree_mod
-from app.storage.tree.stores import VersionFilter
 from tests.conftest import FixedClock
 from tests.storage._helpers import snapshot
 

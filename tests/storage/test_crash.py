@@ -4,7 +4,7 @@ For every step N of a put_turn and a put_artifact, the operation fails there; af
 previous state (or, past the commit point, the new one) is completely readable, no temp file
 is left, and the next write or repair_task brings every derived file back in line with the
 records. Both ways of making a write durable are checked: per-file fsync, and group commit
-(app/storage/atomic.py), where the fault may also hit the shared flush (``syncfs``).
+(app/storage/tree/fs/sync.py), where the fault may also hit the shared flush (``syncfs``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from app.storage import InsufficientStorage, NotFound, Scope, StorageError
-from app.storage.tree.fs import atomic
+from app.storage.tree.fs import sync
 from app.storage.tree.fs.txn import Journal, Key
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore
@@ -38,12 +38,12 @@ MODES = {"fsync": False, "group": True}
 
 def _grouped(root: Path) -> bool:
     """Whether group commit applies to ``root`` (its filesystem honours syncfs)."""
-    return atomic._flusher_for(root) is not None
+    return sync._flusher_for(root) is not None
 
 
 def _fault(name: str, at: int, err: int, *, persistent: bool = False) -> Fault:
     if name == "syncfs":
-        return Fault("_syncfs_error", at, err, persistent=persistent, target=atomic)
+        return Fault("_syncfs_error", at, err, persistent=persistent, target=sync)
     return Fault(name, at, err, persistent=persistent)
 
 
@@ -312,7 +312,8 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     store = _base(tmp_path / "r", clock)
     key = Key(SCOPE, "t1")
     # Simulate the dead writer: commit a new record by hand and leave the flag set.
-    from app.storage.tree.records import read_turn, turn_to_json, write_json
+    from app.storage.core.records import turn_to_json
+    from app.storage.tree.records import read_turn, write_json
 
     turn_dir = store.layout.turn_dir(SCOPE, "t1", 0)
     rec = read_turn(turn_dir)

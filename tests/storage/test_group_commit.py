@@ -1,4 +1,4 @@
-"""Group commit (app/storage/atomic.py): one flush for many writers, and the rules it keeps.
+"""Group commit (app/storage/tree/fs/sync.py): one flush for many writers, and the rules it keeps.
 
 The flusher is checked with a stand-in for ``syncfs`` that records when each round started and
 ended; the engines on a real filesystem, with every rename, listing write, lock release and
@@ -30,10 +30,10 @@ import pytest
 
 from app.storage import Scope
 from app.storage.core.errors import NotFound, PreconditionFailed
-from app.storage.tree.fs import atomic, txn as txn_mod
+from app.storage.tree.fs import sync, txn as txn_mod
 from app.storage.tree.fs.walk import Tree
 from app.storage.tree.sqlite.listing import Listing
-from app.storage.tree.stores import MemoryStoreEngine
+from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent
@@ -43,7 +43,7 @@ SCOPE = Scope("acme", "web")
 
 def _grouped(root: Path) -> bool:
     root.mkdir(parents=True, exist_ok=True)
-    return atomic._flusher_for(root) is not None
+    return sync._flusher_for(root) is not None
 
 
 @pytest.fixture
@@ -85,14 +85,14 @@ class Rounds:
 @pytest.fixture
 def rounds(monkeypatch: pytest.MonkeyPatch) -> Rounds:
     fake = Rounds()
-    monkeypatch.setattr(atomic, "_syncfs_error", fake)
+    monkeypatch.setattr(sync, "_syncfs_error", fake)
     return fake
 
 
 def test_each_waiter_is_covered_by_a_flush_that_started_after_its_writes(
     tmp_path: Path, rounds: Rounds
 ) -> None:
-    flusher = atomic._Flusher(os.open(tmp_path, os.O_RDONLY))
+    flusher = sync._Flusher(os.open(tmp_path, os.O_RDONLY))
     waits: list[tuple[int, int]] = []
 
     def writer() -> None:
@@ -121,7 +121,7 @@ def test_each_waiter_is_covered_by_a_flush_that_started_after_its_writes(
 def test_a_failed_flush_fails_every_writer_that_began_before_it_and_no_later_one(
     tmp_path: Path, rounds: Rounds
 ) -> None:
-    flusher = atomic._Flusher(os.open(tmp_path, os.O_RDONLY))
+    flusher = sync._Flusher(os.open(tmp_path, os.O_RDONLY))
     early = flusher.ticket()  # began before the failing round
     rounds.fail_next = 1
     with pytest.raises(OSError) as failed:
@@ -140,8 +140,8 @@ def test_a_flush_that_raises_fails_its_waiters(
     def broken(fd: int) -> OSError | None:
         raise OSError(errno.EBADF, "bad descriptor")
 
-    monkeypatch.setattr(atomic, "_syncfs_error", broken)
-    flusher = atomic._Flusher(os.open(tmp_path, os.O_RDONLY))
+    monkeypatch.setattr(sync, "_syncfs_error", broken)
+    flusher = sync._Flusher(os.open(tmp_path, os.O_RDONLY))
     with pytest.raises(OSError):
         flusher.wait(flusher.ticket())
     monkeypatch.undo()
@@ -156,10 +156,10 @@ def test_a_failed_syncfs_is_an_error_not_a_silent_sync(
         def __call__(self, fd: int) -> int:
             return -1
 
-    monkeypatch.setattr(atomic, "_syncfs", Failing())
-    monkeypatch.setattr(atomic.ctypes, "get_errno", lambda: errno.EIO)
+    monkeypatch.setattr(sync, "_syncfs", Failing())
+    monkeypatch.setattr(sync.ctypes, "get_errno", lambda: errno.EIO)
     with pytest.raises(OSError) as failed:
-        atomic.sync_filesystem(tmp_path)
+        sync.sync_filesystem(tmp_path)
     assert failed.value.errno == errno.EIO
 
 
@@ -168,7 +168,7 @@ class Calls:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.fsyncs = 0
         self.flushes = 0
-        real_fsync, real_flush = os.fsync, atomic._syncfs_error
+        real_fsync, real_flush = os.fsync, sync._syncfs_error
 
         def fsync(fd: int) -> None:
             self.fsyncs += 1
@@ -179,7 +179,7 @@ class Calls:
             return real_flush(fd)
 
         monkeypatch.setattr(os, "fsync", fsync)
-        monkeypatch.setattr(atomic, "_syncfs_error", flush)
+        monkeypatch.setattr(sync, "_syncfs_error", flush)
 
 
 def _record(root: Path, *, group: bool) -> TaskStore:
@@ -221,9 +221,9 @@ def test_a_filesystem_not_known_to_honour_syncfs_keeps_per_file_fsync(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = _record(root, group=True)
-    monkeypatch.setattr(atomic, "_flushers", {})
-    monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.lazyfs")
-    assert atomic._flusher_for(root) is None
+    monkeypatch.setattr(sync, "_flushers", {})
+    monkeypatch.setattr(sync, "_filesystem_type", lambda dev: "fuse.lazyfs")
+    assert sync._flusher_for(root) is None
     calls = Calls(monkeypatch)
     store.put_turn(SCOPE, "t1", 0, meta={"v": 2}, summary_md="replaced")
     assert calls.flushes == 0 and calls.fsyncs >= 2
@@ -247,25 +247,25 @@ def test_a_transaction_that_writes_nothing_still_answers_after_a_flush(
 
 def test_ext4_without_ordered_replacement_keeps_per_file_fsync() -> None:
     line = "29 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,{}\n"
-    assert atomic._mount_type([line.format("discard")], "254:0") == "ext4"
+    assert sync._mount_type([line.format("discard")], "254:0") == "ext4"
     for option in ("data=writeback", "noauto_da_alloc"):
-        found = atomic._mount_type([line.format(option)], "254:0")
+        found = sync._mount_type([line.format(option)], "254:0")
         assert found == f"ext4 ({option})"
-        assert found not in atomic.GROUP_COMMIT_FILESYSTEMS
+        assert found not in sync.GROUP_COMMIT_FILESYSTEMS
     # xfs and btrfs may put a rename on disk before the data it names.
-    assert atomic._mount_type([line.replace("ext4", "xfs")], "254:0") == "xfs"
-    assert "xfs" not in atomic.GROUP_COMMIT_FILESYSTEMS
-    assert "btrfs" not in atomic.GROUP_COMMIT_FILESYSTEMS
-    assert atomic._mount_type([line], "8:1") is None
+    assert sync._mount_type([line.replace("ext4", "xfs")], "254:0") == "xfs"
+    assert "xfs" not in sync.GROUP_COMMIT_FILESYSTEMS
+    assert "btrfs" not in sync.GROUP_COMMIT_FILESYSTEMS
+    assert sync._mount_type([line], "8:1") is None
 
 
 def test_a_write_on_another_filesystem_inside_a_group_is_not_deferred(root: Path) -> None:
-    with atomic.group_commit(root):
-        assert atomic.grouped()
+    with sync.group_commit(root):
+        assert sync.grouped()
         own = os.stat(root).st_dev
-        assert not atomic._deferred_dev(own + 1)
-        assert atomic._deferred_dev(own)
-    assert not atomic.grouped()
+        assert not sync._deferred_dev(own + 1)
+        assert sync._deferred_dev(own)
+    assert not sync.grouped()
 
 
 # -- the order of events ---------------------------------------------------------------------
@@ -276,7 +276,7 @@ class Log:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.events: list[tuple[str, str]] = []
         real_replace, real_link = os.replace, os.link
-        real_flush = atomic._syncfs_error
+        real_flush = sync._syncfs_error
         real_locked = txn_mod.locked
 
         def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
@@ -311,7 +311,7 @@ class Log:
             monkeypatch.setattr(Listing, method, logged)
         monkeypatch.setattr(os, "replace", replace)
         monkeypatch.setattr(os, "link", link)
-        monkeypatch.setattr(atomic, "_syncfs_error", flush)
+        monkeypatch.setattr(sync, "_syncfs_error", flush)
         monkeypatch.setattr(txn_mod, "locked", locked)
 
     def index(self, kind: str, suffix: str = "", start: int = 0) -> int:
@@ -375,11 +375,11 @@ def test_a_failed_flush_fails_the_write_and_the_next_one_succeeds(
     """The flush comes after the rename: the write stays visible (its outcome is unknown to
     the client, as for any error past the commit point), the tree stays consistent."""
     store = _record(root, group=True)
-    real = atomic._syncfs_error
-    monkeypatch.setattr(atomic, "_syncfs_error", lambda fd: OSError(errno.EIO, "injected"))
+    real = sync._syncfs_error
+    monkeypatch.setattr(sync, "_syncfs_error", lambda fd: OSError(errno.EIO, "injected"))
     with pytest.raises(OSError):
         store.put_turn(SCOPE, "t1", 0, meta={"v": 2}, summary_md="maybe")
-    monkeypatch.setattr(atomic, "_syncfs_error", real)
+    monkeypatch.setattr(sync, "_syncfs_error", real)
     assert store.get_turn(SCOPE, "t1", 0).summary_md == "maybe"
     assert not store.txns.journal.pending()
     assert_consistent(store, SCOPE)
@@ -391,7 +391,7 @@ def test_concurrent_writers_share_flushes(root: Path, monkeypatch: pytest.Monkey
     store = _record(root, group=True)
     engine = MemoryStoreEngine(root, lock_timeout=10.0)
     memstore = engine.create_store(SCOPE, name="s")
-    real = atomic._syncfs_error
+    real = sync._syncfs_error
     count = itertools.count()
 
     def slow(fd: int) -> OSError | None:
@@ -399,7 +399,7 @@ def test_concurrent_writers_share_flushes(root: Path, monkeypatch: pytest.Monkey
         time.sleep(0.01)  # a flush long enough for the other writers to queue behind it
         return real(fd)
 
-    monkeypatch.setattr(atomic, "_syncfs_error", slow)
+    monkeypatch.setattr(sync, "_syncfs_error", slow)
     errors: list[BaseException] = []
 
     def writer(n: int) -> None:
@@ -449,10 +449,10 @@ def test_sync_tree_fsyncs_each_file_and_directory_where_syncfs_is_no_barrier(
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    monkeypatch.setattr(atomic, "_filesystem_type", lambda dev: "fuse.sshfs")
-    monkeypatch.setattr(atomic, "_flushers", {})
-    monkeypatch.setattr(atomic.os, "fsync", fsync)
-    atomic.sync_tree(staged, Tree(tmp_path))
+    monkeypatch.setattr(sync, "_filesystem_type", lambda dev: "fuse.sshfs")
+    monkeypatch.setattr(sync, "_flushers", {})
+    monkeypatch.setattr(sync.os, "fsync", fsync)
+    sync.sync_tree(staged, Tree(tmp_path))
     every = {str(staged)} | {str(p) for p in staged.rglob("*") if not p.is_symlink()}
     assert sorted(synced) == sorted(every)
     assert not any(str(outside) in path for path in synced)

@@ -11,16 +11,10 @@ from pathlib import Path
 import pytest
 
 from app.storage.core.errors import LockTimeout, UnsafePath
-from app.storage.core.limits import (
-    LimitsFile,
-    LimitsFileError,
-    Quotas,
-    RateOverride,
-    format_bytes,
-    parse_bytes,
-)
+from app.storage.core.limits import LimitsFileError, Quotas, RateOverride, format_bytes, parse_bytes
 from app.storage.core.names import LIMITS_FILE, Scope
 from app.storage.tree.fs.locks import locked
+from app.storage.tree.limits import LimitsFile
 
 
 @pytest.mark.parametrize(
@@ -233,7 +227,8 @@ def test_concurrent_writers_lose_no_change(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from app.storage.core.limits import LimitsFile, RateOverride\n"
+        "from app.storage.core.limits import RateOverride\n"
+        "from app.storage.tree.limits import LimitsFile\n"
         "f = LimitsFile(Path(sys.argv[1]))\n"
         "for i in range(5):\n"
         "    f.set_rate('acme', f'p{sys.argv[2]}-{i}', RateOverride(rps=float(sys.argv[2])))\n"

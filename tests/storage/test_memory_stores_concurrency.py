@@ -13,7 +13,8 @@ from typing import Any
 from app.storage import Scope
 from app.storage.core.models import FsckReport
 from app.storage.core.names import VERSIONS_DIR
-from app.storage.tree.stores import ContentPreconditionFailed, MemoryStoreEngine, VersionFilter
+from app.storage.core.store_models import ContentPreconditionFailed, VersionFilter
+from app.storage.tree.stores.engine import MemoryStoreEngine
 
 SCOPE = Scope("acme", "web")
 WORKERS = 4

@@ -20,8 +20,9 @@ from app.storage import InvalidName, NotFound, Scope
 from app.storage.core import store_rules as rules
 from app.storage.core.models import FsckReport
 from app.storage.core.names import MEMORIES_DIR, VERSIONS_DIR
+from app.storage.core.store_models import VersionFilter
 from app.storage.tree.fs.txn import Key
-from app.storage.tree.stores import MemoryStoreEngine, VersionFilter
+from app.storage.tree.stores.engine import MemoryStoreEngine
 from tests.conftest import T0, FixedClock
 
 ACTOR = {"type": "api_actor", "api_key_id": "tok_test"}

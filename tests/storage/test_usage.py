@@ -23,10 +23,10 @@ import pytest
 
 from app.storage import NotFound, Scope
 from app.storage.core.names import TURN_DIR_RE
+from app.storage.core.recovery import Plan
+from app.storage.core.store_models import MemoryStore
 from app.storage.core.usage import KINDS
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.recovery import Plan
-from app.storage.tree.stores import MemoryStore
 from tests.conftest import FixedClock
 
 WEB = Scope("acme", "web")
@@ -175,7 +175,7 @@ def test_counters_equal_a_recount_after_a_random_mix(
 
 
 def _all() -> Any:
-    from app.storage.tree.stores import VersionFilter
+    from app.storage.core.store_models import VersionFilter
 
     return VersionFilter()
 

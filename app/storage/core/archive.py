@@ -49,8 +49,8 @@ from app.storage.core.names import (
     validate_artifact_name,
     validate_id,
 )
+from app.storage.core.records import turn_from_json
 from app.storage.core.store_records import StoreRecord, VersionRecord
-from app.storage.tree.records import turn_from_json
 
 FORMAT = "project-memory-backup"
 VERSION = 2

@@ -17,17 +17,9 @@ import json
 from typing import Any
 
 from app.storage.core.errors import InvalidName
-from app.storage.core.names import CURSOR_KEY
-from app.storage.tree.control import root_key
-from app.storage.tree.fs.layout import Layout
 
 TAG_BYTES = 16
 MAX_CURSOR_CHARS = 8192
-
-
-def load_key(layout: Layout) -> bytes:
-    """The root's cursor key, shared by every worker through its file (made on first use)."""
-    return root_key(layout, CURSOR_KEY)
 
 
 class CursorCodec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, BinaryIO
 
 
@@ -142,3 +143,17 @@ class SearchPage:
     next_cursor: str | None
     stores_searched: int = 0
     stores_skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Narrow a page to tasks whose id starts with ``prefix`` and whose latest live turn has
+    this ``model`` / ``agent_id`` / a non-zero exit code (``failed``)."""
+
+    prefix: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    failed: bool = False
+
+
+DEFAULT_GRACE = timedelta(minutes=10)

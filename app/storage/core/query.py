@@ -25,6 +25,7 @@ plain text otherwise: those two characters never occur in a snippet except as ma
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -197,3 +198,42 @@ def decode_cursor(
         raise InvalidName(
             "cursor", cursor, "is not a cursor this server issued for this search"
         ) from None
+
+
+SNIPPET_TOKENS = 16
+
+
+class Sentinels:
+    """Per-query snippet markers no stored text contains; :meth:`marked` turns them into
+    the public markers after taking those out of the text itself."""
+
+    def __init__(self) -> None:
+        token = secrets.token_hex(8)
+        self.start = f"\ue000{token}\ue001"
+        self.end = f"\ue002{token}\ue003"
+
+    def marked(self, raw: str) -> str:
+        text = raw.replace(MARK_START, "\ufffd").replace(MARK_END, "\ufffd")
+        text = " ".join(text.split())
+        return text.replace(self.start, MARK_START).replace(self.end, MARK_END)
+
+
+def _flatten(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        out.append(str(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            _flatten(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _flatten(item, out)
+
+
+def meta_text(meta: dict[str, Any]) -> str:
+    """The values of a turn's meta (strings and numbers, nested ones too), one a line; keys
+    are left out, they name the same fields in every turn."""
+    out: list[str] = []
+    _flatten(meta, out)
+    return "\n".join(out)

@@ -20,8 +20,7 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import VERSION_ID_RE
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
-from app.storage.core.store_records import OPERATIONS
-from app.storage.tree.sqlite.store_index import MemoryLookup, MemoryRow, filter_clause
+from app.storage.core.store_records import OPERATIONS, MemoryLookup, MemoryRow
 
 PAGE_PREFIX = "page_"
 MAX_LIMIT = 100
@@ -194,3 +193,30 @@ def memories_page(
         for item in items
     )
     return Page(data, next_page)
+
+
+def filter_clause(filters: VersionFilter) -> tuple[list[str], list[object]]:
+    """The WHERE terms and arguments of a version filter (also its cursor fingerprint)."""
+    where: list[str] = ["1 = 1"]
+    args: list[object] = []
+    if filters.memory_id is not None:
+        where.append("memory_id = ?")
+        args.append(filters.memory_id)
+    if filters.operation is not None:
+        where.append("operation = ?")
+        args.append(filters.operation)
+    for kind, value in (
+        ("api_actor", filters.api_key_id),
+        ("session_actor", filters.session_id),
+        ("service_account_actor", filters.service_account_id),
+    ):
+        if value is not None:
+            where.append("actor_type = ? AND actor_id = ?")
+            args.extend([kind, value])
+    if filters.created_gte_us is not None:
+        where.append("created_us >= ?")
+        args.append(filters.created_gte_us)
+    if filters.created_lte_us is not None:
+        where.append("created_us <= ?")
+        args.append(filters.created_lte_us)
+    return where, args

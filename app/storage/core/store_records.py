@@ -7,9 +7,10 @@ own field names, plus a few the index needs to be rebuilt from the records alone
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.storage.core.errors import Corrupt
 from app.storage.core.store_models import Memory, MemoryStore, MemoryVersion
@@ -266,3 +267,129 @@ class VersionRecord:
             redacted_at=self.redacted_at,
             redacted_by=self.redacted_by,
         )
+
+
+_ACTOR_ID_FIELDS = {
+    "api_actor": "api_key_id",
+    "session_actor": "session_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRow:
+    id: str
+    path: str
+    head: str
+    sha: str
+    size: int
+    created_at: str
+    updated_at: str
+    path_since: str
+
+    def view(self, store_id: str, content: str | None) -> Memory:
+        """The memory this row describes, with ``content`` (None: without it)."""
+        return Memory(
+            id=self.id,
+            memory_store_id=store_id,
+            path=self.path,
+            content=content,
+            content_size_bytes=self.size,
+            content_sha256=self.sha,
+            memory_version_id=self.head,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRow:
+    id: str
+    memory_id: str
+    operation: str
+    path: str | None
+    sha: str | None
+    size: int | None
+    created_by: str | None
+    actor_type: str | None
+    actor_id: str | None
+    created_us: int
+    created_at: str
+    redacted_at: str | None
+    redacted_by: str | None
+
+    def actor(self) -> dict[str, Any] | None:
+        return None if self.created_by is None else dict(json.loads(self.created_by))
+
+    def redactor(self) -> dict[str, Any] | None:
+        return None if self.redacted_by is None else dict(json.loads(self.redacted_by))
+
+    def view(self, store_id: str) -> MemoryVersion:
+        """The version this row describes, without its content (a row does not hold it)."""
+        return MemoryVersion(
+            id=self.id,
+            memory_store_id=store_id,
+            memory_id=self.memory_id,
+            operation=self.operation,
+            path=self.path,
+            content=None,
+            content_size_bytes=self.size,
+            content_sha256=self.sha,
+            created_by=self.actor(),
+            created_at=self.created_at,
+            redacted_at=self.redacted_at,
+            redacted_by=self.redactor(),
+        )
+
+
+def _actor_json(actor: Any) -> str | None:
+    return None if actor is None else json.dumps(actor, separators=(",", ":"))
+
+
+def version_row(record: VersionRecord) -> VersionRow:
+    actor = record.created_by if isinstance(record.created_by, dict) else {}
+    kind = actor.get("type")
+    ident = _ACTOR_ID_FIELDS.get(str(kind))
+    return VersionRow(
+        id=record.id,
+        memory_id=record.memory_id,
+        operation=record.operation,
+        path=record.path,
+        sha=record.content_sha256,
+        size=record.content_size_bytes,
+        created_by=_actor_json(record.created_by),
+        actor_type=kind,
+        actor_id=actor.get(ident) if ident else None,
+        created_us=record.created_us,
+        created_at=record.created_at,
+        redacted_at=record.redacted_at,
+        redacted_by=_actor_json(record.redacted_by),
+    )
+
+
+def memory_row(record: VersionRecord) -> MemoryRow:
+    """The live memory whose head version is ``record`` (a live version)."""
+    return MemoryRow(
+        id=record.memory_id,
+        path=str(record.path),
+        head=record.id,
+        sha=str(record.content_sha256),
+        size=int(record.content_size_bytes or 0),
+        created_at=str(record.memory_created_at),
+        updated_at=record.created_at,
+        path_since=str(record.path_since),
+    )
+
+
+class MemoryLookup(Protocol):
+    """The queries the engine-independent code (paging.py, semantics.py) asks of a store's
+    index: the SQLite one here, and PostgreSQL's rows in pg/stores.py."""
+
+    def state(self) -> tuple[str, int]: ...
+
+    def memory(self, memory_id: str) -> MemoryRow | None: ...
+
+    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None: ...
+
+    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]: ...

@@ -12,7 +12,12 @@ import unicodedata
 from typing import Any
 
 from app.storage.core.errors import InvalidName
-from app.storage.core.names import MEMORY_ID_RE, STORE_ID_RE, TMP_PREFIX, VERSION_ID_RE
+from app.storage.core.names import (
+    MEMORY_ID_RE,
+    STORE_ID_RE,
+    TMP_PREFIX,
+    VERSION_ID_RE,
+)
 
 MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENTS = 20
@@ -180,3 +185,7 @@ def is_memory_id(value: Any) -> bool:
 
 def is_version_id(value: Any) -> bool:
     return isinstance(value, str) and VERSION_ID_RE.fullmatch(value) is not None
+
+
+DEFAULT_MAX_MEMORIES = 10_000
+DEFAULT_KEEP_RECENT = 3

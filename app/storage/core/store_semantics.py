@@ -22,8 +22,13 @@ from app.storage.core.store_models import (
     PathConflict,
     StoreArchived,
 )
-from app.storage.core.store_records import StoreRecord, VersionRecord, sha256_hex
-from app.storage.tree.sqlite.store_index import MemoryLookup, MemoryRow
+from app.storage.core.store_records import (
+    MemoryLookup,
+    MemoryRow,
+    StoreRecord,
+    VersionRecord,
+    sha256_hex,
+)
 
 VERSION_PREFIX = "memver_"
 

@@ -117,3 +117,22 @@ def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple
         raise InvalidName(
             "cursor", cursor, "is not a cursor this server issued for this project"
         ) from None
+
+
+_INT64 = (1 << 63) - 1
+
+
+def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
+    """The model, agent_id and exit_code a listing row keeps of a turn's meta.
+
+    Only strings and integers are kept (meta is free-form JSON); an exit code beyond 64 bits
+    is clamped, which keeps "non-zero" true.
+    """
+    model, agent, code = meta.get("model"), meta.get("agent_id"), meta.get("exit_code")
+    return (
+        model if isinstance(model, str) else None,
+        agent if isinstance(agent, str) else None,
+        max(-_INT64, min(_INT64, code))
+        if isinstance(code, int) and not isinstance(code, bool)
+        else None,
+    )

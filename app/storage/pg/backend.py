@@ -21,9 +21,10 @@ from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import StorageError
-from app.storage.core.models import FsckReport, SearchPage
+from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import ARTIFACTS_DIR, CURSOR_KEY, Scope, turn_dirname
 from app.storage.core.quota import QuotaSource
+from app.storage.core.sweep import ProjectSweep, SweepOutcome, SweepReport
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
@@ -43,9 +44,6 @@ from app.storage.pg.schema import migrate
 from app.storage.pg.search import PgSearch
 from app.storage.pg.stores import PgMemoryStores
 from app.storage.pg.tasks import PgTaskStore
-from app.storage.tree.backend import SweepOutcome
-from app.storage.tree.fsck import DEFAULT_GRACE
-from app.storage.tree.retention import ProjectSweep, SweepReport
 
 _ORPHAN_BATCH = 500
 

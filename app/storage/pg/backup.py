@@ -49,7 +49,9 @@ from app.storage.core.archive import (
     task_member,
 )
 from app.storage.core.clock import iso, parse_iso_us
+from app.storage.core.encoding import dumps, dumps_compact
 from app.storage.core.errors import StorageError
+from app.storage.core.files import atomic_file
 from app.storage.core.models import ArtifactInfo, TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -60,7 +62,9 @@ from app.storage.core.names import (
     Scope,
     turn_dirname,
 )
+from app.storage.core.records import turn_to_json
 from app.storage.core.store_records import StoreRecord, VersionRecord
+from app.storage.core.task_rules import meta_facts
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobError
 from app.storage.pg.db import backup_lock, translated
@@ -73,9 +77,6 @@ from app.storage.pg.stores import (
     version_values,
 )
 from app.storage.pg.tasks import _ARTIFACT_COLUMNS, _TURN_COLUMNS, _artifact, _turn
-from app.storage.tree.fs.atomic import atomic_file
-from app.storage.tree.records import dumps, dumps_compact, turn_to_json
-from app.storage.tree.sqlite.listing import meta_facts
 
 if TYPE_CHECKING:
     from app.storage.pg.backend import PgStorage

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 
 from app.storage.core.clock import Clock, iso, system_clock
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import NotFound
 from app.storage.core.limits import (
     VERSION,
@@ -33,7 +34,6 @@ from app.storage.core.limits import (
 )
 from app.storage.core.tokens import Token, TokenRegistryBase
 from app.storage.pg.db import Database, lock_key, translated
-from app.storage.tree.records import dumps
 
 _TOKEN_COLUMNS = (
     "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256,"  # noqa: S105

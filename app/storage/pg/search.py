@@ -38,16 +38,17 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import Scope
 from app.storage.core.query import (
+    SNIPPET_TOKENS,
     QueryTerm,
     SearchQuery,
+    Sentinels,
     check_limit,
     decode_cursor,
     encode_cursor,
+    meta_text,
     parse_query,
 )
 from app.storage.pg.db import Database
-from app.storage.tree.sqlite.fts import SNIPPET_TOKENS, Sentinels
-from app.storage.tree.sqlite.turn_search import meta_text
 
 SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score

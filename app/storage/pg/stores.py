@@ -41,6 +41,7 @@ from app.storage.core.store_models import (
 )
 from app.storage.core.store_paging import (
     check_limit,
+    filter_clause,
     fingerprint,
     memories_page,
     memories_query,
@@ -50,13 +51,18 @@ from app.storage.core.store_paging import (
     versions_next,
     versions_query,
 )
-from app.storage.core.store_records import StoreRecord, VersionRecord
+from app.storage.core.store_records import (
+    MemoryRow,
+    StoreRecord,
+    VersionRecord,
+    VersionRow,
+    version_row,
+)
+from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from app.storage.core.store_semantics import check_free, live_memory
+from app.storage.core.sweep import VersionSweep
 from app.storage.pg import usage as pgu
 from app.storage.pg.db import Database
-from app.storage.tree.sqlite.store_index import MemoryRow, VersionRow, filter_clause, version_row
-from app.storage.tree.stores.base import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from app.storage.tree.stores.retention import VersionSweep
 
 _MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
 _VERSION_COLUMNS = (

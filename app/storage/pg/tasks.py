@@ -30,10 +30,12 @@ from ulid import ULID
 from app.storage.core import task_rules
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
+from app.storage.core.encoding import dumps_compact
 from app.storage.core.errors import LockTimeout, NotFound, NotOwner
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    TaskFilter,
     TaskIndex,
     TaskPage,
     TaskSummary,
@@ -53,13 +55,13 @@ from app.storage.core.task_rules import (
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
+    meta_facts,
 )
 from app.storage.core.usage import ReservingStream, Ticket
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
-from app.storage.tree.records import dumps_compact
-from app.storage.tree.sqlite.listing import TaskFilter, filter_terms, meta_facts
+from app.storage.tree.sqlite.listing import filter_terms
 
 _TURN_COLUMNS = (
     "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"
@@ -309,7 +311,7 @@ class PgTaskStore:
             last_us = self._task_updated_us(conn, scope, task_id)
             updated_us = self._next_updated_us(last_us, now_us)
             key = _key(scope, task_id)
-            new_bytes = len(meta_json) + len(summary)  # records.usage_of_turn's count
+            new_bytes = len(meta_json) + len(summary)  # core/records.py usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
             # An expired turn's artifacts go with the rewrite.
             gone = (

@@ -10,79 +10,44 @@ import os
 import sqlite3
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, system_clock
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import StorageError
-from app.storage.core.limits import LimitsFile
-from app.storage.core.models import FsckReport, SearchPage
+from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import Scope
 from app.storage.core.quota import FreeSpace, QuotaSource
+from app.storage.core.recovery import Plan, Report
+from app.storage.core.sweep import SweepOutcome
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
-from app.storage.core.tokens import TokenRegistry
-from app.storage.core.traffic import TrafficRow, TreeTraffic
+from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
 from app.storage.tree.backup import export_tree
 from app.storage.tree.control import root_key
-from app.storage.tree.fs.atomic import flush_derived, write_atomic
-from app.storage.tree.fsck import DEFAULT_GRACE, fsck
+from app.storage.tree.fs.atomic import write_atomic
+from app.storage.tree.fs.sync import flush_derived
+from app.storage.tree.fsck import fsck
 from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
+from app.storage.tree.limits import LimitsFile
 from app.storage.tree.projects import list_projects
 from app.storage.tree.readiness import check_ready
-from app.storage.tree.records import dumps, read_json
-from app.storage.tree.recovery import Plan, Recovery, Report
+from app.storage.tree.records import read_json
+from app.storage.tree.recovery import Recovery
 from app.storage.tree.restore import import_tree
-from app.storage.tree.retention import SweepReport, sweep
+from app.storage.tree.retention import sweep
 from app.storage.tree.search import TreeSearch
-from app.storage.tree.stores import MemoryStoreEngine
+from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
-from app.storage.tree.stores.retention import VersionSweep
 from app.storage.tree.tasks import TaskStore
-from app.storage.tree.usage import TreeUsage
+from app.storage.tree.tokens import TokenRegistry
+from app.storage.tree.usage import TreeTraffic, TreeUsage
 
 if TYPE_CHECKING:
     import filelock
-
-
-@dataclass(frozen=True, slots=True)
-class SweepOutcome:
-    """One retention sweep of both engines."""
-
-    tasks: SweepReport
-    versions: VersionSweep
-
-    @property
-    def errors(self) -> tuple[str, ...]:
-        return self.tasks.errors + self.versions.errors
-
-    def to_dict(self) -> dict[str, object]:
-        return {**self.tasks.to_dict(), "memory_store_versions": self.versions.to_dict()}
-
-    def lines(self) -> list[str]:
-        """What a person reads after ``flask --app wsgi sweep``."""
-        t, v = self.tasks, self.versions
-        verb = "would remove" if t.dry_run else "removed"
-        out = [f"sweep as of {t.now}{' (dry run: nothing changed)' if t.dry_run else ''}"]
-        out += [
-            f"  {p.tenant}/{p.project}: {verb} {p.turns} turn(s), {p.tasks} task(s), "
-            f"{p.bytes} byte(s)"
-            for p in t.projects
-        ]
-        out.append(
-            f"total: {verb} {t.turns} turn(s), {t.tasks} task(s), {t.bytes} byte(s); "
-            f"{t.temp_files} stale temp file(s), {t.leftovers} leftover(s); "
-            f"{t.trash_entries} unfinished deletion(s) completed"
-        )
-        out.append(
-            f"memory stores: {verb} {v.versions_removed} version(s), {v.bytes_removed} byte(s)"
-            f" from {v.stores_scanned} store(s)"
-        )
-        out += [f"link (never followed): {link}" for link in (*t.links, *v.links)]
-        return out
 
 
 class TreeStorage:

@@ -29,6 +29,7 @@ from app.storage.core.archive import (
 )
 from app.storage.core.clock import iso
 from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.core.files import DIR_MODE
 from app.storage.core.names import (
     ARTIFACTS_DIR,
     CURSOR_KEY,
@@ -43,9 +44,11 @@ from app.storage.core.names import (
     turn_dirname,
     validate_id,
 )
-from app.storage.tree.fs.atomic import DIR_MODE, atomic_file, sync_filesystem
+from app.storage.core.records import turn_from_json
+from app.storage.tree.fs.atomic import atomic_file
+from app.storage.tree.fs.sync import sync_filesystem
 from app.storage.tree.fs.txn import Key
-from app.storage.tree.records import read_turn, turn_from_json
+from app.storage.tree.records import read_turn
 
 if TYPE_CHECKING:
     from app.storage.tree.backend import TreeStorage

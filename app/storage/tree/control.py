@@ -11,9 +11,10 @@ import secrets
 from pathlib import Path
 
 from app.storage.core.names import CONSOLE_KEY, CURSOR_KEY, TMP_PREFIX
-from app.storage.tree.fs.atomic import fsync_dir, make_config_dirs, remove_quietly
+from app.storage.tree.fs.atomic import make_config_dirs, remove_quietly
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.noatime import read_all
+from app.storage.tree.fs.sync import fsync_dir
 
 __all__ = ["CONSOLE_KEY", "CURSOR_KEY", "root_key"]
 _KEY_BYTES = 32
@@ -58,3 +59,8 @@ def _read(layout: Layout, path: Path) -> bytes | None:
     # outside the root (UnsafePath).
     fd = layout.open_read(os.fspath(path))
     return None if fd is None else read_all(fd)
+
+
+def load_key(layout: Layout) -> bytes:
+    """The root's cursor key, shared by every worker through its file (made on first use)."""
+    return root_key(layout, CURSOR_KEY)

@@ -13,9 +13,10 @@ from app.storage.core import digest as text
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, LockTimeout, UnsafePath
+from app.storage.core.files import os_errors
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import TURN_META, Scope
-from app.storage.tree.fs.atomic import atomic_file, os_errors
+from app.storage.tree.fs.atomic import atomic_file
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.records import read_turn
 from app.storage.tree.sqlite import digestdb

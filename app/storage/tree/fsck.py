@@ -28,7 +28,7 @@ from ulid import ULID
 
 from app.storage.core import digest as digest_mod
 from app.storage.core.errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
-from app.storage.core.models import FsckReport, TurnRecord
+from app.storage.core.models import DEFAULT_GRACE, FsckReport, TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
     LOCKS_DIR,
@@ -47,8 +47,10 @@ from app.storage.core.names import (
     turn_dirname,
     validate_artifact_name,
 )
-from app.storage.tree.fs.atomic import fsync_dir, make_dirs
+from app.storage.core.records import turn_to_json
+from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.noatime import sha256_file
+from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
 from app.storage.tree.records import (
@@ -59,7 +61,6 @@ from app.storage.tree.records import (
     read_turn,
     rebuild_index,
     turn_dirs,
-    turn_to_json,
     write_json,
 )
 from app.storage.tree.sqlite import fts, turn_search
@@ -68,7 +69,6 @@ from app.storage.tree.sqlite.listing import Listing, TurnRow
 from app.storage.tree.tasks import TaskStore
 
 LOST_FOUND = ".lost+found"
-DEFAULT_GRACE = timedelta(minutes=10)
 _LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
 
 

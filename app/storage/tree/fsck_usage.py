@@ -18,9 +18,10 @@ from functools import partial
 from app.storage.core.errors import Corrupt, LockTimeout, StorageError, UnsafePath
 from app.storage.core.models import FsckReport
 from app.storage.core.names import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope, is_id
+from app.storage.core.records import turn_usage
 from app.storage.core.usage import StoreUsage, TurnUsage
 from app.storage.tree.fs.txn import Key
-from app.storage.tree.records import read_turn, turn_usage
+from app.storage.tree.records import read_turn
 from app.storage.tree.stores.base import StoresBase
 from app.storage.tree.tasks import TaskStore
 

@@ -9,52 +9,20 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from app.storage.core.clock import parse_iso_us
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt, UnsafePath
-from app.storage.core.models import ArtifactInfo, TaskIndex, TurnEntry, TurnRecord
+from app.storage.core.models import TaskIndex, TurnEntry, TurnRecord
 from app.storage.core.names import TASK_RECORD, TURN_DIR_RE, TURN_META
-from app.storage.core.usage import TurnUsage
+from app.storage.core.records import FORMAT_VERSION, turn_from_json
+from app.storage.core.task_rules import meta_facts
 from app.storage.tree.fs.atomic import write_atomic
 from app.storage.tree.fs.noatime import open_noatime, read_all
 from app.storage.tree.fs.walk import Tree
-from app.storage.tree.sqlite.listing import TurnRow, meta_facts
-
-FORMAT_VERSION = 1
-
-
-def dumps(obj: Any) -> bytes:
-    """A record as people read it with ``cat``: indented UTF-8 JSON and a final newline.
-
-    Encoded by orjson: the standard library's indented encoder is pure Python, a large share
-    of a turn write's CPU. What orjson refuses (an integer beyond
-    64 bits, a non-string key) falls back to the standard library, so nothing it could store
-    before is refused now. NaN and infinities never get here (the API and put_turn refuse
-    them; orjson would write null). Decoding stays with ``json.loads``: orjson reads an
-    integer beyond 64 bits as a float, which would change what was stored.
-    """
-    try:
-        return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
-    except TypeError:
-        text = json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False)
-        return text.encode("utf-8") + b"\n"
-
-
-def dumps_compact(obj: Any, default: Callable[[Any], Any] | None = None) -> bytes:
-    """One-line UTF-8 JSON (API responses), with the same fallback as :func:`dumps`."""
-    try:
-        return orjson.dumps(
-            obj,
-            default=default,
-            option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS,
-        )
-    except TypeError:
-        return json.dumps(obj, ensure_ascii=False, default=default).encode("utf-8")
+from app.storage.tree.sqlite.listing import TurnRow
 
 
 def read_json(path: str | Path) -> Any | None:
@@ -98,57 +66,6 @@ def write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     write_atomic(path, dumps(obj), durable=durable)
 
 
-# -- turn records -------------------------------------------------------------------------
-def turn_to_json(record: TurnRecord) -> dict[str, Any]:
-    return {
-        "version": FORMAT_VERSION,
-        "task_id": record.task_id,
-        "turn": record.turn,
-        "meta": record.meta,
-        "summary_md": record.summary_md,
-        "artifacts": [
-            {
-                "name": a.name,
-                "content_type": a.content_type,
-                "size": a.size,
-                "sha256": a.sha256,
-                "updated_at": a.updated_at,
-            }
-            for a in record.artifacts
-        ],
-        "created_at": record.created_at,
-        "updated_at": record.updated_at,
-        "retain_until": record.retain_until,
-        "updated_us": record.updated_us,
-    }
-
-
-def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
-    try:
-        return TurnRecord(
-            task_id=str(obj["task_id"]),
-            turn=int(obj["turn"]),
-            meta=dict(obj["meta"]),
-            summary_md=str(obj["summary_md"]),
-            artifacts=tuple(
-                ArtifactInfo(
-                    name=str(a["name"]),
-                    content_type=str(a["content_type"]),
-                    size=int(a["size"]),
-                    sha256=str(a["sha256"]),
-                    updated_at=str(a["updated_at"]),
-                )
-                for a in obj["artifacts"]
-            ),
-            created_at=str(obj["created_at"]),
-            updated_at=str(obj["updated_at"]),
-            retain_until=str(obj["retain_until"]),
-            updated_us=int(obj.get("updated_us") or parse_iso_us(obj["updated_at"])),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise Corrupt(f"{path}: not a turn record ({exc!r})") from None
-
-
 def read_turn(turn_dir: Path) -> TurnRecord | None:
     path = turn_dir / TURN_META
     obj = read_json(path)
@@ -163,25 +80,6 @@ def turn_row(record: TurnRecord, owner: str | None) -> TurnRow:
         parse_iso_us(record.retain_until),
         _text(owner),
         *meta_facts(record.meta),
-    )
-
-
-def turn_usage(record: TurnRecord) -> TurnUsage:
-    """What a written turn stores (app/storage/usage.py)."""
-    return usage_of_turn(record.turn, record.meta, record.summary_md, record.artifacts)
-
-
-def usage_of_turn(
-    turn: int, meta: dict[str, Any], summary_md: str, artifacts: tuple[ArtifactInfo, ...]
-) -> TurnUsage:
-    """What a turn of this meta, summary and artifacts stores: its artifacts and their bytes,
-    and its meta as compact JSON plus its summary, in UTF-8 (the same count on every
-    backend)."""
-    return TurnUsage(
-        turn,
-        len(artifacts),
-        sum(a.size for a in artifacts),
-        len(dumps_compact(meta)) + len(summary_md.encode("utf-8")),
     )
 
 

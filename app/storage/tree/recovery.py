@@ -38,24 +38,15 @@ import json
 import os
 import secrets
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.storage.core.errors import StorageError, UnsafePath
-from app.storage.tree.fs.atomic import fsync_dir, make_dirs, sync_is_barrier, write_atomic
+from app.storage.core.recovery import Plan, RootBusy
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.sync import fsync_dir, sync_is_barrier
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-
-
-class RootBusy(StorageError):
-    """Another server holds the storage root."""
-
-    def __init__(self, root: Path, pid: int | None, why: str = "") -> None:
-        who = f"PID {pid}" if pid else "another process"
-        why = why or f"storage root {root} is already served by {who}"
-        super().__init__(f"{why}; not starting")
-        self.pid = pid
 
 
 def boot_id() -> str:
@@ -63,35 +54,6 @@ def boot_id() -> str:
         return BOOT_ID.read_text().strip()
     except OSError:
         return ""
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What the start-up recovery has to do."""
-
-    clean: bool  # the last server stopped cleanly (or none ran)
-    full: bool  # unsynced data may have been lost: a full check is needed
-    reason: str = ""
-
-
-@dataclass(slots=True)
-class Report:
-    plan: Plan
-    repaired: list[str] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        if self.plan.clean:
-            return []
-        lines = [f"previous run did not shut down cleanly ({self.plan.reason})"]
-        if self.repaired:
-            lines.append(f"  repaired {len(self.repaired)} write(s) left in flight")
-            lines += [f"    {key}" for key in self.repaired[:20]]
-        if self.plan.full:
-            lines.append(
-                "  unsynced data may have been lost: a full check (fsck --repair) runs in the"
-                " background; /readyz answers 503 until it is done"
-            )
-        return lines
 
 
 class Recovery:

@@ -40,7 +40,9 @@ from app.storage.core.archive import (
     Restore,
 )
 from app.storage.core.digest import Section
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import StorageError
+from app.storage.core.files import DIR_MODE, FILE_MODE
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -54,25 +56,12 @@ from app.storage.core.names import (
     Scope,
     turn_dirname,
 )
+from app.storage.core.records import turn_usage
 from app.storage.core.usage import TurnUsage
-from app.storage.tree.fs.atomic import (
-    DIR_MODE,
-    FILE_MODE,
-    fsync_dir_fd,
-    group_commit,
-    make_dirs,
-    sync_tree,
-    write_atomic,
-)
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
+from app.storage.tree.fs.sync import fsync_dir_fd, group_commit, sync_tree
 from app.storage.tree.fs.txn import Key
-from app.storage.tree.records import (
-    build_index,
-    dumps,
-    index_rows,
-    read_json,
-    read_turn,
-    turn_usage,
-)
+from app.storage.tree.records import build_index, index_rows, read_json, read_turn
 from app.storage.tree.sqlite.listing import TurnRow
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 

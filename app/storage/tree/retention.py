@@ -24,12 +24,12 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from app.storage.core.clock import iso_us, parse_iso_us, to_us
 from app.storage.core.errors import Corrupt, StorageError, UnsafePath
+from app.storage.core.models import DEFAULT_GRACE
 from app.storage.core.names import (
     ARTIFACTS_DIR,
     PROJECT_LISTING,
@@ -39,72 +39,12 @@ from app.storage.core.names import (
     Scope,
     is_id,
 )
+from app.storage.core.sweep import ProjectSweep, SweepReport
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
-from app.storage.tree.fsck import DEFAULT_GRACE, age_seconds, entry_is_artifact, trash_age_seconds
+from app.storage.tree.fsck import age_seconds, entry_is_artifact, trash_age_seconds
 from app.storage.tree.records import read_turn, turn_dirs
 from app.storage.tree.tasks import TaskStore
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectSweep:
-    """What one project lost (or, in a dry run, would lose)."""
-
-    tenant: str
-    project: str
-    turns: int
-    tasks: int
-    bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    now: str
-    dry_run: bool
-    projects: tuple[ProjectSweep, ...] = ()
-    temp_files: int = 0
-    leftovers: int = 0
-    leftover_bytes: int = 0
-    trash_entries: int = 0
-    errors: tuple[str, ...] = field(default=())
-    # Symlinks met under the root, relative to it: logged, skipped, never followed.
-    links: tuple[str, ...] = field(default=())
-
-    @property
-    def turns(self) -> int:
-        return sum(p.turns for p in self.projects)
-
-    @property
-    def tasks(self) -> int:
-        return sum(p.tasks for p in self.projects)
-
-    @property
-    def bytes(self) -> int:
-        return sum(p.bytes for p in self.projects) + self.leftover_bytes
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "now": self.now,
-            "dry_run": self.dry_run,
-            "turns": self.turns,
-            "tasks": self.tasks,
-            "bytes": self.bytes,
-            "temp_files": self.temp_files,
-            "leftovers": self.leftovers,
-            "trash_entries": self.trash_entries,
-            "projects": [
-                {
-                    "tenant": p.tenant,
-                    "project": p.project,
-                    "turns": p.turns,
-                    "tasks": p.tasks,
-                    "bytes": p.bytes,
-                }
-                for p in self.projects
-            ],
-            "errors": list(self.errors),
-            "links": list(self.links),
-        }
 
 
 def project_dirs(tree: Tree, links: list[Path]) -> Iterator[Scope]:

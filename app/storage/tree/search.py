@@ -36,6 +36,7 @@ from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
     SearchQuery,
+    Sentinels,
     check_limit,
     decode_cursor,
     encode_cursor,
@@ -154,7 +155,7 @@ class _Turns:
         hits = [_Hit(k, TURNS, doc, (task_id, turn)) for k, doc, task_id, turn in rows]
         return own, hits[: ask.want]
 
-    def snippets(self, match: str, docs: list[int], marks: fts.Sentinels) -> dict[int, str]:
+    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
         with self.listing.search_read() as conn:
             return {
                 doc: fts.snippet(conn, match, doc, marks, turn_search.SNIPPET_COLUMNS)
@@ -200,7 +201,7 @@ class _Store:
 
         return self._read(run)
 
-    def snippets(self, match: str, docs: list[int], marks: fts.Sentinels) -> dict[int, str]:
+    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
         found = self._read(lambda r: {doc: r.search_snippet(match, doc, marks) for doc in docs})
         return found or {}
 
@@ -271,7 +272,7 @@ class TreeSearch:
     def _hits(
         self, scope: Scope, sources: list[_Source], page: list[_Hit], match: str
     ) -> tuple[SearchHit, ...]:
-        marks = fts.Sentinels()
+        marks = Sentinels()
         snippets: dict[tuple[str, int], str] = {}
         names: dict[str, str | None] = {}
         for source in sources:

@@ -28,12 +28,14 @@ from ulid import ULID
 
 from app.storage.core import digest as digest_mod, task_rules
 from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
-from app.storage.core.cursor import CursorCodec, load_key
+from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
 from app.storage.core.errors import Conflict, Corrupt, LockTimeout, NotFound, NotOwner
+from app.storage.core.files import DIR_MODE, os_errors
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    TaskFilter,
     TaskIndex,
     TaskPage,
     TaskSummary,
@@ -54,6 +56,7 @@ from app.storage.core.names import (
     validate_id,
     validate_turn,
 )
+from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     MiB,
@@ -63,22 +66,18 @@ from app.storage.core.task_rules import (
 )
 from app.storage.core.usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
 from app.storage.tree.background import Later
+from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
-from app.storage.tree.fs.atomic import (
-    DIR_MODE,
+from app.storage.tree.fs.atomic import make_dirs, remove_quietly, stage_stream, write_atomic
+from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.noatime import open_noatime, sha256_file
+from app.storage.tree.fs.sync import (
     batched_dir_syncs,
     commit_point,
     flush_now,
     fsync_dir,
     group_commit,
-    make_dirs,
-    os_errors,
-    remove_quietly,
-    stage_stream,
-    write_atomic,
 )
-from app.storage.tree.fs.layout import Layout
-from app.storage.tree.fs.noatime import open_noatime, sha256_file
 from app.storage.tree.fs.txn import Key, Transactions, Txn
 from app.storage.tree.fs.walk import Tree
 from app.storage.tree.records import (
@@ -91,14 +90,10 @@ from app.storage.tree.records import (
     read_turn,
     rebuild_index,
     turn_dirs,
-    turn_from_json,
     turn_row,
-    turn_to_json,
-    turn_usage,
-    usage_of_turn,
     write_json,
 )
-from app.storage.tree.sqlite.listing import Listing, TaskFilter
+from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
 

@@ -25,7 +25,7 @@ from typing import Any
 import filelock
 
 from app.storage.core.errors import LockTimeout
-from app.storage.tree.fs.atomic import DIR_MODE, FILE_MODE
+from app.storage.core.files import DIR_MODE, FILE_MODE
 from app.storage.tree.fs.noatime import open_noatime
 
 # Called with (seconds waited, acquired) after each blocking acquisition; app.web.metrics adds one.

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.core.files import DIR_MODE
 from app.storage.core.names import LOCK_STRIPES, Scope, validate_id
-from app.storage.tree.fs.atomic import DIR_MODE, await_flush, group_commit
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.noatime import open_noatime
+from app.storage.tree.fs.sync import await_flush, group_commit
 
 log = logging.getLogger("app.storage")
 

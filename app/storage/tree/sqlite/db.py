@@ -10,7 +10,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 from app.storage.core.errors import LockTimeout
-from app.storage.tree.fs.atomic import FILE_MODE
+from app.storage.core.files import FILE_MODE
 from app.storage.tree.fs.walk import remove_planted_link
 
 

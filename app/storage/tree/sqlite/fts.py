@@ -27,12 +27,11 @@ The filesystem's free blocks are not wiped (as for any file the service removes)
 from __future__ import annotations
 
 import math
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterable
 
-from app.storage.core.query import MARK_END, MARK_START
+from app.storage.core.query import SNIPPET_TOKENS, Sentinels
 from app.storage.tree.sqlite.db import is_busy, write_txn
 
 DOCS = "search_docs"
@@ -41,7 +40,6 @@ STATE = "search_state"
 TOKENIZER = "unicode61 remove_diacritics 2"
 # Pages one merge step may write (4 KiB each): ~10 ms of work per short write transaction.
 PURGE_STEP_PAGES = 256
-SNIPPET_TOKENS = 16
 STATE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {STATE} (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
     " WITHOUT ROWID"
@@ -230,21 +228,6 @@ def ranked_sql(select: str, weights: str, joins: str, where: str) -> str:
         " ORDER BY k, doc LIMIT :limit) f"
         f" {joins} WHERE {where} ORDER BY f.k, f.doc"
     )
-
-
-class Sentinels:
-    """Per-query snippet markers no stored text contains; :meth:`marked` turns them into
-    the public markers after taking those out of the text itself."""
-
-    def __init__(self) -> None:
-        token = secrets.token_hex(8)
-        self.start = f"\ue000{token}\ue001"
-        self.end = f"\ue002{token}\ue003"
-
-    def marked(self, raw: str) -> str:
-        text = raw.replace(MARK_START, "\ufffd").replace(MARK_END, "\ufffd")
-        text = " ".join(text.split())
-        return text.replace(self.start, MARK_START).replace(self.end, MARK_END)
 
 
 def snippet(

@@ -25,6 +25,7 @@ from typing import Any
 
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
+from app.storage.core.models import TaskFilter
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -139,24 +140,7 @@ _PAGE_COLUMNS = (
 # read as a key range and sorted: the range costs O(matches), the walk O(page * tasks /
 # matches) when the matches are spread through time; a page reads a few thousand rows.
 _DENSE_PREFIX = 2000
-_INT64 = (1 << 63) - 1
 _TURN_VALUES = ", ".join("?" * 8)
-
-
-def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
-    """The model, agent_id and exit_code a listing row keeps of a turn's meta.
-
-    Only strings and integers are kept (meta is free-form JSON); an exit code beyond 64 bits
-    is clamped, which keeps "non-zero" true.
-    """
-    model, agent, code = meta.get("model"), meta.get("agent_id"), meta.get("exit_code")
-    return (
-        model if isinstance(model, str) else None,
-        agent if isinstance(agent, str) else None,
-        max(-_INT64, min(_INT64, code))
-        if isinstance(code, int) and not isinstance(code, bool)
-        else None,
-    )
 
 
 def filter_terms(
@@ -288,17 +272,6 @@ class TaskRow:
     model: str | None = None
     agent_id: str | None = None
     exit_code: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskFilter:
-    """Narrow a page to tasks whose id starts with ``prefix`` and whose latest live turn has
-    this ``model`` / ``agent_id`` / a non-zero exit code (``failed``)."""
-
-    prefix: str | None = None
-    model: str | None = None
-    agent_id: str | None = None
-    failed: bool = False
 
 
 class _Connections(threading.local):

@@ -18,7 +18,6 @@ Every SQL statement of the memory-store engine is here, as a named query of
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
@@ -26,10 +25,18 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from app.storage.core.store_models import Memory, MemoryVersion, VersionFilter
-from app.storage.core.store_records import VersionRecord
+from app.storage.core.query import Sentinels
+from app.storage.core.store_models import VersionFilter
+from app.storage.core.store_paging import filter_clause
+from app.storage.core.store_records import (
+    MemoryRow,
+    VersionRecord,
+    VersionRow,
+    memory_row,
+    version_row,
+)
 from app.storage.core.usage import StoreUsage
 from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.db import create_file, open_wal, read_txn, write_txn
@@ -93,117 +100,6 @@ _SEARCH_HITS = fts.ranked_sql(
     f"JOIN {DOCS} d ON d.doc = f.doc JOIN memories m ON m.id = d.memory_id",
     "1 = 1",
 )
-_ACTOR_ID_FIELDS = {
-    "api_actor": "api_key_id",
-    "session_actor": "session_id",
-    "user_actor": "user_id",
-    "service_account_actor": "service_account_id",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryRow:
-    id: str
-    path: str
-    head: str
-    sha: str
-    size: int
-    created_at: str
-    updated_at: str
-    path_since: str
-
-    def view(self, store_id: str, content: str | None) -> Memory:
-        """The memory this row describes, with ``content`` (None: without it)."""
-        return Memory(
-            id=self.id,
-            memory_store_id=store_id,
-            path=self.path,
-            content=content,
-            content_size_bytes=self.size,
-            content_sha256=self.sha,
-            memory_version_id=self.head,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class VersionRow:
-    id: str
-    memory_id: str
-    operation: str
-    path: str | None
-    sha: str | None
-    size: int | None
-    created_by: str | None
-    actor_type: str | None
-    actor_id: str | None
-    created_us: int
-    created_at: str
-    redacted_at: str | None
-    redacted_by: str | None
-
-    def actor(self) -> dict[str, Any] | None:
-        return None if self.created_by is None else dict(json.loads(self.created_by))
-
-    def redactor(self) -> dict[str, Any] | None:
-        return None if self.redacted_by is None else dict(json.loads(self.redacted_by))
-
-    def view(self, store_id: str) -> MemoryVersion:
-        """The version this row describes, without its content (a row does not hold it)."""
-        return MemoryVersion(
-            id=self.id,
-            memory_store_id=store_id,
-            memory_id=self.memory_id,
-            operation=self.operation,
-            path=self.path,
-            content=None,
-            content_size_bytes=self.size,
-            content_sha256=self.sha,
-            created_by=self.actor(),
-            created_at=self.created_at,
-            redacted_at=self.redacted_at,
-            redacted_by=self.redactor(),
-        )
-
-
-def _actor_json(actor: Any) -> str | None:
-    return None if actor is None else json.dumps(actor, separators=(",", ":"))
-
-
-def version_row(record: VersionRecord) -> VersionRow:
-    actor = record.created_by if isinstance(record.created_by, dict) else {}
-    kind = actor.get("type")
-    ident = _ACTOR_ID_FIELDS.get(str(kind))
-    return VersionRow(
-        id=record.id,
-        memory_id=record.memory_id,
-        operation=record.operation,
-        path=record.path,
-        sha=record.content_sha256,
-        size=record.content_size_bytes,
-        created_by=_actor_json(record.created_by),
-        actor_type=kind,
-        actor_id=actor.get(ident) if ident else None,
-        created_us=record.created_us,
-        created_at=record.created_at,
-        redacted_at=record.redacted_at,
-        redacted_by=_actor_json(record.redacted_by),
-    )
-
-
-def memory_row(record: VersionRecord) -> MemoryRow:
-    """The live memory whose head version is ``record`` (a live version)."""
-    return MemoryRow(
-        id=record.memory_id,
-        path=str(record.path),
-        head=record.id,
-        sha=str(record.content_sha256),
-        size=int(record.content_size_bytes or 0),
-        created_at=str(record.memory_created_at),
-        updated_at=record.created_at,
-        path_since=str(record.path_since),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,19 +126,6 @@ def rows_from_records(records: Iterable[VersionRecord]) -> IndexContent:
         last_id=last.id if last else "",
         last_us=last.created_us if last else 0,
     )
-
-
-class MemoryLookup(Protocol):
-    """The queries the engine-independent code (paging.py, semantics.py) asks of a store's
-    index: the SQLite one here, and PostgreSQL's rows in pg/stores.py."""
-
-    def state(self) -> tuple[str, int]: ...
-
-    def memory(self, memory_id: str) -> MemoryRow | None: ...
-
-    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None: ...
-
-    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]: ...
 
 
 class IndexReader:
@@ -362,7 +245,7 @@ class IndexReader:
             for k, doc, memory_id, path in self.conn.execute(_SEARCH_HITS, params)
         ]
 
-    def search_snippet(self, match: str, doc: int, marks: fts.Sentinels) -> str:
+    def search_snippet(self, match: str, doc: int, marks: Sentinels) -> str:
         return fts.snippet(self.conn, match, doc, marks, (1, 0))  # content, else path
 
     def search_rows(self) -> dict[str, tuple[str, str]]:
@@ -390,33 +273,6 @@ class IndexReader:
         ]
         last_id, last_us = self.state()
         return IndexContent(memories, versions, last_id, last_us)
-
-
-def filter_clause(filters: VersionFilter) -> tuple[list[str], list[object]]:
-    """The WHERE terms and arguments of a version filter (also its cursor fingerprint)."""
-    where: list[str] = ["1 = 1"]
-    args: list[object] = []
-    if filters.memory_id is not None:
-        where.append("memory_id = ?")
-        args.append(filters.memory_id)
-    if filters.operation is not None:
-        where.append("operation = ?")
-        args.append(filters.operation)
-    for kind, value in (
-        ("api_actor", filters.api_key_id),
-        ("session_actor", filters.session_id),
-        ("service_account_actor", filters.service_account_id),
-    ):
-        if value is not None:
-            where.append("actor_type = ? AND actor_id = ?")
-            args.extend([kind, value])
-    if filters.created_gte_us is not None:
-        where.append("created_us >= ?")
-        args.append(filters.created_gte_us)
-    if filters.created_lte_us is not None:
-        where.append("created_us <= ?")
-        args.append(filters.created_lte_us)
-    return where, args
 
 
 _INSERT_VERSION = (

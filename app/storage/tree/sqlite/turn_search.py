@@ -16,9 +16,9 @@ import hashlib
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from app.storage.core.models import TurnRecord
+from app.storage.core.query import meta_text
 from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.db import write_txn
 from app.storage.tree.sqlite.fts import DOCS, TEXT
@@ -44,27 +44,6 @@ class TurnText:
     def digest(self) -> str:
         body = "\x00".join((self.task_id, self.meta, self.summary)).encode("utf-8")
         return hashlib.sha256(body).hexdigest()
-
-
-def _flatten(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        out.append(str(value))
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flatten(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _flatten(item, out)
-
-
-def meta_text(meta: dict[str, Any]) -> str:
-    """The values of a turn's meta (strings and numbers, nested ones too), one a line; keys
-    are left out, they name the same fields in every turn."""
-    out: list[str] = []
-    _flatten(meta, out)
-    return "\n".join(out)
 
 
 def turn_text(record: TurnRecord) -> TurnText:

@@ -30,25 +30,21 @@ from pathlib import Path
 from typing import TypeVar
 
 from app.storage.core.clock import Clock, system_clock, to_us
-from app.storage.core.cursor import CursorCodec, load_key
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt, NotFound, StorageError, UnsafePath
 from app.storage.core.names import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Scope
-from app.storage.core.store_records import StoreRecord, VersionRecord
+from app.storage.core.store_records import MemoryRow, StoreRecord, VersionRecord
+from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from app.storage.core.usage import NO_TICKET, StoreUsage, Ticket
+from app.storage.tree.control import load_key
 from app.storage.tree.fs.atomic import make_dirs, write_atomic, write_new
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.txn import Key, Transactions, Txn
-from app.storage.tree.records import dumps, read_json_bytes
-from app.storage.tree.sqlite.store_index import (
-    IndexContent,
-    MemoryRow,
-    StoreIndex,
-    rows_from_records,
-)
+from app.storage.tree.records import read_json_bytes
+from app.storage.tree.sqlite.store_index import IndexContent, StoreIndex, rows_from_records
 from app.storage.tree.usage import TreeUsage
 
-DEFAULT_MAX_MEMORIES = 10_000
-DEFAULT_KEEP_RECENT = 3
 _READ_ATTEMPTS = 5
 
 T = TypeVar("T")

@@ -11,8 +11,9 @@ from datetime import datetime
 from pathlib import Path
 
 from app.storage.core.models import FsckReport
+from app.storage.core.sweep import VersionSweep
 from app.storage.tree.stores.fsck import all_stores, fsck_stores
-from app.storage.tree.stores.retention import VersionSweep, sweep_versions
+from app.storage.tree.stores.retention import sweep_versions
 from app.storage.tree.stores.versions import VersionOps
 
 

@@ -5,34 +5,13 @@ among them, whatever their age); versions of deleted memories go once they are o
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.storage.core.clock import to_us
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import Scope
-from app.storage.tree.fs.atomic import fsync_dir
+from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.stores.base import StoresBase, StoreTxn
-
-
-@dataclass(frozen=True, slots=True)
-class VersionSweep:
-    """What a version sweep removed (or, in a dry run, would remove)."""
-
-    stores_scanned: int = 0
-    versions_removed: int = 0
-    bytes_removed: int = 0
-    errors: tuple[str, ...] = ()
-    links: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "stores_scanned": self.stores_scanned,
-            "versions_removed": self.versions_removed,
-            "bytes_removed": self.bytes_removed,
-            "errors": list(self.errors),
-            "links": list(self.links),
-        }
 
 
 def doomed_versions(engine: StoresBase, txn: StoreTxn, cutoff_us: int) -> list[str]:

@@ -7,14 +7,16 @@ import os
 from ulid import ULID
 
 from app.storage.core import store_semantics as semantics
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt, NotFound, UnsafePath
+from app.storage.core.files import DIR_MODE
 from app.storage.core.names import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
 from app.storage.core.store_models import Deleted, MemoryStore, Page
 from app.storage.core.store_paging import check_limit, fingerprint, stores_after, stores_next
 from app.storage.core.usage import StoreUsage
-from app.storage.tree.fs.atomic import DIR_MODE, fsync_dir, make_dirs, write_atomic
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
+from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.fs.txn import Key
-from app.storage.tree.records import dumps
 from app.storage.tree.stores.base import StoresBase
 
 
