@@ -18,7 +18,7 @@ import pytest
 from app.storage import NotFound, Scope
 from app.storage.backends import open_backend
 from app.storage.core.archive import ArchiveError
-from app.storage.pg import backup as pg_backup
+from app.storage.pg import restore as pg_restore
 from app.storage.pg.backend import PgStorage
 from app.storage.pg.db import backup_lock
 from tests.conftest import FixedClock, Services, selected_backends
@@ -261,7 +261,7 @@ def test_a_refused_import_deletes_its_objects_and_a_killed_one_leaves_orphans(
         target.import_(io.BytesIO(data[: len(data) * 3 // 4]))
     assert objects(target) == set()
     # A process killed mid-import deletes nothing: what it uploaded no row names.
-    monkeypatch.setattr(pg_backup, "_clean_up", lambda storage, importer: None)
+    monkeypatch.setattr(pg_restore, "_clean_up", lambda storage, importer: None)
     with pytest.raises(ArchiveError):
         target.import_(io.BytesIO(data[: len(data) * 3 // 4]))
     assert objects(target) and not named(target)

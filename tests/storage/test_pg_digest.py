@@ -13,7 +13,7 @@ import pytest
 from app.storage import LockTimeout, Scope, StorageError
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend
-from app.storage.pg import backup as pg_backup, digest as pg_digest, schema
+from app.storage.pg import backup as pg_backup, digest as pg_digest, restore as pg_restore, schema
 from tests.conformance.conftest import expected_digest, read_digest
 from tests.conftest import FixedClock
 
@@ -214,7 +214,7 @@ def test_an_import_writes_the_sections_of_the_tasks_it_brings(
     target = open_backend({**pg_settings, **services.settings()})
     try:
         with archive.open("rb") as raw:
-            pg_backup.import_pg(target, raw)  # type: ignore[arg-type]
+            pg_restore.import_pg(target, raw)  # type: ignore[arg-type]
         url = target.db.url  # type: ignore[attr-defined]
         with psycopg.connect(url, autocommit=True) as conn:
             counted = conn.execute(

@@ -155,5 +155,11 @@ class TaskFilter:
     agent_id: str | None = None
     failed: bool = False
 
+    def prefix_range(self) -> tuple[str, str]:
+        """The ids ``[low, high)`` that start with ``prefix`` (ids are ASCII, compared as
+        bytes: ``high`` is the prefix with its last character one higher)."""
+        assert self.prefix
+        return self.prefix, self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1)
+
 
 DEFAULT_GRACE = timedelta(minutes=10)

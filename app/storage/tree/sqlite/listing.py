@@ -143,16 +143,9 @@ _DENSE_PREFIX = 2000
 _TURN_VALUES = ", ".join("?" * 8)
 
 
-def filter_terms(
-    only: TaskFilter,
-    params: dict[str, object],
-    *,
-    mark: Callable[[str], str] = lambda name: f":{name}",
-    live: Callable[[str], str] = _live,
-) -> str:
+def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
     """The WHERE terms of ``only``, its values added to ``params``; each column test can use
-    an index. ``mark`` spells a named parameter and ``live`` a live-turn column in the SQL
-    dialect at hand (SQLite's by default; PostgreSQL's in app/storage/pg/tasks.py).
+    an index.
 
     The stored columns are those of the task's highest turn; once a turn has expired (until
     the sweeper drops it) the highest live turn's value is checked as well.
@@ -160,15 +153,14 @@ def filter_terms(
     where = ""
     if only.prefix:
         # A range on the primary key: ids are ASCII, compared as bytes.
-        where += f" AND t.task_id >= {mark('lo')} AND t.task_id < {mark('hi')}"
-        params["lo"] = only.prefix
-        params["hi"] = only.prefix[:-1] + chr(ord(only.prefix[-1]) + 1)
+        where += " AND t.task_id >= :lo AND t.task_id < :hi"
+        params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
         if value is not None:
-            where += f" AND t.{column} = {mark(column)} AND ({live(column)}) = {mark(column)}"
+            where += f" AND t.{column} = :{column} AND ({_live(column)}) = :{column}"
             params[column] = value
     if only.failed:
-        where += f" AND t.exit_code <> 0 AND ({live('exit_code')}) <> 0"
+        where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
     return where
 
 
