@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.parametrize(
     "modules",
     [
-        "app.storage, app.storage.core.tokens, app.storage.tree.readiness",
+        "app.storage, app.storage.core.tokens, app.storage.tree.backend",
         "app.mount.cli, app.mount.sync, app.mount.http, app.services.memory_tool",
     ],
 )

@@ -7,19 +7,19 @@ The API, the console, the CLI and the sweeper reach storage only through this ob
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import stat
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, system_clock
-from app.storage.core.encoding import dumps
 from app.storage.core.errors import StorageError
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
-from app.storage.core.names import Scope
+from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.core.quota import FreeSpace, QuotaSource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import SweepOutcome
@@ -27,15 +27,13 @@ from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
 from app.storage.tree.backup import export_tree
-from app.storage.tree.control import root_key
-from app.storage.tree.fs.atomic import write_atomic
+from app.storage.tree.control import Lease, load_state, root_key, save_state
+from app.storage.tree.fs.atomic import remove_quietly, write_atomic
+from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.fsck import fsck
 from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
-from app.storage.tree.projects import list_projects
-from app.storage.tree.readiness import check_ready
-from app.storage.tree.records import read_json
 from app.storage.tree.recovery import Recovery
 from app.storage.tree.restore import import_tree
 from app.storage.tree.retention import sweep
@@ -45,9 +43,6 @@ from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_searc
 from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
 from app.storage.tree.usage import TreeTraffic, TreeUsage
-
-if TYPE_CHECKING:
-    import filelock
 
 
 class TreeStorage:
@@ -158,7 +153,15 @@ class TreeStorage:
         pending = self.recovery.recovering_reason()
         if pending is not None:
             return False, f"recovering: a full check is running ({pending})"
-        return check_ready(self.tasks)
+        probe = self.layout.root / f"{TMP_PREFIX}ready-{secrets.token_hex(4)}"
+        try:
+            with locked(self.layout.locks_dir() / "ready.lock", timeout=2.0):
+                write_atomic(probe, b"ok")
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+            return False, f"storage not writable: {type(exc).__name__}"
+        finally:
+            remove_quietly(probe)
+        return True, "storage writable, locks usable"
 
     def export(
         self, out: Path, *, tenant: str | None = None, project: str | None = None
@@ -179,7 +182,7 @@ class TreeStorage:
         return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
-        return list_projects(self.layout, tenants)
+        return list(self.layout.projects([], tenants))
 
     # -- usage, quotas, traffic (app/storage/usage.py, traffic.py) ---------------------------
     def usage(self, scope: Scope) -> Usage:
@@ -231,38 +234,14 @@ class TreeStorage:
     def limits(self) -> LimitsFile:
         return self._limits
 
-    def lead(self, name: str) -> _FileLease | None:
-        """A non-blocking flock on ``<root>/.locks/<name>.leader``, held by this thread."""
-        from app.storage.tree.fs.locks import try_locked
-
-        lock = try_locked(self.layout.check_inside(self.layout.locks_dir() / f"{name}.leader"))
-        return None if lock is None else _FileLease(lock)
-
-    def _state_path(self, name: str) -> Path:
-        return self.layout.root / f".{name}.json"
+    def lead(self, name: str) -> Lease | None:
+        return Lease.acquire(self.layout, name)
 
     def load_state(self, name: str) -> dict[str, Any] | None:
-        try:
-            state = read_json(self._state_path(name))
-        except Exception:  # noqa: BLE001 - a torn state file only costs an early run
-            return None
-        return state if isinstance(state, dict) else None
+        return load_state(self.layout, name)
 
     def save_state(self, name: str, state: dict[str, Any]) -> None:
-        write_atomic(self._state_path(name), dumps(state))
+        save_state(self.layout, name, state)
 
     def close(self) -> None:
         """Nothing to release: files are opened per use."""
-
-
-class _FileLease:
-    """A held flock: the kernel drops it when its process dies."""
-
-    def __init__(self, lock: filelock.BaseFileLock) -> None:
-        self._lock = lock
-
-    def held(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        self._lock.release()

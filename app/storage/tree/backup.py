@@ -15,7 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ulid import ULID
 
@@ -46,15 +46,31 @@ from app.storage.core.names import (
 )
 from app.storage.core.records import turn_from_json
 from app.storage.tree.fs.atomic import atomic_file
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import sync_filesystem
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.records import read_turn
+from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.tasks import TaskStore
 
-if TYPE_CHECKING:
-    from app.storage.tree.backend import TreeStorage
+
+class TreeBackups(Protocol):
+    """What a backup is taken from and restored into (TreeStorage): the two engines over
+    one layout, and the root's keys."""
+
+    @property
+    def layout(self) -> Layout: ...
+
+    @property
+    def tasks(self) -> TaskStore: ...
+
+    @property
+    def stores(self) -> MemoryStoreEngine: ...
+
+    def key(self, name: str) -> bytes: ...
 
 
-def _refuse_link(storage: TreeStorage, path: Path) -> None:
+def _refuse_link(storage: TreeBackups, path: Path) -> None:
     raise ArchiveError(
         f"{path.relative_to(storage.layout.root)} is a symlink; a backup never follows one"
         " (fsck lists every link: remove them and export again)"
@@ -77,7 +93,7 @@ class _Taken:
     the backup then takes to stream them, and writers wait only for the taking.
     """
 
-    def __init__(self, storage: TreeStorage, tag: str) -> None:
+    def __init__(self, storage: TreeBackups, tag: str) -> None:
         self.storage = storage
         self.tag = tag
         self.items: list[tuple[str, bytes | int | Path]] = []
@@ -138,7 +154,7 @@ def _bytes(item: bytes | int | Path) -> bytes:
     return item.read_bytes()
 
 
-def _take_task(storage: TreeStorage, scope: Scope, task_id: str) -> _Taken | None:
+def _take_task(storage: TreeBackups, scope: Scope, task_id: str) -> _Taken | None:
     """Take a task's records and the artifacts they list, in member order."""
     tree = storage.layout.tree
     task_dir = storage.layout.task_dir(scope, task_id)
@@ -166,7 +182,7 @@ def _take_task(storage: TreeStorage, scope: Scope, task_id: str) -> _Taken | Non
     return taken
 
 
-def _take_turn(storage: TreeStorage, taken: _Taken, turn_dir: Path, turn: int) -> bool:
+def _take_turn(storage: TreeBackups, taken: _Taken, turn_dir: Path, turn: int) -> bool:
     """Take one turn's meta.json and artifacts; False when it has no commit point."""
     for entry in storage.layout.tree.entries(turn_dir):
         if entry.is_link:
@@ -195,7 +211,7 @@ def _take_turn(storage: TreeStorage, taken: _Taken, turn_dir: Path, turn: int) -
     return True
 
 
-def _export_task(storage: TreeStorage, writer: BackupWriter, scope: Scope, task_id: str) -> None:
+def _export_task(storage: TreeBackups, writer: BackupWriter, scope: Scope, task_id: str) -> None:
     taken = _take_task(storage, scope, task_id)
     if taken is None:
         return
@@ -220,7 +236,7 @@ def _export_task(storage: TreeStorage, writer: BackupWriter, scope: Scope, task_
         taken.release()
 
 
-def _export_store(storage: TreeStorage, writer: BackupWriter, scope: Scope, store_id: str) -> None:
+def _export_store(storage: TreeBackups, writer: BackupWriter, scope: Scope, store_id: str) -> None:
     layout, tree = storage.layout, storage.layout.tree
     store_dir = layout.store_dir(scope, store_id)
     with storage.stores.txns.locked(Key(scope, store_id)):
@@ -248,7 +264,7 @@ def _export_store(storage: TreeStorage, writer: BackupWriter, scope: Scope, stor
         taken.release()
 
 
-def _scopes(storage: TreeStorage, tenant: str | None, project: str | None) -> Iterator[Scope]:
+def _scopes(storage: TreeBackups, tenant: str | None, project: str | None) -> Iterator[Scope]:
     if tenant is not None and project is not None:
         scope = Scope(tenant, project)
         if not storage.layout.tree.is_dir(storage.layout.project_dir(scope)):
@@ -263,7 +279,7 @@ def _scopes(storage: TreeStorage, tenant: str | None, project: str | None) -> It
         _refuse_link(storage, link)
 
 
-def _ids(storage: TreeStorage, directory: Path) -> Iterator[str]:
+def _ids(storage: TreeBackups, directory: Path) -> Iterator[str]:
     """The task ids of a project directory in sorted order (the order a backup's members
     take), streamed in bounded memory whatever the project's size."""
     tree = storage.layout.tree
@@ -280,7 +296,7 @@ def _ids(storage: TreeStorage, directory: Path) -> Iterator[str]:
 
 
 def export_tree(
-    storage: TreeStorage, out: Path, *, tenant: str | None = None, project: str | None = None
+    storage: TreeBackups, out: Path, *, tenant: str | None = None, project: str | None = None
 ) -> ExportSummary:
     """Write a backup of one project, one tenant or the whole root (None: all) to ``out``."""
     if project is not None and tenant is None:
@@ -306,7 +322,7 @@ def export_tree(
 
 
 def _write(
-    storage: TreeStorage, writer: BackupWriter, tenant: str | None, project: str | None
+    storage: TreeBackups, writer: BackupWriter, tenant: str | None, project: str | None
 ) -> dict[str, Any]:
     for scope in _scopes(storage, tenant, project):
         project_dir = storage.layout.project_dir(scope)

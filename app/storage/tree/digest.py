@@ -7,7 +7,8 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 from app.storage.core import digest as text
 from app.storage.core.clock import parse_iso_us
@@ -16,7 +17,9 @@ from app.storage.core.errors import Corrupt, LockTimeout, UnsafePath
 from app.storage.core.files import os_errors
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import TURN_META, Scope
+from app.storage.tree.background import Later
 from app.storage.tree.fs.atomic import atomic_file
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.records import read_turn
 from app.storage.tree.sqlite import digestdb
@@ -24,8 +27,19 @@ from app.storage.tree.sqlite.db import read_txn
 from app.storage.tree.sqlite.digestdb import BaseMismatch, Spliced
 from app.storage.tree.sqlite.listing import Listing
 
-if TYPE_CHECKING:
-    from app.storage.tree.tasks import TaskStore
+
+class ProjectListings(Protocol):
+    """What the digests need of the task engine (TaskStore): each project's listing, the
+    clock, the lock timeout and a thread for the compactions a read asks for."""
+
+    layout: Layout
+    lock_timeout: float
+    later: Later
+
+    def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
+
+    def now_us(self) -> int: ...
+
 
 # A read that finds the base replaced under it tries again this many times (a compaction
 # renames the new base a moment before it commits), then rebuilds it under the project lock.
@@ -35,7 +49,7 @@ _ATTEMPTS = 20
 class Digests:
     """The digests of every project of one tree (TaskStore.open_digest and friends)."""
 
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: ProjectListings) -> None:
         self.store = store
         self.layout = store.layout
         # Bytes this process served spliced since each project's base (generation, bytes).

@@ -15,10 +15,24 @@ from typing import Any
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt, UnsafePath
-from app.storage.core.models import TaskIndex, TurnEntry, TurnRecord
-from app.storage.core.names import TASK_RECORD, TURN_DIR_RE, TURN_META
-from app.storage.core.records import FORMAT_VERSION, turn_from_json
-from app.storage.core.task_rules import meta_facts
+from app.storage.core.models import (
+    TaskIndex,
+    TurnEntry,
+    TurnRecord,
+)
+from app.storage.core.names import (
+    TASK_INDEX,
+    TASK_RECORD,
+    TURN_DIR_RE,
+    TURN_META,
+)
+from app.storage.core.records import (
+    FORMAT_VERSION,
+    turn_from_json,
+)
+from app.storage.core.task_rules import (
+    meta_facts,
+)
 from app.storage.tree.fs.atomic import write_atomic
 from app.storage.tree.fs.noatime import open_noatime, read_all
 from app.storage.tree.fs.walk import Tree
@@ -228,3 +242,19 @@ def rebuild_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | 
     except Corrupt:
         task_record = None
     return build_index(task_id, task_record, records)
+
+
+def load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
+    """The task's index.json; rebuilt from the records when it is missing, unreadable or not
+    an index (it is derived, and people remove and edit files by hand)."""
+    path = task_dir / TASK_INDEX
+    try:
+        index: dict[str, Any] | None = read_json(path)
+        if index is not None:
+            index_from_json(index, path, 0)
+            if not isinstance(index.get("updated_us"), int):
+                raise Corrupt(f"{path}: not a task index (no updated_us)")
+            return index
+    except Corrupt:
+        pass
+    return rebuild_index(tree, task_dir, task_id)

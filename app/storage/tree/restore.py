@@ -24,7 +24,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from ulid import ULID
 
@@ -58,6 +58,7 @@ from app.storage.core.names import (
 )
 from app.storage.core.records import turn_usage
 from app.storage.core.usage import TurnUsage
+from app.storage.tree.backup import TreeBackups
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.sync import fsync_dir_fd, group_commit, sync_tree
 from app.storage.tree.fs.txn import Key
@@ -65,15 +66,12 @@ from app.storage.tree.records import build_index, index_rows, read_json, read_tu
 from app.storage.tree.sqlite.listing import TurnRow
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 
-if TYPE_CHECKING:
-    from app.storage.tree.backend import TreeStorage
-
 _PUBLISH_BATCH = 1000
 
 
 class _Importer(Restore):
     def __init__(
-        self, storage: TreeStorage, *, tenant: str | None, project: str | None, overwrite: bool
+        self, storage: TreeBackups, *, tenant: str | None, project: str | None, overwrite: bool
     ) -> None:
         super().__init__(tenant=tenant, project=project)
         self.storage = storage
@@ -344,7 +342,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def import_tree(
-    storage: TreeStorage,
+    storage: TreeBackups,
     archive: BinaryIO,
     *,
     tenant: str | None = None,

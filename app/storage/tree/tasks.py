@@ -16,13 +16,10 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO
 
 from ulid import ULID
 
@@ -30,8 +27,8 @@ from app.storage.core import digest as digest_mod, task_rules
 from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
-from app.storage.core.errors import Conflict, Corrupt, LockTimeout, NotFound, NotOwner
-from app.storage.core.files import DIR_MODE, os_errors
+from app.storage.core.errors import Corrupt, NotFound, NotOwner
+from app.storage.core.files import os_errors
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
@@ -43,7 +40,6 @@ from app.storage.core.models import (
 )
 from app.storage.core.names import (
     ARTIFACTS_DIR,
-    PREV_PREFIX,
     TASK_INDEX,
     TASK_LOCKS,
     TASK_RECORD,
@@ -52,31 +48,27 @@ from app.storage.core.names import (
     TURN_SUMMARY,
     Scope,
     turn_dirname,
-    validate_artifact_name,
     validate_id,
     validate_turn,
 )
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
-    MiB,
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
 )
-from app.storage.core.usage import NO_TICKET, ReservingStream, Ticket, TurnUsage
+from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
+from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
 from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
-from app.storage.tree.fs.atomic import make_dirs, remove_quietly, stage_stream, write_atomic
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.layout import Layout
-from app.storage.tree.fs.noatime import open_noatime, sha256_file
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
     commit_point,
-    flush_now,
     fsync_dir,
-    group_commit,
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
 from app.storage.tree.fs.walk import Tree
@@ -84,6 +76,7 @@ from app.storage.tree.records import (
     index_from_json,
     index_rows,
     index_with_turn,
+    load_index,
     parse_json_fd,
     read_json,
     read_task_record,
@@ -122,7 +115,7 @@ class TaskStore:
         self.lock_timeout = lock_timeout
         self.clock = clock
         self.max_artifact_bytes = max_artifact_bytes
-        self._retention_us = retention // timedelta(microseconds=1)
+        self.retention_us = retention // timedelta(microseconds=1)
         self.cursors = CursorCodec(load_key(self.layout))
         self.txns = Transactions(
             self.layout,
@@ -132,6 +125,7 @@ class TaskStore:
             group_commit=group_commit,
         )
         self.later = Later()
+        self.artifacts = TaskArtifacts(self)
         self.digests = Digests(self)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -154,7 +148,7 @@ class TaskStore:
     def _repair_key(self, key: Key) -> None:
         self.repair_task(key.scope, key.id)
 
-    def _alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
+    def alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
         if record is None or parse_iso_us(record.retain_until) <= now_us:
             return None
         return record
@@ -162,13 +156,13 @@ class TaskStore:
     def _task_dir_checked(self, scope: Scope, task_id: str) -> Path:
         return self.layout.check_inside(self.layout.task_dir(scope, task_id))
 
-    def _next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
+    def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
         # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
         # on it even when the clock stalls or steps back.
         last = index["updated_us"] if index else 0
         return max(now_us, last + 1)
 
-    def _write_derived(
+    def write_derived(
         self,
         scope: Scope,
         task_id: str,
@@ -252,10 +246,10 @@ class TaskStore:
             now_us = self.now_us()
             self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
             previous = read_turn(turn_dir) if turn_dir.exists() else None
-            alive = self._alive(previous, now_us)
+            alive = self.alive(previous, now_us)
             check_preconditions(alive.etag if alive else None, if_match, if_none_match)
-            index = _load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
-            updated_us = self._next_updated_us(index, now_us)
+            index = load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
+            updated_us = self.next_updated_us(index, now_us)
             kept = alive.artifacts if alive else ()
             stored = usage_of_turn(turn, meta, summary_md, kept)
             was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
@@ -297,12 +291,12 @@ class TaskStore:
                 artifacts=alive.artifacts if alive else (),
                 created_at=alive.created_at if alive else iso_us(updated_us),
                 updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + self._retention_us),
+                retain_until=iso_us(updated_us + self.retention_us),
                 updated_us=updated_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
-            self._write_derived(
+            self.write_derived(
                 scope, task_id, task_dir, record, index, summary=True, ticket=ticket, usage=stored
             )
         if expired_dir is not None:
@@ -315,7 +309,7 @@ class TaskStore:
         meta = self.layout.turn_meta_text(scope, task_id, turn)
         fd = self.layout.open_read(meta)
         obj = None if fd is None else parse_json_fd(fd, meta)
-        record = self._alive(None if obj is None else turn_from_json(obj, meta), self.now_us())
+        record = self.alive(None if obj is None else turn_from_json(obj, meta), self.now_us())
         if record is None:
             raise NotFound(f"turn {turn} of task {task_id} not found")
         return record
@@ -432,7 +426,7 @@ class TaskStore:
         record = read_task_record(self._task_dir_checked(scope, task_id))
         return None if record is None else record.get("owner")
 
-    # -- artifacts ---------------------------------------------------------------------------
+    # -- artifacts (app/storage/tree/artifacts.py) ------------------------------------------
     def put_artifact(
         self,
         scope: Scope,
@@ -446,173 +440,22 @@ class TaskStore:
         if_none_match: bool = False,
         size: int | None = None,
     ) -> ArtifactInfo:
-        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock.
-
-        ``size``: the body's declared length. It is admitted (floor, quotas) before a byte is
-        read; a body of unknown length is admitted slice by slice as it streams in.
-        """
-        validate_turn(turn)
-        validate_artifact_name(name)
-        path = self.layout.artifact(scope, task_id, turn, name)
-        self.layout.check_inside(path)
-        turn_dir = path.parent.parent
-        self.layout.check_inside(turn_dir / TURN_META, below=turn_dir)
-        found = self._alive(read_turn(turn_dir), self.now_us())
-        if found is None:
-            raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        # What it replaces, as read now; checked again under the lock (ticket.cover).
-        before = next((a.size for a in found.artifacts if a.name == name), 0)
-        ticket = self.usage.admit(
-            scope, gross=size or 0, add_bytes=0 if size is None else size - before
+        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock."""
+        return self.artifacts.put_artifact(
+            scope,
+            task_id,
+            turn,
+            name,
+            stream,
+            content_type=content_type,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            size=size,
         )
-        try:
-            body = ReservingStream(
-                stream, ticket, self.usage.floor, known=size is not None, credit=before
-            )
-            # The staged bytes and a new artifacts/ join the transaction's group flush (if any).
-            with group_commit(self.layout.root, enabled=self.txns.group_commit):
-                created = self._ensure_artifacts_dir(path.parent, task_id, turn)
-                try:
-                    return self._put_artifact(
-                        scope,
-                        task_id,
-                        turn,
-                        name,
-                        cast("IO[bytes]", body),
-                        content_type,
-                        if_match,
-                        if_none_match,
-                        ticket,
-                    )
-                except BaseException:
-                    if created:
-                        self.layout.tree.rmdir(path.parent)  # only if nothing was published into it
-                    raise
-        finally:
-            ticket.release()  # nothing to release once the write settled it
-
-    def _put_artifact(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        name: str,
-        stream: IO[bytes],
-        content_type: str,
-        if_match: str | None,
-        if_none_match: bool,
-        ticket: Ticket,
-    ) -> ArtifactInfo:
-        path = self.layout.artifact(scope, task_id, turn, name)
-        turn_dir = path.parent.parent
-        with (
-            stage_stream(path.parent, stream, limit=self.max_artifact_bytes) as staged,
-            self.transaction(scope, task_id) as txn,
-            os_errors(),
-        ):
-            now_us = self.now_us()
-            record = self._alive(read_turn(turn_dir), now_us)
-            if record is None:
-                raise NotFound(f"turn {turn} of task {task_id} not found")
-            if not staged.tmp.exists():
-                # The turn had expired and was re-created while this body streamed in: the
-                # staged bytes went to the trash with the old turn directory.
-                raise Conflict(
-                    f"turn {turn} of task {task_id} was replaced during the upload; retry"
-                )
-            current = next((a for a in record.artifacts if a.name == name), None)
-            check_preconditions(current.etag if current else None, if_match, if_none_match)
-            # What it adds, now known exactly: reserve any more it needs before writing.
-            ticket.cover(staged.size - (current.size if current else 0), 0)
-            task_dir = turn_dir.parent
-            index = _load_index(self.layout.tree, task_dir, task_id)
-            updated_us = self._next_updated_us(index, now_us)
-            info = ArtifactInfo(
-                name=name,
-                content_type=content_type,
-                size=staged.size,
-                sha256=staged.sha256,
-                updated_at=iso_us(updated_us),
-            )
-            txn.begin()
-            # The bytes are published before meta.json (the commit) names them. Keep the
-            # previous bytes as a hard link until the commit: if the write fails or dies in
-            # between, repair_task (run on failure, or by the next writer through the dirty
-            # marker) puts them back so the record and the bytes never disagree.
-            backup = path.parent / f"{PREV_PREFIX}{name}"
-            remove_quietly(backup)
-            if os.path.lexists(path):
-                if not os.path.isfile(path):  # lexists: not a link (checked above)
-                    raise Corrupt(f"{path}: not a regular file where an artifact belongs")
-                os.link(path, backup)
-            staged.publish(path)
-            flush_now()  # the bytes and their name are durable before a record names them
-            record = replace(
-                record,
-                artifacts=tuple(a for a in record.artifacts if a.name != name) + (info,),
-                updated_at=info.updated_at,
-                retain_until=iso_us(updated_us + self._retention_us),
-                updated_us=updated_us,
-            )
-            write_json(turn_dir / TURN_META, turn_to_json(record))
-            commit_point()
-            self._write_derived(
-                scope, task_id, task_dir, record, index, summary=False, ticket=ticket
-            )
-            remove_quietly(backup)
-        return info
-
-    def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> bool:
-        """Create the turn's artifacts/ (a turn has one from its first artifact on); return
-        whether this call created it. Only that last level: if the turn itself vanished (a
-        concurrent delete), recreating its parents would resurrect an empty task skeleton."""
-        with os_errors():
-            try:
-                os.mkdir(directory, DIR_MODE)
-            except FileExistsError:
-                return False
-            except FileNotFoundError:
-                raise NotFound(f"turn {turn} of task {task_id} not found") from None
-            fsync_dir(directory.parent)
-            return True
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
         """Open a live artifact for streaming; the caller closes ``file``."""
-        validate_turn(turn)
-        validate_artifact_name(name)
-        path = self.layout.artifact(scope, task_id, turn, name)
-        self.layout.check_inside(path)
-        turn_dir = path.parent.parent
-        self.layout.check_inside(turn_dir / TURN_META)
-        backup = path.parent / f"{PREV_PREFIX}{name}"
-        missing = f"artifact {name} of turn {turn} of task {task_id} not found"
-        for _ in range(8):
-            info = self._live_artifact(turn_dir, name)
-            if info is None:
-                raise NotFound(missing)
-            try:
-                fd = open_noatime(path)
-            except FileNotFoundError:
-                raise NotFound(missing) from None
-            file: BinaryIO = os.fdopen(fd, "rb")
-            if os.path.lexists(backup):
-                # A replacement is between publishing its bytes and committing its record, or
-                # died (or failed) there; until its commit or the next writer's repair, the
-                # committed bytes may be the kept previous copy. Serve the record's copy.
-                file = _committed_copy(file, backup, info.sha256)
-            # Readers take no lock: a replacement committed between reading the record and
-            # opening the bytes would pair new bytes with the old record. If the record moved
-            # on meanwhile, start over.
-            if self._live_artifact(turn_dir, name) == info:
-                return ArtifactStream(info=info, file=file, size=os.fstat(file.fileno()).st_size)
-            file.close()
-        raise LockTimeout(f"artifact {name} is being replaced; retry shortly")
-
-    def _live_artifact(self, turn_dir: Path, name: str) -> ArtifactInfo | None:
-        record = self._alive(read_turn(turn_dir), self.now_us())
-        return (
-            None if record is None else next((a for a in record.artifacts if a.name == name), None)
-        )
+        return self.artifacts.open_artifact(scope, task_id, turn, name)
 
     # -- project digest (app/storage/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
@@ -676,7 +519,7 @@ class TaskStore:
             records.append(record)
             texts[record.turn] = turn_text(record)
             usage.append(turn_usage(record))
-            _reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
+            reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
             summary = record.summary_md.encode("utf-8")
             if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
                 write_atomic(turn_dir / TURN_SUMMARY, summary, durable=False)
@@ -690,22 +533,6 @@ class TaskStore:
         self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
 
 
-def _load_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | None:
-    """The task's index.json; rebuilt from the records when it is missing, unreadable or not
-    an index (it is derived, and people remove and edit files by hand)."""
-    path = task_dir / TASK_INDEX
-    try:
-        index: dict[str, Any] | None = read_json(path)
-        if index is not None:
-            index_from_json(index, path, 0)
-            if not isinstance(index.get("updated_us"), int):
-                raise Corrupt(f"{path}: not a task index (no updated_us)")
-            return index
-    except Corrupt:
-        pass
-    return rebuild_index(tree, task_dir, task_id)
-
-
 def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
     """Remove the turn directories a put_turn made and died (or failed) in before its commit:
     no meta.json, nothing but its temp files. Nothing in them was acknowledged, and the
@@ -714,61 +541,3 @@ def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
         entries = tree.entries(turn_dir)
         if all(not e.is_dir and not e.is_link and e.name.startswith(TMP_PREFIX) for e in entries):
             tree.remove(turn_dir)
-
-
-def _file_sha256(path: Path) -> str | None:
-    try:
-        return sha256_file(path)[1]
-    except FileNotFoundError:
-        return None
-
-
-def _fh_sha256(fh: BinaryIO) -> str:
-    digest = hashlib.sha256()
-    fh.seek(0)
-    while chunk := fh.read(MiB):
-        digest.update(chunk)
-    fh.seek(0)
-    return digest.hexdigest()
-
-
-def _committed_copy(file: BinaryIO, backup: Path, sha256: str) -> BinaryIO:
-    """``file``, or the kept previous copy ``backup`` when only that one has ``sha256``."""
-    if _fh_sha256(file) == sha256:
-        return file
-    try:
-        fd = open_noatime(backup)
-    except FileNotFoundError:
-        return file
-    other = os.fdopen(fd, "rb")
-    if _fh_sha256(other) == sha256:
-        file.close()
-        return other
-    other.close()
-    return file
-
-
-def _reconcile_artifacts(tree: Tree, directory: Path, record: TurnRecord) -> None:
-    """Make the artifact files of a turn match its committed record (caller holds the lock).
-
-    Artifacts are published only under the task lock and committed before it is released,
-    so a file the record does not name, or bytes that differ from the record next to a kept
-    previous copy, are what a failed or killed put_artifact left behind. A linked
-    ``artifacts/`` is refused (UnsafePath), never listed.
-    """
-    names = [e.name for e in tree.entries(directory) if e.is_file]
-    expected = {a.name: a for a in record.artifacts}
-    for name in names:
-        if name.startswith(PREV_PREFIX):
-            info = expected.get(name[len(PREV_PREFIX) :])
-            if (
-                info is not None
-                and _file_sha256(directory / info.name) != info.sha256
-                and _file_sha256(directory / name) == info.sha256
-            ):
-                os.replace(directory / name, directory / info.name)
-                fsync_dir(directory)
-            else:
-                remove_quietly(directory / name)
-        elif not name.startswith(TMP_PREFIX) and name not in expected:
-            remove_quietly(directory / name)

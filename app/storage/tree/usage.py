@@ -49,7 +49,6 @@ from app.storage.core.usage import (
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
-from app.storage.tree.projects import list_projects
 from app.storage.tree.sqlite.db import create_file, open_wal, read_txn, write_txn
 from app.storage.tree.sqlite.listing import Listing
 
@@ -111,7 +110,7 @@ class TreeUsage:
     def tenant(self, tenant: str, *, besides: Scope | None = None) -> tuple[Usage, Reserved]:
         """The sum over a tenant's projects (but ``besides``)."""
         total, held = ZERO, Reserved()
-        for scope in list_projects(self.layout, [tenant]):
+        for scope in list(self.layout.projects([], [tenant])):
             if scope != besides:
                 used, reserved = self.project(scope)
                 total += used
