@@ -22,11 +22,9 @@ from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
 from ulid import ULID
 
-from app.storage.core import digest as digest_mod
 from app.storage.core.errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, TurnRecord
 from app.storage.core.names import (
@@ -53,6 +51,7 @@ from app.storage.tree.fs.noatime import sha256_file
 from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
+from app.storage.tree.fsck_listing import ListingCheck
 from app.storage.tree.records import (
     build_index,
     index_rows,
@@ -60,12 +59,10 @@ from app.storage.tree.records import (
     read_task_record,
     read_turn,
     rebuild_index,
-    turn_dirs,
     write_json,
 )
-from app.storage.tree.sqlite import fts, turn_search
-from app.storage.tree.sqlite.digestdb import BaseMismatch
-from app.storage.tree.sqlite.listing import Listing, TurnRow
+from app.storage.tree.sqlite import turn_search
+from app.storage.tree.sqlite.listing import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 LOST_FOUND = ".lost+found"
@@ -107,21 +104,6 @@ def quarantine(tree: Tree, path: Path) -> Path:
     return target
 
 
-def same_bytes(file: BinaryIO, chunks: Iterator[bytes]) -> bool:
-    """Whether ``file`` holds exactly the concatenation of ``chunks`` (O(1) memory)."""
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        while len(pending) >= CHUNK:
-            if file.read(CHUNK) != pending[:CHUNK]:
-                return False
-            pending = pending[CHUNK:]
-    return file.read(len(pending) + 1) == pending
-
-
-CHUNK = 1 << 16
-
-
 class _Fsck:
     def __init__(self, store: TaskStore, repair: bool, grace: timedelta, report: FsckReport):
         self.store = store
@@ -132,7 +114,7 @@ class _Fsck:
         self.grace = grace.total_seconds()
         self.report = report
         self.wall_now = time.time()
-        self.search_repaired = 0
+        self.listings = ListingCheck(self)
 
     # -- reporting ---------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -274,8 +256,8 @@ class _Fsck:
         for other in self.tree.non_dirs(path):
             self.project_entry(other)
         names = _TaskNames(self.tree, path)
-        listing = self.open_listing(scope)
-        searched = listing is not None and self.search_ready(scope, listing, names)
+        listing = self.listings.open_listing(scope)
+        searched = listing is not None and self.listings.search_ready(scope, listing, names)
         with_rows = False
         # One walk of every subdirectory: the tasks, and the directories that are none.
         for name in self.tree.sorted_subdir_names(path):
@@ -289,18 +271,18 @@ class _Fsck:
             rows, texts = self.task(scope, name)
             with_rows = with_rows or bool(rows)
             if listing is not None:
-                self.listing_task(scope, listing, name, rows)
+                self.listings.listing_task(scope, listing, name, rows)
                 if searched:
-                    self.search_task(scope, listing, name, texts)
+                    self.listings.search_task(scope, listing, name, texts)
         if listing is None:
             path = self.layout.listing(scope)
             if with_rows and self.tree.lstat(path) is None:
                 self.fault(f"{self.rel(path)}: missing", partial(self.rebuild_all, scope, names))
             return
-        self.listing_rest(scope, listing, names)
+        self.listings.listing_rest(scope, listing, names)
         if searched:
-            self.search_rest(scope, listing, names)
-        self.digest(scope, names)
+            self.listings.search_rest(scope, listing, names)
+        self.listings.digest(scope, names)
 
     def project_entry(self, entry: Entry) -> None:
         """An entry of a project directory other than a task."""
@@ -511,73 +493,6 @@ class _Fsck:
         write_json(turn_dir / TURN_META, turn_to_json(fixed))
         return fixed
 
-    # -- project-level derived files ---------------------------------------------------------
-    def open_listing(self, scope: Scope) -> Listing | None:
-        """The project's listing, None when it is linked (reported with the project's
-        entries; SQLite would follow it), absent or unreadable (reported here)."""
-        path = self.layout.listing(scope)
-        if self.is_link(path) or not path.exists():
-            return None
-        listing = Listing(path, timeout=self.store.lock_timeout)
-        try:
-            listing.counts()
-        except sqlite3.DatabaseError as exc:
-            self.fault(f"{self.rel(path)}: unreadable ({exc}); stop the server and inspect it")
-            return None
-        return listing
-
-    def listing_task(
-        self, scope: Scope, listing: Listing, task_id: str, want: list[TurnRow] | None
-    ) -> None:
-        want = want or None
-        if (listing.task_rows(task_id) or None) == want:
-            return
-        self.listing_differs(scope, listing, task_id, want)
-
-    def listing_differs(
-        self, scope: Scope, listing: Listing, task_id: str, want: list[TurnRow] | None
-    ) -> None:
-        where = self.rel(listing.path)
-        try:
-            stale = self.confirm_stale(scope, listing, task_id, want)
-        except (LockTimeout, UnsafePath) as exc:
-            self.fault(f"{where}: task {task_id} listing not checked ({exc})")
-            return
-        if stale:
-            self.fault(
-                f"{where}: rows of task {task_id} differ from the records",
-                partial(self.task_rebuild, scope, task_id),
-            )
-
-    def listing_rest(self, scope: Scope, listing: Listing, names: Iterable[str]) -> None:
-        """Rows of tasks with no directory, aggregates, the task counter."""
-        for task_id in absent_from(names, listing.task_ids()):
-            self.listing_differs(scope, listing, task_id, None)
-        where = self.rel(listing.path)
-        for task_id in listing.stale_aggregates():  # one snapshot: a write moves them together
-            self.fault(
-                f"{where}: turn count or latest turn of task {task_id} differ from its turn rows",
-                partial(self.task_rebuild, scope, task_id),
-            )
-        count, rows = listing.counts()
-        if count != rows:
-            self.fault(
-                f"{where}: task counter is {count}, the index holds {rows}",
-                listing.recount_tasks,
-            )
-
-    def confirm_stale(
-        self, scope: Scope, listing: Listing, task_id: str, want: list[TurnRow] | None
-    ) -> bool:
-        """Re-read the task under its lock: a writer may have moved on since we looked."""
-        with self.task_locked(scope, task_id):
-            try:
-                index = rebuild_index(self.tree, self.layout.task_dir(scope, task_id), task_id)
-                want = index_rows(index) if index else None
-            except (Corrupt, FileNotFoundError):
-                pass
-            return (listing.task_rows(task_id) or None) != want
-
     def rebuild_all(self, scope: Scope, task_ids: Iterable[str]) -> None:
         for task_id in task_ids:
             self.task_rebuild(scope, task_id)
@@ -585,130 +500,6 @@ class _Fsck:
     def task_rebuild(self, scope: Scope, task_id: str) -> None:
         with self.task_locked(scope, task_id):
             self._rebuild(scope, task_id)
-
-    def digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
-        """What a read serves against a render of the listing (checked against the records
-        above) with each task's latest live turn read from its record, streamed side by side."""
-        path = self.layout.digest(scope)
-        if self.is_link(path):
-            return  # reported with the project's entries
-        now_us = self.store.now_us()
-        fix = partial(self.rebuild_digest, scope, task_ids)
-        try:
-            served = self.store.digests.view(scope)
-        except sqlite3.DatabaseError:
-            return  # reported by the listing check
-        except BaseMismatch:
-            self.fault(
-                f"{self.rel(path)}: differs from the base the listing records (edited or replaced)",
-                fix,
-            )
-            return
-        if served is None:
-            self.note(f"{self.rel(path)}: brought up to date on its next read")
-            return
-        file, _ = served
-        listing = self.store.listing(scope)
-        with file:
-            same = same_bytes(
-                file,
-                digest_mod.render(
-                    scope,
-                    listing.digest_stream(now_us),
-                    lambda task_id, turn: self.store.digests.record(scope, task_id, turn, now_us),
-                ),
-            )
-        if not same:
-            self.fault(f"{self.rel(path)}: differs from a fresh render", fix)
-
-    def rebuild_digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
-        """Every task's section from its records, then the base from them."""
-        self.rebuild_all(scope, task_ids)
-        self.store.rebuild_digest(scope)
-
-    # -- search index (app/storage/turn_search.py) -------------------------------------------
-    def search_ready(self, scope: Scope, listing: Listing, names: Iterable[str]) -> bool:
-        """Whether the turns' search rows can be compared task by task: built, and passing
-        FTS5's integrity check (else reported, and rebuilt whole on repair)."""
-        where = self.rel(listing.path)
-        try:
-            if listing.search_needs_backfill():
-                self.fault(
-                    f"{where}: search index not built yet (a listing from before search)",
-                    partial(self.search_backfill, scope, listing, names),
-                )
-                return False
-            with listing.search_write() as conn:
-                damage = fts.damage(conn)
-            if damage is not None:
-                self.fault(
-                    f"{where}: search index damaged ({damage})",
-                    partial(self.search_write, listing, fts.rebuild_index),
-                )
-            with listing.search_read() as conn:
-                orphans = fts.orphans(conn)
-        except sqlite3.DatabaseError:
-            return False  # an unreadable listing: reported by the listing check
-        if orphans:
-            self.fault(
-                f"{where}: {orphans} search row(s) belong to no turn",
-                partial(self.search_write, listing, fts.drop_orphans),
-            )
-        self.search_repaired = len(self.report.repaired)
-        return True
-
-    def search_task(
-        self, scope: Scope, listing: Listing, task_id: str, want: dict[int, str]
-    ) -> None:
-        with listing.search_read() as conn:
-            have = turn_search.digests(conn, task_id).get(task_id, {})
-        if have != want:
-            self.search_differs(scope, listing, task_id)
-
-    def search_differs(self, scope: Scope, listing: Listing, task_id: str) -> None:
-        where = self.rel(listing.path)
-        try:
-            stale = self.search_stale(scope, listing, task_id)
-        except (LockTimeout, UnsafePath, Corrupt) as exc:
-            self.fault(f"{where}: task {task_id} search rows not checked ({exc})")
-            return
-        if stale:
-            self.fault(
-                f"{where}: search rows of task {task_id} differ from the records",
-                partial(self.task_rebuild, scope, task_id),
-            )
-
-    def search_rest(self, scope: Scope, listing: Listing, names: Iterable[str]) -> None:
-        """Search rows of tasks with no directory; then what repairs removed leaves the file."""
-        for task_id in absent_from(names, listing.search_task_ids()):
-            self.search_differs(scope, listing, task_id)
-        if len(self.report.repaired) > self.search_repaired:
-            listing.purge_search()  # what the repair removed leaves the file too
-
-    def search_stale(self, scope: Scope, listing: Listing, task_id: str) -> bool:
-        """Compare again under the task's lock: a writer may have moved on since we looked."""
-        with self.task_locked(scope, task_id):
-            want = {}
-            task_dir = self.layout.task_dir(scope, task_id)
-            for turn, turn_dir in (
-                turn_dirs(self.tree, task_dir) if self.tree.is_dir(task_dir) else []
-            ):
-                record = read_turn(turn_dir)
-                if record is not None and record.turn == turn and record.task_id == task_id:
-                    want[turn] = turn_search.turn_text(record).digest()
-            with listing.search_read() as conn:
-                have = turn_search.digests(conn, task_id).get(task_id, {})
-            return have != want
-
-    def search_write(self, listing: Listing, fix: Callable[[sqlite3.Connection], None]) -> None:
-        with listing.search_write() as conn:
-            fix(conn)
-
-    def search_backfill(self, scope: Scope, listing: Listing, task_ids: Iterable[str]) -> None:
-        rows, _ = listing.all_tasks()
-        for task_id in sorted(set(task_ids) | set(rows)):
-            self.task_rebuild(scope, task_id)
-        listing.search_backfilled()
 
     # -- lock tree ---------------------------------------------------------------------------
     def locks(self) -> None:
@@ -745,19 +536,6 @@ class _Fsck:
                 if entry.is_link or (not entry.is_dir and not entry.name.startswith(TMP_PREFIX)):
                     return False
         return True
-
-
-def absent_from(names: Iterable[str], ids: Iterable[str]) -> Iterator[str]:
-    """The ids of ``ids`` that ``names`` does not hold, both in sorted order (a directory's
-    names as :meth:`Tree.sorted_subdir_names` gives them, a listing's ids as SQLite orders
-    them: code point order and UTF-8 byte order agree), walked side by side."""
-    found = iter(names)
-    name = next(found, None)
-    for task_id in ids:
-        while name is not None and name < task_id:
-            name = next(found, None)
-        if name != task_id:
-            yield task_id
 
 
 def entry_is_artifact(entry: Entry) -> bool:
