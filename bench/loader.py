@@ -19,7 +19,7 @@ from app.storage import Scope
 from app.storage.core.digest import Section
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.sqlite import listing as listing_mod
-from app.storage.tree.sqlite.listing import TurnRow
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 from . import workloads as w

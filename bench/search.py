@@ -37,7 +37,7 @@ from app.storage.core.query import meta_text
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.search import TreeSearch
-from app.storage.tree.sqlite.listing import TurnRow
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.sqlite.turn_search import TurnText
 
 from . import workloads as w

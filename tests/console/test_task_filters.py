@@ -14,7 +14,7 @@ from app.storage import InvalidName, Scope
 from app.storage.core.models import TaskFilter
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import listing as listing_mod
-from app.storage.tree.sqlite.listing import filter_terms
+from app.storage.tree.sqlite.listing_sql import PAGE_COLUMNS, filter_terms
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 
@@ -152,7 +152,7 @@ def test_every_filter_is_an_index_lookup(
     plan = [
         row[3]
         for row in listing._conn().execute(
-            f"EXPLAIN QUERY PLAN {listing_mod._PAGE_COLUMNS} WHERE {where}"
+            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE {where}"
             " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
             params,
         )

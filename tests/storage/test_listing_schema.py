@@ -7,7 +7,8 @@ from pathlib import Path
 
 from app.storage import Scope
 from app.storage.tree.fsck import fsck
-from app.storage.tree.sqlite.listing import _VERSION, Listing
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.sqlite.listing_sql import VERSION as _VERSION
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 

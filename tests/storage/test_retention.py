@@ -19,7 +19,8 @@ from app.storage.core.names import TMP_PREFIX
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
-from app.storage.tree.sqlite.listing import Listing, TurnRow
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import snapshot

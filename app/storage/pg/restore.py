@@ -22,16 +22,7 @@ from typing import Any, BinaryIO
 import psycopg
 from psycopg import errors as pg_errors
 
-from app.storage.core.archive import (
-    ArchiveError,
-    BackupReader,
-    Group,
-    ImportSummary,
-    Member,
-    MemberName,
-    Record,
-    Restore,
-)
+from app.storage.core.archive import ArchiveError, BackupReader, ImportSummary, Member, MemberName
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.encoding import dumps_compact
 from app.storage.core.errors import StorageError
@@ -40,6 +31,7 @@ from app.storage.core.names import (
     CURSOR_KEY,
     Scope,
 )
+from app.storage.core.restore import Group, Record, Restore
 from app.storage.core.store_records import StoreRecord, VersionRecord
 from app.storage.core.task_rules import meta_facts
 from app.storage.pg import digest as pgd, usage as pgu

@@ -62,7 +62,7 @@ from app.storage.tree.records import (
     write_json,
 )
 from app.storage.tree.sqlite import turn_search
-from app.storage.tree.sqlite.listing import TurnRow
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 LOST_FOUND = ".lost+found"

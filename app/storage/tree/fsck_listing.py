@@ -25,7 +25,8 @@ from app.storage.tree.fs.walk import Tree
 from app.storage.tree.records import index_rows, read_turn, rebuild_index, turn_dirs
 from app.storage.tree.sqlite import fts, turn_search
 from app.storage.tree.sqlite.digestdb import BaseMismatch
-from app.storage.tree.sqlite.listing import Listing, TurnRow
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 

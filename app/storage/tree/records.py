@@ -36,7 +36,7 @@ from app.storage.core.task_rules import (
 from app.storage.tree.fs.atomic import write_atomic
 from app.storage.tree.fs.noatime import open_noatime, read_all
 from app.storage.tree.fs.walk import Tree
-from app.storage.tree.sqlite.listing import TurnRow
+from app.storage.tree.sqlite.listing_sql import TurnRow
 
 
 def read_json(path: str | Path) -> Any | None:

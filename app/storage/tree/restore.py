@@ -32,12 +32,9 @@ from app.storage.core.archive import (
     CHUNK,
     ArchiveError,
     BackupReader,
-    Group,
     ImportSummary,
     Member,
     MemberName,
-    Record,
-    Restore,
 )
 from app.storage.core.digest import Section
 from app.storage.core.encoding import dumps
@@ -57,13 +54,14 @@ from app.storage.core.names import (
     turn_dirname,
 )
 from app.storage.core.records import turn_usage
+from app.storage.core.restore import Group, Record, Restore
 from app.storage.core.usage import TurnUsage
 from app.storage.tree.backup import TreeBackups
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.sync import fsync_dir_fd, group_commit, sync_tree
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.records import build_index, index_rows, read_json, read_turn
-from app.storage.tree.sqlite.listing import TurnRow
+from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 
 _PUBLISH_BATCH = 1000
