@@ -58,13 +58,13 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     the workers share and, on first start, a first token printed once.
 
     A second server on the same root stops here with one line naming the holder's PID,
-    before it touches anything (app/storage/recovery.py).
+    before it touches anything (app/storage/tree/recovery.py).
     """
     _metrics_dir()
     from app import create_app
     from app.ops.bootstrap import first_start
     from app.ops.startup import fail
-    from app.ops.sweeper import startup_recovery
+    from app.ops.sweeper import startup_recovery, storage_of
     from app.storage.core.recovery import RootBusy
     from app.web.ratelimit import share_across_workers
 
@@ -75,12 +75,13 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     except RootBusy as exc:
         fail(str(exc))
     # The root lock lives as long as its descriptor: keep it for the master's lifetime.
-    _held.append(app.extensions["storage"].recovery)
+    storage = storage_of(app)  # the StorageBackend (app/storage/interface.py)
+    _held.append(storage.recovery)
     first_start(bind, app)
     for line in lines:
         server.log.warning(line)
     # The workers make their own connections after the fork; the master keeps none.
-    app.extensions["storage"].close()
+    storage.close()
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201

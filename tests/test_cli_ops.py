@@ -178,7 +178,8 @@ def test_real_flask_process_dry_run_changes_nothing(tmp_path: Path) -> None:
 def test_startup_recovery_repairs_after_an_unclean_shutdown(
     app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
 ) -> None:
-    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+    from app.ops.sweeper import clean_shutdown, startup_recovery
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
     from app.storage.tree.fs.txn import Key
 
     fill(store, scope, clock)
@@ -270,7 +271,8 @@ def test_a_clean_shutdown_syncs_the_derived_files_before_it_drops_the_sentinel(
 ) -> None:
     # Derived files are written without fsync; without the sentinel the next start skips the
     # recovery, so they must be on disk before it goes.
-    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+    from app.ops.sweeper import clean_shutdown, startup_recovery
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
 
     fill(store, scope, clock)
     startup_recovery(app)
@@ -293,7 +295,8 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
     """On FUSE a sync reaches no disk (tests/powerloss/test_clean_stop.py cuts the power
     there): the sentinel of a clean stop stays, and the next start runs the full check only
     if the canary lost its nonce."""
-    from app.ops.sweeper import RUNNING_SENTINEL, clean_shutdown, startup_recovery
+    from app.ops.sweeper import clean_shutdown, startup_recovery
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
     from app.storage.tree.fs import sync
 
     monkeypatch.setattr(sync, "_filesystem_type", lambda dev: "fuse.sshfs")
@@ -317,7 +320,8 @@ def test_a_clean_stop_where_sync_makes_nothing_durable_keeps_the_sentinel_as_sto
 
 
 def test_startup_recovery_also_repairs_memory_stores(app: Flask) -> None:
-    from app.ops.sweeper import RUNNING_SENTINEL, startup_recovery
+    from app.ops.sweeper import startup_recovery
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
     from app.storage.tree.fs.txn import Key
 
     engine = app.extensions["storage"].stores

@@ -29,8 +29,7 @@ from app.storage import Corrupt, InvalidName, Scope, StorageError
 from app.storage.core.clock import parse_iso
 from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.storage.core.tokens import Token
-from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
-from app.storage.tree.tokens import TokenRegistry
+from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
 from app.web.auth import Principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
 from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
@@ -86,8 +85,8 @@ def _stores() -> StoreBackend:
     return _storage().stores
 
 
-def _registry() -> TokenRegistry:
-    found: TokenRegistry = current_app.extensions["token_registry"]
+def _registry() -> TokenStore:
+    found: TokenStore = current_app.extensions["token_registry"]
     return found
 
 

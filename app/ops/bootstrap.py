@@ -19,7 +19,7 @@ from flask import Flask
 
 from app.config import PREFIX
 from app.ops.startup import control_socket_path, parse_bind
-from app.storage.tree.fs.atomic import make_config_dirs
+from app.storage.core.files import make_config_dirs
 
 
 def first_start(bind: str, app: Flask | None = None) -> None:

@@ -23,17 +23,14 @@ from app.storage.core.limits import (
 from app.storage.core.models import FsckReport
 from app.storage.core.names import Scope
 from app.storage.core.tokens import ROLES
-from app.storage.tree.backend import TreeStorage
-from app.storage.tree.fs.sync import flush_derived
-from app.storage.tree.tasks import TaskStore
-from app.storage.tree.tokens import TokenRegistry
+from app.storage.interface import StorageBackend, TokenStore
 from app.web.ratelimit import Limiter, limits_of, resolve
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
 
 
-def _registry() -> TokenRegistry:
-    reg: TokenRegistry = current_app.extensions["token_registry"]
+def _registry() -> TokenStore:
+    reg: TokenStore = current_app.extensions["token_registry"]
     return reg
 
 
@@ -87,13 +84,9 @@ def revoke_token(token_id: str) -> None:
 
 
 # -- operations: sweep, fsck, export, import ------------------------------------------------
-def _storage() -> TreeStorage:
-    found: TreeStorage = current_app.extensions["storage"]
+def _storage() -> StorageBackend:
+    found: StorageBackend = current_app.extensions["storage"]
     return found
-
-
-def _store() -> TaskStore:
-    return _storage().tasks
 
 
 def _parse_now(text: str | None) -> datetime | None:
@@ -116,7 +109,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
     from app.ops.sweeper import run_sweep
 
     outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
-    flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
+    _storage().flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
     if as_json:
         click.echo(json.dumps(outcome.to_dict()))
     else:
@@ -131,7 +124,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
 def _fsck_all(repair: bool, grace: timedelta) -> FsckReport:
     report = _storage().fsck(repair=repair, grace=grace)
     if repair:
-        flush_derived()  # rebuilt derived files are written without fsync (atomic_file)
+        _storage().flush_derived()  # rebuilt derived files are written without fsync (atomic_file)
     return report
 
 
@@ -212,7 +205,7 @@ def import_command(tenant: str | None, project: str | None, overwrite: bool, fil
             summary = _storage().import_(fh, tenant=tenant, project=project, overwrite=overwrite)
     except StorageError as exc:
         raise click.ClickException(f"import refused: {exc}") from None
-    flush_derived()  # the import writes derived files without fsync (atomic_file)
+    _storage().flush_derived()  # the import writes derived files without fsync (atomic_file)
     click.echo(f"imported {_counts(summary.counts)}")
     if summary.kept:
         shown = ", ".join(summary.kept[:10]) + (", ..." if len(summary.kept) > 10 else "")
@@ -361,7 +354,7 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
     click.echo(f"{_where(tenant, project)}: {state}")
 
 
-# -- usage and quotas (app/storage/usage.py) ---------------------------------------------------
+# -- usage and quotas (app/storage/core/usage.py) ---------------------------------------------------
 @click.command("usage")
 @with_appcontext
 @click.option("--tenant", default=None, help="Only this tenant (default: every tenant).")

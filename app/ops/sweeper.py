@@ -5,7 +5,7 @@ compete for the storage backend's leader lease (``storage.lead``: a non-blocking
 ``<root>/.locks/sweeper.leader`` for the tree, a session advisory lock that every node
 competes for with PostgreSQL); the holder keeps it and, the others retrying now and then:
 
-* runs the full check a start-up recovery left pending (app/storage/recovery.py), first;
+* runs the full check a start-up recovery left pending (app/storage/tree/recovery.py), first;
 * renews the recovery's canary every ``RENEW_SECONDS``;
 * sweeps every ``MEMORY_SWEEP_INTERVAL`` seconds (0: never).
 
@@ -27,20 +27,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.storage.core.errors import StorageError, UnsafePath
-from app.storage.core.names import SENTINEL
 from app.storage.core.sweep import SweepReport
-from app.storage.tree.fs.sync import flush_derived
 
 if TYPE_CHECKING:
     from flask import Flask
 
     from app.storage.core.sweep import SweepOutcome
-    from app.storage.interface import Lease
-    from app.storage.tree.backend import TreeStorage
+    from app.storage.interface import Lease, StorageBackend
 
 LEADER = "sweeper"  # the tree's <root>/.locks/sweeper.leader and <root>/.sweeper.json
 STATE_FILE = f".{LEADER}.json"
-RUNNING_SENTINEL = SENTINEL
 KEEP_RUNS = 50
 STANDBY_POLL = 5.0
 RENEW_SECONDS = 5.0
@@ -60,12 +56,12 @@ def run_sweep(app: Flask, *, now: datetime | None = None, dry_run: bool = False)
     return outcome
 
 
-def storage_of(app: Flask) -> TreeStorage:
-    found: TreeStorage = app.extensions["storage"]
+def storage_of(app: Flask) -> StorageBackend:
+    found: StorageBackend = app.extensions["storage"]
     return found
 
 
-def read_state(storage: TreeStorage) -> dict[str, Any]:
+def read_state(storage: StorageBackend) -> dict[str, Any]:
     try:
         state = storage.load_state(LEADER)
     except Exception:  # noqa: BLE001 - an unreadable state only costs us one early sweep
@@ -210,7 +206,7 @@ def start_for_worker(app: Any) -> Sweeper | None:
 
 def startup_recovery(app: Flask) -> list[str]:
     """Take the storage root, bring an older layout up to date, repair what an unclean stop
-    left and mark the server running (app/storage/recovery.py).
+    left and mark the server running (app/storage/tree/recovery.py).
 
     Raises RootBusy when another server holds the root: nothing is touched then. Returns
     the lines worth printing (empty after a clean shutdown). What cannot be repaired is
@@ -236,5 +232,6 @@ def startup_recovery(app: Flask) -> list[str]:
 
 def clean_shutdown(app: Flask) -> None:
     """Derived files are written without fsync: sync them all, then drop the sentinel."""
-    flush_derived()
-    storage_of(app).recovery.stopped_cleanly()
+    storage = storage_of(app)
+    storage.flush_derived()
+    storage.recovery.stopped_cleanly()

@@ -14,7 +14,7 @@ from flask import current_app, g, request
 from app.storage import InvalidName, Scope
 from app.storage.core.names import validate_id
 from app.storage.core.tokens import Token, role_rank
-from app.storage.tree.tokens import TokenRegistry
+from app.storage.interface import TokenStore
 from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
@@ -31,8 +31,8 @@ class Principal:
         return role_rank(self.token.role) >= role_rank(role)
 
 
-def registry() -> TokenRegistry:
-    reg: TokenRegistry = current_app.extensions["token_registry"]
+def registry() -> TokenStore:
+    reg: TokenStore = current_app.extensions["token_registry"]
     return reg
 
 

@@ -22,7 +22,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.storage.tree.fs import locks
+from app.storage.core import observers
 
 if TYPE_CHECKING:
     from app.storage.interface import StorageBackend
@@ -156,5 +156,5 @@ def init_app(app: Flask) -> None:
     if app.config["METRICS"] != "token":
         return  # off: not even a counter on the request path
     app.after_request(_observe_request)
-    if _observe_lock not in locks.wait_observers:
-        locks.wait_observers.append(_observe_lock)
+    if _observe_lock not in observers.lock_wait_observers:
+        observers.lock_wait_observers.append(_observe_lock)

@@ -1,6 +1,6 @@
 """Who may do what, beyond the role's read/write line: one module for the console and the APIs.
 
-Roles rank reader < writer < project_admin < tenant_admin < admin (app/storage/tokens.py).
+Roles rank reader < writer < project_admin < tenant_admin < admin (app/storage/core/tokens.py).
 Reading needs any role in scope; every change needs writer. On top of that:
 
 * a task is deleted by its owner (the token that created it) or a project_admin and above;

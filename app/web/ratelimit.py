@@ -22,7 +22,7 @@ each process makes its own table. Keys come only from authenticated token ids an
 tenant/project names, and the table never grows: see :class:`BucketTable`.
 
 Limits come from the MEMORY_RATE_LIMIT_* settings, overridden per tenant and per project
-by ``<root>/.limits.json`` (app/storage/limits.py, ``flask --app wsgi ratelimit``); a
+by ``<root>/.limits.json`` (app/storage/core/limits.py, ``flask --app wsgi ratelimit``); a
 request in a project is held to that project's limits, per project and per token. Each
 worker looks at the file's stat at most once a second and re-reads it when it changed.
 """
@@ -41,7 +41,6 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Flask, current_app, g, request
@@ -49,7 +48,7 @@ from werkzeug.wrappers import Response
 
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import NO_OVERRIDES, RateOverride, RateOverrides
-from app.storage.tree.limits import LimitsFile
+from app.storage.interface import LimitsStore
 from app.web.body import COUNTED_INPUT, CountingInput
 from app.web.errors import ApiError
 
@@ -409,7 +408,7 @@ class Limiter:
     def __init__(
         self,
         defaults: RateOverride,
-        limits_file: LimitsFile,
+        limits_file: LimitsStore,
         *,
         exempt_admin: bool = True,
         table: BucketTable | None = None,
@@ -429,7 +428,7 @@ class Limiter:
         self._install(NO_OVERRIDES)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], limits: Any = None) -> Limiter:
+    def from_config(cls, config: Mapping[str, Any], limits: LimitsStore) -> Limiter:
         defaults = RateOverride(
             rps=config["RATE_LIMIT_RPS"],
             burst=config["RATE_LIMIT_BURST"],
@@ -438,7 +437,7 @@ class Limiter:
         )
         return cls(
             defaults,
-            limits or LimitsFile(Path(config["STORAGE_ROOT"]), lock_timeout=config["LOCK_TIMEOUT"]),
+            limits,
             exempt_admin=config["RATE_LIMIT_EXEMPT_ADMIN"],
             table=_shared,
         )

@@ -379,8 +379,9 @@ def _fsck(c: Case, *, repair: bool) -> str:
 def _recovery(c: Case) -> str:
     """A start after an unclean stop that may have lost unsynced data: the recovery at
     start, then the full check the first housekeeping leader runs."""
-    from app.ops.sweeper import RUNNING_SENTINEL, startup_recovery
+    from app.ops.sweeper import startup_recovery
     from app.storage import StorageError
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
     from app.storage.tree.fs.txn import Key
 
     storage = c.app.extensions["storage"]

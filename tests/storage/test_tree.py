@@ -1,4 +1,4 @@
-"""app/storage/tree.py: every walk, scan, removal and rename refuses a link, whether the
+"""app/storage/tree/fs/walk.py: every walk, scan, removal and rename refuses a link, whether the
 kernel's openat2 or the component-by-component fallback does the lookup."""
 
 from __future__ import annotations

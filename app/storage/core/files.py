@@ -129,3 +129,21 @@ def atomic_file(
             raise
         if durable:
             sync_dir(path.parent)
+
+
+def make_config_dirs(path: Path, *, sync_dir: Callable[[Path], None] = fsync_dir_now) -> None:
+    """Create the configured directory ``path`` and its missing parents, syncing each new
+    entry's parent (``sync_dir``). A configured path may pass through links (``/var/run``, a
+    mount made a link by its admin): they are the admin's, and followed."""
+    missing: list[Path] = []
+    current = path
+    while current != current.parent and not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        with os_errors():
+            try:
+                os.mkdir(directory, DIR_MODE)
+            except FileExistsError:
+                continue
+            sync_dir(directory.parent)

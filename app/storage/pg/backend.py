@@ -106,6 +106,9 @@ class PgStorage:
     def full_check(self) -> FsckReport | None:
         return None
 
+    def flush_derived(self) -> None:
+        """Nothing to flush: every write is a committed transaction or a stored object."""
+
     def _migrate(self) -> list[str]:
         """Apply the schema migrations the database lacks (idempotent; one node at a time)."""
         with (
@@ -182,7 +185,7 @@ class PgStorage:
     def export(
         self, out: Path, *, tenant: str | None = None, project: str | None = None
     ) -> ExportSummary:
-        """Back up one project, one tenant or everything to ``out`` (backup/format.py)."""
+        """Back up one project, one tenant or everything to ``out`` (app/storage/core/archive.py)."""
         return export_pg(self, out, tenant=tenant, project=project)
 
     def import_(

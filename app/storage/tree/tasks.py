@@ -1,6 +1,6 @@
 """The project-memory engine: turns, artifacts, task indexes, listing and digest.
 
-Every task mutation is a transaction on the task (app/storage/txn.py):
+Every task mutation is a transaction on the task (app/storage/tree/fs/txn.py):
 
 1. take the task's lock and record the write as in flight;
 2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
@@ -109,7 +109,7 @@ class TaskStore:
         usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
-        # Counters, quotas and the free-space floor (app/storage/usage_tree.py).
+        # Counters, quotas and the free-space floor (app/storage/tree/usage.py).
         self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.retention = retention
         self.lock_timeout = lock_timeout
@@ -140,7 +140,7 @@ class TaskStore:
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
-        """Hold the task's lock for one mutation (app/storage/txn.py)."""
+        """Hold the task's lock for one mutation (app/storage/tree/fs/txn.py)."""
         # Directory fsyncs once per directory at the end, still before the lock is released.
         with self.txns(Key(scope, validate_id("task_id", task_id))) as txn, batched_dir_syncs():
             yield txn
@@ -457,7 +457,7 @@ class TaskStore:
         """Open a live artifact for streaming; the caller closes ``file``."""
         return self.artifacts.open_artifact(scope, task_id, turn, name)
 
-    # -- project digest (app/storage/digestdb.py) ----------------------------------------------
+    # -- project digest (app/storage/tree/sqlite/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
         """Open ``project.md``: the base file with what changed since spliced in."""
         return self.digests.open(scope)

@@ -28,21 +28,9 @@ CHUNK = 1 << 20
 
 
 def make_config_dirs(path: Path) -> None:
-    """Create the configured directory ``path`` and its missing parents, fsyncing each new
-    entry's parent. A configured path may pass through links (``/var/run``, a mount made a
-    link by its admin): they are the admin's, and followed."""
-    missing: list[Path] = []
-    current = path
-    while current != current.parent and not current.exists():
-        missing.append(current)
-        current = current.parent
-    for directory in reversed(missing):
-        with os_errors():
-            try:
-                os.mkdir(directory, DIR_MODE)
-            except FileExistsError:
-                continue
-            fsync_dir(directory.parent)
+    """core/files.py's :func:`~app.storage.core.files.make_config_dirs`, its directory fsyncs
+    left to this thread's batch or group flush where one is open."""
+    files.make_config_dirs(path, sync_dir=fsync_dir)
 
 
 def make_dirs(path: Path, stop: Path) -> None:

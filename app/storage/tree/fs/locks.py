@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,8 @@ import filelock
 
 from app.storage.core.errors import LockTimeout
 from app.storage.core.files import DIR_MODE, FILE_MODE
+from app.storage.core.observers import lock_waited
 from app.storage.tree.fs.noatime import open_noatime
-
-# Called with (seconds waited, acquired) after each blocking acquisition; app.web.metrics adds one.
-wait_observers: list[Callable[[float, bool], None]] = []
-
 
 # flock has no timeout, so filelock polls a non-blocking flock; at its default 50 ms between
 # polls a waiter that just missed a release sleeps while others take the lock again and
@@ -230,8 +227,7 @@ def _make_parents(path: Path) -> None:
 
 
 def _observe(started: float, acquired: bool) -> None:
-    for observe in wait_observers:
-        observe(time.monotonic() - started, acquired)
+    lock_waited(time.monotonic() - started, acquired)
 
 
 def try_locked(path: Path) -> filelock.BaseFileLock | None:

@@ -1,6 +1,6 @@
 """Serving ``project.md`` at a cost set by what changed, not by the project.
 
-Writers keep each live task's section (app/storage/digest.py) in the project's listing
+Writers keep each live task's section (app/storage/core/digest.py) in the project's listing
 database, in the same transaction as the task's listing rows: where it sorts, which turn it
 shows and until when that turn lives, and its bytes, stamped with the write's sequence
 number (the listing's ``generation``).

@@ -68,10 +68,10 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 # Rows written before version 3 have them NULL until the task is written again or
 # `fsck --repair` rebuilds it (fsck reports them: they differ from the records).
 #
-# Version 4 adds the digest's sections (app/storage/digestdb.py); a listing with tasks gets
+# Version 4 adds the digest's sections (app/storage/tree/sqlite/digestdb.py); a listing with tasks gets
 # them from the start-up upgrade's backfill, and until then the digest is rendered whole.
 #
-# Version 5 adds the usage rows and counters (app/storage/listing_usage.py); a listing with
+# Version 5 adds the usage rows and counters (app/storage/tree/sqlite/listing_usage.py); a listing with
 # tasks gets them from the start-up upgrade's backfill, and until then its usage reads low.
 VERSION = 5
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
