@@ -16,7 +16,7 @@ from app.storage.core.limits import RateOverride
 from app.storage.tree.tokens import TokenRegistry
 from app.web.ratelimit import Limiter
 from tests.conftest import FixedClock
-from tests.test_ratelimit import Clock
+from tests.web.test_ratelimit import Clock
 
 API = "/sandbox/memory/v1"
 STORES = "/v1/memory_stores"

@@ -1,6 +1,6 @@
 """Injected I/O faults through the HTTP API: the Nth write/fsync/rename/link/mkdir fails.
 
-The SQLite test-VFS method, one level above tests/storage/test_crash.py (which drives the
+The SQLite test-VFS method, one level above tests/storage/tree/test_crash.py (which drives the
 engine directly): for every write endpoint and every N, ``os.<call>`` raises ENOSPC or EIO
 on its Nth call (once, or from then on); under group commit (app/storage/tree/fs/sync.py) the
 shared flush (``syncfs``) may fail instead of a file's fsync. Then:

@@ -16,7 +16,7 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest, snapshot
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "storage_root.example"
 SCOPE = Scope("acme", "webshop")
 

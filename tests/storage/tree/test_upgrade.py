@@ -19,7 +19,7 @@ from app.storage import Scope
 from app.storage.core.models import FsckReport
 from tests.conftest import BufferedClient
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy-root"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "legacy-root"
 
 
 def _root(tmp_path: Path) -> Path:

@@ -1,5 +1,5 @@
 """The CLI with a backend that cannot be reached: one line on stderr and a non-zero exit
-status, never a traceback (the server's start: tests/test_startup.py)."""
+status, never a traceback (the server's start: tests/ops/test_startup.py)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.storage._helpers import record_files
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TASKS = int(os.environ.get("MEMORY_SOAK_TASKS", "100000"))
 RSS_LIMIT_KIB = 64 * 1024
 

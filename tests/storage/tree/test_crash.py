@@ -466,7 +466,7 @@ def test_the_dirty_flag_is_set_before_the_first_record_write(
     """A writer killed after any change must leave its write in flight, so the next repairs.
 
     The journal is not fsynced: a killed process leaves its writes in the page cache, and
-    after a power loss the startup recovery checks the whole tree (tests/test_cli_ops.py).
+    after a power loss the startup recovery checks the whole tree (tests/ops/test_cli_ops.py).
     """
     store = _base(tmp_path / "r", FixedClock())
     log = _durability_log(monkeypatch)

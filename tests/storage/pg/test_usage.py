@@ -1,5 +1,5 @@
 """PostgreSQL's usage counters against a recount of its rows: fsck finds counters changed by
-hand and --repair sets them from the rows (tests/storage/test_usage.py does it for the tree)."""
+hand and --repair sets them from the rows (tests/storage/tree/test_usage.py does it for the tree)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_fsck_repairs_counters_changed_by_hand(
     backend_kind: str, backend_config: dict[str, Any], backend_settings: dict[str, Any]
 ) -> None:
     if backend_kind == "tree":
-        pytest.skip("the tree's counters: tests/storage/test_usage.py")
+        pytest.skip("the tree's counters: tests/storage/tree/test_usage.py")
     storage = open_backend(backend_settings)
     try:
         storage.tasks.put_turn(WEB, "t", 0, meta={}, summary_md="s" * 100)

@@ -233,7 +233,7 @@ def test_concurrent_writers_lose_no_change(tmp_path: Path) -> None:
         "for i in range(5):\n"
         "    f.set_rate('acme', f'p{sys.argv[2]}-{i}', RateOverride(rps=float(sys.argv[2])))\n"
     )
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(root), str(n)], cwd=repo)
         for n in range(8)

@@ -1,7 +1,7 @@
 """Search on PostgreSQL: the generated search columns of a database upgraded from before
 search, text the database cannot index as written, snippets cut from the stored text, ties
 across turns and memories, redaction (the behaviour both backends share:
-tests/storage/test_search.py and tests/api/test_search_api.py, on every backend)."""
+tests/storage/tree/test_search.py and tests/api/test_search_api.py, on every backend)."""
 
 from __future__ import annotations
 
