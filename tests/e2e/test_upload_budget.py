@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.storage.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, start_server
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def gunicorn_requirement() -> Requirement:
@@ -37,7 +37,7 @@ def test_the_requirement_excludes_the_releases_without_the_workers_internals() -
 def test_the_installed_gunicorn_is_in_range_and_the_worker_imports() -> None:
     installed = importlib.metadata.version("gunicorn")
     assert Version(installed) in gunicorn_requirement().specifier, installed
-    serving = importlib.import_module("app.serving")
+    serving = importlib.import_module("app.ops.serving")
     worker = serving.EdgeWorker
     gthread = importlib.import_module("gunicorn.workers.gthread")
     assert issubclass(worker, gthread.ThreadWorker)
