@@ -243,6 +243,8 @@ class _Importer(Restore):
                 # The renames are durable before any listing row names them.
                 fsync_dir_fd(dst)
             tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
+        # Tasks it replaced (--overwrite): their text leaves the files, as after a delete.
+        tasks.removals.purge(scope)
         tasks.compact_digest(scope)
 
     def publish_task(

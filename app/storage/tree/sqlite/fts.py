@@ -58,6 +58,11 @@ _GET = f"SELECT value FROM {STATE} WHERE name = ?"
 _BUMP = f"UPDATE {STATE} SET value = value + 1 WHERE name = 'pending'"
 # Indexes made before 'owed' existed have no row for it: the first delete adds one.
 _OWE = f"INSERT INTO {STATE} VALUES ('owed', 1) ON CONFLICT (name) DO UPDATE SET value = value + 1"
+# What fsck says of an index whose 'owed' mark is set.
+REMOVED_TEXT = (
+    "removed text may still be in the file or its WAL: its purge was stopped by a reader's"
+    " snapshot (the next write, the sweep or fsck --repair purges it)"
+)
 _SETTLE = f"UPDATE {STATE} SET value = max(0, value - ?) WHERE name = ?"
 
 

@@ -311,6 +311,14 @@ def _memory_values(m: MemoryRow) -> tuple[Any, ...]:
 class IndexWriter(IndexReader):
     """The writes, for the holder of the store lock, inside one write transaction."""
 
+    def purge_owed(self) -> bool:
+        return fts.has_schema(self.conn) and fts.owed(self.conn)
+
+    def owe_purge(self) -> None:
+        """Mark text removed here as due to leave the file now (a redaction: fts.py)."""
+        if fts.has_schema(self.conn):
+            fts.removed(self.conn)
+
     def put_version(self, record: VersionRecord) -> None:
         """Record a new (or redacted) version and move its memory's head (and its search
         row) with it."""

@@ -198,8 +198,10 @@ class StoresBase:
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
             usage = writer.store_usage()
+            # A purge a reader's snapshot stopped: this write is the next chance.
+            owed = writer.purge_owed()
         self.publish_usage(txn, usage, ticket)
-        if record.operation == "deleted":
+        if record.operation == "deleted" or owed:
             self.purge_search(txn.dir)
 
     def publish_usage(self, txn: StoreTxn, usage: StoreUsage, ticket: Ticket = NO_TICKET) -> None:

@@ -27,6 +27,7 @@ from app.storage.core.names import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TM
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import quarantine
+from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.store_index import IndexContent, rows_from_records
 from app.storage.tree.stores.base import StoresBase
 
@@ -272,6 +273,8 @@ class StoresFsck:
             problems.append(f"{where}: search index damaged ({damage})")
         if actual != want or orphans:
             problems.append(f"{where}: search rows differ from the live memories")
+        if index.purge_owed():
+            problems.append(f"{where}: {fts.REMOVED_TEXT}")  # the rebuild purges it
         return problems
 
     def in_flight_elsewhere(self, visited: set[tuple[Scope, str]]) -> None:
