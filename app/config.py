@@ -51,6 +51,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     ),
     "RETENTION_DAYS": (30.0, float, "Days a turn is kept after its last write; fractions allowed."),
     "LOCK_TIMEOUT": (10.0, float, "Seconds to wait for a busy lock before answering 503."),
+    "SEARCH_TIMEOUT": (
+        5.0,
+        float,
+        "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once (503 beyond).",
+    ),
     "GROUP_COMMIT": (
         True,
         bool,
@@ -168,6 +173,8 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_RETENTION_DAYS must be > 0 (got {config['RETENTION_DAYS']})")
     if config["LOCK_TIMEOUT"] <= 0:
         raise ConfigError(f"{PREFIX}_LOCK_TIMEOUT must be > 0 (got {config['LOCK_TIMEOUT']})")
+    if not 0 < config["SEARCH_TIMEOUT"] <= 600:
+        raise ConfigError(f"{PREFIX}_SEARCH_TIMEOUT must be > 0 and <= 600 seconds")
     if config["MAX_ARTIFACT_BYTES"] < 1:
         raise ConfigError(f"{PREFIX}_MAX_ARTIFACT_BYTES must be >= 1")
     if config["MAX_JSON_BYTES"] < 1024:
