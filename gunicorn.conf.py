@@ -61,15 +61,14 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     before it touches anything (app/storage/tree/recovery.py).
     """
     _metrics_dir()
-    from app import create_app
     from app.ops.bootstrap import first_start
-    from app.ops.startup import fail
+    from app.ops.startup import checked_app, fail
     from app.ops.sweeper import startup_recovery, storage_of
     from app.storage.core.recovery import RootBusy
     from app.web.ratelimit import share_across_workers
 
     share_across_workers()  # before the fork: one rate limit table for every worker
-    app = create_app()
+    app = checked_app()  # a backend that refuses to start: one line, exit status 2
     try:
         lines = startup_recovery(app)
     except RootBusy as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,6 +136,10 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
 }
 
 
+# S3's bucket naming rules (what AWS has refused since 2018: no capitals, no underscores).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
 class ConfigError(ValueError):
     """A setting has a value the service cannot start with."""
 
@@ -212,6 +217,14 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_DATABASE_URL must be a postgresql:// URL")
     if config["BLOB_URL"] and not config["BLOB_URL"].startswith("s3://"):
         raise ConfigError(f"{PREFIX}_BLOB_URL must be an s3://bucket[/prefix] URL")
+    if config["BLOB_URL"]:
+        bucket = config["BLOB_URL"][len("s3://") :].split("/", 1)[0]
+        if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+            raise ConfigError(
+                f"{PREFIX}_BLOB_URL bucket {bucket!r} is not a valid bucket name: 3 to 63"
+                " lower-case letters, digits, dots and hyphens, starting and ending with a"
+                " letter or digit"
+            )
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])
     if tokens == root or tokens.startswith(root + os.sep):

@@ -74,6 +74,7 @@ class PgStorage:
         self.database_url = database_url
         self.db = Database(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
         self.blobs = BlobStore(blob_url, endpoint_url=s3_endpoint_url)
+        self.blobs.check_bucket()
         self.clock = clock
         self.lock_timeout = lock_timeout
         self.migrations = self._migrate()
