@@ -23,6 +23,10 @@ timeout = _settings.timeout
 control_socket = _settings.control_socket
 control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
+# Proxy headers are the app's to believe, from the MEMORY_TRUSTED_PROXIES proxies in front
+# (app/web/origins.py): gunicorn's default would take X-Forwarded-Proto (and -Ssl, -Protocol)
+# from any client of 127.0.0.1, whatever that setting says.
+forwarded_allow_ips = ""
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"
 # Files SQLite and gunicorn create get the modes the engine gives its own (owner rw, group r).

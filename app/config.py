@@ -11,6 +11,7 @@ from flask import Flask
 
 from app.storage.core.limits import parse_bytes
 from app.storage.core.quota import parse_floor
+from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
 MiB = 1 << 20
@@ -128,6 +129,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         float,
         "Hours a web console sign-in lasts (a revoked token ends it at once).",
     ),
+    "PUBLIC_URL": (
+        "",
+        str,
+        "The origin browsers reach the console at (https://memory.example.com): its forms are accepted from there only; empty: the request's own.",
+    ),
     "TRUSTED_PROXIES": (
         0,
         int,
@@ -197,6 +203,11 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
     if not 0 < config["CONSOLE_SESSION_HOURS"] <= 24 * 366:
         raise ConfigError(f"{PREFIX}_CONSOLE_SESSION_HOURS must be > 0 and at most a year")
+    if config["PUBLIC_URL"]:
+        try:
+            config["PUBLIC_URL"] = public_origin(config["PUBLIC_URL"])
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}_PUBLIC_URL {exc} (got {config['PUBLIC_URL']!r})") from None
     if not 0 <= config["TRUSTED_PROXIES"] <= 16:
         raise ConfigError(f"{PREFIX}_TRUSTED_PROXIES must be between 0 and 16")
     if config["METRICS"] not in ("off", "token"):
