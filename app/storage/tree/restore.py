@@ -71,7 +71,9 @@ class _Importer(Restore):
     def __init__(
         self, storage: TreeBackups, *, tenant: str | None, project: str | None, overwrite: bool
     ) -> None:
-        super().__init__(tenant=tenant, project=project)
+        super().__init__(
+            tenant=tenant, project=project, max_artifact_bytes=storage.tasks.max_artifact_bytes
+        )
         self.storage = storage
         self.layout = storage.layout
         self.overwrite = overwrite
