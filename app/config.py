@@ -11,6 +11,7 @@ from flask import Flask
 
 from app.storage.core.limits import parse_bytes
 from app.storage.core.quota import parse_floor
+from app.storage.core.record_rules import MAX_RETENTION_DAYS
 from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
@@ -180,8 +181,11 @@ def validate_config(config: dict[str, Any]) -> None:
         except (TypeError, ValueError):
             raise ConfigError(f"{PREFIX}_{name}={value!r} is not a valid {kind.__name__}") from None
         config[name] = value
-    if config["RETENTION_DAYS"] <= 0:
-        raise ConfigError(f"{PREFIX}_RETENTION_DAYS must be > 0 (got {config['RETENTION_DAYS']})")
+    if not 0 < config["RETENTION_DAYS"] <= MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"{PREFIX}_RETENTION_DAYS must be > 0 and at most {MAX_RETENTION_DAYS}"
+            f" (got {config['RETENTION_DAYS']})"
+        )
     if config["LOCK_TIMEOUT"] <= 0:
         raise ConfigError(f"{PREFIX}_LOCK_TIMEOUT must be > 0 (got {config['LOCK_TIMEOUT']})")
     if not 0 < config["SEARCH_TIMEOUT"] <= 600:
