@@ -15,7 +15,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from flask import Flask
 
     from . import cli, console, ratelimit, requestlog, serving, traffic
-    from .api import memory_stores, memory_tool, project_memory, public
+    from .api import mcp, memory_stores, memory_tool, project_memory, public
     from .config import load_config
     from .errors import register_error_handlers
     from .json_provider import JSONProvider
@@ -43,11 +43,13 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     traffic.init_app(app)
     register_error_handlers(app)
     # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
-    ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp)
+    ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp, mcp.bp)
     app.register_blueprint(public.bp)
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)
     app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")
+    # The MCP endpoint (Streamable HTTP) at the server's root: ${PROJECT_MEMORY_URL}/mcp.
+    app.register_blueprint(mcp.bp)
     console.init_app(app)
     cli.init_app(app)
     return app
