@@ -42,6 +42,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("search", "project_memory_client.commands.search:register", "search the project's turns and memories"),
     Command("usage", "project_memory_client.commands.usage:register", "what the project stores, its quotas and traffic"),
     Command("whoami", "project_memory_client.commands.whoami:register", "the token's role and scope"),
+    Command("mount", "project_memory_client.mount.cli:register", "keep a local directory in sync with memory stores"),
 )  # fmt: skip
 
 
