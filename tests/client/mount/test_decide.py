@@ -6,9 +6,9 @@ import itertools
 from pathlib import Path
 
 import pytest
+from project_memory_client.mount.sync import Action, decide, marker_text, remove_file, replace_file
 
-from app.mount.sync import Action, decide, marker_text, remove_file, replace_file
-from tests.mount.helpers import sha
+from tests.client.mount.helpers import sha
 
 # (local, base, remote) with 'a', 'b', 'c' standing for distinct hashes, None for absent.
 CASES = {
