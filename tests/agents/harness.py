@@ -451,3 +451,12 @@ def stream_events(stdout: str) -> list[dict[str, Any]]:
             except ValueError:
                 continue
     return out
+
+
+if __name__ == "__main__":  # .ci/run: install the pinned CLIs before the tests need them
+    for cli_name in BINARIES:
+        path = agent_cli(cli_name)
+        version = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=120, check=True
+        )
+        print(f"{cli_name}: {path} ({version.stdout.strip()})")
