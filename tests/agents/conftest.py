@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from app.storage.tokens import TokenRegistry
+from tests.agents.harness import EgressProbe
 from tests.e2e.conftest import Server, start_server
 
 VENV_BIN = Path(sys.executable).parent
@@ -157,8 +158,9 @@ class Memory:
         return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    """One server for every agent test of this process: each test uses tasks of its own."""
     base = tmp_path_factory.mktemp("agents-server")
     registry = TokenRegistry(base / "tokens.json")
     writer = registry.create(role="writer", tenant="acme", project="web")[1]
@@ -321,3 +323,45 @@ class Transcript:
         if last is not None:
             payload["last_assistant_message"] = last
         return payload
+
+
+@dataclass
+class Work:
+    """A git work tree on ``fix-login``, the hooks' environment, and the transcripts of its
+    sessions (``PROJECT_MEMORY_TASK`` names the task when given)."""
+
+    repo: Path
+    head: str
+    env: dict[str, str]
+    tmp: Path
+
+    def task(self, task_id: str, **extra: str) -> dict[str, str]:
+        return {**self.env, "PROJECT_MEMORY_TASK": task_id, **extra}
+
+    def session(self, session_id: str, *turns: tuple[str, str]) -> Transcript:
+        transcript = Transcript(self.tmp / f"{session_id}.jsonl", session_id, self.repo)
+        for prompt, answer in turns:
+            transcript.turn(prompt, answer)
+        return transcript
+
+    def start(self, session_id: str) -> dict[str, Any]:
+        """A SessionStart event of ``session_id``."""
+        return {"session_id": session_id, "cwd": str(self.repo), "source": "startup"}
+
+    def spooled(self) -> list[Path]:
+        spool = Path(self.env["PROJECT_MEMORY_STATE_DIR"]) / "spool"
+        return sorted(spool.glob("*.json")) if spool.is_dir() else []
+
+
+@pytest.fixture
+def work(tmp_path: Path, agent_env: dict[str, str]) -> Work:
+    repo = tmp_path / "repo"
+    return Work(repo, git_repo(repo), agent_env, tmp_path)
+
+
+@pytest.fixture
+def egress() -> Iterator[EgressProbe]:
+    """Where the agents' HTTPS_PROXY points: any attempt to reach outside is recorded."""
+    probe = EgressProbe()
+    yield probe
+    probe.close()

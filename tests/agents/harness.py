@@ -83,6 +83,16 @@ def agent_cli(name: str) -> Path:
     return binary
 
 
+def pinned(name: str, version: str) -> Path:
+    """``agent_cli(name)``, checked to be ``version``."""
+    binary = agent_cli(name)
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert version in out.stdout.split(), out.stdout + out.stderr
+    return binary
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

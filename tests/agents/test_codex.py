@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.agents.conftest import Memory, cli, git_repo
-from tests.agents.harness import EgressProbe, ResponsesStub, agent_cli, stream_events
+from tests.agents.harness import EgressProbe, ResponsesStub, pinned, stream_events
 
 pytestmark = pytest.mark.e2e
 VERSION = "0.171.0"
@@ -27,19 +26,7 @@ VERSION = "0.171.0"
 
 @pytest.fixture(scope="module")
 def codex() -> Path:
-    binary = agent_cli("codex")
-    out = subprocess.run(
-        [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert out.stdout.strip() == f"codex-cli {VERSION}", out.stdout + out.stderr
-    return binary
-
-
-@pytest.fixture
-def egress() -> Iterator[EgressProbe]:
-    probe = EgressProbe()
-    yield probe
-    probe.close()
+    return pinned("codex", VERSION)
 
 
 def test_a_codex_session_gets_context_searches_and_is_recorded(
