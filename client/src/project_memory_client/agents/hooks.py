@@ -363,7 +363,10 @@ class Hook:
 def summary_of(facts: TurnFacts) -> str:
     """The turn as Markdown: its prompt (each, when the turn had several) and last answer."""
     parts = []
-    for prompt in facts.prompts or ["(no prompt in the transcript)"]:
+    # A turn cut by a compaction goes on after it without a prompt of its own.
+    for prompt in facts.prompts or [
+        "(the prompt is in the turn before: this turn goes on from it)"
+    ]:
         parts += ["## Prompt", "", _cut(prompt.strip(), PROMPT_CHARS), ""]
     parts += ["## Answer", "", _cut(facts.answer.strip() or "(no answer)", ANSWER_CHARS)]
     return "\n".join(parts) + "\n"
