@@ -234,3 +234,21 @@ def test_optional_artifacts(memory_up: Memory, work: Work) -> None:
     assert "+hello" in diff.text
     slice_ = memory_up.api("GET", "/tasks/artifact-task/turns/0/artifacts/transcript.jsonl").text
     assert "hunter2hunter2" not in slice_ and "[masked:secret-assignment]" in slice_
+
+
+def test_a_spooled_turn_goes_only_to_the_server_and_project_it_was_recorded_for(
+    memory_up: Memory, work: Work
+) -> None:
+    env = work.task("scoped-task")
+    memory_up.switch.set("down")
+    run_hook(env, "stop", work.session("sc", ("prompt", "answer")).stop())
+    memory_up.switch.set("up")
+    other_project = json.loads(
+        cli({**env, "PROJECT_MEMORY_PROJECT": "mobile"}, "agent", "flush", "--json").stdout
+    )
+    other_server = json.loads(
+        cli({**env, "PROJECT_MEMORY_URL": memory_up.server.url}, "agent", "flush", "--json").stdout
+    )
+    assert other_project["data"]["kept"] == other_server["data"]["kept"] == 1
+    assert memory_up.task("scoped-task") is None and len(work.spooled()) == 1
+    assert json.loads(cli(env, "agent", "flush", "--json").stdout)["data"]["sent"] == 1

@@ -166,7 +166,9 @@ def _flush(ctx: Context) -> Output:
 
     settings = ctx.settings().require()
     spool = Spool(state_dir())
-    outcome = spool.flush(ctx.client(), url=settings.url or "")
+    outcome = spool.flush(
+        ctx.client(), url=settings.url or "", tenant=settings.tenant, project=settings.project
+    )
     data = {
         "sent": outcome.sent,
         "already_recorded": outcome.already,

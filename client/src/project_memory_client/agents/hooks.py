@@ -222,7 +222,14 @@ class Hook:
         if not self.spool.count():
             return
         deadline = time.monotonic() + self.left() * share
-        outcome = self.spool.flush(self.client(), url=self.settings().url or "", deadline=deadline)
+        settings = self.settings()
+        outcome = self.spool.flush(
+            self.client(),
+            url=settings.url or "",
+            tenant=settings.tenant,
+            project=settings.project,
+            deadline=deadline,
+        )
         for error in outcome.errors[:3]:
             self.log.write(f"{self.event}: kept in the spool: {error}")
 

@@ -204,9 +204,18 @@ class Spool:
             os.replace(path, rejected / path.name)
             write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
 
-    def flush(self, client: Client, *, url: str, deadline: float | None = None) -> Outcome:
-        """Send every entry for the server at ``url``, oldest first, until ``deadline``
-        (``time.monotonic()``); entries for another server are left."""
+    def flush(
+        self,
+        client: Client,
+        *,
+        url: str,
+        tenant: str | None = None,
+        project: str | None = None,
+        deadline: float | None = None,
+    ) -> Outcome:
+        """Send every entry for the server at ``url`` and the scope ``client`` acts in
+        (``tenant``, ``project``: its settings), oldest first, until ``deadline``
+        (``time.monotonic()``); entries for another server or scope are left for it."""
         from ..errors import ApiError, ClientError, ServerUnreachable
 
         outcome = Outcome()
@@ -217,7 +226,11 @@ class Spool:
             with self._locked(path) as entry:
                 if entry is None:
                     continue
-                if entry.url.rstrip("/") != url.rstrip("/"):
+                if (entry.url.rstrip("/"), entry.tenant, entry.project) != (
+                    url.rstrip("/"),
+                    tenant,
+                    project,
+                ):
                     outcome.kept += 1
                     continue
                 try:
