@@ -119,12 +119,14 @@ class Switch:
 
 @dataclass
 class Memory:
-    """The server behind its switch, and a writer's and a reader's token."""
+    """The server behind its switch, and tokens: a writer's and a reader's of acme/web, and a
+    writer's of every project of acme."""
 
     server: Server
     switch: Switch
     writer: str
     reader: str
+    tenant_writer: str
 
     @property
     def url(self) -> str:
@@ -133,7 +135,7 @@ class Memory:
     def api(
         self, method: str, path: str, token: str | None = None, **kwargs: Any
     ) -> requests.Response:
-        headers = {"Authorization": f"Bearer {token or self.writer}"}
+        headers = {"Authorization": f"Bearer {token or self.writer}", **kwargs.pop("headers", {})}
         return requests.request(
             method, f"{self.server.url}{API}{path}", headers=headers, timeout=10, **kwargs
         )
@@ -165,12 +167,13 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     registry = TokenRegistry(base / "tokens.json")
     writer = registry.create(role="writer", tenant="acme", project="web")[1]
     reader = registry.create(role="reader", tenant="acme", project="web")[1]
+    tenant_writer = registry.create(role="writer", tenant="acme")[1]
     server = start_server(base, workers=2, threads=4)
     host, port = server.url.removeprefix("http://").split(":")
     switch = Switch((host, int(port)))
     switch.set("up")
     try:
-        yield Memory(server, switch, writer, reader)
+        yield Memory(server, switch, writer, reader, tenant_writer)
     finally:
         switch.close()
         server.stop()

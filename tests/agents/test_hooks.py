@@ -239,16 +239,25 @@ def test_optional_artifacts(memory_up: Memory, work: Work) -> None:
 def test_a_spooled_turn_goes_only_to_the_server_and_project_it_was_recorded_for(
     memory_up: Memory, work: Work
 ) -> None:
-    env = work.task("scoped-task")
+    # A token of every project of the tenant: the project is the client's setting.
+    env = work.task(
+        "scoped-task", PROJECT_MEMORY_TOKEN=memory_up.tenant_writer, PROJECT_MEMORY_PROJECT="web"
+    )
     memory_up.switch.set("down")
     run_hook(env, "stop", work.session("sc", ("prompt", "answer")).stop())
     memory_up.switch.set("up")
-    other_project = json.loads(
-        cli({**env, "PROJECT_MEMORY_PROJECT": "mobile"}, "agent", "flush", "--json").stdout
+    for changed in (
+        {"PROJECT_MEMORY_PROJECT": "mobile"},
+        {"PROJECT_MEMORY_URL": memory_up.server.url},
+    ):
+        out = json.loads(cli({**env, **changed}, "agent", "flush", "--json").stdout)["data"]
+        assert (out["sent"], out["kept"]) == (0, 1)
+    mobile = memory_up.api(
+        "GET",
+        "/tasks/scoped-task",
+        headers={"X-Sandbox-Project-Id": "mobile"},
+        token=memory_up.tenant_writer,
     )
-    other_server = json.loads(
-        cli({**env, "PROJECT_MEMORY_URL": memory_up.server.url}, "agent", "flush", "--json").stdout
-    )
-    assert other_project["data"]["kept"] == other_server["data"]["kept"] == 1
-    assert memory_up.task("scoped-task") is None and len(work.spooled()) == 1
+    assert mobile.status_code == 404 and memory_up.task("scoped-task") is None
     assert json.loads(cli(env, "agent", "flush", "--json").stdout)["data"]["sent"] == 1
+    assert len(memory_up.turns("scoped-task")) == 1
