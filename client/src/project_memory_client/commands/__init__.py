@@ -28,7 +28,14 @@ PROGRESS_MIN_BYTES = 1024 * 1024  # smaller transfers show no progress bar
 
 
 class UsageError(Exception):
-    """Bad usage: the message is printed with the usage line; exit status 2."""
+    """Bad usage: exit status 2. ``usage`` is the command's usage line (printed after the
+    message, not part of the ``--json`` envelope); ``command`` its name, when known."""
+
+    def __init__(self, message: str, *, usage: str = "", command: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+        self.command = command
 
 
 class CommandError(Exception):
