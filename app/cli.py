@@ -57,8 +57,11 @@ def create_token(
 @tokens.command("list")
 def list_tokens() -> None:
     """List tokens, one per line, starting with the id (secrets are never shown)."""
-    for t in _registry().all():
-        state = "revoked" if t.revoked_at else "active"
+    registry = _registry()
+    now = registry.clock()
+    for t in registry.all():
+        # The same rule as authentication: an expired token is refused, so never "active".
+        state = "revoked" if t.revoked_at else "active" if t.usable(now) else "expired"
         click.echo(
             f"{t.id}\t{t.role}\ttenant={t.tenant or '*'}\tproject={t.project or '*'}\t"
             f"name={t.name!r}\tcreated={t.created_at}\texpires={t.expires_at or 'never'}\t{state}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from app.storage.tokens import TokenRegistry
+from tests.conftest import FixedClock
 
 
 def test_create_prints_the_secret_alone_on_the_last_line(app: Flask) -> None:
@@ -66,3 +67,14 @@ def test_create_refuses_bad_combinations(app: Flask) -> None:
         != 0
     )
     assert runner.invoke(args=["tokens", "create", "--role", "admin"]).exit_code == 0
+
+
+def test_list_shows_an_expired_token_as_expired(app: Flask, clock: FixedClock) -> None:
+    runner = app.test_cli_runner()
+    runner.invoke(args=["tokens", "create", "--role", "reader", "--tenant", "a", "--name", "old"])
+    runner.invoke(
+        args=["tokens", "create", "--role", "reader", "--tenant", "a", "--expires-in-days", "1"]
+    )
+    clock.advance(days=2)
+    lines = runner.invoke(args=["tokens", "list"]).output.strip().splitlines()
+    assert [line.rsplit("\t", 1)[-1] for line in lines] == ["active", "expired"]
