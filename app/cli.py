@@ -19,7 +19,7 @@ from .storage.facade import TreeStorage
 from .storage.layout import Scope
 from .storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
 from .storage.models import FsckReport
-from .storage.tokens import ROLES, TokenRegistry
+from .storage.tokens import ROLES, SECRET_PREFIX, TOKEN_ID_PREFIX, TokenRegistry
 
 tokens = AppGroup("tokens", help="Create, list and revoke API tokens.")
 
@@ -69,16 +69,29 @@ def list_tokens() -> None:
 
 
 @tokens.command("revoke")
-@click.argument("token_id")
-def revoke_token(token_id: str) -> None:
-    """Revoke a token by id; every worker refuses it from the next request on."""
+@click.argument("token")
+def revoke_token(token: str) -> None:
+    """Revoke a token by its id (tok_..., from `tokens list`) or by its secret; every worker
+    refuses it from the next request on. Only the id is ever printed."""
     from .storage import NotFound
 
+    registry = _registry()
+    if token.startswith(SECRET_PREFIX):
+        found = registry.find_by_secret(token)
+        if found is None:
+            raise click.ClickException("no token has that secret")
+        token = found.id
+    elif not token.startswith(TOKEN_ID_PREFIX):
+        # Maybe a secret pasted wrong: never echoed back to the terminal or a log.
+        raise click.ClickException(
+            f"not a token id ({TOKEN_ID_PREFIX}..., see `tokens list`) nor a secret"
+            f" ({SECRET_PREFIX}...)"
+        )
     try:
-        token = _registry().revoke(token_id)
+        revoked = registry.revoke(token)
     except NotFound as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"revoked {token.id} at {token.revoked_at}")
+    click.echo(f"revoked {revoked.id} at {revoked.revoked_at}")
 
 
 # -- operations: sweep, fsck, export, import ------------------------------------------------
