@@ -17,7 +17,14 @@ from .storage import StorageError, TaskStore
 from .storage.atomic import flush_derived
 from .storage.facade import TreeStorage
 from .storage.layout import Scope
-from .storage.limits import QuotaOverride, RateOverride, RateOverrides, format_bytes, parse_bytes
+from .storage.limits import (
+    QuotaOverride,
+    RateOverride,
+    RateOverrides,
+    format_bytes,
+    human_bytes,
+    parse_bytes,
+)
 from .storage.models import FsckReport
 from .storage.tokens import ROLES, SECRET_PREFIX, TOKEN_ID_PREFIX, TokenRegistry
 
@@ -402,8 +409,8 @@ def usage_command(tenant: str | None, as_json: bool) -> None:
         click.echo("nothing stored yet")
     if disk is not None:
         click.echo(
-            f"disk: {format_bytes(disk['free_bytes'])} byte(s) free; writes stop at"
-            f" {format_bytes(disk['floor_bytes'])} (MEMORY_MIN_FREE_BYTES)"
+            f"disk: {human_bytes(disk['free_bytes'])} free; writes stop below"
+            f" {human_bytes(disk['floor_bytes'])} free (MEMORY_MIN_FREE_BYTES)"
         )
 
 
