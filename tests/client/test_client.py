@@ -10,6 +10,7 @@ import pytest
 from project_memory_client import (
     ApiError,
     Client,
+    InvalidArgument,
     NotFound,
     PreconditionFailed,
     ServerUnreachable,
@@ -182,6 +183,20 @@ def test_errors_carry_status_detail_and_correlation_id(pm_server: Server, pm: Cl
         stranger.whoami()
     assert (refused.value.status, refused.value.correlation_id) == (401, "run-42")
     assert "pm_not-a-token" not in str(refused.value)
+
+
+@pytest.mark.parametrize("task_id", ["t/turns/0/artifacts/x", "..", ".", ""])
+def test_an_id_that_would_change_the_url_is_refused_before_sending(
+    pm: Client, task_id: str
+) -> None:
+    pm.put_turn("t", 0, summary_md="kept")
+    with pytest.raises(InvalidArgument):
+        pm.get_task(task_id)
+    with pytest.raises(InvalidArgument):
+        pm.put_turn(task_id, 0, summary_md="lost")
+    with pytest.raises(InvalidArgument):
+        pm.get_artifact("t", 0, f"{task_id}/x", io.BytesIO())
+    assert pm.get_turn("t", 0).summary_md == "kept"
 
 
 def test_a_server_that_cannot_be_reached_is_its_own_error(writer: str) -> None:

@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(ctx: Context, command: str) -> int:
     """Run the parsed command; print its output or its error; the exit status."""
-    from .errors import ApiError, ClientError, ServerUnreachable, SettingsError
+    from .errors import ApiError, ClientError, InvalidArgument, ServerUnreachable, SettingsError
 
     json_mode = ctx.json
     try:
@@ -152,6 +152,8 @@ def run(ctx: Context, command: str) -> int:
         return _failure(ctx, json_mode, command, exc.kind, exc.message, exc.exit_code)
     except SettingsError as exc:
         return _failure(ctx, json_mode, command, "settings", str(exc), 2)
+    except InvalidArgument as exc:
+        return _failure(ctx, json_mode, command, "usage", str(exc), 2)
     except ApiError as exc:
         message = exc.message
         where = f" (correlation id {exc.correlation_id})" if exc.correlation_id else ""
