@@ -20,18 +20,14 @@ from typing import Any
 import pytest
 from project_memory_client import Client
 
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving
 
 CLI = str(Path(sys.executable).parent / "project-memory")
 
 
 @pytest.fixture(scope="session")
 def pm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("client-server"), workers=2, threads=4)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "client-server", workers=2, threads=4)
 
 
 @pytest.fixture(scope="session")

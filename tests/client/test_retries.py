@@ -14,7 +14,7 @@ from project_memory_client import ApiError, Client
 from app.storage import Scope, TaskStore
 from app.storage.locks import locked
 from app.storage.txn import Key
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Server, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -27,11 +27,7 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "MEMORY_RATE_LIMIT_BURST": "1",
         "MEMORY_LOCK_TIMEOUT": "0.3",
     }
-    srv = start_server(tmp_path_factory.mktemp("strict"), workers=2, env_extra=env)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from serving(tmp_path_factory, "strict", workers=2, env_extra=env)
 
 
 def test_a_429_is_waited_out_and_retried(strict: Server) -> None:
