@@ -10,7 +10,7 @@ from typing import Any
 
 from .storage.interface import StorageBackend
 from .storage.layout import Scope
-from .storage.limits import QuotaOverride, Quotas, format_bytes
+from .storage.limits import QuotaOverride, Quotas, format_bytes, human_bytes
 from .storage.usage import ZERO, Usage
 
 HOUR = 3600
@@ -112,11 +112,11 @@ def report(
 def usage_line(usage: dict[str, int]) -> str:
     """One line a person reads: ``12 task(s), 40 turn(s), ...``."""
     return (
-        f"{format_bytes(usage['bytes'])} byte(s): {usage['tasks']} task(s), {usage['turns']}"
-        f" turn(s) ({format_bytes(usage['turn_bytes'])}), {usage['artifacts']} artifact(s)"
-        f" ({format_bytes(usage['artifact_bytes'])}), {usage['stores']} store(s),"
+        f"{human_bytes(usage['bytes'])}: {usage['tasks']} task(s), {usage['turns']}"
+        f" turn(s) ({human_bytes(usage['turn_bytes'])}), {usage['artifacts']} artifact(s)"
+        f" ({human_bytes(usage['artifact_bytes'])}), {usage['stores']} store(s),"
         f" {usage['memories']} memor(ies), {usage['versions']} version(s)"
-        f" ({format_bytes(usage['version_bytes'])})"
+        f" ({human_bytes(usage['version_bytes'])})"
     )
 
 

@@ -277,7 +277,9 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
-@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+# <path:name>: a name with a slash reaches the view and its 422 naming the rule, where
+# <name> left it to the router's generic 404.
+@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME],
     responses={
@@ -340,7 +342,7 @@ _DECIDED_HERE = frozenset(
 )
 
 
-@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME, *CONDITIONAL],
     body={"type": "string", "format": "binary"},

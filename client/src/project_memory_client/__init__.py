@@ -23,6 +23,7 @@ _LAZY = {
     "load_settings": "settings",
     "ApiError": "errors",
     "ClientError": "errors",
+    "InvalidArgument": "errors",
     "NotFound": "errors",
     "PreconditionFailed": "errors",
     "ServerUnreachable": "errors",
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from .errors import (
         ApiError as ApiError,
         ClientError as ClientError,
+        InvalidArgument as InvalidArgument,
         NotFound as NotFound,
         PreconditionFailed as PreconditionFailed,
         ServerUnreachable as ServerUnreachable,

@@ -52,7 +52,8 @@ class Parser(argparse.ArgumentParser):
     """argparse, with usage errors raised (UsageError) so that ``--json`` can report them."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+        command = self.prog.partition(" ")[2] or None
+        raise UsageError(message, usage=self.format_usage().strip(), command=command)
 
 
 def build_parser(argv: Sequence[str]) -> Parser:
@@ -118,13 +119,21 @@ def _failure(
     return code
 
 
+def _usage_failure(
+    ctx: Context | None, json_mode: bool, command: str | None, exc: UsageError
+) -> int:
+    if json_mode or not exc.usage:
+        return _failure(ctx, json_mode, command, "usage", exc.message, 2)
+    return _failure(ctx, json_mode, command, "usage", f"{exc.message}\n{exc.usage}", 2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
     try:
         args = build_parser(argv).parse_args(argv)
     except UsageError as exc:
-        return _failure(None, json_mode, None, "usage", str(exc), 2)
+        return _usage_failure(None, json_mode, exc.command, exc)
     ctx = Context(args)
     command: str = args.command
     return run(ctx, command)
@@ -132,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(ctx: Context, command: str) -> int:
     """Run the parsed command; print its output or its error; the exit status."""
-    from .errors import ApiError, ClientError, ServerUnreachable, SettingsError
+    from .errors import ApiError, ClientError, InvalidArgument, ServerUnreachable, SettingsError
 
     json_mode = ctx.json
     try:
@@ -140,11 +149,13 @@ def run(ctx: Context, command: str) -> int:
     except KeyboardInterrupt:
         return 130
     except UsageError as exc:
-        return _failure(ctx, json_mode, command, "usage", str(exc), 2)
+        return _usage_failure(ctx, json_mode, command, exc)
     except CommandError as exc:
         return _failure(ctx, json_mode, command, exc.kind, exc.message, exc.exit_code)
     except SettingsError as exc:
         return _failure(ctx, json_mode, command, "settings", str(exc), 2)
+    except InvalidArgument as exc:
+        return _failure(ctx, json_mode, command, "usage", str(exc), 2)
     except ApiError as exc:
         message = exc.message
         where = f" (correlation id {exc.correlation_id})" if exc.correlation_id else ""

@@ -25,7 +25,14 @@ import httpx
 
 from . import __version__
 from ._files import atomic_file
-from .errors import ApiError, ClientError, PreconditionFailed, ServerUnreachable, api_error
+from .errors import (
+    ApiError,
+    ClientError,
+    InvalidArgument,
+    PreconditionFailed,
+    ServerUnreachable,
+    api_error,
+)
 from .models import (
     ArtifactInfo,
     ArtifactRecord,
@@ -74,9 +81,16 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _segment(value: object) -> str:
-    """One path segment, percent-encoded whole: a ``/`` or ``..`` in an id cannot change
-    which route is asked for."""
-    return quote(str(value), safe="")
+    """One path segment of the URL, percent-encoded.
+
+    An id with a ``/`` is refused rather than encoded: the server decodes ``%2F`` before it
+    routes, so ``t/turns/0/artifacts/x`` as a task id would address an artifact. ``.`` and
+    ``..`` would be resolved away by the URL itself.
+    """
+    text = str(value)
+    if text in ("", ".", "..") or "/" in text:
+        raise InvalidArgument(f"{text!r} cannot be a task id, turn or artifact name")
+    return quote(text, safe="")
 
 
 class _Body:

@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "ApiError",
     "ClientError",
+    "InvalidArgument",
     "NotFound",
     "PreconditionFailed",
     "ServerUnreachable",
@@ -25,6 +26,11 @@ __all__ = [
 
 class ClientError(Exception):
     """Anything this client raises on purpose."""
+
+
+class InvalidArgument(ClientError, ValueError):
+    """An argument the client will not send: an id that would change which URL is asked for
+    (a '/', '.' or '..'). The server's own rules decide everything else (422)."""
 
 
 class SettingsError(ClientError):

@@ -17,6 +17,7 @@ line or an error message.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -108,6 +109,11 @@ def read_config(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SettingsError(
+                f"{path}: the config file is a symbolic link; it holds a token, so it must be"
+                " a file of its own"
+            ) from None
         raise SettingsError(f"{path}: cannot read the config file ({exc.strerror})") from None
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())

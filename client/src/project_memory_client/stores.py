@@ -25,19 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["anthropic_client", "async_anthropic_client"]
 
 
-def _options(settings: Settings | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    base = settings or load_settings()
-    s = base.with_overrides(**overrides).require()
-    headers = {}
-    if s.tenant:
-        headers[TENANT_HEADER] = s.tenant
-    if s.project:
-        headers[PROJECT_HEADER] = s.project
-    # The token goes as x-api-key, which the server takes like a bearer token.
-    return {"base_url": s.url, "api_key": s.token, "default_headers": headers, "timeout": s.timeout}
-
-
-def _sdk() -> Any:
+def _sdk_client(kind: str, settings: Settings | None, scope: dict[str, Any], kwargs: Any) -> Any:
+    """``anthropic.<kind>`` pointed at the server: base URL, token (as x-api-key, which the
+    server takes like a bearer token), tenant/project headers and timeout from the settings."""
     try:
         import anthropic
     except ImportError:
@@ -45,7 +35,19 @@ def _sdk() -> Any:
             "the memory-stores client is the anthropic SDK: pip install"
             " 'project-memory-client[sdk]'"
         ) from None
-    return anthropic
+    s = (settings or load_settings()).with_overrides(**scope).require()
+    headers = {}
+    if s.tenant:
+        headers[TENANT_HEADER] = s.tenant
+    if s.project:
+        headers[PROJECT_HEADER] = s.project
+    options = {
+        "base_url": s.url,
+        "api_key": s.token,
+        "default_headers": headers,
+        "timeout": s.timeout,
+    }
+    return getattr(anthropic, kind)(**{**options, **kwargs})
 
 
 def anthropic_client(
@@ -62,8 +64,8 @@ def anthropic_client(
     ``settings`` (else the environment and the config file) give the URL, token and scope;
     the keyword arguments override them; ``kwargs`` go to the SDK (``max_retries``, ...).
     """
-    options = _options(settings, {"url": url, "token": token, "tenant": tenant, "project": project})
-    client: anthropic.Anthropic = _sdk().Anthropic(**options, **kwargs)
+    scope = {"url": url, "token": token, "tenant": tenant, "project": project}
+    client: anthropic.Anthropic = _sdk_client("Anthropic", settings, scope, kwargs)
     return client
 
 
@@ -77,6 +79,6 @@ def async_anthropic_client(
     **kwargs: Any,
 ) -> anthropic.AsyncAnthropic:
     """The same for ``anthropic.AsyncAnthropic``."""
-    options = _options(settings, {"url": url, "token": token, "tenant": tenant, "project": project})
-    client: anthropic.AsyncAnthropic = _sdk().AsyncAnthropic(**options, **kwargs)
+    scope = {"url": url, "token": token, "tenant": tenant, "project": project}
+    client: anthropic.AsyncAnthropic = _sdk_client("AsyncAnthropic", settings, scope, kwargs)
     return client

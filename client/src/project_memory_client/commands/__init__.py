@@ -28,7 +28,14 @@ PROGRESS_MIN_BYTES = 1024 * 1024  # smaller transfers show no progress bar
 
 
 class UsageError(Exception):
-    """Bad usage: the message is printed with the usage line; exit status 2."""
+    """Bad usage: exit status 2. ``usage`` is the command's usage line (printed after the
+    message, not part of the ``--json`` envelope); ``command`` its name, when known."""
+
+    def __init__(self, message: str, *, usage: str = "", command: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+        self.command = command
 
 
 class CommandError(Exception):
@@ -194,6 +201,37 @@ def leaf(
 def configure(parser: argparse.ArgumentParser, run: Run) -> None:
     """Make ``parser`` run ``run``; the envelope's ``command`` is its name ("turn get")."""
     parser.set_defaults(run=run, command=parser.prog.split(" ", 1)[-1])
+
+
+def turn_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a turn number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a turn number: {text!r}")
+    return value
+
+
+def task_and_turn(
+    parser: argparse.ArgumentParser, turn_metavar: str = "N", turn_type: Any = None
+) -> None:
+    """The TASK and N positionals most commands start with."""
+    parser.add_argument("task", metavar="TASK")
+    parser.add_argument("turn", metavar=turn_metavar, type=turn_type or turn_number)
+
+
+def conditions(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--if-match ETAG`` or ``--if-none-match``, for a write of ``what``."""
+    cond = parser.add_mutually_exclusive_group()
+    cond.add_argument(
+        "--if-match", metavar="ETAG", help=f"write only over this version of {what} (412 else)"
+    )
+    cond.add_argument(
+        "--if-none-match",
+        action="store_true",
+        help=f"write only if {what} does not exist yet (412 else)",
+    )
 
 
 # -- human output --------------------------------------------------------------------------

@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import Context, Output, UsageError, leaf, subcommands
-from .turns import _turn
+from . import Context, Output, UsageError, conditions, leaf, subcommands, task_and_turn
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Store FILE as an artifact of turn N of TASK, streamed (a progress bar"
         " on a terminal for anything over 1 MiB). The turn must exist.",
     )
-    put.add_argument("task", metavar="TASK")
-    put.add_argument("turn", metavar="N", type=_turn)
+    task_and_turn(put)
     put.add_argument("file", metavar="FILE", help="the file to send ('-': stdin, with --name)")
     put.add_argument("--name", help="the artifact's name (default: FILE's name)")
     put.add_argument(
@@ -30,11 +28,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="TYPE",
         help="default: from the name, else application/octet-stream",
     )
-    cond = put.add_mutually_exclusive_group()
-    cond.add_argument("--if-match", metavar="ETAG", help="replace only this version (412 else)")
-    cond.add_argument(
-        "--if-none-match", action="store_true", help="store only if there is none yet (412 else)"
-    )
+    conditions(put, "the artifact")
 
     get = leaf(
         sub,
@@ -44,8 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Download artifact NAME of turn N of TASK into a file (written whole or"
         " not at all, its SHA-256 checked), or to stdout with -o -.",
     )
-    get.add_argument("task", metavar="TASK")
-    get.add_argument("turn", metavar="N", type=_turn)
+    task_and_turn(get)
     get.add_argument("name", metavar="NAME")
     get.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it (default: ./NAME; '-': stdout)"

@@ -8,7 +8,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import Context, Output, UsageError, fields, leaf, subcommands, table
+from . import (
+    Context,
+    Output,
+    UsageError,
+    conditions,
+    fields,
+    leaf,
+    subcommands,
+    table,
+    task_and_turn,
+    turn_number,
+)
 
 if TYPE_CHECKING:
     from ..models import TurnRecord
@@ -28,8 +39,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         description="Upsert one turn's meta and summary. N=next takes the next free number"
         " safely, however many writers race for it.",
     )
-    put.add_argument("task", metavar="TASK")
-    put.add_argument("turn", metavar="N|next", type=_turn_or_next)
+    task_and_turn(put, "N|next", _turn_or_next)
     summary = put.add_mutually_exclusive_group()
     summary.add_argument(
         "--summary-file", metavar="F", help="the Markdown summary from file F ('-': stdin)"
@@ -46,31 +56,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     put.add_argument(
         "--meta-json", metavar="F", help="meta fields from the JSON object in F ('-': stdin)"
     )
-    cond = put.add_mutually_exclusive_group()
-    cond.add_argument("--if-match", metavar="ETAG", help="write only over this version (412 else)")
-    cond.add_argument(
-        "--if-none-match",
-        action="store_true",
-        help="write only if the turn does not exist yet (412 else)",
-    )
+    conditions(put, "the turn")
 
     get = leaf(sub, "get", get_turn, help="one turn: meta, summary, artifacts")
-    get.add_argument("task", metavar="TASK")
-    get.add_argument("turn", metavar="N", type=_turn)
-
-
-def _turn(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a turn number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a turn number: {text!r}")
-    return value
+    task_and_turn(get)
 
 
 def _turn_or_next(text: str) -> int | str:
-    return "next" if text == "next" else _turn(text)
+    return "next" if text == "next" else turn_number(text)
 
 
 def _read_text(name: str) -> str:

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..models import UsageCounts
 from . import Context, Output, add_common_options, configure, table
 
-COUNTS = (
-    "tasks",
-    "turns",
-    "artifacts",
-    "artifact_bytes",
-    "turn_bytes",
-    "stores",
-    "memories",
-    "memory_bytes",
-    "versions",
-    "version_bytes",
-    "bytes",
-)
+COUNTS = tuple(UsageCounts.__dataclass_fields__)
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -15,13 +15,15 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..commands import CommandError, Context, Output, add_common_options, configure
 from ..errors import SettingsError
 from ..rules import is_store_id, slugify
-from .http import DEFAULT_TIMEOUT, ApiError, StoreClient, TransportError
-from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
+
+if TYPE_CHECKING:  # loaded by run(): `--help` and the other commands need no httpx
+    from .http import StoreClient
+    from .sync import StoreSync
 
 log = logging.getLogger("project_memory.mount")
 
@@ -33,6 +35,7 @@ FINAL_SYNC_SECONDS = 30.0
 # delete on the server.
 TEST_MIN_INTERVAL_ENV = "PROJECT_MEMORY_TEST_MIN_INTERVAL"
 TEST_DELETE_DELAY_ENV = "PROJECT_MEMORY_TEST_DELETE_DELAY"
+DELETIONS = ("enabled", "log_only", "disabled")  # the values of sync.Deletions
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +70,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--deletions",
-        choices=[d.value for d in Deletions],
-        default=Deletions.ENABLED.value,
+        choices=DELETIONS,
+        default=DELETIONS[0],
         help="local deletes: sent to the server (enabled, after 30 s missing), only logged,"
         " or ignored",
     )
@@ -111,6 +114,8 @@ def run(ctx: Context) -> Output:
     if bad:
         raise _cannot_start(f"not a memory store id: {', '.join(bad)}")
     assert settings.url is not None and settings.token is not None
+    from .http import DEFAULT_TIMEOUT, StoreClient
+
     client = StoreClient(
         settings.url,
         settings.token,
@@ -125,6 +130,9 @@ def run(ctx: Context) -> Output:
 
 
 def _mount(client: StoreClient, args: argparse.Namespace, *, scoped: bool) -> Output:
+    from .http import ApiError, TransportError
+    from .sync import MountError
+
     try:
         syncs = _prepare(client, args)
     except ApiError as exc:
@@ -171,6 +179,8 @@ def _result(data: dict[str, Any], failure: str) -> Output:
 
 
 def _prepare(client: StoreClient, args: argparse.Namespace) -> list[StoreSync]:
+    from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
+
     root: Path = args.dir
     root.mkdir(parents=True, exist_ok=True)
     delete_delay = _env_float(TEST_DELETE_DELAY_ENV, DELETE_DELAY)
