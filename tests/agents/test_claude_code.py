@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.conftest import Memory, Work, cli
+from tests.agents.conftest import Memory, Work, cli, default_timeout
 from tests.agents.harness import AnthropicStub, EgressProbe, pinned, stream_events
 
 pytestmark = pytest.mark.e2e
@@ -142,7 +142,7 @@ def test_a_session_gets_the_digest_searches_and_is_recorded(
 def test_with_the_server_stopped_a_session_ends_and_its_turn_arrives_once(
     claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe
 ) -> None:
-    env = installed.task("offline-task")
+    env = default_timeout(installed.task("offline-task"))
     memory_up.switch.set("down")
     offline = Session(
         claude,

@@ -52,10 +52,13 @@ TIMEOUT_ENV = "PROJECT_MEMORY_HOOK_TIMEOUT"
 BUDGET_ENV = "PROJECT_MEMORY_CONTEXT_BYTES"
 TURNS_ENV = "PROJECT_MEMORY_CONTEXT_TURNS"
 ARTIFACTS_ENV = "PROJECT_MEMORY_ARTIFACTS"  # "transcript", "diff", or both, comma-separated
-DEFAULT_TIMEOUT = 1.5
+DEFAULT_TIMEOUT = 1.5  # seconds from the process's start
+MIN_WORK = 0.3
 DEFAULT_BUDGET = 6_000
 DEFAULT_TURNS = 3
 TURN_CHARS = 1_000  # of each recent turn's summary in the context
+# Codex 0.171's limit on a hook's additionalContext (characters; a longer one is cut).
+CODEX_CONTEXT_CHARS = 10_000
 PROMPT_CHARS = 16_000
 ANSWER_CHARS = 48_000
 DIFF_BYTES = 4 * 1024 * 1024
@@ -158,6 +161,21 @@ def no_deadline() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
 
 
+def process_started() -> float:
+    """When this process started, on the ``time.monotonic()`` clock: the hook's time counts
+    from there, so that a slow start (a loaded machine, a cold disk) is not time it has
+    again. Linux reads it from /proc; elsewhere it is now."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+    return time.monotonic() - max(0.0, min(age, 5.0))
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         value = float(env.get(name, default))
@@ -177,7 +195,7 @@ class Hook:
         self.root = state_dir(dict(env))
         self.log = Log(self.root)
         self.spool = Spool(self.root)
-        self.started = time.monotonic()
+        self.started = process_started()
         self.limit = _float(env, TIMEOUT_ENV, DEFAULT_TIMEOUT)
         self._client: Client | None = None
         self._settings: Settings | None = None
@@ -266,7 +284,11 @@ class Hook:
         else:
             parts.append(f"Task `{task_id}` has no turns yet.")
         budget = int(_float(self.env, BUDGET_ENV, DEFAULT_BUDGET))
-        digest = digest_head(client.get_digest(max_bytes=budget))
+        if self.agent == "codex":
+            # Codex cuts a longer context to its head and tail: keep the whole under it.
+            used = sum(len(p) + 1 for p in parts) + 400
+            budget = max(0, min(budget, CODEX_CONTEXT_CHARS - used))
+        digest = digest_head(client.get_digest(max_bytes=budget)) if budget else ""
         if digest:
             parts += ["", "The newest sections of project.md, the digest of every task:", ""]
             parts.append(digest)
@@ -421,7 +443,9 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         data = {}
     hook = Hook(agent, event, data, env)
     try:
-        with deadline_after(hook.left()):
+        # At least MIN_WORK even after a slow start: the turn is spooled before anything
+        # is sent, and that takes milliseconds.
+        with deadline_after(max(MIN_WORK, hook.left())):
             if event == "session-start":
                 return hook.session_start()
             return hook.record()
