@@ -120,7 +120,7 @@ def main() -> None:
     server = start_ours(work / "server")
     try:
         sys.path.insert(0, str(REPO))
-        from app.storage.tokens import TokenRegistry
+        from app.storage.tree.tokens import TokenRegistry
 
         token = TokenRegistry(work / "server" / "tokens.json").create(
             role="writer", tenant="bench", project="bench"

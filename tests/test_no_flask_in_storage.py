@@ -12,8 +12,8 @@ import pytest
 @pytest.mark.parametrize(
     "modules",
     [
-        "app.storage, app.storage.tokens, app.storage.readiness",
-        "app.memory_tool",
+        "app.storage, app.storage.core.tokens, app.storage.tree.backend",
+        "app.services.memory_tool, app.services.mcp_tools",
     ],
 )
 def test_imports_no_flask(modules: str) -> None:

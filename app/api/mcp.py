@@ -10,7 +10,7 @@ handshake revision takes the 2026-07-28 path, which refuses it when it names non
 
 Stateless: no ``Mcp-Session-Id``, nothing kept between requests, so any worker answers any
 request. ``GET`` (a server-to-client stream) and ``DELETE`` (a session's end) answer 405.
-The credentials, roles and scope are the REST API's (app/auth.py); the tools are
+The credentials, roles and scope are the REST API's (app/web/auth.py); the tools are
 app/services/mcp_tools.py. A tool that fails is an error *result* (``isError``), the
 model's to read; only a malformed message is a JSON-RPC error.
 """
@@ -28,11 +28,11 @@ from flask import Blueprint, current_app, g, request
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
-from ..auth import Principal, resolve_principal
-from ..errors import ApiError, RequestValidationError, from_storage
-from ..services.mcp_tools import McpTools, ToolFailure, ToolOutput
-from ..storage import StorageError
-from .common import json_response, storage
+from app.api.common import json_response, storage
+from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
+from app.storage import StorageError
+from app.web.auth import Principal, resolve_principal
+from app.web.errors import ApiError, RequestValidationError, from_storage
 
 log = logging.getLogger(__name__)
 

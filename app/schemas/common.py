@@ -110,7 +110,7 @@ def load(schema: Schema, data: Any, location: str = "body") -> Any:
     """Load ``data`` with ``schema`` or raise a 422 listing every fault with its location."""
     # Imported here: the schemas themselves import no Flask, so the services (the MCP tools)
     # validate with them outside a request.
-    from ..errors import RequestValidationError
+    from app.web.errors import RequestValidationError
 
     try:
         return schema.load(data)

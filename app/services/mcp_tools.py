@@ -7,7 +7,7 @@ characters; when something is cut, the result says what and how to get the rest.
 
 A bad argument, or a write asked for by a reader, is a :class:`ToolFailure`: its message is
 the model's to read. Storage errors (not found, a busy lock, a full disk) propagate; the
-caller words them with the one storage-error mapping (app/errors.py).
+caller words them with the one storage-error mapping (app/web/errors.py).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from typing import Any
 
 from marshmallow import ValidationError
 
-from ..memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool
-from ..schemas.project_memory import PutTurnRequest
-from ..storage import InvalidName, NotFound, PreconditionFailed, Scope
-from ..storage.interface import StorageBackend
-from ..storage.layout import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_id
-from ..storage.memstores import MemoryStore
-from ..storage.models import SearchHit, TurnRecord
-from ..storage.query import MARK_END, MARK_START, MAX_QUERY_CHARS
-from ..storage.tokens import role_rank
+from app.schemas.project_memory import PutTurnRequest
+from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool
+from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
+from app.storage.core.models import SearchHit, TurnRecord
+from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_id
+from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
+from app.storage.core.store_models import MemoryStore
+from app.storage.core.tokens import role_rank
+from app.storage.interface import StorageBackend
 
 # Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
 # (about 5,000 tokens) leave room for several calls in one context.

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from tests.agents.harness import EgressProbe
 from tests.e2e.conftest import Server, start_server
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
-from app.storage.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, start_server
 
 pytestmark = pytest.mark.e2e

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from project_memory_client import ApiError, Client
 
-from app.storage import Scope, TaskStore
-from app.storage.locks import locked
-from app.storage.txn import Key
+from app.storage import Scope
+from app.storage.tree.fs.locks import locked
+from app.storage.tree.fs.txn import Key
+from app.storage.tree.tasks import TaskStore
 from tests.e2e.conftest import Server, serving
 
 pytestmark = pytest.mark.e2e

@@ -10,9 +10,9 @@ from hypothesis import example, given, settings, strategies as st
 from project_memory_client import rules as client
 from project_memory_client.mount.sync import unholdable
 
-from app.storage.errors import InvalidName
-from app.storage.layout import STORE_ID_PATTERN, TMP_PREFIX
-from app.storage.memstores import rules as server
+from app.storage.core import store_rules as server
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import STORE_ID_PATTERN, TMP_PREFIX
 
 ULID_CHARS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Near-misses of a store id: its letters, the ULID alphabet and the ones it leaves out.
