@@ -44,6 +44,10 @@ NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
 # UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
 # character asked for bounds the read, whatever the digest's size.
 UTF8_MAX = 4
+# The smallest section project.md can hold ("\n## x\n\nLatest turn: 0, updated <time>\n\n")
+# and the most a head gives.
+SECTION_MIN = 50
+DIGEST_MAX_SECTIONS = 1000
 TAIL_ROOM = 300  # kept free for the line that says what was left out
 MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
 WRITER = "writer"
@@ -331,35 +335,40 @@ def _snippet(hit: SearchHit) -> str:
     return " ".join(hit.snippet.replace(MARK_START, "**").replace(MARK_END, "**").split())
 
 
-def read_digest_head(storage: StorageBackend, scope: Scope, max_chars: int) -> tuple[str, int]:
+def read_digest_head(storage: StorageBackend, scope: Scope, max_chars: int) -> tuple[str, bool]:
     """The start of ``scope``'s project.md, at most ``max_chars`` characters of whole
-    sections (a part of the first when not even that fits), and the digest's size in bytes.
+    sections (a part of the first when not even that fits), and whether more is left.
 
-    Reads at most UTF8_MAX bytes a character: a 100 MB digest costs what a small one does.
+    Asks for no more sections than could fit (each is SECTION_MIN bytes at least) and reads
+    at most UTF8_MAX bytes a character: a 100 MB digest costs what a small one does.
     """
-    file, size = storage.tasks.open_digest(scope)
+    sections = min(DIGEST_MAX_SECTIONS, max(1, max_chars // SECTION_MIN))
+    file, _ = storage.tasks.open_digest_head(scope, limit=sections)
     want = max_chars * UTF8_MAX
     chunks: list[bytes] = []
     got = 0
+    ended = False
     try:
         while got < want:
             chunk = file.read(want - got)
             if not chunk:
+                ended = True
                 break
             chunks.append(chunk)
             got += len(chunk)
+        ended = ended or not file.read(1)
     finally:
         file.close()
-    raw = b"".join(chunks)
     # A cut can split a character: drop the broken tail, not the text.
-    text = raw.decode("utf-8", errors="ignore")
-    if got >= size and len(text) <= max_chars:
-        return text, size
+    text = b"".join(chunks).decode("utf-8", errors="ignore")
+    count = text.count("\n## ")
+    if ended and len(text) <= max_chars:
+        return text, count >= sections  # as many as asked for: there may be more
     text = text[:max_chars]
     first, last = text.find("\n## "), text.rfind("\n## ")
     if last > first >= 0:
         text = text[:last]  # whole sections only, once at least one fits
-    return text.rstrip("\n") + "\n", size
+    return text.rstrip("\n") + "\n", True
 
 
 class McpTools:
@@ -444,11 +453,11 @@ class McpTools:
     def _read_digest(self, args: _Args) -> ToolOutput:
         budget = args.integer("max_chars", DIGEST_DEFAULT_CHARS, 1, OUTPUT_CHARS)
         assert budget is not None
-        text, size = read_digest_head(self.storage, self.scope, budget)
-        if len(text.encode("utf-8")) < size:
+        text, more = read_digest_head(self.storage, self.scope, budget)
+        if more:
             text += (
-                f"\n(project.md is {size} bytes; shown: its newest sections, up to {budget}"
-                " characters. list_tasks, read_task and read_turn read any task.)"
+                f"\n(shown: the newest sections of project.md, up to {budget} characters;"
+                " list_tasks, read_task and read_turn read any task.)"
             )
         return ToolOutput(text)
 

@@ -434,9 +434,9 @@ def test_outputs_are_cut_to_their_bound(mcp: Mcp) -> None:
     for i in range(30):
         mcp.ok("record_turn", task_id=f"task-{i:02d}", summary_md=f"Section {i}. " + "word " * 200)
     digest = mcp.ok("read_digest", max_chars=3000)
-    assert len(digest) < 3000 + 300 and "bytes; shown: its newest sections" in digest
+    assert len(digest) < 3000 + 300 and "shown: the newest sections of project.md" in digest
     assert "## task-29" in digest and "## task-00" not in digest
-    body = digest.split("\n(project.md is", 1)[0]
+    body = digest.split("\n(shown:", 1)[0]
     assert body.rstrip().endswith("word")  # whole sections only
     hits = mcp.ok("search", query="section", limit=100)
     assert len(hits) <= OUTPUT_CHARS

@@ -57,6 +57,8 @@ MIN_WORK = 0.3
 DEFAULT_BUDGET = 6_000
 DEFAULT_TURNS = 3
 TURN_CHARS = 1_000  # of each recent turn's summary in the context
+# The smallest section project.md can hold: "\n## x\n\nLatest turn: 0, updated <time>\n\n".
+SECTION_MIN = 50
 # Codex 0.171's limit on a hook's additionalContext (characters; a longer one is cut).
 CODEX_CONTEXT_CHARS = 10_000
 PROMPT_CHARS = 16_000
@@ -288,7 +290,14 @@ class Hook:
             # Codex cuts a longer context to its head and tail: keep the whole under it.
             used = sum(len(p) + 1 for p in parts) + 400
             budget = max(0, min(budget, CODEX_CONTEXT_CHARS - used))
-        digest = digest_head(client.get_digest(max_bytes=budget)) if budget else ""
+        # No section is under SECTION_MIN bytes: asking for budget/SECTION_MIN sections
+        # lets the server stop where the budget ends.
+        wanted_sections = min(1000, max(1, budget // SECTION_MIN))
+        digest = (
+            digest_head(client.get_digest(max_bytes=budget, limit=wanted_sections))
+            if budget
+            else ""
+        )
         if digest:
             parts += ["", "The newest sections of project.md, the digest of every task:", ""]
             parts.append(digest)
