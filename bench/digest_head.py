@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from app.storage import Scope
-from app.storage.backends import open_backend
 
 from . import workloads as w
 from .digest import SCOPE, build
@@ -78,7 +77,7 @@ def tree_rows(sizes: list[int], reps: int) -> list[dict[str, Any]]:
 def pg_rows(sizes: list[int], reps: int) -> list[dict[str, Any]]:
     from tools.services import Postgres, Seaweed, scratch_dir
 
-    from .pg import load_tasks, node_env
+    from .pg import engine, load_tasks, node_env
 
     work = scratch_dir("pm-bench-head-")
     rows = []
@@ -87,17 +86,7 @@ def pg_rows(sizes: list[int], reps: int) -> list[dict[str, Any]]:
         seaweed = Seaweed(work / "s3").start()
         try:
             env = node_env(postgres, seaweed)
-            storage = open_backend(
-                {
-                    "DATABASE_URL": env["MEMORY_DATABASE_URL"],
-                    "BLOB_URL": env["MEMORY_BLOB_URL"],
-                    "S3_ENDPOINT_URL": env["MEMORY_S3_ENDPOINT_URL"],
-                    "RETENTION_DAYS": 30.0,
-                    "LOCK_TIMEOUT": 60.0,
-                    "MAX_ARTIFACT_BYTES": 50 << 20,
-                    "THREADS": 1,
-                }
-            )
+            storage = engine(env)
             try:
                 for n in sizes:
                     project = f"h{n}"

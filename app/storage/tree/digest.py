@@ -94,10 +94,7 @@ class Digests:
             try:
                 opened = self._open(scope, listing, may_compact=not compacted)
             except BaseMismatch:
-                if attempt < _ATTEMPTS:
-                    time.sleep(0.001 * (attempt + 1))
-                elif attempt == _ATTEMPTS:
-                    self.rebuild(scope, only_if_broken=True)
+                self._after_mismatch(scope, attempt)
                 continue
             if opened is not None:
                 return opened
@@ -135,10 +132,7 @@ class Digests:
                     else None
                 )
             except BaseMismatch:
-                if attempt < _ATTEMPTS:
-                    time.sleep(0.001 * (attempt + 1))
-                elif attempt == _ATTEMPTS:
-                    self.rebuild(scope, only_if_broken=True)
+                self._after_mismatch(scope, attempt)
                 continue
             spliced = Spliced(-1 if fd is None else fd, [text.title(scope), *parts])
             return spliced, spliced.size  # type: ignore[return-value]
@@ -164,6 +158,14 @@ class Digests:
             out.append(text.EMPTY)
         data = b"".join(out)
         return io.BytesIO(data), len(data)
+
+    def _after_mismatch(self, scope: Scope, attempt: int) -> None:
+        """A read found the base replaced under it (a compaction renames the new base a
+        moment before it commits): wait a little and plan again; after _ATTEMPTS, rebuild."""
+        if attempt < _ATTEMPTS:
+            time.sleep(0.001 * (attempt + 1))
+        elif attempt == _ATTEMPTS:
+            self.rebuild(scope, only_if_broken=True)
 
     def view(self, scope: Scope) -> tuple[BinaryIO, int] | None:
         """What a read would serve, changing nothing (fsck): None when there is no listing or
