@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from project_memory_client import ApiError, Client
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.tasks import TaskStore
