@@ -22,7 +22,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from ulid import ULID
 
 from app.storage.core import store_rules as rules, store_semantics as semantics
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
@@ -36,7 +35,6 @@ from app.storage.core.store_models import (
     MemoryStore,
     MemoryVersion,
     Page,
-    StoreFull,
     VersionFilter,
 )
 from app.storage.core.store_paging import (
@@ -57,7 +55,7 @@ from app.storage.core.store_records import (
     VersionRow,
 )
 from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from app.storage.core.store_semantics import check_free, live_memory
+from app.storage.core.store_semantics import live_memory
 from app.storage.pg import usage as pgu
 from app.storage.pg.db import Database
 from app.storage.pg.store_index import (
@@ -344,20 +342,14 @@ class PgMemoryStores:
         content = rules.validate_content(content)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = StoreReader(conn, store_id, state)
-            check_free(reader, path, None)
-            if reader.count() >= self.max_memories:
-                raise StoreFull(self.max_memories)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            record = semantics.created_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=f"mem_{ULID()}",
-                operation="created",
                 path=path,
                 content=content,
                 actor=actor,
-                row=None,
+                max_memories=self.max_memories,
             )
             self.usage.check(conn, scope, int(record.content_size_bytes or 0))
             self._commit(conn, scope, record)
@@ -393,33 +385,20 @@ class PgMemoryStores:
         full: bool = False,
     ) -> Memory:
         """Change content and/or path; a no-op writes nothing, a real change one version."""
-        new_path, new_content, expected = semantics.update_request(
-            content, path, precondition_sha256
-        )
+        request = semantics.update_request(content, path, precondition_sha256)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = StoreReader(conn, store_id, state)
-            row = live_memory(reader, memory_id)
-            target, unchanged = semantics.update_target(
-                row, memory_id, new_path, new_content, expected
-            )
-            if unchanged:
-                return row.view(store_id, self._head_content(conn, store_id, row) if full else None)
-            if target != row.path:
-                check_free(reader, target, row.id)
-            if new_content is None:
-                new_content = self._head_content(conn, store_id, row)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            row, record = semantics.updated_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=row.id,
-                operation="modified",
-                path=target,
-                content=new_content,
+                memory_id,
+                request,
                 actor=actor,
-                row=row,
+                head_content=lambda found: self._head_content(conn, store_id, found),
             )
+            if record is None:
+                return row.view(store_id, self._head_content(conn, store_id, row) if full else None)
             # The previous version stays (history): the new one is charged whole.
             self.usage.check(conn, scope, int(record.content_size_bytes or 0))
             self._commit(conn, scope, record)
@@ -438,18 +417,13 @@ class PgMemoryStores:
         expected = semantics.delete_request(expected_sha256)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            row = live_memory(StoreReader(conn, store_id, state), memory_id)
-            semantics.check_delete(row, memory_id, expected)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            row, record = semantics.deleted_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=row.id,
-                operation="deleted",
-                path=row.path,
-                content=None,
+                memory_id,
+                expected,
                 actor=actor,
-                row=row,
             )
             self._commit(conn, scope, record)
         return Deleted(row.id, "memory_deleted")

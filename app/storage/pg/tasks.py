@@ -39,6 +39,7 @@ from app.storage.core.models import (
     TaskSummary,
     TurnEntry,
     TurnRecord,
+    turn_etag,
 )
 from app.storage.core.names import (
     Scope,
@@ -53,6 +54,8 @@ from app.storage.core.task_rules import (
     decode_task_cursor,
     encode_task_cursor,
     meta_facts,
+    next_updated_us,
+    written_turn,
 )
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.artifacts import PgArtifacts
@@ -70,10 +73,6 @@ from app.storage.pg.listing import (
     task_key,
     turn_row,
 )
-
-
-def _etag(updated_us: int | None) -> str | None:
-    return None if updated_us is None else f'"t{updated_us}"'
 
 
 class PgTaskStore:
@@ -143,11 +142,6 @@ class PgTaskStore:
         ).fetchone()
         return 0 if row is None else int(row[0])
 
-    def next_updated_us(self, last: int, now_us: int) -> int:
-        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
-        # on it even when the clock stalls or steps back.
-        return max(now_us, last + 1)
-
     def add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None:
         """Change the project's task count by ``tasks`` (in the transaction that created or
         removed them)."""
@@ -213,9 +207,7 @@ class PgTaskStore:
         if_none_match: bool = False,
     ) -> TurnRecord:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        summary = task_rules.check_turn(meta, summary_md)
+        summary = task_rules.check_turn(task_id, turn, meta, summary_md)
         meta_json = dumps_compact(meta)
         meta_text = meta_json.decode("utf-8")
         model, agent_id, exit_code = meta_facts(meta)
@@ -224,9 +216,11 @@ class PgTaskStore:
             now_us = self.now_us()
             previous = self.turn_row(conn, scope, task_id, turn)
             alive = previous if previous and previous.retain_until_us > now_us else None
-            check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
+            check_preconditions(
+                turn_etag(alive.updated_us) if alive else None, if_match, if_none_match
+            )
             last_us = self.task_updated_us(conn, scope, task_id)
-            updated_us = self.next_updated_us(last_us, now_us)
+            updated_us = next_updated_us(last_us, now_us)
             key = task_key(scope, task_id)
             new_bytes = len(meta_json) + len(summary)  # core/records.py usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
@@ -262,16 +256,15 @@ class PgTaskStore:
             elif alive is not None:
                 found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
                 artifacts = tuple(info for info, _ in found)
-            record = TurnRecord(
-                task_id=task_id,
-                turn=turn,
+            record = written_turn(
+                task_id,
+                turn,
                 meta=meta,
                 summary_md=summary_md,
                 artifacts=artifacts,
-                created_at=alive.created_at if alive else iso_us(updated_us),
-                updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + self.retention_us),
+                created_at=alive.created_at if alive else None,
                 updated_us=updated_us,
+                retention_us=self.retention_us,
             )
             conn.execute(
                 "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"

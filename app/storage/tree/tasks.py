@@ -49,7 +49,6 @@ from app.storage.core.names import (
     Scope,
     turn_dirname,
     validate_id,
-    validate_turn,
 )
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_rules import (
@@ -57,6 +56,8 @@ from app.storage.core.task_rules import (
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
+    next_updated_us,
+    written_turn,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
 from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
@@ -157,10 +158,8 @@ class TaskStore:
         return self.layout.check_inside(self.layout.task_dir(scope, task_id))
 
     def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
-        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
-        # on it even when the clock stalls or steps back.
-        last = index["updated_us"] if index else 0
-        return max(now_us, last + 1)
+        """The next write's ``updated_us`` after the task's ``index`` (core/task_rules.py)."""
+        return next_updated_us(index["updated_us"] if index else 0, now_us)
 
     def write_derived(
         self,
@@ -232,9 +231,7 @@ class TaskStore:
         if_none_match: bool = False,
     ) -> TurnRecord:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        task_rules.check_turn(meta, summary_md)
+        task_rules.check_turn(task_id, turn, meta, summary_md)
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
@@ -283,16 +280,15 @@ class TaskStore:
                 expired_dir = self.trash(turn_dir)
             # artifacts/ comes with the first artifact: a turn without one costs no inode for it.
             make_dirs(turn_dir, self.layout.root)
-            record = TurnRecord(
-                task_id=task_id,
-                turn=turn,
+            record = written_turn(
+                task_id,
+                turn,
                 meta=meta,
                 summary_md=summary_md,
                 artifacts=alive.artifacts if alive else (),
-                created_at=alive.created_at if alive else iso_us(updated_us),
-                updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + self.retention_us),
+                created_at=alive.created_at if alive else None,
                 updated_us=updated_us,
+                retention_us=self.retention_us,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
