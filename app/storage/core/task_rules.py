@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from app.storage.core.clock import iso_us
-from app.storage.core.cursor import CursorCodec
+from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.models import ArtifactInfo, TurnRecord
+from app.storage.core.models import ArtifactInfo, TaskPage, TaskRow, TurnRecord
 from app.storage.core.names import Scope, validate_id, validate_turn
 
 MiB = 1 << 20
@@ -142,6 +143,16 @@ def encode_task_cursor(cursors: CursorCodec, scope: Scope, updated_us: int, task
     return cursors.encode(
         {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": scope_tag(scope)}
     )
+
+
+def task_page(
+    cursors: CursorCodec, scope: Scope, rows: Sequence[TaskRow], limit: int, total: int
+) -> TaskPage:
+    """The page of tasks a listing read (``limit + 1`` rows at most, newest first)."""
+    kept, next_cursor = cut_page(
+        rows, limit, lambda r: encode_task_cursor(cursors, scope, r.updated_us, r.task_id)
+    )
+    return TaskPage(tuple(r.summary() for r in kept), total, next_cursor)
 
 
 def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple[int, str]:

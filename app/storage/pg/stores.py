@@ -25,7 +25,7 @@ import psycopg
 
 from app.storage.core import store_rules as rules, store_semantics as semantics
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
-from app.storage.core.cursor import CursorCodec
+from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import NotFound
 from app.storage.core.names import STORE_ID_RE, VERSION_ID_RE, Scope
 from app.storage.core.quota import QuotaSource
@@ -44,7 +44,7 @@ from app.storage.core.store_paging import (
     memories_query,
     memory_items,
     stores_after,
-    stores_next,
+    stores_page,
     versions_next,
     versions_query,
 )
@@ -274,12 +274,7 @@ class PgMemoryStores:
                 (*args, limit + 1),
             ).fetchall()
         records = [StoreRecord.from_json(json.loads(r[0]), "stores") for r in rows]  # type: ignore[arg-type]
-        next_page = None
-        if len(records) > limit:
-            records = records[:limit]
-            last = records[-1]
-            next_page = stores_next(self.cursors, fp, (last.created_us, last.id))
-        return Page(tuple(r.view() for r in records), next_page)
+        return stores_page(self.cursors, fp, records, limit)
 
     def update_store(
         self,
@@ -475,14 +470,13 @@ class PgMemoryStores:
                 " ORDER BY id DESC LIMIT %s",
                 (store_id, *args, query.limit + 1),
             ).fetchall()
-        next_page = None
-        if len(rows) > query.limit:
-            rows = rows[: query.limit]
-            next_page = versions_next(self.cursors, query, rows[-1][0])
+        kept, next_page = cut_page(
+            rows, query.limit, lambda last: versions_next(self.cursors, query, last[0])
+        )
         if full:
-            data = tuple(version_record(store_id, r).view(True) for r in rows)
+            data = tuple(version_record(store_id, r).view(True) for r in kept)
         else:
-            data = tuple(VersionRow(*r).view(store_id) for r in rows)
+            data = tuple(VersionRow(*r).view(store_id) for r in kept)
         return Page(data, next_page)
 
     def get_version(

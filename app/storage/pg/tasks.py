@@ -36,7 +36,7 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
-    TaskSummary,
+    TaskRow,
     TurnEntry,
     TurnRecord,
     turn_etag,
@@ -52,9 +52,9 @@ from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
-    encode_task_cursor,
     meta_facts,
     next_updated_us,
+    task_page,
     written_turn,
 )
 from app.storage.pg import digest as pgd, usage as pgu
@@ -404,26 +404,26 @@ class PgTaskStore:
                 params,
             ).fetchone()
         total = int(total_row[0]) if total_row else 0
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tasks = tuple(
-            TaskSummary(
-                task_id=r[0],
-                latest_turn=r[4],
-                turn_count=int(r[3]),
-                updated_at=iso_us(int(r[1])),
-                retain_until=iso_us(int(r[2])),
-                owner=r[5],
-                model=r[6],
-                agent_id=r[7],
-                exit_code=None if r[8] is None else int(r[8]),
-            )
-            for r in rows
+        return task_page(
+            self.cursors,
+            scope,
+            [
+                TaskRow(
+                    r[0],
+                    int(r[1]),
+                    int(r[2]),
+                    int(r[3]),
+                    r[4],
+                    r[5],
+                    r[6],
+                    r[7],
+                    None if r[8] is None else int(r[8]),
+                )
+                for r in rows
+            ],
+            limit,
+            total,
         )
-        next_cursor = (
-            encode_task_cursor(self.cursors, scope, int(rows[-1][1]), rows[-1][0]) if more else None
-        )
-        return TaskPage(tasks, total, next_cursor)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task with its turns and artifacts in one transaction, then its bytes."""

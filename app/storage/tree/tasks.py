@@ -35,7 +35,6 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
-    TaskSummary,
     TurnRecord,
 )
 from app.storage.core.names import (
@@ -55,8 +54,8 @@ from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
-    encode_task_cursor,
     next_updated_us,
+    task_page,
     written_turn,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
@@ -361,28 +360,7 @@ class TaskStore:
             after=after,
             only=only if only != TaskFilter() else None,
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tasks = tuple(
-            TaskSummary(
-                task_id=r.task_id,
-                latest_turn=r.latest_turn,
-                turn_count=r.turn_count,
-                updated_at=iso_us(r.updated_us),
-                retain_until=iso_us(r.retain_until_us),
-                owner=r.owner,
-                model=r.model,
-                agent_id=r.agent_id,
-                exit_code=r.exit_code,
-            )
-            for r in rows
-        )
-        next_cursor = (
-            encode_task_cursor(self.cursors, scope, rows[-1].updated_us, rows[-1].task_id)
-            if more
-            else None
-        )
-        return TaskPage(tasks, total, next_cursor)
+        return task_page(self.cursors, scope, rows, limit, total)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
-from app.storage.core.models import TaskFilter
+from app.storage.core.models import TaskFilter, TaskRow
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -35,7 +35,6 @@ from app.storage.tree.sqlite.listing_sql import (
     SCHEMA,
     STALE,
     TURN_VALUES,
-    TaskRow,
     TurnRow,
     filter_terms,
     migrate,

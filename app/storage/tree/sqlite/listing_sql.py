@@ -237,16 +237,3 @@ class TurnRow:
             self.agent_id,
             self.exit_code,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    task_id: str
-    updated_us: int
-    retain_until_us: int
-    turn_count: int
-    latest_turn: int | None
-    owner: str | None = None
-    model: str | None = None
-    agent_id: str | None = None
-    exit_code: int | None = None
