@@ -111,12 +111,6 @@ class ArtifactStream:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class TaskDeletion:
-    task_id: str
-    owner: str | None
-
-
 @dataclass(slots=True)
 class FsckReport:
     problems: list[str] = field(default_factory=list)

@@ -2,9 +2,9 @@
 
 The ids a request may use (tenant, project, task, artifact, turn; the memory stores' ids),
 validated before any of them reaches a path or a query, and every file and directory name
-the tree writes (app/storage/tree/fs/layout.py builds the paths from them), which the backup
-archive (app/storage/core/archive.py) and the object store keys of PostgreSQL + S3
-(app/storage/pg/blobs.py) reuse, so that each is spelled once (tests/test_layout_names.py).
+the tree writes (tree/fs/layout.py builds the paths from them), which the backup
+archive (core/archive.py) and the object store keys of PostgreSQL + S3
+(pg/blobs.py) reuse, so that each is spelled once (tests/test_layout_names.py).
 
 Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
 collide with a tenant, project or task: a task called ``project.md`` or ``index.json`` works.

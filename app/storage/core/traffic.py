@@ -1,5 +1,5 @@
 """Requests and bytes per hour, per project and per token: the tree keeps them in
-``<root>/.traffic.sqlite3`` (PostgreSQL: the ``traffic`` table, app/storage/pg/).
+``<root>/.traffic.sqlite3`` (PostgreSQL: the ``traffic`` table, pg/).
 
 Nothing here runs per request: each worker adds up its requests in memory and adds its sums
 to their hours every few seconds (app/web/traffic.py), one transaction per flush. The hours are

@@ -19,7 +19,7 @@ from app.storage.pg.db import Database
 
 
 class PgLimits(LimitEdits):
-    """The limit overrides document (app/storage/core/limits.py's format) in the ``limits`` table."""
+    """The limit overrides document (core/limits.py's format) in the ``limits`` table."""
 
     def __init__(self, db: Database) -> None:
         self.db = db

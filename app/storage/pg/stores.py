@@ -87,7 +87,7 @@ class PgMemoryStores:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
-        # Counters and quotas (app/storage/pg/usage.py).
+        # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.cursors = cursors
         self.clock = clock

@@ -90,7 +90,7 @@ class PgTaskStore:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
-        # Counters and quotas (app/storage/pg/usage.py).
+        # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.blobs = blobs
         self.cursors = cursors
@@ -451,7 +451,7 @@ class PgTaskStore:
             pgu.add(conn, scope, **pgu.negated(gone))
         self.forget_blobs(blobs)
 
-    # -- artifacts (app/storage/pg/artifacts.py) --------------------------------------------
+    # -- artifacts (pg/artifacts.py) --------------------------------------------
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str:
         """A new object key for one upload of an artifact (the tree's path, then an id)."""
         return self.blobs.key(
@@ -490,5 +490,5 @@ class PgTaskStore:
 
     # -- project digest --------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
-        """``project.md`` from one snapshot of the stored sections (app/storage/pg/digest.py)."""
+        """``project.md`` from one snapshot of the stored sections (pg/digest.py)."""
         return pgd.open_stream(self.db, scope, self.now_us)

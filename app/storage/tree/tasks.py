@@ -1,6 +1,7 @@
-"""The project-memory engine: turns, artifacts, task indexes, listing and digest.
+"""The tree's task engine: turns, task indexes, and the listing and digest rows they derive
+(artifacts: artifacts.py; the digest itself: digest.py).
 
-Every task mutation is a transaction on the task (app/storage/tree/fs/txn.py):
+Every task mutation is a transaction on the task (tree/fs/txn.py):
 
 1. take the task's lock and record the write as in flight;
 2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
@@ -90,9 +91,6 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
 
-# A kept previous copy of an artifact while its replacement is being committed; a temp-file
-# name, so readers and listings skip it and the sweeper collects a stale one.
-
 
 class TaskStore:
     """Durable per-task turn history of every tenant/project under one storage root."""
@@ -109,7 +107,7 @@ class TaskStore:
         usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
-        # Counters, quotas and the free-space floor (app/storage/tree/usage.py).
+        # Counters, quotas and the free-space floor (tree/usage.py).
         self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.retention = retention
         self.lock_timeout = lock_timeout
@@ -140,7 +138,7 @@ class TaskStore:
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
-        """Hold the task's lock for one mutation (app/storage/tree/fs/txn.py)."""
+        """Hold the task's lock for one mutation (tree/fs/txn.py)."""
         # Directory fsyncs once per directory at the end, still before the lock is released.
         with self.txns(Key(scope, validate_id("task_id", task_id))) as txn, batched_dir_syncs():
             yield txn
@@ -400,7 +398,7 @@ class TaskStore:
         record = read_task_record(self._task_dir_checked(scope, task_id))
         return None if record is None else record.get("owner")
 
-    # -- artifacts (app/storage/tree/artifacts.py) ------------------------------------------
+    # -- artifacts (tree/artifacts.py) ------------------------------------------
     def put_artifact(
         self,
         scope: Scope,
@@ -431,7 +429,7 @@ class TaskStore:
         """Open a live artifact for streaming; the caller closes ``file``."""
         return self.artifacts.open_artifact(scope, task_id, turn, name)
 
-    # -- project digest (app/storage/tree/sqlite/digestdb.py) ----------------------------------------------
+    # -- project digest (tree/sqlite/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
         """Open ``project.md``: the base file with what changed since spliced in."""
         return self.digests.open(scope)

@@ -23,7 +23,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/<tenant>/_usage.lock                    checks against the tenant's quota
     <root>/.locks/**/_waiting                             who waits for each lock (locks.py)
     <root>/.traffic.sqlite3                               requests and bytes per hour (traffic.py)
-    <root>/.cursor-key                                    signs list cursors (app/storage/core/cursor.py)
+    <root>/.cursor-key                                    signs list cursors (core/cursor.py)
     <root>/.console-key                                   signs the console's session cookies
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
 
@@ -224,7 +224,7 @@ class Layout:
         """A read-only descriptor for ``path`` below the root; None when it is absent.
 
         Refuses what :meth:`check_inside` refuses (UnsafePath), in one openat2 call where the
-        kernel has it (see app/storage/tree/fs/beneath.py), else by the walk and an O_NOFOLLOW open.
+        kernel has it (see tree/fs/beneath.py), else by the walk and an O_NOFOLLOW open.
         """
         if self._beneath.available and path.startswith(self._root_prefix):
             try:
