@@ -53,7 +53,7 @@ SERVER_LOCK = "_server.lock"
 CANARY = "_canary"
 RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: core/limits.py
-TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: traffic.py
+TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: tree/usage.py
 TMP_PREFIX = ".~tmp-"
 # An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
 # publishing its bytes and committing meta.json; repair puts it back when the commit is lost.

@@ -7,8 +7,9 @@ is the commit point and never changes again except by redaction; readers take no
 read one snapshot. Memory contents (100 KiB at most) stay in the database, beside the rows
 that name them: a memory write is one transaction, with nothing to clean up if it fails.
 
-The rules, ids, cursors, ordering and errors are the tree engine's (memstores/), shared
-where they are not about files.
+The rules, ids, cursors, ordering and errors are the ones every backend shares
+(core/store_rules.py, store_semantics.py, store_paging.py), so a request gets the same
+answer here as from the tree's engine (tree/stores/).
 """
 
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.

@@ -188,7 +188,7 @@ class TreeStorage:
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list(self.layout.projects([], tenants))
 
-    # -- usage, quotas, traffic (core/usage.py, traffic.py) ---------------------------
+    # -- usage, quotas, traffic (core/usage.py, core/traffic.py, tree/usage.py) ------
     def usage(self, scope: Scope) -> Usage:
         """What a project stores (zero for a project that does not exist)."""
         return self.usage_counters.project(scope)[0]
