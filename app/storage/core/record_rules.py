@@ -24,7 +24,6 @@ from app.storage.core.names import (
     VERSION_ID_RE,
     validate_artifact_name,
     validate_id,
-    validate_turn,
 )
 from app.storage.core.store_records import OPERATIONS, StoreRecord, VersionRecord
 from app.storage.core.store_rules import (
@@ -79,9 +78,7 @@ def check_task_record(obj: Any, task_id: str) -> None:
 def check_turn_record(record: TurnRecord, *, max_artifact_bytes: int) -> None:
     """A turn's ``meta.json``: what put_turn accepts, the times it writes, the artifacts an
     upload records."""
-    validate_id("task_id", record.task_id)
-    validate_turn(record.turn)
-    check_turn(record.meta, record.summary_md)
+    check_turn(record.task_id, record.turn, record.meta, record.summary_md)
     created = timestamp("created_at", record.created_at)
     updated = timestamp("updated_at", record.updated_at)
     until = timestamp("retain_until", record.retain_until)
