@@ -204,3 +204,23 @@ def test_a_server_that_cannot_be_reached_is_its_own_error(writer: str) -> None:
     with pm, pytest.raises(ServerUnreachable) as down:
         pm.get_turn("t", 0)
     assert "127.0.0.1:9" in str(down.value) and writer not in str(down.value)
+
+
+def test_delete_a_turn_and_an_artifact_with_their_etags(pm_server: Server) -> None:
+    token = pm_server.token("writer", project="parts")
+    with Client(pm_server.url, token) as pm:
+        pm.put_turn("d-task", 0, summary_md="kept")
+        turn1 = pm.put_turn("d-task", 1, summary_md="pasted a secret")
+        stored = pm.put_artifact("d-task", 0, "env.txt", b"TOKEN=x")
+        with pytest.raises(PreconditionFailed):
+            pm.delete_artifact("d-task", 0, "env.txt", if_match='"0000"')
+        pm.delete_artifact("d-task", 0, "env.txt", if_match=stored.etag)
+        assert pm.get_turn("d-task", 0).artifacts == ()
+        with pytest.raises(NotFound):
+            pm.delete_artifact("d-task", 0, "env.txt")
+        pm.delete_turn("d-task", 1, if_match=turn1.etag)
+        assert [t.turn for t in pm.get_task("d-task").turns] == [0]
+        assert list(pm.search("secret")) == []
+        pm.delete_turn("d-task", 0)  # the last turn takes the task with it
+        with pytest.raises(NotFound):
+            pm.get_task("d-task")

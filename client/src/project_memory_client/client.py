@@ -550,6 +550,26 @@ class Client:
         """Delete a task and everything in it (its owner, or project_admin and above)."""
         self._send("DELETE", f"/tasks/{_segment(task_id)}", ok=(204,))
 
+    def delete_turn(self, task_id: str, turn: int, *, if_match: str | None = None) -> None:
+        """Delete one turn with its artifacts (its task's owner, or project_admin and above);
+        the task goes with its last turn. ``if_match``: only this version of the turn (412
+        else). Its text leaves the server's files too, not only its answers."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send("DELETE", f"/tasks/{_segment(task_id)}/turns/{turn}", headers=headers, ok=(204,))
+
+    def delete_artifact(
+        self, task_id: str, turn: int, name: str, *, if_match: str | None = None
+    ) -> None:
+        """Delete one artifact of a turn (as :meth:`delete_turn`); a write of that turn, whose
+        ETag changes. ``if_match``: only this version of the artifact (its ETag)."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send(
+            "DELETE",
+            f"/tasks/{_segment(task_id)}/turns/{turn}/artifacts/{_segment(name)}",
+            headers=headers,
+            ok=(204,),
+        )
+
     # -- project.md ----------------------------------------------------------------------
     def iter_digest(self, chunk_size: int = CHUNK, *, limit: int | None = None) -> Iterator[bytes]:
         """``project.md`` as it streams in: closing the iterator early ends the download.

@@ -1,4 +1,5 @@
-"""``artifact put TASK N FILE`` and ``artifact get TASK N NAME``, streamed both ways."""
+"""``artifact put TASK N FILE``, ``artifact get TASK N NAME`` (streamed both ways) and
+``artifact delete TASK N NAME``."""
 
 from __future__ import annotations
 
@@ -42,6 +43,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     get.add_argument("name", metavar="NAME")
     get.add_argument(
         "-o", "--output", metavar="FILE", help="where to write it (default: ./NAME; '-': stdout)"
+    )
+
+    delete = leaf(
+        sub,
+        "delete",
+        delete_artifact,
+        help="delete one artifact of a turn (the task's owner, or project_admin and above)",
+    )
+    task_and_turn(delete)
+    delete.add_argument("name", metavar="NAME")
+    delete.add_argument("--if-match", metavar="ETAG", help="only this version of the artifact")
+
+
+def delete_artifact(ctx: Context) -> Output:
+    a = ctx.args
+    ctx.client().delete_artifact(a.task, a.turn, a.name, if_match=a.if_match)
+    return Output(
+        {"task_id": a.task, "turn": a.turn, "name": a.name, "deleted": True},
+        f"deleted artifact {a.name} of turn {a.turn} of {a.task}",
     )
 
 
