@@ -8,13 +8,11 @@ the usage counters, the digest section). An artifact delete is a write of its tu
 ``meta.json`` without the artifact is the commit, then the bytes and any kept previous copy
 are unlinked, then the derived files follow as for an upload.
 
-**The purge** (:meth:`TaskRemovals.purge`) runs before the answer, in the project's upkeep
-thread (one purge at a time per project; one asked for meanwhile runs again after it):
-``_project.md`` is compacted (a base that still holds a removed section is rewritten
-without it), then the listing's search index is merged and its WAL truncated
-(app/storage/tree/sqlite/fts.py). The answer waits for it at most :data:`PURGE_WAIT`
-seconds (the merge rewrites the project's whole index, seconds for a large one); past
-that, it ends after the answer. A reader holding an old snapshot (a long search, a backup)
+**The purge** (:meth:`TaskRemovals.purge`) runs right after the answer, in the project's
+upkeep thread (one purge at a time per project; one asked for meanwhile runs again after
+it, never dropped): ``_project.md`` is compacted (a base that still holds a removed section
+is rewritten without it), then the listing's search index is merged and its WAL truncated
+(app/storage/tree/sqlite/fts.py). A reader holding an old snapshot (a long search, a backup)
 stops the truncation; the listing keeps its purge owed until one succeeds, and the next
 write to the project, the sweep and ``fsck --repair`` try again.
 """
@@ -52,9 +50,6 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.usage import TreeUsage
 
 log = logging.getLogger("app.storage.tree.removal")
-
-# How long a delete's answer waits for its purge (see above).
-PURGE_WAIT = 5.0
 
 
 class TaskParts(Protocol):
@@ -145,7 +140,7 @@ class TaskRemovals:
                 tasks.repair_task(scope, task_id)
         tasks.layout.tree.remove(trashed)
         tasks.usage.freed()
-        self.purge_before_answer(scope)
+        self.purge_later(scope)
 
     def delete_artifact(
         self,
@@ -187,12 +182,9 @@ class TaskRemovals:
         tasks.usage.freed()
 
     # -- the purge -------------------------------------------------------------------------
-    def purge_before_answer(self, scope: Scope) -> None:
-        """Run :meth:`purge` and wait for it, at most :data:`PURGE_WAIT` seconds."""
-        self.purge_later(scope).wait(PURGE_WAIT)
-
     def purge_later(self, scope: Scope) -> threading.Event:
-        """Run :meth:`purge` in the project's upkeep thread; the event is set once it ran."""
+        """Run :meth:`purge` after the answer, in the project's upkeep thread; the event is
+        set once it ran."""
         return self.tasks.later.run(
             ("purge", scope),
             lambda: self.purge(scope),

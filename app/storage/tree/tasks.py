@@ -380,8 +380,9 @@ class TaskStore:
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
         self.usage.freed()
-        # Its text leaves the files too, not only the answers (app/storage/tree/removal.py).
-        self.removals.purge_before_answer(scope)
+        # Its text leaves the files too, not only the answers, right after the answer
+        # (app/storage/tree/removal.py).
+        self.removals.purge_later(scope)
 
     def delete_turn(
         self,

@@ -122,8 +122,10 @@ def test_a_read_splices_the_changes_into_the_base_without_rewriting_it(
     store.compact_digest(scope)
     assert path.read_text() == served  # the file a person reads catches up
     # A delete is more than a change: its purge rewrites a base that holds the removed
-    # text before the delete answers.
+    # text, right after the delete's answer.
     store.delete_task(scope, "t10")
+    while store.later.busy():
+        time.sleep(0.01)
     assert "## t10" not in path.read_text() and "rewritten" not in path.read_text()
 
 
