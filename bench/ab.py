@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import loadgen, servers, workloads as w
-from .cpu import machine_cpu
+from .measure import measure as measure_one
 from .run import RESULTS, machine
 
 WORKLOADS = ("read", "list", "record", "put-turn", "ms-create", "ms-update")
@@ -85,35 +85,11 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
 
 def measure(
     server: servers.Server, other: servers.Server, op: loadgen.Op, auth: dict[str, str], args: Any
-) -> dict[str, float]:
-    other.pause()
-    try:
-        pids = server.worker_pids()
-        before = [servers.proc_cpu(p) for p in pids]
-        m0 = machine_cpu()
-        res = loadgen.run(
-            server.host, server.port, op, headers=auth, clients=args.clients,
-            duration=args.duration, warmup=args.warmup,
-        )  # fmt: skip
-        m1 = machine_cpu()
-        after = [servers.proc_cpu(p) for p in pids]
-    finally:
-        other.resume()
-    if res.errors:
-        print(f"  !! {server.name}: {res.errors} errors, first: {res.first_error}", file=sys.stderr)
-    # The warm-up's operations are not counted, its CPU is: scale by the timed share.
-    ops = max(res.ops, 1) * (args.duration + args.warmup) / args.duration
-    worker = sum(a[0] + a[1] - b[0] - b[1] for a, b in zip(after, before, strict=True))
-    delta = {k: m1[k] - m0[k] for k in m0}
-    busy = sum(delta[k] for k in ("user", "nice", "system", "irq", "softirq"))
-    return {
-        "throughput": res.throughput,
-        "p50_ms": res.median_ms,
-        "p99_ms": res.p99_ms,
-        "worker_cpu_ms": worker / ops * 1e3,
-        "machine_cpu_ms": busy / ops * 1e3,
-        "errors": res.errors,
-    }
+) -> dict[str, Any]:
+    return measure_one(
+        server, op, auth, clients=args.clients, duration=args.duration, warmup=args.warmup,
+        paused=[other],
+    )  # fmt: skip
 
 
 def main() -> None:
