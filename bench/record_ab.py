@@ -1,0 +1,115 @@
+"""A recorded turn in process, two checkouts side by side: CPU per record through the app.
+
+    python -m bench.record_ab --base /path/to/other/checkout [--reps 5] [--records 600]
+
+``bench.ab`` measures a record over HTTP (gunicorn, 8 clients); this one takes HTTP, the
+worker and the load generator away and keeps everything the app does: the Flask test client
+sends ``PUT turn`` and ``PUT`` a 16 KiB artifact (as `make bench` does, 10 turns per task,
+new tasks as it goes) to ``create_app()`` over a fresh storage root under $TMPDIR, and
+``time.process_time`` gives the CPU of the process per record (the fsyncs' waits are not
+CPU). Each repetition runs one fresh process per checkout, interleaved (this, base, base,
+this, ...), with that checkout first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import workloads as w
+
+WORKER = r"""
+import json, os, sys, tempfile, time
+from pathlib import Path
+from app import create_app
+
+records = int(sys.argv[1])
+body = sys.argv[2].encode()
+artifact = bytes.fromhex(sys.argv[3])
+tmp = Path(tempfile.mkdtemp(dir=sys.argv[4]))
+app = create_app({
+    "STORAGE_ROOT": str(tmp / "storage"),
+    "TOKENS_FILE": str(tmp / "tokens.json"),
+    "LOG_LEVEL": "WARNING",
+})
+_, secret = app.extensions["token_registry"].create(role="writer", tenant="bench", project="bench")
+client = app.test_client()
+auth = {"Authorization": f"Bearer {secret}"}
+api = "/sandbox/memory/v1"
+json_type = {**auth, "Content-Type": "application/json"}
+octets = {**auth, "Content-Type": "application/octet-stream"}
+
+def record(i):
+    base = f"{api}/tasks/rec-t{i // 10}/turns/{i % 10}"
+    r = client.put(base, data=body, headers=json_type)
+    assert r.status_code in (200, 201), r.data
+    r = client.put(f"{base}/artifacts/out.bin", data=artifact, headers=octets)
+    assert r.status_code in (200, 201), r.data
+
+for i in range(100):
+    record(i)
+start = time.process_time()
+for i in range(100, 100 + records):
+    record(i)
+print(json.dumps({"record": (time.process_time() - start) / records * 1e3}))
+"""
+
+
+def run_once(checkout: Path, records: int, tmp: Path) -> dict[str, float]:
+    body = w.turn_body(0, 0).decode()
+    args = [sys.executable, "-c", WORKER, str(records), body, w.ARTIFACT.hex(), str(tmp)]
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(
+        args, cwd=checkout, env=env, capture_output=True, text=True, check=True, timeout=900
+    )
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=Path, required=True, help="the other checkout")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--records", type=int, default=600)
+    args = parser.parse_args()
+    this = Path(__file__).resolve().parent.parent
+    base = args.base.resolve()
+    rows: dict[str, list[tuple[float, float]]] = {}
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="pm-record-ab-") as tmp:
+        for rep in range(args.reps):
+            # Alternate which side goes first, so neither always follows the other.
+            if rep % 2 == 0:
+                ours = run_once(this, args.records, Path(tmp))
+                theirs = run_once(base, args.records, Path(tmp))
+            else:
+                theirs = run_once(base, args.records, Path(tmp))
+                ours = run_once(this, args.records, Path(tmp))
+            for name in ours:
+                rows.setdefault(name, []).append((ours[name], theirs[name]))
+            load.append(os.getloadavg()[0])
+            print(
+                f"  rep {rep} "
+                + "  ".join(f"{k} {ours[k]:.2f} / {theirs[k]:.2f} ms" for k in ours)
+                + f"  load {load[-1]:.1f}",
+                flush=True,
+            )
+    print(f"record_ab: this = {this}, base = {base}; CPU ms per record in process,")
+    print(f"median of {args.reps} interleaved reps; load average {min(load):.1f}-{max(load):.1f}")
+    print(f"{'call':<10}{'this ms':>9}{'base ms':>9}{'this/base':>11}   per rep")
+    for name, pairs in rows.items():
+        mine = statistics.median(p[0] for p in pairs)
+        theirs_ms = statistics.median(p[1] for p in pairs)
+        ratio = statistics.median(p[0] / p[1] for p in pairs)
+        per = ", ".join(f"{p[0] / p[1]:.2f}" for p in pairs)
+        print(f"{name:<10}{mine:>9.2f}{theirs_ms:>9.2f}{ratio:>11.2f}   {per}")
+
+
+if __name__ == "__main__":
+    main()
