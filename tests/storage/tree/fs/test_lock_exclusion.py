@@ -16,13 +16,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 HAMMER = textwrap.dedent(
     """
     import contextlib, json, os, sys, threading, time
     from pathlib import Path
-    from app.storage.locks import locked
+    from app.storage.tree.fs.locks import locked
 
     lock, counter, marker = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     threads, rounds, use_lock = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "lock"
@@ -94,8 +94,8 @@ def test_without_the_lock_the_check_sees_overlaps_and_lost_updates(tmp_path: Pat
 def test_a_lock_held_when_a_process_forks_is_not_the_childs(tmp_path: Path) -> None:
     """A child forked while its parent holds the lock (a gunicorn worker forked from a
     master, say) must wait for it like any other process, not share the parent's hold."""
-    from app.storage.errors import LockTimeout
-    from app.storage.locks import locked
+    from app.storage.core.errors import LockTimeout
+    from app.storage.tree.fs.locks import locked
 
     path = tmp_path / "locks" / "one.lock"
     with locked(path, 5.0):
@@ -116,7 +116,7 @@ def test_a_lock_held_when_a_process_forks_is_not_the_childs(tmp_path: Path) -> N
 
 
 def test_a_holder_killed_mid_hold_frees_the_lock(tmp_path: Path) -> None:
-    from app.storage.locks import locked
+    from app.storage.tree.fs.locks import locked
 
     path = tmp_path / "locks" / "one.lock"
     holder = subprocess.Popen(
@@ -124,7 +124,7 @@ def test_a_holder_killed_mid_hold_frees_the_lock(tmp_path: Path) -> None:
             f"""
             import sys, time
             from pathlib import Path
-            from app.storage.locks import locked
+            from app.storage.tree.fs.locks import locked
             with locked(Path({str(path)!r}), 5.0):
                 print("held", flush=True)
                 time.sleep(120)
