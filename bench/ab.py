@@ -30,7 +30,7 @@ from . import loadgen, servers, workloads as w
 from .measure import measure as measure_one
 from .run import RESULTS, machine
 
-WORKLOADS = ("read", "list", "record", "put-turn", "ms-create", "ms-update")
+WORKLOADS = ("read", "list", "record", "record-one", "put-turn", "ms-create", "ms-update")
 
 
 def start(name: str, checkout: Path, workdir: Path, extra: list[str]) -> servers.Server:
@@ -77,6 +77,7 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
         "read": lambda rep: w.ours_read(),
         "list": lambda rep: w.ours_list(),
         "record": lambda rep: w.ours_record(f"ab{rep}"),
+        "record-one": lambda rep: w.ours_record_one(f"ab1-{rep}"),
         "put-turn": lambda rep: w.ours_put_turn("pt-{client}"),
         "ms-create": lambda rep: w.ms_create(store, f"r{rep}"),
         "ms-update": lambda rep: w.ms_update(store, memories),
@@ -95,7 +96,12 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", type=Path, required=True, help="the other checkout")
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument(
+        "--workloads", nargs="*", default=list(WORKLOADS),
+        help=f"of {', '.join(WORKLOADS)}; THIS:BASE runs one on this side, the other on the"
+        " base (record-one:record: a record in one request against the two of a checkout"
+        " without it)",
+    )  # fmt: skip
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
@@ -119,12 +125,13 @@ def main() -> None:
                 for name in args.workloads:
                     # Alternate which side goes first, so neither always follows the other.
                     first_new = rep % 2 == 0
+                    mine, theirs = name.split(":") if ":" in name else (name, name)
                     if first_new:
-                        a = measure(new, old, ops_new[name](rep), auth_new, args)
-                        b = measure(old, new, ops_old[name](rep), auth_old, args)
+                        a = measure(new, old, ops_new[mine](rep), auth_new, args)
+                        b = measure(old, new, ops_old[theirs](rep), auth_old, args)
                     else:
-                        b = measure(old, new, ops_old[name](rep), auth_old, args)
-                        a = measure(new, old, ops_new[name](rep), auth_new, args)
+                        b = measure(old, new, ops_old[theirs](rep), auth_old, args)
+                        a = measure(new, old, ops_new[mine](rep), auth_new, args)
                     data[name].append((a, b))
                     print(
                         f"  rep {rep} {name:<10} this {a['throughput']:7.0f} op/s p99"

@@ -33,6 +33,7 @@ records = int(sys.argv[1])
 body = sys.argv[2].encode()
 artifact = bytes.fromhex(sys.argv[3])
 tmp = Path(tempfile.mkdtemp(dir=sys.argv[4]))
+form = bytes.fromhex(sys.argv[5]) if len(sys.argv) > 5 else None
 app = create_app({
     "STORAGE_ROOT": str(tmp / "storage"),
     "TOKENS_FILE": str(tmp / "tokens.json"),
@@ -45,8 +46,14 @@ api = "/sandbox/memory/v1"
 json_type = {**auth, "Content-Type": "application/json"}
 octets = {**auth, "Content-Type": "application/octet-stream"}
 
+form_type = {**auth, "Content-Type": f"multipart/form-data; boundary={sys.argv[6] if form else ''}"}
+
 def record(i):
     base = f"{api}/tasks/rec-t{i // 10}/turns/{i % 10}"
+    if form is not None:  # one request: the turn and its artifact as one form
+        r = client.put(base, data=form, headers=form_type)
+        assert r.status_code in (200, 201), r.data
+        return
     r = client.put(base, data=body, headers=json_type)
     assert r.status_code in (200, 201), r.data
     r = client.put(f"{base}/artifacts/out.bin", data=artifact, headers=octets)
@@ -61,9 +68,11 @@ print(json.dumps({"record": (time.process_time() - start) / records * 1e3}))
 """
 
 
-def run_once(checkout: Path, records: int, tmp: Path) -> dict[str, float]:
+def run_once(checkout: Path, records: int, tmp: Path, one: bool = False) -> dict[str, float]:
     body = w.turn_body(0, 0).decode()
     args = [sys.executable, "-c", WORKER, str(records), body, w.ARTIFACT.hex(), str(tmp)]
+    if one:
+        args += [w.turn_form(0, 0, {"out.bin": w.ARTIFACT}).hex(), w.BOUNDARY]
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     done = subprocess.run(
         args, cwd=checkout, env=env, capture_output=True, text=True, check=True, timeout=900
@@ -77,6 +86,11 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the other checkout")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--records", type=int, default=600)
+    parser.add_argument(
+        "--one", action="store_true",
+        help="this side records each turn in one request (the turn and its artifact as one"
+        " multipart PUT); the base, in the seed's two",
+    )  # fmt: skip
     args = parser.parse_args()
     this = Path(__file__).resolve().parent.parent
     base = args.base.resolve()
@@ -86,11 +100,11 @@ def main() -> None:
         for rep in range(args.reps):
             # Alternate which side goes first, so neither always follows the other.
             if rep % 2 == 0:
-                ours = run_once(this, args.records, Path(tmp))
+                ours = run_once(this, args.records, Path(tmp), args.one)
                 theirs = run_once(base, args.records, Path(tmp))
             else:
                 theirs = run_once(base, args.records, Path(tmp))
-                ours = run_once(this, args.records, Path(tmp))
+                ours = run_once(this, args.records, Path(tmp), args.one)
             for name in ours:
                 rows.setdefault(name, []).append((ours[name], theirs[name]))
             load.append(os.getloadavg()[0])

@@ -20,6 +20,7 @@ Afterwards, before anything repairs the tree:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -101,6 +102,7 @@ def client(run: Run, c: int, seed: int) -> None:
                 next_turn[task] = min(9998, turn + 1)
             else:
                 turn = None  # an artifact of turn 0, or this client's memory
+            also: tuple[tuple[Any, ...], Any] | None = None  # a second key the write sets
             try:
                 if turn is None and op > 0.8 and c in run.memories:
                     text = f"memory of client {c}, write {n} " + "m" * rng.randint(0, 5000)
@@ -108,6 +110,32 @@ def client(run: Run, c: int, seed: int) -> None:
                     key = ("memory", c)
                     resp = session.post(
                         f"{run.server.url}{run.memories[c]}", json={"content": text}, timeout=60
+                    )
+                elif turn is not None and rng.random() < 0.3:
+                    # The turn and an artifact in one request (beyond the seed): each key
+                    # holds what this write gave it, or what it held before.
+                    content = ({"c": c, "n": n, "form": True}, f"client {c} form {n}")
+                    key = ("turn", task, turn)
+                    data = rng.randbytes(rng.choice([10, 5000, 200_000]))
+                    kind = f"application/x-c{c}-n{n}"
+                    also = (
+                        ("artifact", task, turn, "f.bin"),
+                        (hashlib.sha256(data).hexdigest(), kind),
+                    )
+                    resp = session.put(
+                        f"{url}/{turn}",
+                        files=[
+                            (
+                                "turn",
+                                (
+                                    None,
+                                    json.dumps({"meta": content[0], "summary_md": content[1]}),
+                                    "application/json",
+                                ),
+                            ),
+                            ("artifact", ("f.bin", data, kind)),
+                        ],
+                        timeout=60,
                     )
                 elif turn is not None:
                     content = (
@@ -134,6 +162,8 @@ def client(run: Run, c: int, seed: int) -> None:
                     )
             except requests.RequestException:
                 run.record(key, content, False)
+                if also is not None:
+                    run.record(*also, False)
                 time.sleep(0.02)
                 continue
             ok = resp.status_code == 200
@@ -141,6 +171,8 @@ def client(run: Run, c: int, seed: int) -> None:
                 with run.lock:
                     run.bad_status.append(f"{resp.status_code} {resp.text[:200]}")
             run.record(key, content, ok)
+            if also is not None:
+                run.record(*also, ok)
             if ok and key[0] == "turn" and turn == 0:
                 has_turn0.add(task)
 

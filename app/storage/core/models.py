@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +96,16 @@ class ArtifactStream:
     info: ArtifactInfo
     file: BinaryIO
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactUpload:
+    """An artifact written with its turn: its name, Content-Type, and a stream of its bytes,
+    read once, to its end, before the next artifact of the same write is asked for."""
+
+    name: str
+    content_type: str
+    stream: IO[bytes]
 
 
 @dataclass(frozen=True, slots=True)

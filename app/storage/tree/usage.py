@@ -133,6 +133,25 @@ class TreeUsage:
             ticket.cover(add_bytes, add_tasks)
         return ticket
 
+    def admit_write(
+        self,
+        scope: Scope,
+        ticket: Ticket | None,
+        *,
+        gross: int,
+        add_bytes: int,
+        add_tasks: int,
+    ) -> Ticket:
+        """:meth:`admit` for a write whose bytes may have streamed in already under
+        ``ticket`` (None: nothing did): the floor admits ``gross`` more, and the reservation
+        becomes what the write, now known exactly, adds."""
+        if ticket is None:
+            return self.admit(scope, gross=gross, add_bytes=add_bytes, add_tasks=add_tasks)
+        if self.floor is not None:
+            self.floor.admit(gross)
+        ticket.cover(add_bytes, add_tasks)
+        return ticket
+
     def reserve(self, scope: Scope, ident: str, add_bytes: int, add_tasks: int) -> None:
         """Add to reservation ``ident`` of ``scope`` if every quota that applies admits it."""
         project_quota, tenant_quota = self.quotas.of(scope)
