@@ -139,15 +139,21 @@ def memory_store_ops(server: servers.Server, token: str) -> tuple[dict[str, load
     return ops, "measured (no target in issue 8)"
 
 
-TARGETS_HELLO = {"read a turn": 0.6, "list": 0.4, "record a turn": 0.2, "digest": None}
+# 0.2 x hello-world for a record is retired (issue 32: the floor itself reaches 0.11); a record
+# is held to the floor of its design instead (TARGET_FLOOR).
+TARGETS_HELLO = {"read a turn": 0.6, "list": 0.4, "record a turn": None, "digest": None}
 TARGETS_MLFLOW = {"record a turn": 10.0, "list": 20.0, "read a turn": 15.0}
 # Ours against the floor of this design (bench/floor.py), in records/s.
 TARGET_FLOOR = 0.7
+# A record in the seed's two requests, and in one (the multipart PUT beyond the seed); the
+# floor always makes the seed's two.
+RECORD_ONE = "record one request"
+RECORDS = ("record a turn", RECORD_ONE)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'workload':<15}{'vs':<8}{'ours op/s':>11}{'ours p50 ms':>13}{'ours p99 ms':>13}"
+        f"{'workload':<20}{'vs':<8}{'ours op/s':>11}{'ours p50 ms':>13}{'ours p99 ms':>13}"
         f"{'base op/s':>11}{'base p50 ms':>13}{'thr ratio':>11}{'lat ratio':>11}"
         f"{'ours cpu':>10}{'base cpu':>10}{'target':>9}  met"
     )
@@ -157,7 +163,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         target = r.get("target")
         met = "" if target is None else ("yes" if r["throughput_ratio"] >= target else "NO")
         print(
-            f"{r['workload']:<15}{r['baseline']:<8}{r['ours_ops_s']:>11.0f}"
+            f"{r['workload']:<20}{r['baseline']:<8}{r['ours_ops_s']:>11.0f}"
             f"{r['ours_median_ms']:>13.2f}{r['ours_p99_ms']:>13.2f}{r['base_ops_s']:>11.0f}"
             f"{r['base_median_ms']:>13.2f}{r['throughput_ratio']:>11.3f}{r['latency_ratio']:>11.2f}"
             f"{r['ours_cpu_ms']['median']:>10.2f}{r['base_cpu_ms']['median']:>10.2f}"
@@ -170,12 +176,12 @@ def print_cpu_headline(rows: list[dict[str, Any]]) -> None:
     """CPU per op with its spread over the repetitions, next to throughput (and the older
     count of the same runs, to show what it missed)."""
     print(
-        f"{'workload':<15}{'vs':<8}{'ours cpu ms/op':>22}{'base cpu ms/op':>24}"
+        f"{'workload':<20}{'vs':<8}{'ours cpu ms/op':>22}{'base cpu ms/op':>24}"
         f"{'base/ours cpu':>22}{'thr ratio':>11}{'old count':>11}{'Little':>9}"
     )
     for r in rows:
         print(
-            f"{r['workload']:<15}{r['baseline']:<8}{fmt_spread(r['ours_cpu_ms']):>22}"
+            f"{r['workload']:<20}{r['baseline']:<8}{fmt_spread(r['ours_cpu_ms']):>22}"
             f"{fmt_spread(r['base_cpu_ms']):>24}{fmt_spread(r['cpu_ratio']):>22}"
             f"{r['throughput_ratio']:>11.2f}{r['throughput_ratio_inside']:>11.2f}"
             f"{r['throughput_ratio_little']:>9.2f}"
@@ -240,15 +246,17 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
             "digest": w.ours_digest(),
         }
         ms_ops, notes["memory_stores"] = memory_store_ops(ours, token)
-        names = [*cases, "record a turn", *ms_ops]
+        names = [*cases, "record a turn", RECORD_ONE, *ms_ops]
         data: dict[str, tuple[list, list]] = {k: ([], []) for k in names if wanted(k, args)}
-        on_floor: list[dict[str, Any]] = []
+        on_floor: dict[str, list[dict[str, Any]]] = {}
         for rep in range(args.reps):
             for name in data:
                 if name in ms_ops:
                     op = ms_ops[name](rep)
                 elif name == "record a turn":
                     op = w.ours_record(f"rec{rep}")
+                elif name == RECORD_ONE:
+                    op = w.ours_record_one(f"one{rep}")
                 else:
                     op = cases[name]
                 rest = [x for x in everyone if x is not ours]
@@ -260,9 +268,10 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
                     f"  rep {rep} {name:<14} ours {o['throughput']:8.0f} op/s "
                     f"{o['worker_cpu_ms']:6.2f} ms cpu  hello {b['throughput']:8.0f} op/s"
                 )
-                if name == "record a turn":
-                    f = measure(floor, w.ours_record(f"rec{rep}"), {}, args, paused=[ours, hello])
-                    on_floor.append(f)
+                if name in RECORDS:
+                    tag = f"{name[:10]}{rep}".replace(" ", "-")
+                    f = measure(floor, w.ours_record(tag), {}, args, paused=[ours, hello])
+                    on_floor.setdefault(name, []).append(f)
                     line += f"  floor {f['throughput']:6.0f} op/s {f['worker_cpu_ms']:6.2f} ms cpu"
                 print(f"{line}  load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         rows = []
@@ -270,13 +279,13 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
             row = summarize(name, o, b, "hello")
             row["target"] = TARGETS_HELLO.get(name)
             rows.append(row)
-            if name == "record a turn":
-                row = summarize(name, o, on_floor, "floor")
+            if name in RECORDS:
+                row = summarize(name, o, on_floor[name], "floor")
                 row["target"] = TARGET_FLOOR
                 # ours / floor in worker CPU per record (the inverse of cpu_ratio, per rep)
                 row["cpu_ours_over_floor"] = spread(
                     x["worker_cpu_ms"] / y["worker_cpu_ms"]
-                    for x, y in zip(o, on_floor, strict=True)
+                    for x, y in zip(o, on_floor[name], strict=True)
                 )
                 rows.append(row)
     finally:
@@ -285,7 +294,7 @@ def run_hello(args: Any, work: Path) -> tuple[list[dict[str, Any]], dict[str, An
     return rows, notes
 
 
-PEER_WORKLOADS = ("record a turn", "list", "read a turn")
+PEER_WORKLOADS = ("record a turn", RECORD_ONE, "list", "read a turn")
 
 
 def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
@@ -309,6 +318,7 @@ def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
         m.close()
         pairs = {
             "record a turn": (lambda rep: w.ours_record(f"peer{rep}"), w.mlflow_record(exp)),
+            RECORD_ONE: (lambda rep: w.ours_record_one(f"peer1-{rep}"), w.mlflow_record(exp)),
             "list": (lambda rep: w.ours_list(), w.mlflow_list(exp)),
             "read a turn": (lambda rep: w.ours_read(), w.mlflow_read(run_ids)),
         }
@@ -345,7 +355,7 @@ def run_peer(args: Any, work: Path) -> list[dict[str, Any]]:
         rows = []
         for name, (o, b) in data.items():
             row = summarize(name, o, b, "mlflow")
-            row["target"] = TARGETS_MLFLOW[name]
+            row["target"] = TARGETS_MLFLOW.get(name, TARGETS_MLFLOW["record a turn"])
             rows.append(row)
         version = subprocess.run(
             [str(servers.MLFLOW_BIN / "mlflow"), "--version"], capture_output=True, text=True

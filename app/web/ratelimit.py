@@ -669,4 +669,8 @@ def init_app(app: Flask) -> None:
     app.extensions["rate_limiter"] = Limiter.from_config(
         app.config, app.extensions["storage"].limits()
     )
+
+
+def init_after_request(app: Flask) -> None:
+    """Charge what each limited request read once it is answered (an app that serves)."""
     app.after_request(_after_request)
