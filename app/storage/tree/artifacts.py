@@ -262,7 +262,8 @@ class TaskArtifacts:
         and creating them outside the lock would show a half-made task to the next writer.
         """
         project_dir = self.tasks.layout.check_inside(self.tasks.layout.project_dir(scope))
-        make_dirs(project_dir, self.tasks.layout.root)
+        if not os.path.isdir(project_dir):  # checked: no link on the way
+            make_dirs(project_dir, self.tasks.layout.root)
         staged = []
         for upload in checked_uploads(uploads):
             body = ReservingStream(

@@ -352,11 +352,14 @@ class TaskStore:
             return [], None
         # The staged bytes and the write join one group flush (if any).
         stack.enter_context(group_commit(self.layout.root, enabled=self.txns.group_commit))
-        turn_dir = self.layout.check_inside(self.layout.turn_dir(scope, task_id, turn))
-        found = self.alive(read_turn(turn_dir), self.now_us())
-        # Checked again under the lock; a write that cannot succeed reads no body.
-        check_preconditions(found.etag if found else None, if_match, if_none_match)
-        credits = {a.name: a.size for a in found.artifacts} if found else {}
+        credits: dict[str, int] = {}
+        if if_match is not None or if_none_match or self.usage.applies(scope):
+            turn_dir = self.layout.check_inside(self.layout.turn_dir(scope, task_id, turn))
+            found = self.alive(read_turn(turn_dir), self.now_us())
+            # Checked again under the lock; a write that cannot succeed reads no body.
+            check_preconditions(found.etag if found else None, if_match, if_none_match)
+            # What each upload replaces, as read now: a quota counts only what it adds.
+            credits = {a.name: a.size for a in found.artifacts} if found else {}
         ticket = stack.enter_context(settling(self.usage.admit(scope, gross=size or 0)))
         staged = self.artifacts.stage_uploads(
             scope, itertools.chain((first,), uploads), credits, ticket, stack
