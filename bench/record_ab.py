@@ -91,6 +91,9 @@ def main() -> None:
         help="this side records each turn in one request (the turn and its artifact as one"
         " multipart PUT); the base, in the seed's two",
     )  # fmt: skip
+    parser.add_argument(
+        "--base-one", action="store_true", help="the base records in one request too"
+    )
     args = parser.parse_args()
     this = Path(__file__).resolve().parent.parent
     base = args.base.resolve()
@@ -101,9 +104,9 @@ def main() -> None:
             # Alternate which side goes first, so neither always follows the other.
             if rep % 2 == 0:
                 ours = run_once(this, args.records, Path(tmp), args.one)
-                theirs = run_once(base, args.records, Path(tmp))
+                theirs = run_once(base, args.records, Path(tmp), args.base_one)
             else:
-                theirs = run_once(base, args.records, Path(tmp))
+                theirs = run_once(base, args.records, Path(tmp), args.base_one)
                 ours = run_once(this, args.records, Path(tmp), args.one)
             for name in ours:
                 rows.setdefault(name, []).append((ours[name], theirs[name]))
