@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from . import workloads as w
+from .storage_ab import print_pairs
 
 WORKER = r"""
 import json, os, sys, tempfile, time
@@ -119,13 +119,7 @@ def main() -> None:
             )
     print(f"record_ab: this = {this}, base = {base}; CPU ms per record in process,")
     print(f"median of {args.reps} interleaved reps; load average {min(load):.1f}-{max(load):.1f}")
-    print(f"{'call':<10}{'this ms':>9}{'base ms':>9}{'this/base':>11}   per rep")
-    for name, pairs in rows.items():
-        mine = statistics.median(p[0] for p in pairs)
-        theirs_ms = statistics.median(p[1] for p in pairs)
-        ratio = statistics.median(p[0] / p[1] for p in pairs)
-        per = ", ".join(f"{p[0] / p[1]:.2f}" for p in pairs)
-        print(f"{name:<10}{mine:>9.2f}{theirs_ms:>9.2f}{ratio:>11.2f}   {per}")
+    print_pairs(rows, "ms", 2)
 
 
 if __name__ == "__main__":

@@ -171,23 +171,21 @@ def start_ours(workdir: Path, **env_extra: str) -> Server:
 
 def start_hello(workdir: Path) -> Server:
     """The framework ceiling: a hello-world Flask app on the identical gunicorn settings."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = gunicorn_env(workdir, port)
-    args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "bench.hello:app"]
-    server = _spawn("hello", args, env, workdir, port)
-    _wait_up(server.proc, f"{server.url}/hello", server.log_path, 60)
-    return server
+    return _start_bench_app("hello", "bench.hello:app", "/hello", workdir)
 
 
 def start_floor(workdir: Path) -> Server:
     """The floor of this design: bench/floor.py on the identical gunicorn settings."""
+    return _start_bench_app("floor", "bench.floor:app", "/healthz", workdir)
+
+
+def _start_bench_app(name: str, target: str, probe: str, workdir: Path) -> Server:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = gunicorn_env(workdir, port)
-    args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "bench.floor:app"]
-    server = _spawn("floor", args, env, workdir, port)
-    _wait_up(server.proc, f"{server.url}/healthz", server.log_path, 60)
+    args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", target]
+    server = _spawn(name, args, env, workdir, port)
+    _wait_up(server.proc, f"{server.url}{probe}", server.log_path, 60)
     return server
 
 

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import IO, Any, Protocol, cast
 
 import psycopg
 
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import LockTimeout, NotFound
-from app.storage.core.models import ArtifactInfo, ArtifactStream, ArtifactUpload, TurnRecord
+from app.storage.core.models import (
+    ArtifactInfo,
+    ArtifactStream,
+    ArtifactUpload,
+    StagedUpload,
+    TurnRecord,
+)
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 from app.storage.core.task_rules import check_preconditions, checked_uploads
 from app.storage.core.usage import ReservingStream, Ticket
@@ -62,24 +67,6 @@ class TaskRows(Protocol):
     def forget_blobs(self, keys: list[str]) -> None: ...
 
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StagedUpload:
-    """An artifact of a turn's write, its bytes in the object store, not yet named by a row."""
-
-    name: str
-    content_type: str
-    written: Written
-
-    def info(self, updated_at: str) -> ArtifactInfo:
-        return ArtifactInfo(
-            name=self.name,
-            content_type=self.content_type,
-            size=self.written.size,
-            sha256=self.written.sha256,
-            updated_at=updated_at,
-        )
 
 
 def name_artifact(
@@ -130,7 +117,7 @@ class PgArtifacts:
         uploads: Iterable[ArtifactUpload],
         credits: dict[str, int],
         ticket: Ticket,
-        staged: list[StagedUpload],
+        staged: list[StagedUpload[Written]],
     ) -> None:
         """Stream each upload to a new object, before the transaction that names them, each
         admitted (quotas: ``ticket``) as it streams in past ``credits`` (the size of the live
@@ -146,7 +133,11 @@ class PgArtifacts:
                 limit=self.tasks.max_artifact_bytes,
                 content_type=upload.content_type,
             )
-            staged.append(StagedUpload(upload.name, upload.content_type, written))
+            staged.append(
+                StagedUpload(
+                    upload.name, upload.content_type, written.size, written.sha256, written
+                )
+            )
 
     def put_artifact(
         self,

@@ -35,6 +35,7 @@ from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     ArtifactUpload,
+    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -58,8 +59,8 @@ from app.storage.core.task_rules import (
 )
 from app.storage.core.usage import Ticket
 from app.storage.pg import digest as pgd, usage as pgu
-from app.storage.pg.artifacts import PgArtifacts, StagedUpload, name_artifact
-from app.storage.pg.blobs import BlobStore
+from app.storage.pg.artifacts import PgArtifacts, name_artifact
+from app.storage.pg.blobs import BlobStore, Written
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
 from app.storage.pg.listing import (
     ARTIFACT_COLUMNS,
@@ -236,7 +237,7 @@ class PgTaskStore:
         # Checked again in the transaction; a write that cannot succeed reads no body.
         check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
         ticket = self.usage.admit(scope)
-        staged: list[StagedUpload] = []
+        staged: list[StagedUpload[Written]] = []
         try:
             credits = {info.name: info.size for info, _ in found}
             chained = itertools.chain((first,), uploads)
@@ -246,7 +247,7 @@ class PgTaskStore:
             ticket.settled()
             return record
         except BaseException:
-            self.forget_blobs([u.written.key for u in staged])
+            self.forget_blobs([u.handle.key for u in staged])
             raise
         finally:
             ticket.release()  # nothing to release once the write settled it
@@ -261,7 +262,7 @@ class PgTaskStore:
         actor: str | None,
         if_match: str | None,
         if_none_match: bool,
-        staged: list[StagedUpload],
+        staged: list[StagedUpload[Written]],
         ticket: Ticket | None,
     ) -> TurnRecord:
         summary = task_rules.check_turn(meta, summary_md)
@@ -358,7 +359,7 @@ class PgTaskStore:
                 ),
             )
             for upload, info in zip(sorted(staged, key=lambda u: u.name), added, strict=True):
-                name_artifact(conn, scope, task_id, turn, info, updated_us, upload.written.key)
+                name_artifact(conn, scope, task_id, turn, info, updated_us, upload.handle.key)
             self.recompute(conn, scope, task_id, record)
             self.add_tasks(conn, scope, created)
             pgu.add(

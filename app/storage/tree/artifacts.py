@@ -14,7 +14,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol, cast
 
@@ -25,6 +25,7 @@ from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     ArtifactUpload,
+    StagedUpload,
     TurnRecord,
 )
 from app.storage.core.names import (
@@ -60,24 +61,6 @@ from app.storage.tree.records import (
     write_json,
 )
 from app.storage.tree.usage import TreeUsage
-
-
-@dataclass(frozen=True, slots=True)
-class StagedUpload:
-    """An artifact of a turn's write, its bytes synced to a temp file, not yet published."""
-
-    name: str
-    content_type: str
-    staged: StagedFile
-
-    def info(self, updated_at: str) -> ArtifactInfo:
-        return ArtifactInfo(
-            name=self.name,
-            content_type=self.content_type,
-            size=self.staged.size,
-            sha256=self.staged.sha256,
-            updated_at=updated_at,
-        )
 
 
 class TaskWrites(Protocol):
@@ -252,7 +235,7 @@ class TaskArtifacts:
         credits: dict[str, int],
         ticket: Ticket,
         stack: ExitStack,
-    ) -> list[StagedUpload]:
+    ) -> list[StagedUpload[StagedFile]]:
         """Stream each upload to a synced temp file in the project's directory, before any
         lock, each admitted (floor, quotas: ``ticket``) as it streams in past ``credits``
         (the size of the live artifact of its name, which it replaces). Each staged file is
@@ -278,10 +261,12 @@ class TaskArtifacts:
                     project_dir, cast("IO[bytes]", body), limit=self.tasks.max_artifact_bytes
                 )
             )
-            staged.append(StagedUpload(upload.name, upload.content_type, file))
+            staged.append(
+                StagedUpload(upload.name, upload.content_type, file.size, file.sha256, file)
+            )
         return staged
 
-    def publish_uploads(self, turn_dir: Path, staged: list[StagedUpload]) -> list[Path]:
+    def publish_uploads(self, turn_dir: Path, staged: list[StagedUpload[StagedFile]]) -> list[Path]:
         """Publish staged uploads into ``turn_dir``'s artifacts/ (the caller holds the task's
         lock and will commit ``meta.json`` next); return the kept previous copies, which the
         caller removes once the record that names the new bytes is committed."""
@@ -297,10 +282,10 @@ class TaskArtifacts:
             backups = []
             for upload in staged:
                 path = directory / upload.name
-                if not upload.staged.tmp.exists():
+                if not upload.handle.tmp.exists():
                     raise Conflict(f"artifact {upload.name} was removed during the upload; retry")
                 backups.append(self._keep_previous(path))
-                upload.staged.publish(path)
+                upload.handle.publish(path)
         flush_now()  # the bytes and their names are durable before a record names them
         return [b for b in backups if b is not None]
 

@@ -34,6 +34,7 @@ from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     ArtifactUpload,
+    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -61,11 +62,11 @@ from app.storage.core.task_rules import (
     encode_task_cursor,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
-from app.storage.tree.artifacts import StagedUpload, TaskArtifacts, reconcile_artifacts
+from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
 from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
-from app.storage.tree.fs.atomic import make_dirs, remove_quietly, write_atomic
+from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, write_atomic
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
@@ -343,7 +344,7 @@ class TaskStore:
         if_match: str | None,
         if_none_match: bool,
         stack: contextlib.ExitStack,
-    ) -> tuple[list[StagedUpload], Ticket | None]:
+    ) -> tuple[list[StagedUpload[StagedFile]], Ticket | None]:
         """Stage the artifacts of a put_turn before its lock (none: the seed's write, which
         reads nothing here); their reservation, which the write under the lock settles."""
         uploads = iter(artifacts)
