@@ -111,6 +111,15 @@ class TaskBackend(Protocol):
 
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]: ...
 
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The start of ``open_digest``'s body: its title and its newest sections, at most
+        ``limit`` of them, only those of tasks updated at ``since_us`` or later, and the
+        length when it is known (None: read to the end). It costs what it returns, whatever
+        the project's size; the caller closes the file."""
+        ...
+
 
 class StoreBackend(Protocol):
     """Memory stores: path-addressed memories with versions, of every tenant/project."""
@@ -237,6 +246,10 @@ class TokenStore(Protocol):
     def authenticate(self, secret: str) -> Token | None: ...
 
     def get(self, token_id: str) -> Token | None: ...
+
+    def find_by_secret(self, secret: str) -> Token | None:
+        """The token a secret belongs to, revoked or expired ones too (to revoke a leak)."""
+        ...
 
     def all(self) -> list[Token]: ...
 

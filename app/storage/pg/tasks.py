@@ -561,3 +561,9 @@ class PgTaskStore:
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
         """``project.md`` from one snapshot of the stored sections (app/storage/pg/digest.py)."""
         return pgd.open_stream(self.db, scope, self.now_us)
+
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The title and the newest sections of ``project.md`` (app/storage/pg/digest.py)."""
+        return pgd.open_head(self.db, scope, self.now_us, limit=limit, since_us=since_us)

@@ -526,6 +526,12 @@ class TaskStore:
         """Open ``project.md``: the base file with what changed since spliced in."""
         return self.digests.open(scope)
 
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The title and the newest sections of ``project.md`` (Digests.open_head)."""
+        return self.digests.open_head(scope, limit=limit, since_us=since_us)
+
     def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool:
         """Bring ``_project.md`` up to date if anything changed; return whether it ran."""
         return self.digests.compact(scope, wait=wait)
