@@ -70,6 +70,8 @@ class Run:
     kills: int = 0
     memories: dict[int, str] = field(default_factory=dict)  # client -> memory path (no host)
     bad_status: list[str] = field(default_factory=list)
+    # Half the turn writes as a form with an artifact (beyond the seed), or none.
+    forms: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,7 +113,7 @@ def client(run: Run, c: int, seed: int) -> None:
                     resp = session.post(
                         f"{run.server.url}{run.memories[c]}", json={"content": text}, timeout=60
                     )
-                elif turn is not None and rng.random() < 0.3:
+                elif turn is not None and run.forms and rng.random() < 0.5:
                     # The turn and an artifact in one request (beyond the seed): each key
                     # holds what this write gave it, or what it held before.
                     content = ({"c": c, "n": n, "form": True}, f"client {c} form {n}")
@@ -288,8 +290,8 @@ def check_after(root: Path, run: Run) -> None:
             assert visible(store, key) in log.allowed(), key
 
 
-def _drive(server: Live, seconds: float, killer: Any) -> Run:
-    run = Run(server, server.token("writer"))
+def _drive(server: Live, seconds: float, killer: Any, *, forms: bool = False) -> Run:
+    run = Run(server, server.token("writer"), forms=forms)
     with requests.Session() as s:
         s.headers.update(auth(run.secret))
         store = s.post(f"{server.url}/v1/memory_stores", json={"name": "kill"}, timeout=30)
@@ -349,9 +351,9 @@ def kill_server(times: int) -> Any:
     return killer
 
 
-def _worker_kills(live_factory: Any, times: int, seconds: float) -> None:
+def _worker_kills(live_factory: Any, times: int, seconds: float, *, forms: bool = False) -> None:
     server = live_factory(workers=2, threads=4)
-    run = _drive(server, seconds, kill_workers(times))
+    run = _drive(server, seconds, kill_workers(times), forms=forms)
     server.stop()
     assert run.kills >= min(times, 5), run.kills
     assert run.acked > 5 and run.failed > 0, (run.acked, run.failed)
@@ -370,6 +372,14 @@ def _server_kills(live_factory: Any, times: int, seconds: float) -> None:
 
 def test_sigkill_random_workers_during_writes(live_factory: Any) -> None:
     _worker_kills(live_factory, times=12, seconds=8)
+
+
+def test_sigkill_random_workers_during_turns_written_with_their_artifacts(
+    live_factory: Any,
+) -> None:
+    """Half the turn writes carry an artifact in the same request: the turn and the artifact
+    each hold what their last acknowledged write put there, or what an unanswered one did."""
+    _worker_kills(live_factory, times=8, seconds=6, forms=True)
 
 
 def test_sigkill_whole_server_and_restart(live_factory: Any) -> None:
