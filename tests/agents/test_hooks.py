@@ -109,6 +109,10 @@ def test_a_hung_server_is_given_up_on_within_2_seconds(memory_up: Memory, work: 
     log = (Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log").read_text()
     assert "gave up after 1.5s" in log
     memory_up.switch.set("up")
+    # Delivery once the server answers again, with the test's own time limit: under a loaded
+    # machine the default 1.5 s may run out before the spool's turn, which is then sent by the
+    # next hook (the spool tests check that); this test is about giving up, not delivery.
+    env = work.task("slow-task")
     assert run_hook(env, "session-start", work.start("sess-4"))[0].returncode == 0
     assert work.spooled() == [] and len(memory_up.turns("slow-task")) == 1
 

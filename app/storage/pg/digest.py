@@ -1,7 +1,7 @@
 """``project.md`` on PostgreSQL: a stored section per task, streamed from one snapshot.
 
 Every write of a task sets, in the write's own transaction, the task's row of
-``digest_sections``: the bytes of its section (app/storage/core/digest.py) showing its highest
+``digest_sections``: the bytes of its section (core/digest.py) showing its highest
 live turn, that turn, and until when it lives (NULL bytes: no live turn). A trigger keeps
 the project's count of rows, of shown sections and their byte total in ``projects``.
 

@@ -1,6 +1,6 @@
 """Serving ``project.md`` at a cost set by what changed, not by the project.
 
-Writers keep each live task's section (app/storage/core/digest.py) in the project's listing
+Writers keep each live task's section (core/digest.py) in the project's listing
 database, in the same transaction as the task's listing rows: where it sorts, which turn it
 shows and until when that turn lives, and its bytes, stamped with the write's sequence
 number (the listing's ``generation``).
@@ -25,7 +25,6 @@ and the commit) is rebuilt from the records, under the project lock.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
@@ -561,12 +560,3 @@ def reset(conn: sqlite3.Connection) -> None:
         "UPDATE counters SET value = ? WHERE name = ?",
         [(-1, "base_gen"), (0, "base_mark"), (0, "base_size"), (0, "base_body"), (0, "base_end")],
     )
-
-
-@contextlib.contextmanager
-def closing_fd(fd: int | None) -> Iterator[int | None]:
-    try:
-        yield fd
-    finally:
-        if fd is not None:
-            os.close(fd)
