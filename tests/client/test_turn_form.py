@@ -9,9 +9,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from project_memory_client import ApiError, Client, InvalidArgument, NotFound, PreconditionFailed
+from project_memory_client import (
+    ApiError,
+    Client,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+    Upload,
+)
 from project_memory_client.agents.spool import Entry, Spool
-from project_memory_client.client import Upload
 
 from tests.e2e.conftest import Server
 
