@@ -96,7 +96,30 @@ def _segment(value: object) -> str:
     return quote(text, safe="")
 
 
-class _Body:
+class _Chunked:
+    """A request body sent chunk by chunk: ``size`` when known, ``progress`` told of each."""
+
+    progress: Progress | None
+    size: int | None
+    replayable: bool
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body from its start, chunk by chunk, with the progress reported."""
+        done = 0
+        for block in self._blocks():
+            done += len(block)
+            if self.progress is not None:
+                self.progress(done, self.size)
+            yield block
+
+    def _blocks(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what the body holds open."""
+
+
+class _Body(_Chunked):
     """An upload body that can be sent again (a path, bytes, a seekable file) or only once."""
 
     def __init__(self, source: Source, progress: Progress | None) -> None:
@@ -131,15 +154,6 @@ class _Body:
     def close(self) -> None:
         if self._owned is not None:
             self._owned.close()
-
-    def chunks(self) -> Iterator[bytes]:
-        """The body from its start, chunk by chunk, with the progress reported."""
-        done = 0
-        for block in self._blocks():
-            done += len(block)
-            if self.progress is not None:
-                self.progress(done, self.size)
-            yield block
 
     def _blocks(self) -> Iterator[bytes]:
         if self._bytes is not None:
@@ -194,7 +208,7 @@ def _header_value(what: str, value: str) -> str:
     return value
 
 
-class _Form:
+class _Form(_Chunked):
     """A turn and its artifacts as one multipart/form-data body (the server's PUT turn with
     a form, beyond the seed): the turn's JSON first, then one part per artifact, its name
     as the part's filename. Its size is known when every artifact's is; it can be sent
@@ -240,14 +254,6 @@ class _Form:
     def close(self) -> None:
         for _, body in self._parts:
             body.close()
-
-    def chunks(self) -> Iterator[bytes]:
-        done = 0
-        for block in self._blocks():
-            done += len(block)
-            if self.progress is not None:
-                self.progress(done, self.size)
-            yield block
 
     def _blocks(self) -> Iterator[bytes]:
         yield self._turn
@@ -348,7 +354,7 @@ class Client:
         *,
         params: dict[str, Any] | None = None,
         json: Any = None,
-        body: _Body | _Form | None = None,
+        body: _Chunked | None = None,
         headers: dict[str, str] | None = None,
         stream: bool = False,
         ok: tuple[int, ...] = (200,),
