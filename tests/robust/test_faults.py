@@ -35,6 +35,7 @@ from app.storage.tree.fsck import fsck
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, Fault, temp_files
+from tests.storage._helpers import upkeep_done
 
 CALLS = ("write", "fsync", "replace", "rename", "link", "mkdir")
 FULL_DISK = {"detail": "insufficient storage: the server's disk is full"}
@@ -200,10 +201,12 @@ def run_case(
     """One fault at call ``n``; False once ``n`` is past the operation's last such call."""
     after = bench.expected_after(op)
     root = bench.fresh()
+    # Only the request's own calls: the upkeep it starts after its answer (a delete's purge)
+    # runs in a thread of its own, and is not the operation.
     if call == "syncfs":
-        fault = Fault("_syncfs_error", n, err, persistent=persistent, target=sync)
+        fault = Fault("_syncfs_error", n, err, persistent=persistent, target=sync, own_thread=True)
     else:
-        fault = Fault(call, n, err, persistent=persistent)
+        fault = Fault(call, n, err, persistent=persistent, own_thread=True)
     fault.install(monkeypatch)
     try:
         resp = bench.send(op)
@@ -254,7 +257,9 @@ def run_case(
     else:
         assert again.status_code == OPS[op][4], (where, again.status_code, again.data)
     assert visible(bench.client, bench.headers) == after, where
-    report = fsck(bench.app.extensions["storage"].tasks)
+    tasks = bench.app.extensions["storage"].tasks
+    upkeep_done(tasks)
+    report = fsck(tasks)
     assert report.clean, (where, report.problems)
     return True
 

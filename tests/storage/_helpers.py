@@ -11,6 +11,7 @@ import hashlib
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,15 @@ class PatternStream:
         for chunk in iter_chunks(PatternStream(self.size, self.seed)):
             digest.update(chunk)
         return digest.hexdigest()
+
+
+def upkeep_done(store: TaskStore, timeout: float = 30.0) -> None:
+    """Wait for the upkeep the store's writes and deletes started after their answers (a
+    purge, a compaction): what fsck sees once the service is quiet."""
+    deadline = time.monotonic() + timeout
+    while store.later.busy():
+        assert time.monotonic() < deadline, "background upkeep did not finish"
+        time.sleep(0.01)
 
 
 def temp_files(root: Path) -> list[Path]:

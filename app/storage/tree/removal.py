@@ -20,8 +20,10 @@ write to the project, the sweep and ``fsck --repair`` try again.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -126,21 +128,21 @@ class TaskRemovals:
     ) -> None:
         validate_turn(turn)
         tasks = self.tasks
-        with tasks.transaction(scope, task_id) as txn, os_errors():
-            task_dir, record, live = self._live_turn(scope, task_id, turn, only_owner)
-            check_preconditions(record.etag, if_match, False)
-            txn.begin()
-            if live == 1:
-                # Its last live turn: the task goes whole (expired turns the sweep has not
-                # removed yet go with it), as a task delete.
-                trashed = tasks.trash(task_dir)
-                tasks.listing(scope).set_task(task_id, [])
-            else:
-                trashed = tasks.trash(task_dir / turn_dirname(turn))
-                tasks.repair_task(scope, task_id)
-        tasks.layout.tree.remove(trashed)
-        tasks.usage.freed()
-        self.purge_later(scope)
+        with self.then_purge(scope):
+            with tasks.transaction(scope, task_id) as txn, os_errors():
+                task_dir, record, live = self._live_turn(scope, task_id, turn, only_owner)
+                check_preconditions(record.etag, if_match, False)
+                txn.begin()
+                if live == 1:
+                    # Its last live turn: the task goes whole (expired turns the sweep has
+                    # not removed yet go with it), as a task delete.
+                    trashed = tasks.trash(task_dir)
+                    tasks.listing(scope).set_task(task_id, [])
+                else:
+                    trashed = tasks.trash(task_dir / turn_dirname(turn))
+                    tasks.repair_task(scope, task_id)
+            tasks.layout.tree.remove(trashed)
+            tasks.usage.freed()
 
     def delete_artifact(
         self,
@@ -156,32 +158,46 @@ class TaskRemovals:
         validate_artifact_name(name)
         tasks = self.tasks
         path = tasks.layout.check_inside(tasks.layout.artifact(scope, task_id, turn, name))
-        with tasks.transaction(scope, task_id) as txn, os_errors():
-            task_dir, record, _ = self._live_turn(scope, task_id, turn, only_owner)
-            current = next((a for a in record.artifacts if a.name == name), None)
-            if current is None:
-                raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
-            check_preconditions(current.etag, if_match, False)
-            index = load_index(tasks.layout.tree, task_dir, task_id)
-            updated_us = tasks.next_updated_us(index, tasks.now_us())
-            record = replace(
-                record,
-                artifacts=tuple(a for a in record.artifacts if a.name != name),
-                updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + tasks.retention_us),
-                updated_us=updated_us,
-            )
-            txn.begin()
-            write_json(path.parent.parent / TURN_META, turn_to_json(record))
-            commit_point()
-            # After the commit: a writer killed before these lines leaves bytes no record
-            # names, which the task's repair (the next holder of the lock) removes.
-            remove_quietly(path)
-            remove_quietly(path.parent / f"{PREV_PREFIX}{name}")
-            tasks.write_derived(scope, task_id, task_dir, record, index, summary=False)
-        tasks.usage.freed()
+        with self.then_purge(scope):
+            with tasks.transaction(scope, task_id) as txn, os_errors():
+                task_dir, record, _ = self._live_turn(scope, task_id, turn, only_owner)
+                current = next((a for a in record.artifacts if a.name == name), None)
+                if current is None:
+                    raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+                check_preconditions(current.etag, if_match, False)
+                index = load_index(tasks.layout.tree, task_dir, task_id)
+                updated_us = tasks.next_updated_us(index, tasks.now_us())
+                record = replace(
+                    record,
+                    artifacts=tuple(a for a in record.artifacts if a.name != name),
+                    updated_at=iso_us(updated_us),
+                    retain_until=iso_us(updated_us + tasks.retention_us),
+                    updated_us=updated_us,
+                )
+                txn.begin()
+                write_json(path.parent.parent / TURN_META, turn_to_json(record))
+                commit_point()
+                # After the commit: a writer killed before these lines leaves bytes no record
+                # names, which the task's repair (the next holder of the lock) removes.
+                remove_quietly(path)
+                remove_quietly(path.parent / f"{PREV_PREFIX}{name}")
+                tasks.write_derived(scope, task_id, task_dir, record, index, summary=False)
+            tasks.usage.freed()
 
     # -- the purge -------------------------------------------------------------------------
+    @contextmanager
+    def then_purge(self, scope: Scope) -> Iterator[None]:
+        """Around a delete: its purge runs after it. A delete that finds nothing to delete
+        retries a purge still owed: the client's retry of a delete that failed after the
+        listing marked its text owed (a disk fault) purges it, without waiting for the
+        project's next write."""
+        try:
+            yield
+        except NotFound:
+            self.purge_owed(scope)
+            raise
+        self.purge_later(scope)
+
     def purge_later(self, scope: Scope) -> threading.Event:
         """Run :meth:`purge` after the answer, in the project's upkeep thread; the event is
         set once it ran."""
@@ -208,9 +224,12 @@ class TaskRemovals:
 
     def purge_owed(self, scope: Scope) -> None:
         """Retry a purge a held reader stopped (a write to the project calls this)."""
+        tasks = self.tasks
+        if tasks.layout.tree.lstat(tasks.layout.listing(scope)) is None:
+            return  # a project with no listing yet owes nothing
         try:
-            owed = self.tasks.listing(scope).purge_owed()
-        except (StorageError, OSError) as exc:
+            owed = tasks.listing(scope).purge_owed()
+        except (StorageError, OSError, sqlite3.Error) as exc:
             log.warning(
                 "cannot read the purge state of %s/%s: %s", scope.tenant, scope.project, exc
             )

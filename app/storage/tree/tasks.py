@@ -433,20 +433,20 @@ class TaskStore:
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
-        with self.transaction(scope, task_id) as txn, os_errors():
-            index = self.live_index(task_dir, task_id)
-            if index is None:
-                raise NotFound(f"task {task_id} not found")
-            if only_owner is not None and index.owner != only_owner:
-                raise NotOwner(NOT_OWNER)
-            txn.begin()
-            trashed = self.trash(task_dir)
-            self.listing(scope).set_task(task_id, [])
-        self.layout.tree.remove(trashed)
-        self.usage.freed()
         # Its text leaves the files too, not only the answers, right after the answer
         # (app/storage/tree/removal.py).
-        self.removals.purge_later(scope)
+        with self.removals.then_purge(scope):
+            with self.transaction(scope, task_id) as txn, os_errors():
+                index = self.live_index(task_dir, task_id)
+                if index is None:
+                    raise NotFound(f"task {task_id} not found")
+                if only_owner is not None and index.owner != only_owner:
+                    raise NotOwner(NOT_OWNER)
+                txn.begin()
+                trashed = self.trash(task_dir)
+                self.listing(scope).set_task(task_id, [])
+            self.layout.tree.remove(trashed)
+            self.usage.freed()
 
     def delete_turn(
         self,

@@ -61,8 +61,9 @@ _BUMP = f"UPDATE {STATE} SET value = value + 1 WHERE name = 'pending'"
 _OWE = f"INSERT INTO {STATE} VALUES ('owed', 1) ON CONFLICT (name) DO UPDATE SET value = value + 1"
 # What fsck says of an index whose 'owed' mark is set.
 REMOVED_TEXT = (
-    "removed text may still be in the file or its WAL: its purge was stopped by a reader's"
-    " snapshot (the next write, the sweep or fsck --repair purges it)"
+    "removed text may still be in the file or its WAL: its purge has not finished (a reader's"
+    " snapshot or a failed write stopped it; the next write, the sweep or fsck --repair"
+    " purges it)"
 )
 _SETTLE = f"UPDATE {STATE} SET value = max(0, value - ?) WHERE name = ?"
 
