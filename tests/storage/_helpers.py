@@ -212,7 +212,9 @@ def listing_rows(store: TaskStore, scope: Scope) -> tuple[dict[str, list[TurnRow
 
 
 def assert_consistent(store: TaskStore, scope: Scope) -> None:
-    """index.json, summary.md, the listing rows and project.md equal a rebuild from the records."""
+    """index.json, summary.md, the listing rows and project.md equal a rebuild from the records,
+    once the upkeep the last write or delete started (a purge, a compaction) has run."""
+    upkeep_done(store)
     expected_rows: dict[str, list[TurnRow]] = {}
     for task_id in task_ids_on_disk(store, scope):
         task_dir = store.layout.task_dir(scope, task_id)
