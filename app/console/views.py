@@ -488,17 +488,20 @@ def _int_arg(name: str, default: int) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 7 else default
 
 
-@bp.route("/p/<tenant>/<project>/tasks/<task_id>/delete", methods=["GET", "POST"])
-def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
-    """Delete a task (its owner, or project_admin and above), after a confirmation."""
-    store = _tasks()
-    index = store.get_task(_scope(), task_id)
-    principal = _principal()
-    if not may_delete_task(principal, index.owner):
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/delete")
+def confirm_delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
+    """The confirmation of a task's delete (its owner, or project_admin and above)."""
+    index = _tasks().get_task(_scope(), task_id)
+    if not may_delete_task(_principal(), index.owner):
         raise Forbidden("only the task's owner or a project_admin may delete it")
-    if request.method == "GET":
-        return render_template("console/delete_task.html", index=index)
-    store.delete_task(_scope(), task_id, only_owner=only_owner(principal))
+    return render_template("console/delete_task.html", index=index)
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/delete")
+def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
+    """Delete a task: its owner, or project_admin and above (the storage checks the owner
+    under the task's lock)."""
+    _tasks().delete_task(_scope(), task_id, only_owner=only_owner(_principal()))
     return _redirect(_purl("tasks", deleted=task_id))
 
 
@@ -739,22 +742,27 @@ def diff(tenant: str, project: str, store_id: str) -> ResponseReturnValue:
     return render_template("console/diff.html", store=found, old=old, new=new, lines=lines)
 
 
-@bp.route(
-    "/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact",
-    methods=["GET", "POST"],
-)
-def redact_version(
+@bp.get("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def confirm_redact_version(
     tenant: str, project: str, store_id: str, version_id: str
 ) -> ResponseReturnValue:
-    """Redact a memory version (project_admin and above), after a confirmation."""
+    """The confirmation of a memory version's redaction (project_admin and above)."""
     if not may_redact_version(_principal()):
         raise Forbidden("only a project_admin may redact a memory version")
     engine = _stores()
     found = engine.get_store(_scope(), store_id)
     item = engine.get_version(_scope(), store_id, version_id, full=False)
-    if request.method == "GET":
-        return render_template("console/redact.html", store=found, version=item)
-    engine.redact_version(_scope(), store_id, version_id, actor=_actor())
+    return render_template("console/redact.html", store=found, version=item)
+
+
+@bp.post("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """Redact a memory version (project_admin and above)."""
+    if not may_redact_version(_principal()):
+        raise Forbidden("only a project_admin may redact a memory version")
+    _stores().redact_version(_scope(), store_id, version_id, actor=_actor())
     return _redirect(_purl("version", store_id=store_id, version_id=version_id))
 
 
