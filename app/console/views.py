@@ -30,6 +30,7 @@ from app.storage.core.clock import parse_iso
 from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.storage.core.tokens import Token
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
+from app.web import ratelimit
 from app.web.auth import Principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
 from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
@@ -174,6 +175,11 @@ def _guard() -> ResponseReturnValue | None:
         g.tenant, g.project = scope.tenant, scope.project
         if request.method == "POST" and not may_write(g.principal):
             raise Forbidden(f"role {token.role} may only read")
+        # The API's budgets, the same buckets: a page costs what an API request costs.
+        ratelimit.check_request()
+        return None
+    # A page in no project costs the token's budget alone.
+    ratelimit.check_token_request(token.id, token.role, token.tenant)
     return None
 
 
@@ -273,7 +279,9 @@ _ADDRESS_FIELDS = frozenset({"task_id", "turn", "name", "tenant", "project"})
 def _http_error(exc: HTTPException) -> ResponseReturnValue:
     if exc.code is not None and exc.code < 400:
         return exc
-    return _error_page(exc.code or 500, _http_message(exc))
+    # Retry-After and the RateLimit fields of a 429, as the API sends them.
+    headers: dict[str, str] | None = getattr(exc, "extra_headers", None)
+    return _error_page(exc.code or 500, _http_message(exc), headers)
 
 
 @bp.errorhandler(StorageError)
