@@ -27,6 +27,7 @@ from app.storage.core.models import (
     SearchPage,
     TaskIndex,
     TaskPage,
+    TaskSummary,
     TurnRecord,
 )
 from app.storage.core.names import Scope
@@ -78,7 +79,21 @@ class TaskBackend(Protocol):
         model: str | None = None,
         agent_id: str | None = None,
         failed: bool = False,
-    ) -> TaskPage: ...
+        sort: str = "updated",
+        descending: bool = True,
+        backward: bool = False,
+    ) -> TaskPage:
+        """A page of live tasks in an order of core/task_list.py (``sort``: updated, task_id,
+        size or turns; ``descending``), after ``cursor`` (a ``next_cursor``) or, with
+        ``backward``, before it (a ``prev_cursor``). Filters: ids starting with ``prefix``;
+        ``model`` / ``agent_id`` substrings of the latest live turn's meta, in any case of
+        their ASCII letters; a non-zero exit code (``failed``). ``total`` counts the
+        project's live tasks, ``matched`` those the filters let through."""
+        ...
+
+    def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
+        """A live task as the task list shows it (owner, size, meta facts); NotFound."""
+        ...
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None: ...
 

@@ -1,7 +1,7 @@
 """TaskStore.list_tasks filters (the console's task list): owner, latest-turn meta, id prefix.
 
-Real files and a real listing index; each filter must be answered by an index, never by a
-scan of every task row.
+Real files and a real listing index; each filter and each order must be answered from an
+index, never by a scan of every task row or a sort of them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 
 from app.storage import InvalidName, Scope
 from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import SORT_KEYS, TaskOrder
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import listing as listing_mod
 from app.storage.tree.sqlite.listing_sql import PAGE_COLUMNS, filter_terms
@@ -137,10 +138,11 @@ def test_a_prefix_that_no_task_id_starts_with_is_refused(
     "only, index",
     [
         (TaskFilter(prefix="build"), "PRIMARY KEY (task_id>? AND task_id<?)"),
-        (TaskFilter(model="m"), "INDEX tasks_model (model=?)"),
-        (TaskFilter(agent_id="a"), "INDEX tasks_agent (agent_id=?)"),
+        # A substring is tested on the rows the page order walks, from its index.
+        (TaskFilter(model="m"), "INDEX tasks_recent"),
+        (TaskFilter(agent_id="a"), "INDEX tasks_recent"),
         (TaskFilter(failed=True), "INDEX tasks_failed"),
-        (TaskFilter(prefix="b", model="m", failed=True), "INDEX tasks_model (model=?)"),
+        (TaskFilter(prefix="b", model="m", failed=True), "PRIMARY KEY (task_id>? AND task_id<?)"),
     ],
 )
 def test_every_filter_is_an_index_lookup(
@@ -160,3 +162,33 @@ def test_every_filter_is_an_index_lookup(
     outer = [step for step in plan if " t " in f" {step} "]
     assert outer and all(index in step for step in outer), plan
     assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan), plan
+
+
+@pytest.mark.parametrize("sort", list(SORT_KEYS))
+@pytest.mark.parametrize("descending", [True, False])
+@pytest.mark.parametrize("backward", [False, True])
+def test_every_order_reads_its_index_in_page_order(
+    project: TaskStore, scope: Scope, sort: str, descending: bool, backward: bool
+) -> None:
+    order = TaskOrder(sort, descending)
+    params: dict[str, object] = {"now": 0, "limit": 51}
+    keyset = order.keyset(
+        [0 if c != "task_id" else "m" for c in order.columns],
+        params,
+        backward=backward,
+        mark=lambda n: f":{n}",
+    )
+    plan = [
+        row[3]
+        for row in project.listing(scope)
+        ._conn()
+        .execute(
+            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE t.retain_until_us > :now{keyset}"
+            f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
+            params,
+        )
+    ]
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan) or (
+        sort == "task_id"
+    ), plan

@@ -80,13 +80,17 @@ class TaskSummary:
     model: str | None = None
     agent_id: str | None = None
     exit_code: int | None = None
+    # What the task stores: its turns' meta and summaries and its artifacts (usage bytes).
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TaskPage:
     tasks: tuple[TaskSummary, ...]
-    total: int
+    total: int  # the project's live tasks
     next_cursor: str | None
+    prev_cursor: str | None = None
+    matched: int = 0  # the live tasks the filters let through (total without filters)
 
 
 @dataclass(slots=True)

@@ -1,5 +1,6 @@
 """The rules of the project-memory API that hold whichever engine stores the tasks: limits,
-the checks of a request, ETag preconditions and the task list's cursor.
+the checks of a request, ETag preconditions and what a cursor names its project by (the
+task list's cursors and orders are core/task_list.py's).
 
 Both engines (tasks.py on the tree, pg/tasks.py on PostgreSQL) apply them from here, so a
 request is refused with the same error, and a cursor is the same bytes, in both.
@@ -12,15 +13,13 @@ import json
 import re
 from typing import Any
 
-from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.names import Scope, validate_id
+from app.storage.core.names import Scope
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
 MAX_SUMMARY_BYTES = 1 * MiB
 MAX_PAGE = 1000
-CURSOR_VERSION = 1
 # The start of a task id (ID_PATTERN's first character, then any of the rest).
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -96,27 +95,6 @@ def check_preconditions(
 def scope_tag(scope: Scope) -> str:
     """What a cursor names its project by: another project refuses it."""
     return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
-
-
-def encode_task_cursor(cursors: CursorCodec, scope: Scope, updated_us: int, task_id: str) -> str:
-    """The cursor of the page of tasks after the task ``task_id`` updated at ``updated_us``."""
-    return cursors.encode(
-        {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": scope_tag(scope)}
-    )
-
-
-def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple[int, str]:
-    """The (updated_us, task_id) a page of tasks resumes after; InvalidName for a cursor
-    not issued for this project's task list."""
-    body = cursors.decode(cursor, "cursor")
-    try:
-        if body["v"] != CURSOR_VERSION or body["s"] != scope_tag(scope):
-            raise ValueError("issued for another project")
-        return int(body["u"]), validate_id("task_id", body["id"])
-    except (ValueError, KeyError, TypeError, InvalidName):
-        raise InvalidName(
-            "cursor", cursor, "is not a cursor this server issued for this project"
-        ) from None
 
 
 _INT64 = (1 << 63) - 1

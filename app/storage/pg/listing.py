@@ -22,6 +22,7 @@ from app.storage.core.models import (
 from app.storage.core.names import (
     Scope,
 )
+from app.storage.core.task_list import needle
 
 TURN_COLUMNS = (
     "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"
@@ -29,14 +30,17 @@ TURN_COLUMNS = (
 ARTIFACT_COLUMNS = "turn, name, content_type, size, sha256, updated_at, blob"
 KEY = "tenant = %(tenant)s AND project = %(project)s AND task_id = %(task_id)s"
 # The task's listing row from its turn rows, in the transaction that changed them: the
-# columns of its highest turn, its turn count and its earliest and latest expiry.
+# columns of its highest turn, its turn count, its earliest and latest expiry and its bytes
+# (its turns' meta and summaries and its artifacts, as the usage counters count them).
 RECOMPUTE = f"""
 UPDATE tasks t SET
     updated_us = a.updated_us, retain_until_us = a.retain_until_us, turn_count = a.n,
     latest_turn = a.latest, min_retain_us = a.min_retain,
-    model = l.model, agent_id = l.agent_id, exit_code = l.exit_code
+    model = l.model, agent_id = l.agent_id, exit_code = l.exit_code,
+    bytes = a.turn_bytes + (SELECT coalesce(sum(size), 0) FROM artifacts WHERE {KEY})
 FROM (SELECT max(updated_us) AS updated_us, max(retain_until_us) AS retain_until_us,
-             count(*) AS n, max(turn) AS latest, min(retain_until_us) AS min_retain
+             count(*) AS n, max(turn) AS latest, min(retain_until_us) AS min_retain,
+             coalesce(sum(octet_length(meta) + octet_length(summary)), 0) AS turn_bytes
       FROM turns WHERE {KEY}) a,
      (SELECT model, agent_id, exit_code FROM turns WHERE {KEY}
       ORDER BY turn DESC LIMIT 1) l
@@ -61,7 +65,7 @@ PAGE_COLUMNS = (
     "SELECT t.task_id, t.updated_us, t.retain_until_us,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
-    f" t.owner, {live('model')}, {live('agent_id')}, {live('exit_code')}"
+    f" t.owner, {live('model')}, {live('agent_id')}, {live('exit_code')}, t.bytes"
     " FROM tasks t"
 )
 
@@ -117,17 +121,24 @@ def artifact_row(row: tuple[Any, ...]) -> tuple[int, ArtifactInfo, str]:
 
 
 def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
-    """The WHERE terms of ``only``, its values added to ``params``; each column test can use
-    an index. The stored columns are those of the task's highest turn; once a turn has
+    """The WHERE terms of ``only``, its values added to ``params``. The prefix and the exit
+    code are index ranges; a substring of a model or agent is tested on each row the page's
+    order walks. The stored columns are those of the task's highest turn; once a turn has
     expired (until the sweeper drops it) the highest live turn's value is checked as well."""
     where = ""
     if only.prefix:
         where += " AND t.task_id >= %(lo)s AND t.task_id < %(hi)s"
         params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
-        if value is not None:
-            where += f" AND t.{column} = %({column})s AND ({live(column)}) = %({column})s"
-            params[column] = value
+        found = needle(value)
+        if found is not None:
+            # Under the "C" collation lower() changes ASCII letters only, as SQLite's does
+            # (core/task_list.py): both engines find the same tasks.
+            where += (
+                f' AND strpos(lower(t.{column} COLLATE "C"), %({column})s) > 0'
+                f' AND strpos(lower(({live(column)}) COLLATE "C"), %({column})s) > 0'
+            )
+            params[column] = found
     if only.failed:
         where += f" AND t.exit_code <> 0 AND ({live('exit_code')}) <> 0"
     return where

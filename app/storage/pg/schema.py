@@ -389,6 +389,22 @@ CREATE INDEX versions_search ON versions USING gin (search);
 ALTER TABLE tokens ADD COLUMN console_signed_out_at text;
 """,
     ),
+    (
+        6,
+        "tasks: their bytes, ordered by size and by turn count; model and agent match substrings",
+        """
+ALTER TABLE tasks ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+UPDATE tasks t SET bytes =
+    (SELECT coalesce(sum(octet_length(u.meta) + octet_length(u.summary)), 0) FROM turns u
+     WHERE u.tenant = t.tenant AND u.project = t.project AND u.task_id = t.task_id)
+    + (SELECT coalesce(sum(a.size), 0) FROM artifacts a
+       WHERE a.tenant = t.tenant AND a.project = t.project AND a.task_id = t.task_id);
+DROP INDEX tasks_model;
+DROP INDEX tasks_agent;
+CREATE INDEX tasks_size ON tasks (tenant, project, bytes DESC, task_id DESC);
+CREATE INDEX tasks_turns ON tasks (tenant, project, turn_count DESC, task_id DESC);
+""",
+    ),
 )
 
 

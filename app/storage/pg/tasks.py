@@ -25,7 +25,7 @@ from typing import IO, Any, BinaryIO
 import psycopg
 from ulid import ULID
 
-from app.storage.core import task_rules
+from app.storage.core import task_list, task_rules
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.encoding import dumps_compact
@@ -47,11 +47,10 @@ from app.storage.core.names import (
     validate_turn,
 )
 from app.storage.core.quota import QuotaSource
+from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
-    decode_task_cursor,
-    encode_task_cursor,
     meta_facts,
 )
 from app.storage.pg import digest as pgd, usage as pgu
@@ -381,10 +380,16 @@ class PgTaskStore:
         model: str | None = None,
         agent_id: str | None = None,
         failed: bool = False,
+        sort: str = "updated",
+        descending: bool = True,
+        backward: bool = False,
     ) -> TaskPage:
-        """List live tasks, most recently updated first, with a signed keyset cursor."""
+        """A page of live tasks in an order of core/task_list.py, with signed keyset cursors
+        to the pages after and before it (the tree's TaskStore.list_tasks)."""
         task_rules.check_list(limit, prefix)
-        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
+        order = TaskOrder(sort, descending)
+        key = task_list.decode_cursor(self.cursors, scope, order, cursor) if cursor else None
+        backward = backward and key is not None
         now_us = self.now_us()
         params: dict[str, object] = {
             "tenant": scope.tenant,
@@ -393,15 +398,15 @@ class PgTaskStore:
             "limit": limit + 1,
         }
         where = "t.tenant = %(tenant)s AND t.project = %(project)s AND t.retain_until_us > %(now)s"
-        if after is not None:
-            where += " AND (t.updated_us < %(u)s OR (t.updated_us = %(u)s AND t.task_id < %(id)s))"
-            params["u"], params["id"] = after
-        only = TaskFilter(prefix, model, agent_id, failed)
-        where += filter_terms(only, params)
+        only = TaskFilter(prefix, model or None, agent_id or None, failed)
+        filters = filter_terms(only, params)
+        keyset = ""
+        if key is not None:
+            keyset = order.keyset(key, params, backward=backward, mark=lambda n: f"%({n})s")
         with self.db.snapshot("listing") as conn:
             rows = conn.execute(
-                f"{PAGE_COLUMNS} WHERE {where}"
-                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT %(limit)s",
+                f"{PAGE_COLUMNS} WHERE {where}{filters}{keyset}"
+                f" ORDER BY {order.order_by(backward=backward)} LIMIT %(limit)s",
                 params,
             ).fetchall()
             total_row = conn.execute(
@@ -410,27 +415,36 @@ class PgTaskStore:
                 " FROM projects p WHERE p.tenant = %(tenant)s AND p.project = %(project)s",
                 params,
             ).fetchone()
-        total = int(total_row[0]) if total_row else 0
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tasks = tuple(
-            TaskSummary(
-                task_id=r[0],
-                latest_turn=r[4],
-                turn_count=int(r[3]),
-                updated_at=iso_us(int(r[1])),
-                retain_until=iso_us(int(r[2])),
-                owner=r[5],
-                model=r[6],
-                agent_id=r[7],
-                exit_code=None if r[8] is None else int(r[8]),
-            )
-            for r in rows
+            matched = None
+            if filters:
+                found = conn.execute(
+                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
+                ).fetchone()
+                matched = int(found[0]) if found else 0
+        return task_list.task_page(
+            rows,
+            limit=limit,
+            order=order,
+            backward=backward,
+            from_cursor=key is not None,
+            codec=self.cursors,
+            scope=scope,
+            total=int(total_row[0]) if total_row else 0,
+            matched=matched,
         )
-        next_cursor = (
-            encode_task_cursor(self.cursors, scope, int(rows[-1][1]), rows[-1][0]) if more else None
-        )
-        return TaskPage(tasks, total, next_cursor)
+
+    def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
+        """A live task as the task list shows it (its listing row); NotFound otherwise."""
+        validate_id("task_id", task_id)
+        with self.db.snapshot("listing") as conn:
+            row = conn.execute(
+                f"{PAGE_COLUMNS} WHERE t.tenant = %(tenant)s AND t.project = %(project)s"
+                " AND t.task_id = %(task_id)s AND t.retain_until_us > %(now)s",
+                task_key(scope, task_id, now=self.now_us()),
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return task_list.summary(row)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task with its turns and artifacts in one transaction, then its bytes."""

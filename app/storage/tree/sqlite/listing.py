@@ -25,6 +25,7 @@ from typing import Any
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
 from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import TaskOrder
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -35,7 +36,6 @@ from app.storage.tree.sqlite.listing_sql import (
     SCHEMA,
     STALE,
     TURN_VALUES,
-    TaskRow,
     TurnRow,
     filter_terms,
     migrate,
@@ -312,23 +312,25 @@ class Listing:
         *,
         now_us: int,
         limit: int,
-        after: tuple[int, str] | None,
+        order: TaskOrder,
+        key: list[Any] | None,
+        backward: bool = False,
         only: TaskFilter | None = None,
-    ) -> tuple[list[TaskRow], int]:
-        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total
-        number of live tasks in the project (filtered or not: counting the matches of a
-        filter would cost a walk over all of them)."""
+    ) -> tuple[list[tuple[Any, ...]], int, int | None]:
+        """Up to ``limit`` live tasks in ``order`` after ``key`` (before it, read backward)
+        as rows of ROW_FIELDS; the project's live tasks; and, with filters, how many match
+        (a walk over the matches, which a filter of a substring reads in any case)."""
         params: dict[str, object] = {"now": now_us, "limit": limit}
         where = "t.retain_until_us > :now"
-        if after is not None:
-            where += " AND (t.updated_us < :u OR (t.updated_us = :u AND t.task_id < :id))"
-            params["u"], params["id"] = after
+        filters = "" if only is None else filter_terms(only, params)
+        keyset = ""
+        if key is not None:
+            keyset = order.keyset(key, params, backward=backward, mark=lambda n: f":{n}")
         source = PAGE_COLUMNS
-        if only is not None:
-            where += filter_terms(only, params)
         with self.read() as conn:
             if (
-                only is not None
+                order.sort == "updated"
+                and only is not None
                 and only.prefix
                 and not (only.model or only.agent_id or only.failed)
             ):
@@ -340,7 +342,8 @@ class Listing:
                 if matches >= _DENSE_PREFIX:
                     source += " INDEXED BY tasks_recent"
             rows = conn.execute(
-                f"{source} WHERE {where} ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                f"{source} WHERE {where}{filters}{keyset}"
+                f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
                 params,
             ).fetchall()
             (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
@@ -348,7 +351,21 @@ class Listing:
             (expired,) = conn.execute(
                 "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
             ).fetchone()
-        return [TaskRow(*r) for r in rows], count - expired
+            matched = None
+            if filters:
+                (matched,) = conn.execute(
+                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
+                ).fetchone()
+        return rows, count - expired, matched
+
+    def task_row(self, now_us: int, task_id: str) -> tuple[Any, ...] | None:
+        """The page row (ROW_FIELDS) of one live task, or None."""
+        with self.read() as conn:
+            found: tuple[Any, ...] | None = conn.execute(
+                f"{PAGE_COLUMNS} WHERE t.task_id = :id AND t.retain_until_us > :now",
+                {"id": task_id, "now": now_us},
+            ).fetchone()
+        return found
 
     def needs_backfill(self) -> bool:
         """Whether rows written by an older version still lack what this one keeps."""

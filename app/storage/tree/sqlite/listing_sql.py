@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from app.storage.core.digest import Section
 from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import needle
 from app.storage.core.usage import TurnUsage
 from app.storage.tree.sqlite import digestdb, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import write_txn
@@ -73,7 +74,10 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 #
 # Version 5 adds the usage rows and counters (app/storage/tree/sqlite/listing_usage.py); a listing with
 # tasks gets them from the start-up upgrade's backfill, and until then its usage reads low.
-VERSION = 5
+#
+# Version 6 adds each task's bytes (the sum of its usage rows) to its tasks row, and the
+# indexes of the console's orders: by size and by turn count (core/task_list.py).
+VERSION = 6
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (
@@ -88,19 +92,27 @@ _AGGREGATES = (
     ("model", "TEXT", f"SELECT u.model {_LATEST}"),
     ("agent_id", "TEXT", f"SELECT u.agent_id {_LATEST}"),
     ("exit_code", "INTEGER", f"SELECT u.exit_code {_LATEST}"),
+    (
+        "bytes",
+        "INTEGER NOT NULL DEFAULT 0",
+        "SELECT coalesce(sum(x.artifact_bytes + x.turn_bytes), 0) FROM usage_turns x"
+        " WHERE x.task_id = tasks.task_id",
+    ),
 )
 _TURN_FACTS = ("owner", "model", "agent_id", "exit_code")
 RECOMPUTE = "UPDATE tasks SET " + ", ".join(f"{column} = ({sub})" for column, _, sub in _AGGREGATES)
 STALE = "SELECT task_id FROM tasks WHERE " + " OR ".join(
     f"{column} IS NOT ({sub})" for column, _, sub in _AGGREGATES
 )
-# The console's filters: each has an index whose order is the page order, so a filtered
-# page walks matching rows only; exit_code <> 0 has a partial one (NULL, unknown, is left out).
+# The console's filters and orders: exit_code <> 0 has a partial index in the page order
+# (NULL, unknown, is left out); model and agent match substrings, tested on the rows a page
+# walks, so the exact-value indexes of version 5 go.
 _INDEXES = (
-    "CREATE INDEX IF NOT EXISTS tasks_model ON tasks (model, updated_us DESC, task_id DESC)",
-    "CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, updated_us DESC, task_id DESC)",
     "CREATE INDEX IF NOT EXISTS tasks_failed ON tasks (updated_us DESC, task_id DESC)"
     " WHERE exit_code <> 0",
+    # The other orders of a page (the task id's is the primary key's).
+    "CREATE INDEX IF NOT EXISTS tasks_size ON tasks (bytes DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_turns ON tasks (turn_count DESC, task_id DESC)",
 )
 _ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
 _ALL_ALIVE = "t.min_retain_us > :now"
@@ -123,7 +135,7 @@ PAGE_COLUMNS = (
     "SELECT t.task_id, t.updated_us, t.retain_until_us,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
-    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}"
+    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}, t.bytes"
     " FROM tasks t"
 )
 
@@ -132,8 +144,9 @@ TURN_VALUES = ", ".join("?" * 8)
 
 
 def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
-    """The WHERE terms of ``only``, its values added to ``params``; each column test can use
-    an index.
+    """The WHERE terms of ``only``, its values added to ``params``. The prefix and the exit
+    code are index ranges; a substring of a model or agent is tested on each row the page's
+    order walks.
 
     The stored columns are those of the task's highest turn; once a turn has expired (until
     the sweeper drops it) the highest live turn's value is checked as well.
@@ -144,9 +157,15 @@ def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
         where += " AND t.task_id >= :lo AND t.task_id < :hi"
         params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
-        if value is not None:
-            where += f" AND t.{column} = :{column} AND ({_live(column)}) = :{column}"
-            params[column] = value
+        found = needle(value)
+        if found is not None:
+            # A substring of the value, ASCII letters in any case: SQLite's lower() and
+            # instr() work on exactly those (core/task_list.py).
+            where += (
+                f" AND instr(lower(t.{column}), :{column}) > 0"
+                f" AND instr(lower({_live(column)}), :{column}) > 0"
+            )
+            params[column] = found
     if only.failed:
         where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
     return where
@@ -181,6 +200,8 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute(RECOMPUTE)
         for statement in _INDEXES:
             conn.execute(statement)
+        for name in ("tasks_model", "tasks_agent"):
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
         conn.execute(f"PRAGMA user_version = {VERSION}")
 
 
@@ -237,16 +258,3 @@ class TurnRow:
             self.agent_id,
             self.exit_code,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    task_id: str
-    updated_us: int
-    retain_until_us: int
-    turn_count: int
-    latest_turn: int | None
-    owner: str | None = None
-    model: str | None = None
-    agent_id: str | None = None
-    exit_code: int | None = None
