@@ -12,6 +12,7 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from app.api.common import (
+    audit,
     body_stream,
     content_type,
     if_match,
@@ -217,6 +218,7 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     task_id = path_task_id(task_id)
     principal = current_principal()
     store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
+    audit("task", "deleted", task_id)
     return Response(status=204)
 
 
@@ -267,6 +269,8 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         if_match=if_match(),
         if_none_match=if_none_match_star(),
     )
+    if record.task_created:
+        audit("task", "created", task_id)
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 

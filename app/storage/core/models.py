@@ -32,6 +32,8 @@ class TurnRecord:
     retain_until: str
     # Strictly increasing per task (the task lock serializes writers), so it names a version.
     updated_us: int
+    # Set by the write that created the task (for its audit event); never stored or compared.
+    task_created: bool = field(default=False, compare=False)
 
     @property
     def etag(self) -> str:

@@ -405,6 +405,26 @@ CREATE INDEX tasks_size ON tasks (tenant, project, bytes DESC, task_id DESC);
 CREATE INDEX tasks_turns ON tasks (tenant, project, turn_count DESC, task_id DESC);
 """,
     ),
+    (
+        7,
+        "the audit log: who did what in each project",
+        """
+CREATE TABLE audit_events (
+    id text COLLATE "C" PRIMARY KEY,
+    at_us bigint NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C",
+    actor text COLLATE "C",
+    kind text NOT NULL,
+    action text NOT NULL,
+    subject text NOT NULL,
+    store_id text COLLATE "C",
+    detail text NOT NULL
+);
+CREATE INDEX audit_events_by_project ON audit_events (tenant, project, at_us DESC, id DESC);
+CREATE INDEX audit_events_by_age ON audit_events (at_us);
+""",
+    ),
 )
 
 

@@ -271,6 +271,7 @@ class PgTaskStore:
                 updated_at=iso_us(updated_us),
                 retain_until=iso_us(updated_us + self.retention_us),
                 updated_us=updated_us,
+                task_created=bool(created),
             )
             conn.execute(
                 "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"

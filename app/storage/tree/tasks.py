@@ -292,6 +292,7 @@ class TaskStore:
                 updated_at=iso_us(updated_us),
                 retain_until=iso_us(updated_us + self.retention_us),
                 updated_us=updated_us,
+                task_created=index is None,
             )
             write_json(turn_dir / TURN_META, turn_to_json(record))
             commit_point()
