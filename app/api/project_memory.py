@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, current_app, request
+from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import parse_range_header
@@ -101,6 +102,7 @@ task_list_out = s.TaskList()
 artifact_out = s.ArtifactRecord()
 usage_out = us.UsageReport()
 search_out = s.SearchResults()
+whoami_out = s.WhoAmI()
 
 # Types a browser renders without running script; anything else is sent as a download.
 PASSIVE_TYPES = frozenset(
@@ -111,6 +113,11 @@ ARTIFACT_SECURITY_HEADERS = {
     "Content-Security-Policy": "sandbox; default-src 'none'",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+@bp.record_once
+def _register_schemas(state: BlueprintSetupState) -> None:
+    state.app.extensions.setdefault("openapi_schemas", []).append(s.WhoAmI)
 
 
 @bp.before_request
@@ -274,7 +281,9 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
-@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+# <path:name>: a name with a slash reaches the view and its 422 naming the rule, where
+# <name> left it to the router's generic 404.
+@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME],
     responses={
@@ -337,7 +346,7 @@ _DECIDED_HERE = frozenset(
 )
 
 
-@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME, *CONDITIONAL],
     body={"type": "string", "format": "binary"},
@@ -448,3 +457,28 @@ def search_project() -> ResponseReturnValue:
     cursor = request.args.get("cursor") or None
     page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
     return json_response(search_out.dump(page))
+
+
+@bp.get("/whoami")
+@doc(responses={200: s.WhoAmI, **ERRORS})
+def get_whoami() -> ResponseReturnValue:
+    """The token of this request (never its secret), its role, and the tenant/project it acts in
+
+    Beyond the seed's API: what a client shows as "who am I" (project-memory whoami). The
+    tenant and project are the ones this request resolved to, from the token and the
+    X-Sandbox-Tenant-Id / X-Sandbox-Project-Id headers.
+    """
+    principal = current_principal()
+    token = principal.token
+    body = {
+        "token_id": token.id,
+        "name": token.name,
+        "role": token.role,
+        "tenant": principal.scope.tenant,
+        "project": principal.scope.project,
+        "token_tenant": token.tenant,
+        "token_project": token.project,
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+    }
+    return json_response(whoami_out.dump(body))

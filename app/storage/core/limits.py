@@ -94,6 +94,15 @@ def format_bytes(count: int) -> str:
     return str(count)
 
 
+def human_bytes(count: int) -> str:
+    """``count`` for a person to read: ``812 byte(s)``, ``1.5 KiB``, ``70.4 GiB`` (one unit,
+    rounded; :func:`format_bytes` is the exact form that settings take)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} byte(s)"
+
+
 @dataclass(frozen=True, slots=True)
 class RateOverride:
     """The ``"rate"`` section of one entry; None: not set here."""
