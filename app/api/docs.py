@@ -16,11 +16,13 @@ def doc(
     body_content_type: str = "application/json",
     tags: list[str] | None = None,
     headers: dict[int, dict[str, Any]] | None = None,
+    beyond_seed: bool = False,
 ) -> Callable[[F], F]:
     """Record the parameters, request body and responses of a view for the OpenAPI document.
 
     ``responses`` maps a status to a schema class, a schema name (str), ``None`` (no body),
-    or a ``(content_type, json_schema)`` pair.
+    or a ``(content_type, json_schema)`` pair. ``beyond_seed``: an operation of the
+    project-memory API that its seed document does not list (``x-beyond-seed`` in OpenAPI).
     """
 
     def decorate(view: F) -> F:
@@ -31,6 +33,7 @@ def doc(
             "body_content_type": body_content_type,
             "tags": tags,
             "headers": headers or {},
+            "beyond_seed": beyond_seed,
         }
         return view
 

@@ -132,6 +132,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
                 operation["description"] = description
             if info["tags"]:
                 operation["tags"] = info["tags"]
+            if info.get("beyond_seed"):
+                operation["x-beyond-seed"] = True
             if info["body"] is not None:
                 body = info["body"]
                 body_schema: Any = (

@@ -82,6 +82,10 @@ CONDITIONAL = [
         "description": "'*': write only if the resource does not exist yet (412 otherwise).",
     },
 ]
+IF_MATCH = {
+    **CONDITIONAL[0],
+    "description": "Delete only if the current ETag matches (412 otherwise).",
+}
 ETAG_HEADER = {
     200: {"ETag": {"schema": {"type": "string"}, "description": "Version of the resource."}}
 }
@@ -226,6 +230,50 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     principal = current_principal()
     store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
     audit("task", "deleted", task_id)
+    return Response(status=204)
+
+
+@bp.delete("/tasks/<task_id>/turns/<turn>")
+@doc(
+    params=[TASK_ID, TURN, IF_MATCH],
+    responses={204: None, 404: "HTTPError", 412: "HTTPError", **ERRORS},
+    beyond_seed=True,
+)
+def delete_turn(task_id: str, turn: str) -> ResponseReturnValue:
+    """Delete one turn and its artifacts (owner, or project_admin and above)
+
+    The task index, the task list, project.md, search and the usage counters follow; the
+    removed text leaves the stored files too. Deleting a task's last turn deletes the task.
+    """
+    task_id, turn_no = path_task_id(task_id), path_turn(turn)
+    principal = current_principal()
+    store().delete_turn(
+        principal.scope, task_id, turn_no, only_owner=only_owner(principal), if_match=if_match()
+    )
+    return Response(status=204)
+
+
+@bp.delete("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@doc(
+    params=[TASK_ID, TURN, NAME, IF_MATCH],
+    responses={204: None, 404: "HTTPError", 412: "HTTPError", **ERRORS},
+    beyond_seed=True,
+)
+def delete_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
+    """Delete one artifact of a turn (owner, or project_admin and above)
+
+    A write of the turn: its updated_at and ETag change. The bytes leave the store.
+    """
+    task_id, turn_no, name = path_task_id(task_id), path_turn(turn), path_artifact_name(name)
+    principal = current_principal()
+    store().delete_artifact(
+        principal.scope,
+        task_id,
+        turn_no,
+        name,
+        only_owner=only_owner(principal),
+        if_match=if_match(),
+    )
     return Response(status=204)
 
 

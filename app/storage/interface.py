@@ -98,6 +98,38 @@ class TaskBackend(Protocol):
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None: ...
 
+    def delete_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one live turn with its artifacts; the last one takes its task with it.
+
+        ``only_owner`` as for delete_task; ``if_match``: the turn's ETag (PreconditionFailed
+        otherwise). Its text leaves every file (docs/guarantees.md), not only the answers.
+        """
+        ...
+
+    def delete_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one artifact of a live turn: a write of that turn (its ETag changes).
+
+        ``only_owner`` as for delete_task; ``if_match``: the artifact's ETag.
+        """
+        ...
+
     def put_artifact(
         self,
         scope: Scope,

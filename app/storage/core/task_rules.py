@@ -20,6 +20,9 @@ MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
 MAX_SUMMARY_BYTES = 1 * MiB
 MAX_PAGE = 1000
+# The refusal of a task, turn or artifact delete by a token that neither owns the task nor is
+# a project_admin (NotOwner, 403).
+NOT_OWNER = "only the task's owner or a project_admin may delete it"
 # The start of a task id (ID_PATTERN's first character, then any of the rest).
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

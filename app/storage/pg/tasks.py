@@ -50,6 +50,7 @@ from app.storage.core.quota import QuotaSource
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
+    NOT_OWNER,
     check_preconditions,
     meta_facts,
 )
@@ -69,6 +70,7 @@ from app.storage.pg.listing import (
     task_key,
     turn_row,
 )
+from app.storage.pg.removal import PgRemovals
 
 
 def _etag(updated_us: int | None) -> str | None:
@@ -99,6 +101,7 @@ class PgTaskStore:
         self.max_artifact_bytes = max_artifact_bytes
         self.retention_us = retention // timedelta(microseconds=1)
         self.artifacts = PgArtifacts(self)
+        self.removals = PgRemovals(self)
 
     def now_us(self) -> int:
         return to_us(self.clock())
@@ -460,18 +463,47 @@ class PgTaskStore:
             if task is None or live is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and task[0] != only_owner:
-                raise NotOwner("only the task's owner or a project_admin may delete it")
-            blobs = [
-                r[0]
-                for r in conn.execute(
-                    f"SELECT blob FROM artifacts WHERE {KEY}", task_key(scope, task_id)
-                )
-            ]
-            gone = pgu.task_sums(conn, task_key(scope, task_id))
-            conn.execute(f"DELETE FROM tasks WHERE {KEY}", task_key(scope, task_id))
-            self.add_tasks(conn, scope, -1)
-            pgu.add(conn, scope, **pgu.negated(gone))
+                raise NotOwner(NOT_OWNER)
+            blobs = self.drop_task(conn, scope, task_id)
         self.forget_blobs(blobs)
+
+    def drop_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> list[str]:
+        """Delete the task's rows and take them off the counters (in the caller's
+        transaction, under the task's lock); return the object keys its artifacts had."""
+        key = task_key(scope, task_id)
+        blobs = [r[0] for r in conn.execute(f"SELECT blob FROM artifacts WHERE {KEY}", key)]
+        gone = pgu.task_sums(conn, key)
+        conn.execute(f"DELETE FROM tasks WHERE {KEY}", key)
+        self.add_tasks(conn, scope, -1)
+        pgu.add(conn, scope, **pgu.negated(gone))
+        return blobs
+
+    def delete_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one live turn with its artifacts (app/storage/pg/removal.py)."""
+        self.removals.delete_turn(scope, task_id, turn, only_owner=only_owner, if_match=if_match)
+
+    def delete_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one artifact of a live turn (app/storage/pg/removal.py)."""
+        self.removals.delete_artifact(
+            scope, task_id, turn, name, only_owner=only_owner, if_match=if_match
+        )
 
     # -- artifacts (app/storage/pg/artifacts.py) --------------------------------------------
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str:

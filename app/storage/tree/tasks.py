@@ -55,6 +55,7 @@ from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, u
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
+    NOT_OWNER,
     check_preconditions,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
@@ -85,6 +86,7 @@ from app.storage.tree.records import (
     turn_row,
     write_json,
 )
+from app.storage.tree.removal import TaskRemovals
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
@@ -125,6 +127,7 @@ class TaskStore:
         )
         self.later = Later()
         self.artifacts = TaskArtifacts(self)
+        self.removals = TaskRemovals(self)
         self.digests = Digests(self)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -195,6 +198,9 @@ class TaskStore:
             usage = turn_usage(record)
         listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
+        if listing.purge_owed():
+            # A purge a reader's snapshot stopped: this write is the next chance.
+            self.removals.purge_later(scope)
 
     def section(
         self,
@@ -317,12 +323,12 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        index = self._live_index(self._task_dir_checked(scope, task_id), task_id)
+        index = self.live_index(self._task_dir_checked(scope, task_id), task_id)
         if index is None:
             raise NotFound(f"task {task_id} not found")
         return index
 
-    def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
+    def live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
         """The task's index with its live turns (None: none). An index.json removed, torn
         or edited out of shape is derived, so it is answered from the records; a write or
         fsck --repair writes it back."""
@@ -397,23 +403,45 @@ class TaskStore:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
         task_dir = self._task_dir_checked(scope, task_id)
         with self.transaction(scope, task_id) as txn, os_errors():
-            index = self._live_index(task_dir, task_id)
+            index = self.live_index(task_dir, task_id)
             if index is None:
                 raise NotFound(f"task {task_id} not found")
             if only_owner is not None and index.owner != only_owner:
-                raise NotOwner("only the task's owner or a project_admin may delete it")
+                raise NotOwner(NOT_OWNER)
             txn.begin()
             trashed = self.trash(task_dir)
             self.listing(scope).set_task(task_id, [])
         self.layout.tree.remove(trashed)
         self.usage.freed()
-        # Its text leaves the search index's file too, not only its answers (fts.py), right
-        # after the answer: the purge rewrites the project's whole index. A purge that
-        # cannot finish (an index kept busy) stays pending for the next sweep.
-        self.later.run(
-            ("purge", scope),
-            lambda: self.listing(scope).purge_search(),
-            f"purging deleted text from the search index of {scope.tenant}/{scope.project}",
+        # Its text leaves the files too, not only the answers, right after the answer
+        # (app/storage/tree/removal.py).
+        self.removals.purge_later(scope)
+
+    def delete_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one live turn with its artifacts (app/storage/tree/removal.py)."""
+        self.removals.delete_turn(scope, task_id, turn, only_owner=only_owner, if_match=if_match)
+
+    def delete_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        """Delete one artifact of a live turn (app/storage/tree/removal.py)."""
+        self.removals.delete_artifact(
+            scope, task_id, turn, name, only_owner=only_owner, if_match=if_match
         )
 
     def trash(self, directory: Path) -> Path:

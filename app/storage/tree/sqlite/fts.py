@@ -5,7 +5,8 @@ Each index (the turns' in a project's listing, the memories' in each store's ind
 
     search_docs   doc INTEGER PRIMARY KEY -> what the text belongs to (a turn, a memory)
     search_text   FTS5 (rowid = doc): the searchable text, stored, so snippets need no file
-    search_state  name -> value: 'pending' (text removed since the last purge), 'backfill'
+    search_state  name -> value: 'pending' (text removed or replaced since the last purge),
+                  'owed' (text a delete removed since then: its purge is due now), 'backfill'
 
 **Removed text leaves the file.** Deleting an FTS5 row removes it from every match at once,
 but FTS5 (SQLite 3.40 here; its ``secure-delete`` option needs 3.42) only records the
@@ -19,6 +20,11 @@ leaves freed bytes in the file and old page images in the WAL. So:
   entry, then checkpoints the WAL with TRUNCATE, so no page image with the old bytes stays
   in the WAL either. Deletes purge at once; a replaced text is counted as 'pending' and
   the next retention sweep purges it.
+
+Both marks are cleared only once a TRUNCATE checkpoint succeeded after the last merge step,
+by the count the purge saw then (a removal made meanwhile keeps its mark): a reader holding
+an old snapshot stops the truncation, and its purge is tried again by the next write, the
+sweep and fsck --repair, which also reports an 'owed' purge as text that should be gone.
 
 The filesystem's free blocks are not wiped (as for any file the service removes).
 """
@@ -50,6 +56,9 @@ _INTEGRITY = f"INSERT INTO {TEXT} ({TEXT}) VALUES ('integrity-check')"
 _SET = f"INSERT OR REPLACE INTO {STATE} VALUES (?, ?)"
 _GET = f"SELECT value FROM {STATE} WHERE name = ?"
 _BUMP = f"UPDATE {STATE} SET value = value + 1 WHERE name = 'pending'"
+# Indexes made before 'owed' existed have no row for it: the first delete adds one.
+_OWE = f"INSERT INTO {STATE} VALUES ('owed', 1) ON CONFLICT (name) DO UPDATE SET value = value + 1"
+_SETTLE = f"UPDATE {STATE} SET value = max(0, value - ?) WHERE name = ?"
 
 
 def has_schema(conn: sqlite3.Connection) -> bool:
@@ -78,15 +87,23 @@ def set_state(conn: sqlite3.Connection, name: str, value: int) -> None:
     conn.execute(_SET, (name, value))
 
 
-def removed(conn: sqlite3.Connection) -> None:
-    """Count text removed from the index (inside the write transaction that removed it)."""
+def removed(conn: sqlite3.Connection, *, owed: bool = True) -> None:
+    """Count text removed from the index (inside the write transaction that removed it);
+    ``owed`` False: replaced by new text, purged by the next sweep."""
     conn.execute(_BUMP)
+    if owed:
+        conn.execute(_OWE)
 
 
 def delete_doc(conn: sqlite3.Connection, doc: int) -> None:
     conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
     conn.execute(f"DELETE FROM {DOCS} WHERE doc = ?", (doc,))
     removed(conn)
+
+
+def owed(conn: sqlite3.Connection) -> bool:
+    """Whether text a delete removed may still be in the file or its WAL."""
+    return state(conn, "owed") > 0
 
 
 def recreate(conn: sqlite3.Connection, columns: str) -> None:
@@ -98,15 +115,18 @@ def recreate(conn: sqlite3.Connection, columns: str) -> None:
     removed(conn)
 
 
-def purge(conn: sqlite3.Connection, what: str, *, only_pending: bool = False) -> bool:
+def purge(
+    conn: sqlite3.Connection, what: str, *, only_pending: bool = False, patience: float = 1.0
+) -> bool:
     """Merge the index until no removed entry is left in it, then empty the WAL.
 
     Each merge step is its own short write transaction. Returns whether the WAL could be
-    truncated (a reader holding an old snapshot for longer than the busy timeout stops it;
-    the next purge tries again, since 'pending' is cleared only with the last step).
+    truncated; the marks are cleared only then (a reader holding an old snapshot for longer
+    than ``patience`` stops it, and the next purge tries again).
     """
-    if only_pending and not state(conn, "pending"):
+    if only_pending and not (state(conn, "pending") or state(conn, "owed")):
         return True
+    seen = (0, 0)
     while True:
         with write_txn(conn, what):
             before = conn.total_changes
@@ -114,10 +134,19 @@ def purge(conn: sqlite3.Connection, what: str, *, only_pending: bool = False) ->
             # A merge that found nothing to do changes (almost) nothing: FTS5's documented test.
             done = conn.total_changes - before < 2
             if done:
-                set_state(conn, "pending", 0)
+                seen = (state(conn, "pending"), state(conn, "owed"))
         if done:
             break
-    return checkpoint(conn)
+    if not checkpoint(conn, patience=patience):
+        return False
+    if any(seen):
+        # Only now is none of the text removed before the last merge step in the file or
+        # the WAL. This write holds no text; the WAL it leaves is emptied when it can be.
+        with write_txn(conn, what):
+            conn.execute(_SETTLE, (seen[0], "pending"))
+            conn.execute(_SETTLE, (seen[1], "owed"))
+        checkpoint(conn, patience=0.0)
+    return True
 
 
 def checkpoint(conn: sqlite3.Connection, *, patience: float = 1.0) -> bool:

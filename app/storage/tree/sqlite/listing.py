@@ -290,9 +290,16 @@ class Listing:
         """A write transaction for search maintenance."""
         return self.maintain()
 
-    def purge_search(self, *, only_pending: bool = False) -> bool:
+    def purge_search(self, *, only_pending: bool = False, patience: float = 1.0) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
-        return fts.purge(self._conn(), "listing index", only_pending=only_pending)
+        return fts.purge(
+            self._conn(), "listing index", only_pending=only_pending, patience=patience
+        )
+
+    def purge_owed(self) -> bool:
+        """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""
+        conn = self._conn()
+        return fts.has_schema(conn) and fts.owed(conn)
 
     def search_task_ids(self) -> Iterator[str]:
         """Every task id with search rows, in id order (streamed)."""

@@ -361,7 +361,7 @@ class IndexWriter(IndexReader):
                 return
             if old is not None:
                 self.conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
-                fts.removed(self.conn)
+                fts.removed(self.conn, owed=False)  # replaced: the next sweep purges it
         self.conn.execute(
             f"INSERT INTO {TEXT} (rowid, path, content) VALUES (?, ?, ?)", (doc, path, content)
         )
@@ -534,6 +534,14 @@ class StoreIndex:
             if not fts.has_schema(conn):
                 return True  # nothing indexed yet, nothing to purge
             return fts.purge(conn, "memory store index", only_pending=only_pending)
+        finally:
+            conn.close()
+
+    def purge_owed(self) -> bool:
+        """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""
+        conn = self._connect(create=False)
+        try:
+            return fts.has_schema(conn) and fts.owed(conn)
         finally:
             conn.close()
 

@@ -87,7 +87,7 @@ def put(conn: sqlite3.Connection, turn: int, text: TurnText) -> None:
             return
         if old is not None:
             conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
-            fts.removed(conn)
+            fts.removed(conn, owed=False)  # replaced: the next sweep purges it
     conn.execute(
         f"INSERT INTO {TEXT} (rowid, task_id, meta, summary) VALUES (?, ?, ?, ?)",
         (doc, text.task_id, text.meta, text.summary),

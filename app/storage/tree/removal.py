@@ -1,0 +1,216 @@
+"""Removing what a task holds on the tree: one turn, one artifact, and the purge that makes the
+removed text leave every file after the answer.
+
+A turn delete moves the turn's directory to the trash in one rename under the task's lock
+(the last live turn takes the whole task, as a task delete does), then rebuilds the task's
+derived files from the records that are left (``index.json``, the listing and search rows,
+the usage counters, the digest section). An artifact delete is a write of its turn: the
+``meta.json`` without the artifact is the commit, then the bytes and any kept previous copy
+are unlinked, then the derived files follow as for an upload.
+
+**The purge** (:meth:`TaskRemovals.purge`) runs right after the answer, in the background:
+``_project.md`` is compacted (a base that still holds a removed section is rewritten
+without it), then the listing's search index is merged and its WAL truncated
+(app/storage/tree/sqlite/fts.py). A reader holding an old snapshot (a long search, a backup)
+stops the truncation; the listing keeps its purge owed until one succeeds, and the next
+write to the project, the sweep and ``fsck --repair`` try again.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from app.storage.core.clock import iso_us
+from app.storage.core.errors import NotFound, NotOwner, StorageError
+from app.storage.core.files import os_errors
+from app.storage.core.models import TaskIndex, TurnRecord
+from app.storage.core.names import (
+    PREV_PREFIX,
+    TURN_META,
+    Scope,
+    turn_dirname,
+    validate_artifact_name,
+    validate_turn,
+)
+from app.storage.core.records import turn_to_json
+from app.storage.core.task_rules import NOT_OWNER, check_preconditions
+from app.storage.tree.background import Later
+from app.storage.tree.fs.atomic import remove_quietly
+from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.sync import commit_point
+from app.storage.tree.fs.txn import Txn
+from app.storage.tree.records import load_index, read_turn, write_json
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.usage import TreeUsage
+
+log = logging.getLogger("app.storage.tree.removal")
+
+
+class TaskParts(Protocol):
+    """What the removals need of the task engine (TaskStore): its paths, lock, counters and
+    background jobs, and the steps of a write and of a repair."""
+
+    layout: Layout
+    usage: TreeUsage
+    later: Later
+    retention_us: int
+
+    def now_us(self) -> int: ...
+
+    def transaction(self, scope: Scope, task_id: str) -> AbstractContextManager[Txn]: ...
+
+    def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
+
+    def live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None: ...
+
+    def alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None: ...
+
+    def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int: ...
+
+    def trash(self, directory: Path) -> Path: ...
+
+    def repair_task(self, scope: Scope, task_id: str) -> None: ...
+
+    def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool: ...
+
+    def write_derived(
+        self,
+        scope: Scope,
+        task_id: str,
+        task_dir: Path,
+        record: TurnRecord,
+        index: dict[str, Any] | None,
+        *,
+        summary: bool,
+    ) -> None: ...
+
+
+class TaskRemovals:
+    """The turn and artifact deletes of one tree (TaskStore's), and the purge after them."""
+
+    def __init__(self, tasks: TaskParts) -> None:
+        self.tasks = tasks
+
+    def _live_turn(
+        self, scope: Scope, task_id: str, turn: int, only_owner: str | None
+    ) -> tuple[Path, TurnRecord, int]:
+        """The task's directory, the live turn, and how many live turns the task has;
+        NotFound or NotOwner (the caller holds the task's lock)."""
+        tasks = self.tasks
+        task_dir = tasks.layout.check_inside(tasks.layout.task_dir(scope, task_id))
+        index = tasks.live_index(task_dir, task_id)
+        if index is None:
+            raise NotFound(f"task {task_id} not found")
+        turn_dir = tasks.layout.check_inside(task_dir / turn_dirname(turn) / TURN_META).parent
+        record = tasks.alive(read_turn(turn_dir), tasks.now_us())
+        if record is None:
+            raise NotFound(f"turn {turn} of task {task_id} not found")
+        if only_owner is not None and index.owner != only_owner:
+            raise NotOwner(NOT_OWNER)
+        return task_dir, record, len(index.turns)
+
+    def delete_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        validate_turn(turn)
+        tasks = self.tasks
+        with tasks.transaction(scope, task_id) as txn, os_errors():
+            task_dir, record, live = self._live_turn(scope, task_id, turn, only_owner)
+            check_preconditions(record.etag, if_match, False)
+            txn.begin()
+            if live == 1:
+                # Its last live turn: the task goes whole (expired turns the sweep has not
+                # removed yet go with it), as a task delete.
+                trashed = tasks.trash(task_dir)
+                tasks.listing(scope).set_task(task_id, [])
+            else:
+                trashed = tasks.trash(task_dir / turn_dirname(turn))
+                tasks.repair_task(scope, task_id)
+        tasks.layout.tree.remove(trashed)
+        tasks.usage.freed()
+        self.purge_later(scope)
+
+    def delete_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        *,
+        only_owner: str | None = None,
+        if_match: str | None = None,
+    ) -> None:
+        validate_turn(turn)
+        validate_artifact_name(name)
+        tasks = self.tasks
+        path = tasks.layout.check_inside(tasks.layout.artifact(scope, task_id, turn, name))
+        with tasks.transaction(scope, task_id) as txn, os_errors():
+            task_dir, record, _ = self._live_turn(scope, task_id, turn, only_owner)
+            current = next((a for a in record.artifacts if a.name == name), None)
+            if current is None:
+                raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+            check_preconditions(current.etag, if_match, False)
+            index = load_index(tasks.layout.tree, task_dir, task_id)
+            updated_us = tasks.next_updated_us(index, tasks.now_us())
+            record = replace(
+                record,
+                artifacts=tuple(a for a in record.artifacts if a.name != name),
+                updated_at=iso_us(updated_us),
+                retain_until=iso_us(updated_us + tasks.retention_us),
+                updated_us=updated_us,
+            )
+            txn.begin()
+            write_json(path.parent.parent / TURN_META, turn_to_json(record))
+            commit_point()
+            # After the commit: a writer killed before these lines leaves bytes no record
+            # names, which the task's repair (the next holder of the lock) removes.
+            remove_quietly(path)
+            remove_quietly(path.parent / f"{PREV_PREFIX}{name}")
+            tasks.write_derived(scope, task_id, task_dir, record, index, summary=False)
+        tasks.usage.freed()
+
+    # -- the purge -------------------------------------------------------------------------
+    def purge_later(self, scope: Scope) -> None:
+        """Run :meth:`purge` after the answer (one at a time per project)."""
+        self.tasks.later.run(
+            ("purge", scope),
+            lambda: self.purge(scope),
+            f"purging removed text from the files of {scope.tenant}/{scope.project}",
+        )
+
+    def purge(self, scope: Scope, *, patience: float = 1.0) -> bool:
+        """Make text removed from the project leave ``_project.md`` and the listing (its
+        search index and WAL); True when nothing of it is left on disk."""
+        tasks = self.tasks
+        listing_path = tasks.layout.listing(scope)
+        if tasks.layout.tree.lstat(listing_path) is None:
+            return True
+        listing = tasks.listing(scope)
+        if not listing.purge_owed():
+            return True
+        # The base file may hold a section that is gone: rewritten without it first, and its
+        # rows' writes then leave the WAL with the rest.
+        tasks.compact_digest(scope)
+        return listing.purge_search(patience=patience)
+
+    def purge_owed(self, scope: Scope) -> None:
+        """Retry a purge a held reader stopped (a write to the project calls this)."""
+        try:
+            owed = self.tasks.listing(scope).purge_owed()
+        except (StorageError, OSError) as exc:
+            log.warning(
+                "cannot read the purge state of %s/%s: %s", scope.tenant, scope.project, exc
+            )
+            return
+        if owed:
+            self.purge_later(scope)
