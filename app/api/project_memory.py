@@ -250,6 +250,7 @@ def delete_turn(task_id: str, turn: str) -> ResponseReturnValue:
     store().delete_turn(
         principal.scope, task_id, turn_no, only_owner=only_owner(principal), if_match=if_match()
     )
+    audit("turn", "deleted", task_id, {"turn": turn_no})
     return Response(status=204)
 
 
@@ -274,6 +275,7 @@ def delete_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         only_owner=only_owner(principal),
         if_match=if_match(),
     )
+    audit("artifact", "deleted", task_id, {"turn": turn_no, "name": name})
     return Response(status=204)
 
 

@@ -577,8 +577,61 @@ def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>")
 def turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
     """One turn: all its meta, its summary and its artifacts."""
-    record = _tasks().get_turn(_scope(), task_id, turn)
-    return render_template("console/turn.html", turn=_turn_view(record, timeline=False))
+    store = _tasks()
+    record = store.get_turn(_scope(), task_id, turn)
+    summary = _summary_or_none(store, task_id)
+    return render_template(
+        "console/turn.html",
+        turn=_turn_view(record, timeline=False),
+        may_delete=may_delete_task(_principal(), summary.owner if summary else None),
+    )
+
+
+def _deletable_turn(task_id: str, turn: int) -> Any:
+    """The turn, for a confirmation its reader may act on (its owner, or project_admin)."""
+    store = _tasks()
+    record = store.get_turn(_scope(), task_id, turn)
+    summary = _summary_or_none(store, task_id)
+    if not may_delete_task(_principal(), summary.owner if summary else None):
+        raise Forbidden("only the task's owner or a project_admin may delete it")
+    return record
+
+
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/delete")
+def confirm_delete_turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
+    """The confirmation of one turn's delete."""
+    record = _deletable_turn(task_id, turn)
+    count = len(record.artifacts)
+    return render_template(
+        "console/confirm.html",
+        title=f"Delete turn {turn} of {task_id}?",
+        text=f"Its meta, its summary and its {count} artifact{'' if count == 1 else 's'} are"
+        " removed for good, from every file the server keeps (the search index and"
+        " project.md too). If it is the task's last turn, the task goes with it. This"
+        " cannot be undone.",
+        action=_purl("delete_turn", task_id=task_id, turn=turn),
+        button="Delete turn",
+        danger=True,
+        back=_purl("turn", task_id=task_id, turn=turn),
+        fields={"if_match": record.etag},
+    )
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/delete")
+def delete_turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
+    """Delete one turn, if it is still the version the confirmation showed (its ETag)."""
+    store = _tasks()
+    store.delete_turn(
+        _scope(),
+        task_id,
+        turn,
+        only_owner=only_owner(_principal()),
+        if_match=request.form.get("if_match") or None,
+    )
+    audit.record("turn", "deleted", task_id, {"turn": turn})
+    if _summary_or_none(store, task_id) is None:  # its last turn: the task went too
+        return _redirect(_purl("tasks", deleted=task_id))
+    return _redirect(_purl("task", task_id=task_id))
 
 
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>")
@@ -600,9 +653,55 @@ def artifact(tenant: str, project: str, task_id: str, turn: int, name: str) -> R
         text = render.text_preview(head)
         if text is None:
             kind = "download"  # declared as text, holds binary
+    summary = _summary_or_none(store, task_id)
     return render_template(
-        "console/artifact.html", record=record, info=info, kind=kind, text=text, shown=shown
+        "console/artifact.html",
+        record=record,
+        info=info,
+        kind=kind,
+        text=text,
+        shown=shown,
+        may_delete=may_delete_task(_principal(), summary.owner if summary else None),
     )
+
+
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/delete")
+def confirm_delete_artifact(
+    tenant: str, project: str, task_id: str, turn: int, name: str
+) -> ResponseReturnValue:
+    """The confirmation of one artifact's delete."""
+    record = _deletable_turn(task_id, turn)
+    info = next((a for a in record.artifacts if a.name == name), None)
+    if info is None:
+        raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+    return render_template(
+        "console/confirm.html",
+        title=f"Delete {name}?",
+        text=f"The {render.size(info.size)} of {name} (turn {turn} of {task_id}) are removed for"
+        " good; the turn stays, without it. This cannot be undone.",
+        action=_purl("delete_artifact", task_id=task_id, turn=turn, name=name),
+        button="Delete artifact",
+        danger=True,
+        back=_purl("artifact", task_id=task_id, turn=turn, name=name),
+        fields={"if_match": info.etag},
+    )
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/delete")
+def delete_artifact(
+    tenant: str, project: str, task_id: str, turn: int, name: str
+) -> ResponseReturnValue:
+    """Delete one artifact, if it is still the one the confirmation showed (its ETag)."""
+    _tasks().delete_artifact(
+        _scope(),
+        task_id,
+        turn,
+        name,
+        only_owner=only_owner(_principal()),
+        if_match=request.form.get("if_match") or None,
+    )
+    audit.record("artifact", "deleted", task_id, {"turn": turn, "name": name})
+    return _redirect(_purl("turn", task_id=task_id, turn=turn))
 
 
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/raw")
