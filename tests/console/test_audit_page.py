@@ -1,9 +1,9 @@
 """The audit view of a project: who created, changed, redacted or deleted what, and when.
 
-Memory events come from the versions (their actors), task creations from the tasks' owners,
-and the rest (console sign-ins, token changes, deletions, store and limit changes) from the
-events the service records as it acts. Newest first, filtered by actor and kind, paged both
-ways; project_admins and above only. On every backend.
+Events recorded by the APIs and the console as they act: task and memory changes through
+the APIs, console sign-ins, token changes, redactions and deletions through the console.
+Newest first, filtered by actor and kind, paged both ways; project_admins and above only.
+On every backend.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import FixedClock, Tokens
 
-from .conftest import API, Browser, put_turn
+from .conftest import API, Browser, link, put_turn, text
 
 pytestmark = pytest.mark.all_backends
 
@@ -25,17 +25,8 @@ STORES = "/v1/memory_stores"
 _ROW = re.compile(r'<tr data-kind="([a-z_]+)" data-action="([a-z_]+)" data-actor="([^"]*)"')
 
 
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
-
-
 def rows(page: str) -> list[tuple[str, str, str]]:
     return _ROW.findall(page)
-
-
-def link(page: str, rel: str) -> str | None:
-    found = re.search(rf'href="([^"]+)" rel="{rel}"', page)
-    return found.group(1).replace("&amp;", "&") if found else None
 
 
 @pytest.fixture

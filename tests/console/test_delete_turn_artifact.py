@@ -4,8 +4,6 @@ the removed text leaves every file of the storage root. On every backend."""
 
 from __future__ import annotations
 
-import html
-import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -17,22 +15,12 @@ from flask.testing import FlaskClient
 from app.storage import Scope
 from tests.conftest import Tokens
 
-from .conftest import API, Browser, put_turn
+from .conftest import API, Browser, hidden, put_turn, text
 
 pytestmark = pytest.mark.all_backends
 
 WEB = "/console/p/acme/web"
 LEAK_TURN, LEAK_FILE = "LEAKED-TURN-5d1e", "LEAKED-FILE-9a3c"
-
-
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
-
-
-def hidden(page: str, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', page)
-    assert found, f"no field {name}"
-    return html.unescape(found.group(1))
 
 
 @pytest.fixture

@@ -15,22 +15,12 @@ from flask.testing import FlaskClient
 
 from tests.conftest import Tokens
 
-from .conftest import Browser
+from .conftest import Browser, hidden, text
 
 pytestmark = pytest.mark.all_backends
 
 WEB = "/console/p/acme/web"
 STORES = "/v1/memory_stores"
-
-
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
-
-
-def hidden(page: str, name: str) -> str:
-    found = re.search(rf'name="{name}" value="([^"]*)"', page)
-    assert found, f"no field {name}"
-    return html.unescape(found.group(1))
 
 
 def textarea(page: str, name: str = "content") -> str:

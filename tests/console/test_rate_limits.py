@@ -4,16 +4,13 @@ RateLimit, RateLimit-Policy) on the console's own error page."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
-from app import create_app
-from tests.conftest import FixedClock, Tokens
+from tests.conftest import Tokens
 
 from .conftest import API, Browser
 
@@ -23,23 +20,9 @@ LIMITS = {"RATE_LIMIT_RPS": 0.001, "RATE_LIMIT_BURST": BURST}  # no refill withi
 
 
 @pytest.fixture
-def app(tmp_path: Path, clock: FixedClock, backend_config: dict[str, Any]) -> Iterator[Flask]:
-    """The conftest's app, with every project held to BURST requests."""
-    application = create_app(
-        {
-            "TESTING": True,
-            "STORAGE_ROOT": str(tmp_path / "root"),
-            "TOKENS_FILE": str(tmp_path / "tokens.json"),
-            "CLOCK": clock,
-            "LOCK_TIMEOUT": 5.0,
-            "THREADS": 4,
-            **LIMITS,
-            **backend_config,
-        }
-    )
-    yield application
-    application.extensions["traffic"].close()
-    application.extensions["storage"].close()
+def app_overrides() -> dict[str, Any]:
+    """Every project held to BURST requests."""
+    return LIMITS
 
 
 def api_status(client: FlaskClient, tokens: Tokens, who: str) -> int:

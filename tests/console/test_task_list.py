@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from tests.conftest import FixedClock, Tokens
 
-from .conftest import API, Browser, put_turn
+from .conftest import API, Browser, link, put_turn, text
 
 pytestmark = pytest.mark.all_backends
 
@@ -19,17 +19,8 @@ WEB = "/console/p/acme/web"
 _ROW = re.compile(r'<a href="/console/p/acme/web/tasks/([^"/]+)">')
 
 
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
-
-
 def listed(page: str) -> list[str]:
     return _ROW.findall(page)
-
-
-def link(page: str, rel: str) -> str | None:
-    found = re.search(rf'href="([^"]+)" rel="{rel}"', page)
-    return found.group(1).replace("&amp;", "&") if found else None
 
 
 def walk(browser: Browser, url: str) -> tuple[list[list[str]], list[str]]:

@@ -18,17 +18,13 @@ from flask.testing import FlaskClient
 
 from tests.conftest import Tokens
 
-from .conftest import API, Browser
+from .conftest import API, Browser, text
 
 pytestmark = pytest.mark.all_backends
 
 WEB = "/console/p/acme/web"
 TENANT = "/console/t/acme"
 _SECRET = re.compile(r"pm_[A-Za-z0-9_-]{20,}")
-
-
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
 
 
 def token_ids(page: str) -> set[str]:

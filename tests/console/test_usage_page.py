@@ -14,15 +14,11 @@ from flask.testing import FlaskClient
 from app.storage import Scope
 from tests.conftest import Tokens
 
-from .conftest import API, Browser, put_turn
+from .conftest import API, Browser, put_turn, text
 
 pytestmark = pytest.mark.all_backends
 
 WEB = "/console/p/acme/web"
-
-
-def text(r: object) -> str:
-    return r.get_data(as_text=True)  # type: ignore[attr-defined, no-any-return]
 
 
 def svgs(page: str) -> list[str]:
