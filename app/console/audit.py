@@ -1,9 +1,9 @@
 """The audit view of a project: who created, changed, redacted or deleted what, and when.
 
-The storage interface merges what the records already say (each memory version's actor,
-each task's owner and creation) with the events the console and the APIs record as they act
-(sign-ins, token and limit changes, deletions): app/storage's ``audit``. Newest first,
-filtered by actor and kind, paged both ways. project_admin and above: it names tokens.
+The events the APIs and the console record as they act (app/services/audit.py): creations,
+changes, redactions and deletions, sign-ins, token and limit changes, each with the token
+that made it. Newest first, filtered by actor and kind, paged both ways; project_admin and
+above only, for it names tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from werkzeug.exceptions import Forbidden
 from app.console.base import arg, bp, int_arg, principal, purl, scope, signed_in, storage
 from app.services import audit as audit_service
 from app.storage import InvalidName
-from app.storage.core.audit import KINDS
+from app.storage.core.audit import KEEP_DAYS, KINDS
 from app.web.permissions import ADMIN_ROLE
 
 PER_PAGE = 50
@@ -82,6 +82,7 @@ def audit(tenant: str, project: str) -> ResponseReturnValue:
         actor=actor or "",
         kind=kind or "",
         kinds=KINDS,
+        keep_days=KEEP_DAYS,
         error=error,
         next_url=purl("audit", after=page.next_cursor, **keep)
         if page and page.next_cursor

@@ -66,7 +66,7 @@ def bars(
             base -= tall
             parts.append(
                 f'<rect class="{escape(s.css)}" x="{_num(i * step)}" y="{_num(base)}"'
-                f' width="{_num(max(0.5, step - gap))}" height="{_num(tall)}"'
+                f' width="{_num(max(2.0, step - gap))}" height="{_num(tall)}"'
                 f' data-{escape(s.name)}="{value}"><title>{escape(slot)}:'
                 f" {escape(s.label(value))}</title></rect>"
             )
