@@ -38,6 +38,7 @@ from app.console.base import (
     turl,
 )
 from app.services.usage_report import quota_json
+from app.storage import InvalidName
 from app.storage.core.limits import QuotaOverride, RateOverride, format_bytes, parse_bytes
 from app.storage.core.tokens import ROLES, Token, role_rank
 from app.web.permissions import ADMIN_ROLE
@@ -168,9 +169,13 @@ def _create(
         )
     except PermissionError as exc:
         raise Forbidden(str(exc)) from None
+    except InvalidName as exc:  # a project that is no id
+        return _form_error(form, f"{exc.field}: {exc.message}"), 422
     except ValueError as exc:  # FormError, and what the registry's own rules refuse
         return _form_error(form, str(exc)), 422
-    audit.record("token", "created", made.id, {"role": made.role, "name": made.name})
+    audit.record(
+        "token", "created", made.id, {"role": made.role, "name": made.name}, project=made.project
+    )
     return _made(made, secret, back)
 
 

@@ -125,6 +125,8 @@ def test_a_tenant_admin_manages_the_whole_tenant(
     (token_id,) = token_ids(text(made)) - set(tokens.ids.values())
     found = app.extensions["token_registry"].get(token_id)
     assert (found.role, found.tenant, found.project) == ("project_admin", "acme", "mobile")
+    bad = browser.post(f"{TENANT}/tokens/new", {"role": "reader", "project": "no such/id"})
+    assert bad.status_code == 422 and "project" in text(bad)
     tenant_wide = browser.post(f"{TENANT}/tokens/new", {"role": "reader", "project": ""})
     (wide_id,) = token_ids(text(tenant_wide)) - set(tokens.ids.values()) - {token_id}
     assert app.extensions["token_registry"].get(wide_id).project is None
