@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.storage import InvalidName, Scope
+from app.storage.core import task_list
 from app.storage.core.models import TaskFilter
 from app.storage.core.task_list import SORT_KEYS, TaskOrder
 from app.storage.tree.retention import sweep
@@ -192,3 +193,30 @@ def test_every_order_reads_its_index_in_page_order(
     assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan) or (
         sort == "task_id"
     ), plan
+
+
+def test_a_substring_of_few_values_is_an_index_lookup(project: TaskStore, scope: Scope) -> None:
+    params: dict[str, object] = {"now": 0, "limit": 51}
+    values = {"model": ["opus", "opus-4"]}
+    where = "t.retain_until_us > :now" + filter_terms(TaskFilter(model="opus"), params, values)
+    plan = [
+        row[3]
+        for row in project.listing(scope)
+        ._conn()
+        .execute(f"EXPLAIN QUERY PLAN SELECT count(*) FROM tasks t WHERE {where}", params)  # noqa: S608
+    ]
+    assert any("INDEX tasks_model (model=?)" in step for step in plan), plan
+
+
+@pytest.mark.parametrize("scan", [1, 1000])
+def test_substrings_find_the_same_whether_resolved_to_values_or_walked(
+    project: TaskStore, scope: Scope, monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    # 1: more distinct models than are read, so each row is tested; 1000: resolved to values.
+    monkeypatch.setattr(task_list, "DISTINCT_SCAN", scan)
+    assert ids(project, scope, model="PU") == ["build-2", "build-1"]
+    assert ids(project, scope, model="a") == ["docs", "build-10"]
+    assert ids(project, scope, agent_id="C") == ["docs", "build-2", "build-1"]
+    assert ids(project, scope, model="zz") == []
+    page = project.list_tasks(scope, model="o")
+    assert page.matched == 2 and page.total == 6

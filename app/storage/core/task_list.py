@@ -25,7 +25,7 @@ from typing import Any
 from app.storage.core.clock import iso_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName
-from app.storage.core.models import TaskPage, TaskSummary
+from app.storage.core.models import TaskFilter, TaskPage, TaskSummary
 from app.storage.core.names import Scope, validate_id
 from app.storage.core.task_rules import scope_tag
 
@@ -221,3 +221,41 @@ def summary(row: Sequence[Any]) -> TaskSummary:
 
 def _typed(key: list[Any]) -> list[Any]:
     return [v if isinstance(v, str) else int(v) for v in key]
+
+
+# A substring is turned into the values that hold it when a column holds few distinct values
+# (models, agents): then the filter is an index lookup (``IN``) and a count of the matches
+# reads index entries only. A column with more distinct values than DISTINCT_SCAN, or a
+# substring that more than MAX_VALUES of them hold, is tested on each row instead.
+DISTINCT_SCAN = 1000
+MAX_VALUES = 64
+
+
+def values_holding(distinct: Sequence[str], found: str, *, complete: bool) -> list[str] | None:
+    """The values of ``distinct`` (every value of a column when ``complete``) that hold the
+    needle ``found``; None when they cannot stand for the substring (too many, or a column
+    with more values than were read)."""
+    if not complete:
+        return None
+    holding = [v for v in distinct if found in v.translate(_ASCII_LOWER)]
+    return holding if len(holding) <= MAX_VALUES else None
+
+
+def substring_values(
+    only: TaskFilter, distinct: Callable[[str, int], list[str]]
+) -> dict[str, list[str]]:
+    """The stored values each substring filter of ``only`` stands for, for each column that
+    holds few enough distinct values to list; ``distinct(column, limit)`` reads up to
+    ``limit`` of a column's distinct values."""
+    found: dict[str, list[str]] = {}
+    for column, value in (("model", only.model), ("agent_id", only.agent_id)):
+        wanted = needle(value)
+        if wanted is None:
+            continue
+        values = distinct(column, DISTINCT_SCAN + 1)
+        holding = values_holding(
+            values[:DISTINCT_SCAN], wanted, complete=len(values) <= DISTINCT_SCAN
+        )
+        if holding is not None:
+            found[column] = holding
+    return found

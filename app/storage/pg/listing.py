@@ -11,8 +11,11 @@ them, and falls back to the live turns only for a task one of whose turns has ex
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import psycopg
 
 from app.storage.core.models import (
     ArtifactInfo,
@@ -120,9 +123,14 @@ def artifact_row(row: tuple[Any, ...]) -> tuple[int, ArtifactInfo, str]:
     return int(turn), ArtifactInfo(name, content_type, int(size), sha256, updated_at), blob
 
 
-def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
+def filter_terms(
+    only: TaskFilter,
+    params: dict[str, object],
+    values: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     """The WHERE terms of ``only``, its values added to ``params``. The prefix and the exit
-    code are index ranges; a substring of a model or agent is tested on each row the page's
+    code are index ranges; a model or agent substring is an index lookup of the ``values``
+    that hold it when they are given (core/task_list.py), else a test on each row the page's
     order walks. The stored columns are those of the task's highest turn; once a turn has
     expired (until the sweeper drops it) the highest live turn's value is checked as well."""
     where = ""
@@ -131,14 +139,38 @@ def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
         params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
         found = needle(value)
-        if found is not None:
-            # Under the "C" collation lower() changes ASCII letters only, as SQLite's does
-            # (core/task_list.py): both engines find the same tasks.
+        if found is None:
+            continue
+        exact = None if values is None else values.get(column)
+        if exact is not None:
+            params[f"{column}_in"] = list(exact)
             where += (
-                f' AND strpos(lower(t.{column} COLLATE "C"), %({column})s) > 0'
-                f' AND strpos(lower(({live(column)}) COLLATE "C"), %({column})s) > 0'
+                f" AND t.{column} = ANY(%({column}_in)s)"
+                f" AND ({live(column)}) = ANY(%({column}_in)s)"
             )
-            params[column] = found
+            continue
+        # Under the "C" collation lower() changes ASCII letters only, as SQLite's does
+        # (core/task_list.py): both engines find the same tasks.
+        where += (
+            f' AND strpos(lower(t.{column} COLLATE "C"), %({column})s) > 0'
+            f' AND strpos(lower(({live(column)}) COLLATE "C"), %({column})s) > 0'
+        )
+        params[column] = found
     if only.failed:
         where += f" AND t.exit_code <> 0 AND ({live('exit_code')}) <> 0"
     return where
+
+
+def distinct_values(
+    conn: psycopg.Connection[Any], scope: Scope, column: str, limit: int
+) -> list[str]:
+    """Up to ``limit`` distinct values of a project's tasks ``column``, each one index seek
+    (tasks_model / tasks_agent, skipped value to value)."""
+    of = "tenant = %(tenant)s AND project = %(project)s"
+    rows = conn.execute(
+        f"WITH RECURSIVE v(x) AS (SELECT min({column}) FROM tasks WHERE {of} UNION ALL"
+        f" SELECT (SELECT min({column}) FROM tasks WHERE {of} AND {column} > v.x) FROM v"
+        " WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL LIMIT %(limit)s",
+        {"tenant": scope.tenant, "project": scope.project, "limit": limit},
+    ).fetchall()
+    return [r[0] for r in rows]

@@ -391,7 +391,7 @@ ALTER TABLE tokens ADD COLUMN console_signed_out_at text;
     ),
     (
         6,
-        "tasks: their bytes, ordered by size and by turn count; model and agent match substrings",
+        "tasks: their bytes; the task list ordered by size and by turn count",
         """
 ALTER TABLE tasks ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
 UPDATE tasks t SET bytes =
@@ -399,8 +399,6 @@ UPDATE tasks t SET bytes =
      WHERE u.tenant = t.tenant AND u.project = t.project AND u.task_id = t.task_id)
     + (SELECT coalesce(sum(a.size), 0) FROM artifacts a
        WHERE a.tenant = t.tenant AND a.project = t.project AND a.task_id = t.task_id);
-DROP INDEX tasks_model;
-DROP INDEX tasks_agent;
 CREATE INDEX tasks_size ON tasks (tenant, project, bytes DESC, task_id DESC);
 CREATE INDEX tasks_turns ON tasks (tenant, project, turn_count DESC, task_id DESC);
 """,

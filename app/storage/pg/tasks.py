@@ -47,7 +47,7 @@ from app.storage.core.names import (
     validate_turn,
 )
 from app.storage.core.quota import QuotaSource
-from app.storage.core.task_list import TaskOrder
+from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     NOT_OWNER,
@@ -66,6 +66,7 @@ from app.storage.pg.listing import (
     TURN_COLUMNS,
     TurnRow,
     artifact_row,
+    distinct_values,
     filter_terms,
     task_key,
     turn_row,
@@ -403,11 +404,12 @@ class PgTaskStore:
         }
         where = "t.tenant = %(tenant)s AND t.project = %(project)s AND t.retain_until_us > %(now)s"
         only = TaskFilter(prefix, model or None, agent_id or None, failed)
-        filters = filter_terms(only, params)
         keyset = ""
         if key is not None:
             keyset = order.keyset(key, params, backward=backward, mark=lambda n: f"%({n})s")
         with self.db.snapshot("listing") as conn:
+            exact = substring_values(only, lambda c, n: distinct_values(conn, scope, c, n))
+            filters = filter_terms(only, params, exact)
             rows = conn.execute(
                 f"{PAGE_COLUMNS} WHERE {where}{filters}{keyset}"
                 f" ORDER BY {order.order_by(backward=backward)} LIMIT %(limit)s",

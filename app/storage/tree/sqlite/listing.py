@@ -25,7 +25,7 @@ from typing import Any
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
 from app.storage.core.models import TaskFilter
-from app.storage.core.task_list import TaskOrder
+from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -37,6 +37,7 @@ from app.storage.tree.sqlite.listing_sql import (
     STALE,
     TURN_VALUES,
     TurnRow,
+    distinct_values,
     filter_terms,
     migrate,
     set_task,
@@ -329,12 +330,18 @@ class Listing:
         (a walk over the matches, which a filter of a substring reads in any case)."""
         params: dict[str, object] = {"now": now_us, "limit": limit}
         where = "t.retain_until_us > :now"
-        filters = "" if only is None else filter_terms(only, params)
         keyset = ""
         if key is not None:
             keyset = order.keyset(key, params, backward=backward, mark=lambda n: f":{n}")
         source = PAGE_COLUMNS
         with self.read() as conn:
+            filters = ""
+            if only is not None:
+                filters = filter_terms(
+                    only,
+                    params,
+                    substring_values(only, lambda c, n: distinct_values(conn, c, n)),
+                )
             if (
                 order.sort == "updated"
                 and only is not None

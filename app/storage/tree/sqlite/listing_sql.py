@@ -13,7 +13,7 @@ for a task one of whose turns has expired (until the sweeper removes the expired
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.storage.core.digest import Section
@@ -105,11 +105,13 @@ STALE = "SELECT task_id FROM tasks WHERE " + " OR ".join(
     f"{column} IS NOT ({sub})" for column, _, sub in _AGGREGATES
 )
 # The console's filters and orders: exit_code <> 0 has a partial index in the page order
-# (NULL, unknown, is left out); model and agent match substrings, tested on the rows a page
-# walks, so the exact-value indexes of version 5 go.
+# (NULL, unknown, is left out); model and agent substrings resolve to values through theirs.
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS tasks_failed ON tasks (updated_us DESC, task_id DESC)"
     " WHERE exit_code <> 0",
+    # The distinct models and agents a substring filter resolves to (core/task_list.py).
+    "CREATE INDEX IF NOT EXISTS tasks_model ON tasks (model, updated_us DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, updated_us DESC, task_id DESC)",
     # The other orders of a page (the task id's is the primary key's).
     "CREATE INDEX IF NOT EXISTS tasks_size ON tasks (bytes DESC, task_id DESC)",
     "CREATE INDEX IF NOT EXISTS tasks_turns ON tasks (turn_count DESC, task_id DESC)",
@@ -143,10 +145,15 @@ PAGE_COLUMNS = (
 TURN_VALUES = ", ".join("?" * 8)
 
 
-def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
+def filter_terms(
+    only: TaskFilter,
+    params: dict[str, object],
+    values: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     """The WHERE terms of ``only``, its values added to ``params``. The prefix and the exit
-    code are index ranges; a substring of a model or agent is tested on each row the page's
-    order walks.
+    code are index ranges; a model or agent substring is an index lookup of the ``values``
+    that hold it when they are given (core/task_list.py), else a test on each row the
+    page's order walks.
 
     The stored columns are those of the task's highest turn; once a turn has expired (until
     the sweeper drops it) the highest live turn's value is checked as well.
@@ -158,17 +165,37 @@ def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
         params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
         found = needle(value)
-        if found is not None:
-            # A substring of the value, ASCII letters in any case: SQLite's lower() and
-            # instr() work on exactly those (core/task_list.py).
-            where += (
-                f" AND instr(lower(t.{column}), :{column}) > 0"
-                f" AND instr(lower({_live(column)}), :{column}) > 0"
-            )
-            params[column] = found
+        if found is None:
+            continue
+        exact = None if values is None else values.get(column)
+        if exact is not None:
+            names = [f"{column}_{i}" for i in range(len(exact))]
+            params.update(zip(names, exact, strict=True))
+            listed = ", ".join(f":{n}" for n in names) or "NULL"
+            where += f" AND t.{column} IN ({listed}) AND ({_live(column)}) IN ({listed})"
+            continue
+        # A substring of the value, ASCII letters in any case: SQLite's lower() and instr()
+        # work on exactly those (core/task_list.py).
+        where += (
+            f" AND instr(lower(t.{column}), :{column}) > 0"
+            f" AND instr(lower({_live(column)}), :{column}) > 0"
+        )
+        params[column] = found
     if only.failed:
         where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
     return where
+
+
+def distinct_values(conn: sqlite3.Connection, column: str, limit: int) -> list[str]:
+    """Up to ``limit`` distinct values of a tasks ``column``, each one index seek (the
+    column's index, skipped value to value)."""
+    rows = conn.execute(
+        f"WITH RECURSIVE v(x) AS (SELECT min({column}) FROM tasks UNION ALL"
+        f" SELECT (SELECT min({column}) FROM tasks WHERE {column} > v.x) FROM v"
+        " WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -200,8 +227,6 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute(RECOMPUTE)
         for statement in _INDEXES:
             conn.execute(statement)
-        for name in ("tasks_model", "tasks_agent"):
-            conn.execute(f"DROP INDEX IF EXISTS {name}")
         conn.execute(f"PRAGMA user_version = {VERSION}")
 
 
