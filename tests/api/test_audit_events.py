@@ -77,3 +77,25 @@ def test_an_unwritable_log_does_not_fail_the_change(
     r = client.put(f"{API}/tasks/t/turns/0", json={"summary_md": "a"}, headers=w)
     assert r.status_code == 200
     assert client.get(f"{API}/tasks/t", headers=w).status_code == 200
+
+
+def test_the_memory_tool_records_its_writes_not_its_reads_or_failures(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    w = tokens.headers("writer")
+    sid = client.post(STORES, json={"name": "s"}, headers=w).get_json()["id"]
+    tool = f"/v1/memory_stores/{sid}/memory_tool"
+    for body in (
+        {"command": "create", "path": "/memories/a.md", "file_text": "one"},
+        {"command": "view", "path": "/memories"},
+        {"command": "str_replace", "path": "/memories/a.md", "old_str": "one", "new_str": "two"},
+        {"command": "str_replace", "path": "/memories/a.md", "old_str": "absent", "new_str": "x"},
+        {"command": "delete", "path": "/memories/a.md"},
+    ):
+        assert client.post(tool, json=body, headers=w).status_code == 200
+    got = [(k, a, s) for k, a, _, s in events(app) if k == "memory"]
+    assert got == [
+        ("memory", "written", sid),
+        ("memory", "modified", sid),
+        ("memory", "deleted", sid),
+    ]
