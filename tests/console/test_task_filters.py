@@ -122,7 +122,7 @@ def test_a_dense_prefix_walks_the_page_order_and_answers_the_same(
         store.put_turn(scope, f"{'ab'[i % 2]}{i:03d}", 0, meta={}, summary_md="")
         clock.advance(seconds=1)
     sparse = [ids(store, scope, prefix=p) for p in ("a", "b0", "a01", "c")]
-    monkeypatch.setattr(listing_mod, "_DENSE_PREFIX", 3)
+    monkeypatch.setattr(listing_mod, "_DENSE_MATCHES", 3)
     assert [ids(store, scope, prefix=p) for p in ("a", "b0", "a01", "c")] == sparse
     assert sparse[0] == [f"a{i:03d}" for i in range(28, -1, -2)]
 
@@ -220,3 +220,18 @@ def test_substrings_find_the_same_whether_resolved_to_values_or_walked(
     assert ids(project, scope, model="zz") == []
     page = project.list_tasks(scope, model="o")
     assert page.matched == 2 and page.total == 6
+
+
+@pytest.mark.parametrize("sort", list(SORT_KEYS))
+def test_a_dense_filter_walks_each_order_and_answers_the_same(
+    store: TaskStore, scope: Scope, clock: FixedClock, monkeypatch: pytest.MonkeyPatch, sort: str
+) -> None:
+    for i in range(30):
+        meta = {"model": f"m-{i % 3}", "agent_id": f"a{i % 4}", "exit_code": i % 2}
+        store.put_turn(scope, f"t{(i * 7) % 30:03d}", 0, meta=meta, summary_md="x" * i)
+        clock.advance(seconds=1)
+    filters = [{"model": "M-"}, {"model": "1", "failed": True}, {"agent_id": "A"}, {}]
+    sparse = [ids(store, scope, sort=sort, **f) for f in filters]
+    monkeypatch.setattr(listing_mod, "_DENSE_MATCHES", 3)
+    assert [ids(store, scope, sort=sort, **f) for f in filters] == sparse
+    assert len(sparse[0]) == 30 and len(sparse[2]) == 30

@@ -44,10 +44,17 @@ from app.storage.tree.sqlite.listing_sql import (
 )
 from app.storage.tree.sqlite.turn_search import TurnText
 
-# A prefix matching more tasks than this is walked in page order (tasks_recent) rather than
-# read as a key range and sorted: the range costs O(matches), the walk O(page * tasks /
-# matches) when the matches are spread through time; a page reads a few thousand rows.
-_DENSE_PREFIX = 2000
+# Filters matching more tasks than this are walked in page order (the order's index) rather
+# than read through the filter's index and sorted: the range costs O(matches), the walk
+# O(page * tasks / matches) when the matches are spread through the order; a page reads a few
+# thousand rows at most.
+_DENSE_MATCHES = 2000
+_WALK = {
+    "updated": " INDEXED BY tasks_recent",
+    "task_id": " NOT INDEXED",  # the table itself is in task id order (WITHOUT ROWID)
+    "size": " INDEXED BY tasks_size",
+    "turns": " INDEXED BY tasks_turns",
+}
 
 
 class _Connections(threading.local):
@@ -342,19 +349,15 @@ class Listing:
                     params,
                     substring_values(only, lambda c, n: distinct_values(conn, c, n)),
                 )
-            if (
-                order.sort == "updated"
-                and only is not None
-                and only.prefix
-                and not (only.model or only.agent_id or only.failed)
-            ):
-                (matches,) = conn.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE task_id >= :lo"
-                    " AND task_id < :hi LIMIT :dense)",
-                    {**params, "dense": _DENSE_PREFIX},
+            matched = None
+            if filters:
+                (matched,) = conn.execute(
+                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
                 ).fetchone()
-                if matches >= _DENSE_PREFIX:
-                    source += " INDEXED BY tasks_recent"
+                if matched >= _DENSE_MATCHES:
+                    # Many matches: walking the order's index finds a page's worth of them
+                    # after a few rows each, where the filter's index would sort them all.
+                    source += _WALK[order.sort]
             rows = conn.execute(
                 f"{source} WHERE {where}{filters}{keyset}"
                 f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
@@ -365,11 +368,6 @@ class Listing:
             (expired,) = conn.execute(
                 "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
             ).fetchone()
-            matched = None
-            if filters:
-                (matched,) = conn.execute(
-                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
-                ).fetchone()
         return rows, count - expired, matched
 
     def task_row(self, now_us: int, task_id: str) -> tuple[Any, ...] | None:
