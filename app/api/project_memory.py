@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint, current_app, request
@@ -31,6 +32,7 @@ from app.api.docs import doc
 from app.schemas import project_memory as s, usage as us
 from app.services import usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
+from app.storage.core.clock import parse_iso_us
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
@@ -41,6 +43,7 @@ from app.web.errors import validation_error
 from app.web.permissions import only_owner
 
 PREFIX = "/sandbox/memory/v1"
+DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
 # project.md with changes spliced in is copied through the worker (an unchanged one goes
 # by sendfile): in pieces this big, the per-piece overhead is noise next to the copy.
 DIGEST_CHUNK = 256 * 1024
@@ -165,18 +168,74 @@ def _not_modified(etag: str) -> Response:
 
 
 @bp.get("/project.md")
-@doc(responses={200: ("text/markdown", {"type": "string"}), **ERRORS})
+@doc(
+    params=[
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": "Beyond the seed's API: only the newest `limit` sections (the"
+            " title, then the first `limit` sections of the whole body, byte for byte).",
+            "schema": {"type": "integer", "minimum": 1, "maximum": DIGEST_MAX_LIMIT},
+            "x-beyond-seed": True,
+        },
+        {
+            "name": "since",
+            "in": "query",
+            "required": False,
+            "description": "Beyond the seed's API: only the sections of tasks updated at"
+            " this time or later: ISO 8601 (UTC when it names no offset; encode '+' as %2B)"
+            " or seconds since the epoch.",
+            "schema": {"type": "string"},
+            "x-beyond-seed": True,
+        },
+    ],
+    responses={200: ("text/markdown", {"type": "string"}), **ERRORS},
+)
 def get_project_md() -> ResponseReturnValue:
-    """Project digest: one section per task with its latest summary"""
-    file, size = store().open_digest(current_principal().scope)
+    """Project digest: one section per task with its latest summary
+
+    With `limit` or `since` (beyond the seed's API), the start of it: it costs what it
+    returns, however many tasks the project has.
+    """
+    scope = current_principal().scope
+    limit = query_int("limit", 0, 1, DIGEST_MAX_LIMIT) if "limit" in request.args else None
+    since = _since_us(request.args.get("since"))
+    file: Any
+    size: int | None
+    if limit is None and since is None:
+        file, size = store().open_digest(scope)
+    else:
+        file, size = store().open_digest_head(scope, limit=limit, since_us=since)
     response = Response(
         wrap_file(request.environ, file, DIGEST_CHUNK),
         mimetype="text/markdown",
         direct_passthrough=True,
     )
-    response.content_length = size
+    if size is not None:  # a head's length is known once it is read: sent chunked
+        response.content_length = size
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+_EPOCH = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
+
+
+def _since_us(raw: str | None) -> int | None:
+    """``since`` as microseconds since the epoch: ISO 8601 or epoch seconds (else 422)."""
+    if raw is None:
+        return None
+    if _EPOCH.fullmatch(raw):
+        return int(round(float(raw) * 1_000_000))
+    try:
+        return parse_iso_us(raw)
+    except (ValueError, OverflowError):
+        raise validation_error(
+            ["query", "since"],
+            "Input should be an ISO 8601 time or seconds since the epoch",
+            "value_error",
+            raw[:200],
+        ) from None
 
 
 @bp.get("/tasks")

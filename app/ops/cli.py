@@ -371,7 +371,7 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
     click.echo(f"{_where(tenant, project)}: {state}")
 
 
-# -- usage and quotas (app/storage/core/usage.py) ---------------------------------------------------
+# -- usage and quotas (app/storage/core/usage.py) ----------------------------------------------
 @click.command("usage")
 @with_appcontext
 @click.option("--tenant", default=None, help="Only this tenant (default: every tenant).")

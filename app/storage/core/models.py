@@ -7,6 +7,17 @@ from datetime import timedelta
 from typing import Any, BinaryIO
 
 
+def artifact_etag(sha256: str) -> str:
+    """An artifact's entity tag: the SHA-256 of its bytes, quoted."""
+    return f'"{sha256}"'
+
+
+def turn_etag(updated_us: int) -> str:
+    """A turn's entity tag: its ``updated_us``, strictly increasing per task (the task's
+    writes are serialized), so it names one version of the turn."""
+    return f'"t{updated_us}"'
+
+
 @dataclass(frozen=True, slots=True)
 class ArtifactInfo:
     name: str
@@ -17,7 +28,7 @@ class ArtifactInfo:
 
     @property
     def etag(self) -> str:
-        return f'"{self.sha256}"'
+        return artifact_etag(self.sha256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +48,7 @@ class TurnRecord:
 
     @property
     def etag(self) -> str:
-        return f'"t{self.updated_us}"'
+        return turn_etag(self.updated_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +113,6 @@ class ArtifactStream:
     info: ArtifactInfo
     file: BinaryIO
     size: int
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDeletion:
-    task_id: str
-    owner: str | None
 
 
 @dataclass(slots=True)

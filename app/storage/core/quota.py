@@ -1,4 +1,4 @@
-"""The quotas in force and the free-space floor (app/storage/core/usage.py says what they bound)."""
+"""The quotas in force and the free-space floor (core/usage.py says what they bound)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,10 @@ import json
 import re
 from typing import Any
 
+from app.storage.core.clock import iso_us
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.names import Scope
+from app.storage.core.models import ArtifactInfo, TurnRecord
+from app.storage.core.names import Scope, validate_id, validate_turn
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -27,12 +29,15 @@ NOT_OWNER = "only the task's owner or a project_admin may delete it"
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def check_turn(meta: dict[str, Any], summary_md: str) -> bytes:
-    """The summary's UTF-8 bytes, once ``meta`` and ``summary_md`` are known to be storable.
+def check_turn(task_id: str, turn: int, meta: dict[str, Any], summary_md: str) -> bytes:
+    """The summary's UTF-8 bytes, once the turn's address and ``meta`` and ``summary_md``
+    are known to be storable.
 
     What cannot be stored as UTF-8 JSON (lone surrogates, NaN, sets, ...) is refused before
     the first write: failing inside the transaction would leave a task skeleton behind.
     """
+    validate_id("task_id", task_id)
+    validate_turn(turn)
     try:
         summary = summary_md.encode("utf-8")
     except UnicodeEncodeError:
@@ -44,6 +49,42 @@ def check_turn(meta: dict[str, Any], summary_md: str) -> bytes:
     if len(summary) > MAX_SUMMARY_BYTES:
         raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
     return summary
+
+
+def next_updated_us(last_us: int, now_us: int) -> int:
+    """The ``updated_us`` of a task's next write, after its latest ``last_us`` (0: a new
+    task): strictly increasing per task, even when the clock stalls or steps back, for the
+    listing's keyset cursor and the turn ETag rely on it."""
+    return max(now_us, last_us + 1)
+
+
+def written_turn(
+    task_id: str,
+    turn: int,
+    *,
+    meta: dict[str, Any],
+    summary_md: str,
+    artifacts: tuple[ArtifactInfo, ...],
+    created_at: str | None,
+    updated_us: int,
+    retention_us: int,
+    task_created: bool = False,
+) -> TurnRecord:
+    """The record a put_turn writes: the new meta and summary, the artifacts and creation
+    time the live turn it replaces had (``created_at`` None: a new turn, created now), and
+    its retention counted from this write. ``task_created``: this write made the task."""
+    return TurnRecord(
+        task_id=task_id,
+        turn=turn,
+        meta=meta,
+        summary_md=summary_md,
+        artifacts=artifacts,
+        created_at=created_at if created_at is not None else iso_us(updated_us),
+        updated_at=iso_us(updated_us),
+        retain_until=iso_us(updated_us + retention_us),
+        updated_us=updated_us,
+        task_created=task_created,
+    )
 
 
 def check_list(limit: int, prefix: str | None) -> None:

@@ -21,7 +21,7 @@ from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound, NotOwner
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
-from app.storage.core.task_rules import NOT_OWNER, check_preconditions
+from app.storage.core.task_rules import NOT_OWNER, check_preconditions, next_updated_us
 from app.storage.pg import usage as pgu
 from app.storage.pg.listing import KEY, TurnRow, task_key
 
@@ -43,8 +43,6 @@ class TaskRows(Protocol):
     ) -> TurnRow | None: ...
 
     def task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int: ...
-
-    def next_updated_us(self, last: int, now_us: int) -> int: ...
 
     def recompute(
         self,
@@ -151,7 +149,7 @@ class PgRemovals:
             if current is None:
                 raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
             check_preconditions(f'"{current[0]}"', if_match, False)
-            updated_us = tasks.next_updated_us(
+            updated_us = next_updated_us(
                 tasks.task_updated_us(conn, scope, task_id), tasks.now_us()
             )
             conn.execute(

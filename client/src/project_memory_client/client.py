@@ -551,9 +551,14 @@ class Client:
         self._send("DELETE", f"/tasks/{_segment(task_id)}", ok=(204,))
 
     # -- project.md ----------------------------------------------------------------------
-    def iter_digest(self, chunk_size: int = CHUNK) -> Iterator[bytes]:
-        """``project.md`` as it streams in: closing the iterator early ends the download."""
-        response = self._send("GET", "/project.md", stream=True, headers={"Accept": "*/*"})
+    def iter_digest(self, chunk_size: int = CHUNK, *, limit: int | None = None) -> Iterator[bytes]:
+        """``project.md`` as it streams in: closing the iterator early ends the download.
+        ``limit``: only its newest ``limit`` sections (``?limit=``, 1..1000; a server that
+        predates it sends them all)."""
+        params = {"limit": limit} if limit is not None else None
+        response = self._send(
+            "GET", "/project.md", params=params, stream=True, headers={"Accept": "*/*"}
+        )
         try:
             yield from response.iter_bytes(chunk_size)
         except httpx.TransportError as exc:
@@ -561,15 +566,17 @@ class Client:
         finally:
             response.close()
 
-    def get_digest(self, *, max_bytes: int | None = None) -> str:
+    def get_digest(self, *, max_bytes: int | None = None, limit: int | None = None) -> str:
         """``project.md``: one section per task, newest first.
 
         ``max_bytes`` reads no more than that many bytes and stops the download there (a
         digest of many tasks is large); the text then ends at the last whole line read.
+        ``limit`` asks for the newest ``limit`` sections only (see ``iter_digest``).
         """
         parts: list[bytes] = []
         size = 0
-        chunks = self.iter_digest(CHUNK if max_bytes is None else min(CHUNK, max_bytes + 1))
+        chunk = CHUNK if max_bytes is None else min(CHUNK, max_bytes + 1)
+        chunks = self.iter_digest(chunk, limit=limit)
         try:
             for block in chunks:
                 parts.append(block)
