@@ -14,7 +14,7 @@ from app.api.common import audit, json_body
 from app.api.docs import doc
 from app.api.memory_stores import ERRORS, STORE_ID, TAGS, engine
 from app.schemas import memory_tool as s
-from app.services.memory_tool import MemoryTool
+from app.services.memory_tool import MemoryTool, audit_of
 from app.web.auth import current_principal, require_principal
 
 bp = Blueprint("memory_tool", __name__)
@@ -30,16 +30,6 @@ def _register_schemas(state: BlueprintSetupState) -> None:
 @bp.before_request
 def _authenticate() -> None:
     require_principal()
-
-
-# The memory tool's commands that change a store, as the audit log names them.
-WRITES = {
-    "create": "written",
-    "str_replace": "modified",
-    "insert": "modified",
-    "delete": "deleted",
-    "rename": "renamed",
-}
 
 
 @bp.post("/<memory_store_id>/memory_tool")
@@ -63,13 +53,9 @@ def run_memory_tool(memory_store_id: str) -> Response:
         actor={"type": "api_actor", "api_key_id": principal.token.id},
     )
     result = tool.run(data)
-    command = data.get("command") if isinstance(data, dict) else None
-    if not result.is_error and command in WRITES:
-        path = data.get("path") or data.get("old_path")
-        detail = (
-            {"command": command, "path": path} if isinstance(path, str) else {"command": command}
-        )
-        audit("memory", WRITES[command], memory_store_id, detail, store_id=memory_store_id)
+    change = audit_of(data, result)
+    if change is not None:
+        audit("memory", change[0], memory_store_id, change[1], store_id=memory_store_id)
     response: Response = current_app.json.response(  # type: ignore[assignment]
         tool_result_out.dump(result)
     )
