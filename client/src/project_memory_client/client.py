@@ -415,6 +415,18 @@ class Client:
             numbers.append(index.latest_turn)
         return max(numbers) + 1 if numbers else 0
 
+    def delete_turn(self, task_id: str, turn: int, *, if_match: str | None = None) -> None:
+        """Delete one turn and its artifacts (the task's owner, or project_admin and above);
+        deleting a task's last turn deletes the task. ``if_match``: only this version of
+        the turn (its ETag), else PreconditionFailed."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send(
+            "DELETE",
+            f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}",
+            headers=headers,
+            ok=(204,),
+        )
+
     # -- artifacts -----------------------------------------------------------------------
     def put_artifact(
         self,
@@ -523,6 +535,20 @@ class Client:
             raise ClientError(f"{name}: the bytes received do not match the artifact's SHA-256")
         if info.size and size != info.size:
             raise ClientError(f"{name}: received {size} of {info.size} bytes")
+
+    def delete_artifact(
+        self, task_id: str, turn: int, name: str, *, if_match: str | None = None
+    ) -> None:
+        """Delete one artifact of a turn (the task's owner, or project_admin and above): a
+        write of the turn, whose ETag changes. ``if_match``: only these bytes (the
+        artifact's ETag), else PreconditionFailed."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send(
+            "DELETE",
+            f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}/artifacts/{_segment(name)}",
+            headers=headers,
+            ok=(204,),
+        )
 
     # -- tasks ---------------------------------------------------------------------------
     def list_tasks(self, *, limit: int = 50, cursor: str | None = None) -> TaskList:

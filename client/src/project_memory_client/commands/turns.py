@@ -1,4 +1,4 @@
-"""``turn put TASK N|next`` and ``turn get TASK N``."""
+"""``turn put TASK N|next``, ``turn get TASK N`` and ``turn delete TASK N``."""
 
 from __future__ import annotations
 
@@ -60,6 +60,19 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     get = leaf(sub, "get", get_turn, help="one turn: meta, summary, artifacts")
     task_and_turn(get)
+
+    delete = leaf(
+        sub,
+        "delete",
+        delete_turn,
+        help="delete one turn and its artifacts (the task's owner, or project_admin and above)",
+        description="Delete turn N of TASK with its artifacts; its text leaves project.md,"
+        " search and the stored files. Deleting the task's last turn deletes the task.",
+    )
+    task_and_turn(delete)
+    delete.add_argument(
+        "--if-match", metavar="ETAG", help="delete only this version of the turn (412 else)"
+    )
 
 
 def _turn_or_next(text: str) -> int | str:
@@ -132,6 +145,13 @@ def put_turn(ctx: Context) -> Output:
 def get_turn(ctx: Context) -> Output:
     record = ctx.client().get_turn(ctx.args.task, ctx.args.turn)
     return Output(record.to_dict(), render_turn(record))
+
+
+def delete_turn(ctx: Context) -> Output:
+    a = ctx.args
+    ctx.client().delete_turn(a.task, a.turn, if_match=a.if_match)
+    data = {"task_id": a.task, "turn": a.turn, "deleted": True}
+    return Output(data, f"deleted turn {a.turn} of task {a.task}")
 
 
 def render_turn(record: TurnRecord) -> str:
