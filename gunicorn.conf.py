@@ -23,6 +23,10 @@ timeout = _settings.timeout
 control_socket = _settings.control_socket
 control_socket_disable = _settings.control_socket_disable
 graceful_timeout = 30
+# Proxy headers are the app's to believe, from the MEMORY_TRUSTED_PROXIES proxies in front
+# (app/web/origins.py): gunicorn's default would take X-Forwarded-Proto (and -Ssl, -Protocol)
+# from any client of 127.0.0.1, whatever that setting says.
+forwarded_allow_ips = ""
 accesslog = None  # the app writes one structured JSON line per request
 errorlog = "-"
 # Files SQLite and gunicorn create get the modes the engine gives its own (owner rw, group r).
@@ -61,15 +65,14 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     before it touches anything (app/storage/tree/recovery.py).
     """
     _metrics_dir()
-    from app import create_app
     from app.ops.bootstrap import first_start
-    from app.ops.startup import fail
+    from app.ops.startup import checked_app, fail
     from app.ops.sweeper import startup_recovery, storage_of
     from app.storage.core.recovery import RootBusy
     from app.web.ratelimit import share_across_workers
 
     share_across_workers()  # before the fork: one rate limit table for every worker
-    app = create_app()
+    app = checked_app()  # a backend that refuses to start: one line, exit status 2
     try:
         lines = startup_recovery(app)
     except RootBusy as exc:

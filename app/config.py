@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,8 @@ from flask import Flask
 
 from app.storage.core.limits import parse_bytes
 from app.storage.core.quota import parse_floor
+from app.storage.core.record_rules import MAX_RETENTION_DAYS
+from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
 MiB = 1 << 20
@@ -51,6 +54,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     ),
     "RETENTION_DAYS": (30.0, float, "Days a turn is kept after its last write; fractions allowed."),
     "LOCK_TIMEOUT": (10.0, float, "Seconds to wait for a busy lock before answering 503."),
+    "SEARCH_TIMEOUT": (
+        5.0,
+        float,
+        "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once (503 beyond).",
+    ),
     "GROUP_COMMIT": (
         True,
         bool,
@@ -122,12 +130,21 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         float,
         "Hours a web console sign-in lasts (a revoked token ends it at once).",
     ),
+    "PUBLIC_URL": (
+        "",
+        str,
+        "The origin browsers reach the console at (https://memory.example.com): its forms are accepted from there only; empty: the request's own.",
+    ),
     "TRUSTED_PROXIES": (
         0,
         int,
         "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes.",
     ),
 }
+
+
+# S3's bucket naming rules (what AWS has refused since 2018: no capitals, no underscores).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
 
 class ConfigError(ValueError):
@@ -164,10 +181,15 @@ def validate_config(config: dict[str, Any]) -> None:
         except (TypeError, ValueError):
             raise ConfigError(f"{PREFIX}_{name}={value!r} is not a valid {kind.__name__}") from None
         config[name] = value
-    if config["RETENTION_DAYS"] <= 0:
-        raise ConfigError(f"{PREFIX}_RETENTION_DAYS must be > 0 (got {config['RETENTION_DAYS']})")
+    if not 0 < config["RETENTION_DAYS"] <= MAX_RETENTION_DAYS:
+        raise ConfigError(
+            f"{PREFIX}_RETENTION_DAYS must be > 0 and at most {MAX_RETENTION_DAYS}"
+            f" (got {config['RETENTION_DAYS']})"
+        )
     if config["LOCK_TIMEOUT"] <= 0:
         raise ConfigError(f"{PREFIX}_LOCK_TIMEOUT must be > 0 (got {config['LOCK_TIMEOUT']})")
+    if not 0 < config["SEARCH_TIMEOUT"] <= 600:
+        raise ConfigError(f"{PREFIX}_SEARCH_TIMEOUT must be > 0 and <= 600 seconds")
     if config["MAX_ARTIFACT_BYTES"] < 1:
         raise ConfigError(f"{PREFIX}_MAX_ARTIFACT_BYTES must be >= 1")
     if config["MAX_JSON_BYTES"] < 1024:
@@ -185,6 +207,11 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
     if not 0 < config["CONSOLE_SESSION_HOURS"] <= 24 * 366:
         raise ConfigError(f"{PREFIX}_CONSOLE_SESSION_HOURS must be > 0 and at most a year")
+    if config["PUBLIC_URL"]:
+        try:
+            config["PUBLIC_URL"] = public_origin(config["PUBLIC_URL"])
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}_PUBLIC_URL {exc} (got {config['PUBLIC_URL']!r})") from None
     if not 0 <= config["TRUSTED_PROXIES"] <= 16:
         raise ConfigError(f"{PREFIX}_TRUSTED_PROXIES must be between 0 and 16")
     if config["METRICS"] not in ("off", "token"):
@@ -205,6 +232,14 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_DATABASE_URL must be a postgresql:// URL")
     if config["BLOB_URL"] and not config["BLOB_URL"].startswith("s3://"):
         raise ConfigError(f"{PREFIX}_BLOB_URL must be an s3://bucket[/prefix] URL")
+    if config["BLOB_URL"]:
+        bucket = config["BLOB_URL"][len("s3://") :].split("/", 1)[0]
+        if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+            raise ConfigError(
+                f"{PREFIX}_BLOB_URL bucket {bucket!r} is not a valid bucket name: 3 to 63"
+                " lower-case letters, digits, dots and hyphens, starting and ending with a"
+                " letter or digit"
+            )
     root = os.path.abspath(config["STORAGE_ROOT"])
     tokens = os.path.abspath(config["TOKENS_FILE"])
     if tokens == root or tokens.startswith(root + os.sep):

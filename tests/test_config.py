@@ -25,6 +25,7 @@ def test_environment_sets_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     [
         ("RETENTION_DAYS", "0"),
         ("RETENTION_DAYS", "soon"),
+        ("RETENTION_DAYS", "36501"),
         ("LOCK_TIMEOUT", "-1"),
         ("MAX_ARTIFACT_BYTES", "0"),
         ("METRICS", "on"),

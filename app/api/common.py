@@ -15,7 +15,7 @@ from app.schemas.common import load
 from app.services import audit as audit_service
 from app.storage import InvalidName
 from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
-from app.storage.core.task_rules import entity_tags
+from app.storage.core.task_rules import check_content_type, entity_tags
 from app.storage.interface import StorageBackend
 from app.web.auth import current_principal
 from app.web.errors import ApiError, validation_error
@@ -24,9 +24,6 @@ MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 20
 _UNSIGNED_INT = re.compile(rf"[0-9]{{1,{MAX_INT_DIGITS}}}")
 _SIGNED_INT = re.compile(rf"-?[0-9]{{1,{MAX_INT_DIGITS}}}")
-_CONTENT_TYPE_RE = re.compile(
-    r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?"
-)
 
 
 def _reject_constant(name: str) -> Any:
@@ -174,11 +171,12 @@ def content_type() -> str:
     if value is None or not value.strip():
         return "application/octet-stream"
     value = value.strip()
-    if len(value) > 255 or not _CONTENT_TYPE_RE.fullmatch(value):
+    try:
+        return check_content_type(value)
+    except InvalidName as exc:
         raise validation_error(
-            ["header", "Content-Type"], "not a valid media type", "value_error", value[:200]
-        )
-    return value
+            ["header", "Content-Type"], exc.message, "value_error", value[:200]
+        ) from None
 
 
 class _ExactBody:

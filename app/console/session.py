@@ -27,6 +27,7 @@ from app.storage.core.clock import parse_iso
 from app.storage.core.names import CONSOLE_KEY
 from app.storage.core.tokens import Token
 from app.storage.interface import TokenStore
+from app.web.origins import https, is_our_origin
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"
@@ -100,28 +101,6 @@ def ended_by_sign_out(session: Session, token: Token) -> bool:
     return session.issued < parse_iso(token.console_signed_out_at).timestamp()
 
 
-def https() -> bool:
-    """Whether the browser talks to us over TLS (directly, or to a trusted proxy)."""
-    if request.is_secure:
-        return True
-    proto = _forwarded("X-Forwarded-Proto")
-    return proto is not None and proto.strip().lower() == "https"
-
-
-def _forwarded(header: str) -> str | None:
-    """The value the outermost trusted proxy set; None without trusted proxies."""
-    trusted: int = current_app.config["TRUSTED_PROXIES"]
-    if trusted < 1:
-        return None
-    values = [v.strip() for v in request.headers.get(header, "").split(",") if v.strip()]
-    return values[-trusted] if len(values) >= trusted else None
-
-
-def our_origin() -> str:
-    host = _forwarded("X-Forwarded-Host") or request.host
-    return f"{'https' if https() else 'http'}://{host}"
-
-
 def save(response: Response, session: Session) -> None:
     value = _serializer().dumps(
         {"t": session.token_id, "c": session.csrf, "e": session.expires, "i": session.issued}
@@ -158,7 +137,7 @@ def same_origin() -> bool:
     origin = request.headers.get("Origin")
     if origin == "null":
         return site == "same-origin"
-    return origin is None or origin == our_origin()
+    return origin is None or is_our_origin(origin)
 
 
 def csrf_ok(session: Session | None) -> bool:

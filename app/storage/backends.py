@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from app.storage.core.clock import system_clock
+from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.interface import StorageBackend
 
 
@@ -16,12 +17,17 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     """The backend of ``settings`` (the app's validated config: ``STORAGE_ROOT``,
     ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
     ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``,
-    ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none)."""
+    ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none;
+    ``SEARCH_TIMEOUT``)."""
     common: dict[str, Any] = {
         "retention": timedelta(days=settings["RETENTION_DAYS"]),
         "lock_timeout": settings["LOCK_TIMEOUT"],
         "max_artifact_bytes": settings["MAX_ARTIFACT_BYTES"],
         "clock": settings.get("CLOCK") or system_clock,
+        "search_timeout": settings.get("SEARCH_TIMEOUT", DEFAULT_SEARCH_TIMEOUT),
+        # A quarter of the request threads at most: the others stay free for the rest, and
+        # fewer threads contend for the interpreter lock with each of them.
+        "search_slots": max(1, int(settings.get("THREADS", 8)) // 4),
     }
     if settings.get("DATABASE_URL"):
         from app.storage.pg.backend import PgStorage

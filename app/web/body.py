@@ -43,24 +43,32 @@ class CountingInput:
         self.stream = stream
         self.received = 0
         self.ended = False
+        # Told of the bytes of each read (the upload budgets: app/web/ratelimit.py); it may
+        # refuse the rest of the body by raising.
+        self.meter: Callable[[int], None] | None = None
+
+    def _got(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.meter is not None and data:
+            self.meter(len(data))
 
     def read(self, size: int = -1) -> bytes:
         data: bytes = self.stream.read(size)
-        self.received += len(data)
         if size is None or size < 0 or (size and not data):
             self.ended = True
+        self._got(data)
         return data
 
     def readline(self, size: int = -1) -> bytes:
         data: bytes = self.stream.readline(size)
-        self.received += len(data)
         if not data and size != 0:
             self.ended = True
+        self._got(data)
         return data
 
     def __iter__(self) -> Iterator[bytes]:
         for line in self.stream:
-            self.received += len(line)
+            self._got(line)
             yield line
         self.ended = True
 

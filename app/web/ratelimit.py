@@ -8,11 +8,15 @@ number): its theoretical arrival time ``tat``. A budget of ``rate`` units per se
 
 Each request charges one unit to the request budget of its token and of its project; a
 write (any method but GET, HEAD, OPTIONS) also charges its body bytes to their upload
-budgets, from ``Content-Length`` before the body is read. A body sent without one (chunked)
-is admitted while the upload budgets are not overdrawn and charged as it is read. A charge
-larger than the burst is admitted only by a full bucket, which it overdraws: the time it
-borrowed is repaid before the budget admits anything else. A request is admitted only if
-every budget it charges admits it; otherwise none is charged.
+budgets as they are read (:class:`UploadMeter`), never as announced: a ``Content-Length``
+claimed and never sent costs nothing. Before the body is read, the upload budgets must
+admit its ``Content-Length`` (a body without one: they must not be overdrawn); a length
+larger than the burst is admitted only by a full bucket, which that one request may then
+overdraw by its own bytes: the time it borrowed is repaid before the budget admits anything
+else. A read that leaves a budget overdrawn beyond that (concurrent uploads, each admitted
+while the budget was not yet spent) refuses the rest of the body with 429, so together they
+never take more than the burst. A request is admitted only if every budget it charges
+admits it; otherwise none is charged.
 
 The buckets of every gunicorn worker live in one fixed-size table in shared memory, created
 by the gunicorn master before it forks the workers (``share_across_workers``, called from
@@ -177,13 +181,19 @@ class BucketTable:
             tat = now + (tat - now) / was * step  # what it owes, at today's price
         return tat
 
-    def take(self, charges: Sequence[tuple[int, float, float, float]], now: float) -> list[float]:
+    def take(
+        self,
+        charges: Sequence[tuple[int, float, float, float]],
+        now: float,
+        keep: Sequence[bool] | None = None,
+    ) -> list[float]:
         """Charge every ``(key, step, units, limit)`` or none; return each bucket's new time.
 
         ``step`` is the seconds one unit costs (one over the rate). A charge is admitted when
         the bucket's new time is at most ``limit`` seconds ahead of ``now``. Nothing is stored
         unless all are admitted; the caller compares the times with its limits to see which
-        refused.
+        refused. ``keep``: which of the charges are stored when all are admitted (the others
+        are only checked: bytes announced, charged once they arrive).
         """
         keys, mask = self._keys, self._mask
         taken: list[int] = []
@@ -205,6 +215,8 @@ class BucketTable:
             if admitted:
                 tats, steps = self._tats, self._steps
                 for i, (key, step, _, _) in enumerate(charges):
+                    if keep is not None and not keep[i]:
+                        continue
                     j = taken[i]
                     keys[j] = key
                     tats[j] = times[i]
@@ -213,9 +225,11 @@ class BucketTable:
             self._release()
         return times
 
-    def charge(self, charges: Sequence[tuple[int, float, float]], now: float) -> None:
-        """Charge every ``(key, step, units)`` unconditionally (bytes already received)."""
+    def charge(self, charges: Sequence[tuple[int, float, float]], now: float) -> list[float]:
+        """Charge every ``(key, step, units)`` unconditionally (bytes already received);
+        return each bucket's new time."""
         taken: list[int] = []
+        times: list[float] = []
         self._acquire()
         try:
             for key, step, units in charges:
@@ -224,8 +238,10 @@ class BucketTable:
                 self._keys[j] = key
                 self._tats[j] = tat + units * step
                 self._steps[j] = step
+                times.append(tat + units * step)
         finally:
             self._release()
+        return times
 
 
 _shared: BucketTable | None = None
@@ -494,9 +510,10 @@ class Limiter:
     def check(
         self, token_id: str, role: str, tenant: str, project: str, upload: int | None
     ) -> Outcome | None:
-        """Charge one request (and ``upload`` body bytes; None: no body) to the token's
-        and the project's budgets. None when no limit applies; else the outcome, refused
-        when ``retry_after`` is set."""
+        """Charge one request to the token's and the project's budgets, and check that the
+        upload budgets admit ``upload`` body bytes (None: no body; 0: a length not known
+        yet), charged by charge_received as they arrive. None when no limit applies; else
+        the outcome, refused when ``retry_after`` is set."""
         now = self.clock()
         if now >= self._next_check:
             self._refresh(now)
@@ -527,7 +544,10 @@ class Limiter:
             assert rate is not None
             names = REQUEST_BUDGETS if requests else ALL_BUDGETS[2:]
             rates = (rate, rate)
-        times = (self._table or self.table()).take(charges, now)
+        # Body bytes are charged as they arrive (charge_received), never as announced: a
+        # length claimed and never sent costs nothing. Here they are only checked.
+        keep = [i < 2 and requests is not None for i in range(len(charges))]
+        times = (self._table or self.table()).take(charges, now, keep)
         low = False
         for (_, _, _, limit), tat in zip(charges, times, strict=True):
             if tat - now > limit:
@@ -584,14 +604,28 @@ class Limiter:
         outcome.low = times[0] - now >= 0.5 * requests.window
         return outcome
 
-    def charge_upload(self, token_id: str, tenant: str, project: str, received: int) -> None:
-        """Charge body bytes received without a Content-Length to the upload budgets."""
+    def charge_received(
+        self, token_id: str, tenant: str, project: str, received: int, mine: int
+    ) -> Outcome | None:
+        """Charge ``received`` body bytes, just read, to the upload budgets; the refusal
+        when they leave a budget overdrawn by more than its burst or than the ``mine``
+        bytes this request has sent so far (one request may overdraw a full bucket by its
+        own bytes, as one announced with a length may; concurrent ones never together)."""
         limits = self.limits(tenant, project)
-        if limits.upload is None or received <= 0:
-            return
-        step = limits.upload.interval
+        upload = limits.upload
+        if upload is None or received <= 0:
+            return None
+        step = upload.interval
         keys = (("project-upload", tenant, project), ("token-upload", token_id))
-        self.table().charge([(hash(key) or 1, step, received) for key in keys], self.clock())
+        now = self.clock()
+        times = self.table().charge([(hash(key) or 1, step, received) for key in keys], now)
+        limit = max(upload.window, mine * step)
+        if all(tat - now <= limit for tat in times):
+            return None
+        charges = [(0, step, received, limit)] * 2
+        return self._refused(
+            limits, ALL_BUDGETS[2:], (upload, upload), charges, times, now, tenant, project
+        )
 
 
 # -- Flask -------------------------------------------------------------------------------------
@@ -617,14 +651,11 @@ def check_request() -> None:
     principal = ctx.principal
     token, scope = principal.token, principal.scope
     upload: int | None = None  # no body
-    chunked = False
     environ = req.environ
     if environ["REQUEST_METHOD"] not in READ_METHODS:
         upload = req.content_length
         if upload is None and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-            # Its size is known only once read: admitted unless the budget is overdrawn,
-            # then charged by what was read (_after_request).
-            upload, chunked = 0, True
+            upload = 0  # its size is known only once read: admitted unless overdrawn
     if upload and upload > body_limit(req.endpoint):
         # The view refuses such a body unread (413), so it is charged as a request without
         # one: a claimed length of any size must not drain the upload budgets.
@@ -634,13 +665,37 @@ def check_request() -> None:
         return
     if outcome.retry_after:
         raise ApiError(429, outcome.message, headers=outcome.headers())
-    counting = None
-    if chunked and outcome.limits.upload is not None:
-        counting = environ.get(COUNTED_INPUT)  # every body is read through one (app/web/body.py)
+    if upload is not None and outcome.limits.upload is not None:
+        counting: CountingInput | None = environ.get(COUNTED_INPUT)  # app/web/body.py
+        if counting is not None:
+            counting.meter = UploadMeter(limiter, token.id, scope.tenant, scope.project)
     # Admitted responses carry the RateLimit fields once a budget is half spent: a client
     # is told in time to slow down, and far from its limits no response pays for them.
-    if outcome.low or counting is not None:
-        ctx.rate_limit = (outcome, counting)
+    if outcome.low:
+        ctx.rate_limit = outcome
+
+
+class UploadMeter:
+    """Charges a request's body bytes to its upload budgets as they are read, and refuses
+    the rest of the body (429) once they leave a budget overdrawn (Limiter.charge_received).
+    What was read is charged whatever the request's outcome; what never came costs nothing."""
+
+    __slots__ = ("limiter", "mine", "project", "tenant", "token_id")
+
+    def __init__(self, limiter: Limiter, token_id: str, tenant: str, project: str) -> None:
+        self.limiter = limiter
+        self.token_id = token_id
+        self.tenant = tenant
+        self.project = project
+        self.mine = 0
+
+    def __call__(self, received: int) -> None:
+        self.mine += received
+        refused = self.limiter.charge_received(
+            self.token_id, self.tenant, self.project, received, self.mine
+        )
+        if refused is not None:
+            raise ApiError(429, refused.message, headers=refused.headers())
 
 
 def check_token_request(token_id: str, role: str, tenant: str | None) -> None:
@@ -652,24 +707,15 @@ def check_token_request(token_id: str, role: str, tenant: str | None) -> None:
     if outcome.retry_after:
         raise ApiError(429, outcome.message, headers=outcome.headers())
     if outcome.low:
-        g.rate_limit = (outcome, None)
+        g.rate_limit = outcome
 
 
 def _after_request(response: Response) -> Response:
     # g.get, not getattr with a default: g's __getattr__ raises for a missing name, and
     # building that exception on every request costs more than the rest of this function.
-    state: tuple[Outcome, CountingInput | None] | None = g.get("rate_limit")
-    if state is None:
+    outcome: Outcome | None = g.get("rate_limit")
+    if outcome is None:
         return response
-    outcome, counting = state
-    if counting is not None:
-        principal = g.principal
-        current_app.extensions["rate_limiter"].charge_upload(
-            principal.token.id,
-            principal.scope.tenant,
-            principal.scope.project,
-            counting.received,
-        )
     if outcome.low:
         headers = response.headers
         headers["RateLimit"] = outcome.rate_limit_field()

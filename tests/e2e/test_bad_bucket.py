@@ -48,5 +48,5 @@ def test_a_bad_bucket_is_one_line_and_exit_2(
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert "Traceback" not in result.stderr, result.stderr
     last = lines[-1]
-    assert last.startswith("project-memory: cannot start: "), result.stderr
+    assert last.startswith("project-memory: "), result.stderr
     assert f"MEMORY_BLOB_URL bucket {bucket!r}" in last and said in last, last

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.tree_only("greps the tree's files")
 PM = "/sandbox/memory/v1"
 MS = "/v1/memory_stores"
 SECRET = "Qqzxremovedsecretdelta"
+NOW = "2026-01-01T00:00:00Z"  # the fixed clock's (tests/conftest.py): nothing has expired
 
 
 def holds(path: Path, word: str) -> bool:
@@ -156,7 +157,7 @@ def test_text_removed_under_a_held_reader_leaves_every_file_afterwards(
         write(client, tokens, "later", 0, "an unrelated write")
         quiet(app)
     elif then == "sweep":
-        result = app.test_cli_runner().invoke(args=["sweep"])
+        result = app.test_cli_runner().invoke(args=["sweep", "--now", NOW])
         assert result.exit_code == 0, result.output
     else:
         code, out = fsck_output(app, "--repair")
@@ -178,7 +179,7 @@ def test_an_artifact_delete_leaves_no_copy_of_its_bytes(
     )
     assert r.status_code == 200
     write(client, tokens, "leak", 1, "the summary no longer holds it")
-    app.test_cli_runner().invoke(args=["sweep"])
+    app.test_cli_runner().invoke(args=["sweep", "--now", NOW])
     assert files_with(root, SECRET) == ["acme/web/leak/0001-turn/artifacts/env.txt"]
     r = client.delete(
         f"{PM}/tasks/leak/turns/1/artifacts/env.txt", headers=tokens.headers("writer")

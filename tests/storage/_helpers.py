@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,8 @@ class Fault:
 
     The SQLite test-VFS method: the real call is made on every other call. ``target``: the
     module whose function is replaced (``os``, or app.storage.atomic for its ``syncfs``).
+    ``own_thread``: count only the calls of the thread that installed it (the operation's
+    own steps, not the upkeep it starts in the background after its answer).
     """
 
     name: str
@@ -76,15 +79,19 @@ class Fault:
     fired: int = 0
     real: Callable[..., Any] | None = None
     target: Any = os
+    own_thread: bool = False
+    thread: int | None = None
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> Fault:
         self.real = getattr(self.target, self.name)
+        self.thread = threading.get_ident() if self.own_thread else None
         monkeypatch.setattr(self.target, self.name, self)
         return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         assert self.real is not None
-        if self.only is None or self.only(args):
+        mine = self.thread is None or self.thread == threading.get_ident()
+        if mine and (self.only is None or self.only(args)):
             self.calls += 1
             if self.calls == self.at or (self.persistent and self.calls > self.at):
                 self.fired += 1

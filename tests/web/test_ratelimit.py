@@ -139,10 +139,20 @@ def test_one_project_spent_leaves_another_alone(tmp_path: Path) -> None:
     assert admitted(ask(limiter, "tok_b", "mobile"))
 
 
-def test_upload_bytes_are_charged_from_content_length(tmp_path: Path) -> None:
+def received(limiter: Limiter, n: int, mine: int | None = None, caller: str = "tok_a") -> bool:
+    """Charge ``n`` body bytes just read (``mine``: the request's bytes so far, n by
+    default); whether the budgets still take them."""
+    return limiter.charge_received(caller, "acme", "web", n, n if mine is None else mine) is None
+
+
+def test_upload_bytes_are_checked_from_content_length_and_charged_as_received(
+    tmp_path: Path,
+) -> None:
     clock = Clock()
     limiter = limiter_for(tmp_path, clock, rps=1000, upload_bps=1024, upload_burst=4096)
     assert admitted(ask(limiter, upload=3072))
+    assert admitted(ask(limiter, upload=3072))  # announced, never sent: nothing charged
+    assert received(limiter, 3072)
     refused = ask(limiter, upload=2048)  # 1 KiB left; 2 KiB needs 1 s more
     assert refused is not None and refused.retry_after == 1
     assert [n for n, _, _ in refused.items] == ["project-upload", "token-upload"]
@@ -156,24 +166,36 @@ def test_upload_bytes_are_charged_from_content_length(tmp_path: Path) -> None:
 def test_an_upload_over_the_burst_needs_a_full_bucket_and_overdraws_it(tmp_path: Path) -> None:
     clock = Clock()
     limiter = limiter_for(tmp_path, clock, rps=1000, upload_bps=1000, upload_burst=1000)
-    assert admitted(ask(limiter, upload=10))
+    assert admitted(ask(limiter, upload=10)) and received(limiter, 10)
     refused = ask(limiter, upload=5000)  # bigger than the burst: only a full bucket takes it
     assert refused is not None and refused.retry_after == 1
     clock.advance(0.01)
     big = ask(limiter, upload=5000)
     assert admitted(big) and big is not None
     assert dict((n, (r, t)) for n, r, t in big.items)["project-upload"] == (0, 5)
+    # Its bytes, as they come: it may overdraw the bucket by its own.
+    assert all(received(limiter, 1000, mine) for mine in range(1000, 5001, 1000))
     clock.advance(3.9)  # 4 s of the 5 s borrowed are repaid; the bucket is still overdrawn
     assert not admitted(ask(limiter, upload=1))
     clock.advance(1.2)
     assert admitted(ask(limiter, upload=1000))
 
 
-def test_bytes_received_without_a_length_are_charged_afterwards(tmp_path: Path) -> None:
+def test_concurrent_uploads_cannot_together_overdraw_the_burst(tmp_path: Path) -> None:
+    clock = Clock()
+    limiter = limiter_for(tmp_path, clock, rps=1000, upload_bps=1000, upload_burst=1000)
+    # Six uploads admitted on a full bucket, their bytes arriving interleaved.
+    assert all(admitted(ask(limiter, f"tok_{i}", upload=0)) for i in range(6))
+    taken = [received(limiter, 300, 300, f"tok_{i}") for i in range(6)]
+    assert taken == [True, True, True, False, False, False]  # the project's burst is spent
+    assert not received(limiter, 300, 600, "tok_0")  # nor may one go on beyond it
+
+
+def test_bytes_received_without_a_length_are_charged_as_they_come(tmp_path: Path) -> None:
     clock = Clock()
     limiter = limiter_for(tmp_path, clock, rps=1000, upload_bps=1000, upload_burst=1000)
     assert admitted(ask(limiter, upload=0))  # admitted while the budget is not overdrawn
-    limiter.charge_upload("tok_a", "acme", "web", 3000)
+    assert received(limiter, 3000)  # one request alone overdraws a full bucket
     refused = ask(limiter, upload=0)
     assert refused is not None and refused.retry_after == 2
     other_token = ask(limiter, "tok_b", upload=0)  # the project's upload budget is overdrawn too

@@ -51,6 +51,12 @@ class LockTimeout(StorageError):
     retry_after = 1
 
 
+class SearchTimeout(StorageError):
+    """A search ran out of its time budget (MEMORY_SEARCH_TIMEOUT) before it could answer."""
+
+    retry_after = 1
+
+
 class InsufficientStorage(StorageError):
     """The disk (or quota) is full: ENOSPC / EDQUOT."""
 

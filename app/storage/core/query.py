@@ -24,13 +24,16 @@ plain text otherwise: those two characters never occur in a snippet except as ma
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.storage.core.errors import InvalidName
+from app.storage.core.errors import InvalidName, SearchTimeout
 from app.storage.core.task_rules import scope_tag
 
 if TYPE_CHECKING:
@@ -201,6 +204,55 @@ def decode_cursor(
 
 
 SNIPPET_TOKENS = 16
+# Seconds one search may take before it answers 503 (MEMORY_SEARCH_TIMEOUT).
+DEFAULT_SEARCH_TIMEOUT = 5.0
+
+
+class SearchSlots:
+    """How many searches one process runs at once: the rest are refused at once (503),
+    so a flood of costly searches never takes every request thread from health checks and
+    other projects."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = max(1, slots)
+        self._free = threading.BoundedSemaphore(self.slots)
+
+    @contextlib.contextmanager
+    def taken(self) -> Iterator[None]:
+        if not self._free.acquire(blocking=False):
+            raise SearchTimeout(
+                f"{self.slots} searches are running on this worker already; retry shortly"
+            )
+        try:
+            yield
+        finally:
+            self._free.release()
+
+
+class SearchBudget:
+    """The time one search may take: each step checks it, the database's own statements
+    are stopped by it (the tree's SQLite progress handler, PostgreSQL's statement_timeout).
+    What a search cannot finish in time answers 503, so no worker thread stays stuck."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def check(self) -> None:
+        if self.expired():
+            raise self.timeout()
+
+    def timeout(self) -> SearchTimeout:
+        return SearchTimeout(
+            f"the search took longer than its {self.seconds:g} s budget; narrow it"
+            " (more words, a phrase) or retry"
+        )
 
 
 class Sentinels:

@@ -1,7 +1,8 @@
 """What every backend's restore checks of a backup (core/archive.py), a task or a store at a
 time: a turn record names its own task and turn and lists exactly the artifacts that follow
-it, a version record names its own id and store, a task or store arrives whole and in order.
-Where the members go is the backend's (tree/restore.py, pg/restore.py)."""
+it, a version record names its own id and store, a task or store arrives whole and in order,
+and every record holds what the API would have written (core/record_rules.py), before any of
+it is published. Where the members go is the backend's (tree/restore.py, pg/restore.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.storage.core import record_rules as rules
 from app.storage.core.archive import ArchiveError, Member, MemberName
-from app.storage.core.errors import Corrupt
+from app.storage.core.errors import Corrupt, InvalidName
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     Scope,
@@ -37,6 +39,8 @@ class Group:
     turns: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
     artifacts: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
     has_record: bool = False
+    # A store's versions as (id, memory id, previous id): their chains are checked whole.
+    versions: list[tuple[str, str, str | None]] = field(default_factory=list)
 
 
 class Restore:
@@ -48,7 +52,8 @@ class Restore:
     every check, and ArchiveError is raised at the first one that fails.
     """
 
-    def __init__(self, *, tenant: str | None, project: str | None) -> None:
+    def __init__(self, *, tenant: str | None, project: str | None, max_artifact_bytes: int) -> None:
+        self.max_artifact_bytes = max_artifact_bytes
         if (tenant is None) != (project is None):
             raise ArchiveError("--tenant and --project go together")
         self.target = None if tenant is None else Scope(tenant, project or "")
@@ -108,9 +113,20 @@ class Restore:
         except (ValueError, RecursionError):
             raise ArchiveError(f"{name.name}: not valid JSON") from None
         try:
+            return self._checked(group, name, obj)
+        except InvalidName as exc:
+            raise ArchiveError(
+                f"{name.name}: {exc} (not what the API would have written)"
+            ) from None
+        except (TypeError, ValueError, OverflowError, UnicodeError, RecursionError) as exc:
+            raise ArchiveError(f"{name.name}: not a record the service writes ({exc})") from None
+
+    def _checked(self, group: Group, name: MemberName, obj: Any) -> Record:
+        try:
             if name.kind == "task":
                 if not isinstance(obj, dict) or obj.get("task_id", group.owner) != group.owner:
                     raise ArchiveError(f"{name.name}: not the record of task {group.owner}")
+                rules.check_task_record(obj, group.owner)
                 group.has_record = True
                 return obj
             if name.kind == "turn":
@@ -119,17 +135,21 @@ class Restore:
                     raise ArchiveError(
                         f"{name.name}: names task {record.task_id} turn {record.turn}"
                     )
+                rules.check_turn_record(record, max_artifact_bytes=self.max_artifact_bytes)
                 group.turns[name.turn] = {a.name: (a.size, a.sha256) for a in record.artifacts}
                 return record
             if name.kind == "store":
                 store = StoreRecord.from_json(obj, Path(name.name))
                 if store.id != group.owner:
                     raise ArchiveError(f"{name.name}: names store {store.id}")
+                rules.check_store_record(store)
                 group.has_record = True
                 return store
             version = VersionRecord.from_json(obj, Path(name.name))
             if version.id != name.leaf or version.memory_store_id not in ("", group.owner):
                 raise ArchiveError(f"{name.name}: names version {version.id}")
+            rules.check_version_record(version)
+            group.versions.append((version.id, version.memory_id, version.previous_version_id))
             return version
         except Corrupt as exc:
             raise ArchiveError(str(exc)) from None
@@ -143,6 +163,9 @@ class Restore:
         if group.kind == "store":
             if not group.has_record:
                 raise ArchiveError(f"store {group.owner}: no store.json")
+            problems = rules.chain_problems(group.versions)
+            if problems:
+                raise ArchiveError(f"store {group.owner}: {problems[0]}")
             self.store_done(group)
             return
         for turn, listed in sorted(group.turns.items()):

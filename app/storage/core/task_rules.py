@@ -51,6 +51,23 @@ def check_turn(task_id: str, turn: int, meta: dict[str, Any], summary_md: str) -
     return summary
 
 
+# A media type as a Content-Type header gives it (RFC 9110's token/token, then parameters
+# of printable ASCII): no CR, LF or NUL can reach a header the service sends back.
+_CONTENT_TYPE_RE = re.compile(
+    r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?", re.ASCII
+)
+MAX_CONTENT_TYPE_CHARS = 255
+
+
+def check_content_type(value: object) -> str:
+    """An artifact's content type, as an upload may give it (InvalidName otherwise)."""
+    if not isinstance(value, str):
+        raise InvalidName("content_type", value, "not a valid media type")
+    if len(value) > MAX_CONTENT_TYPE_CHARS or not _CONTENT_TYPE_RE.fullmatch(value):
+        raise InvalidName("content_type", value[:200], "not a valid media type")
+    return value
+
+
 def next_updated_us(last_us: int, now_us: int) -> int:
     """The ``updated_us`` of a task's next write, after its latest ``last_us`` (0: a new
     task): strictly increasing per task, even when the clock stalls or steps back, for the

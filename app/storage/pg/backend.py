@@ -22,6 +22,7 @@ from app.storage.core.clock import Clock, system_clock
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
+from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.core.quota import QuotaSource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import SweepOutcome
@@ -69,10 +70,13 @@ class PgStorage(audit.AuditMethods):
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         pool_size: int = 8,
+        search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
+        search_slots: int = 4,
     ) -> None:
         self.database_url = database_url
         self.db = Database(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
         self.blobs = BlobStore(blob_url, endpoint_url=s3_endpoint_url)
+        self.blobs.check_bucket()
         self.clock = clock
         self.lock_timeout = lock_timeout
         self.migrations = self._migrate()
@@ -91,7 +95,9 @@ class PgStorage(audit.AuditMethods):
             usage=self.usage_counters,
         )
         self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
-        self.searcher = PgSearch(self.db, cursors, self.tasks.now_us)
+        self.searcher = PgSearch(
+            self.db, cursors, self.tasks.now_us, timeout=search_timeout, slots=search_slots
+        )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from app.storage.core.errors import LockTimeout, PayloadTooLarge, StorageError
 
@@ -365,6 +365,30 @@ class BlobStore:
 
     def ready(self) -> None:
         self._call("head bucket", self.client().head_bucket, Bucket=self.bucket)
+
+    def check_bucket(self) -> None:
+        """Refuse a bucket the object store says is not one (BlobError, at start-up: else
+        every artifact write would answer 500). A store that cannot be reached now is left
+        to each request (a 503 until it comes back)."""
+        try:
+            self.client().head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            code, status = _code(exc), _status(exc)
+            if code == "InvalidBucketName" or (status == 400 and code in ("", "400")):
+                why = "is not a valid bucket name"
+            elif code in ("NoSuchBucket", "404") or status == 404:
+                why = "does not exist"
+            else:
+                return  # refused for another reason (permissions): each request reports it
+            raise BlobError(
+                f"MEMORY_BLOB_URL bucket {self.bucket!r} {why} ({code or status})"
+            ) from None
+        except ParamValidationError as exc:
+            raise BlobError(
+                f"MEMORY_BLOB_URL bucket {self.bucket!r} is not a valid bucket name ({exc})"
+            ) from None
+        except BotoCoreError:
+            return
 
 
 def _unavailable(what: str, exc: BotoCoreError) -> LockTimeout:

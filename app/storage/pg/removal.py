@@ -19,7 +19,7 @@ import psycopg
 
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound, NotOwner
-from app.storage.core.models import TurnRecord
+from app.storage.core.models import TurnRecord, artifact_etag
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions, next_updated_us
 from app.storage.pg import usage as pgu
@@ -148,7 +148,7 @@ class PgRemovals:
             ).fetchone()
             if current is None:
                 raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
-            check_preconditions(f'"{current[0]}"', if_match, False)
+            check_preconditions(artifact_etag(current[0]), if_match, False)
             updated_us = next_updated_us(
                 tasks.task_updated_us(conn, scope, task_id), tasks.now_us()
             )

@@ -131,7 +131,9 @@ class _Importer(Restore):
         tenant: str | None,
         project: str | None,
     ) -> None:
-        super().__init__(tenant=tenant, project=project)
+        super().__init__(
+            tenant=tenant, project=project, max_artifact_bytes=storage.tasks.max_artifact_bytes
+        )
         self.storage = storage
         self.conn = conn
         self.tasks = 0

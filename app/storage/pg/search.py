@@ -13,9 +13,8 @@ A search is one read-only snapshot:
 2. **hits**: the project's live turns and its memories, each table's best ``limit + 1`` after
    the cursor by ``ts_rank`` with the column weights, merged by (score, turns before memories,
    stable ids). The cursor is the last hit's position, so each table resumes after it;
-3. **snippets**: only for the hits on the page, cut here from the stored text (a fragment of
-   :data:`SNIPPET_WORDS` words around the most terms), each matched word marked. A word is
-   compared as the index compares it: without case or diacritics, punctuation splitting it.
+3. **snippets**: only for the hits on the page, cut from the stored text by
+   app/storage/core/snippets.py, as the tree's are (a bounded window of each text).
 
 Unlike the tree's, a search is one statement per table whatever the number of stores: every
 store of the project is searched and none is skipped.
@@ -25,23 +24,25 @@ store of the project is searched and none is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
-import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
+from app.storage.core import snippets
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import Scope
 from app.storage.core.query import (
-    SNIPPET_TOKENS,
+    DEFAULT_SEARCH_TIMEOUT,
     QueryTerm,
+    SearchBudget,
     SearchQuery,
-    Sentinels,
+    SearchSlots,
     check_limit,
     decode_cursor,
     encode_cursor,
@@ -50,7 +51,6 @@ from app.storage.core.query import (
 )
 from app.storage.pg.db import Database
 
-SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score
 # ts_rank's weights of D, C, B, A: task id and path 3, meta values 2, summary and content 1,
 # as the tree's bm25 column weights. Normalization 1 divides by 1 + log(the text's length).
@@ -118,18 +118,35 @@ class _Hit:
 class PgSearch:
     """Search a project of the PostgreSQL backend."""
 
-    def __init__(self, db: Database, cursors: CursorCodec, now_us: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cursors: CursorCodec,
+        now_us: Callable[[], int],
+        *,
+        timeout: float = DEFAULT_SEARCH_TIMEOUT,
+        slots: int = 4,
+    ) -> None:
         self.db = db
         self.cursors = cursors
         self.now_us = now_us
+        self.timeout = timeout
+        self.slots = SearchSlots(slots)
 
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query)
+        with self.slots.taken():
+            return self._search(scope, parsed, limit, cursor)
+
+    def _search(
+        self, scope: Scope, parsed: SearchQuery, limit: int, cursor: str | None
+    ) -> SearchPage:
         after = self._decode(scope, parsed, cursor) if cursor else None
-        with self.db.snapshot("search") as conn:
+        budget = SearchBudget(self.timeout)
+        with self.db.snapshot("search") as conn, _bounded(conn, budget):
             stores = {
                 str(i): _store_name(record)
                 for i, record in conn.execute(_STORES, (scope.tenant, scope.project))
@@ -152,10 +169,13 @@ class PgSearch:
             hits.sort(key=_Hit.order)
             page, more = hits[:limit], len(hits) > limit
             texts = _texts(conn, scope, page)
-        words = [_Words.of(t) for t in parsed.terms]
-        out = tuple(_public(hit, texts, stores, words) for hit in page)
+        words = snippets.terms_of(parsed.terms)
+        out = []
+        for hit in page:
+            budget.check()  # each snippet costs a bounded window of its text
+            out.append(_public(hit, texts, stores, words))
         return SearchPage(
-            hits=out,
+            hits=tuple(out),
             next_cursor=self._encode(scope, parsed, page[-1]) if more else None,
             stores_searched=len(stores),
             stores_skipped=0,
@@ -178,6 +198,17 @@ class PgSearch:
             return _Hit(float(score), source, name, turn, None)
 
         return decode_cursor(self.cursors, "search-pg", scope, query, cursor, position)
+
+
+@contextlib.contextmanager
+def _bounded(conn: psycopg.Connection[Any], budget: SearchBudget) -> Iterator[None]:
+    """Stop the search's statements once ``budget`` ran out (SearchTimeout, a 503): the
+    database cancels a statement past its statement_timeout, this transaction's only."""
+    conn.execute(f"SET LOCAL statement_timeout = {max(1, int(budget.left() * 1000))}")
+    try:
+        yield
+    except pg_errors.QueryCanceled:
+        raise budget.timeout() from None
 
 
 def _store_name(record: str) -> str | None:
@@ -250,9 +281,9 @@ def _texts(conn: psycopg.Connection[Any], scope: Scope, page: list[_Hit]) -> _Te
 
 
 def _public(
-    hit: _Hit, texts: _Texts, stores: dict[str, str | None], words: list[_Words]
+    hit: _Hit, texts: _Texts, stores: dict[str, str | None], words: list[snippets.Term]
 ) -> SearchHit:
-    snippet = _snippet(texts.get((hit.source, hit.name, hit.turn), ()), words)
+    snippet = snippets.snippet(texts.get((hit.source, hit.name, hit.turn), ()), words)
     if hit.source == TURNS:
         return SearchHit("turn", hit.score, snippet, task_id=hit.name, turn=hit.turn)
     store_id = hit.source[2:]
@@ -265,112 +296,3 @@ def _public(
         memory_id=hit.name,
         path=hit.path,
     )
-
-
-# -- snippets --------------------------------------------------------------------------------
-# A word: letters and digits, with the combining marks of its letters; anything else (ASCII
-# punctuation above all: search_words in the schema) splits words, as in the index.
-_WORD = re.compile(
-    r"(?:[^\W_]|[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f])+"
-)
-# Letters unaccent folds that have no decomposition to strip a mark from.
-_LETTERS = str.maketrans(
-    {"ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ł": "l", "ħ": "h", "ı": "i", "þ": "th"}
-)
-
-
-def _fold(word: str) -> str:
-    """A word as the index compares it: without diacritics, in lower case."""
-    if word.isascii():
-        return word.lower()
-    bare = "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
-    return bare.casefold().translate(_LETTERS)
-
-
-@dataclass(frozen=True, slots=True)
-class _Words:
-    """A term as the snippet looks for it: its words in order, the last one a prefix or not."""
-
-    words: tuple[str, ...]
-    prefix: bool
-
-    @staticmethod
-    def of(term: QueryTerm) -> _Words:
-        return _Words(tuple(_fold(m.group()) for m in _WORD.finditer(term.text)), term.prefix)
-
-    def at(self, words: list[str], i: int) -> bool:
-        n = len(self.words)
-        if i + n > len(words) or words[i : i + n - 1] != list(self.words[:-1]):
-            return False
-        last = words[i + n - 1]
-        return last.startswith(self.words[-1]) if self.prefix else last == self.words[-1]
-
-
-def _matches(words: list[str], terms: list[_Words]) -> list[tuple[int, int, int]]:
-    """(first word, last word, term) of every occurrence of a term in ``words``."""
-    where: dict[str, list[int]] = {}
-    for i, word in enumerate(words):
-        where.setdefault(word, []).append(i)
-    found = []
-    for t, term in enumerate(terms):
-        if not term.words:
-            continue
-        first = term.words[0]
-        if term.prefix and len(term.words) == 1:
-            starts = sorted(i for w, at in where.items() if w.startswith(first) for i in at)
-        else:
-            starts = where.get(first, [])
-        found += [(i, i + len(term.words) - 1, t) for i in starts if term.at(words, i)]
-    return sorted(found)
-
-
-def _snippet(columns: tuple[str, ...], terms: list[_Words]) -> str:
-    """A fragment of the first of ``columns`` in which a term occurs (else of the last one)
-    with every occurrence marked, as FTS5's snippet() gives the tree's."""
-    for n, text in enumerate(columns):
-        spans = [(m.start(), m.end()) for m in _WORD.finditer(text)]
-        found = _matches([_fold(text[a:b]) for a, b in spans], terms)
-        if found or n == len(columns) - 1:
-            return _fragment(text, spans, found)
-    return ""
-
-
-def _fragment(text: str, spans: list[tuple[int, int]], found: list[tuple[int, int, int]]) -> str:
-    """:data:`SNIPPET_WORDS` words of ``text`` around the most terms it holds."""
-    total = len(spans)
-    first, last = 0, min(total, SNIPPET_WORDS) - 1
-    if found:
-        best: tuple[int, int] = (-1, 0)
-        for start, _, _ in found:
-            inside = [f for f in found if start <= f[0] and f[1] < start + SNIPPET_WORDS]
-            score = (len({t for _, _, t in inside}), len(inside))
-            if score > best:
-                best = score
-                low, high = inside[0][0], max(f[1] for f in inside)
-                # Centre the occurrences in the window, which stays inside the text.
-                first = max(
-                    0, min(low - (SNIPPET_WORDS - (high - low + 1)) // 2, total - SNIPPET_WORDS)
-                )
-                last = min(total, first + SNIPPET_WORDS) - 1
-    marks = Sentinels()
-    begin = 0 if first == 0 or not spans else spans[first][0]
-    end = len(text) if last >= total - 1 or not spans else spans[last][1]
-    out, at = [], begin
-    for low, high in _merged([(a, b) for a, b, _ in found if a >= first and b <= last]):
-        out += [text[at : spans[low][0]], marks.start, text[spans[low][0] : spans[high][1]]]
-        out.append(marks.end)
-        at = spans[high][1]
-    out.append(text[at:end])
-    raw = ("…" if begin > 0 else "") + "".join(out) + ("…" if end < len(text) else "")
-    return marks.marked(raw)
-
-
-def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Word ranges, overlapping ones made one (a phrase is marked whole)."""
-    out: list[tuple[int, int]] = []
-    for low, high in sorted(ranges):
-        if out and low <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], high))
-        else:
-            out.append((low, high))
-    return out

@@ -21,6 +21,7 @@ from app.storage.core.clock import Clock, system_clock
 from app.storage.core.errors import StorageError
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
+from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.core.quota import FreeSpace, QuotaSource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import SweepOutcome
@@ -61,6 +62,8 @@ class TreeStorage(audit.AuditMethods):
         tokens_file: Path | None = None,
         group_commit: bool = True,
         min_free: str | int | None = None,
+        search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
+        search_slots: int = 4,
     ) -> None:
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
@@ -89,7 +92,9 @@ class TreeStorage(audit.AuditMethods):
         self.audit_log = audit.AuditLog(
             TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us
         )
-        self.searcher = TreeSearch(self.tasks, self.stores)
+        self.searcher = TreeSearch(
+            self.tasks, self.stores, timeout=search_timeout, slots=search_slots
+        )
         self.recovery = Recovery(self.layout)
 
     def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:

@@ -45,6 +45,7 @@ from app.storage.core.names import (
     turn_dirname,
     validate_artifact_name,
 )
+from app.storage.core.record_rules import check_turn_record
 from app.storage.core.records import turn_to_json
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.noatime import sha256_file
@@ -431,6 +432,12 @@ class _Fsck:
         if record.turn != turn or record.task_id != task_id:
             self.fault(f"{rel}/{TURN_META}: names task {record.task_id} turn {record.turn}", move)
             return None
+        try:
+            check_turn_record(record, max_artifact_bytes=self.store.max_artifact_bytes)
+        except InvalidName as exc:
+            # Brought in by hand or by an older import: reported, never rewritten or moved (a
+            # person decides what it should say); the rest is checked as for any record.
+            self.fault(f"{rel}/{TURN_META}: {exc} (not a record the API would write)")
         files: dict[str, Path] = {}
         kept: dict[str, Path] = {}
         for entry in entries:

@@ -202,8 +202,14 @@ class ListingCheck:
                 f"{where}: {orphans} search row(s) belong to no turn",
                 partial(self.search_write, listing, fts.drop_orphans),
             )
+        if listing.purge_owed():
+            self.check.fault(f"{where}: {fts.REMOVED_TEXT}", partial(self.purge, scope))
         self.search_repaired = len(self.check.report.repaired)
         return True
+
+    def purge(self, scope: Scope) -> None:
+        if not self.check.store.removals.purge(scope):
+            raise LockTimeout("a reader still holds an old snapshot of it; try again")
 
     def search_task(
         self, scope: Scope, listing: Listing, task_id: str, want: dict[int, str]

@@ -71,7 +71,9 @@ class _Importer(Restore):
     def __init__(
         self, storage: TreeBackups, *, tenant: str | None, project: str | None, overwrite: bool
     ) -> None:
-        super().__init__(tenant=tenant, project=project)
+        super().__init__(
+            tenant=tenant, project=project, max_artifact_bytes=storage.tasks.max_artifact_bytes
+        )
         self.storage = storage
         self.layout = storage.layout
         self.overwrite = overwrite
@@ -243,6 +245,8 @@ class _Importer(Restore):
                 # The renames are durable before any listing row names them.
                 fsync_dir_fd(dst)
             tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
+        # Tasks it replaced (--overwrite): their text leaves the files, as after a delete.
+        tasks.removals.purge(scope)
         tasks.compact_digest(scope)
 
     def publish_task(

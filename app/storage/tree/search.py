@@ -31,12 +31,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.storage.core.errors import NotFound, StorageError
+from app.storage.core import snippets
+from app.storage.core.errors import NotFound, SearchTimeout, StorageError
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
+    DEFAULT_SEARCH_TIMEOUT,
+    SearchBudget,
     SearchQuery,
-    Sentinels,
+    SearchSlots,
     check_limit,
     decode_cursor,
     encode_cursor,
@@ -98,6 +101,7 @@ class _Ask:
     match: str
     want: int
     after: _After | None
+    budget: SearchBudget
 
     def params(self, source: str, own: _Stats) -> dict[str, object]:
         """fts.ranked_sql's parameters but ``:limit``: keys unscaled on a first page (the
@@ -130,7 +134,7 @@ class _Turns:
         self.now_us = now_us
 
     def ask(self, ask: _Ask) -> Answer:
-        with self.listing.search_read() as conn:
+        with self.listing.search_read() as conn, fts.bounded(conn, ask.budget):
             found = fts.stats(conn, ask.terms)
             if found is None:
                 return None  # a listing from before search, until the start-up upgrade
@@ -155,12 +159,12 @@ class _Turns:
         hits = [_Hit(k, TURNS, doc, (task_id, turn)) for k, doc, task_id, turn in rows]
         return own, hits[: ask.want]
 
-    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
-        with self.listing.search_read() as conn:
-            return {
-                doc: fts.snippet(conn, match, doc, marks, turn_search.SNIPPET_COLUMNS)
-                for doc in docs
-            }
+    def snippets(
+        self, terms: list[snippets.Term], docs: list[int], budget: SearchBudget
+    ) -> dict[int, str]:
+        with self.listing.search_read() as conn, fts.bounded(conn, budget):
+            found = fts.texts(conn, docs, turn_search.SNIPPET_COLUMNS)
+        return _cut(found, terms, budget)
 
 
 class _Store:
@@ -170,16 +174,22 @@ class _Store:
         self.store_id = store_id
         self.source = f"1:{store_id}"
 
-    def _read(self, fn: Callable[[IndexReader], T | None]) -> T | None:
+    def _read(self, fn: Callable[[IndexReader], T | None], budget: SearchBudget) -> T | None:
         """``fn`` over the store's index; None when the store went away meanwhile, or its
         index cannot be searched (fsck reports it; the other indexes still answer)."""
 
         def read(store_dir: Any) -> T | None:
-            with self.engine.index(store_dir).search_read() as reader:
+            with (
+                self.engine.index(store_dir).search_read() as reader,
+                fts.bounded(reader.conn, budget),
+            ):
                 return fn(reader)
 
+        budget.check()
         try:
             return self.engine.read(self.scope, self.store_id, read)
+        except SearchTimeout:
+            raise
         except NotFound:
             return None
         except (sqlite3.Error, StorageError) as exc:
@@ -199,11 +209,24 @@ class _Store:
                 _Hit(k, self.source, doc, (memory_id, path)) for k, doc, memory_id, path in rows
             ]
 
-        return self._read(run)
+        return self._read(run, ask.budget)
 
-    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
-        found = self._read(lambda r: {doc: r.search_snippet(match, doc, marks) for doc in docs})
-        return found or {}
+    def snippets(
+        self, terms: list[snippets.Term], docs: list[int], budget: SearchBudget
+    ) -> dict[int, str]:
+        found = self._read(lambda r: r.search_texts(docs), budget) or {}
+        return _cut(found, terms, budget)
+
+
+def _cut(
+    found: dict[int, tuple[str, ...]], terms: list[snippets.Term], budget: SearchBudget
+) -> dict[int, str]:
+    """The snippet of each row (each costs a bounded window of its text: core/snippets.py)."""
+    out = {}
+    for doc, text in found.items():
+        budget.check()
+        out[doc] = snippets.snippet(text, terms)
+    return out
 
 
 def _pair(found: tuple[int, list[int]]) -> tuple[int, tuple[int, ...]]:
@@ -217,20 +240,35 @@ class TreeSearch:
     """Search a project of the tree backend (TreeStorage.search)."""
 
     def __init__(
-        self, tasks: TaskStore, stores: MemoryStoreEngine, *, max_stores: int = MAX_STORES
+        self,
+        tasks: TaskStore,
+        stores: MemoryStoreEngine,
+        *,
+        max_stores: int = MAX_STORES,
+        timeout: float = DEFAULT_SEARCH_TIMEOUT,
+        slots: int = 4,
     ) -> None:
         self.tasks = tasks
         self.stores = stores
         self.max_stores = max_stores
+        self.timeout = timeout
+        self.slots = SearchSlots(slots)
 
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query)
+        with self.slots.taken():
+            return self._search(scope, parsed, limit, cursor)
+
+    def _search(
+        self, scope: Scope, parsed: SearchQuery, limit: int, cursor: str | None
+    ) -> SearchPage:
         terms = [fts5_term(t) for t in parsed.terms]
         after = self._decode(scope, parsed, cursor) if cursor else None
-        ask = _Ask(terms, fts5_match(parsed), limit + 1, after)
+        budget = SearchBudget(self.timeout)
+        ask = _Ask(terms, fts5_match(parsed), limit + 1, after, budget)
         sources, skipped = self._sources(scope)
         # One read of each index: its statistics and its best rows after the cursor.
         answers = {s.source: found for s in sources if (found := s.ask(ask)) is not None}
@@ -252,7 +290,7 @@ class TreeSearch:
         hits.sort(key=lambda h: (h.key, h.source, h.doc))
         page, more = hits[:limit], len(hits) > limit
         return SearchPage(
-            hits=self._hits(scope, sources, page, ask.match),
+            hits=self._hits(scope, sources, page, snippets.terms_of(parsed.terms), budget),
             next_cursor=self._encode(scope, parsed, page[-1], project) if more else None,
             stores_searched=sum(s.source in answers for s in sources if isinstance(s, _Store)),
             stores_skipped=skipped,
@@ -270,16 +308,20 @@ class TreeSearch:
         return sources, max(0, len(ids) - self.max_stores)
 
     def _hits(
-        self, scope: Scope, sources: list[_Source], page: list[_Hit], match: str
+        self,
+        scope: Scope,
+        sources: list[_Source],
+        page: list[_Hit],
+        terms: list[snippets.Term],
+        budget: SearchBudget,
     ) -> tuple[SearchHit, ...]:
-        marks = Sentinels()
         snippets: dict[tuple[str, int], str] = {}
         names: dict[str, str | None] = {}
         for source in sources:
             docs = [h.doc for h in page if h.source == source.source]
             if not docs:
                 continue
-            for doc, text in source.snippets(match, docs, marks).items():
+            for doc, text in source.snippets(terms, docs, budget).items():
                 snippets[(source.source, doc)] = text
             if isinstance(source, _Store):
                 try:

@@ -267,3 +267,13 @@ def test_a_version_chain_that_loops_is_refused(
 
     crafted = rewrite(backup, change, tmp_path / "loop.tar.gz")
     import_refused(make_app("target"), crafted, "previous_version_id")
+
+
+def test_a_content_type_with_cr_lf_is_refused_as_such_on_every_backend(
+    make_app: Callable[[str], Flask], backup: Path, tmp_path: Path
+) -> None:
+    """On PostgreSQL it once reached the object store, which refused the header: "object
+    store unavailable", a misleading line."""
+    change, said = CASES["a content type with CR/LF"]
+    crafted = rewrite(backup, change, tmp_path / "crlf.tar.gz")
+    import_refused(make_app("target"), crafted, said)

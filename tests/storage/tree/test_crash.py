@@ -15,6 +15,7 @@ import io
 import os
 import shutil
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,11 @@ def _grouped(root: Path) -> bool:
 
 
 def _fault(name: str, at: int, err: int, *, persistent: bool = False) -> Fault:
+    # The operation's own steps: a delete's purge after the answer is upkeep that may fail
+    # and is tried again (tests/robust/test_removed_text.py).
     if name == "syncfs":
-        return Fault("_syncfs_error", at, err, persistent=persistent, target=sync)
-    return Fault(name, at, err, persistent=persistent)
+        return Fault("_syncfs_error", at, err, persistent=persistent, target=sync, own_thread=True)
+    return Fault(name, at, err, persistent=persistent, own_thread=True)
 
 
 def _base(root: Path, clock: FixedClock, *, group: bool = False) -> TaskStore:
@@ -131,6 +134,10 @@ def _run_case(
         failed = exc
     finally:
         monkeypatch.setattr(fault.target, fault.name, fault.real)
+    deadline = time.monotonic() + 30
+    while store.later.busy():  # the upkeep after a delete's answer (its purge)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     if not fault.fired:
         assert failed is None
         return False

@@ -32,12 +32,13 @@ The filesystem's free blocks are not wiped (as for any file the service removes)
 # ruff: noqa: S608 - table names are module constants; every value is bound.
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from app.storage.core.query import SNIPPET_TOKENS, Sentinels
+from app.storage.core.query import SearchBudget
 from app.storage.tree.sqlite.db import is_busy, write_txn
 
 DOCS = "search_docs"
@@ -58,6 +59,11 @@ _GET = f"SELECT value FROM {STATE} WHERE name = ?"
 _BUMP = f"UPDATE {STATE} SET value = value + 1 WHERE name = 'pending'"
 # Indexes made before 'owed' existed have no row for it: the first delete adds one.
 _OWE = f"INSERT INTO {STATE} VALUES ('owed', 1) ON CONFLICT (name) DO UPDATE SET value = value + 1"
+# What fsck says of an index whose 'owed' mark is set.
+REMOVED_TEXT = (
+    "removed text may still be in the file or its WAL: its purge was stopped by a reader's"
+    " snapshot (the next write, the sweep or fsck --repair purges it)"
+)
 _SETTLE = f"UPDATE {STATE} SET value = max(0, value - ?) WHERE name = ?"
 
 
@@ -259,21 +265,37 @@ def ranked_sql(select: str, weights: str, joins: str, where: str) -> str:
     )
 
 
-def snippet(
-    conn: sqlite3.Connection, match: str, doc: int, marks: Sentinels, columns: Iterable[int]
-) -> str:
-    """A fragment of row ``doc`` with the matched words marked: from the first of
-    ``columns`` (the body before the name, which the hit shows anyway) that has a match."""
-    text = ""
-    for column in columns:
-        row = conn.execute(
-            f"SELECT snippet({TEXT}, ?, ?, ?, '…', {SNIPPET_TOKENS}) FROM {TEXT}"
-            f" WHERE {TEXT} MATCH ? AND rowid = ?",
-            (column, marks.start, marks.end, match, doc),
-        ).fetchone()
-        if row is None:
-            return ""
-        text = str(row[0])
-        if marks.start in text:
-            break
-    return marks.marked(text)
+# SQLite VM steps between two looks at a search's budget (about a millisecond of work).
+PROGRESS_STEPS = 20_000
+
+
+@contextlib.contextmanager
+def bounded(conn: sqlite3.Connection, budget: SearchBudget) -> Iterator[None]:
+    """Stop any statement of ``conn`` once ``budget`` ran out (SearchTimeout): a search
+    never holds a worker thread for longer than its budget, whatever the text."""
+    conn.set_progress_handler(lambda: int(budget.expired()), PROGRESS_STEPS)
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "interrupt" in str(exc) and budget.expired():
+            raise budget.timeout() from None
+        raise
+    finally:
+        conn.set_progress_handler(None, 0)
+
+
+def texts(
+    conn: sqlite3.Connection, docs: Iterable[int], columns: tuple[str, ...]
+) -> dict[int, tuple[str, ...]]:
+    """The stored text of rows ``docs``, ``columns`` in that order (what a snippet is cut
+    from: app/storage/core/snippets.py)."""
+    wanted = sorted(set(docs))
+    if not wanted:
+        return {}
+    marks = ", ".join("?" * len(wanted))
+    return {
+        int(row[0]): tuple("" if v is None else str(v) for v in row[1:])
+        for row in conn.execute(
+            f"SELECT rowid, {', '.join(columns)} FROM {TEXT} WHERE rowid IN ({marks})", wanted
+        )
+    }

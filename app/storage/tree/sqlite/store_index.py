@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.storage.core.query import Sentinels
 from app.storage.core.store_models import VersionFilter
 from app.storage.core.store_paging import filter_clause
 from app.storage.core.store_records import (
@@ -245,8 +244,9 @@ class IndexReader:
             for k, doc, memory_id, path in self.conn.execute(_SEARCH_HITS, params)
         ]
 
-    def search_snippet(self, match: str, doc: int, marks: Sentinels) -> str:
-        return fts.snippet(self.conn, match, doc, marks, (1, 0))  # content, else path
+    def search_texts(self, docs: list[int]) -> dict[int, tuple[str, ...]]:
+        """What a snippet of each row is cut from: its content, else its path."""
+        return fts.texts(self.conn, docs, ("content", "path"))
 
     def search_rows(self) -> dict[str, tuple[str, str]]:
         """memory id -> (path, content) as indexed (fsck's comparison with the records)."""
@@ -310,6 +310,14 @@ def _memory_values(m: MemoryRow) -> tuple[Any, ...]:
 
 class IndexWriter(IndexReader):
     """The writes, for the holder of the store lock, inside one write transaction."""
+
+    def purge_owed(self) -> bool:
+        return fts.has_schema(self.conn) and fts.owed(self.conn)
+
+    def owe_purge(self) -> None:
+        """Mark text removed here as due to leave the file now (a redaction: fts.py)."""
+        if fts.has_schema(self.conn):
+            fts.removed(self.conn)
 
     def put_version(self, record: VersionRecord) -> None:
         """Record a new (or redacted) version and move its memory's head (and its search

@@ -26,7 +26,7 @@ from app.storage.tree.sqlite.fts import DOCS, TEXT
 # bm25 weights of task_id, meta and summary: a word in the task's name counts most.
 WEIGHTS = "3.0, 2.0, 1.0"
 # Where a snippet comes from: the summary, else the meta values, else the task id.
-SNIPPET_COLUMNS = (2, 1, 0)
+SNIPPET_COLUMNS = ("summary", "meta", "task_id")
 _DOCS_COLUMNS = (
     "doc INTEGER PRIMARY KEY, task_id TEXT NOT NULL, turn INTEGER NOT NULL, UNIQUE (task_id, turn)"
 )

@@ -32,8 +32,9 @@ from typing import TypeVar
 from app.storage.core.clock import Clock, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.encoding import dumps
-from app.storage.core.errors import Corrupt, NotFound, StorageError, UnsafePath
+from app.storage.core.errors import Corrupt, InvalidName, NotFound, StorageError, UnsafePath
 from app.storage.core.names import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Scope
+from app.storage.core.record_rules import check_version_record
 from app.storage.core.store_records import MemoryRow, StoreRecord, VersionRecord
 from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from app.storage.core.usage import NO_TICKET, StoreUsage, Ticket
@@ -198,8 +199,10 @@ class StoresBase:
         with self.index(txn.dir).write() as writer:
             writer.put_version(record)
             usage = writer.store_usage()
+            # A purge a reader's snapshot stopped: this write is the next chance.
+            owed = writer.purge_owed()
         self.publish_usage(txn, usage, ticket)
-        if record.operation == "deleted":
+        if record.operation == "deleted" or owed:
             self.purge_search(txn.dir)
 
     def publish_usage(self, txn: StoreTxn, usage: StoreUsage, ticket: Ticket = NO_TICKET) -> None:
@@ -244,11 +247,16 @@ class StoresBase:
 
     # -- derived files -----------------------------------------------------------------
     def load_records(
-        self, store_dir: Path, problems: list[str] | None = None, torn: list[Path] | None = None
+        self,
+        store_dir: Path,
+        problems: list[str] | None = None,
+        torn: list[Path] | None = None,
+        rules: list[str] | None = None,
     ) -> list[VersionRecord]:
         """Every version record of a store, without its content (read on demand); the
         unreadable ones are described in ``problems`` and, unless they are links, their
-        paths listed in ``torn``."""
+        paths listed in ``torn``; ``rules``: where the records the API would not have
+        written are described (core/record_rules.py)."""
         records = []
         for entry in self.tree.entries(self.layout.versions_dir(store_dir)):
             stem = entry.name.removesuffix(".json")
@@ -266,6 +274,13 @@ class StoresBase:
                 if torn is not None and not entry.is_link:
                     torn.append(entry.path)
                 continue
+            if rules is not None:
+                try:
+                    check_version_record(record)
+                except InvalidName as exc:
+                    rules.append(
+                        f"{self.rel(entry.path)}: {exc} (not a record the API would write)"
+                    )
             records.append(record.without_content())
         return records
 

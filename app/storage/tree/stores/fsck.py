@@ -20,13 +20,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.storage.core import store_rules as rules
+from app.storage.core import record_rules, store_rules as rules
 from app.storage.core.errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
 from app.storage.core.models import FsckReport
 from app.storage.core.names import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import quarantine
+from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.store_index import IndexContent, rows_from_records
 from app.storage.tree.stores.base import StoresBase
 
@@ -209,7 +210,10 @@ class StoresFsck:
             return []
         unreadable: list[str] = []
         paths: list[Path] = []
-        records = engine.load_records(store_dir, unreadable, paths)
+        broken: list[str] = []
+        records = engine.load_records(store_dir, unreadable, paths, broken)
+        for item in broken:
+            self.problem(item, repairable=False)
         problems: list[str] = []
         torn_rels = tuple(f"{engine.rel(path)}: " for path in paths)
         for item in unreadable:
@@ -272,6 +276,8 @@ class StoresFsck:
             problems.append(f"{where}: search index damaged ({damage})")
         if actual != want or orphans:
             problems.append(f"{where}: search rows differ from the live memories")
+        if index.purge_owed():
+            problems.append(f"{where}: {fts.REMOVED_TEXT}")  # the rebuild purges it
         return problems
 
     def in_flight_elsewhere(self, visited: set[tuple[Scope, str]]) -> None:
@@ -295,24 +301,8 @@ class StoresFsck:
 
 
 def chain_problems(records: list[VersionRecord]) -> list[str]:
-    """Each version names the memory's previous one: a fork or a gap shows here."""
-    problems = []
-    by_memory: dict[str, list[VersionRecord]] = {}
-    for record in records:
-        by_memory.setdefault(record.memory_id, []).append(record)
-    for memory_id, chain in by_memory.items():
-        chain.sort(key=lambda r: r.id)
-        present = {r.id for r in chain}
-        pointed: set[str] = set()
-        for before, after in zip(chain, chain[1:], strict=False):
-            previous = after.previous_version_id
-            if previous in present and previous != before.id:
-                problems.append(f"memory {memory_id}: version {after.id} forks the chain")
-            if previous in pointed:
-                problems.append(f"memory {memory_id}: two versions follow {previous}")
-            if previous is not None:
-                pointed.add(previous)
-    return problems
+    """Each version names the memory's previous one: a fork, a gap or a loop shows here."""
+    return record_rules.chain_problems((r.id, r.memory_id, r.previous_version_id) for r in records)
 
 
 def fsck_stores(engine: StoresBase, report: FsckReport, *, repair: bool) -> None:

@@ -82,6 +82,10 @@ class VersionOps(MemoryOps):
             self.write_version_in_place(path, redacted)
             with self.index(txn.dir).write() as writer:
                 writer.put_version(redacted)
+                # Its content may be an older one of a live memory, replaced in the search
+                # index but still in its merged-away entries: owed a purge now, not at the
+                # next sweep.
+                writer.owe_purge()
                 usage = writer.store_usage()
             self.publish_usage(txn, usage)
             # An older content of a live memory may still sit in the search index's merged-away
