@@ -14,6 +14,7 @@ def doc(
     params: list[dict[str, Any]] | None = None,
     body: Any = None,
     body_content_type: str = "application/json",
+    other_bodies: dict[str, dict[str, Any]] | None = None,
     tags: list[str] | None = None,
     headers: dict[int, dict[str, Any]] | None = None,
     beyond_seed: bool = False,
@@ -21,8 +22,10 @@ def doc(
     """Record the parameters, request body and responses of a view for the OpenAPI document.
 
     ``responses`` maps a status to a schema class, a schema name (str), ``None`` (no body),
-    or a ``(content_type, json_schema)`` pair. ``beyond_seed``: an operation of the
-    project-memory API that its seed document does not list (``x-beyond-seed`` in OpenAPI).
+    or a ``(content_type, json_schema)`` pair. ``other_bodies``: more content types the
+    request body may have, each with its OpenAPI media type object. ``beyond_seed``: an
+    operation of the project-memory API that its seed document does not list
+    (``x-beyond-seed`` in OpenAPI).
     """
 
     def decorate(view: F) -> F:
@@ -31,6 +34,7 @@ def doc(
             "params": params or [],
             "body": body,
             "body_content_type": body_content_type,
+            "other_bodies": other_bodies or {},
             "tags": tags,
             "headers": headers or {},
             "beyond_seed": beyond_seed,
