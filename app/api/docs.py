@@ -22,10 +22,10 @@ def doc(
     """Record the parameters, request body and responses of a view for the OpenAPI document.
 
     ``responses`` maps a status to a schema class, a schema name (str), ``None`` (no body),
-    or a ``(content_type, json_schema)`` pair. ``other_bodies``: more content types the
-    request body may have, each with its OpenAPI media type object. ``beyond_seed``: an
-    operation of the project-memory API that its seed document does not list
-    (``x-beyond-seed`` in OpenAPI).
+    or a ``(content_type, json_schema)`` pair. ``beyond_seed``: an operation of the
+    project-memory API that its seed document does not list (``x-beyond-seed`` in OpenAPI).
+    ``other_bodies``: more content types the request body may have, each with its OpenAPI
+    media type object.
     """
 
     def decorate(view: F) -> F:

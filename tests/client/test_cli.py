@@ -214,3 +214,18 @@ def test_tables_and_the_progress_bar_on_a_terminal(cli: Cli) -> None:
     quiet = cli("artifact", "get", "x-table", "0", "big.bin", "-o", "copy.bin")
     assert quiet.code == 0 and "MiB" not in quiet.stderr
     assert (cli.cwd / "copy.bin").read_bytes() == big.read_bytes()
+
+
+def test_turn_delete_and_artifact_delete(cli: Cli) -> None:
+    (cli.cwd / "env.txt").write_text("TOKEN=x\n")
+    assert cli("turn", "put", "x-del", "0", "--summary", "kept").code == 0
+    assert cli("turn", "put", "x-del", "1", "--summary", "a secret").code == 0
+    assert cli("artifact", "put", "x-del", "0", "env.txt").code == 0
+    stale = cli("artifact", "delete", "x-del", "0", "env.txt", "--if-match", '"0000"')
+    assert stale.code == 1 and "412" in stale.stderr
+    gone = cli("artifact", "delete", "x-del", "0", "env.txt", "--json")
+    assert gone.code == 0 and gone.json()["data"]["deleted"] is True, gone.stdout
+    assert cli("turn", "delete", "x-del", "1").code == 0
+    shown = cli("task", "show", "x-del", "--json").json()["data"]
+    assert [t["turn"] for t in shown["turns"]] == [0] and shown["turns"][0]["artifacts"] == []
+    assert cli("turn", "delete", "x-del", "1").code == 1  # 404

@@ -8,9 +8,10 @@ the usage counters, the digest section). An artifact delete is a write of its tu
 ``meta.json`` without the artifact is the commit, then the bytes and any kept previous copy
 are unlinked, then the derived files follow as for an upload.
 
-**The purge** (:meth:`TaskRemovals.purge`) runs right after the answer, in the background:
-``_project.md`` is compacted (a base that still holds a removed section is rewritten
-without it), then the listing's search index is merged and its WAL truncated
+**The purge** (:meth:`TaskRemovals.purge`) runs right after the answer, in the project's
+upkeep thread (one purge at a time per project; one asked for meanwhile runs again after
+it, never dropped): ``_project.md`` is compacted (a base that still holds a removed section
+is rewritten without it), then the listing's search index is merged and its WAL truncated
 (app/storage/tree/sqlite/fts.py). A reader holding an old snapshot (a long search, a backup)
 stops the truncation; the listing keeps its purge owed until one succeeds, and the next
 write to the project, the sweep and ``fsck --repair`` try again.
@@ -19,6 +20,7 @@ write to the project, the sweep and ``fsck --repair`` try again.
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -180,9 +182,10 @@ class TaskRemovals:
         tasks.usage.freed()
 
     # -- the purge -------------------------------------------------------------------------
-    def purge_later(self, scope: Scope) -> None:
-        """Run :meth:`purge` after the answer (one at a time per project)."""
-        self.tasks.later.run(
+    def purge_later(self, scope: Scope) -> threading.Event:
+        """Run :meth:`purge` after the answer, in the project's upkeep thread; the event is
+        set once it ran."""
+        return self.tasks.later.run(
             ("purge", scope),
             lambda: self.purge(scope),
             f"purging removed text from the files of {scope.tenant}/{scope.project}",

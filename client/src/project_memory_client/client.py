@@ -575,18 +575,6 @@ class Client:
             numbers.append(index.latest_turn)
         return max(numbers) + 1 if numbers else 0
 
-    def delete_turn(self, task_id: str, turn: int, *, if_match: str | None = None) -> None:
-        """Delete one turn and its artifacts (the task's owner, or project_admin and above);
-        deleting a task's last turn deletes the task. ``if_match``: only this version of
-        the turn (its ETag), else PreconditionFailed."""
-        headers = {"If-Match": if_match} if if_match is not None else None
-        self._send(
-            "DELETE",
-            f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}",
-            headers=headers,
-            ok=(204,),
-        )
-
     # -- artifacts -----------------------------------------------------------------------
     def put_artifact(
         self,
@@ -695,20 +683,6 @@ class Client:
         if info.size and size != info.size:
             raise ClientError(f"{name}: received {size} of {info.size} bytes")
 
-    def delete_artifact(
-        self, task_id: str, turn: int, name: str, *, if_match: str | None = None
-    ) -> None:
-        """Delete one artifact of a turn (the task's owner, or project_admin and above): a
-        write of the turn, whose ETag changes. ``if_match``: only these bytes (the
-        artifact's ETag), else PreconditionFailed."""
-        headers = {"If-Match": if_match} if if_match is not None else None
-        self._send(
-            "DELETE",
-            f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}/artifacts/{_segment(name)}",
-            headers=headers,
-            ok=(204,),
-        )
-
     # -- tasks ---------------------------------------------------------------------------
     def list_tasks(self, *, limit: int = 50, cursor: str | None = None) -> TaskList:
         """One page of tasks, most recently updated first (``limit`` 1..1000)."""
@@ -734,6 +708,26 @@ class Client:
     def delete_task(self, task_id: str) -> None:
         """Delete a task and everything in it (its owner, or project_admin and above)."""
         self._send("DELETE", f"/tasks/{_segment(task_id)}", ok=(204,))
+
+    def delete_turn(self, task_id: str, turn: int, *, if_match: str | None = None) -> None:
+        """Delete one turn with its artifacts (its task's owner, or project_admin and above);
+        the task goes with its last turn. ``if_match``: only this version of the turn (412
+        else). Its text leaves the server's files too, not only its answers."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send("DELETE", f"/tasks/{_segment(task_id)}/turns/{turn}", headers=headers, ok=(204,))
+
+    def delete_artifact(
+        self, task_id: str, turn: int, name: str, *, if_match: str | None = None
+    ) -> None:
+        """Delete one artifact of a turn (as :meth:`delete_turn`); a write of that turn, whose
+        ETag changes. ``if_match``: only this version of the artifact (its ETag)."""
+        headers = {"If-Match": if_match} if if_match is not None else None
+        self._send(
+            "DELETE",
+            f"/tasks/{_segment(task_id)}/turns/{turn}/artifacts/{_segment(name)}",
+            headers=headers,
+            ok=(204,),
+        )
 
     # -- project.md ----------------------------------------------------------------------
     def iter_digest(self, chunk_size: int = CHUNK, *, limit: int | None = None) -> Iterator[bytes]:

@@ -201,6 +201,13 @@ CASES: dict[str, tuple[Callable[[str, Record], Record | None], str]] = {
         "content_size_bytes",
     ),
     "a version time past any clock": (version("created", _set("created_us", 10**30)), "created_us"),
+    "a memory content that is not text": (version("modified", _set("content", 5)), "content"),
+    "a memory path that is not text": (version("created", _set("path", 7)), "path"),
+    "a version time that is not a number": (
+        version("created", _set("created_us", "soon")),
+        "not a version record",
+    ),
+    "an operation the API has not": (version("modified", _set("operation", "x")), "operation"),
 }
 
 

@@ -1,4 +1,4 @@
-"""``artifact put TASK N FILE`` and ``artifact get TASK N NAME``, streamed both ways, and
+"""``artifact put TASK N FILE``, ``artifact get TASK N NAME`` (streamed both ways) and
 ``artifact delete TASK N NAME``."""
 
 from __future__ import annotations
@@ -49,14 +49,19 @@ def register(parser: argparse.ArgumentParser) -> None:
         sub,
         "delete",
         delete_artifact,
-        help="delete an artifact of a turn (the task's owner, or project_admin and above)",
-        description="Delete artifact NAME of turn N of TASK; its bytes leave the store and"
-        " the turn's ETag changes.",
+        help="delete one artifact of a turn (the task's owner, or project_admin and above)",
     )
     task_and_turn(delete)
     delete.add_argument("name", metavar="NAME")
-    delete.add_argument(
-        "--if-match", metavar="ETAG", help="delete only these bytes (the artifact's ETag; 412 else)"
+    delete.add_argument("--if-match", metavar="ETAG", help="only this version of the artifact")
+
+
+def delete_artifact(ctx: Context) -> Output:
+    a = ctx.args
+    ctx.client().delete_artifact(a.task, a.turn, a.name, if_match=a.if_match)
+    return Output(
+        {"task_id": a.task, "turn": a.turn, "name": a.name, "deleted": True},
+        f"deleted artifact {a.name} of turn {a.turn} of {a.task}",
     )
 
 
@@ -103,10 +108,3 @@ def get_artifact(ctx: Context) -> Output:
     info = client.get_artifact(a.task, a.turn, a.name, target, progress=ctx.progress(a.name))
     text = f"wrote {info.path} ({info.size} bytes, {info.content_type})"
     return Output(info.to_dict(), text)
-
-
-def delete_artifact(ctx: Context) -> Output:
-    a = ctx.args
-    ctx.client().delete_artifact(a.task, a.turn, a.name, if_match=a.if_match)
-    data = {"task_id": a.task, "turn": a.turn, "name": a.name, "deleted": True}
-    return Output(data, f"deleted artifact {a.name} of turn {a.turn} of task {a.task}")

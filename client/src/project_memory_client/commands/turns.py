@@ -66,13 +66,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "delete",
         delete_turn,
         help="delete one turn and its artifacts (the task's owner, or project_admin and above)",
-        description="Delete turn N of TASK with its artifacts; its text leaves project.md,"
-        " search and the stored files. Deleting the task's last turn deletes the task.",
     )
     task_and_turn(delete)
-    delete.add_argument(
-        "--if-match", metavar="ETAG", help="delete only this version of the turn (412 else)"
-    )
+    delete.add_argument("--if-match", metavar="ETAG", help="only this version of the turn")
 
 
 def _turn_or_next(text: str) -> int | str:
@@ -150,8 +146,9 @@ def get_turn(ctx: Context) -> Output:
 def delete_turn(ctx: Context) -> Output:
     a = ctx.args
     ctx.client().delete_turn(a.task, a.turn, if_match=a.if_match)
-    data = {"task_id": a.task, "turn": a.turn, "deleted": True}
-    return Output(data, f"deleted turn {a.turn} of task {a.task}")
+    return Output(
+        {"task_id": a.task, "turn": a.turn, "deleted": True}, f"deleted turn {a.turn} of {a.task}"
+    )
 
 
 def render_turn(record: TurnRecord) -> str:

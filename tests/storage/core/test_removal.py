@@ -1,0 +1,125 @@
+"""Deleting one turn or one artifact, through the storage interface, on every backend: the
+removed text is in no answer at once, and in no stored place once the upkeep the call started
+has run (on the tree, no file under the root, the listing's WAL included; on PostgreSQL, no
+live row of any table)."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from app.storage import Scope
+from app.storage.backends import open_backend
+from app.storage.interface import StorageBackend
+from app.storage.tree.background import Later
+
+pytestmark = pytest.mark.all_backends
+SCOPE = Scope("acme", "web")
+LEAK_TURN, LEAK_FILE = "LEAKED-TURN-5d1e", "LEAKED-FILE-9a3c"
+
+
+@pytest.fixture
+def storage(backend_settings: dict[str, Any]) -> Iterator[StorageBackend]:
+    found = open_backend(backend_settings)
+    yield found
+    found.close()
+
+
+def holders(backend_kind: str, settings: dict[str, Any], word: str) -> list[str]:
+    """Where ``word`` is stored: the files under the root that hold it (as written, or
+    lower-cased as FTS5 keeps its terms), or the PostgreSQL tables with a live row that does
+    (in a text column, or in a bytea one, which a row's text shows in hex)."""
+    if backend_kind == "tree":
+        root = Path(settings["STORAGE_ROOT"])
+        spelled = (word.encode(), word.lower().encode())
+        return sorted(
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file() and any(w in p.read_bytes() for w in spelled)
+        )
+    with psycopg.connect(settings["DATABASE_URL"], autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+        ]
+        return [
+            t
+            for t in tables
+            if conn.execute(
+                f'SELECT 1 FROM "{t}" AS r WHERE r::text ILIKE %s OR r::text LIKE %s LIMIT 1',  # noqa: S608
+                (f"%{word}%", f"%{word.encode().hex()}%"),
+            ).fetchone()
+        ]
+
+
+def quiet(storage: StorageBackend) -> None:
+    """Wait for the upkeep a call started after its return (the tree's purge)."""
+    later = getattr(storage.tasks, "later", None)
+    deadline = time.monotonic() + 30
+    while later is not None and later.busy():
+        assert time.monotonic() < deadline, "the upkeep did not end"
+        time.sleep(0.01)
+
+
+def test_a_turn_deleted_after_an_artifact_of_another_turn_leaves_nothing_behind(
+    storage: StorageBackend, backend_kind: str, backend_settings: dict[str, Any]
+) -> None:
+    tasks = storage.tasks
+    tasks.put_turn(SCOPE, "leaky", 0, meta={}, summary_md="keep this")
+    tasks.put_turn(SCOPE, "leaky", 1, meta={}, summary_md=f"pasted {LEAK_TURN} by mistake")
+    tasks.put_artifact(
+        SCOPE,
+        "leaky",
+        0,
+        "env.txt",
+        io.BytesIO(f"TOKEN={LEAK_FILE}\n".encode()),
+        content_type="text/plain",
+    )
+    assert holders(backend_kind, backend_settings, LEAK_TURN)  # the check below can fail
+    tasks.delete_artifact(SCOPE, "leaky", 0, "env.txt")
+    tasks.delete_turn(SCOPE, "leaky", 1)
+    assert storage.search(SCOPE, LEAK_TURN).hits == ()
+    quiet(storage)
+    assert holders(backend_kind, backend_settings, LEAK_TURN) == []
+    assert holders(backend_kind, backend_settings, LEAK_FILE) == []
+    assert storage.search(SCOPE, LEAK_TURN).hits == ()
+    body, _ = tasks.open_digest(SCOPE)
+    with body:
+        digest = body.read()
+    assert b"keep this" in digest and LEAK_TURN.encode() not in digest
+    assert [t.turn for t in tasks.get_task(SCOPE, "leaky").turns] == [0]
+
+
+def test_a_job_asked_for_while_it_runs_runs_again_after_it() -> None:
+    later = Later()
+    started, release = threading.Event(), threading.Event()
+    runs: list[str] = []
+
+    def first() -> None:
+        started.set()
+        release.wait(10)
+        runs.append("first")
+
+    done_first = later.run("k", first, "a test job")
+    assert started.wait(10)
+    # Asked for twice while the first runs: one more run, after it, of the latest job.
+    later.run("k", lambda: runs.append("second"), "a test job")
+    done_again = later.run("k", lambda: runs.append("third"), "a test job")
+    assert not done_again.is_set()
+    release.set()
+    assert done_first.wait(10) and done_again.wait(10)
+    assert runs == ["first", "third"]
+    deadline = time.monotonic() + 10
+    while later.busy():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
