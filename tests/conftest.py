@@ -186,7 +186,18 @@ def store(tmp_path: Path, clock: FixedClock) -> TaskStore:
 
 
 @pytest.fixture
-def app(tmp_path: Path, clock: FixedClock, backend_config: dict[str, Any]) -> Iterator[Flask]:
+def app_overrides() -> dict[str, Any]:
+    """Settings a test module adds to its ``app`` (override this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def app(
+    tmp_path: Path,
+    clock: FixedClock,
+    backend_config: dict[str, Any],
+    app_overrides: dict[str, Any],
+) -> Iterator[Flask]:
     application = create_app(
         {
             "TESTING": True,
@@ -195,6 +206,7 @@ def app(tmp_path: Path, clock: FixedClock, backend_config: dict[str, Any]) -> It
             "CLOCK": clock,
             "LOCK_TIMEOUT": 5.0,
             "THREADS": 4,
+            **app_overrides,
             **backend_config,
         }
     )

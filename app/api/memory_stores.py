@@ -12,12 +12,12 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import Schema
 
-from app.api.common import json_body, json_response, storage, strict_int
+from app.api.common import audit, json_body, json_response, storage, strict_int
 from app.api.docs import doc
 from app.schemas import memory_stores as s
 from app.storage.core.clock import to_us
 from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
-from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
+from app.storage.core.store_models import Memory, MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
 from app.web.errors import ApiError
@@ -204,6 +204,7 @@ def create_memory_store() -> Response:
         metadata=data.get("metadata") or {},
         creator=principal.token.id,
     )
+    audit("store", "created", store.id, {"name": store.name}, store_id=store.id)
     return json_response(store_out.dump(store))
 
 
@@ -262,6 +263,7 @@ def update_memory_store(memory_store_id: str) -> Response:
         metadata=data.get("metadata"),
         only_creator=only_owner(principal),
     )
+    audit("store", "modified", store.id, {"name": store.name}, store_id=store.id)
     return json_response(store_out.dump(store))
 
 
@@ -276,6 +278,7 @@ def delete_memory_store(memory_store_id: str) -> Response:
     deleted = engine().delete_store(
         principal.scope, memory_store_id, only_creator=only_owner(principal)
     )
+    audit("store", "deleted", memory_store_id, store_id=memory_store_id)
     return json_response(deleted_store_out.dump(deleted))
 
 
@@ -291,6 +294,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
     store = engine().archive_store(
         principal.scope, memory_store_id, only_creator=only_owner(principal)
     )
+    audit("store", "archived", store.id, store_id=store.id)
     return json_response(store_out.dump(store))
 
 
@@ -314,7 +318,18 @@ def create_memory(memory_store_id: str) -> Response:
         actor=_actor(),
         full=full,
     )
+    _memory_event("created", memory)
     return json_response(memory_out.dump(memory))
+
+
+def _memory_event(action: str, memory: Memory) -> None:
+    audit(
+        "memory",
+        action,
+        memory.id,
+        {"path": memory.path, "version_id": memory.memory_version_id},
+        store_id=memory.memory_store_id,
+    )
 
 
 @bp.get("/<memory_store_id>/memories")
@@ -376,6 +391,7 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
         actor=_actor(),
         full=full,
     )
+    _memory_event("modified", memory)
     return json_response(memory_out.dump(memory))
 
 
@@ -424,6 +440,7 @@ def delete_memory(memory_store_id: str, memory_id: str) -> Response:
         expected_sha256=request.args.get("expected_content_sha256"),
         actor=_actor(),
     )
+    audit("memory", "deleted", memory_id, store_id=memory_store_id)
     return json_response(deleted_memory_out.dump(deleted))
 
 
@@ -499,5 +516,12 @@ def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Respo
     require_redact(principal)
     version = engine().redact_version(
         principal.scope, memory_store_id, memory_version_id, actor=_actor()
+    )
+    audit(
+        "memory",
+        "redacted",
+        version.memory_id,
+        {"version_id": memory_version_id},
+        store_id=memory_store_id,
     )
     return json_response(version_out.dump(version))

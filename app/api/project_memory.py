@@ -16,6 +16,7 @@ from werkzeug.wsgi import wrap_file
 
 from app.api import turn_form
 from app.api.common import (
+    audit,
     body_stream,
     content_type,
     if_match,
@@ -289,6 +290,7 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     task_id = path_task_id(task_id)
     principal = current_principal()
     store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
+    audit("task", "deleted", task_id)
     return Response(status=204)
 
 
@@ -309,6 +311,7 @@ def delete_turn(task_id: str, turn: str) -> ResponseReturnValue:
     store().delete_turn(
         principal.scope, task_id, turn_no, only_owner=only_owner(principal), if_match=if_match()
     )
+    audit("turn", "deleted", task_id, {"turn": turn_no})
     return Response(status=204)
 
 
@@ -333,6 +336,7 @@ def delete_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         only_owner=only_owner(principal),
         if_match=if_match(),
     )
+    audit("artifact", "deleted", task_id, {"turn": turn_no, "name": name})
     return Response(status=204)
 
 
@@ -398,6 +402,8 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         artifacts=uploads,
         size=request.content_length if boundary is not None else None,
     )
+    if record.task_created:
+        audit("task", "created", task_id)
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 

@@ -4,6 +4,7 @@ what agents wrote (render.py)."""
 
 from __future__ import annotations
 
+from app.console import admin, audit, memories, usage  # noqa: F401 - their routes join the blueprint
 from app.console.views import PUBLIC_ENDPOINTS, init_app
 
 __all__ = ["PUBLIC_ENDPOINTS", "init_app"]

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, current_app, g, redirect, render_template, request, url_for
+from flask import Flask, g, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from markupsafe import Markup
 from werkzeug.exceptions import Forbidden, HTTPException, NotFound
@@ -24,25 +24,29 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
-from app.console import render, session as sessions
-from app.storage import Corrupt, InvalidName, Scope, StorageError
+from app.console import audit, base, charts, render, session as sessions
+from app.services.usage_report import projects_overview
+from app.storage import Corrupt, InvalidName, Scope, StorageError, TaskSummary
 from app.storage.core.clock import parse_iso
+from app.storage.core.names import validate_id
 from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.storage.core.tokens import Token
-from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
+from app.storage.interface import TaskBackend
+from app.web import ratelimit
 from app.web.auth import Principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
-from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
+from app.web.permissions import (
+    ADMIN_ROLE,
+    covers,
+    may_delete_task,
+    may_redact_version,
+    may_write,
+    only_owner,
+)
 
 log = logging.getLogger("app.console")
 
-bp = Blueprint(
-    "console",
-    __name__,
-    url_prefix="/console",
-    template_folder="templates",
-    static_folder="static",
-)
+bp = base.bp
 
 # The routes that answer without a session: the sign-in form and the assets it needs, and
 # "/" (a redirect to /console/).
@@ -63,6 +67,7 @@ HITS_PER_PAGE = 20
 TIMELINE_SUMMARY_CHARS = 16_000  # per turn on a task's timeline; its turn page shows it all
 DIGEST_RENDER_BYTES = 256 * 1024  # of project.md; the rest is a download
 EXPIRING_SOON = timedelta(days=3)
+SPARK_DAYS = 14
 
 
 def init_app(app: Flask) -> None:
@@ -72,36 +77,16 @@ def init_app(app: Flask) -> None:
 
 
 # -- storage and request context ------------------------------------------------------------
-def _storage() -> StorageBackend:
-    found: StorageBackend = current_app.extensions["storage"]
-    return found
-
-
-def _tasks() -> TaskBackend:
-    return _storage().tasks
-
-
-def _stores() -> StoreBackend:
-    return _storage().stores
-
-
-def _registry() -> TokenStore:
-    found: TokenStore = current_app.extensions["token_registry"]
-    return found
-
-
-def _principal() -> Principal:
-    found: Principal = g.principal
-    return found
-
-
-def _scope() -> Scope:
-    return _principal().scope
-
-
-def _actor() -> dict[str, Any]:
-    """Who did it, as the memory-stores API records it: the same audit trail."""
-    return {"type": "api_actor", "api_key_id": _principal().token.id}
+_storage = base.storage
+_tasks = base.tasks
+_stores = base.stores
+_registry = base.registry
+_principal = base.principal
+_scope = base.scope
+_actor = base.actor
+_purl = base.purl
+_redirect = base.see_other
+_arg = base.arg
 
 
 def _signed_in_token() -> Token | None:
@@ -128,11 +113,6 @@ def _safe_next(target: str | None) -> str | None:
     if target.startswith("//") or "/../" in parts.path or parts.path.endswith("/.."):
         return None
     return target
-
-
-def _redirect(location: str) -> Response:
-    # 303: after a POST the browser follows with a GET.
-    return redirect(location, code=303)
 
 
 @bp.before_request
@@ -163,7 +143,7 @@ def _guard() -> ResponseReturnValue | None:
     if request.method == "POST" and not sessions.csrf_ok(g.console_session):
         raise Forbidden("the form expired or did not come from this console; try again")
     view_args = request.view_args or {}
-    if "tenant" in view_args:
+    if "project" in view_args:
         try:
             scope = Scope(view_args["tenant"], view_args["project"])
         except InvalidName:
@@ -174,6 +154,21 @@ def _guard() -> ResponseReturnValue | None:
         g.tenant, g.project = scope.tenant, scope.project
         if request.method == "POST" and not may_write(g.principal):
             raise Forbidden(f"role {token.role} may only read")
+        # The API's budgets, the same buckets: a page costs what an API request costs.
+        ratelimit.check_request()
+        return None
+    tenant = view_args.get("tenant")
+    if tenant is not None:
+        # A tenant's own pages (its tokens, its limits): tenant_admin and admin tokens.
+        try:
+            validate_id("tenant", tenant)
+        except InvalidName:
+            raise NotFound("no such tenant") from None
+        if not base.covers_tenant(token, tenant):
+            raise Forbidden(f"this token may not manage tenant {tenant}")
+        g.tenant = tenant
+    # A page in no project costs the token's budget alone.
+    ratelimit.check_token_request(token.id, token.role, tenant or token.tenant)
     return None
 
 
@@ -202,6 +197,10 @@ def _template_context() -> dict[str, Any]:
         "csrf": current.csrf if current is not None else "",
         "me": g.get("console_token"),
         "scope": principal.scope if principal is not None else None,
+        "can_write": principal is not None and may_write(principal),
+        "can_admin": principal is not None and principal.at_least(ADMIN_ROLE),
+        "tenant_page": g.get("tenant") if principal is None else None,
+        "manages_tenant": _manages_tenant(g.get("console_token")),
         "many_projects": _covers_many(g.get("console_token")),
         "ts": render.time_tag,
         "size": render.size,
@@ -212,10 +211,10 @@ def _template_context() -> dict[str, Any]:
     }
 
 
-def _purl(endpoint: str, **values: Any) -> str:
-    """url_for a page of the current project."""
-    scope = _scope()
-    return url_for(f"console.{endpoint}", tenant=scope.tenant, project=scope.project, **values)
+def _manages_tenant(token: Token | None) -> bool:
+    return (
+        token is not None and token.tenant is not None and base.covers_tenant(token, token.tenant)
+    )
 
 
 def _covers_many(token: Token | None) -> bool:
@@ -273,7 +272,9 @@ _ADDRESS_FIELDS = frozenset({"task_id", "turn", "name", "tenant", "project"})
 def _http_error(exc: HTTPException) -> ResponseReturnValue:
     if exc.code is not None and exc.code < 400:
         return exc
-    return _error_page(exc.code or 500, _http_message(exc))
+    # Retry-After and the RateLimit fields of a 429, as the API sends them.
+    headers: dict[str, str] | None = getattr(exc, "extra_headers", None)
+    return _error_page(exc.code or 500, _http_message(exc), headers)
 
 
 @bp.errorhandler(StorageError)
@@ -325,7 +326,8 @@ def signin_post() -> ResponseReturnValue:
         )
         return Response(body, status=403, mimetype="text/html")
     g.console_new_session = sessions.new(token.id)
-    g.token_id = token.id
+    g.token_id, g.tenant, g.console_token = token.id, token.tenant, token
+    audit.record("session", "signed_in", token.id, project=token.project)
     return _redirect(target or url_for("console.index"))
 
 
@@ -336,6 +338,9 @@ def signout() -> ResponseReturnValue:
     if current is not None and current.token_id is not None:
         with contextlib.suppress(StorageError):  # a token removed since: nothing to end
             _registry().end_console_sessions(current.token_id)
+        token = g.console_token
+        g.tenant = token.tenant
+        audit.record("session", "signed_out", token.id, project=token.project)
     response = _redirect(url_for("console.signin", out="1"))
     sessions.clear(response)
     return response
@@ -361,7 +366,18 @@ def projects() -> ResponseReturnValue:
         own = Scope(token.tenant, token.project)
         if own not in found:
             found.insert(0, own)
-    return render_template("console/projects.html", projects=found)
+    rows = projects_overview(_storage(), found, days=SPARK_DAYS)
+    return render_template(
+        "console/projects.html",
+        rows=rows,
+        spark=lambda row: charts.sparkline(
+            [d.label for d in row.days],
+            [d.requests for d in row.days],
+            name="requests",
+            title=f"Requests per day, last {SPARK_DAYS} days",
+            label=lambda n: f"{n:,} request{'' if n == 1 else 's'}",
+        ),
+    )
 
 
 @bp.get("/p/<tenant>/<project>/")
@@ -370,6 +386,12 @@ def project_home(tenant: str, project: str) -> ResponseReturnValue:
 
 
 # -- tasks ---------------------------------------------------------------------------------
+SORTS = {"updated": "Last update", "task_id": "Task id", "size": "Size", "turns": "Turns"}
+# The natural direction of each order: newest, largest and longest first; ids A to Z.
+ASCENDING_FIRST = frozenset({"task_id"})
+PAGE_SIZES = (20, 50, 100, 200)
+
+
 @dataclass(frozen=True, slots=True)
 class _Filters:
     prefix: str
@@ -382,6 +404,33 @@ class _Filters:
         if self.failed:
             found["failed"] = "1"
         return {k: v for k, v in found.items() if v}
+
+
+@dataclass(frozen=True, slots=True)
+class _Order:
+    sort: str
+    descending: bool
+    per_page: int
+
+    @classmethod
+    def of_request(cls) -> _Order:
+        sort = _arg("sort", 16)
+        sort = sort if sort in SORTS else "updated"
+        direction = _arg("dir", 8)
+        natural = sort not in ASCENDING_FIRST
+        descending = natural if direction not in ("asc", "desc") else direction == "desc"
+        per_page = base.int_arg("per_page", TASKS_PER_PAGE, highest=PAGE_SIZES[-1])
+        return cls(sort, descending, per_page)
+
+    def args(self) -> dict[str, str | int]:
+        found: dict[str, str | int] = {}
+        if self.sort != "updated":
+            found["sort"] = self.sort
+        if self.descending != (self.sort not in ASCENDING_FIRST):
+            found["dir"] = "desc" if self.descending else "asc"
+        if self.per_page != TASKS_PER_PAGE:
+            found["per_page"] = self.per_page
+        return found
 
 
 def _deleted_notice(store: TaskBackend) -> str | None:
@@ -399,26 +448,28 @@ def _deleted_notice(store: TaskBackend) -> str | None:
     return None
 
 
-def _arg(name: str, limit: int = 256) -> str:
-    return request.args.get(name, "").strip()[:limit]
-
-
 @bp.get("/p/<tenant>/<project>/tasks")
 def tasks(tenant: str, project: str) -> ResponseReturnValue:
-    """Tasks, most recently updated first."""
+    """Tasks, most recently updated first (or by id, size or turn count)."""
     filters = _Filters(_arg("q", 128), _arg("model"), _arg("agent"), _arg("failed") == "1")
-    cursor = request.args.get("cursor") or None
+    order = _Order.of_request()
+    # "cursor": what the "next page" links said before they could also go back.
+    after = request.args.get("after") or request.args.get("cursor") or None
+    before = request.args.get("before") or None
     store = _tasks()
     error = None
     try:
         page = store.list_tasks(
             _scope(),
-            limit=TASKS_PER_PAGE,
-            cursor=cursor,
+            limit=order.per_page,
+            cursor=before or after,
+            backward=before is not None,
             prefix=filters.prefix or None,
             model=filters.model or None,
             agent_id=filters.agent or None,
             failed=filters.failed,
+            sort=order.sort,
+            descending=order.descending,
         )
     except InvalidName as exc:
         # A prefix no task id can start with, or a cursor from elsewhere: say so on the page.
@@ -428,16 +479,23 @@ def tasks(tenant: str, project: str) -> ResponseReturnValue:
     rows = [
         {"task": t, "soon": parse_iso(t.retain_until) <= soon} for t in (page.tasks if page else ())
     ]
-    next_url = None
-    if page is not None and page.next_cursor:
-        next_url = _purl("tasks", cursor=page.next_cursor, **filters.args())
+    keep = {**filters.args(), **order.args()}
     return render_template(
         "console/tasks.html",
         rows=rows,
-        total=page.total if page else None,
+        page=page,
         filters=filters,
-        first_url=_purl("tasks", **filters.args()) if cursor else None,
-        next_url=next_url,
+        order=order,
+        sorts=SORTS,
+        page_sizes=PAGE_SIZES,
+        keep=keep,
+        first_url=_purl("tasks", **keep) if (after or before) else None,
+        next_url=_purl("tasks", after=page.next_cursor, **keep)
+        if page and page.next_cursor
+        else None,
+        prev_url=_purl("tasks", before=page.prev_cursor, **keep)
+        if page and page.prev_cursor
+        else None,
         error=error,
         deleted=_deleted_notice(store),
     )
@@ -476,6 +534,8 @@ def task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
     return render_template(
         "console/task.html",
         index=index,
+        summary=_summary_or_none(store, task_id),
+        artifacts=sum(len(entry.artifacts) for entry in index.turns),
         turns=turns,
         page=number,
         pages=pages,
@@ -483,30 +543,95 @@ def task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
     )
 
 
+def _summary_or_none(store: TaskBackend, task_id: str) -> TaskSummary | None:
+    # The listing row can lag the index by a write in flight: the page shows it without.
+    try:
+        return store.task_summary(_scope(), task_id)
+    except StorageError:
+        return None
+
+
 def _int_arg(name: str, default: int) -> int:
     raw = request.args.get(name, "")
     return int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 7 else default
 
 
-@bp.route("/p/<tenant>/<project>/tasks/<task_id>/delete", methods=["GET", "POST"])
-def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
-    """Delete a task (its owner, or project_admin and above), after a confirmation."""
-    store = _tasks()
-    index = store.get_task(_scope(), task_id)
-    principal = _principal()
-    if not may_delete_task(principal, index.owner):
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/delete")
+def confirm_delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
+    """The confirmation of a task's delete (its owner, or project_admin and above)."""
+    index = _tasks().get_task(_scope(), task_id)
+    if not may_delete_task(_principal(), index.owner):
         raise Forbidden("only the task's owner or a project_admin may delete it")
-    if request.method == "GET":
-        return render_template("console/delete_task.html", index=index)
-    store.delete_task(_scope(), task_id, only_owner=only_owner(principal))
+    return render_template("console/delete_task.html", index=index)
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/delete")
+def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
+    """Delete a task: its owner, or project_admin and above (the storage checks the owner
+    under the task's lock)."""
+    _tasks().delete_task(_scope(), task_id, only_owner=only_owner(_principal()))
+    audit.record("task", "deleted", task_id)
     return _redirect(_purl("tasks", deleted=task_id))
 
 
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>")
 def turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
     """One turn: all its meta, its summary and its artifacts."""
-    record = _tasks().get_turn(_scope(), task_id, turn)
-    return render_template("console/turn.html", turn=_turn_view(record, timeline=False))
+    store = _tasks()
+    record = store.get_turn(_scope(), task_id, turn)
+    summary = _summary_or_none(store, task_id)
+    return render_template(
+        "console/turn.html",
+        turn=_turn_view(record, timeline=False),
+        may_delete=may_delete_task(_principal(), summary.owner if summary else None),
+    )
+
+
+def _deletable_turn(task_id: str, turn: int) -> Any:
+    """The turn, for a confirmation its reader may act on (its owner, or project_admin)."""
+    store = _tasks()
+    record = store.get_turn(_scope(), task_id, turn)
+    summary = _summary_or_none(store, task_id)
+    if not may_delete_task(_principal(), summary.owner if summary else None):
+        raise Forbidden("only the task's owner or a project_admin may delete it")
+    return record
+
+
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/delete")
+def confirm_delete_turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
+    """The confirmation of one turn's delete."""
+    record = _deletable_turn(task_id, turn)
+    count = len(record.artifacts)
+    return render_template(
+        "console/confirm.html",
+        title=f"Delete turn {turn} of {task_id}?",
+        text=f"Its meta, its summary and its {count} artifact{'' if count == 1 else 's'} are"
+        " removed for good, from every file the server keeps (the search index and"
+        " project.md too). If it is the task's last turn, the task goes with it. This"
+        " cannot be undone.",
+        action=_purl("delete_turn", task_id=task_id, turn=turn),
+        button="Delete turn",
+        danger=True,
+        back=_purl("turn", task_id=task_id, turn=turn),
+        fields={"if_match": record.etag},
+    )
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/delete")
+def delete_turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
+    """Delete one turn, if it is still the version the confirmation showed (its ETag)."""
+    store = _tasks()
+    store.delete_turn(
+        _scope(),
+        task_id,
+        turn,
+        only_owner=only_owner(_principal()),
+        if_match=request.form.get("if_match") or None,
+    )
+    audit.record("turn", "deleted", task_id, {"turn": turn})
+    if _summary_or_none(store, task_id) is None:  # its last turn: the task went too
+        return _redirect(_purl("tasks", deleted=task_id))
+    return _redirect(_purl("task", task_id=task_id))
 
 
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>")
@@ -528,9 +653,55 @@ def artifact(tenant: str, project: str, task_id: str, turn: int, name: str) -> R
         text = render.text_preview(head)
         if text is None:
             kind = "download"  # declared as text, holds binary
+    summary = _summary_or_none(store, task_id)
     return render_template(
-        "console/artifact.html", record=record, info=info, kind=kind, text=text, shown=shown
+        "console/artifact.html",
+        record=record,
+        info=info,
+        kind=kind,
+        text=text,
+        shown=shown,
+        may_delete=may_delete_task(_principal(), summary.owner if summary else None),
     )
+
+
+@bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/delete")
+def confirm_delete_artifact(
+    tenant: str, project: str, task_id: str, turn: int, name: str
+) -> ResponseReturnValue:
+    """The confirmation of one artifact's delete."""
+    record = _deletable_turn(task_id, turn)
+    info = next((a for a in record.artifacts if a.name == name), None)
+    if info is None:
+        raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+    return render_template(
+        "console/confirm.html",
+        title=f"Delete {name}?",
+        text=f"The {render.size(info.size)} of {name} (turn {turn} of {task_id}) are removed for"
+        " good; the turn stays, without it. This cannot be undone.",
+        action=_purl("delete_artifact", task_id=task_id, turn=turn, name=name),
+        button="Delete artifact",
+        danger=True,
+        back=_purl("artifact", task_id=task_id, turn=turn, name=name),
+        fields={"if_match": info.etag},
+    )
+
+
+@bp.post("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/delete")
+def delete_artifact(
+    tenant: str, project: str, task_id: str, turn: int, name: str
+) -> ResponseReturnValue:
+    """Delete one artifact, if it is still the one the confirmation showed (its ETag)."""
+    _tasks().delete_artifact(
+        _scope(),
+        task_id,
+        turn,
+        name,
+        only_owner=only_owner(_principal()),
+        if_match=request.form.get("if_match") or None,
+    )
+    audit.record("artifact", "deleted", task_id, {"turn": turn, "name": name})
+    return _redirect(_purl("turn", task_id=task_id, turn=turn))
 
 
 @bp.get("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/artifacts/<name>/raw")
@@ -702,19 +873,19 @@ def version(tenant: str, project: str, store_id: str, version_id: str) -> Respon
     engine = _stores()
     found = engine.get_store(_scope(), store_id)
     item = engine.get_version(_scope(), store_id, version_id, full=True)
-    may_redact = may_redact_version(_principal())
-    if may_redact:
-        # The head of a live memory cannot be redacted (409): no link that always fails.
-        try:
-            live = engine.get_memory(_scope(), store_id, item.memory_id, full=False)
-        except StorageError:
-            live = None
-        may_redact = live is None or live.memory_version_id != item.id
+    # The head of a live memory can be neither redacted (409) nor restored (it is the
+    # content already): no link that always fails.
+    try:
+        live = engine.get_memory(_scope(), store_id, item.memory_id, full=False)
+    except StorageError:
+        live = None
+    is_head = live is not None and live.memory_version_id == item.id
     return render_template(
         "console/version.html",
         store=found,
         version=item,
-        may_redact=may_redact,
+        may_redact=may_redact_version(_principal()) and not is_head,
+        is_head=is_head,
     )
 
 
@@ -739,22 +910,30 @@ def diff(tenant: str, project: str, store_id: str) -> ResponseReturnValue:
     return render_template("console/diff.html", store=found, old=old, new=new, lines=lines)
 
 
-@bp.route(
-    "/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact",
-    methods=["GET", "POST"],
-)
-def redact_version(
+@bp.get("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def confirm_redact_version(
     tenant: str, project: str, store_id: str, version_id: str
 ) -> ResponseReturnValue:
-    """Redact a memory version (project_admin and above), after a confirmation."""
+    """The confirmation of a memory version's redaction (project_admin and above)."""
     if not may_redact_version(_principal()):
         raise Forbidden("only a project_admin may redact a memory version")
     engine = _stores()
     found = engine.get_store(_scope(), store_id)
     item = engine.get_version(_scope(), store_id, version_id, full=False)
-    if request.method == "GET":
-        return render_template("console/redact.html", store=found, version=item)
-    engine.redact_version(_scope(), store_id, version_id, actor=_actor())
+    return render_template("console/redact.html", store=found, version=item)
+
+
+@bp.post("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """Redact a memory version (project_admin and above)."""
+    if not may_redact_version(_principal()):
+        raise Forbidden("only a project_admin may redact a memory version")
+    done = _stores().redact_version(_scope(), store_id, version_id, actor=_actor())
+    audit.record(
+        "memory", "redacted", done.memory_id, {"version_id": version_id}, store_id=store_id
+    )
     return _redirect(_purl("version", store_id=store_id, version_id=version_id))
 
 

@@ -20,10 +20,17 @@ from typing import Any
 from marshmallow import ValidationError
 
 from app.schemas.project_memory import PutTurnRequest
-from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool
+from app.services import audit
+from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool, audit_of
 from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
 from app.storage.core.models import SearchHit, TurnRecord
-from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_id
+from app.storage.core.names import (
+    ID_PATTERN,
+    MAX_TURN,
+    STORE_ID_RE,
+    validate_artifact_name,
+    validate_id,
+)
 from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
 from app.storage.core.store_models import MemoryStore
 from app.storage.core.tokens import role_rank
@@ -51,6 +58,7 @@ DIGEST_MAX_SECTIONS = 1000
 TAIL_ROOM = 300  # kept free for the line that says what was left out
 MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
 WRITER = "writer"
+ADMIN = "project_admin"  # deletes any task's turns and artifacts, not only its own
 
 _TASK_ID = {
     "type": "string",
@@ -83,6 +91,7 @@ class ToolSpec:
     input_schema: dict[str, Any]
     writes: bool = False
     read_only: bool = True
+    destructive: bool = False
 
     def listing(self) -> dict[str, Any]:
         return {
@@ -93,7 +102,7 @@ class ToolSpec:
             "annotations": {
                 "title": self.title,
                 "readOnlyHint": self.read_only,
-                "destructiveHint": not self.read_only and self.name == "memory",
+                "destructiveHint": self.destructive,
                 "idempotentHint": self.read_only,
                 "openWorldHint": False,
             },
@@ -252,6 +261,39 @@ TOOLS: tuple[ToolSpec, ...] = (
             ["store", "command"],
         ),
         read_only=False,
+        destructive=True,
+    ),
+    ToolSpec(
+        "delete_turn",
+        "Delete a turn",
+        "Delete one turn of a task, with its artifacts, for good: its text leaves project.md,"
+        " search and the stored files. Use it only to remove what must not be kept (a"
+        " secret or personal data pasted into a summary, a turn recorded under the wrong"
+        " task); record_turn with the same turn number corrects a summary instead. Deleting"
+        " a task's last turn deletes the task. Only the task's owner (the token that created"
+        " it) or a project_admin may delete.",
+        _schema({"task_id": _TASK_ID, "turn": _TURN}, ["task_id", "turn"]),
+        writes=True,
+        read_only=False,
+        destructive=True,
+    ),
+    ToolSpec(
+        "delete_artifact",
+        "Delete an artifact",
+        "Delete one artifact of a turn for good (read_turn lists a turn's artifacts), e.g. a"
+        " log that holds a secret; the turn itself stays. Only the task's owner or a"
+        " project_admin may delete.",
+        _schema(
+            {
+                "task_id": _TASK_ID,
+                "turn": _TURN,
+                "name": {"type": "string", "minLength": 1, "maxLength": 255},
+            },
+            ["task_id", "turn", "name"],
+        ),
+        writes=True,
+        read_only=False,
+        destructive=True,
     ),
 )
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
@@ -380,6 +422,8 @@ class McpTools:
         self.token_id = token_id
         self.role = role
         self.may_write = role_rank(role) >= role_rank(WRITER)
+        # Whose tasks' turns this principal may delete: any (None), or its own.
+        self.only_owner = None if role_rank(role) >= role_rank(ADMIN) else token_id
 
     def listed(self) -> list[dict[str, Any]]:
         """``tools/list``: a reader is not offered the tools only writers may call."""
@@ -560,6 +604,8 @@ class McpTools:
                 summary_md=body["summary_md"],
                 actor=self.token_id,
             )
+        if record.task_created:
+            self._audit("task", "created", task_id)
         return ToolOutput(
             f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
             f" kept until {record.retain_until})."
@@ -610,7 +656,11 @@ class McpTools:
             self._store_id(ref),
             actor={"type": "api_actor", "api_key_id": self.token_id},
         )
-        result = tool.run({k: v for k, v in args.values.items() if k != "store"})
+        command_input = {k: v for k, v in args.values.items() if k != "store"}
+        result = tool.run(command_input)
+        change = audit_of(command_input, result)
+        if change is not None:
+            self._audit("memory", change[0], tool.store_id, change[1], store_id=tool.store_id)
         text = clip(
             result.content,
             OUTPUT_CHARS,
@@ -618,6 +668,55 @@ class McpTools:
             f" {OUTPUT_CHARS} characters: view a subdirectory, or a file with view_range.",
         )
         return ToolOutput(text, is_error=result.is_error)
+
+    def _turn_of(self, args: _Args) -> tuple[str, int]:
+        task_id = args.task_id()
+        turn = args.integer("turn", None, 0, MAX_TURN)
+        if turn is None:
+            raise ToolFailure("turn is required.")
+        return task_id, turn
+
+    def _delete_turn(self, args: _Args) -> ToolOutput:
+        task_id, turn = self._turn_of(args)
+        self.storage.tasks.delete_turn(self.scope, task_id, turn, only_owner=self.only_owner)
+        self._audit("turn", "deleted", task_id, {"turn": turn})
+        return ToolOutput(f"Deleted turn {turn} of task {task_id}, with its artifacts.")
+
+    def _delete_artifact(self, args: _Args) -> ToolOutput:
+        task_id, turn = self._turn_of(args)
+        name = args.text("name", required=True)
+        assert name is not None
+        try:
+            validate_artifact_name(name)
+        except InvalidName as exc:
+            raise ToolFailure(f"name: {exc.message} (got {name[:200]!r}).") from None
+        self.storage.tasks.delete_artifact(
+            self.scope, task_id, turn, name, only_owner=self.only_owner
+        )
+        self._audit("artifact", "deleted", task_id, {"turn": turn, "name": name})
+        return ToolOutput(f"Deleted artifact {name} of turn {turn} of task {task_id}.")
+
+    def _audit(
+        self,
+        kind: str,
+        action: str,
+        subject: str,
+        detail: dict[str, Any] | None = None,
+        *,
+        store_id: str | None = None,
+    ) -> None:
+        """Record a change this principal made, as the REST API records its own."""
+        audit.record(
+            self.storage,
+            self.scope.tenant,
+            self.scope.project,
+            actor=self.token_id,
+            kind=kind,
+            action=action,
+            subject=subject,
+            store_id=store_id,
+            detail=detail,
+        )
 
     def _store_id(self, ref: str) -> str:
         """The id of the store ``ref`` names: its id, or its name among the project's stores."""

@@ -29,6 +29,14 @@ from app.storage.interface import StoreBackend
 
 ROOT = "/memories"
 COMMANDS = ("view", "create", "str_replace", "insert", "delete", "rename")
+# The commands that change a store, with the action the audit log names each by.
+AUDITED = {
+    "create": "written",
+    "str_replace": "modified",
+    "insert": "modified",
+    "delete": "deleted",
+    "rename": "renamed",
+}
 MAX_LINES = 999_999
 LINE_NUMBER_WIDTH = 6
 MAX_VIEW_CHARS = 16_000  # Claude's tool description: longer files are truncated in view
@@ -41,6 +49,19 @@ T = TypeVar("T")
 
 class ToolError(Exception):
     """A command failed; the message goes back to the model as an error tool result."""
+
+
+def audit_of(command_input: object, result: ToolResult) -> tuple[str, dict[str, Any]] | None:
+    """The audit log's action and detail for a tool input that changed the store (None: a
+    view, or a command that failed and changed nothing)."""
+    if result.is_error or not isinstance(command_input, dict):
+        return None
+    command = command_input.get("command")
+    if not isinstance(command, str) or command not in AUDITED:
+        return None
+    path = command_input.get("path") or command_input.get("old_path")
+    detail = {"command": command, "path": path} if isinstance(path, str) else {"command": command}
+    return AUDITED[command], detail
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from app.storage.core.limits import QuotaOverride, Quotas, format_bytes, human_bytes
+from app.storage.core.models import TaskSummary
 from app.storage.core.names import Scope
+from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import ZERO, Usage
 from app.storage.interface import StorageBackend
 
@@ -127,3 +130,106 @@ def quota_text(quota: dict[str, int | None]) -> str:
     if quota["tasks"] is not None:
         parts.append(f"tasks={quota['tasks']}")
     return " ".join(parts) or "no quota"
+
+
+# -- the console's usage pages ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Requests and bytes of one hour (or one day) of a project, every token summed."""
+
+    start: int  # hours since the epoch
+    label: str
+    requests: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectUsage:
+    scope: Scope
+    usage: Usage
+    quota: QuotaOverride | None
+    tenant_usage: Usage
+    tenant_quota: QuotaOverride | None
+    hours: tuple[Slot, ...]
+    top: tuple[TaskSummary, ...]
+
+    @property
+    def requests(self) -> int:
+        return sum(h.requests for h in self.hours)
+
+
+def _slots(rows: Iterable[TrafficRow], first: int, count: int, width: int) -> tuple[Slot, ...]:
+    """``count`` slots of ``width`` hours from hour ``first``, the rows summed into them."""
+    sums = [[0, 0, 0] for _ in range(count)]
+    for row in rows:
+        i = (row.hour - first) // width
+        if 0 <= i < count:
+            sums[i][0] += row.requests
+            sums[i][1] += row.bytes_in
+            sums[i][2] += row.bytes_out
+    fmt = "%Y-%m-%d %H:00 UTC" if width == 1 else "%Y-%m-%d"
+    return tuple(
+        Slot(
+            first + i * width,
+            datetime.fromtimestamp((first + i * width) * HOUR, UTC).strftime(fmt),
+            *sums[i],
+        )
+        for i in range(count)
+    )
+
+
+def project_usage(
+    storage: StorageBackend, scope: Scope, *, hours: int, top: int = 10
+) -> ProjectUsage:
+    """A project's usage page: counters and quotas, its last ``hours`` of traffic hour by
+    hour, and its ``top`` largest tasks."""
+    quotas = storage.limits().quotas()
+    project_quota, tenant_quota = quotas.of(scope.tenant, scope.project)
+    tenant_usage = sum(storage.usages([scope.tenant]).values(), ZERO)
+    first = hour_now() - hours + 1
+    traffic = storage.traffic(scope.tenant, scope.project, since_hour=first)
+    largest = storage.tasks.list_tasks(scope, limit=top, sort="size").tasks
+    return ProjectUsage(
+        scope,
+        storage.usage(scope),
+        project_quota,
+        tenant_usage,
+        tenant_quota,
+        _slots(traffic, first, hours, 1),
+        largest,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectRow:
+    scope: Scope
+    usage: Usage
+    last_activity: str | None
+    days: tuple[Slot, ...]
+
+
+def projects_overview(
+    storage: StorageBackend, scopes: Iterable[Scope], *, days: int = 14
+) -> list[ProjectRow]:
+    """The projects page: per project its counters, its last write and ``days`` of traffic."""
+    wanted = list(scopes)
+    tenants = sorted({s.tenant for s in wanted})
+    usages = storage.usages(tenants) if tenants else {}
+    first = (hour_now() // 24 - days + 1) * 24
+    by_project: dict[tuple[str, str], list[TrafficRow]] = {}
+    for tenant in tenants:
+        for row in storage.traffic(tenant, since_hour=first):
+            by_project.setdefault((row.tenant, row.project), []).append(row)
+    out = []
+    for found in wanted:
+        newest = storage.tasks.list_tasks(found, limit=1).tasks
+        out.append(
+            ProjectRow(
+                found,
+                usages.get(found, ZERO),
+                newest[0].updated_at if newest else None,
+                _slots(by_project.get((found.tenant, found.project), ()), first, days, 24),
+            )
+        )
+    return out

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
 from app.storage.core.archive import ExportSummary, ImportSummary
+from app.storage.core.audit import AuditEvent, AuditPage
 from app.storage.core.clock import Clock
 from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from app.storage.core.models import (
@@ -28,6 +29,7 @@ from app.storage.core.models import (
     SearchPage,
     TaskIndex,
     TaskPage,
+    TaskSummary,
     TurnRecord,
 )
 from app.storage.core.names import Scope
@@ -89,7 +91,21 @@ class TaskBackend(Protocol):
         model: str | None = None,
         agent_id: str | None = None,
         failed: bool = False,
-    ) -> TaskPage: ...
+        sort: str = "updated",
+        descending: bool = True,
+        backward: bool = False,
+    ) -> TaskPage:
+        """A page of live tasks in an order of core/task_list.py (``sort``: updated, task_id,
+        size or turns; ``descending``), after ``cursor`` (a ``next_cursor``) or, with
+        ``backward``, before it (a ``prev_cursor``). Filters: ids starting with ``prefix``;
+        ``model`` / ``agent_id`` substrings of the latest live turn's meta, in any case of
+        their ASCII letters; a non-zero exit code (``failed``). ``total`` counts the
+        project's live tasks, ``matched`` those the filters let through."""
+        ...
+
+    def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
+        """A live task as the task list shows it (owner, size, meta facts); NotFound."""
+        ...
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None: ...
 
@@ -471,6 +487,43 @@ class StorageBackend(Protocol):
 
     def prune_traffic(self, before_hour: int) -> int:
         """Forget the hours before ``before_hour`` (hours since the epoch)."""
+        ...
+
+    def record_event(
+        self,
+        tenant: str,
+        project: str | None,
+        *,
+        actor: str | None,
+        kind: str,
+        action: str,
+        subject: str,
+        store_id: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        """Add an event to the audit log (core/audit.py): ``actor`` (a token id) did
+        ``action`` to ``subject`` (of ``kind``) in ``tenant`` / ``project`` (None: the
+        tenant's own, e.g. a token for all its projects). InvalidName for a kind, action,
+        subject or detail outside core/audit.py's rules."""
+        ...
+
+    def audit(
+        self,
+        scope: Scope,
+        *,
+        actor: str | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        backward: bool = False,
+    ) -> AuditPage:
+        """The project's events, newest first, of one ``actor`` and ``kind`` if given;
+        ``cursor``: a ``next_cursor`` (older events) or, with ``backward``, a
+        ``prev_cursor`` (newer ones). InvalidName for a cursor of another list."""
+        ...
+
+    def prune_events(self, before_us: int) -> int:
+        """Forget the events older than ``before_us``; return how many went."""
         ...
 
     def describe(self) -> dict[str, Path | str]: ...

@@ -582,6 +582,29 @@ class Limiter:
         message = f"rate limit exceeded for {subject}: {rate.describe()}; retry in {retry} s"
         return Outcome(limits, names, rates, times, now, refused, retry, message)
 
+    def check_token(self, token_id: str, role: str, tenant: str | None) -> Outcome | None:
+        """Charge one request to the token's budget alone, at its tenant's limits: a request
+        that acts in no project (a console page of a tenant, the project menu)."""
+        now = self.clock()
+        if now >= self._next_check:
+            self._refresh(now)
+        everything_off, default, by_tenant, _ = self._state
+        if everything_off or (role == "admin" and self.exempt_admin):
+            return None
+        limits = (by_tenant.get(tenant) if tenant else None) or default
+        requests = limits.requests
+        if requests is None:
+            return None
+        charges = [(hash(("token", token_id)) or 1, requests.interval, 1.0, requests.window)]
+        times = (self._table or self.table()).take(charges, now)
+        if times[0] - now > requests.window:
+            return self._refused(
+                limits, ("token",), (requests,), charges, times, now, tenant or "", ""
+            )
+        outcome = Outcome(limits, ("token",), (requests,), times, now)
+        outcome.low = times[0] - now >= 0.5 * requests.window
+        return outcome
+
     def charge_received(
         self, token_id: str, tenant: str, project: str, received: int, mine: int
     ) -> Outcome | None:
@@ -678,6 +701,18 @@ class UploadMeter:
         )
         if refused is not None:
             raise ApiError(429, refused.message, headers=refused.headers())
+
+
+def check_token_request(token_id: str, role: str, tenant: str | None) -> None:
+    """Refuse with 429 a request in no project whose token's budget is spent."""
+    limiter: Limiter = current_app.extensions["rate_limiter"]
+    outcome = limiter.check_token(token_id, role, tenant)
+    if outcome is None:
+        return
+    if outcome.retry_after:
+        raise ApiError(429, outcome.message, headers=outcome.headers())
+    if outcome.low:
+        g.rate_limit = outcome
 
 
 def _after_request(response: Response) -> Response:

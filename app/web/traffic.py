@@ -20,6 +20,7 @@ from flask import Flask, g, request
 from werkzeug.wrappers import Response
 
 from app.services.usage_report import hour_now
+from app.storage.core.audit import KEEP_DAYS as AUDIT_KEEP_DAYS
 from app.storage.core.traffic import TrafficRow
 from app.web.body import body_bytes_read
 
@@ -105,6 +106,9 @@ class TrafficRecorder:
             hour = hour_now()
             if hour != self._pruned_hour:
                 self.storage.prune_traffic(hour - self.keep_hours)
+                # The audit log is kept longer than the traffic (core/audit.py), on the
+                # same hourly round.
+                self.storage.prune_events((hour - AUDIT_KEEP_DAYS * 24) * 3600 * 1_000_000)
                 self._pruned_hour = hour
         except Exception:  # noqa: BLE001 - counts are kept for the next flush, never lost here
             log.exception("traffic counts not written; kept for the next flush")

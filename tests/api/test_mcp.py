@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
 from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
+from app.storage import Scope
 from tests.conftest import Tokens
 
 MODERN = "2026-07-28"
@@ -59,7 +60,7 @@ class Mcp:
         sent.update(headers)
         return self.post({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, **sent)
 
-    def call(self, name: str, **arguments: Any) -> tuple[str, bool]:
+    def call(self, name: str, /, **arguments: Any) -> tuple[str, bool]:
         r = self.modern("tools/call", {"name": name, "arguments": arguments})
         assert r.status_code == 200, r.get_data(as_text=True)
         result = r.json["result"]
@@ -67,12 +68,12 @@ class Mcp:
         assert [c["type"] for c in result["content"]] == ["text"]
         return result["content"][0]["text"], result["isError"]
 
-    def ok(self, name: str, **arguments: Any) -> str:
+    def ok(self, name: str, /, **arguments: Any) -> str:
         text, is_error = self.call(name, **arguments)
         assert not is_error, text
         return text
 
-    def err(self, name: str, **arguments: Any) -> str:
+    def err(self, name: str, /, **arguments: Any) -> str:
         text, is_error = self.call(name, **arguments)
         assert is_error, text
         return text
@@ -360,6 +361,10 @@ BAD_ARGUMENTS = [
         "not found",
     ),
     ("memory", {"store": "none", "command": "view"}, "No memory store named 'none'"),
+    ("delete_turn", {"task_id": "t"}, "turn is required"),
+    ("delete_turn", {"task_id": "t", "turn": 0}, "not found"),
+    ("delete_artifact", {"task_id": "t", "turn": 0}, "name is required"),
+    ("delete_artifact", {"task_id": "t", "turn": 0, "name": "../x"}, "name: "),
 ]
 
 
@@ -406,6 +411,7 @@ _JSON = st.recursive(
                 "command",
                 "path",
                 "offset",
+                "name",
             ]
         ),
         _JSON,
@@ -418,6 +424,53 @@ def test_any_arguments_get_a_result_never_a_500(
     r = mcp.modern("tools/call", {"name": tool, "arguments": arguments})
     assert r.status_code == 200, r.get_data(as_text=True)
     assert isinstance(r.json["result"]["content"][0]["text"], str)
+
+
+@pytest.mark.all_backends
+def test_delete_a_turn_and_an_artifact_as_their_owner_or_an_admin(
+    mcp: Mcp, client: FlaskClient, tokens: Tokens
+) -> None:
+    w = tokens.headers("writer")
+    for turn in (0, 1, 2):
+        mcp.ok("record_turn", task_id="leak", summary_md=f"turn {turn}", turn=turn)
+    mcp.ok("record_turn", task_id="leak", summary_md="the secret is hunter2", turn=1)
+    url = "/sandbox/memory/v1/tasks/leak/turns/0/artifacts/env.txt"
+    put = client.put(url, data=b"TOKEN=hunter2", headers={**w, "Content-Type": "text/plain"})
+    assert put.status_code == 200, put.get_data(as_text=True)
+    other = mcp.as_("writer2")
+    assert "owner" in other.err("delete_turn", task_id="leak", turn=1)
+    assert "owner" in other.err("delete_artifact", task_id="leak", turn=0, name="env.txt")
+    assert mcp.ok("delete_turn", task_id="leak", turn=1) == (
+        "Deleted turn 1 of task leak, with its artifacts."
+    )
+    assert mcp.ok("delete_artifact", task_id="leak", turn=0, name="env.txt").startswith(
+        "Deleted artifact env.txt of turn 0"
+    )
+    assert "not found" in mcp.err("delete_artifact", task_id="leak", turn=0, name="env.txt")
+    assert "No hits" in mcp.ok("search", query="hunter2")
+    assert client.get(url, headers=w).status_code == 404
+    # A project_admin deletes any task's turn.
+    mcp.as_("project_admin").ok("delete_turn", task_id="leak", turn=2)
+    assert mcp.ok("read_task", task_id="leak").startswith("Task leak: 1 turn(s)")
+    events = mcp.client.application.extensions["storage"].audit(Scope("acme", "web"), limit=100)
+    got = [(e.kind, e.action, e.actor, e.detail) for e in reversed(events.events)]
+    assert got == [
+        ("task", "created", tokens.ids["writer"], {}),
+        ("turn", "deleted", tokens.ids["writer"], {"turn": 1}),
+        ("artifact", "deleted", tokens.ids["writer"], {"turn": 0, "name": "env.txt"}),
+        ("turn", "deleted", tokens.ids["project_admin"], {"turn": 2}),
+    ]
+
+
+def test_the_delete_tools_are_marked_destructive_and_offered_to_writers_only(mcp: Mcp) -> None:
+    listed = {t["name"]: t for t in mcp.modern("tools/list").json["result"]["tools"]}
+    for name in ("delete_turn", "delete_artifact"):
+        hints = listed[name]["annotations"]
+        assert hints["destructiveHint"] and not hints["readOnlyHint"]
+    assert not listed["record_turn"]["annotations"]["destructiveHint"]
+    read = [t["name"] for t in mcp.as_("reader").modern("tools/list").json["result"]["tools"]]
+    assert "delete_turn" not in read and "delete_artifact" not in read
+    assert "role is reader" in mcp.as_("reader").err("delete_turn", task_id="t", turn=0)
 
 
 # -- bounded outputs ----------------------------------------------------------------------

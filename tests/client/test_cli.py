@@ -96,6 +96,8 @@ def test_json_envelope_of_every_command(golden_cli: Cli, pm_server: Server, tmp_
         "search": (["search", "golden"], None, 0),
         "usage": (["usage"], None, 0),
         "mount": (["mount", "--once", "--store", store, "mnt"], None, 0),
+        "artifact delete": (["artifact", "delete", "g-task", "0", "run.log"], None, 0),
+        "turn delete": (["turn", "delete", "g-task", "1"], None, 0),
         "task delete": (["task", "delete", "g-task"], None, 0),
         "error: the API refused": (["turn", "get", "g-task", "9"], None, 1),
         "error: bad usage": (["turn", "get", "g-task"], None, 2),

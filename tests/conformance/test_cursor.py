@@ -133,11 +133,12 @@ def test_forged_cursors_are_refused(tasks: TaskBackend) -> None:
     cursor = _valid_cursor(tasks)
     raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     body = raw[:-16]
-    assert b'"id":"t' in body
+    assert b',"t' in body and b'"k":[1' in body
     forged_bodies = [
-        body.replace(b'"id":"t', b'"id":"s'),
-        body.replace(b'"u":', b'"u":1'),
-        body.replace(b'"v":1', b'"v":2'),
+        body.replace(b',"t', b',"s'),
+        body.replace(b'"k":[1', b'"k":[2'),
+        body.replace(b'"v":2', b'"v":3'),
+        body.replace(b'"o":"updated"', b'"o":"size"'),
     ]
     for forged in forged_bodies:
         for sig in (raw[-16:], b"\x00" * 16):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,23 @@ ORIGIN = "http://localhost"  # the test client's host
 SAME_SITE = {"Origin": ORIGIN, "Sec-Fetch-Site": "same-origin"}
 API = "/sandbox/memory/v1"
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def text(r: TestResponse) -> str:
+    return r.get_data(as_text=True)
+
+
+def hidden(page: str, name: str) -> str:
+    """The value of the hidden (or any) input ``name`` of a page."""
+    found = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert found, f"no field {name}"
+    return html.unescape(found.group(1))
+
+
+def link(page: str, rel: str) -> str | None:
+    """The address of the page's ``rel`` link (next, prev), as a browser follows it."""
+    found = re.search(rf'href="([^"]+)" rel="{rel}"', page)
+    return found.group(1).replace("&amp;", "&") if found else None
 
 
 def csrf_of(page: TestResponse) -> str:

@@ -23,6 +23,17 @@ from tests.conftest import FixedClock, Tokens
 from .conftest import API, Browser, csrf_of, put_turn, sign_in
 
 SECRET = "SECRET-OF-ACME-WEB"
+# Pages that name tokens or show limits: project_admins and above (tenant_admins for a
+# tenant's own).
+ADMIN_PAGES = frozenset(
+    {
+        "console.audit",
+        "console.tokens",
+        "console.limits",
+        "console.tenant_tokens",
+        "console.tenant_limits",
+    }
+)
 
 
 @pytest.fixture
@@ -35,7 +46,9 @@ def ids(client: FlaskClient, tokens: Tokens) -> dict[str, str]:
     mem = client.post(
         f"/v1/memory_stores/{sid}/memories", json={"path": "/n.md", "content": SECRET}, headers=h
     ).get_json()
+    victim, _ = tokens.registry.create(role="reader", tenant="acme", project="web")
     return {
+        "token_id": victim.id,
         "tenant": "acme",
         "project": "web",
         "task_id": "t",
@@ -113,11 +126,14 @@ def test_a_reader_reads_everything_and_changes_nothing(
     app: Flask, ids: dict[str, str], console: Callable[[str], Browser]
 ) -> None:
     browser = console("reader")
-    for method, url, endpoint in console_routes(app, ids, signout=False):
+    routes = console_routes(app, ids, signout=False)
+    # The form or confirmation page of an action shares its URL with the action's POST.
+    forms = {url for method, url, _ in routes if method == "POST"}
+    for method, url, endpoint in routes:
         status, _ = _send(browser, method, url)
         if method == "POST":
             assert status == 403, (method, url, status)
-        elif endpoint in ("console.delete_task", "console.redact_version"):
+        elif url in forms or endpoint in ADMIN_PAGES:
             assert status == 403, (url, status)  # not even the confirmation page
         elif endpoint == "console.missing":
             assert status == 404

@@ -1,7 +1,7 @@
 """TaskStore.list_tasks filters (the console's task list): owner, latest-turn meta, id prefix.
 
-Real files and a real listing index; each filter must be answered by an index, never by a
-scan of every task row.
+Real files and a real listing index; each filter and each order must be answered from an
+index, never by a scan of every task row or a sort of them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from app.storage import InvalidName, Scope
+from app.storage.core import task_list
 from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import SORT_KEYS, TaskOrder
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import listing as listing_mod
 from app.storage.tree.sqlite.listing_sql import PAGE_COLUMNS, filter_terms
@@ -120,7 +122,7 @@ def test_a_dense_prefix_walks_the_page_order_and_answers_the_same(
         store.put_turn(scope, f"{'ab'[i % 2]}{i:03d}", 0, meta={}, summary_md="")
         clock.advance(seconds=1)
     sparse = [ids(store, scope, prefix=p) for p in ("a", "b0", "a01", "c")]
-    monkeypatch.setattr(listing_mod, "_DENSE_PREFIX", 3)
+    monkeypatch.setattr(listing_mod, "_DENSE_MATCHES", 3)
     assert [ids(store, scope, prefix=p) for p in ("a", "b0", "a01", "c")] == sparse
     assert sparse[0] == [f"a{i:03d}" for i in range(28, -1, -2)]
 
@@ -137,10 +139,11 @@ def test_a_prefix_that_no_task_id_starts_with_is_refused(
     "only, index",
     [
         (TaskFilter(prefix="build"), "PRIMARY KEY (task_id>? AND task_id<?)"),
-        (TaskFilter(model="m"), "INDEX tasks_model (model=?)"),
-        (TaskFilter(agent_id="a"), "INDEX tasks_agent (agent_id=?)"),
+        # A substring is tested on the rows the page order walks, from its index.
+        (TaskFilter(model="m"), "INDEX tasks_recent"),
+        (TaskFilter(agent_id="a"), "INDEX tasks_recent"),
         (TaskFilter(failed=True), "INDEX tasks_failed"),
-        (TaskFilter(prefix="b", model="m", failed=True), "INDEX tasks_model (model=?)"),
+        (TaskFilter(prefix="b", model="m", failed=True), "PRIMARY KEY (task_id>? AND task_id<?)"),
     ],
 )
 def test_every_filter_is_an_index_lookup(
@@ -160,3 +163,75 @@ def test_every_filter_is_an_index_lookup(
     outer = [step for step in plan if " t " in f" {step} "]
     assert outer and all(index in step for step in outer), plan
     assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan), plan
+
+
+@pytest.mark.parametrize("sort", list(SORT_KEYS))
+@pytest.mark.parametrize("descending", [True, False])
+@pytest.mark.parametrize("backward", [False, True])
+def test_every_order_reads_its_index_in_page_order(
+    project: TaskStore, scope: Scope, sort: str, descending: bool, backward: bool
+) -> None:
+    order = TaskOrder(sort, descending)
+    params: dict[str, object] = {"now": 0, "limit": 51}
+    keyset = order.keyset(
+        [0 if c != "task_id" else "m" for c in order.columns],
+        params,
+        backward=backward,
+        mark=lambda n: f":{n}",
+    )
+    plan = [
+        row[3]
+        for row in project.listing(scope)
+        ._conn()
+        .execute(
+            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE t.retain_until_us > :now{keyset}"
+            f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
+            params,
+        )
+    ]
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan) or (
+        sort == "task_id"
+    ), plan
+
+
+def test_a_substring_of_few_values_is_an_index_lookup(project: TaskStore, scope: Scope) -> None:
+    params: dict[str, object] = {"now": 0, "limit": 51}
+    values = {"model": ["opus", "opus-4"]}
+    where = "t.retain_until_us > :now" + filter_terms(TaskFilter(model="opus"), params, values)
+    plan = [
+        row[3]
+        for row in project.listing(scope)
+        ._conn()
+        .execute(f"EXPLAIN QUERY PLAN SELECT count(*) FROM tasks t WHERE {where}", params)  # noqa: S608
+    ]
+    assert any("INDEX tasks_model (model=?)" in step for step in plan), plan
+
+
+@pytest.mark.parametrize("scan", [1, 1000])
+def test_substrings_find_the_same_whether_resolved_to_values_or_walked(
+    project: TaskStore, scope: Scope, monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    # 1: more distinct models than are read, so each row is tested; 1000: resolved to values.
+    monkeypatch.setattr(task_list, "DISTINCT_SCAN", scan)
+    assert ids(project, scope, model="PU") == ["build-2", "build-1"]
+    assert ids(project, scope, model="a") == ["docs", "build-10"]
+    assert ids(project, scope, agent_id="C") == ["docs", "build-2", "build-1"]
+    assert ids(project, scope, model="zz") == []
+    page = project.list_tasks(scope, model="o")
+    assert page.matched == 2 and page.total == 6
+
+
+@pytest.mark.parametrize("sort", list(SORT_KEYS))
+def test_a_dense_filter_walks_each_order_and_answers_the_same(
+    store: TaskStore, scope: Scope, clock: FixedClock, monkeypatch: pytest.MonkeyPatch, sort: str
+) -> None:
+    for i in range(30):
+        meta = {"model": f"m-{i % 3}", "agent_id": f"a{i % 4}", "exit_code": i % 2}
+        store.put_turn(scope, f"t{(i * 7) % 30:03d}", 0, meta=meta, summary_md="x" * i)
+        clock.advance(seconds=1)
+    filters = [{"model": "M-"}, {"model": "1", "failed": True}, {"agent_id": "A"}, {}]
+    sparse = [ids(store, scope, sort=sort, **f) for f in filters]
+    monkeypatch.setattr(listing_mod, "_DENSE_MATCHES", 3)
+    assert [ids(store, scope, sort=sort, **f) for f in filters] == sparse
+    assert len(sparse[0]) == 30 and len(sparse[2]) == 30

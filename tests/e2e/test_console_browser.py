@@ -528,8 +528,10 @@ MARKDOWN = "\n\n".join(
 
 @pytest.fixture(scope="module")
 def hostile(site: Site) -> dict[str, str]:
-    """The corpus, stored through the APIs in every field an agent controls."""
+    """The corpus, stored through the APIs in every field an agent controls (and a token
+    named by it, which the tokens and audit pages show)."""
     ids: dict[str, str] = {}
+    site.token(SCRIPTS[0], "reader")
     with site.api("ci-writer") as s:
         meta = {f"key{i} {p}": p for i, p in enumerate(SCRIPTS)}
         meta.update(model=SCRIPTS[0], agent_id=SCRIPTS[1], commit=SCRIPTS[2], exit_code=7)
@@ -611,6 +613,26 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         f"{WEB}/stores/{store}/diff?a={v1}&b={v2}",
         f"{WEB}/stores/{store}/versions/{v1}/redact",
         f"{WEB}/tasks/xss/delete",
+        # The workplace: forms and confirmations over the same data, tokens, limits, audit.
+        f"{WEB}/stores/{store}/memories/{memory}/edit",
+        f"{WEB}/stores/{store}/memories/{memory}/rename",
+        f"{WEB}/stores/{store}/memories/{memory}/delete",
+        f"{WEB}/stores/{store}/versions/{v1}/restore",
+        f"{WEB}/stores/{store}/memories/new?path={requests.utils.quote(SCRIPTS[1])}",
+        f"{WEB}/stores/{store}/archive",
+        f"{WEB}/stores/{store}/delete",
+        f"{WEB}/stores/new",
+        f"{WEB}/tasks/xss/turns/0/delete",
+        f"{turn}/artifacts/note.txt/delete",
+        f"{WEB}/tokens",
+        f"{WEB}/tokens/new",
+        f"{WEB}/limits",
+        f"{WEB}/audit",
+        f"{WEB}/audit?kind=memory&actor={requests.utils.quote(SCRIPTS[0])}",
+        f"{WEB}/tasks?sort=size&agent={requests.utils.quote(SCRIPTS[1])}",
+        # Charts of our own drawing: the only SVG a page may hold.
+        f"{WEB}/usage",
+        "/console/projects",
         # Snippets of everything above, with the matches highlighted; a hostile query too.
         f"{WEB}/search?q=pwned",
         f"{WEB}/search?q=script",
@@ -627,10 +649,14 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         assert tab.evaluate(PROBE) is None, url
         assert (
             tab.locator(
-                "main script, main iframe, main img:not(figure.preview img), main svg, main style"
+                "main script, main iframe, main img:not(figure.preview img), main style,"
+                " main svg:not(svg.chart):not(svg.spark):not(svg.meter)"
             ).count()
             == 0
         ), url
+        # Ours hold rectangles, lines and text only: nothing that runs or loads.
+        drawn = tab.locator("main svg *").evaluate_all("els => els.map(e => e.localName)")
+        assert set(drawn) <= {"title", "rect", "line", "text"}, (url, set(drawn))
         hrefs = tab.eval_on_selector_all("main a[href]", "links => links.map(a => a.href)")
         assert not [
             h for h in hrefs if h.lower().startswith(("javascript:", "data:", "vbscript:"))

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import IO, Any, BinaryIO, Generic, TypeVar
 
-from app.storage.core.clock import iso_us
-
 H = TypeVar("H")
 
 
@@ -47,6 +45,8 @@ class TurnRecord:
     retain_until: str
     # Strictly increasing per task (the task lock serializes writers), so it names a version.
     updated_us: int
+    # Set by the write that created the task (for its audit event); never stored or compared.
+    task_created: bool = field(default=False, compare=False)
 
     @property
     def etag(self) -> str:
@@ -95,13 +95,17 @@ class TaskSummary:
     model: str | None = None
     agent_id: str | None = None
     exit_code: int | None = None
+    # What the task stores: its turns' meta and summaries and its artifacts (usage bytes).
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TaskPage:
     tasks: tuple[TaskSummary, ...]
-    total: int
+    total: int  # the project's live tasks
     next_cursor: str | None
+    prev_cursor: str | None = None
+    matched: int = 0  # the live tasks the filters let through (total without filters)
 
 
 @dataclass(slots=True)
@@ -197,31 +201,3 @@ class TaskFilter:
 
 
 DEFAULT_GRACE = timedelta(minutes=10)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    """A task as a listing keeps it (either backend's): its latest live turn's facts."""
-
-    task_id: str
-    updated_us: int
-    retain_until_us: int
-    turn_count: int
-    latest_turn: int | None
-    owner: str | None = None
-    model: str | None = None
-    agent_id: str | None = None
-    exit_code: int | None = None
-
-    def summary(self) -> TaskSummary:
-        return TaskSummary(
-            task_id=self.task_id,
-            latest_turn=self.latest_turn,
-            turn_count=self.turn_count,
-            updated_at=iso_us(self.updated_us),
-            retain_until=iso_us(self.retain_until_us),
-            owner=self.owner,
-            model=self.model,
-            agent_id=self.agent_id,
-            exit_code=self.exit_code,
-        )

@@ -1,5 +1,6 @@
 """The rules of the project-memory API that hold whichever engine stores the tasks: limits,
-the checks of a request, ETag preconditions and the task list's cursor.
+the checks of a request, ETag preconditions and what a cursor names its project by (the
+task list's cursors and orders are core/task_list.py's).
 
 Both engines (tasks.py on the tree, pg/tasks.py on PostgreSQL) apply them from here, so a
 request is refused with the same error, and a cursor is the same bytes, in both.
@@ -10,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from app.storage.core.clock import iso_us
-from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.models import ArtifactInfo, ArtifactUpload, TaskPage, TaskRow, TurnRecord
+from app.storage.core.models import ArtifactInfo, ArtifactUpload, TurnRecord
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 
 MiB = 1 << 20
@@ -42,7 +42,6 @@ def max_form_bytes(max_json_bytes: int, max_artifact_bytes: int) -> int:
     )
 
 
-CURSOR_VERSION = 1
 # The start of a task id (ID_PATTERN's first character, then any of the rest).
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -117,10 +116,11 @@ def written_turn(
     created_at: str | None,
     updated_us: int,
     retention_us: int,
+    task_created: bool = False,
 ) -> TurnRecord:
     """The record a put_turn writes: the new meta and summary, the artifacts and creation
     time the live turn it replaces had (``created_at`` None: a new turn, created now), and
-    its retention counted from this write."""
+    its retention counted from this write. ``task_created``: this write made the task."""
     return TurnRecord(
         task_id=task_id,
         turn=turn,
@@ -131,6 +131,7 @@ def written_turn(
         updated_at=iso_us(updated_us),
         retain_until=iso_us(updated_us + retention_us),
         updated_us=updated_us,
+        task_created=task_created,
     )
 
 
@@ -186,37 +187,6 @@ def check_preconditions(
 def scope_tag(scope: Scope) -> str:
     """What a cursor names its project by: another project refuses it."""
     return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
-
-
-def encode_task_cursor(cursors: CursorCodec, scope: Scope, updated_us: int, task_id: str) -> str:
-    """The cursor of the page of tasks after the task ``task_id`` updated at ``updated_us``."""
-    return cursors.encode(
-        {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": scope_tag(scope)}
-    )
-
-
-def task_page(
-    cursors: CursorCodec, scope: Scope, rows: Sequence[TaskRow], limit: int, total: int
-) -> TaskPage:
-    """The page of tasks a listing read (``limit + 1`` rows at most, newest first)."""
-    kept, next_cursor = cut_page(
-        rows, limit, lambda r: encode_task_cursor(cursors, scope, r.updated_us, r.task_id)
-    )
-    return TaskPage(tuple(r.summary() for r in kept), total, next_cursor)
-
-
-def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple[int, str]:
-    """The (updated_us, task_id) a page of tasks resumes after; InvalidName for a cursor
-    not issued for this project's task list."""
-    body = cursors.decode(cursor, "cursor")
-    try:
-        if body["v"] != CURSOR_VERSION or body["s"] != scope_tag(scope):
-            raise ValueError("issued for another project")
-        return int(body["u"]), validate_id("task_id", body["id"])
-    except (ValueError, KeyError, TypeError, InvalidName):
-        raise InvalidName(
-            "cursor", cursor, "is not a cursor this server issued for this project"
-        ) from None
 
 
 _INT64 = (1 << 63) - 1

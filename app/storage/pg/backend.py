@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, system_clock
 from app.storage.core.cursor import CursorCodec
@@ -29,6 +30,7 @@ from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
 from app.storage.pg import usage as pgu
+from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.control import Lease, database_key, load_state, save_state
@@ -54,7 +56,7 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PgStorage:
+class PgStorage(audit.AuditMethods):
     """Both engines over one PostgreSQL database and one bucket of an S3-compatible store."""
 
     def __init__(
@@ -98,6 +100,7 @@ class PgStorage:
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
+        self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
 
     # -- the database ----------------------------------------------------------------------
     def upgrade(self) -> list[str]:

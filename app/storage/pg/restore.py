@@ -377,13 +377,16 @@ class _Importer(Restore):
         conn.execute(
             "INSERT INTO tasks (tenant, project, task_id, owner, created_at, updated_us,"
             " retain_until_us, turn_count, latest_turn, min_retain_us, model, agent_id,"
-            " exit_code) SELECT s.tenant, s.project, s.task_id, s.owner, s.created_at,"
+            " exit_code, bytes) SELECT s.tenant, s.project, s.task_id, s.owner, s.created_at,"
             " a.updated_us, a.retain_until_us, a.n, a.latest, a.min_retain, l.model,"
-            " l.agent_id, l.exit_code FROM staged_tasks s"
+            " l.agent_id, l.exit_code, a.turn_bytes + b.size FROM staged_tasks s"
             " CROSS JOIN LATERAL (SELECT max(updated_us) AS updated_us,"
             " max(retain_until_us) AS retain_until_us, count(*) AS n, max(turn) AS latest,"
-            " min(retain_until_us) AS min_retain FROM staged_turns t WHERE"
-            f" {_SAME_TASK}) a CROSS JOIN LATERAL (SELECT model, agent_id, exit_code"
+            " min(retain_until_us) AS min_retain,"
+            " coalesce(sum(octet_length(meta) + octet_length(summary)), 0) AS turn_bytes"
+            f" FROM staged_turns t WHERE {_SAME_TASK}) a"
+            " CROSS JOIN LATERAL (SELECT coalesce(sum(size), 0) AS size FROM staged_artifacts t"
+            f" WHERE {_SAME_TASK}) b CROSS JOIN LATERAL (SELECT model, agent_id, exit_code"
             f" FROM staged_turns t WHERE {_SAME_TASK} ORDER BY turn DESC LIMIT 1) l"
         )
         conn.execute(f"INSERT INTO turns ({_TURN_INSERT}) SELECT {_TURN_INSERT} FROM staged_turns")

@@ -389,6 +389,40 @@ CREATE INDEX versions_search ON versions USING gin (search);
 ALTER TABLE tokens ADD COLUMN console_signed_out_at text;
 """,
     ),
+    (
+        6,
+        "tasks: their bytes; the task list ordered by size and by turn count",
+        """
+ALTER TABLE tasks ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+UPDATE tasks t SET bytes =
+    (SELECT coalesce(sum(octet_length(u.meta) + octet_length(u.summary)), 0) FROM turns u
+     WHERE u.tenant = t.tenant AND u.project = t.project AND u.task_id = t.task_id)
+    + (SELECT coalesce(sum(a.size), 0) FROM artifacts a
+       WHERE a.tenant = t.tenant AND a.project = t.project AND a.task_id = t.task_id);
+CREATE INDEX tasks_size ON tasks (tenant, project, bytes DESC, task_id DESC);
+CREATE INDEX tasks_turns ON tasks (tenant, project, turn_count DESC, task_id DESC);
+""",
+    ),
+    (
+        7,
+        "the audit log: who did what in each project",
+        """
+CREATE TABLE audit_events (
+    id text COLLATE "C" PRIMARY KEY,
+    at_us bigint NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C",
+    actor text COLLATE "C",
+    kind text NOT NULL,
+    action text NOT NULL,
+    subject text NOT NULL,
+    store_id text COLLATE "C",
+    detail text NOT NULL
+);
+CREATE INDEX audit_events_by_project ON audit_events (tenant, project, at_us DESC, id DESC);
+CREATE INDEX audit_events_by_age ON audit_events (at_us);
+""",
+    ),
 )
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any, BinaryIO
 import psycopg
 from ulid import ULID
 
-from app.storage.core import task_rules
+from app.storage.core import task_list, task_rules
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.encoding import dumps_compact
@@ -39,7 +39,7 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
-    TaskRow,
+    TaskSummary,
     TurnEntry,
     TurnRecord,
     turn_etag,
@@ -51,14 +51,13 @@ from app.storage.core.names import (
     validate_turn,
 )
 from app.storage.core.quota import QuotaSource
+from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     NOT_OWNER,
     check_preconditions,
-    decode_task_cursor,
     meta_facts,
     next_updated_us,
-    task_page,
     written_turn,
 )
 from app.storage.core.usage import Ticket
@@ -74,6 +73,7 @@ from app.storage.pg.listing import (
     TURN_COLUMNS,
     TurnRow,
     artifact_row,
+    distinct_values,
     filter_terms,
     task_key,
     turn_row,
@@ -327,6 +327,7 @@ class PgTaskStore:
                 created_at=alive.created_at if alive else None,
                 updated_us=updated_us,
                 retention_us=self.retention_us,
+                task_created=bool(created),
             )
             conn.execute(
                 "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"
@@ -441,10 +442,16 @@ class PgTaskStore:
         model: str | None = None,
         agent_id: str | None = None,
         failed: bool = False,
+        sort: str = "updated",
+        descending: bool = True,
+        backward: bool = False,
     ) -> TaskPage:
-        """List live tasks, most recently updated first, with a signed keyset cursor."""
+        """A page of live tasks in an order of core/task_list.py, with signed keyset cursors
+        to the pages after and before it (the tree's TaskStore.list_tasks)."""
         task_rules.check_list(limit, prefix)
-        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
+        order = TaskOrder(sort, descending)
+        key = task_list.decode_cursor(self.cursors, scope, order, cursor) if cursor else None
+        backward = backward and key is not None
         now_us = self.now_us()
         params: dict[str, object] = {
             "tenant": scope.tenant,
@@ -453,15 +460,16 @@ class PgTaskStore:
             "limit": limit + 1,
         }
         where = "t.tenant = %(tenant)s AND t.project = %(project)s AND t.retain_until_us > %(now)s"
-        if after is not None:
-            where += " AND (t.updated_us < %(u)s OR (t.updated_us = %(u)s AND t.task_id < %(id)s))"
-            params["u"], params["id"] = after
-        only = TaskFilter(prefix, model, agent_id, failed)
-        where += filter_terms(only, params)
+        only = TaskFilter(prefix, model or None, agent_id or None, failed)
+        keyset = ""
+        if key is not None:
+            keyset = order.keyset(key, params, backward=backward, mark=lambda n: f"%({n})s")
         with self.db.snapshot("listing") as conn:
+            exact = substring_values(only, lambda c, n: distinct_values(conn, scope, c, n))
+            filters = filter_terms(only, params, exact)
             rows = conn.execute(
-                f"{PAGE_COLUMNS} WHERE {where}"
-                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT %(limit)s",
+                f"{PAGE_COLUMNS} WHERE {where}{filters}{keyset}"
+                f" ORDER BY {order.order_by(backward=backward)} LIMIT %(limit)s",
                 params,
             ).fetchall()
             total_row = conn.execute(
@@ -470,27 +478,36 @@ class PgTaskStore:
                 " FROM projects p WHERE p.tenant = %(tenant)s AND p.project = %(project)s",
                 params,
             ).fetchone()
-        total = int(total_row[0]) if total_row else 0
-        return task_page(
-            self.cursors,
-            scope,
-            [
-                TaskRow(
-                    r[0],
-                    int(r[1]),
-                    int(r[2]),
-                    int(r[3]),
-                    r[4],
-                    r[5],
-                    r[6],
-                    r[7],
-                    None if r[8] is None else int(r[8]),
-                )
-                for r in rows
-            ],
-            limit,
-            total,
+            matched = None
+            if filters:
+                found = conn.execute(
+                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
+                ).fetchone()
+                matched = int(found[0]) if found else 0
+        return task_list.task_page(
+            rows,
+            limit=limit,
+            order=order,
+            backward=backward,
+            from_cursor=key is not None,
+            codec=self.cursors,
+            scope=scope,
+            total=int(total_row[0]) if total_row else 0,
+            matched=matched,
         )
+
+    def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
+        """A live task as the task list shows it (its listing row); NotFound otherwise."""
+        validate_id("task_id", task_id)
+        with self.db.snapshot("listing") as conn:
+            row = conn.execute(
+                f"{PAGE_COLUMNS} WHERE t.tenant = %(tenant)s AND t.project = %(project)s"
+                " AND t.task_id = %(task_id)s AND t.retain_until_us > %(now)s",
+                task_key(scope, task_id, now=self.now_us()),
+            ).fetchone()
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return task_list.summary(row)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task with its turns and artifacts in one transaction, then its bytes."""

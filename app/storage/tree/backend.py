@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, system_clock
 from app.storage.core.errors import StorageError
@@ -27,6 +28,7 @@ from app.storage.core.sweep import SweepOutcome
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.tree.audit import TreeAudit
 from app.storage.tree.backup import export_tree
 from app.storage.tree.control import Lease, load_state, root_key, save_state
 from app.storage.tree.fs.atomic import remove_quietly, write_atomic
@@ -46,7 +48,7 @@ from app.storage.tree.tokens import TokenRegistry
 from app.storage.tree.usage import TreeTraffic, TreeUsage
 
 
-class TreeStorage:
+class TreeStorage(audit.AuditMethods):
     """Both engines over one storage root (a local filesystem)."""
 
     def __init__(
@@ -87,6 +89,9 @@ class TreeStorage:
         self.usage_counters = usage
         self.layout = self.tasks.layout
         self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
+        self.audit_log = audit.AuditLog(
+            TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us
+        )
         self.searcher = TreeSearch(
             self.tasks, self.stores, timeout=search_timeout, slots=search_slots
         )

@@ -25,7 +25,7 @@ from typing import IO, Any, BinaryIO
 
 from ulid import ULID
 
-from app.storage.core import digest as digest_mod, task_rules
+from app.storage.core import digest as digest_mod, task_list, task_rules
 from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
@@ -39,6 +39,7 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
+    TaskSummary,
     TurnRecord,
 )
 from app.storage.core.names import (
@@ -54,13 +55,12 @@ from app.storage.core.names import (
     validate_id,
 )
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
+from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     NOT_OWNER,
     check_preconditions,
-    decode_task_cursor,
     next_updated_us,
-    task_page,
     written_turn,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
@@ -314,6 +314,7 @@ class TaskStore:
                     created_at=alive.created_at if alive else None,
                     updated_us=updated_us,
                     retention_us=self.retention_us,
+                    task_created=index is None,
                 )
                 write_json(turn_dir / TURN_META, turn_to_json(record))
                 commit_point()
@@ -409,26 +410,52 @@ class TaskStore:
         model: str | None = None,
         agent_id: str | None = None,
         failed: bool = False,
+        sort: str = "updated",
+        descending: bool = True,
+        backward: bool = False,
     ) -> TaskPage:
-        """List live tasks, most recently updated first, with a signed keyset cursor.
+        """A page of live tasks in an order of core/task_list.py (most recently updated
+        first by default), with signed keyset cursors to the pages after and before it.
 
-        Optional filters, each an index lookup: task ids starting with ``prefix``, and the
-        ``model`` / ``agent_id`` / non-zero exit code (``failed``) of the latest turn's meta.
-        ``total`` counts every live task of the project, filtered or not.
+        Optional filters: task ids starting with ``prefix``, and the ``model`` / ``agent_id``
+        (substrings) / non-zero exit code (``failed``) of the latest turn's meta. ``total``
+        counts every live task of the project, ``matched`` those the filters let through.
         """
         task_rules.check_list(limit, prefix)
-        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
+        order = TaskOrder(sort, descending)
+        key = task_list.decode_cursor(self.cursors, scope, order, cursor) if cursor else None
         listing = self.listing(scope)
         if not listing.exists():
             return TaskPage((), 0, None)
-        only = TaskFilter(prefix, model, agent_id, failed)
-        rows, total = listing.page(
+        only = TaskFilter(prefix, model or None, agent_id or None, failed)
+        rows, total, matched = listing.page(
             now_us=self.now_us(),
             limit=limit + 1,
-            after=after,
+            order=order,
+            key=key,
+            backward=backward and key is not None,
             only=only if only != TaskFilter() else None,
         )
-        return task_page(self.cursors, scope, rows, limit, total)
+        return task_list.task_page(
+            rows,
+            limit=limit,
+            order=order,
+            backward=backward and key is not None,
+            from_cursor=key is not None,
+            codec=self.cursors,
+            scope=scope,
+            total=total,
+            matched=matched,
+        )
+
+    def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
+        """A live task as the task list shows it (its listing row); NotFound otherwise."""
+        validate_id("task_id", task_id)
+        listing = self.listing(scope)
+        row = listing.task_row(self.now_us(), task_id) if listing.exists() else None
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return task_list.summary(row)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""

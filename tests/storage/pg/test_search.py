@@ -55,13 +55,15 @@ def everything(pg_storage: StorageBackend, query: str, limit: int) -> list[Searc
 def test_an_upgraded_database_finds_the_rows_it_held_before_search(
     pg_settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
+    # Every migration but the search's: the code that writes these rows needs the others.
+    without_search = tuple(m for m in schema.MIGRATIONS if m[0] != 4)
+    monkeypatch.setattr(schema, "MIGRATIONS", without_search)
     before = open_backend(pg_settings)
     turn(before, "fix-login", 0, "The login bug: sessions expire.", ticket="WEB-17")
     store_id = before.stores.create_store(SCOPE, name="notes").id
     memory(before, store_id, "/bugs/login.md", "Raise the session TTL.")
     before.close()
-    assert sql(pg_settings, "SELECT max(version) FROM schema_migrations") == [(3,)]
+    assert sql(pg_settings, "SELECT count(*) FROM schema_migrations WHERE version = 4") == [(0,)]
     monkeypatch.undo()
     after = open_backend(pg_settings)
     try:

@@ -23,6 +23,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/<tenant>/_usage.lock                    checks against the tenant's quota
     <root>/.locks/**/_waiting                             who waits for each lock (fs/locks.py)
     <root>/.traffic.sqlite3                               requests and bytes per hour (tree/usage.py)
+    <root>/.audit.sqlite3                                 the audit log (tree/audit.py)
     <root>/.cursor-key                                    signs list cursors (core/cursor.py)
     <root>/.console-key                                   signs the console's session cookies
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
@@ -42,6 +43,7 @@ from typing import TypeVar
 from app.storage.core.errors import InvalidName, UnsafePath
 from app.storage.core.names import (
     ARTIFACTS_DIR,
+    AUDIT_DB,
     CANARY,
     CURSOR_KEY,
     LOCKS_DIR,
@@ -178,6 +180,9 @@ class Layout:
 
     def traffic(self) -> Path:
         return self.root / TRAFFIC_DB
+
+    def audit(self) -> Path:
+        return self.root / AUDIT_DB
 
     def sentinel(self) -> Path:
         return self.root / SENTINEL

@@ -24,7 +24,8 @@ from typing import Any
 
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
-from app.storage.core.models import TaskFilter, TaskRow
+from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -36,16 +37,24 @@ from app.storage.tree.sqlite.listing_sql import (
     STALE,
     TURN_VALUES,
     TurnRow,
+    distinct_values,
     filter_terms,
     migrate,
     set_task,
 )
 from app.storage.tree.sqlite.turn_search import TurnText
 
-# A prefix matching more tasks than this is walked in page order (tasks_recent) rather than
-# read as a key range and sorted: the range costs O(matches), the walk O(page * tasks /
-# matches) when the matches are spread through time; a page reads a few thousand rows.
-_DENSE_PREFIX = 2000
+# Filters matching more tasks than this are walked in page order (the order's index) rather
+# than read through the filter's index and sorted: the range costs O(matches), the walk
+# O(page * tasks / matches) when the matches are spread through the order; a page reads a few
+# thousand rows at most.
+_DENSE_MATCHES = 2000
+_WALK = {
+    "updated": " INDEXED BY tasks_recent",
+    "task_id": " NOT INDEXED",  # the table itself is in task id order (WITHOUT ROWID)
+    "size": " INDEXED BY tasks_size",
+    "turns": " INDEXED BY tasks_turns",
+}
 
 
 class _Connections(threading.local):
@@ -318,35 +327,40 @@ class Listing:
         *,
         now_us: int,
         limit: int,
-        after: tuple[int, str] | None,
+        order: TaskOrder,
+        key: list[Any] | None,
+        backward: bool = False,
         only: TaskFilter | None = None,
-    ) -> tuple[list[TaskRow], int]:
-        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total
-        number of live tasks in the project (filtered or not: counting the matches of a
-        filter would cost a walk over all of them)."""
+    ) -> tuple[list[tuple[Any, ...]], int, int | None]:
+        """Up to ``limit`` live tasks in ``order`` after ``key`` (before it, read backward)
+        as rows of ROW_FIELDS; the project's live tasks; and, with filters, how many match
+        (a walk over the matches, which a filter of a substring reads in any case)."""
         params: dict[str, object] = {"now": now_us, "limit": limit}
         where = "t.retain_until_us > :now"
-        if after is not None:
-            where += " AND (t.updated_us < :u OR (t.updated_us = :u AND t.task_id < :id))"
-            params["u"], params["id"] = after
+        keyset = ""
+        if key is not None:
+            keyset = order.keyset(key, params, backward=backward, mark=lambda n: f":{n}")
         source = PAGE_COLUMNS
-        if only is not None:
-            where += filter_terms(only, params)
         with self.read() as conn:
-            if (
-                only is not None
-                and only.prefix
-                and not (only.model or only.agent_id or only.failed)
-            ):
-                (matches,) = conn.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE task_id >= :lo"
-                    " AND task_id < :hi LIMIT :dense)",
-                    {**params, "dense": _DENSE_PREFIX},
+            filters = ""
+            if only is not None:
+                filters = filter_terms(
+                    only,
+                    params,
+                    substring_values(only, lambda c, n: distinct_values(conn, c, n)),
+                )
+            matched = None
+            if filters:
+                (matched,) = conn.execute(
+                    f"SELECT count(*) FROM tasks t WHERE {where}{filters}", params
                 ).fetchone()
-                if matches >= _DENSE_PREFIX:
-                    source += " INDEXED BY tasks_recent"
+                if matched >= _DENSE_MATCHES:
+                    # Many matches: walking the order's index finds a page's worth of them
+                    # after a few rows each, where the filter's index would sort them all.
+                    source += _WALK[order.sort]
             rows = conn.execute(
-                f"{source} WHERE {where} ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                f"{source} WHERE {where}{filters}{keyset}"
+                f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
                 params,
             ).fetchall()
             (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
@@ -354,7 +368,16 @@ class Listing:
             (expired,) = conn.execute(
                 "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
             ).fetchone()
-        return [TaskRow(*r) for r in rows], count - expired
+        return rows, count - expired, matched
+
+    def task_row(self, now_us: int, task_id: str) -> tuple[Any, ...] | None:
+        """The page row (ROW_FIELDS) of one live task, or None."""
+        with self.read() as conn:
+            found: tuple[Any, ...] | None = conn.execute(
+                f"{PAGE_COLUMNS} WHERE t.task_id = :id AND t.retain_until_us > :now",
+                {"id": task_id, "now": now_us},
+            ).fetchone()
+        return found
 
     def needs_backfill(self) -> bool:
         """Whether rows written by an older version still lack what this one keeps."""

@@ -13,11 +13,12 @@ for a task one of whose turns has expired (until the sweeper removes the expired
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from app.storage.core.digest import Section
 from app.storage.core.models import TaskFilter
+from app.storage.core.task_list import needle
 from app.storage.core.usage import TurnUsage
 from app.storage.tree.sqlite import digestdb, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import write_txn
@@ -59,13 +60,15 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 
 # The schema's version (PRAGMA user_version). migrate() brings a listing of any older one up
 # to it in one transaction: the aggregate columns of ``tasks`` (turn count, latest turn,
-# earliest expiry, and the owner, model, agent_id and exit_code of the highest turn, so that
-# a page and the console's filters are index lookups) are added and recomputed from the turn
-# rows, and a listing holding tasks without the turn facts, digest sections (digestdb.py) or
-# usage rows (listing_usage.py) is marked for the start-up upgrade's backfill, which writes
-# them from the records. Until then fsck reports the rows as differing from the records, the
-# digest is rendered whole and the usage reads low.
-VERSION = 5
+# earliest expiry, each task's bytes, and the owner, model, agent_id and exit_code of the
+# highest turn, so that a page, the console's orders and its filters are index lookups) are
+# added and recomputed from the turn rows, and a listing holding tasks without the turn
+# facts, digest sections (digestdb.py) or usage rows (listing_usage.py) is marked for the
+# start-up upgrade's backfill, which writes them from the records. Until then fsck reports
+# the rows as differing from the records, the digest is rendered whole and the usage reads
+# low. Version 6 added the bytes and the indexes of the orders by size and by turn count
+# (core/task_list.py).
+VERSION = 6
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (
@@ -80,19 +83,29 @@ _AGGREGATES = (
     ("model", "TEXT", f"SELECT u.model {_LATEST}"),
     ("agent_id", "TEXT", f"SELECT u.agent_id {_LATEST}"),
     ("exit_code", "INTEGER", f"SELECT u.exit_code {_LATEST}"),
+    (
+        "bytes",
+        "INTEGER NOT NULL DEFAULT 0",
+        "SELECT coalesce(sum(x.artifact_bytes + x.turn_bytes), 0) FROM usage_turns x"
+        " WHERE x.task_id = tasks.task_id",
+    ),
 )
 _TURN_FACTS = ("owner", "model", "agent_id", "exit_code")
 RECOMPUTE = "UPDATE tasks SET " + ", ".join(f"{column} = ({sub})" for column, _, sub in _AGGREGATES)
 STALE = "SELECT task_id FROM tasks WHERE " + " OR ".join(
     f"{column} IS NOT ({sub})" for column, _, sub in _AGGREGATES
 )
-# The console's filters: each has an index whose order is the page order, so a filtered
-# page walks matching rows only; exit_code <> 0 has a partial one (NULL, unknown, is left out).
+# The console's filters and orders: exit_code <> 0 has a partial index in the page order
+# (NULL, unknown, is left out); model and agent substrings resolve to values through theirs.
 _INDEXES = (
-    "CREATE INDEX IF NOT EXISTS tasks_model ON tasks (model, updated_us DESC, task_id DESC)",
-    "CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, updated_us DESC, task_id DESC)",
     "CREATE INDEX IF NOT EXISTS tasks_failed ON tasks (updated_us DESC, task_id DESC)"
     " WHERE exit_code <> 0",
+    # The distinct models and agents a substring filter resolves to (core/task_list.py).
+    "CREATE INDEX IF NOT EXISTS tasks_model ON tasks (model, updated_us DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_agent ON tasks (agent_id, updated_us DESC, task_id DESC)",
+    # The other orders of a page (the task id's is the primary key's).
+    "CREATE INDEX IF NOT EXISTS tasks_size ON tasks (bytes DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS tasks_turns ON tasks (turn_count DESC, task_id DESC)",
 )
 _ALIVE_TURNS = "FROM turns u WHERE u.task_id = t.task_id AND u.retain_until_us > :now"
 _ALL_ALIVE = "t.min_retain_us > :now"
@@ -115,7 +128,7 @@ PAGE_COLUMNS = (
     "SELECT t.task_id, t.updated_us, t.retain_until_us,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
     f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
-    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}"
+    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}, t.bytes"
     " FROM tasks t"
 )
 
@@ -123,9 +136,15 @@ PAGE_COLUMNS = (
 TURN_VALUES = ", ".join("?" * 8)
 
 
-def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
-    """The WHERE terms of ``only``, its values added to ``params``; each column test can use
-    an index.
+def filter_terms(
+    only: TaskFilter,
+    params: dict[str, object],
+    values: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """The WHERE terms of ``only``, its values added to ``params``. The prefix and the exit
+    code are index ranges; a model or agent substring is an index lookup of the ``values``
+    that hold it when they are given (core/task_list.py), else a test on each row the
+    page's order walks.
 
     The stored columns are those of the task's highest turn; once a turn has expired (until
     the sweeper drops it) the highest live turn's value is checked as well.
@@ -136,12 +155,38 @@ def filter_terms(only: TaskFilter, params: dict[str, object]) -> str:
         where += " AND t.task_id >= :lo AND t.task_id < :hi"
         params["lo"], params["hi"] = only.prefix_range()
     for column, value in (("model", only.model), ("agent_id", only.agent_id)):
-        if value is not None:
-            where += f" AND t.{column} = :{column} AND ({_live(column)}) = :{column}"
-            params[column] = value
+        found = needle(value)
+        if found is None:
+            continue
+        exact = None if values is None else values.get(column)
+        if exact is not None:
+            names = [f"{column}_{i}" for i in range(len(exact))]
+            params.update(zip(names, exact, strict=True))
+            listed = ", ".join(f":{n}" for n in names) or "NULL"
+            where += f" AND t.{column} IN ({listed}) AND ({_live(column)}) IN ({listed})"
+            continue
+        # A substring of the value, ASCII letters in any case: SQLite's lower() and instr()
+        # work on exactly those (core/task_list.py).
+        where += (
+            f" AND instr(lower(t.{column}), :{column}) > 0"
+            f" AND instr(lower({_live(column)}), :{column}) > 0"
+        )
+        params[column] = found
     if only.failed:
         where += f" AND t.exit_code <> 0 AND ({_live('exit_code')}) <> 0"
     return where
+
+
+def distinct_values(conn: sqlite3.Connection, column: str, limit: int) -> list[str]:
+    """Up to ``limit`` distinct values of a tasks ``column``, each one index seek (the
+    column's index, skipped value to value)."""
+    rows = conn.execute(
+        f"WITH RECURSIVE v(x) AS (SELECT min({column}) FROM tasks UNION ALL"
+        f" SELECT (SELECT min({column}) FROM tasks WHERE {column} > v.x) FROM v"
+        " WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,48 @@
+"""Recording what was done for the audit log (app/storage/core/audit.py): called by the APIs
+and the console once a change has succeeded, with the principal that made it.
+
+The change is what matters: an event that cannot be written (a full disk, a database gone)
+is logged and the answer stays the change's, never a failure of something already done.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from app.storage.core.errors import StorageError
+from app.storage.interface import StorageBackend
+
+log = logging.getLogger("app.audit")
+
+
+def record(
+    storage: StorageBackend,
+    tenant: str | None,
+    project: str | None,
+    *,
+    actor: str | None,
+    kind: str,
+    action: str,
+    subject: str,
+    store_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Add one event; a tenant of None (an admin token of no tenant) records nothing."""
+    if tenant is None:
+        return
+    try:
+        storage.record_event(
+            tenant,
+            project,
+            actor=actor,
+            kind=kind,
+            action=action,
+            subject=subject,
+            store_id=store_id,
+            detail=detail,
+        )
+    except StorageError as exc:  # a refused event is a bug of its caller: say which
+        log.error("audit event refused (%s): %s %s %s", exc, kind, action, subject)
+    except Exception:  # noqa: BLE001 - the change happened; a log it cannot reach must not undo it
+        log.exception("audit event not recorded: %s %s %s", kind, action, subject)
