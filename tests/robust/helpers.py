@@ -35,6 +35,7 @@ class Live:
     threads: int = 4
     worker_class: str = "gthread"
     env_extra: dict[str, str] = field(default_factory=dict)
+    prefix: list[str] = field(default_factory=list)  # e.g. setpriv's, before gunicorn
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -60,7 +61,7 @@ class Live:
         }
         self.starts += 1
         self.log_path = self.tmp_path / f"gunicorn-{self.starts}-{port}.log"
-        args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py"]
+        args = [*self.prefix, str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py"]
         if self.worker_class != "gthread":  # gthread: the gthread-based worker the config names
             args += ["-k", self.worker_class]
         args.append(self.app)
