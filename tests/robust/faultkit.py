@@ -262,6 +262,7 @@ def small_ext4(
     try:
         yield target
     finally:
+        gc.collect()  # descriptors the test's apps left to finalizers
         if subprocess.run(["umount", str(target)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(target)], check=False)
         with contextlib.suppress(OSError):
@@ -284,7 +285,7 @@ def fill_bytes(mount: Path) -> Path:
     a sync turns its estimate into what is really used), until a 1-byte write fails."""
     filler = mount / "filler"
     filler.mkdir(exist_ok=True)
-    size, count = 1 << 20, 0
+    size, count = 1 << 20, len(os.listdir(filler))
     while size >= 1:
         path = filler / f"f{count}"
         count += 1
@@ -314,7 +315,7 @@ def fill_inodes(mount: Path) -> Path:
     """Create empty files under ``mount`` until no inode is left; return their directory."""
     filler = mount / "inodes"
     filler.mkdir(exist_ok=True)
-    count = 0
+    count = len(os.listdir(filler))
     while True:
         try:
             os.close(os.open(filler / f"i{count}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
