@@ -57,7 +57,7 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy app/storage app/api
+	$(BIN)/mypy app/storage app/api app/web app/ops
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
 # starts its own servers on 127.0.0.1, stops them, prints one table, writes bench/results/*.json.

@@ -1,7 +1,7 @@
 """gunicorn settings used by `make run` (and by any `gunicorn -c gunicorn.conf.py wsgi:app`).
 
 gthread workers: a sync worker is killed mid-upload by its timeout when a client is slow.
-app.serving.EdgeWorker is gthread that reads request heads without holding a thread, bounds body
+app.ops.serving.EdgeWorker is gthread that reads request heads without holding a thread, bounds body
 reads and answers its own errors in JSON.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from app.startup import gunicorn_settings
+from app.ops.startup import gunicorn_settings
 
 # Every MEMORY_* setting is checked here, before gunicorn starts: a bad one is one line on
 # stderr and exit status 2.
@@ -17,7 +17,7 @@ _settings = gunicorn_settings()
 bind = _settings.bind
 workers = _settings.workers
 threads = _settings.threads
-worker_class = "app.serving.EdgeWorker"
+worker_class = "app.ops.serving.EdgeWorker"
 timeout = _settings.timeout
 # Per storage root (<root>/.gunicorn.ctl), not one per user shared by every instance.
 control_socket = _settings.control_socket
@@ -58,15 +58,15 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     the workers share and, on first start, a first token printed once.
 
     A second server on the same root stops here with one line naming the holder's PID,
-    before it touches anything (app/storage/recovery.py).
+    before it touches anything (app/storage/tree/recovery.py).
     """
     _metrics_dir()
     from app import create_app
-    from app.bootstrap import first_start
-    from app.ratelimit import share_across_workers
-    from app.startup import fail
-    from app.storage.recovery import RootBusy
-    from app.sweeper import startup_recovery
+    from app.ops.bootstrap import first_start
+    from app.ops.startup import fail
+    from app.ops.sweeper import startup_recovery, storage_of
+    from app.storage.core.recovery import RootBusy
+    from app.web.ratelimit import share_across_workers
 
     share_across_workers()  # before the fork: one rate limit table for every worker
     app = create_app()
@@ -75,23 +75,24 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     except RootBusy as exc:
         fail(str(exc))
     # The root lock lives as long as its descriptor: keep it for the master's lifetime.
-    _held.append(app.extensions["storage"].recovery)
+    storage = storage_of(app)  # the StorageBackend (app/storage/interface.py)
+    _held.append(storage.recovery)
     first_start(bind, app)
     for line in lines:
         server.log.warning(line)
     # The workers make their own connections after the fork; the master keeps none.
-    app.extensions["storage"].close()
+    storage.close()
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201
     """Start this worker's sweeper thread; only the holder of the leader lock sweeps."""
-    from app.sweeper import start_for_worker
+    from app.ops.sweeper import start_for_worker
 
     start_for_worker(worker.wsgi)
 
 
 def worker_exit(server, worker):  # noqa: ANN001, ANN201
-    """Write this worker's last request counts (app/traffic.py) before it goes."""
+    """Write this worker's last request counts (app/web/traffic.py) before it goes."""
     app = getattr(worker, "wsgi", None)
     recorder = getattr(app, "extensions", {}).get("traffic")
     if recorder is not None:
@@ -109,7 +110,7 @@ def child_exit(server, worker):  # noqa: ANN001, ANN201
 def on_exit(server):  # noqa: ANN001, ANN201
     """A clean shutdown: remove the running sentinel (see on_starting)."""
     from app import create_app
-    from app.sweeper import clean_shutdown
+    from app.ops.sweeper import clean_shutdown
 
     clean_shutdown(create_app())
     import shutil

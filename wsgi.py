@@ -3,6 +3,6 @@
 A bad MEMORY_* setting stops either with one line on stderr and exit status 2.
 """
 
-from app.startup import checked_app
+from app.ops.startup import checked_app
 
 app = checked_app()

@@ -14,14 +14,16 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
     from flask import Flask
 
-    from . import cli, console, ratelimit, requestlog, serving, traffic
-    from .api import memory_stores, memory_tool, project_memory, public
-    from .config import load_config
-    from .errors import register_error_handlers
-    from .json_provider import JSONProvider
-    from .schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
-    from .schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
-    from .storage.backends import open_backend
+    from app import console
+    from app.api import memory_stores, memory_tool, metrics, project_memory, public
+    from app.config import load_config
+    from app.ops import cli
+    from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
+    from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
+    from app.storage.backends import open_backend
+    from app.web import body, ratelimit, requestlog, traffic
+    from app.web.errors import register_error_handlers
+    from app.web.json_provider import JSONProvider
 
     app = Flask(__name__)
     app.json = JSONProvider(app)
@@ -36,8 +38,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
     # Every request body is read through one counter (traffic, upload budgets), and an
     # answer that leaves some of it unread closes the connection.
-    app.before_request(serving.count_body)
-    app.after_request(serving.close_if_body_unread)
+    app.before_request(body.count_body)
+    app.after_request(body.close_if_body_unread)
     requestlog.init_app(app)
     ratelimit.init_app(app)
     traffic.init_app(app)
@@ -45,6 +47,8 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
     ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp)
     app.register_blueprint(public.bp)
+    if app.config["METRICS"] == "token":
+        app.register_blueprint(metrics.bp)  # off: no /metrics route at all
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)
     app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")

@@ -8,8 +8,8 @@ from typing import Any
 
 from flask import Flask
 
-from .storage.limits import parse_bytes
-from .storage.quota import parse_floor
+from app.storage.core.limits import parse_bytes
+from app.storage.core.quota import parse_floor
 
 PREFIX = "MEMORY"
 MiB = 1 << 20

@@ -27,11 +27,12 @@ from pathlib import Path
 
 import requests
 
-from app.storage import Scope, TaskStore
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
-from app.storage.tokens import TokenRegistry
+from app.storage import Scope
+from app.storage.core.digest import Section
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite.listing_sql import TurnRow
+from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 
 from . import servers, workloads as w
 from .loader import unsafe_fast_mode

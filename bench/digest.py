@@ -25,10 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage import Scope, TaskStore, digestdb
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
+from app.storage import Scope
+from app.storage.core.digest import Section
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite import digestdb
+from app.storage.tree.sqlite.listing_sql import TurnRow
+from app.storage.tree.tasks import TaskStore
 
 from . import workloads as w
 from .loader import unsafe_fast_mode

@@ -1,4 +1,4 @@
-"""Build large projects quickly, through the storage engine itself (app.storage.TaskStore).
+"""Build large projects quickly, through the storage engine itself (app.storage.tree.tasks.TaskStore).
 
 For speed this process alone skips fsync (os.fsync is replaced by a no-op and the listing's
 SQLite runs with synchronous=OFF): the data is the same tree the server would write, only not
@@ -15,10 +15,12 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.storage import Scope, TaskStore, listing as listing_mod
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.listing import TurnRow
+from app.storage import Scope
+from app.storage.core.digest import Section
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.sqlite import listing as listing_mod
+from app.storage.tree.sqlite.listing_sql import TurnRow
+from app.storage.tree.tasks import TaskStore
 
 from . import workloads as w
 

@@ -32,7 +32,9 @@ VARIANTS += ["no containment walk", "no dirty flag"]
 
 
 def _patch(variant: str) -> None:
-    from app.storage import layout, listing, tasks
+    from app.storage.tree import tasks
+    from app.storage.tree.fs import layout
+    from app.storage.tree.sqlite import listing
 
     if variant == "bare flock":
 
@@ -62,7 +64,7 @@ def _patch(variant: str) -> None:
     elif variant == "no containment walk":
         layout.Layout.check_inside = lambda self, path, below=None: path  # type: ignore[method-assign]
     elif variant == "no dirty flag":
-        from app.storage import txn
+        from app.storage.tree.fs import txn
 
         txn.Journal.set = txn.Journal.clear = lambda self, *args: None  # type: ignore[method-assign]
         txn.Journal.get = lambda self, stripe: None  # type: ignore[method-assign]

@@ -27,8 +27,8 @@ from typing import Any
 
 import psycopg
 
-from app.storage.clock import iso_us
-from app.storage.cursor import CursorCodec
+from app.storage.core.clock import iso_us
+from app.storage.core.cursor import CursorCodec
 from app.storage.pg import schema
 from app.storage.pg.db import Database
 from app.storage.pg.search import PgSearch

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage.layout import (
+from app.storage.core.names import (
     LOCKS_DIR,
     MEMORIES_DIR,
     PROJECT_DIGEST,

@@ -61,7 +61,11 @@ import json, random, sys, time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 import app
-from app.storage import Scope, TaskStore
+try:
+    from app.storage.tree.tasks import TaskStore
+except ImportError:  # a checkout from before app/storage/tree/
+    from app.storage import TaskStore
+from app.storage import Scope
 try:
     import bench.loader as loader
 except ImportError:

@@ -32,12 +32,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.storage import Scope
-from app.storage.atomic import make_dirs
-from app.storage.digest import Section
-from app.storage.facade import TreeStorage
-from app.storage.listing import TurnRow
-from app.storage.search import TreeSearch
-from app.storage.turn_search import TurnText, meta_text
+from app.storage.core.digest import Section
+from app.storage.core.query import meta_text
+from app.storage.tree.backend import TreeStorage
+from app.storage.tree.fs.atomic import make_dirs
+from app.storage.tree.search import TreeSearch
+from app.storage.tree.sqlite.listing_sql import TurnRow
+from app.storage.tree.sqlite.turn_search import TurnText
 
 from . import workloads as w
 from .loader import unsafe_fast_mode
@@ -163,7 +164,7 @@ def search_table(storage: TreeStorage, reps: int, stores: int) -> None:
 
 def write_cost(storage: TreeStorage, n: int) -> None:
     """put_turn with and without its search row, alternating write by write."""
-    from app.storage import turn_search
+    from app.storage.tree.sqlite import turn_search
 
     real = turn_search.put
     text = Text(seed=9)

@@ -31,7 +31,11 @@ from . import workloads as w
 WORKER = r"""
 import json, sys, tempfile, time
 from pathlib import Path
-from app.storage import Scope, TaskStore
+try:
+    from app.storage.tree.tasks import TaskStore
+except ImportError:  # a checkout from before app/storage/tree/
+    from app.storage import TaskStore
+from app.storage import Scope
 
 n = int(sys.argv[1])
 meta = json.loads(sys.argv[2])

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.storage import Scope
-from app.storage.facade import TreeStorage
+from app.storage.tree.backend import TreeStorage
 
 from . import workloads as w
 

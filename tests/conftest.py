@@ -24,8 +24,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage import Scope, TaskStore
-from app.storage.tokens import TokenRegistry
+from app.storage import Scope
+from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BACKENDS = ("tree", "pg")
@@ -53,7 +54,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``shared_rule`` checks, case by case, a rule every backend takes from the
-    same code (a schema, app/storage/memstores/rules.py): each of its cases runs on the first
+    same code (a schema, app/storage/core/store_rules.py): each of its cases runs on the first
     backend MEMORY_TEST_BACKENDS names, and its first case on each other one, which shows
     that backend applies the rule (and writes nothing when it refuses)."""
     first = selected_backends()[0]
@@ -269,7 +270,7 @@ def remote(server: Any, token: str) -> Iterator[Any]:
 
 def nested_summary(markdown: str) -> str:
     """A summary as project.md shows it: its ATX headings two levels deeper (at most six),
-    code blocks untouched. Written apart from app/storage/digest.py, from the rule alone."""
+    code blocks untouched. Written apart from app/storage/core/digest.py, from the rule alone."""
     out = []
     fence = ""
     for line in markdown.splitlines(keepends=True):

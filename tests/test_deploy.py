@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from app.config import PREFIX, SETTINGS
-from app.startup import EXIT_BAD_SETTING
+from app.ops.startup import EXIT_BAD_SETTING
 from tests.e2e.conftest import REPO, start_server
 
 DEPLOY = REPO / "deploy"

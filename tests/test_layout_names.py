@@ -1,4 +1,4 @@
-"""Every record and side-file name of the tree is spelled in app/storage/layout.py only.
+"""Every record and side-file name of the tree is spelled in app/storage/core/names.py only.
 
 A name spelled twice drifts: a reader looking for ``index.json`` where a writer wrote
 ``Index.json`` finds nothing, and a rename misses a copy. The check reads the string constants
@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from app.storage import layout
+from app.storage.core import names as layout
 
 APP = Path(__file__).resolve().parent.parent / "app"
 NAMES = {
@@ -60,11 +60,11 @@ def spelled(source: str) -> list[tuple[int, str]]:
 def test_record_names_are_spelled_only_in_layout() -> None:
     offenders = []
     for path in sorted(APP.rglob("*.py")):
-        if path.name == "layout.py" and path.parent.name == "storage":
+        if path.name == "names.py" and path.parent.name == "core":
             continue
         for line, text in spelled(path.read_text(encoding="utf-8")):
             offenders.append(f"{path.relative_to(APP.parent)}:{line}: {text!r}")
-    assert not offenders, "use app/storage/layout.py's names:\n" + "\n".join(offenders)
+    assert not offenders, "use app/storage/core/names.py's names:\n" + "\n".join(offenders)
 
 
 def test_the_check_finds_a_name_spelled_by_hand() -> None:

@@ -12,8 +12,8 @@ import pytest
 @pytest.mark.parametrize(
     "modules",
     [
-        "app.storage, app.storage.tokens, app.storage.readiness",
-        "app.mount.cli, app.mount.sync, app.mount.http, app.memory_tool",
+        "app.storage, app.storage.core.tokens, app.storage.tree.backend",
+        "app.mount.cli, app.mount.sync, app.mount.http, app.services.memory_tool",
     ],
 )
 def test_imports_no_flask(modules: str) -> None:

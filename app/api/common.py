@@ -11,12 +11,12 @@ from flask import Response, current_app, request
 from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
-from ..errors import ApiError, validation_error
-from ..schemas.common import load
-from ..storage import InvalidName
-from ..storage.interface import StorageBackend
-from ..storage.layout import MAX_TURN, validate_artifact_name, validate_id
-from ..storage.task_rules import entity_tags
+from app.schemas.common import load
+from app.storage import InvalidName
+from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
+from app.storage.core.task_rules import entity_tags
+from app.storage.interface import StorageBackend
+from app.web.errors import ApiError, validation_error
 
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 20
@@ -211,7 +211,7 @@ def if_none_match_star() -> bool:
 def json_response(
     payload: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
-    """``payload`` as the app's JSON (app/json_provider.py), with ``status`` and ``headers``."""
+    """``payload`` as the app's JSON (app/web/json_provider.py), with ``status`` and ``headers``."""
     response: Response = current_app.json.response(payload)  # type: ignore[assignment]
     response.status_code = status
     if headers:

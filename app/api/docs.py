@@ -1,4 +1,4 @@
-"""Attach OpenAPI details to a view; app/openapi.py reads them off ``app.url_map``."""
+"""Attach OpenAPI details to a view; app/api/openapi.py reads them off ``app.url_map``."""
 
 from __future__ import annotations
 

@@ -12,20 +12,16 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import Schema
 
-from ..auth import current_principal, require_principal
-from ..errors import ApiError
-from ..permissions import only_owner, require_redact
-from ..schemas import memory_stores as s
-from ..storage.clock import to_us
-from ..storage.interface import StoreBackend
-from ..storage.layout import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
-from ..storage.memstores import (
-    MemoryPrefix,
-    Page,
-    VersionFilter,
-)
-from .common import json_body, json_response, storage, strict_int
-from .docs import doc
+from app.api.common import json_body, json_response, storage, strict_int
+from app.api.docs import doc
+from app.schemas import memory_stores as s
+from app.storage.core.clock import to_us
+from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
+from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
+from app.storage.interface import StoreBackend
+from app.web.auth import current_principal, require_principal
+from app.web.errors import ApiError
+from app.web.permissions import only_owner, require_redact
 
 PREFIX = "/v1/memory_stores"
 TAGS = ["memory-stores"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 from flask.blueprints import BlueprintSetupState
 
-from ..auth import current_principal, require_principal
-from ..memory_tool import MemoryTool
-from ..schemas import memory_tool as s
-from .common import json_body
-from .docs import doc
-from .memory_stores import ERRORS, STORE_ID, TAGS, engine
+from app.api.common import json_body
+from app.api.docs import doc
+from app.api.memory_stores import ERRORS, STORE_ID, TAGS, engine
+from app.schemas import memory_tool as s
+from app.services.memory_tool import MemoryTool
+from app.web.auth import current_principal, require_principal
 
 bp = Blueprint("memory_tool", __name__)
 tool_input = s.MemoryToolInput()

@@ -11,18 +11,7 @@ from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from .. import usage_report
-from ..auth import current_principal, require_principal
-from ..errors import validation_error
-from ..permissions import only_owner
-from ..schemas import project_memory as s, usage as us
-from ..storage import PayloadTooLarge, PreconditionFailed
-from ..storage.interface import TaskBackend
-from ..storage.layout import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
-from ..storage.models import TurnRecord
-from ..storage.query import MAX_QUERY_CHARS
-from ..storage.task_rules import if_match_fails
-from .common import (
+from app.api.common import (
     body_stream,
     content_type,
     if_match,
@@ -36,7 +25,18 @@ from .common import (
     query_int,
     storage,
 )
-from .docs import doc
+from app.api.docs import doc
+from app.schemas import project_memory as s, usage as us
+from app.services import usage_report
+from app.storage import PayloadTooLarge, PreconditionFailed
+from app.storage.core.models import TurnRecord
+from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
+from app.storage.core.query import MAX_QUERY_CHARS
+from app.storage.core.task_rules import if_match_fails
+from app.storage.interface import TaskBackend
+from app.web.auth import current_principal, require_principal
+from app.web.errors import validation_error
+from app.web.permissions import only_owner
 
 PREFIX = "/sandbox/memory/v1"
 # project.md with changes spliced in is copied through the worker (an unchanged one goes

@@ -31,6 +31,6 @@ def readyz() -> ResponseReturnValue:
 @bp.get("/sandbox/memory/v1/openapi.yaml")
 def get_openapi() -> ResponseReturnValue:
     """OpenAPI document of the service"""
-    from ..openapi import spec_yaml
+    from app.api.openapi import spec_yaml
 
     return Response(spec_yaml(current_app), mimetype="application/yaml")

@@ -4,6 +4,6 @@ what agents wrote (render.py)."""
 
 from __future__ import annotations
 
-from .views import PUBLIC_ENDPOINTS, init_app
+from app.console.views import PUBLIC_ENDPOINTS, init_app
 
 __all__ = ["PUBLIC_ENDPOINTS", "init_app"]

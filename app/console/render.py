@@ -26,7 +26,7 @@ from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 from markupsafe import Markup, escape
 
-from ..storage.query import MARK_END, MARK_START
+from app.storage.core.query import MARK_END, MARK_START
 
 MAX_VALUE_CHARS = 4000  # one meta value on a page; the rest is in the API's JSON
 TEXT_PREVIEW_BYTES = 256 * 1024

@@ -1,7 +1,7 @@
 """The console's session: one signed cookie that holds no secret, and the CSRF checks.
 
 The cookie carries the token's id (never its secret), a CSRF token and an expiry, signed
-with a per-root key (app/storage/keys.py). It is HttpOnly, SameSite=Strict, scoped to
+with a per-root key (app/storage/tree/control.py). It is HttpOnly, SameSite=Strict, scoped to
 /console, and Secure when the request came over TLS. Every request looks the token up again
 in the registry, so a revoked or expired token ends the session at once, and so does a
 sign-out: it records the moment in the token's registry entry, and a session issued before
@@ -23,9 +23,10 @@ from flask import Flask, current_app, request
 from itsdangerous import BadSignature, URLSafeSerializer
 from werkzeug.wrappers import Response
 
-from ..storage.clock import parse_iso
-from ..storage.layout import CONSOLE_KEY
-from ..storage.tokens import Token, TokenRegistry
+from app.storage.core.clock import parse_iso
+from app.storage.core.names import CONSOLE_KEY
+from app.storage.core.tokens import Token
+from app.storage.interface import TokenStore
 
 COOKIE = "pm_console"
 COOKIE_PATH = "/console"
@@ -57,7 +58,7 @@ def _serializer() -> URLSafeSerializer:
 
 
 def _now() -> float:
-    registry: TokenRegistry = current_app.extensions["token_registry"]
+    registry: TokenStore = current_app.extensions["token_registry"]
     return registry.clock().timestamp()
 
 

@@ -23,22 +23,16 @@ from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from ..api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
-from ..auth import Principal
-from ..errors import ApiError, RequestValidationError, from_storage
-from ..permissions import (
-    covers,
-    may_delete_task,
-    may_redact_version,
-    may_write,
-    only_owner,
-)
-from ..storage import Corrupt, InvalidName, Scope, StorageError
-from ..storage.clock import parse_iso
-from ..storage.interface import StorageBackend, StoreBackend, TaskBackend
-from ..storage.memstores import Memory, MemoryPrefix, VersionFilter
-from ..storage.tokens import Token, TokenRegistry
-from . import render, session as sessions
+from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
+from app.console import render, session as sessions
+from app.storage import Corrupt, InvalidName, Scope, StorageError
+from app.storage.core.clock import parse_iso
+from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
+from app.storage.core.tokens import Token
+from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
+from app.web.auth import Principal
+from app.web.errors import ApiError, RequestValidationError, from_storage
+from app.web.permissions import covers, may_delete_task, may_redact_version, may_write, only_owner
 
 log = logging.getLogger("app.console")
 
@@ -91,8 +85,8 @@ def _stores() -> StoreBackend:
     return _storage().stores
 
 
-def _registry() -> TokenRegistry:
-    found: TokenRegistry = current_app.extensions["token_registry"]
+def _registry() -> TokenStore:
+    found: TokenStore = current_app.extensions["token_registry"]
     return found
 
 

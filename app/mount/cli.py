@@ -17,7 +17,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ..storage.memstores.rules import is_store_id, slugify
+from app.storage.core.store_rules import is_store_id, slugify
+
 from .http import ApiError, StoreClient, TransportError
 from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
 

@@ -34,8 +34,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ..storage.atomic import write_atomic
-from ..storage.layout import TMP_PREFIX
+from app.storage.core.names import TMP_PREFIX
+from app.storage.tree.fs.atomic import write_atomic
+
 from .http import ApiError, StoreClient, TransportError
 
 log = logging.getLogger("project_memory.mount")

@@ -8,7 +8,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields
 
-from ..errors import RequestValidationError
+from app.web.errors import RequestValidationError
 
 # marshmallow reports messages, not codes: map the ones our fields raise to FastAPI types.
 _TYPES = {

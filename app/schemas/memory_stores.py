@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from marshmallow import RAISE, Schema, fields, validate
 
-from .common import StrictString
+from app.schemas.common import StrictString
 
 
 class _Strict(Schema):

@@ -13,8 +13,8 @@ from marshmallow import (
     post_load,
 )
 
-from ..storage import MAX_SUMMARY_BYTES
-from .common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
+from app.schemas.common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
+from app.storage import MAX_SUMMARY_BYTES
 
 
 class TurnMeta(Schema):

@@ -1,4 +1,4 @@
-"""Schemas of ``GET /sandbox/memory/v1/usage`` (app/usage_report.py builds the body)."""
+"""Schemas of ``GET /sandbox/memory/v1/usage`` (app/services/usage_report.py builds the body)."""
 
 from __future__ import annotations
 

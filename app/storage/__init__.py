@@ -1,7 +1,10 @@
-"""The storage engine: plain Python over a filesystem tree. No Flask in here.
+"""Storage: plain Python, no Flask, behind one interface (interface.py).
 
-Names load on first use: a client-side module (the mount client's use of the memory rules)
-imports ``app.storage`` without the server's dependencies (ulid, filelock, orjson).
+``core/`` is what every backend shares, ``tree/`` the filesystem backend, ``pg/`` PostgreSQL
+with an object store, and ``backends.py`` builds the configured one. The package exports the
+neutral names callers use most (the errors, the models, ``Scope``, the clock); they load on
+first use, so that importing ``app.storage`` imports no backend and none of the server's
+dependencies (ulid, filelock, orjson).
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .clock import Clock as Clock, system_clock as system_clock
-    from .errors import (
+    from app.storage.core.clock import Clock as Clock, system_clock as system_clock
+    from app.storage.core.errors import (
         Conflict as Conflict,
         Corrupt as Corrupt,
         InsufficientStorage as InsufficientStorage,
@@ -24,8 +27,7 @@ if TYPE_CHECKING:
         StorageError as StorageError,
         UnsafePath as UnsafePath,
     )
-    from .layout import Layout as Layout, Scope as Scope
-    from .models import (
+    from app.storage.core.models import (
         ArtifactInfo as ArtifactInfo,
         ArtifactStream as ArtifactStream,
         TaskIndex as TaskIndex,
@@ -33,16 +35,14 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TurnRecord as TurnRecord,
     )
-    from .task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
-    from .tasks import TaskStore as TaskStore
+    from app.storage.core.names import Scope as Scope
+    from app.storage.core.task_rules import MAX_SUMMARY_BYTES as MAX_SUMMARY_BYTES
 
 _EXPORTS = {
-    "Clock": ".clock",
-    "system_clock": ".clock",
-    "Layout": ".layout",
-    "Scope": ".layout",
-    "MAX_SUMMARY_BYTES": ".task_rules",
-    "TaskStore": ".tasks",
+    "Clock": ".core.clock",
+    "system_clock": ".core.clock",
+    "Scope": ".core.names",
+    "MAX_SUMMARY_BYTES": ".core.task_rules",
     **dict.fromkeys(
         (
             "Conflict",
@@ -57,11 +57,11 @@ _EXPORTS = {
             "StorageError",
             "UnsafePath",
         ),
-        ".errors",
+        ".core.errors",
     ),
     **dict.fromkeys(
         ("ArtifactInfo", "ArtifactStream", "TaskIndex", "TaskPage", "TaskSummary", "TurnRecord"),
-        ".models",
+        ".core.models",
     ),
 }
 __all__ = sorted(_EXPORTS)

@@ -8,8 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .clock import system_clock
-from .interface import StorageBackend
+from app.storage.core.clock import system_clock
+from app.storage.interface import StorageBackend
 
 
 def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
@@ -24,7 +24,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         "clock": settings.get("CLOCK") or system_clock,
     }
     if settings.get("DATABASE_URL"):
-        from .pg.backend import PgStorage
+        from app.storage.pg.backend import PgStorage
 
         return PgStorage(
             settings["DATABASE_URL"],
@@ -34,7 +34,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
             pool_size=int(settings.get("THREADS", 8)) + 1,
             **common,
         )
-    from .facade import TreeStorage
+    from app.storage.tree.backend import TreeStorage
 
     return TreeStorage(
         Path(settings["STORAGE_ROOT"]),

@@ -1,12 +1,13 @@
 """The storage interface: what the API, the console, the CLI and the memory tool may call.
 
 Two engines, one Protocol each, and :class:`StorageBackend`, the object the app builds once
-(app/storage/backends.py): the tree (app/storage/facade.py) or PostgreSQL with an object
-store (app/storage/pg/). Both pass the same conformance suite (tests/conformance/); nothing
-above the storage layer knows which one runs. Errors are the ones of app/storage/errors.py
-(and memstores/models.py). What every node of a deployment must agree on (tokens, limit
-overrides, secret keys, the sweeper's leadership and state) is reached through the backend
-too, so that a second engine can keep it where all its nodes see it.
+(app/storage/backends.py): the tree (app/storage/tree/backend.py) or PostgreSQL with an
+object store (app/storage/pg/backend.py). Both pass the same conformance suite
+(tests/conformance/); nothing above the storage layer knows which one runs. Values and errors
+are core/'s (core/errors.py, core/store_models.py, core/models.py). What every node of a
+deployment must agree on (tokens, limit overrides, secret keys, the sweeper's leadership and
+state) is reached through the backend too, so that a second engine can keep it where all its
+nodes see it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
-from .clock import Clock
-from .layout import Scope
-from .limits import QuotaOverride, Quotas, RateOverride, RateOverrides
-from .memstores.models import Deleted, Memory, MemoryStore, MemoryVersion, Page, VersionFilter
-from .models import (
+from app.storage.core.archive import ExportSummary, ImportSummary
+from app.storage.core.clock import Clock
+from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
+from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     FsckReport,
@@ -29,9 +29,20 @@ from .models import (
     TaskPage,
     TurnRecord,
 )
-from .tokens import Token
-from .traffic import TrafficRow
-from .usage import Usage
+from app.storage.core.names import Scope
+from app.storage.core.recovery import Plan, Report
+from app.storage.core.store_models import (
+    Deleted,
+    Memory,
+    MemoryStore,
+    MemoryVersion,
+    Page,
+    VersionFilter,
+)
+from app.storage.core.sweep import SweepOutcome
+from app.storage.core.tokens import Token
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import Usage
 
 
 class TaskBackend(Protocol):
@@ -207,19 +218,10 @@ class StoreBackend(Protocol):
     ) -> MemoryVersion: ...
 
 
-class SweepResult(Protocol):
-    """What one retention sweep did (or, in a dry run, would do)."""
-
-    @property
-    def errors(self) -> tuple[str, ...]: ...
-
-    def to_dict(self) -> dict[str, object]: ...
-
-    def lines(self) -> list[str]: ...
-
-
 class TokenStore(Protocol):
     """The token registry: hashed secrets, roles, scope, expiry and revocation."""
+
+    clock: Clock
 
     def authenticate(self, secret: str) -> Token | None: ...
 
@@ -241,9 +243,13 @@ class TokenStore(Protocol):
 
     def revoke(self, token_id: str) -> Token: ...
 
+    def end_console_sessions(self, token_id: str) -> None:
+        """Sign out every console session of the token issued until now."""
+        ...
+
 
 class LimitsStore(Protocol):
-    """Per-tenant and per-project limit overrides (app/storage/limits.py's document)."""
+    """Per-tenant and per-project limit overrides (app/storage/core/limits.py's document)."""
 
     @property
     def path(self) -> Path | str: ...
@@ -281,6 +287,39 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
+class RecoveryState(Protocol):
+    """A backend's side of the start-up recovery: the tree's root lock, running sentinel and
+    canary (tree/recovery.py); nothing to hold for a database (pg/recovery.py)."""
+
+    def acquire(self) -> None:
+        """Hold the storage for this server (and the workers it forks); RootBusy if taken."""
+        ...
+
+    def plan(self) -> Plan:
+        """What the last server left to repair (the caller holds what :meth:`acquire` took)."""
+        ...
+
+    def mark_recovering(self, reason: str) -> None:
+        """Leave the full check pending (``full_check`` runs it), with why."""
+        ...
+
+    def recovering_reason(self) -> str | None:
+        """Why a full check is pending; None when none is."""
+        ...
+
+    def running(self) -> bool:
+        """Whether this server is marked running (its canary is renewed while it is)."""
+        ...
+
+    def renew(self) -> None:
+        """Mark the server running, with a fresh canary (app/storage/tree/recovery.py)."""
+        ...
+
+    def stopped_cleanly(self) -> None:
+        """Record a clean stop (the caller flushed the derived files first)."""
+        ...
+
+
 class StorageBackend(Protocol):
     """Both engines and the operations on everything they hold."""
 
@@ -290,11 +329,28 @@ class StorageBackend(Protocol):
     @property
     def stores(self) -> StoreBackend: ...
 
-    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepResult: ...
+    @property
+    def recovery(self) -> RecoveryState: ...
+
+    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome: ...
 
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
     def ready(self) -> tuple[bool, str]: ...
+
+    def recover(self, plan: Plan) -> Report:
+        """Repair what an unclean stop left (``plan``: :meth:`RecoveryState.plan`'s); what
+        needs a full check is marked for :meth:`full_check`."""
+        ...
+
+    def full_check(self) -> FsckReport | None:
+        """Run the full check a recovery left pending (``fsck --repair``); None when none is."""
+        ...
+
+    def flush_derived(self) -> None:
+        """Make durable what was written without an fsync of its own (the tree's derived
+        files): before a clean stop, and after the CLI's repairs."""
+        ...
 
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
@@ -302,7 +358,7 @@ class StorageBackend(Protocol):
         """Full-text search over the project's live turns (task id, meta values, summary) and
         the live memories (path, content) of its stores, best first.
 
-        ``query`` is in the syntax of app/storage/query.py (parse_query: InvalidName on ``q``
+        ``query`` is in the syntax of app/storage/core/query.py (parse_query: InvalidName on ``q``
         when it is not); ``limit`` 1..100; ``cursor`` a ``next_cursor`` of the same search
         (InvalidName on ``cursor`` otherwise). Snippets mark matches with query.MARK_START /
         MARK_END. Text of another project is never found; deleted, replaced and expired text
@@ -310,8 +366,10 @@ class StorageBackend(Protocol):
         """
         ...
 
-    def export(self, out: Path, *, tenant: str | None = None, project: str | None = None) -> Any:
-        """Write a backup (app/storage/backup/format.py) of one project, one tenant or all."""
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Write a backup (app/storage/core/archive.py) of one project, one tenant or all."""
         ...
 
     def import_(
@@ -321,7 +379,7 @@ class StorageBackend(Protocol):
         tenant: str | None = None,
         project: str | None = None,
         overwrite: bool = False,
-    ) -> Any:
+    ) -> ImportSummary:
         """Restore a backup, all of it or nothing."""
         ...
 
@@ -334,7 +392,7 @@ class StorageBackend(Protocol):
         ...
 
     def usage(self, scope: Scope) -> Usage:
-        """What a project stores (app/storage/usage.py): its counters, never a walk."""
+        """What a project stores (app/storage/core/usage.py): its counters, never a walk."""
         ...
 
     def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:

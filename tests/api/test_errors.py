@@ -10,10 +10,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import atomic
-from app.storage.layout import Scope
-from app.storage.locks import locked
-from app.storage.txn import Key
+from app.storage.core.names import Scope
+from app.storage.tree.fs import sync
+from app.storage.tree.fs.locks import locked
+from app.storage.tree.fs.txn import Key
 from tests.conftest import Tokens
 
 BASE = "/sandbox/memory/v1"
@@ -87,7 +87,7 @@ def test_io_error_is_500_without_internals(
 ) -> None:
     store = app.extensions["storage"].tasks
     store.txns.group_commit = mode == "group"
-    if mode == "group" and atomic._flusher_for(store.layout.root) is None:
+    if mode == "group" and sync._flusher_for(store.layout.root) is None:
         pytest.skip("the test's filesystem has no group commit")
     client.put(
         f"{BASE}/tasks/t/turns/0", json={"summary_md": "before"}, headers=tokens.headers("writer")
@@ -98,7 +98,7 @@ def test_io_error_is_500_without_internals(
 
     # The file's fsync fails before its rename; the shared flush fails after it.
     monkeypatch.setattr(os, "fsync", broken)
-    monkeypatch.setattr(atomic, "_syncfs_error", broken)
+    monkeypatch.setattr(sync, "_syncfs_error", broken)
     resp = client.put(
         f"{BASE}/tasks/t/turns/0", json={"summary_md": "after"}, headers=tokens.headers("writer")
     )

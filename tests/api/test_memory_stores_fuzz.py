@@ -10,8 +10,8 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from openapi_spec_validator import validate
 
-from app.openapi import build_spec
-from app.storage.models import FsckReport
+from app.api.openapi import build_spec
+from app.storage.core.models import FsckReport
 from tests.conftest import Tokens
 
 BASE = "/v1/memory_stores"

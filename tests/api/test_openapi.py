@@ -9,7 +9,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from openapi_spec_validator import validate
 
-from app.openapi import DOCUMENTED_PREFIXES
+from app.api.openapi import DOCUMENTED_PREFIXES
 
 SEED_SCHEMAS = {
     "TaskList",

@@ -12,11 +12,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.ratelimit import Limiter
-from app.storage.limits import RateOverride
-from app.storage.tokens import TokenRegistry
+from app.storage.core.limits import RateOverride
+from app.storage.tree.tokens import TokenRegistry
+from app.web.ratelimit import Limiter
 from tests.conftest import FixedClock
-from tests.test_ratelimit import Clock
+from tests.web.test_ratelimit import Clock
 
 API = "/sandbox/memory/v1"
 STORES = "/v1/memory_stores"

@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage.limits import QuotaOverride
+from app.storage.core.limits import QuotaOverride
 from tests.conftest import Tokens
 
 PM = "/sandbox/memory/v1"

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from app.storage.backends import open_backend
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend
-from app.storage.layout import Scope
 from tests.conftest import FixedClock, nested_summary
 
 MiB = 1 << 20

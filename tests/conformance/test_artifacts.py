@@ -10,7 +10,7 @@ import tracemalloc
 import pytest
 
 from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope
-from app.storage.clock import iso
+from app.storage.core.clock import iso
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import Factory, assert_views_agree
 from tests.conftest import FixedClock

@@ -7,8 +7,7 @@ from datetime import timedelta
 import pytest
 
 from app.storage import InvalidName, NotFound, NotOwner, Scope
-from app.storage.interface import StorageBackend, StoreBackend
-from app.storage.memstores import (
+from app.storage.core.store_models import (
     ContentPreconditionFailed,
     HeadVersion,
     MemoryPrefix,
@@ -16,6 +15,7 @@ from app.storage.memstores import (
     StoreArchived,
     VersionFilter,
 )
+from app.storage.interface import StorageBackend, StoreBackend
 from tests.conftest import T0, FixedClock
 
 ACTOR = {"type": "api_actor", "api_key_id": "tok_test"}

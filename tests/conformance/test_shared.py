@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from app.storage import NotFound, Scope
+from app.storage.core.limits import LimitsFileError, RateOverride
 from app.storage.interface import StorageBackend
-from app.storage.limits import LimitsFileError, RateOverride
 from tests.conformance.conftest import Factory, assert_views_agree
 from tests.conftest import FixedClock
 

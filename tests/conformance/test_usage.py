@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from app.storage import NotFound, Scope
+from app.storage.core.limits import QuotaOverride
+from app.storage.core.usage import QuotaExceeded, ReservingStream
 from app.storage.interface import StorageBackend
-from app.storage.limits import QuotaOverride
-from app.storage.usage import QuotaExceeded, ReservingStream
 from tests.conftest import FixedClock
 
 WEB = Scope("acme", "web")
@@ -216,7 +216,7 @@ def test_memory_writes_count_against_the_quota(backend: StorageBackend) -> None:
 
 
 def _filters() -> Any:
-    from app.storage.memstores import VersionFilter
+    from app.storage.core.store_models import VersionFilter
 
     return VersionFilter()
 

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.storage import Scope
-from app.storage.keys import CONSOLE_KEY
+from app.storage.core.names import CONSOLE_KEY
 from tests.conftest import FixedClock, Tokens
 
 from .conftest import Browser, csrf_of, put_turn, sign_in
@@ -197,8 +197,8 @@ def test_a_forged_sign_in_is_refused(app: Flask, tokens: Tokens) -> None:
 
 
 def test_a_linked_key_file_is_replaced_never_read(tmp_path: Path) -> None:
-    from app.storage import Layout
-    from app.storage.keys import root_key
+    from app.storage.tree.control import root_key
+    from app.storage.tree.fs.layout import Layout
 
     outside = tmp_path / "outside"
     outside.write_bytes(b"k" * 32)

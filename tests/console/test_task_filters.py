@@ -10,9 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.storage import InvalidName, Scope, TaskStore, listing as listing_mod
-from app.storage.listing import TaskFilter, filter_terms
-from app.storage.retention import sweep
+from app.storage import InvalidName, Scope
+from app.storage.core.models import TaskFilter
+from app.storage.tree.retention import sweep
+from app.storage.tree.sqlite import listing as listing_mod
+from app.storage.tree.sqlite.listing_sql import PAGE_COLUMNS, filter_terms
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 
 
@@ -149,7 +152,7 @@ def test_every_filter_is_an_index_lookup(
     plan = [
         row[3]
         for row in listing._conn().execute(
-            f"EXPLAIN QUERY PLAN {listing_mod._PAGE_COLUMNS} WHERE {where}"
+            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE {where}"
             " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
             params,
         )

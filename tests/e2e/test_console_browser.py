@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage.tokens import TokenRegistry
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, flask_cli, serving
 
 pytestmark = pytest.mark.e2e

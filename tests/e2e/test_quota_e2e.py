@@ -30,7 +30,7 @@ MiB = 1 << 20
 
 
 # The quotas of the projects the tests below write, in place before the server starts (the
-# CLI that writes them is tested in tests/test_usage_ops.py).
+# CLI that writes them is tested in tests/ops/test_usage_ops.py).
 QUOTAS = {"race": 2 * MiB, "big": 10 * MiB, "killed": 2 * MiB}
 
 

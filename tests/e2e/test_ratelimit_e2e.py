@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.storage.limits import LimitsFile, RateOverride
-from app.storage.tokens import TokenRegistry
+from app.storage.core.limits import RateOverride
+from app.storage.tree.limits import LimitsFile
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, flask_cli, start_server
 
 API = "/sandbox/memory/v1"

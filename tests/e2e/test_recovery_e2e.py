@@ -1,7 +1,7 @@
 """Writes over HTTP while the start-up recovery's full check still runs.
 
 A lost page cache (the canary lost its last nonce) makes the next server check the whole
-tree in the background while it serves (app/storage/recovery.py). Clients write meanwhile,
+tree in the background while it serves (app/storage/tree/recovery.py). Clients write meanwhile,
 to tasks the check has not reached, to tasks whose derived files the loss took back, and to
 new tasks, from several workers. Afterwards every acknowledged write reads back whole, the
 listing and the digest name it, and fsck finds the tree clean.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.storage.facade import TreeStorage
+from app.storage.tree.backend import TreeStorage
 from tests.e2e.conftest import REPO, flask_cli, start_server
 
 pytestmark = pytest.mark.e2e

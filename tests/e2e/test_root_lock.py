@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from app.storage.txn import Key
+from app.storage.tree.fs.txn import Key
 from tests.e2e.conftest import REPO, VENV_BIN, free_port, start_server
 
 pytestmark = pytest.mark.e2e
@@ -61,8 +61,8 @@ def test_a_second_server_on_the_same_root_refuses_and_the_first_keeps_its_recove
         # Killed mid-write (a write left in flight, its index stale), the first server is
         # repaired when it starts again.
         first.kill()
-        from app.storage.facade import TreeStorage
-        from app.storage.layout import Scope
+        from app.storage.core.names import Scope
+        from app.storage.tree.backend import TreeStorage
 
         scope = Scope("acme", "web")
         TreeStorage(first.root).tasks.txns.mark(Key(scope, "t"))

@@ -54,7 +54,7 @@ from typing import Any
 
 import requests
 
-from app.storage.fsck import DEFAULT_GRACE
+from app.storage.core.models import DEFAULT_GRACE
 from tests.e2e.conftest import REPO, VENV_BIN
 from tests.powerloss.mount import PowerLossMount, lazyfs_binary, mounted
 from tests.robust.helpers import BASE, Live, auth

@@ -28,7 +28,7 @@ under ``PATH`` (a path of the mount, ``/`` first) fail with EIO, until ``simfs::
 each is answered ``finished::fail`` on ``DONE`` once in force.
 
 With ``--ext4`` it keeps two promises of ext4 in its default ``data=ordered`` mode, the ones
-group commit (app/storage/atomic.py) relies on: a rename over an existing file takes the
+group commit (app/storage/tree/fs/atomic.py) relies on: a rename over an existing file takes the
 renamed file's data to the disk with it (``auto_da_alloc``), and ``simfs::syncfs MARKER``
 stands for syncfs(2), which FUSE does not pass on: every unsynced change is written to the
 backing files, then the file ``MARKER`` (outside the mount) is created to say so. A new file

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import Scope
-from app.storage.facade import TreeStorage
+from app.storage.tree.backend import TreeStorage
 from tests.e2e.conftest import flask_cli
 from tests.powerloss.mount import PowerLossMount
 from tests.storage._helpers import record_files

@@ -28,13 +28,15 @@ pytestmark = pytest.mark.powerloss
 _REPLACE_KILLED_BEFORE_COMMIT = """
 import io, os, signal, sys
 from pathlib import Path
-from app.storage import Scope, TaskStore, tasks
+from app.storage import Scope
+from app.storage.tree import artifacts
+from app.storage.tree.tasks import TaskStore
 
 def write_json(path, obj, *, durable=True):
     if path.name == "meta.json":
         os.kill(os.getpid(), signal.SIGKILL)
 
-tasks.write_json = write_json
+artifacts.write_json = write_json
 TaskStore(Path(sys.argv[1])).put_artifact(
     Scope("acme", "web"), "t", 0, "a.bin", io.BytesIO(b"new" * 1000), content_type="x/new"
 )

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage import TaskStore
-from app.storage.layout import TMP_PREFIX
-from app.storage.tokens import TokenRegistry
+from app.storage.core.names import TMP_PREFIX
+from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import REPO, VENV_BIN, free_port
 from tests.storage._helpers import Fault, temp_files  # noqa: F401 - shared with tests/robust
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app import create_app
-from app.storage import locks
+from app.storage.tree.fs import locks
 
 
 @contextlib.contextmanager

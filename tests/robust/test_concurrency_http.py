@@ -30,7 +30,7 @@ import pytest
 import requests
 
 from app.storage import Scope
-from app.storage.records import read_json, rebuild_index
+from app.storage.tree.records import read_json, rebuild_index
 from tests.robust.helpers import BASE, Live, auth, store_for
 
 pytestmark = pytest.mark.e2e

@@ -1,8 +1,8 @@
 """Injected I/O faults through the HTTP API: the Nth write/fsync/rename/link/mkdir fails.
 
-The SQLite test-VFS method, one level above tests/storage/test_crash.py (which drives the
+The SQLite test-VFS method, one level above tests/storage/tree/test_crash.py (which drives the
 engine directly): for every write endpoint and every N, ``os.<call>`` raises ENOSPC or EIO
-on its Nth call (once, or from then on); under group commit (app/storage/atomic.py) the
+on its Nth call (once, or from then on); under group commit (app/storage/tree/fs/sync.py) the
 shared flush (``syncfs``) may fail instead of a file's fsync. Then:
 
 * the response is the documented one: 507 ``{"detail": "insufficient storage: ..."}`` for a
@@ -29,9 +29,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import TaskStore, atomic
-from app.storage.fsck import fsck
-from app.storage.models import FsckReport
+from app.storage.core.models import FsckReport
+from app.storage.tree.fs import sync
+from app.storage.tree.fsck import fsck
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, Fault, temp_files
 
@@ -160,7 +161,7 @@ class Bench:
 
     def grouped(self) -> bool:
         """Whether this bench's writes go through group commit (its filesystem allows it)."""
-        return self.group and atomic._flusher_for(self.template) is not None
+        return self.group and sync._flusher_for(self.template) is not None
 
     def fresh(self) -> Path:
         self.cases += 1
@@ -200,7 +201,7 @@ def run_case(
     after = bench.expected_after(op)
     root = bench.fresh()
     if call == "syncfs":
-        fault = Fault("_syncfs_error", n, err, persistent=persistent, target=atomic)
+        fault = Fault("_syncfs_error", n, err, persistent=persistent, target=sync)
     else:
         fault = Fault(call, n, err, persistent=persistent)
     fault.install(monkeypatch)
@@ -354,7 +355,7 @@ def test_a_failed_shared_flush_that_would_succeed_on_retry_is_never_success(
         pytest.skip("the test's filesystem has no group commit")
     after = bench.expected_after(op)
     root = bench.fresh()
-    fault = Fault("_syncfs_error", 1, errno.EIO, target=atomic).install(monkeypatch)
+    fault = Fault("_syncfs_error", 1, errno.EIO, target=sync).install(monkeypatch)
     resp = bench.send(op)
     monkeypatch.undo()
     assert fault.fired == 1
@@ -461,10 +462,7 @@ def run_store_case(
     after = sb.bench.after[op]
     root = sb.fresh()
     before = sb.state()
-    if call == "syncfs":
-        fault = Fault("_syncfs_error", n, err, target=atomic)
-    else:
-        fault = Fault(call, n, err)
+    fault = Fault("_syncfs_error", n, err, target=sync) if call == "syncfs" else Fault(call, n, err)
     fault.install(monkeypatch)
     try:
         resp = sb.send(op)

@@ -1,6 +1,6 @@
 """SIGKILL under group commit: 8 writers, the whole server killed at random points, restarted.
 
-Under group commit (app/storage/atomic.py) a writer lets go of its task or store lock before
+Under group commit (app/storage/tree/fs/atomic.py) a writer lets go of its task or store lock before
 the flush that makes its write durable, and answers after it; several threads, in several
 worker processes, share one flush. This kills the whole server (master and workers at once)
 at a random moment while 8 writers put turns and artifacts of their own tasks and create and
@@ -31,8 +31,8 @@ import pytest
 import requests
 
 from app.storage import NotFound, Scope
-from app.storage.facade import TreeStorage
-from app.storage.fsck import DEFAULT_GRACE
+from app.storage.core.models import DEFAULT_GRACE
+from app.storage.tree.backend import TreeStorage
 from tests.robust.helpers import BASE, Live, auth
 
 pytestmark = pytest.mark.e2e

@@ -35,9 +35,9 @@ import requests
 
 from app import create_app
 from app.storage import NotFound, Scope
-from app.storage.fsck import fsck
-from app.storage.models import FsckReport
-from app.storage.retention import sweep
+from app.storage.core.models import FsckReport
+from app.storage.tree.fsck import fsck
+from app.storage.tree.retention import sweep
 from tests.robust.helpers import BASE, Live, auth, json_files_parse, store_for, temp_files
 
 pytestmark = pytest.mark.e2e

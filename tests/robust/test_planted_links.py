@@ -364,7 +364,7 @@ def _mentions_link(text: str, case: Case) -> bool:
 
 
 def _sweep(c: Case, *, later: bool = False, dry_run: bool = False) -> str:
-    from app.sweeper import run_sweep
+    from app.ops.sweeper import run_sweep
 
     now = c.clock() + (timedelta(days=60) if later else timedelta(0))
     outcome = run_sweep(c.app, now=now, dry_run=dry_run)
@@ -379,9 +379,10 @@ def _fsck(c: Case, *, repair: bool) -> str:
 def _recovery(c: Case) -> str:
     """A start after an unclean stop that may have lost unsynced data: the recovery at
     start, then the full check the first housekeeping leader runs."""
+    from app.ops.sweeper import startup_recovery
     from app.storage import StorageError
-    from app.storage.txn import Key
-    from app.sweeper import RUNNING_SENTINEL, startup_recovery
+    from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
+    from app.storage.tree.fs.txn import Key
 
     storage = c.app.extensions["storage"]
     (c.root / RUNNING_SENTINEL).write_text("1\n")  # a sentinel that proves nothing survived

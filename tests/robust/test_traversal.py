@@ -22,8 +22,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.storage import Scope
-from app.storage.fsck import fsck
-from app.storage.retention import sweep
+from app.storage.tree.fsck import fsck
+from app.storage.tree.retention import sweep
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, tree_outside
 

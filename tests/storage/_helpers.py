@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope, TaskStore
-from app.storage.clock import parse_iso_us
-from app.storage.layout import TMP_PREFIX, TURN_SUMMARY, validate_id
-from app.storage.listing import TurnRow
-from app.storage.models import TurnRecord
-from app.storage.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
+from app.storage import Scope
+from app.storage.core.clock import parse_iso_us
+from app.storage.core.models import TurnRecord
+from app.storage.core.names import TMP_PREFIX, TURN_SUMMARY, validate_id
+from app.storage.tree.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
+from app.storage.tree.sqlite.listing_sql import TurnRow
+from app.storage.tree.tasks import TaskStore
 from tests.conftest import nested_summary
 
 MiB = 1 << 20

@@ -7,7 +7,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from app.storage import Scope, TaskStore
+from app.storage import Scope
+from app.storage.tree.tasks import TaskStore
 
 SHARED_ARTIFACT_TURN = 9999
 
@@ -118,7 +119,7 @@ def take_lock_and_log(path: str, log: str, mark: str) -> None:
     """Take locks.locked(path), append ``mark`` to ``log`` while holding it for 50 ms."""
     import time
 
-    from app.storage import locks
+    from app.storage.tree.fs import locks
 
     with locks.locked(Path(path), 30.0):
         with open(log, "a") as fh:

@@ -33,7 +33,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import LockTimeout, PayloadTooLarge, StorageError
+from app.storage.core.errors import LockTimeout, PayloadTooLarge, StorageError
 
 log = logging.getLogger("app.storage.pg")
 

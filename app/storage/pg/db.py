@@ -26,7 +26,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import LockTimeout, StorageError
+from app.storage.core.errors import LockTimeout, StorageError
 
 log = logging.getLogger("app.storage.pg")
 

@@ -1,7 +1,7 @@
 """``project.md`` on PostgreSQL: a stored section per task, streamed from one snapshot.
 
 Every write of a task sets, in the write's own transaction, the task's row of
-``digest_sections``: the bytes of its section (app/storage/digest.py) showing its highest
+``digest_sections``: the bytes of its section (app/storage/core/digest.py) showing its highest
 live turn, that turn, and until when it lives (NULL bytes: no live turn). A trigger keeps
 the project's count of rows, of shown sections and their byte total in ``projects``.
 
@@ -33,10 +33,16 @@ from typing import Any, BinaryIO, cast
 
 import psycopg
 
-from .. import digest as text
-from ..errors import LockTimeout
-from ..layout import Scope
-from .db import Database, DatabaseError, advisory_xact_lock, advisory_xact_locks, translated
+from app.storage.core import digest as text
+from app.storage.core.errors import LockTimeout
+from app.storage.core.names import Scope
+from app.storage.pg.db import (
+    Database,
+    DatabaseError,
+    advisory_xact_lock,
+    advisory_xact_locks,
+    translated,
+)
 
 # A section with no live turn never expires (a write gives the task one).
 NEVER = 2**62

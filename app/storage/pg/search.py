@@ -34,20 +34,21 @@ from typing import Any
 
 import psycopg
 
-from ..cursor import CursorCodec
-from ..fts import SNIPPET_TOKENS, Sentinels
-from ..layout import Scope
-from ..models import SearchHit, SearchPage
-from ..query import (
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.models import SearchHit, SearchPage
+from app.storage.core.names import Scope
+from app.storage.core.query import (
+    SNIPPET_TOKENS,
     QueryTerm,
     SearchQuery,
+    Sentinels,
     check_limit,
     decode_cursor,
     encode_cursor,
+    meta_text,
     parse_query,
 )
-from ..turn_search import meta_text
-from .db import Database
+from app.storage.pg.db import Database
 
 SNIPPET_WORDS = SNIPPET_TOKENS
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score

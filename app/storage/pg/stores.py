@@ -18,20 +18,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from ulid import ULID
 
-from ..clock import Clock, iso_us, system_clock, to_us
-from ..cursor import CursorCodec
-from ..errors import NotFound
-from ..layout import STORE_ID_RE, VERSION_ID_RE, Scope
-from ..memstores import rules, semantics
-from ..memstores.core import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from ..memstores.index import MemoryRow, VersionRow, filter_clause, version_row
-from ..memstores.models import (
+from app.storage.core import store_rules as rules, store_semantics as semantics
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import NotFound
+from app.storage.core.names import STORE_ID_RE, VERSION_ID_RE, Scope
+from app.storage.core.quota import QuotaSource
+from app.storage.core.store_models import (
     Deleted,
     Memory,
     MemoryStore,
@@ -40,7 +39,7 @@ from ..memstores.models import (
     StoreFull,
     VersionFilter,
 )
-from ..memstores.paging import (
+from app.storage.core.store_paging import (
     check_limit,
     fingerprint,
     memories_page,
@@ -51,128 +50,28 @@ from ..memstores.paging import (
     versions_next,
     versions_query,
 )
-from ..memstores.records import StoreRecord, VersionRecord
-from ..memstores.retention import VersionSweep
-from ..memstores.semantics import check_free, live_memory
-from ..quota import QuotaSource
-from . import usage as pgu
-from .db import Database
-
-_MEMORY_COLUMNS = "id, path, head, sha, size, created_at, updated_at, path_since"
-_VERSION_COLUMNS = (
-    "id, memory_id, operation, path, content, sha, size, created_by, created_us, created_at,"
-    " redacted_at, redacted_by, memory_created_at, path_since, previous_version_id"
+from app.storage.core.store_records import (
+    MemoryRow,
+    StoreRecord,
+    VersionRecord,
+    VersionRow,
 )
-_INDEX_COLUMNS = (
-    "id, memory_id, operation, path, sha, size, created_by, actor_type, actor_id,"
-    " created_us, created_at, redacted_at, redacted_by"
+from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
+from app.storage.core.store_semantics import check_free, live_memory
+from app.storage.pg import usage as pgu
+from app.storage.pg.db import Database
+from app.storage.pg.store_index import (
+    MEMORY_COLUMNS,
+    RECORD_COLUMNS,
+    ROW_COLUMNS,
+    VERSION_COLUMNS,
+    StoreReader,
+    as_json,
+    marks,
+    version_filter,
+    version_record,
+    version_values,
 )
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
-def _record(store_id: str, row: tuple[Any, ...]) -> VersionRecord:
-    (
-        vid,
-        memory_id,
-        operation,
-        path,
-        content,
-        sha,
-        size,
-        created_by,
-        created_us,
-        created_at,
-        redacted_at,
-        redacted_by,
-        memory_created_at,
-        path_since,
-        previous,
-    ) = row
-    text = None if content is None else bytes(content).decode("utf-8")
-    return VersionRecord(
-        id=vid,
-        memory_store_id=store_id,
-        memory_id=memory_id,
-        operation=operation,
-        path=path,
-        content=text,
-        content_sha256=sha,
-        content_size_bytes=size,
-        created_by=None if created_by is None else json.loads(created_by),
-        created_at=created_at,
-        created_us=int(created_us),
-        redacted_at=redacted_at,
-        redacted_by=None if redacted_by is None else json.loads(redacted_by),
-        memory_created_at=memory_created_at,
-        path_since=path_since,
-        previous_version_id=previous,
-        has_content=text is not None,
-    )
-
-
-class _Reader:
-    """The named queries the engine-independent code (memstores.paging, memstores.semantics)
-    asks of an index (memstores.index.MemoryLookup)."""
-
-    def __init__(self, conn: psycopg.Connection[Any], store_id: str, state: tuple[str, int]):
-        self.conn = conn
-        self.store_id = store_id
-        self._state = state
-
-    def state(self) -> tuple[str, int]:
-        return self._state
-
-    def memory(self, memory_id: str) -> MemoryRow | None:
-        row = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND id = %s",
-            (self.store_id, memory_id),
-        ).fetchone()
-        return None if row is None else MemoryRow(*row)
-
-    def memory_at(self, path: str) -> MemoryRow | None:
-        row = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND path = %s",
-            (self.store_id, path),
-        ).fetchone()
-        return None if row is None else MemoryRow(*row)
-
-    def count(self) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM memories WHERE store_id = %s", (self.store_id,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None:
-        """(id, path) of a memory other than ``exclude`` at ``path``, an ancestor or below."""
-        segments = path[1:].split("/")
-        candidates = [path] + ["/" + "/".join(segments[:i]) for i in range(1, len(segments))]
-        row = self.conn.execute(
-            "SELECT id, path FROM memories WHERE store_id = %s AND path = ANY(%s) AND id <> %s"
-            " ORDER BY length(path) LIMIT 1",
-            (self.store_id, candidates, exclude or ""),
-        ).fetchone()
-        if row is None:
-            # '0' follows '/': every path below ``path`` sorts between the two bounds.
-            row = self.conn.execute(
-                "SELECT id, path FROM memories WHERE store_id = %s AND path >= %s"
-                " AND path < %s AND id <> %s ORDER BY path LIMIT 1",
-                (self.store_id, path + "/", path + "0", exclude or ""),
-            ).fetchone()
-        return None if row is None else (str(row[0]), str(row[1]))
-
-    def memories_page(self, low: str, high: str, as_of: str, limit: int) -> list[MemoryRow]:
-        # The shared paging code resumes after a path at ``path + "\x00"``, which PostgreSQL
-        # text cannot hold; no path holds a control character, so "\x01" bounds the same set.
-        low = low.replace("\x00", "\x01")
-        rows = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE store_id = %s AND path >= %s"
-            " AND path < %s AND path_since <= %s ORDER BY path LIMIT %s",
-            (self.store_id, low, high, as_of, limit),
-        ).fetchall()
-        return [MemoryRow(*r) for r in rows]
 
 
 class PgMemoryStores:
@@ -218,9 +117,11 @@ class PgMemoryStores:
         return record, (str(row[1]), int(row[2]))
 
     @contextmanager
-    def _write(
+    def transaction(
         self, scope: Scope, store_id: str
     ) -> Iterator[tuple[psycopg.Connection[Any], StoreRecord, tuple[str, int]]]:
+        """One write transaction holding the store's row (its lock): the connection, the
+        store's record and its index state (last version id, its microsecond)."""
         with self.db.transaction(f"memory store {store_id}") as conn:
             record, state = self._store(conn, scope, store_id, lock=True)
             yield conn, record, state
@@ -239,10 +140,10 @@ class PgMemoryStores:
         if not isinstance(version_id, str) or not VERSION_ID_RE.fullmatch(version_id):
             return None
         row = conn.execute(
-            f"SELECT {_VERSION_COLUMNS} FROM versions WHERE store_id = %s AND id = %s",
+            f"SELECT {RECORD_COLUMNS} FROM versions WHERE store_id = %s AND id = %s",
             (store_id, version_id),
         ).fetchone()
-        return None if row is None else _record(store_id, row)
+        return None if row is None else version_record(store_id, row)
 
     def _head_content(self, conn: psycopg.Connection[Any], store_id: str, row: MemoryRow) -> str:
         found = conn.execute(
@@ -253,7 +154,7 @@ class PgMemoryStores:
     def _save_store(self, conn: psycopg.Connection[Any], record: StoreRecord) -> None:
         conn.execute(
             "UPDATE stores SET record = %s, archived = %s WHERE id = %s",
-            (_json(record.to_json()), record.archived_at is not None, record.id),
+            (as_json(record.to_json()), record.archived_at is not None, record.id),
         )
 
     def _commit(self, conn: psycopg.Connection[Any], scope: Scope, record: VersionRecord) -> None:
@@ -272,7 +173,7 @@ class PgMemoryStores:
         )
         if record.operation != "deleted":
             conn.execute(
-                f"INSERT INTO memories (store_id, {_MEMORY_COLUMNS})"
+                f"INSERT INTO memories (store_id, {MEMORY_COLUMNS})"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     record.memory_store_id,
@@ -327,7 +228,7 @@ class PgMemoryStores:
             conn.execute(
                 "INSERT INTO stores (id, tenant, project, record, created_us)"
                 " VALUES (%s, %s, %s, %s, %s)",
-                (record.id, scope.tenant, scope.project, _json(record.to_json()), now),
+                (record.id, scope.tenant, scope.project, as_json(record.to_json()), now),
             )
             pgu.add(conn, scope, stores=1)
         return record.view()
@@ -394,7 +295,7 @@ class PgMemoryStores:
     ) -> MemoryStore:
         """Change name, description and/or patch metadata; None leaves a field as it is."""
         new_name, new_description = semantics.store_update_request(name, description)
-        with self._write(scope, store_id) as (conn, record, _):
+        with self.transaction(scope, store_id) as (conn, record, _):
             semantics.check_updatable(record, store_id, only_creator)
             new = semantics.changed_store(
                 record, self.now_us(), name=new_name, description=new_description, metadata=metadata
@@ -408,7 +309,7 @@ class PgMemoryStores:
         self, scope: Scope, store_id: str, *, only_creator: str | None = None
     ) -> MemoryStore:
         """Archive a store (one-way; archiving an archived store changes nothing)."""
-        with self._write(scope, store_id) as (conn, record, _):
+        with self.transaction(scope, store_id) as (conn, record, _):
             semantics.check_creator(record, only_creator)
             if record.archived_at:
                 return record.view()
@@ -420,7 +321,7 @@ class PgMemoryStores:
         self, scope: Scope, store_id: str, *, only_creator: str | None = None
     ) -> Deleted:
         """Delete a store with all its memories and versions, in one transaction."""
-        with self._write(scope, store_id) as (conn, record, _):
+        with self.transaction(scope, store_id) as (conn, record, _):
             semantics.check_creator(record, only_creator)
             gone = pgu.store_sums(conn, store_id)
             conn.execute("DELETE FROM stores WHERE id = %s", (store_id,))
@@ -441,9 +342,9 @@ class PgMemoryStores:
         """Create a memory at an unoccupied path; never overwrites."""
         path = rules.validate_memory_path(path)
         content = rules.validate_content(content)
-        with self._write(scope, store_id) as (conn, store, state):
+        with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = _Reader(conn, store_id, state)
+            reader = StoreReader(conn, store_id, state)
             check_free(reader, path, None)
             if reader.count() >= self.max_memories:
                 raise StoreFull(self.max_memories)
@@ -465,7 +366,7 @@ class PgMemoryStores:
     def get_memory(self, scope: Scope, store_id: str, memory_id: str, *, full: bool) -> Memory:
         """Read one live memory (its head version)."""
         with self._read(scope, store_id) as (conn, _, state):
-            row = live_memory(_Reader(conn, store_id, state), memory_id)
+            row = live_memory(StoreReader(conn, store_id, state), memory_id)
             content = self._head_content(conn, store_id, row) if full else None
         return row.view(store_id, content)
 
@@ -473,7 +374,7 @@ class PgMemoryStores:
         """The live memory at exactly ``path``, or None."""
         path = rules.validate_memory_path(path)
         with self._read(scope, store_id) as (conn, _, state):
-            row = _Reader(conn, store_id, state).memory_at(path)
+            row = StoreReader(conn, store_id, state).memory_at(path)
             if row is None:
                 return None
             content = self._head_content(conn, store_id, row) if full else None
@@ -495,9 +396,9 @@ class PgMemoryStores:
         new_path, new_content, expected = semantics.update_request(
             content, path, precondition_sha256
         )
-        with self._write(scope, store_id) as (conn, store, state):
+        with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = _Reader(conn, store_id, state)
+            reader = StoreReader(conn, store_id, state)
             row = live_memory(reader, memory_id)
             target, unchanged = semantics.update_target(
                 row, memory_id, new_path, new_content, expected
@@ -535,9 +436,9 @@ class PgMemoryStores:
     ) -> Deleted:
         """Delete a live memory (writes a ``deleted`` version; history stays)."""
         expected = semantics.delete_request(expected_sha256)
-        with self._write(scope, store_id) as (conn, store, state):
+        with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            row = live_memory(_Reader(conn, store_id, state), memory_id)
+            row = live_memory(StoreReader(conn, store_id, state), memory_id)
             semantics.check_delete(row, memory_id, expected)
             record = semantics.new_version(
                 state,
@@ -567,7 +468,7 @@ class PgMemoryStores:
         """Memories (and, with depth 1, ``memory_prefix`` roll-ups) in path order."""
         query = memories_query(self.cursors, store_id, path_prefix, depth, limit, page, full)
         with self._read(scope, store_id) as (conn, _, state):
-            as_of, items = memory_items(_Reader(conn, store_id, state), query)
+            as_of, items = memory_items(StoreReader(conn, store_id, state), query)
             return memories_page(
                 self.cursors,
                 query,
@@ -589,13 +490,12 @@ class PgMemoryStores:
     ) -> Page:
         """Versions newest first (id breaks ties; ids grow with time within a store)."""
         query = versions_query(self.cursors, store_id, filters, limit, page, full)
-        where, args = filter_clause(filters)
-        where = [w.replace("?", "%s") for w in where]
+        where, args = version_filter(filters)
         if query.before is not None:
             where.append("id < %s")
             args.append(query.before)
         with self._read(scope, store_id) as (conn, _, _):
-            columns = _VERSION_COLUMNS if full else _INDEX_COLUMNS
+            columns = RECORD_COLUMNS if full else ROW_COLUMNS
             rows = conn.execute(
                 f"SELECT {columns} FROM versions WHERE store_id = %s AND {' AND '.join(where)}"
                 " ORDER BY id DESC LIMIT %s",
@@ -606,7 +506,7 @@ class PgMemoryStores:
             rows = rows[: query.limit]
             next_page = versions_next(self.cursors, query, rows[-1][0])
         if full:
-            data = tuple(_record(store_id, r).view(True) for r in rows)
+            data = tuple(version_record(store_id, r).view(True) for r in rows)
         else:
             data = tuple(VersionRow(*r).view(store_id) for r in rows)
         return Page(data, next_page)
@@ -625,121 +525,19 @@ class PgMemoryStores:
         self, scope: Scope, store_id: str, version_id: str, *, actor: dict[str, Any] | None
     ) -> MemoryVersion:
         """Clear a version's content, hash, size and path; the head of a live memory refuses."""
-        with self._write(scope, store_id) as (conn, _, state):
+        with self.transaction(scope, store_id) as (conn, _, state):
             record = self._version(conn, store_id, version_id)
             if record is None:
                 raise NotFound(f"memory version {version_id} not found")
             if record.redacted_at:
                 return record.view(True)
-            live = _Reader(conn, store_id, state).memory(record.memory_id)
+            live = StoreReader(conn, store_id, state).memory(record.memory_id)
             semantics.check_redactable(version_id, live)
             redacted = record.redacted(iso_us(max(self.now_us(), state[1])), actor)
             conn.execute(
                 "UPDATE versions SET path = NULL, content = NULL, sha = NULL, size = NULL,"
                 " redacted_at = %s, redacted_by = %s WHERE store_id = %s AND id = %s",
-                (redacted.redacted_at, _json(actor), store_id, version_id),
+                (redacted.redacted_at, as_json(actor), store_id, version_id),
             )
             pgu.add(conn, scope, version_bytes=-int(record.content_size_bytes or 0))
         return redacted.view(True)
-
-    # -- retention -------------------------------------------------------------------------
-    def sweep_versions(self, *, now: datetime, dry_run: bool = False) -> VersionSweep:
-        """Remove versions past their retention, except the recent ones of live memories."""
-        cutoff = to_us(now - self.version_retention)
-        with self.db.snapshot("memory stores") as conn:
-            stores = [
-                (Scope(t, p), i)
-                for t, p, i in conn.execute("SELECT tenant, project, id FROM stores ORDER BY id")
-            ]
-        scanned = removed = size = 0
-        errors: list[str] = []
-        for scope, store_id in stores:
-            try:
-                with self._write(scope, store_id) as (conn, _, _):
-                    scanned += 1
-                    live = {
-                        r[0]
-                        for r in conn.execute(
-                            "SELECT id FROM memories WHERE store_id = %s", (store_id,)
-                        )
-                    }
-                    kept: dict[str, int] = {}
-                    doomed: list[str] = []
-                    for vid, memory_id, created_us in conn.execute(
-                        "SELECT id, memory_id, created_us FROM versions WHERE store_id = %s"
-                        " ORDER BY id DESC",
-                        (store_id,),
-                    ):
-                        if memory_id in live and kept.get(memory_id, 0) < self.keep_recent_versions:
-                            kept[memory_id] = kept.get(memory_id, 0) + 1
-                            continue
-                        if created_us < cutoff:
-                            doomed.append(vid)
-                    if not doomed:
-                        continue
-                    row = conn.execute(
-                        "SELECT coalesce(sum(octet_length(coalesce(content, ''::bytea))), 0),"
-                        " coalesce(sum(size), 0) FROM versions WHERE store_id = %s"
-                        " AND id = ANY(%s)",
-                        (store_id, doomed),
-                    ).fetchone()
-                    size += int(row[0]) if row else 0
-                    removed += len(doomed)
-                    if not dry_run:
-                        conn.execute(
-                            "DELETE FROM versions WHERE store_id = %s AND id = ANY(%s)",
-                            (store_id, doomed),
-                        )
-                        pgu.add(
-                            conn,
-                            scope,
-                            versions=-len(doomed),
-                            version_bytes=-(int(row[1]) if row else 0),
-                        )
-            except NotFound:
-                continue  # deleted while we swept
-            except Exception as exc:  # noqa: BLE001 - one store's failure must not stop the rest
-                errors.append(f"{scope.tenant}/{scope.project}/{store_id}: {exc}")
-        return VersionSweep(
-            stores_scanned=scanned,
-            versions_removed=removed,
-            bytes_removed=size,
-            errors=tuple(errors),
-        )
-
-
-VERSION_COLUMNS = (
-    "store_id, id, memory_id, operation, path, content, sha, size, created_by, actor_type,"
-    " actor_id, created_us, created_at, redacted_at, redacted_by, memory_created_at,"
-    " path_since, previous_version_id"
-)
-
-
-def version_values(store_id: str, record: VersionRecord) -> tuple[Any, ...]:
-    """A version row's values in VERSION_COLUMNS order (a new write, or a restored one)."""
-    row = version_row(record)
-    return (
-        store_id,
-        record.id,
-        record.memory_id,
-        record.operation,
-        record.path,
-        None if record.content is None else record.content.encode("utf-8"),
-        record.content_sha256,
-        record.content_size_bytes,
-        row.created_by,
-        row.actor_type,
-        row.actor_id,
-        record.created_us,
-        record.created_at,
-        record.redacted_at,
-        row.redacted_by,
-        record.memory_created_at,
-        record.path_since,
-        record.previous_version_id,
-    )
-
-
-def marks(columns: str) -> str:
-    """One placeholder per column of ``columns``."""
-    return ", ".join(["%s"] * (columns.count(",") + 1))

@@ -18,144 +18,62 @@ same listing order and signed cursors, the same ``project.md`` bytes.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO
 
 import psycopg
 from ulid import ULID
 
-from .. import task_rules
-from ..clock import Clock, iso_us, system_clock, to_us
-from ..cursor import CursorCodec
-from ..errors import LockTimeout, NotFound, NotOwner
-from ..layout import (
-    Scope,
-    turn_dirname,
-    validate_artifact_name,
-    validate_id,
-    validate_turn,
-)
-from ..listing import TaskFilter, filter_terms, meta_facts
-from ..models import (
+from app.storage.core import task_rules
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.encoding import dumps_compact
+from app.storage.core.errors import NotFound, NotOwner
+from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    TaskFilter,
     TaskIndex,
     TaskPage,
     TaskSummary,
     TurnEntry,
     TurnRecord,
 )
-from ..quota import QuotaSource
-from ..records import dumps_compact
-from ..task_rules import (
+from app.storage.core.names import (
+    Scope,
+    turn_dirname,
+    validate_id,
+    validate_turn,
+)
+from app.storage.core.quota import QuotaSource
+from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
     encode_task_cursor,
+    meta_facts,
 )
-from ..usage import ReservingStream, Ticket
-from . import digest as pgd, usage as pgu
-from .blobs import BlobStore
-from .db import Database, advisory_xact_lock, backup_running
-
-_TURN_COLUMNS = (
-    "turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_until_us"
-)
-_ARTIFACT_COLUMNS = "turn, name, content_type, size, sha256, updated_at, blob"
-_KEY = "tenant = %(tenant)s AND project = %(project)s AND task_id = %(task_id)s"
-# The task's listing row from its turn rows, in the transaction that changed them: the
-# columns of its highest turn, its turn count and its earliest and latest expiry.
-_RECOMPUTE = f"""
-UPDATE tasks t SET
-    updated_us = a.updated_us, retain_until_us = a.retain_until_us, turn_count = a.n,
-    latest_turn = a.latest, min_retain_us = a.min_retain,
-    model = l.model, agent_id = l.agent_id, exit_code = l.exit_code
-FROM (SELECT max(updated_us) AS updated_us, max(retain_until_us) AS retain_until_us,
-             count(*) AS n, max(turn) AS latest, min(retain_until_us) AS min_retain
-      FROM turns WHERE {_KEY}) a,
-     (SELECT model, agent_id, exit_code FROM turns WHERE {_KEY}
-      ORDER BY turn DESC LIMIT 1) l
-WHERE t.tenant = %(tenant)s AND t.project = %(project)s AND t.task_id = %(task_id)s
-"""
-_ALIVE_TURNS = (
-    "FROM turns u WHERE u.tenant = t.tenant AND u.project = t.project"
-    " AND u.task_id = t.task_id AND u.retain_until_us > %(now)s"
-)
-_ALL_ALIVE = "t.min_retain_us > %(now)s"
-
-
-def _live(column: str) -> str:
-    """``column`` of the task's highest live turn: the stored one while every turn lives."""
-    return (
-        f"CASE WHEN {_ALL_ALIVE} THEN t.{column} ELSE"
-        f" (SELECT u.{column} {_ALIVE_TURNS} ORDER BY u.turn DESC LIMIT 1) END"
-    )
-
-
-_PAGE_COLUMNS = (
-    "SELECT t.task_id, t.updated_us, t.retain_until_us,"
-    f" CASE WHEN {_ALL_ALIVE} THEN t.turn_count ELSE (SELECT count(*) {_ALIVE_TURNS}) END,"
-    f" CASE WHEN {_ALL_ALIVE} THEN t.latest_turn ELSE (SELECT max(turn) {_ALIVE_TURNS}) END,"
-    f" t.owner, {_live('model')}, {_live('agent_id')}, {_live('exit_code')}"
-    " FROM tasks t"
+from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg.artifacts import PgArtifacts
+from app.storage.pg.blobs import BlobStore
+from app.storage.pg.db import Database, advisory_xact_lock, backup_running
+from app.storage.pg.listing import (
+    ARTIFACT_COLUMNS,
+    KEY,
+    PAGE_COLUMNS,
+    RECOMPUTE,
+    TURN_COLUMNS,
+    TurnRow,
+    artifact_row,
+    filter_terms,
+    task_key,
+    turn_row,
 )
 
 
 def _etag(updated_us: int | None) -> str | None:
     return None if updated_us is None else f'"t{updated_us}"'
-
-
-def _key(scope: Scope, task_id: str, **more: object) -> dict[str, object]:
-    return {"tenant": scope.tenant, "project": scope.project, "task_id": task_id, **more}
-
-
-@dataclass(frozen=True, slots=True)
-class _Turn:
-    """A turn row as read, with its artifacts (in the order the record lists them)."""
-
-    turn: int
-    meta: dict[str, Any]
-    summary_md: str
-    created_at: str
-    updated_at: str
-    retain_until: str
-    updated_us: int
-    retain_until_us: int
-
-    def record(self, task_id: str, artifacts: tuple[ArtifactInfo, ...]) -> TurnRecord:
-        return TurnRecord(
-            task_id=task_id,
-            turn=self.turn,
-            meta=self.meta,
-            summary_md=self.summary_md,
-            artifacts=artifacts,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            retain_until=self.retain_until,
-            updated_us=self.updated_us,
-        )
-
-
-def _turn(row: tuple[Any, ...]) -> _Turn:
-    turn, meta, summary, created_at, updated_at, retain_until, updated_us, retain_us = row
-    return _Turn(
-        turn=int(turn),
-        meta=json.loads(meta),
-        summary_md=bytes(summary).decode("utf-8"),
-        created_at=created_at,
-        updated_at=updated_at,
-        retain_until=retain_until,
-        updated_us=int(updated_us),
-        retain_until_us=int(retain_us),
-    )
-
-
-def _artifact(row: tuple[Any, ...]) -> tuple[int, ArtifactInfo, str]:
-    turn, name, content_type, size, sha256, updated_at, blob = row
-    return int(turn), ArtifactInfo(name, content_type, int(size), sha256, updated_at), blob
 
 
 class PgTaskStore:
@@ -180,7 +98,8 @@ class PgTaskStore:
         self.retention = retention
         self.clock = clock
         self.max_artifact_bytes = max_artifact_bytes
-        self._retention_us = retention // timedelta(microseconds=1)
+        self.retention_us = retention // timedelta(microseconds=1)
+        self.artifacts = PgArtifacts(self)
 
     def now_us(self) -> int:
         return to_us(self.clock())
@@ -194,42 +113,42 @@ class PgTaskStore:
             advisory_xact_lock(conn, "task", scope.tenant, scope.project, task_id)
             yield conn
 
-    def _turn_row(
+    def turn_row(
         self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int
-    ) -> _Turn | None:
+    ) -> TurnRow | None:
         row = conn.execute(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE {_KEY} AND turn = %(turn)s",
-            _key(scope, task_id, turn=turn),
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE {KEY} AND turn = %(turn)s",
+            task_key(scope, task_id, turn=turn),
         ).fetchone()
-        return None if row is None else _turn(row)
+        return None if row is None else turn_row(row)
 
     def _artifacts(
         self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int | None = None
     ) -> dict[int, list[tuple[ArtifactInfo, str]]]:
-        where = _KEY + ("" if turn is None else " AND turn = %(turn)s")
+        where = KEY + ("" if turn is None else " AND turn = %(turn)s")
         rows = conn.execute(
-            f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE {where}"
+            f"SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE {where}"
             " ORDER BY turn, updated_us, name",
-            _key(scope, task_id, turn=turn),
+            task_key(scope, task_id, turn=turn),
         ).fetchall()
         found: dict[int, list[tuple[ArtifactInfo, str]]] = {}
         for row in rows:
-            number, info, blob = _artifact(row)
+            number, info, blob = artifact_row(row)
             found.setdefault(number, []).append((info, blob))
         return found
 
-    def _task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
+    def task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
         row = conn.execute(
-            f"SELECT updated_us FROM tasks WHERE {_KEY}", _key(scope, task_id)
+            f"SELECT updated_us FROM tasks WHERE {KEY}", task_key(scope, task_id)
         ).fetchone()
         return 0 if row is None else int(row[0])
 
-    def _next_updated_us(self, last: int, now_us: int) -> int:
+    def next_updated_us(self, last: int, now_us: int) -> int:
         # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
         # on it even when the clock stalls or steps back.
         return max(now_us, last + 1)
 
-    def _add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None:
+    def add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None:
         """Change the project's task count by ``tasks`` (in the transaction that created or
         removed them)."""
         if tasks:
@@ -238,7 +157,7 @@ class PgTaskStore:
                 (tasks, scope.tenant, scope.project),
             )
 
-    def _recompute(
+    def recompute(
         self,
         conn: psycopg.Connection[Any],
         scope: Scope,
@@ -249,28 +168,28 @@ class PgTaskStore:
         turn this transaction wrote, which the section shows if it is the highest and every
         turn lives (its turns are not read again then)."""
         row = conn.execute(
-            f"{_RECOMPUTE} RETURNING t.latest_turn, t.min_retain_us", _key(scope, task_id)
+            f"{RECOMPUTE} RETURNING t.latest_turn, t.min_retain_us", task_key(scope, task_id)
         ).fetchone()
         now_us = self.now_us()
         top = None
         if written is not None and row and row[0] == written.turn and row[1] > now_us:
-            until = written.updated_us + self._retention_us
+            until = written.updated_us + self.retention_us
             top = (written.turn, written.updated_at, written.summary_md, until)
         pgd.put_section(conn, scope, task_id, now_us, top)
 
-    def _settle_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
+    def settle_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int:
         """Recompute the task's listing row, or drop the task when no turn is left; return the
         change to the project's task count."""
         left = conn.execute(
-            f"SELECT count(*) FROM turns WHERE {_KEY}", _key(scope, task_id)
+            f"SELECT count(*) FROM turns WHERE {KEY}", task_key(scope, task_id)
         ).fetchone()
         if left and int(left[0]):
-            self._recompute(conn, scope, task_id)
+            self.recompute(conn, scope, task_id)
             return 0
-        gone = conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
+        gone = conn.execute(f"DELETE FROM tasks WHERE {KEY}", task_key(scope, task_id))
         return -gone.rowcount
 
-    def _forget_blobs(self, keys: list[str]) -> None:
+    def forget_blobs(self, keys: list[str]) -> None:
         """Remove objects no row names any more (best effort: the sweeper collects the rest,
         and everything while a backup runs, which may still be reading them)."""
         if keys:
@@ -303,13 +222,13 @@ class PgTaskStore:
         stale: list[str] = []
         with self.transaction(scope, task_id) as conn:
             now_us = self.now_us()
-            previous = self._turn_row(conn, scope, task_id, turn)
+            previous = self.turn_row(conn, scope, task_id, turn)
             alive = previous if previous and previous.retain_until_us > now_us else None
             check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
-            last_us = self._task_updated_us(conn, scope, task_id)
-            updated_us = self._next_updated_us(last_us, now_us)
-            key = _key(scope, task_id)
-            new_bytes = len(meta_json) + len(summary)  # records.usage_of_turn's count
+            last_us = self.task_updated_us(conn, scope, task_id)
+            updated_us = self.next_updated_us(last_us, now_us)
+            key = task_key(scope, task_id)
+            new_bytes = len(meta_json) + len(summary)  # core/records.py usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
             # An expired turn's artifacts go with the rewrite.
             gone = (
@@ -327,7 +246,7 @@ class PgTaskStore:
                 "INSERT INTO tasks (tenant, project, task_id, owner, created_at)"
                 " VALUES (%(tenant)s, %(project)s, %(task_id)s, %(owner)s, %(created_at)s)"
                 " ON CONFLICT DO NOTHING",
-                _key(scope, task_id, owner=actor, created_at=iso_us(now_us)),
+                task_key(scope, task_id, owner=actor, created_at=iso_us(now_us)),
             ).rowcount
             artifacts: tuple[ArtifactInfo, ...] = ()
             if previous is not None and alive is None:
@@ -336,8 +255,8 @@ class PgTaskStore:
                 stale = [
                     r[0]
                     for r in conn.execute(
-                        f"DELETE FROM artifacts WHERE {_KEY} AND turn = %(turn)s RETURNING blob",
-                        _key(scope, task_id, turn=turn),
+                        f"DELETE FROM artifacts WHERE {KEY} AND turn = %(turn)s RETURNING blob",
+                        task_key(scope, task_id, turn=turn),
                     )
                 ]
             elif alive is not None:
@@ -351,7 +270,7 @@ class PgTaskStore:
                 artifacts=artifacts,
                 created_at=alive.created_at if alive else iso_us(updated_us),
                 updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + self._retention_us),
+                retain_until=iso_us(updated_us + self.retention_us),
                 updated_us=updated_us,
             )
             conn.execute(
@@ -366,7 +285,7 @@ class PgTaskStore:
                 " retain_until = excluded.retain_until, updated_us = excluded.updated_us,"
                 " retain_until_us = excluded.retain_until_us, model = excluded.model,"
                 " agent_id = excluded.agent_id, exit_code = excluded.exit_code",
-                _key(
+                task_key(
                     scope,
                     task_id,
                     turn=turn,
@@ -376,14 +295,14 @@ class PgTaskStore:
                     updated_at=record.updated_at,
                     retain_until=record.retain_until,
                     updated_us=updated_us,
-                    retain_until_us=updated_us + self._retention_us,
+                    retain_until_us=updated_us + self.retention_us,
                     model=model,
                     agent_id=agent_id,
                     exit_code=exit_code,
                 ),
             )
-            self._recompute(conn, scope, task_id, record)
-            self._add_tasks(conn, scope, created)
+            self.recompute(conn, scope, task_id, record)
+            self.add_tasks(conn, scope, created)
             pgu.add(
                 conn,
                 scope,
@@ -392,7 +311,7 @@ class PgTaskStore:
                 artifacts=-gone.get("artifacts", 0),
                 artifact_bytes=-gone.get("artifact_bytes", 0),
             )
-        self._forget_blobs(stale)
+        self.forget_blobs(stale)
         return record
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
@@ -400,7 +319,7 @@ class PgTaskStore:
         validate_id("task_id", task_id)
         validate_turn(turn)
         with self.db.snapshot("turn") as conn:
-            row = self._turn_row(conn, scope, task_id, turn)
+            row = self.turn_row(conn, scope, task_id, turn)
             if row is None or row.retain_until_us <= self.now_us():
                 raise NotFound(f"turn {turn} of task {task_id} not found")
             found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
@@ -413,17 +332,17 @@ class PgTaskStore:
         now_us = self.now_us()
         with self.db.snapshot("task") as conn:
             task = conn.execute(
-                f"SELECT owner, created_at FROM tasks WHERE {_KEY}", _key(scope, task_id)
+                f"SELECT owner, created_at FROM tasks WHERE {KEY}", task_key(scope, task_id)
             ).fetchone()
             rows = conn.execute(
-                f"SELECT {_TURN_COLUMNS} FROM turns WHERE {_KEY}"
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE {KEY}"
                 " AND retain_until_us > %(now)s ORDER BY turn",
-                _key(scope, task_id, now=now_us),
+                task_key(scope, task_id, now=now_us),
             ).fetchall()
             artifacts = self._artifacts(conn, scope, task_id) if rows else {}
         if task is None or not rows:
             raise NotFound(f"task {task_id} not found")
-        turns = [_turn(r) for r in rows]
+        turns = [turn_row(r) for r in rows]
         entries = tuple(
             TurnEntry(
                 turn=t.turn,
@@ -448,7 +367,7 @@ class PgTaskStore:
         """The token id that created the task (None when unknown or absent)."""
         with self.db.snapshot("task") as conn:
             row = conn.execute(
-                f"SELECT owner FROM tasks WHERE {_KEY}", _key(scope, task_id)
+                f"SELECT owner FROM tasks WHERE {KEY}", task_key(scope, task_id)
             ).fetchone()
         return None if row is None else row[0]
 
@@ -478,10 +397,10 @@ class PgTaskStore:
             where += " AND (t.updated_us < %(u)s OR (t.updated_us = %(u)s AND t.task_id < %(id)s))"
             params["u"], params["id"] = after
         only = TaskFilter(prefix, model, agent_id, failed)
-        where += filter_terms(only, params, mark=lambda name: f"%({name})s", live=_live)
+        where += filter_terms(only, params)
         with self.db.snapshot("listing") as conn:
             rows = conn.execute(
-                f"{_PAGE_COLUMNS} WHERE {where}"
+                f"{PAGE_COLUMNS} WHERE {where}"
                 " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT %(limit)s",
                 params,
             ).fetchall()
@@ -517,11 +436,11 @@ class PgTaskStore:
         """Delete a task with its turns and artifacts in one transaction, then its bytes."""
         with self.transaction(scope, task_id) as conn:
             task = conn.execute(
-                f"SELECT owner FROM tasks WHERE {_KEY}", _key(scope, task_id)
+                f"SELECT owner FROM tasks WHERE {KEY}", task_key(scope, task_id)
             ).fetchone()
             live = conn.execute(
-                f"SELECT 1 FROM turns WHERE {_KEY} AND retain_until_us > %(now)s LIMIT 1",
-                _key(scope, task_id, now=self.now_us()),
+                f"SELECT 1 FROM turns WHERE {KEY} AND retain_until_us > %(now)s LIMIT 1",
+                task_key(scope, task_id, now=self.now_us()),
             ).fetchone()
             if task is None or live is None:
                 raise NotFound(f"task {task_id} not found")
@@ -530,16 +449,16 @@ class PgTaskStore:
             blobs = [
                 r[0]
                 for r in conn.execute(
-                    f"SELECT blob FROM artifacts WHERE {_KEY}", _key(scope, task_id)
+                    f"SELECT blob FROM artifacts WHERE {KEY}", task_key(scope, task_id)
                 )
             ]
-            gone = pgu.task_sums(conn, _key(scope, task_id))
-            conn.execute(f"DELETE FROM tasks WHERE {_KEY}", _key(scope, task_id))
-            self._add_tasks(conn, scope, -1)
+            gone = pgu.task_sums(conn, task_key(scope, task_id))
+            conn.execute(f"DELETE FROM tasks WHERE {KEY}", task_key(scope, task_id))
+            self.add_tasks(conn, scope, -1)
             pgu.add(conn, scope, **pgu.negated(gone))
-        self._forget_blobs(blobs)
+        self.forget_blobs(blobs)
 
-    # -- artifacts -------------------------------------------------------------------------
+    # -- artifacts (app/storage/pg/artifacts.py) --------------------------------------------
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str:
         """A new object key for one upload of an artifact (the tree's path, then an id)."""
         return self.blobs.key(
@@ -559,171 +478,22 @@ class PgTaskStore:
         if_none_match: bool = False,
         size: int | None = None,
     ) -> ArtifactInfo:
-        """Stream an artifact to the object store, then name it in one transaction.
-
-        ``size``: the body's declared length, admitted (quotas) before a byte is read; a body
-        of unknown length is admitted slice by slice as it streams in."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        validate_artifact_name(name)
-        with self.db.snapshot("turn") as conn:
-            row = self._turn_row(conn, scope, task_id, turn)
-            found = conn.execute(
-                f"SELECT size FROM artifacts WHERE {_KEY} AND turn = %(turn)s AND name = %(name)s",
-                _key(scope, task_id, turn=turn, name=name),
-            ).fetchone()
-        if row is None or row.retain_until_us <= self.now_us():
-            raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
-        # What it replaces, as read now; checked again in the transaction (cover_in).
-        before = int(found[0]) if found else 0
-        ticket = self.usage.admit(scope, add_bytes=0 if size is None else size - before)
-        try:
-            return self._put_artifact(
-                scope,
-                task_id,
-                turn,
-                name,
-                stream,
-                content_type,
-                if_match,
-                if_none_match,
-                size,
-                before,
-                ticket,
-            )
-        finally:
-            ticket.release()  # nothing to release once the write settled it
-
-    def _put_artifact(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        name: str,
-        stream: IO[bytes],
-        content_type: str,
-        if_match: str | None,
-        if_none_match: bool,
-        size: int | None,
-        before: int,
-        ticket: Ticket,
-    ) -> ArtifactInfo:
-        body = ReservingStream(stream, ticket, None, known=size is not None, credit=before)
-        written = self.blobs.put_new(
-            self.blob_key(scope, task_id, turn, name),
-            cast("IO[bytes]", body),
-            limit=self.max_artifact_bytes,
+        """Stream an artifact to the object store, then name it in one transaction."""
+        return self.artifacts.put_artifact(
+            scope,
+            task_id,
+            turn,
+            name,
+            stream,
             content_type=content_type,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            size=size,
         )
-        replaced: list[str] = []
-        try:
-            with self.transaction(scope, task_id) as conn:
-                now_us = self.now_us()
-                record = self._turn_row(conn, scope, task_id, turn)
-                if record is None or record.retain_until_us <= now_us:
-                    raise NotFound(f"turn {turn} of task {task_id} not found")
-                current = conn.execute(
-                    f"SELECT sha256, blob, size FROM artifacts WHERE {_KEY} AND turn = %(turn)s"
-                    " AND name = %(name)s",
-                    _key(scope, task_id, turn=turn, name=name),
-                ).fetchone()
-                check_preconditions(f'"{current[0]}"' if current else None, if_match, if_none_match)
-                added = written.size - (int(current[2]) if current else 0)
-                if isinstance(ticket, pgu.PgTicket):
-                    ticket.cover_in(conn, added)
-                    ticket.settle_in(conn)
-                updated_us = self._next_updated_us(
-                    self._task_updated_us(conn, scope, task_id), now_us
-                )
-                info = ArtifactInfo(
-                    name=name,
-                    content_type=content_type,
-                    size=written.size,
-                    sha256=written.sha256,
-                    updated_at=iso_us(updated_us),
-                )
-                conn.execute(
-                    "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
-                    " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
-                    " %(project)s, %(task_id)s, %(turn)s, %(name)s, %(content_type)s, %(size)s,"
-                    " %(sha256)s, %(updated_at)s, %(updated_us)s, %(blob)s)"
-                    " ON CONFLICT (tenant, project, task_id, turn, name) DO UPDATE SET"
-                    " content_type = excluded.content_type, size = excluded.size,"
-                    " sha256 = excluded.sha256, updated_at = excluded.updated_at,"
-                    " updated_us = excluded.updated_us, blob = excluded.blob",
-                    _key(
-                        scope,
-                        task_id,
-                        turn=turn,
-                        name=name,
-                        content_type=content_type,
-                        size=written.size,
-                        sha256=written.sha256,
-                        updated_at=info.updated_at,
-                        updated_us=updated_us,
-                        blob=written.key,
-                    ),
-                )
-                conn.execute(
-                    "UPDATE turns SET updated_at = %(updated_at)s, updated_us = %(updated_us)s,"
-                    " retain_until = %(retain_until)s, retain_until_us = %(retain_until_us)s"
-                    f" WHERE {_KEY} AND turn = %(turn)s",
-                    _key(
-                        scope,
-                        task_id,
-                        turn=turn,
-                        updated_at=info.updated_at,
-                        updated_us=updated_us,
-                        retain_until=iso_us(updated_us + self._retention_us),
-                        retain_until_us=updated_us + self._retention_us,
-                    ),
-                )
-                self._recompute(conn, scope, task_id)
-                pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
-                if current is not None:
-                    replaced.append(current[1])
-            ticket.settled()
-        except BaseException:
-            self._forget_blobs([written.key])
-            raise
-        # The replaced bytes stay until the sweeper's orphan pass (after the grace period):
-        # a download that began before this commit keeps reading them, as an open file
-        # keeps a replaced file's bytes in the tree.
-        del replaced
-        return info
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
         """Open a live artifact for streaming; the caller closes ``file``."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        validate_artifact_name(name)
-        missing = f"artifact {name} of turn {turn} of task {task_id} not found"
-        gone = None
-        for _ in range(8):
-            with self.db.snapshot("artifact") as conn:
-                row = conn.execute(
-                    "SELECT a.content_type, a.size, a.sha256, a.updated_at, a.blob"
-                    " FROM artifacts a JOIN turns u USING (tenant, project, task_id, turn)"
-                    " WHERE a.tenant = %(tenant)s AND a.project = %(project)s"
-                    " AND a.task_id = %(task_id)s AND a.turn = %(turn)s AND a.name = %(name)s"
-                    " AND u.retain_until_us > %(now)s",
-                    _key(scope, task_id, turn=turn, name=name, now=self.now_us()),
-                ).fetchone()
-            if row is None:
-                raise NotFound(missing)
-            content_type, size, sha256, updated_at, blob = row
-            info = ArtifactInfo(name, content_type, int(size), sha256, updated_at)
-            try:
-                file = self.blobs.open(blob, int(size))
-            except FileNotFoundError:
-                if blob == gone:
-                    # The row still names it: the object was lost (fsck reports it), not
-                    # replaced; a missing file in the tree answers the same.
-                    raise NotFound(missing) from None
-                gone = blob  # deleted since the row was read (a delete or expiry committed)
-                continue
-            return ArtifactStream(info=info, file=file, size=int(size))  # type: ignore[arg-type]
-        raise LockTimeout(f"artifact {name} is being replaced; retry shortly")
+        return self.artifacts.open_artifact(scope, task_id, turn, name)
 
     # -- project digest --------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:

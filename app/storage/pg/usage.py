@@ -1,4 +1,4 @@
-"""Usage counters, quotas and traffic on PostgreSQL (app/storage/usage.py says what they are).
+"""Usage counters, quotas and traffic on PostgreSQL (app/storage/core/usage.py says what they are).
 
 The counters are columns of the ``projects`` row, moved by every write in its own
 transaction, by what it changed. A write that adds bytes checks its quotas in that same
@@ -21,10 +21,10 @@ from typing import Any
 import psycopg
 from ulid import ULID
 
-from ..layout import Scope
-from ..quota import QuotaSource
-from ..traffic import TrafficRow
-from ..usage import (
+from app.storage.core.names import Scope
+from app.storage.core.quota import QuotaSource
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import (
     KINDS,
     NO_TICKET,
     ZERO,
@@ -36,7 +36,7 @@ from ..usage import (
     over_quota,
     wall_us,
 )
-from .db import Database, advisory_xact_lock
+from app.storage.pg.db import Database, advisory_xact_lock
 
 _COLUMNS = ", ".join(KINDS)
 # What the rows say, per project: fsck's recount.

@@ -2,7 +2,7 @@
 
 The harness (``--group-commit``) puts this directory first on ``PYTHONPATH`` and names the
 simulator's command fifo in ``MEMORY_TEST_SIMFS_FIFO``. FUSE does not pass syncfs(2) on to
-its server, so app/storage/atomic.py would keep per-file fsync there; this makes it take the
+its server, so app/storage/tree/fs/sync.py would keep per-file fsync there; this makes it take the
 mount for ext4 and send each group flush to the simulator as ``simfs::syncfs MARKER``
 (tests/powerloss/simfs.py ``--ext4``), returning once the simulator has written every
 unsynced change and created ``MARKER``. ``MEMORY_TEST_SIMFS_NO_FLUSH=1`` makes the flush do
@@ -29,7 +29,8 @@ TIMEOUT = 120.0
 if FIFO:
     from pathlib import Path
 
-    from app.storage import atomic, recovery
+    from app.storage.tree import recovery
+    from app.storage.tree.fs import sync
 
     recovery.BOOT_ID = Path(os.environ["MEMORY_TEST_BOOT_ID_FILE"])
 
@@ -58,5 +59,5 @@ if FIFO:
             return exc
         return None
 
-    atomic._syncfs_error = _syncfs_error  # type: ignore[assignment]
-    atomic._filesystem_type = lambda dev: "ext4"  # type: ignore[assignment]
+    sync._syncfs_error = _syncfs_error  # type: ignore[assignment]
+    sync._filesystem_type = lambda dev: "ext4"  # type: ignore[assignment]

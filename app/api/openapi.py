@@ -1,0 +1,163 @@
+"""The OpenAPI 3.1 document, generated from the marshmallow schemas and the url_map."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+import yaml
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from flask import Flask
+
+from app.schemas import project_memory as pm
+
+_CONVERTER = re.compile(r"<(?:[a-z]+:)?([a-zA-Z_]+)>")
+DOCUMENTED_PREFIXES = ("/sandbox/memory/v1", "/v1/memory_stores")
+_SKIP_METHODS = {"HEAD", "OPTIONS"}
+
+COMMON_HEADERS = [
+    {
+        "name": "x-correlation-id",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "description": "End-to-end correlation id; echoed on the response, generated (ULID) when omitted.",
+    },
+    {
+        "name": "X-Sandbox-Project-Id",
+        "in": "header",
+        "required": False,
+        "schema": {"type": ["string", "null"]},
+        "description": "Project for this request; a project-scoped token may only name its own (403).",
+    },
+    {
+        "name": "X-Sandbox-Tenant-Id",
+        "in": "header",
+        "required": False,
+        "schema": {"type": ["string", "null"]},
+        "description": "Tenant for this request; must match the credential's tenant (403).",
+    },
+]
+
+ERROR_RESPONSES = {
+    401: "Missing, invalid, expired or revoked credential",
+    403: "The credential may not do this in this tenant/project",
+    404: "Not found",
+    422: "Validation Error",
+    501: "Not offered by this storage backend",
+    503: "A lock stayed busy; retry after Retry-After seconds",
+    507: "Over a storage quota, or the server's disk is at its free-space floor; nothing was"
+    " written (docs/operations.md)",
+}
+
+
+def _path_of(rule: str) -> str:
+    return _CONVERTER.sub(r"{\1}", rule)
+
+
+def _response(spec: APISpec, status: int, target: Any) -> dict[str, Any]:
+    description = {200: "Successful Response", 204: "Successful Response"}.get(
+        status, ERROR_RESPONSES.get(status, "Response")
+    )
+    if target is None:
+        return {"description": description}
+    if isinstance(target, tuple):
+        content_type, schema = target
+        return {"description": description, "content": {content_type: {"schema": schema}}}
+    name = target if isinstance(target, str) else target.__name__
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+    }
+
+
+def build_spec(app: Flask) -> dict[str, Any]:
+    spec = APISpec(
+        title="Project Memory",
+        version="1.0.0",
+        openapi_version="3.1.0",
+        plugins=[MarshmallowPlugin()],
+        info={
+            "description": "Durable per-task turn history (meta, summary, artifacts) and a project "
+            "digest, scoped to tenant/project, plus memory stores. Every request needs a credential."
+        },
+    )
+    spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
+    spec.components.security_scheme(
+        "apiKey", {"type": "apiKey", "in": "header", "name": "x-api-key"}
+    )
+    for schema in (
+        pm.HTTPValidationError,
+        pm.HTTPError,
+        pm.TaskList,
+        pm.TaskSummary,
+        pm.TurnRecord,
+        pm.TurnMeta,
+        pm.PutTurnRequest,
+        pm.ArtifactRecord,
+        pm.MemoryArtifact,
+        pm.TaskIndex,
+        pm.SearchResults,
+        pm.SearchHit,
+    ):
+        if schema.__name__ not in spec.components.schemas:
+            spec.components.schema(schema.__name__, schema=schema)
+    for extra in app.extensions.get("openapi_schemas", []):
+        if extra.__name__ not in spec.components.schemas:
+            spec.components.schema(extra.__name__, schema=extra)
+
+    paths: dict[str, dict[str, Any]] = {}
+    for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+        if not rule.rule.startswith(DOCUMENTED_PREFIXES) or rule.endpoint == "public.get_openapi":
+            continue
+        view = app.view_functions[rule.endpoint]
+        info = getattr(view, "__openapi__", None)
+        if info is None:
+            raise RuntimeError(f"route {rule.rule} ({rule.endpoint}) has no @doc(...) for OpenAPI")
+        path = _path_of(rule.rule)
+        for method in sorted((rule.methods or set()) - _SKIP_METHODS):
+            lines = (view.__doc__ or "").strip().splitlines()
+            operation: dict[str, Any] = {
+                "operationId": view.__name__,
+                "summary": lines[0] if lines else "",
+                "parameters": [*info["params"], *COMMON_HEADERS],
+                "responses": {},
+                "security": [{"bearerAuth": []}, {"apiKey": []}],
+            }
+            # The docstring after its first line is the operation's description.
+            description = " ".join(line.strip() for line in lines[1:] if line.strip())
+            if description:
+                operation["description"] = description
+            if info["tags"]:
+                operation["tags"] = info["tags"]
+            if info["body"] is not None:
+                body = info["body"]
+                body_schema: Any = (
+                    {"$ref": f"#/components/schemas/{body.__name__}"}
+                    if isinstance(body, type)
+                    else body
+                )
+                operation["requestBody"] = {
+                    "required": True,
+                    "content": {info["body_content_type"]: {"schema": body_schema}},
+                }
+            for status, target in info["responses"].items():
+                operation["responses"][str(status)] = _response(spec, status, target)
+                if status in info["headers"]:
+                    operation["responses"][str(status)]["headers"] = info["headers"][status]
+            paths.setdefault(path, {})[method.lower()] = operation
+    for path, operations in paths.items():
+        spec.path(path=path, operations=operations)
+    return spec.to_dict()
+
+
+@lru_cache(maxsize=4)
+def _cached_yaml(app_id: int, app: Flask) -> str:
+    text: str = yaml.safe_dump(build_spec(app), sort_keys=False, allow_unicode=True)
+    return text
+
+
+def spec_yaml(app: Flask) -> str:
+    return _cached_yaml(id(app), app)

@@ -1,0 +1,63 @@
+"""Errors raised by the storage engine; app/web/errors.py maps them to HTTP."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error the storage engine raises on purpose."""
+
+
+class InvalidName(StorageError):
+    """An id, name or path component breaks the naming rules."""
+
+    def __init__(self, field: str, value: object, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.value = value
+        self.message = message
+
+
+class NotFound(StorageError):
+    """The addressed task, turn or artifact does not exist (or has expired)."""
+
+
+class UnsafePath(StorageError):
+    """A path leaves the root or passes through a symlink someone planted in the tree."""
+
+
+class NotOwner(StorageError):
+    """Only the task's owner (or a project admin) may do this."""
+
+
+class Conflict(StorageError):
+    """The operation conflicts with the current state."""
+
+
+class PreconditionFailed(StorageError):
+    """An If-Match / If-None-Match precondition does not hold."""
+
+
+class PayloadTooLarge(StorageError):
+    """A body exceeds its documented limit."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class LockTimeout(StorageError):
+    """A lock stayed busy for longer than the configured timeout."""
+
+    retry_after = 1
+
+
+class InsufficientStorage(StorageError):
+    """The disk (or quota) is full: ENOSPC / EDQUOT."""
+
+
+class Corrupt(StorageError):
+    """A stored record cannot be parsed; fsck reports and repairs what it can."""
+
+
+class NotSupported(StorageError):
+    """This backend does not offer the operation (yet)."""

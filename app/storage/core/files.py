@@ -1,0 +1,149 @@
+"""Crash-safe writes of one local file, for every backend: temp file in the same directory,
+write, fsync, rename over the target, fsync the directory; on any failure the temp file is
+removed and the target is as it was. The tree's writes (app/storage/tree/fs/atomic.py) add
+group commit to this; PostgreSQL's backup writes its archive with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+from app.storage.core.errors import Corrupt, InsufficientStorage
+from app.storage.core.names import TMP_PREFIX
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+# What the service creates is not for other local users: the owner reads and writes, its
+# group reads (a team grants itself access through the group: docs/operations.md). The
+# process umask can only narrow these further.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+def translate_os_error(exc: OSError) -> Exception:
+    """Turn a full disk into InsufficientStorage, and a directory met where the service
+    writes a file (a rename over it: EISDIR) into Corrupt; leave every other OSError as
+    it is."""
+    if exc.errno in _NO_SPACE:
+        return InsufficientStorage(f"no space left on the storage device ({exc.strerror})")
+    if exc.errno == errno.EISDIR:
+        where = exc.filename2 or exc.filename
+        return Corrupt(f"{where}: a directory where a file belongs")
+    return exc
+
+
+@contextlib.contextmanager
+def os_errors() -> Iterator[None]:
+    """Re-raise ENOSPC/EDQUOT as InsufficientStorage."""
+    try:
+        yield
+    except OSError as exc:
+        translated = translate_os_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+
+
+def fsync_dir_now(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def new_temp(directory: Path) -> tuple[int, Path]:
+    # O_EXCL on a random name: two writers never share a temp file.
+    for _ in range(16):
+        tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        except FileExistsError:
+            continue
+        return fd, tmp
+    raise FileExistsError(f"could not create a temp file in {directory}")
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class FdWriter:
+    """An unbuffered binary writer over ``fd``: every write is an os.write, so nothing sits in
+    a user-space buffer when the fsync runs (and fault-injection tests see every write)."""
+
+    mode = "wb"
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        write_all(self._fd, data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: Path,
+    *,
+    durable: bool = True,
+    sync_file: Callable[[int], None] = os.fsync,
+    sync_dir: Callable[[Path], None] = fsync_dir_now,
+) -> Iterator[IO[bytes]]:
+    """Write ``path`` through a file object; publish it only if the block ends normally.
+
+    Readers see the old file or the new one, never a mix: the bytes go to a temp file in the
+    same directory, which is synced (``sync_file``), renamed over ``path``, and the directory
+    synced (``sync_dir``). On any exception (a failed write or fsync included) the temp file
+    is removed. ``durable=False`` skips both syncs.
+    """
+    with os_errors():
+        fd, tmp = new_temp(path.parent)
+        try:
+            try:
+                yield FdWriter(fd)  # type: ignore[misc]
+                if durable:
+                    sync_file(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        if durable:
+            sync_dir(path.parent)
+
+
+def make_config_dirs(path: Path, *, sync_dir: Callable[[Path], None] = fsync_dir_now) -> None:
+    """Create the configured directory ``path`` and its missing parents, syncing each new
+    entry's parent (``sync_dir``). A configured path may pass through links (``/var/run``, a
+    mount made a link by its admin): they are the admin's, and followed."""
+    missing: list[Path] = []
+    current = path
+    while current != current.parent and not current.exists():
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        with os_errors():
+            try:
+                os.mkdir(directory, DIR_MODE)
+            except FileExistsError:
+                continue
+            sync_dir(directory.parent)

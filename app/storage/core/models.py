@@ -1,0 +1,165 @@
+"""Frozen values the storage engine returns; the HTTP layer serializes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, BinaryIO
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactInfo:
+    name: str
+    content_type: str
+    size: int
+    sha256: str
+    updated_at: str
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    task_id: str
+    turn: int
+    meta: dict[str, Any]
+    summary_md: str
+    artifacts: tuple[ArtifactInfo, ...]
+    created_at: str
+    updated_at: str
+    retain_until: str
+    # Strictly increasing per task (the task lock serializes writers), so it names a version.
+    updated_us: int
+
+    @property
+    def etag(self) -> str:
+        return f'"t{self.updated_us}"'
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """One turn as the task index lists it: no summary, artifact names only."""
+
+    turn: int
+    meta: dict[str, Any]
+    artifacts: tuple[str, ...]
+    created_at: str
+    updated_at: str
+    retain_until: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIndex:
+    task_id: str
+    owner: str | None
+    created_at: str
+    updated_at: str
+    retain_until: str
+    turns: tuple[TurnEntry, ...]
+
+    @property
+    def latest_turn(self) -> int | None:
+        return self.turns[-1].turn if self.turns else None
+
+    @property
+    def turn_count(self) -> int:
+        return len(self.turns)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    task_id: str
+    latest_turn: int | None
+    turn_count: int
+    updated_at: str
+    retain_until: str
+    # From the listing index: the task's owner (token id) and its latest turn's meta.
+    owner: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    tasks: tuple[TaskSummary, ...]
+    total: int
+    next_cursor: str | None
+
+
+@dataclass(slots=True)
+class ArtifactStream:
+    """An open artifact: the caller streams ``file`` and must close it."""
+
+    info: ArtifactInfo
+    file: BinaryIO
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDeletion:
+    task_id: str
+    owner: str | None
+
+
+@dataclass(slots=True)
+class FsckReport:
+    problems: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    unrepairable: list[str] = field(default_factory=list)
+    # Things worth knowing that are not faults (e.g. a temp file of a write still in flight).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One search result: a turn (``task_id``, ``turn``) or a memory (``memory_store_id``,
+    ``memory_id``, ``path``). ``snippet`` is plain text in which each matched word sits
+    between app.storage.query.MARK_START and MARK_END; ``score``: higher is better."""
+
+    kind: str  # "turn" | "memory"
+    score: float
+    snippet: str
+    task_id: str | None = None
+    turn: int | None = None
+    memory_store_id: str | None = None
+    store_name: str | None = None
+    memory_id: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """A page of hits, best first. ``stores_skipped``: stores of the project left out of this
+    search (beyond the per-request bound, newest searched first)."""
+
+    hits: tuple[SearchHit, ...]
+    next_cursor: str | None
+    stores_searched: int = 0
+    stores_skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Narrow a page to tasks whose id starts with ``prefix`` and whose latest live turn has
+    this ``model`` / ``agent_id`` / a non-zero exit code (``failed``)."""
+
+    prefix: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    failed: bool = False
+
+    def prefix_range(self) -> tuple[str, str]:
+        """The ids ``[low, high)`` that start with ``prefix`` (ids are ASCII, compared as
+        bytes: ``high`` is the prefix with its last character one higher)."""
+        assert self.prefix
+        return self.prefix, self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1)
+
+
+DEFAULT_GRACE = timedelta(minutes=10)

@@ -1,0 +1,133 @@
+"""Every name of the stored data, and the rules ids and names follow.
+
+The ids a request may use (tenant, project, task, artifact, turn; the memory stores' ids),
+validated before any of them reaches a path or a query, and every file and directory name
+the tree writes (app/storage/tree/fs/layout.py builds the paths from them), which the backup
+archive (app/storage/core/archive.py) and the object store keys of PostgreSQL + S3
+(app/storage/pg/blobs.py) reuse, so that each is spelled once (tests/test_layout_names.py).
+
+Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
+collide with a tenant, project or task: a task called ``project.md`` or ``index.json`` works.
+Temp files carry ``~``, which no id or artifact name may contain.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.storage.core.errors import InvalidName
+
+ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+MAX_TURN = 9999
+_ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
+STORE_ID_PATTERN = rf"memstore_{_ULID}"
+MEMORY_ID_PATTERN = rf"mem_{_ULID}"
+VERSION_ID_PATTERN = rf"memver_{_ULID}"
+
+_ID_RE = re.compile(ID_PATTERN)
+_ARTIFACT_RE = re.compile(ARTIFACT_NAME_PATTERN)
+STORE_ID_RE = re.compile(STORE_ID_PATTERN)
+MEMORY_ID_RE = re.compile(MEMORY_ID_PATTERN)
+VERSION_ID_RE = re.compile(VERSION_ID_PATTERN)
+
+TASK_RECORD = "task.json"
+TURN_META = "meta.json"
+TURN_SUMMARY = "summary.md"
+ARTIFACTS_DIR = "artifacts"
+TASK_INDEX = "index.json"
+PROJECT_DIGEST = "_project.md"
+PROJECT_LISTING = "_listing.sqlite3"
+STORES_DIR = "_stores"
+STORE_RECORD = "store.json"
+VERSIONS_DIR = "versions"
+MEMORIES_DIR = "memories"
+STORE_INDEX = "index.sqlite3"
+LOCKS_DIR = ".locks"
+TRASH_DIR = ".trash"
+CURSOR_KEY = ".cursor-key"
+CONSOLE_KEY = ".console-key"
+SENTINEL = ".server-running"
+SERVER_LOCK = "_server.lock"
+CANARY = "_canary"
+RECOVERING = "_recovering"
+LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: core/limits.py
+TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: traffic.py
+TMP_PREFIX = ".~tmp-"
+# An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
+# publishing its bytes and committing meta.json; repair puts it back when the commit is lost.
+PREV_PREFIX = f"{TMP_PREFIX}prev-"
+# Lock stripes of the two engines: names no id can take (ids never start with "_"), so they
+# never meet the per-project lock directories beside them.
+TASK_LOCKS = "_tasks"
+STORE_LOCKS = "_stores"
+LOCK_STRIPES = 1024
+# ASCII digits only: \d would also match ٠١٢٣, and such a turn could never be addressed.
+TURN_DIR_RE = re.compile(r"([0-9]{4})-turn")
+
+
+def _check_common(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidName(field, value, "must be a string")
+    if not value.isascii():
+        raise InvalidName(field, value, "must be ASCII")
+    return value
+
+
+def validate_id(field: str, value: object) -> str:
+    """Return ``value`` if it is a valid tenant, project or task id, else raise InvalidName."""
+    text = _check_common(field, value)
+    if not _ID_RE.fullmatch(text):
+        raise InvalidName(field, value, f"must match {ID_PATTERN}")
+    # A trailing dot is legal on Linux but silently dropped by Windows and SMB, so a tree
+    # copied there would merge two tasks; refuse it rather than store something fragile.
+    if text.endswith("."):
+        raise InvalidName(field, value, "must not end with '.'")
+    return text
+
+
+def validate_artifact_name(value: object) -> str:
+    """Return ``value`` if it is a valid artifact name, else raise InvalidName."""
+    text = _check_common("name", value)
+    if not _ARTIFACT_RE.fullmatch(text):
+        raise InvalidName("name", value, f"must match {ARTIFACT_NAME_PATTERN}")
+    if text in (".", ".."):
+        raise InvalidName("name", value, "'.' and '..' are not artifact names")
+    if text.endswith("."):
+        raise InvalidName("name", value, "must not end with '.'")
+    return text
+
+
+def validate_turn(value: object) -> int:
+    """Return ``value`` if it is a turn number in 0..9999, else raise InvalidName."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidName("turn", value, "must be an integer")
+    if not 0 <= value <= MAX_TURN:
+        raise InvalidName("turn", value, f"must be between 0 and {MAX_TURN}")
+    return value
+
+
+def is_id(name: str) -> bool:
+    """Whether ``name`` is a valid tenant, project or task id."""
+    try:
+        validate_id("id", name)
+    except InvalidName:
+        return False
+    return True
+
+
+def turn_dirname(turn: int) -> str:
+    return f"{turn:04d}-turn"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A validated tenant/project pair: every project-memory call is made inside one."""
+
+    tenant: str
+    project: str
+
+    def __post_init__(self) -> None:
+        validate_id("tenant", self.tenant)
+        validate_id("project", self.project)

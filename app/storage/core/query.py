@@ -1,0 +1,239 @@
+"""The search query syntax, shared by every backend: plain words, quoted phrases, ``word*``.
+
+A query is a list of terms and a hit must match every one of them (AND):
+
+* ``login bug``      two words;
+* ``"session ttl"``  a phrase: its words next to each other, in this order;
+* ``migrat*``        a prefix: any word starting with ``migrat`` (at least 2 letters or digits).
+
+Words are compared case-insensitively and without diacritics (``Café`` finds ``cafe``).
+Punctuation inside a word splits it into a phrase, as in the text it is compared with:
+``fix-login`` is the phrase "fix login", ``summary:login`` the phrase "summary login".
+Nothing else is syntax: FTS5's operators (``OR``, ``NOT``, ``NEAR``, ``AND`` in capitals) and
+a ``*`` anywhere but at the end of a word are refused with a message (InvalidName on ``q``, a
+422), so a query never means something other than what it looks like.
+
+:class:`SearchQuery` is what a backend searches for; :func:`fts5_match` renders it as an
+SQLite FTS5 MATCH expression in which every term is a quoted string, so no character a
+person typed is ever read as FTS5 syntax. A PostgreSQL backend renders the same terms as a
+tsquery.
+
+Snippets mark each matched word with :data:`MARK_START` ... :data:`MARK_END` (STX / ETX),
+plain text otherwise: those two characters never occur in a snippet except as markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from app.storage.core.errors import InvalidName
+from app.storage.core.task_rules import scope_tag
+
+if TYPE_CHECKING:
+    from app.storage.core.cursor import CursorCodec
+    from app.storage.core.names import Scope
+
+T = TypeVar("T")
+#: The most hits one page of a search holds.
+MAX_LIMIT = 100
+CURSOR_VERSION = 1
+
+MAX_QUERY_CHARS = 256
+MAX_TERMS = 16
+MIN_PREFIX_CHARS = 2
+MARK_START = "\x02"
+MARK_END = "\x03"
+# FTS5 reads these (in capitals, unquoted) as operators; this syntax does not have them.
+OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+FIELD = "q"
+
+
+@dataclass(frozen=True, slots=True)
+class QueryTerm:
+    """One term: ``text`` as typed (no quotes, no ``*``), a ``phrase`` if it was quoted."""
+
+    text: str
+    phrase: bool = False
+    prefix: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    terms: tuple[QueryTerm, ...]
+
+    def fingerprint(self) -> str:
+        """Identifies the query in a cursor: a page cursor only continues the same query."""
+        body = "\x00".join(f"{t.phrase:d}{t.prefix:d}{t.text}" for t in self.terms)
+        return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+
+def _refuse(text: str, message: str) -> InvalidName:
+    return InvalidName(FIELD, text, message)
+
+
+def _words(text: str) -> int:
+    """Letters and digits in ``text`` (what the tokenizer keeps)."""
+    return sum(ch.isalnum() for ch in text)
+
+
+def parse_query(text: object) -> SearchQuery:
+    """Parse ``text`` in the syntax above, or raise InvalidName (field ``q``) saying why."""
+    if not isinstance(text, str):
+        raise InvalidName(FIELD, text, "must be a string")
+    if len(text) > MAX_QUERY_CHARS:
+        raise _refuse(text, f"is longer than {MAX_QUERY_CHARS} characters")
+    if any(ord(ch) < 0x20 and ch not in "\t\n\r" or ord(ch) == 0x7F for ch in text):
+        raise _refuse(text, "contains control characters")
+    terms: list[QueryTerm] = []
+    i, end = 0, len(text)
+    while i < end:
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+            continue
+        if ch == '"':
+            close = text.find('"', i + 1)
+            if close < 0:
+                raise _refuse(text, 'has a " that starts a phrase but none that ends it')
+            inner = text[i + 1 : close]
+            i = close + 1
+            if i < end and text[i] == "*":
+                raise _refuse(text, "a * (prefix) ends one word, not a quoted phrase")
+            if i < end and not text[i].isspace():
+                raise _refuse(text, 'needs a space after the " that ends a phrase')
+            if not _words(inner):
+                raise _refuse(text, "has a quoted phrase without any word in it")
+            terms.append(QueryTerm(" ".join(inner.split()), phrase=True))
+            continue
+        start = i
+        while i < end and not text[i].isspace() and text[i] != '"':
+            i += 1
+        word = text[start:i]
+        if i < end and text[i] == '"':
+            raise _refuse(text, 'a " may only start or end a phrase, not sit inside a word')
+        if word in OPERATORS:
+            raise _refuse(
+                text,
+                f"{word} is not an operator here: every word must match; to search for the"
+                f' word itself write it in lower case or in quotes ("{word}")',
+            )
+        prefix = word.endswith("*")
+        core = word[:-1] if prefix else word
+        if "*" in core:
+            raise _refuse(text, "a * may only end a word (a prefix search: migrat*)")
+        if prefix and _words(core) < MIN_PREFIX_CHARS:
+            raise _refuse(
+                text, f"a prefix needs at least {MIN_PREFIX_CHARS} letters or digits before *"
+            )
+        if not _words(core):
+            continue  # punctuation alone ("-", "&"): nothing to look for
+        terms.append(QueryTerm(core, prefix=prefix))
+    if not terms:
+        raise _refuse(text, "has no word to search for")
+    if len(terms) > MAX_TERMS:
+        raise _refuse(text, f"has more than {MAX_TERMS} terms")
+    return SearchQuery(tuple(terms))
+
+
+def fts5_term(term: QueryTerm) -> str:
+    """One term as an FTS5 string (its words become a phrase), ``*`` for a prefix."""
+    quoted = '"' + term.text.replace('"', '""') + '"'
+    return f"{quoted} *" if term.prefix else quoted
+
+
+def fts5_match(query: SearchQuery) -> str:
+    """The whole query as an FTS5 MATCH expression: every term, all of them required."""
+    return " AND ".join(fts5_term(t) for t in query.terms)
+
+
+# -- what every backend's search shares besides the syntax ---------------------------------
+def check_limit(limit: object) -> None:
+    """A page size of 1..MAX_LIMIT, else InvalidName on ``limit``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidName("limit", limit, f"must be between 1 and {MAX_LIMIT}")
+
+
+def encode_cursor(
+    cursors: CursorCodec, kind: str, scope: Scope, query: SearchQuery, position: dict[str, Any]
+) -> str:
+    """A signed cursor of one search: ``kind`` (the backend's), the project, the query and
+    where the page ended (``position``, the backend's own fields)."""
+    return cursors.encode(
+        {
+            "l": kind,
+            "v": CURSOR_VERSION,
+            "s": scope_tag(scope),
+            "q": query.fingerprint(),
+            **position,
+        }
+    )
+
+
+def decode_cursor(
+    cursors: CursorCodec,
+    kind: str,
+    scope: Scope,
+    query: SearchQuery,
+    cursor: str,
+    position: Callable[[Mapping[str, Any]], T],
+) -> T:
+    """What ``position`` reads from a cursor :func:`encode_cursor` made for this very search;
+    InvalidName on ``cursor`` for any other (another kind, project or query, or fields
+    ``position`` refuses with ValueError, KeyError or TypeError)."""
+    body = cursors.decode(cursor, "cursor")
+    try:
+        if (
+            body["l"] != kind
+            or body["v"] != CURSOR_VERSION
+            or body["s"] != scope_tag(scope)
+            or body["q"] != query.fingerprint()
+        ):
+            raise ValueError("issued for another search")
+        return position(body)
+    except (ValueError, KeyError, TypeError):
+        raise InvalidName(
+            "cursor", cursor, "is not a cursor this server issued for this search"
+        ) from None
+
+
+SNIPPET_TOKENS = 16
+
+
+class Sentinels:
+    """Per-query snippet markers no stored text contains; :meth:`marked` turns them into
+    the public markers after taking those out of the text itself."""
+
+    def __init__(self) -> None:
+        token = secrets.token_hex(8)
+        self.start = f"\ue000{token}\ue001"
+        self.end = f"\ue002{token}\ue003"
+
+    def marked(self, raw: str) -> str:
+        text = raw.replace(MARK_START, "\ufffd").replace(MARK_END, "\ufffd")
+        text = " ".join(text.split())
+        return text.replace(self.start, MARK_START).replace(self.end, MARK_END)
+
+
+def _flatten(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        out.append(str(value))
+    elif isinstance(value, dict):
+        for item in value.values():
+            _flatten(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _flatten(item, out)
+
+
+def meta_text(meta: dict[str, Any]) -> str:
+    """The values of a turn's meta (strings and numbers, nested ones too), one a line; keys
+    are left out, they name the same fields in every turn."""
+    out: list[str] = []
+    _flatten(meta, out)
+    return "\n".join(out)

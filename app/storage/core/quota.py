@@ -1,0 +1,198 @@
+"""The quotas in force and the free-space floor (app/storage/core/usage.py says what they bound)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from app.storage.core.errors import InsufficientStorage, StorageError
+from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
+from app.storage.core.names import Scope
+
+QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
+FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted
+DEFAULT_MIN_FREE = "2%"
+# What a write puts on disk besides what it is asked to store: the records and indexes it
+# rewrites (meta.json, index.json), the pages it appends to SQLite's write-ahead logs, new
+# directories. Counted with each admitted write so that a burst of writes within one statvfs
+# stays above the floor.
+WRITE_OVERHEAD = 64 << 10
+
+log = logging.getLogger("app.storage.quota")
+
+
+# -- the quotas in force ----------------------------------------------------------------------
+class QuotaDocument(Protocol):
+    def stamp(self) -> tuple[int, int, int]: ...
+
+    def quotas(self) -> Quotas: ...
+
+
+class QuotaSource:
+    """The quotas of the limits document, looked at (its stamp) at most once a second."""
+
+    def __init__(self, document: QuotaDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+        self.document = document
+        listeners = getattr(document, "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self.forget)  # a change made through this process: at once
+        self.check_every = check_every
+        self._quotas = NO_QUOTAS
+        self._stamp: tuple[int, int, int] | None = None
+        self._next = -math.inf
+        self._mutex = threading.Lock()
+        self._fault: str | None = None  # why the last look failed, said once per cause
+
+    def current(self) -> Quotas:
+        now = time.monotonic()
+        if now >= self._next and self.document is not None:
+            # Threads that find the look due wait for the one making it: a write admitted on
+            # the quotas of before would reserve nothing (the rate limiter can skip instead).
+            with self._mutex:
+                if now >= self._next:
+                    self._refresh(now)
+        return self._quotas
+
+    def _refresh(self, now: float) -> None:
+        assert self.document is not None
+        try:
+            stamp = self.document.stamp()
+            if stamp != self._stamp:
+                # A document that does not parse keeps the quotas this process had
+                # (`quota show` names the fault), as the rate limiter does.
+                self._quotas = self.document.quotas()
+                self._stamp = stamp
+        except (StorageError, OSError) as exc:
+            # The quotas this process read last stay in force (none before its first good
+            # look): a planted link or a bad disk must not stop every write.
+            if str(exc) != self._fault:
+                self._fault = str(exc)
+                log.warning(
+                    "limits document not read (%s): the quotas read before stay in force%s",
+                    exc,
+                    "" if self._stamp is not None else " (none read yet: no quota applies)",
+                )
+        else:
+            self._fault = None
+        # Only now: a thread that finds the next look not due yet takes the quotas without
+        # the mutex, so they must be the ones this look read.
+        self._next = now + self.check_every
+
+    def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
+        return self.current().of(scope.tenant, scope.project)
+
+    def forget(self) -> None:
+        """Read the document again at the next look (after a change made in this process)."""
+        self._next = -math.inf
+
+
+# -- the free-space floor ---------------------------------------------------------------------
+_PERCENT_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
+
+
+def parse_floor(text: object) -> tuple[int, float]:
+    """``MEMORY_MIN_FREE_BYTES``: a byte count (``2GiB``) or a share of the disk (``2%``).
+
+    Returns (bytes, fraction); one of them is 0.
+    """
+    if isinstance(text, str):
+        match = _PERCENT_RE.fullmatch(text)
+        if match:
+            share = float(match.group(1)) / 100
+            if not 0 <= share < 1:
+                raise ValueError(f"{text!r}: a share of the disk must be below 100%")
+            return 0, share
+    return parse_bytes(text), 0.0
+
+
+class FloorReached(InsufficientStorage):
+    """A write would leave less than the free-space floor on the root's disk (HTTP 507)."""
+
+
+class FreeSpace:
+    """Refuse writes that would leave less than the floor free on the root's filesystem.
+
+    ``statvfs`` is trusted for ``check_every`` seconds; what this process admitted since is
+    subtracted from it, so a burst of writes in that second cannot run far past the floor.
+    ``measure`` is the statvfs of a path (tests inject one only where no small filesystem can
+    be mounted).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        floor: str | int = DEFAULT_MIN_FREE,
+        *,
+        check_every: float = FLOOR_CHECK_EVERY,
+        measure: Callable[[Path], os.statvfs_result] | None = None,
+    ) -> None:
+        self.root = root
+        self.floor_bytes, self.floor_share = parse_floor(floor)
+        self.check_every = check_every
+        self.measure = measure or (lambda path: os.statvfs(path))
+        self._mutex = threading.Lock()
+        self._free = 0
+        self._total = 0
+        self._admitted = 0
+        self._until = -math.inf
+
+    def _refresh(self) -> None:
+        st = self.measure(self.root)
+        # f_bavail: what a process without root's reserved blocks may still use.
+        self._free = st.f_bavail * st.f_frsize
+        self._total = st.f_blocks * st.f_frsize
+        self._admitted = 0
+        self._until = time.monotonic() + self.check_every
+
+    def forget(self) -> None:
+        """Look at the disk again at the next write (something was just freed)."""
+        with self._mutex:
+            self._until = -math.inf
+
+    def floor(self) -> int:
+        """The floor in bytes (a share of the disk is computed from its size)."""
+        with self._mutex:
+            if self._total == 0:
+                self._refresh_quietly()
+            return max(self.floor_bytes, math.ceil(self.floor_share * self._total))
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self._refresh()
+        except OSError:
+            self._free = self._total = 0
+            self._until = -math.inf
+
+    def free(self) -> int:
+        """Bytes free now (statvfs, at most ``check_every`` old, less what was admitted)."""
+        with self._mutex:
+            if time.monotonic() >= self._until:
+                self._refresh_quietly()
+            return self._free - self._admitted
+
+    def admit(self, need: int) -> None:
+        """Refuse (InsufficientStorage) a write of ``need`` bytes that would go below the floor."""
+        with self._mutex:
+            if time.monotonic() >= self._until:
+                try:
+                    self._refresh()
+                except FileNotFoundError:
+                    return  # no root yet: the write creating it meets the disk itself
+            floor = max(self.floor_bytes, math.ceil(self.floor_share * self._total))
+            free = self._free - self._admitted
+            need = max(need, 0) + WRITE_OVERHEAD
+            if free - need < floor:
+                raise FloorReached(
+                    f"the server's disk is at its free-space floor: {format_bytes(max(free, 0))}"
+                    f" byte(s) free, the floor is {format_bytes(floor)} and this write needs"
+                    f" about {format_bytes(need)}; nothing was written. Reads and deletes"
+                    " still work; writes resume once space is freed"
+                )
+            self._admitted += need

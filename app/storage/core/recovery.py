@@ -1,0 +1,50 @@
+"""The start-up recovery's plan and report, and the refusal of a second server on one root.
+
+Each backend's recovery (tree/recovery.py, pg/recovery.py) plans from what the last server
+left; the backend's ``recover`` repairs it and reports what it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.storage.core.errors import StorageError
+
+
+class RootBusy(StorageError):
+    """Another server holds the storage root."""
+
+    def __init__(self, root: Path, pid: int | None, why: str = "") -> None:
+        who = f"PID {pid}" if pid else "another process"
+        why = why or f"storage root {root} is already served by {who}"
+        super().__init__(f"{why}; not starting")
+        self.pid = pid
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the start-up recovery has to do."""
+
+    clean: bool  # the last server stopped cleanly (or none ran)
+    full: bool  # unsynced data may have been lost: a full check is needed
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Report:
+    plan: Plan
+    repaired: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        if self.plan.clean:
+            return []
+        lines = [f"previous run did not shut down cleanly ({self.plan.reason})"]
+        if self.repaired:
+            lines.append(f"  repaired {len(self.repaired)} write(s) left in flight")
+            lines += [f"    {key}" for key in self.repaired[:20]]
+        if self.plan.full:
+            lines.append(
+                "  unsynced data may have been lost: a full check (fsck --repair) runs in the"
+                " background; /readyz answers 503 until it is done"
+            )
+        return lines

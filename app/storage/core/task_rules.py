@@ -1,0 +1,138 @@
+"""The rules of the project-memory API that hold whichever engine stores the tasks: limits,
+the checks of a request, ETag preconditions and the task list's cursor.
+
+Both engines (tasks.py on the tree, pg/tasks.py on PostgreSQL) apply them from here, so a
+request is refused with the same error, and a cursor is the same bytes, in both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import InvalidName, PreconditionFailed
+from app.storage.core.names import Scope, validate_id
+
+MiB = 1 << 20
+DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
+MAX_SUMMARY_BYTES = 1 * MiB
+MAX_PAGE = 1000
+CURSOR_VERSION = 1
+# The start of a task id (ID_PATTERN's first character, then any of the rest).
+_ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_turn(meta: dict[str, Any], summary_md: str) -> bytes:
+    """The summary's UTF-8 bytes, once ``meta`` and ``summary_md`` are known to be storable.
+
+    What cannot be stored as UTF-8 JSON (lone surrogates, NaN, sets, ...) is refused before
+    the first write: failing inside the transaction would leave a task skeleton behind.
+    """
+    try:
+        summary = summary_md.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidName("summary_md", None, "is not valid Unicode text") from None
+    try:
+        json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidName("meta", None, f"cannot be stored as JSON ({exc})") from None
+    if len(summary) > MAX_SUMMARY_BYTES:
+        raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
+    return summary
+
+
+def check_list(limit: int, prefix: str | None) -> None:
+    """Refuse a page size out of range, or a prefix no task id can start with."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidName("limit", limit, f"must be between 1 and {MAX_PAGE}")
+    if prefix is not None and (not prefix or not _ID_PREFIX_RE.fullmatch(prefix)):
+        raise InvalidName("prefix", prefix, "must be the start of a task id")
+
+
+# A member of an If-Match / If-None-Match list: characters other than a comma, and quoted
+# strings (an entity tag may hold a comma); and what an entity tag (or ``*``) looks like.
+_LIST_MEMBER = re.compile(r'(?:[^,"]|"[^"]*"?)+')
+_ENTITY_TAG = re.compile(r'\*|(?:W/)?"[\x21\x23-\x7e\x80-\xff]*"')
+
+
+def entity_tags(value: str) -> list[str]:
+    """The entity tags (and ``*``) an If-Match / If-None-Match value lists (RFC 9110 13.1).
+
+    A member that is not an entity tag (``abc``, ``junk"x"``) is no tag: it matches nothing.
+    """
+    tags = []
+    for member in _LIST_MEMBER.findall(value):
+        tag = member.strip(" \t")
+        if _ENTITY_TAG.fullmatch(tag):
+            tags.append(tag)
+    return tags
+
+
+def if_match_fails(current_etag: str | None, if_match: str) -> bool:
+    """Whether ``If-Match: if_match`` fails for a resource whose ETag is ``current_etag``
+    (None: it does not exist). ``*`` needs the resource; otherwise some listed tag must be
+    its ETag, compared strongly (a weak tag never matches)."""
+    tags = entity_tags(if_match)
+    if "*" in tags:
+        return current_etag is None
+    return current_etag is None or current_etag not in tags
+
+
+def check_preconditions(
+    current_etag: str | None, if_match: str | None, if_none_match: bool
+) -> None:
+    """Refuse a conditional write whose If-Match / If-None-Match the current ETag fails."""
+    if if_none_match and current_etag is not None:
+        raise PreconditionFailed("the resource already exists (If-None-Match: *)")
+    if if_match is not None and if_match_fails(current_etag, if_match):
+        if current_etag is None and "*" in entity_tags(if_match):
+            raise PreconditionFailed("the resource does not exist (If-Match: *)")
+        raise PreconditionFailed("the resource changed since the given ETag (If-Match)")
+
+
+def scope_tag(scope: Scope) -> str:
+    """What a cursor names its project by: another project refuses it."""
+    return hashlib.sha256(f"{scope.tenant}/{scope.project}".encode()).hexdigest()[:16]
+
+
+def encode_task_cursor(cursors: CursorCodec, scope: Scope, updated_us: int, task_id: str) -> str:
+    """The cursor of the page of tasks after the task ``task_id`` updated at ``updated_us``."""
+    return cursors.encode(
+        {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": scope_tag(scope)}
+    )
+
+
+def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple[int, str]:
+    """The (updated_us, task_id) a page of tasks resumes after; InvalidName for a cursor
+    not issued for this project's task list."""
+    body = cursors.decode(cursor, "cursor")
+    try:
+        if body["v"] != CURSOR_VERSION or body["s"] != scope_tag(scope):
+            raise ValueError("issued for another project")
+        return int(body["u"]), validate_id("task_id", body["id"])
+    except (ValueError, KeyError, TypeError, InvalidName):
+        raise InvalidName(
+            "cursor", cursor, "is not a cursor this server issued for this project"
+        ) from None
+
+
+_INT64 = (1 << 63) - 1
+
+
+def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
+    """The model, agent_id and exit_code a listing row keeps of a turn's meta.
+
+    Only strings and integers are kept (meta is free-form JSON); an exit code beyond 64 bits
+    is clamped, which keeps "non-zero" true.
+    """
+    model, agent, code = meta.get("model"), meta.get("agent_id"), meta.get("exit_code")
+    return (
+        model if isinstance(model, str) else None,
+        agent if isinstance(agent, str) else None,
+        max(-_INT64, min(_INT64, code))
+        if isinstance(code, int) and not isinstance(code, bool)
+        else None,
+    )

@@ -1,0 +1,248 @@
+"""Artifacts on PostgreSQL and an object store: the bytes streamed to a key of their own
+first (blobs.py), then named in one transaction under the task's lock, which checks the
+preconditions, moves the turn's times and counts what the project stores. Readers take no lock;
+a download that began before a replacement committed keeps reading the replaced bytes.
+"""
+
+# ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import IO, Any, Protocol, cast
+
+import psycopg
+
+from app.storage.core.clock import iso_us
+from app.storage.core.errors import LockTimeout, NotFound
+from app.storage.core.models import ArtifactInfo, ArtifactStream, TurnRecord
+from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
+from app.storage.core.task_rules import check_preconditions
+from app.storage.core.usage import ReservingStream, Ticket
+from app.storage.pg import usage as pgu
+from app.storage.pg.blobs import BlobStore
+from app.storage.pg.db import Database
+from app.storage.pg.listing import KEY, TurnRow, task_key
+
+
+class TaskRows(Protocol):
+    """What the artifacts need of the task engine (PgTaskStore): its stores, its lock, and
+    the rows and rules of the task an artifact belongs to."""
+
+    db: Database
+    blobs: BlobStore
+    usage: pgu.PgUsage
+    max_artifact_bytes: int
+    retention_us: int
+
+    def now_us(self) -> int: ...
+
+    def transaction(
+        self, scope: Scope, task_id: str
+    ) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+
+    def turn_row(
+        self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int
+    ) -> TurnRow | None: ...
+
+    def task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int: ...
+
+    def next_updated_us(self, last: int, now_us: int) -> int: ...
+
+    def recompute(
+        self,
+        conn: psycopg.Connection[Any],
+        scope: Scope,
+        task_id: str,
+        written: TurnRecord | None = None,
+    ) -> None: ...
+
+    def forget_blobs(self, keys: list[str]) -> None: ...
+
+    def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str: ...
+
+
+class PgArtifacts:
+    """The artifacts of every task of one database and bucket (PgTaskStore's)."""
+
+    def __init__(self, tasks: TaskRows) -> None:
+        self.tasks = tasks
+
+    def put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        *,
+        content_type: str,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        size: int | None = None,
+    ) -> ArtifactInfo:
+        """Stream an artifact to the object store, then name it in one transaction.
+
+        ``size``: the body's declared length, admitted (quotas) before a byte is read; a body
+        of unknown length is admitted slice by slice as it streams in."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        validate_artifact_name(name)
+        with self.tasks.db.snapshot("turn") as conn:
+            row = self.tasks.turn_row(conn, scope, task_id, turn)
+            found = conn.execute(
+                f"SELECT size FROM artifacts WHERE {KEY} AND turn = %(turn)s AND name = %(name)s",
+                task_key(scope, task_id, turn=turn, name=name),
+            ).fetchone()
+        if row is None or row.retain_until_us <= self.tasks.now_us():
+            raise NotFound(f"turn {turn} of task {task_id} not found; PUT the turn first")
+        # What it replaces, as read now; checked again in the transaction (cover_in).
+        before = int(found[0]) if found else 0
+        ticket = self.tasks.usage.admit(scope, add_bytes=0 if size is None else size - before)
+        try:
+            return self._put_artifact(
+                scope,
+                task_id,
+                turn,
+                name,
+                stream,
+                content_type,
+                if_match,
+                if_none_match,
+                size,
+                before,
+                ticket,
+            )
+        finally:
+            ticket.release()  # nothing to release once the write settled it
+
+    def _put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        content_type: str,
+        if_match: str | None,
+        if_none_match: bool,
+        size: int | None,
+        before: int,
+        ticket: Ticket,
+    ) -> ArtifactInfo:
+        body = ReservingStream(stream, ticket, None, known=size is not None, credit=before)
+        written = self.tasks.blobs.put_new(
+            self.tasks.blob_key(scope, task_id, turn, name),
+            cast("IO[bytes]", body),
+            limit=self.tasks.max_artifact_bytes,
+            content_type=content_type,
+        )
+        replaced: list[str] = []
+        try:
+            with self.tasks.transaction(scope, task_id) as conn:
+                now_us = self.tasks.now_us()
+                record = self.tasks.turn_row(conn, scope, task_id, turn)
+                if record is None or record.retain_until_us <= now_us:
+                    raise NotFound(f"turn {turn} of task {task_id} not found")
+                current = conn.execute(
+                    f"SELECT sha256, blob, size FROM artifacts WHERE {KEY} AND turn = %(turn)s"
+                    " AND name = %(name)s",
+                    task_key(scope, task_id, turn=turn, name=name),
+                ).fetchone()
+                check_preconditions(f'"{current[0]}"' if current else None, if_match, if_none_match)
+                added = written.size - (int(current[2]) if current else 0)
+                if isinstance(ticket, pgu.PgTicket):
+                    ticket.cover_in(conn, added)
+                    ticket.settle_in(conn)
+                updated_us = self.tasks.next_updated_us(
+                    self.tasks.task_updated_us(conn, scope, task_id), now_us
+                )
+                info = ArtifactInfo(
+                    name=name,
+                    content_type=content_type,
+                    size=written.size,
+                    sha256=written.sha256,
+                    updated_at=iso_us(updated_us),
+                )
+                conn.execute(
+                    "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
+                    " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
+                    " %(project)s, %(task_id)s, %(turn)s, %(name)s, %(content_type)s, %(size)s,"
+                    " %(sha256)s, %(updated_at)s, %(updated_us)s, %(blob)s)"
+                    " ON CONFLICT (tenant, project, task_id, turn, name) DO UPDATE SET"
+                    " content_type = excluded.content_type, size = excluded.size,"
+                    " sha256 = excluded.sha256, updated_at = excluded.updated_at,"
+                    " updated_us = excluded.updated_us, blob = excluded.blob",
+                    task_key(
+                        scope,
+                        task_id,
+                        turn=turn,
+                        name=name,
+                        content_type=content_type,
+                        size=written.size,
+                        sha256=written.sha256,
+                        updated_at=info.updated_at,
+                        updated_us=updated_us,
+                        blob=written.key,
+                    ),
+                )
+                conn.execute(
+                    "UPDATE turns SET updated_at = %(updated_at)s, updated_us = %(updated_us)s,"
+                    " retain_until = %(retain_until)s, retain_until_us = %(retain_until_us)s"
+                    f" WHERE {KEY} AND turn = %(turn)s",
+                    task_key(
+                        scope,
+                        task_id,
+                        turn=turn,
+                        updated_at=info.updated_at,
+                        updated_us=updated_us,
+                        retain_until=iso_us(updated_us + self.tasks.retention_us),
+                        retain_until_us=updated_us + self.tasks.retention_us,
+                    ),
+                )
+                self.tasks.recompute(conn, scope, task_id)
+                pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
+                if current is not None:
+                    replaced.append(current[1])
+            ticket.settled()
+        except BaseException:
+            self.tasks.forget_blobs([written.key])
+            raise
+        # The replaced bytes stay until the sweeper's orphan pass (after the grace period):
+        # a download that began before this commit keeps reading them, as an open file
+        # keeps a replaced file's bytes in the tree.
+        del replaced
+        return info
+
+    def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
+        """Open a live artifact for streaming; the caller closes ``file``."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        validate_artifact_name(name)
+        missing = f"artifact {name} of turn {turn} of task {task_id} not found"
+        gone = None
+        for _ in range(8):
+            with self.tasks.db.snapshot("artifact") as conn:
+                row = conn.execute(
+                    "SELECT a.content_type, a.size, a.sha256, a.updated_at, a.blob"
+                    " FROM artifacts a JOIN turns u USING (tenant, project, task_id, turn)"
+                    " WHERE a.tenant = %(tenant)s AND a.project = %(project)s"
+                    " AND a.task_id = %(task_id)s AND a.turn = %(turn)s AND a.name = %(name)s"
+                    " AND u.retain_until_us > %(now)s",
+                    task_key(scope, task_id, turn=turn, name=name, now=self.tasks.now_us()),
+                ).fetchone()
+            if row is None:
+                raise NotFound(missing)
+            content_type, size, sha256, updated_at, blob = row
+            info = ArtifactInfo(name, content_type, int(size), sha256, updated_at)
+            try:
+                file = self.tasks.blobs.open(blob, int(size))
+            except FileNotFoundError:
+                if blob == gone:
+                    # The row still names it: the object was lost (fsck reports it), not
+                    # replaced; a missing file in the tree answers the same.
+                    raise NotFound(missing) from None
+                gone = blob  # deleted since the row was read (a delete or expiry committed)
+                continue
+            return ArtifactStream(info=info, file=file, size=int(size))  # type: ignore[arg-type]
+        raise LockTimeout(f"artifact {name} is being replaced; retry shortly")

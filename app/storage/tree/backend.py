@@ -1,0 +1,251 @@
+"""The tree backend: both engines over one storage root, built once by the app.
+
+The API, the console, the CLI and the sweeper reach storage only through this object
+(app/storage/interface.py): ``tasks``, ``stores``, and the operations on the whole tree.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+import stat
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from app.storage.core.archive import ExportSummary, ImportSummary
+from app.storage.core.clock import Clock, system_clock
+from app.storage.core.errors import StorageError
+from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
+from app.storage.core.names import TMP_PREFIX, Scope
+from app.storage.core.quota import FreeSpace, QuotaSource
+from app.storage.core.recovery import Plan, Report
+from app.storage.core.sweep import SweepOutcome
+from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
+from app.storage.core.traffic import TrafficRow
+from app.storage.core.usage import Usage
+from app.storage.tree.backup import export_tree
+from app.storage.tree.control import Lease, load_state, root_key, save_state
+from app.storage.tree.fs.atomic import remove_quietly, write_atomic
+from app.storage.tree.fs.locks import locked
+from app.storage.tree.fs.sync import flush_derived
+from app.storage.tree.fsck import fsck
+from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
+from app.storage.tree.limits import LimitsFile
+from app.storage.tree.recovery import Recovery
+from app.storage.tree.restore import import_tree
+from app.storage.tree.retention import sweep
+from app.storage.tree.search import TreeSearch
+from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
+from app.storage.tree.tasks import TaskStore
+from app.storage.tree.tokens import TokenRegistry
+from app.storage.tree.usage import TreeTraffic, TreeUsage
+
+
+class TreeStorage:
+    """Both engines over one storage root (a local filesystem)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        retention: timedelta = timedelta(days=30),
+        lock_timeout: float = 10.0,
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        tokens_file: Path | None = None,
+        group_commit: bool = True,
+        min_free: str | int | None = None,
+    ) -> None:
+        self.tokens_file = tokens_file
+        self._registry: TokenRegistry | None = None
+        limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
+        usage = TreeUsage(
+            limits.layout,
+            lock_timeout=lock_timeout,
+            quotas=QuotaSource(limits),
+            floor=None if min_free is None else FreeSpace(limits.layout.root, min_free),
+        )
+        self.tasks = TaskStore(
+            root,
+            retention=retention,
+            lock_timeout=lock_timeout,
+            clock=clock,
+            max_artifact_bytes=max_artifact_bytes,
+            group_commit=group_commit,
+            usage=usage,
+        )
+        self.stores = MemoryStoreEngine(
+            root, lock_timeout=lock_timeout, clock=clock, group_commit=group_commit, usage=usage
+        )
+        self.usage_counters = usage
+        self.layout = self.tasks.layout
+        self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
+        self.searcher = TreeSearch(self.tasks, self.stores)
+        self.recovery = Recovery(self.layout)
+
+    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
+        """Remove expired turns and versions past their retention (both engines)."""
+        outcome = SweepOutcome(
+            sweep(self.tasks, now=now, dry_run=dry_run),
+            self.stores.sweep_versions(now=now, dry_run=dry_run),
+        )
+        self.usage_counters.freed()
+        return outcome
+
+    def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
+        """Check (and with ``repair`` rebuild) every derived file of both engines."""
+        report = fsck(self.tasks, repair=repair, grace=grace)
+        self.stores.fsck(report, repair=repair)
+        fsck_usage(self.tasks, self.stores, report, repair=repair)
+        return report
+
+    def upgrade(self) -> list[str]:
+        """Bring a root written in an older layout to the current one (idempotent)."""
+        done = upgrade_store_dirs(self.stores)
+        for scope in self.layout.projects([]):
+            st = self.layout.tree.lstat(self.layout.listing(scope))
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue  # no listing yet, or a planted link fsck reports
+            try:
+                count = self.tasks.backfill_listing(scope)
+            except (StorageError, sqlite3.Error) as exc:
+                done.append(f"{scope.tenant}/{scope.project}: listing not upgraded ({exc})")
+                continue
+            if count:
+                done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
+        done += upgrade_store_search(self.stores)
+        done += upgrade_usage(self.tasks, self.stores)
+        return done
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        """Search the project's turns and memories (app/storage/tree/search.py)."""
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
+
+    def recover(self, plan: Plan) -> Report:
+        """Repair what an unclean stop left (the caller holds the root lock): the writes the
+        journals name at once; when unsynced data may have been lost, mark the full check
+        that :meth:`full_check` runs in the background."""
+        report = Report(plan)
+        if plan.clean:
+            return report
+        for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
+            report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        if plan.full:
+            self.recovery.mark_recovering(plan.reason)
+        return report
+
+    def full_check(self) -> FsckReport | None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
+        if self.recovery.recovering_reason() is None:
+            return None
+        report = self.fsck(repair=True)
+        flush_derived()
+        self.recovery.recovered()
+        return report
+
+    def flush_derived(self) -> None:
+        """Sync the filesystem: derived files are written without fsync (atomic_file)."""
+        flush_derived()
+
+    def ready(self) -> tuple[bool, str]:
+        pending = self.recovery.recovering_reason()
+        if pending is not None:
+            return False, f"recovering: a full check is running ({pending})"
+        probe = self.layout.root / f"{TMP_PREFIX}ready-{secrets.token_hex(4)}"
+        try:
+            with locked(self.layout.locks_dir() / "ready.lock", timeout=2.0):
+                write_atomic(probe, b"ok")
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+            return False, f"storage not writable: {type(exc).__name__}"
+        finally:
+            remove_quietly(probe)
+        return True, "storage writable, locks usable"
+
+    def export(
+        self, out: Path, *, tenant: str | None = None, project: str | None = None
+    ) -> ExportSummary:
+        """Back up one project, one tenant or everything to ``out`` (app/storage/core/archive.py)."""
+        return export_tree(self, out, tenant=tenant, project=project)
+
+    def import_(
+        self,
+        archive: BinaryIO,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        overwrite: bool = False,
+    ) -> ImportSummary:
+        """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
+        of one project)."""
+        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+
+    def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
+        return list(self.layout.projects([], tenants))
+
+    # -- usage, quotas, traffic (app/storage/core/usage.py, traffic.py) ---------------------------
+    def usage(self, scope: Scope) -> Usage:
+        """What a project stores (zero for a project that does not exist)."""
+        return self.usage_counters.project(scope)[0]
+
+    def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:
+        """What every project of ``tenants`` (None: of every tenant) stores."""
+        return {s: self.usage(s) for s in self.projects(tenants)}
+
+    def free_space(self) -> tuple[int, int] | None:
+        """(bytes free on the root's filesystem, the floor writes stop at); None: no floor."""
+        floor = self.usage_counters.floor
+        return None if floor is None else (floor.free(), floor.floor())
+
+    def record_traffic(self, rows: Iterable[TrafficRow]) -> None:
+        """Add requests and bytes to their hours (what one worker counted since its last)."""
+        self.traffic_log.add(rows)
+
+    def traffic(
+        self, tenant: str, project: str | None = None, *, since_hour: int = 0
+    ) -> list[TrafficRow]:
+        """The hours of a tenant (or one of its projects) from ``since_hour`` (hours since
+        the epoch), per project and token."""
+        return self.traffic_log.rows(tenant, project, since_hour=since_hour)
+
+    def prune_traffic(self, before_hour: int) -> int:
+        """Forget the hours before ``before_hour``; return how many rows went."""
+        return self.traffic_log.prune(before_hour)
+
+    def key(self, name: str) -> bytes:
+        return root_key(self.layout, name)
+
+    def describe(self) -> dict[str, Path | str]:
+        return {"backend": "tree", "storage root": self.layout.root}
+
+    # -- what every worker shares: files beside (or, for tokens, outside) the root ----------
+    def token_registry(self, tokens_file: Path | None = None) -> TokenRegistry:
+        """The registry file (MEMORY_TOKENS_FILE, outside the root), one object per backend."""
+        path = tokens_file or self.tokens_file
+        if path is None:
+            raise ValueError("the tree keeps tokens in a file: give its path")
+        if self._registry is None or self._registry.path != Path(os.path.abspath(path)):
+            self._registry = TokenRegistry(
+                path, clock=self.tasks.clock, lock_timeout=self.tasks.lock_timeout
+            )
+        return self._registry
+
+    def limits(self) -> LimitsFile:
+        return self._limits
+
+    def lead(self, name: str) -> Lease | None:
+        return Lease.acquire(self.layout, name)
+
+    def load_state(self, name: str) -> dict[str, Any] | None:
+        return load_state(self.layout, name)
+
+    def save_state(self, name: str, state: dict[str, Any]) -> None:
+        save_state(self.layout, name, state)
+
+    def close(self) -> None:
+        """Nothing to release: files are opened per use."""

@@ -1,0 +1,339 @@
+"""Full-text search over one project: its turns and the memories of its stores (tree backend).
+
+Each project has one turn index (in its listing database, app/storage/tree/sqlite/turn_search.py) and
+each store its own memory index (in the store's index database, app/storage/tree/sqlite/store_index.py), so a
+search asks the turn index and each store's index and merges their hits by rank:
+
+1. **one read of each index**: how many rows it has and how many each term matches, and its
+   best ``limit + 1`` rows by FTS5's bm25 (none when a term occurs in no row of it);
+2. **ranking**: bm25 weighs a term by its inverse document frequency within its own index,
+   which would bury a memory of a three-memory store under any turn, so each index's bm25 is
+   scaled to the project's frequencies (all indexes together, with Lucene's idf, which stays
+   positive for common words): exact for a one-term query, the ratio of the summed weights
+   for several terms. Within an index the order stays bm25's. A first page scales the keys
+   once every index has answered; its cursor carries the project's statistics, so later
+   pages scale inside SQLite with the same weights (the same product, to the bit);
+3. **merge**: the best ``limit`` of all hits, ordered by (scaled key, index, row); the page
+   cursor is the last hit's position, so each index resumes after it by itself;
+4. **snippets**: only for the hits on the page.
+
+The number of stores is what a search costs beyond the turns (one SQLite open and one or two
+statements per store): at most
+:data:`MAX_STORES` stores are searched per request, the newest first, and the page says how
+many were left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from app.storage.core.errors import NotFound, StorageError
+from app.storage.core.models import SearchHit, SearchPage
+from app.storage.core.names import STORE_ID_RE, Scope
+from app.storage.core.query import (
+    SearchQuery,
+    Sentinels,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    fts5_match,
+    fts5_term,
+    parse_query,
+)
+from app.storage.tree.sqlite import fts, turn_search
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.sqlite.store_index import IndexReader
+from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.tasks import TaskStore
+
+log = logging.getLogger("app.storage.search")
+
+MAX_STORES = 64
+TURNS = "0"  # the turn index sorts before every store ("1:<store id>")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Hit:
+    key: float
+    source: str
+    doc: int
+    fields: tuple[str, Any]  # (task_id, turn) or (memory_id, path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    """Rows of an index (or of the project), and how many of them each term matches."""
+
+    rows: int
+    counts: tuple[int, ...]
+
+    def weight(self, idf: Callable[[int, int], float]) -> float:
+        return sum(idf(self.rows, c) for c in self.counts)
+
+
+@dataclass(frozen=True, slots=True)
+class _After:
+    """Where the previous page ended, and the project statistics its keys were scaled with."""
+
+    key: float
+    source: str
+    doc: int
+    project: _Stats
+
+    def mode(self, source: str) -> int:
+        """fts.ranked_sql's ``:after`` for the rows of ``source``."""
+        return 1 if source < self.source else 2 if source == self.source else 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What one search asks every index: its statistics, then its best ``want`` rows."""
+
+    terms: list[str]
+    match: str
+    want: int
+    after: _After | None
+
+    def params(self, source: str, own: _Stats) -> dict[str, object]:
+        """fts.ranked_sql's parameters but ``:limit``: keys unscaled on a first page (the
+        project's statistics are not known yet), scaled with the cursor's afterwards."""
+        after = self.after
+        if after is None:
+            return {"match": self.match, "scale": 1.0, "after": 0, "key": 0.0, "doc": 0}
+        return {
+            "match": self.match,
+            "scale": scale(after.project, own),
+            "after": after.mode(source),
+            "key": after.key,
+            "doc": after.doc,
+        }
+
+
+def scale(project: _Stats, own: _Stats) -> float:
+    """What turns an index's bm25 into one scaled to the project's frequencies."""
+    return project.weight(fts.project_idf) / own.weight(fts.idf)
+
+
+Answer = tuple[_Stats, list[_Hit]] | None
+
+
+class _Turns:
+    source = TURNS
+
+    def __init__(self, listing: Listing, now_us: int) -> None:
+        self.listing = listing
+        self.now_us = now_us
+
+    def ask(self, ask: _Ask) -> Answer:
+        with self.listing.search_read() as conn:
+            found = fts.stats(conn, ask.terms)
+            if found is None:
+                return None  # a listing from before search, until the start-up upgrade
+            own = _Stats(*_pair(found))
+            if not all(own.counts):
+                return own, []  # a term no row has: nothing matches all of them
+            params = {**ask.params(self.source, own), "now": self.now_us}
+            inner = ask.want
+            while True:
+                rows = turn_search.hits(conn, {**params, "limit": inner})
+                if len(rows) >= ask.want:
+                    break
+                # Turns past their retention (not swept yet) were left out after ranking:
+                # rank more, until every match was ranked.
+                (matched,) = conn.execute(
+                    f"SELECT count(*) FROM {fts.TEXT} WHERE {fts.TEXT} MATCH ?",  # noqa: S608
+                    (ask.match,),
+                ).fetchone()
+                if inner >= matched:
+                    break
+                inner *= 4
+        hits = [_Hit(k, TURNS, doc, (task_id, turn)) for k, doc, task_id, turn in rows]
+        return own, hits[: ask.want]
+
+    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
+        with self.listing.search_read() as conn:
+            return {
+                doc: fts.snippet(conn, match, doc, marks, turn_search.SNIPPET_COLUMNS)
+                for doc in docs
+            }
+
+
+class _Store:
+    def __init__(self, engine: MemoryStoreEngine, scope: Scope, store_id: str) -> None:
+        self.engine = engine
+        self.scope = scope
+        self.store_id = store_id
+        self.source = f"1:{store_id}"
+
+    def _read(self, fn: Callable[[IndexReader], T | None]) -> T | None:
+        """``fn`` over the store's index; None when the store went away meanwhile, or its
+        index cannot be searched (fsck reports it; the other indexes still answer)."""
+
+        def read(store_dir: Any) -> T | None:
+            with self.engine.index(store_dir).search_read() as reader:
+                return fn(reader)
+
+        try:
+            return self.engine.read(self.scope, self.store_id, read)
+        except NotFound:
+            return None
+        except (sqlite3.Error, StorageError) as exc:
+            log.warning("search skipped store %s: %s", self.store_id, exc)
+            return None
+
+    def ask(self, ask: _Ask) -> Answer:
+        def run(reader: IndexReader) -> tuple[_Stats, list[_Hit]] | None:
+            found = reader.search_stats(ask.terms)
+            if found is None:
+                return None  # a store from before search, until the start-up upgrade
+            own = _Stats(*_pair(found))
+            if not all(own.counts):
+                return own, []
+            rows = reader.search_hits({**ask.params(self.source, own), "limit": ask.want})
+            return own, [
+                _Hit(k, self.source, doc, (memory_id, path)) for k, doc, memory_id, path in rows
+            ]
+
+        return self._read(run)
+
+    def snippets(self, match: str, docs: list[int], marks: Sentinels) -> dict[int, str]:
+        found = self._read(lambda r: {doc: r.search_snippet(match, doc, marks) for doc in docs})
+        return found or {}
+
+
+def _pair(found: tuple[int, list[int]]) -> tuple[int, tuple[int, ...]]:
+    return found[0], tuple(found[1])
+
+
+_Source = _Turns | _Store
+
+
+class TreeSearch:
+    """Search a project of the tree backend (TreeStorage.search)."""
+
+    def __init__(
+        self, tasks: TaskStore, stores: MemoryStoreEngine, *, max_stores: int = MAX_STORES
+    ) -> None:
+        self.tasks = tasks
+        self.stores = stores
+        self.max_stores = max_stores
+
+    def search(
+        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchPage:
+        check_limit(limit)
+        parsed = parse_query(query)
+        terms = [fts5_term(t) for t in parsed.terms]
+        after = self._decode(scope, parsed, cursor) if cursor else None
+        ask = _Ask(terms, fts5_match(parsed), limit + 1, after)
+        sources, skipped = self._sources(scope)
+        # One read of each index: its statistics and its best rows after the cursor.
+        answers = {s.source: found for s in sources if (found := s.ask(ask)) is not None}
+        if after is not None:
+            project = after.project  # the first page's: every page ranks with the same weights
+            hits = [h for _, found in answers.values() for h in found]
+        else:
+            project = _Stats(
+                sum(own.rows for own, _ in answers.values()),
+                tuple(sum(own.counts[i] for own, _ in answers.values()) for i in range(len(terms))),
+            )
+            # First page: the rows came unscaled. The same product SQLite computes for the
+            # cursor's pages, so the keys of both agree to the bit.
+            hits = [
+                _Hit(h.key * scale(project, own), h.source, h.doc, h.fields)
+                for own, found in answers.values()
+                for h in found
+            ]
+        hits.sort(key=lambda h: (h.key, h.source, h.doc))
+        page, more = hits[:limit], len(hits) > limit
+        return SearchPage(
+            hits=self._hits(scope, sources, page, ask.match),
+            next_cursor=self._encode(scope, parsed, page[-1], project) if more else None,
+            stores_searched=sum(s.source in answers for s in sources if isinstance(s, _Store)),
+            stores_skipped=skipped,
+        )
+
+    def _sources(self, scope: Scope) -> tuple[list[_Source], int]:
+        sources: list[_Source] = []
+        listing_path = self.tasks.layout.listing(scope)
+        if self.tasks.layout.tree.lstat(listing_path) is not None:
+            sources.append(_Turns(self.tasks.listing(scope), self.tasks.now_us()))
+        entries = self.stores.tree.entries(self.stores.layout.stores_dir(scope))
+        ids = sorted(e.name for e in entries if e.is_dir and STORE_ID_RE.fullmatch(e.name))
+        ids.reverse()  # ULIDs: newest first
+        sources += [_Store(self.stores, scope, i) for i in ids[: self.max_stores]]
+        return sources, max(0, len(ids) - self.max_stores)
+
+    def _hits(
+        self, scope: Scope, sources: list[_Source], page: list[_Hit], match: str
+    ) -> tuple[SearchHit, ...]:
+        marks = Sentinels()
+        snippets: dict[tuple[str, int], str] = {}
+        names: dict[str, str | None] = {}
+        for source in sources:
+            docs = [h.doc for h in page if h.source == source.source]
+            if not docs:
+                continue
+            for doc, text in source.snippets(match, docs, marks).items():
+                snippets[(source.source, doc)] = text
+            if isinstance(source, _Store):
+                try:
+                    names[source.store_id] = self.stores.get_store(scope, source.store_id).name
+                except StorageError:
+                    names[source.store_id] = None  # deleted since its hits were read
+        out = []
+        for hit in page:
+            text = snippets.get((hit.source, hit.doc), "")
+            if hit.source == TURNS:
+                task_id, turn = hit.fields
+                out.append(SearchHit("turn", -hit.key, text, task_id=task_id, turn=int(turn)))
+            else:
+                store_id = hit.source[2:]
+                memory_id, path = hit.fields
+                out.append(
+                    SearchHit(
+                        "memory",
+                        -hit.key,
+                        text,
+                        memory_store_id=store_id,
+                        store_name=names.get(store_id),
+                        memory_id=memory_id,
+                        path=path,
+                    )
+                )
+        return tuple(out)
+
+    # -- cursors ---------------------------------------------------------------------------
+    def _encode(self, scope: Scope, query: SearchQuery, last: _Hit, project: _Stats) -> str:
+        position = {
+            "k": last.key,
+            "src": last.source,
+            "d": last.doc,
+            "n": project.rows,
+            "c": list(project.counts),
+        }
+        return encode_cursor(self.tasks.cursors, "search", scope, query, position)
+
+    def _decode(self, scope: Scope, query: SearchQuery, cursor: str) -> _After:
+        def position(body: Mapping[str, Any]) -> _After:
+            key, source, doc, rows, counts = (body[f] for f in ("k", "src", "d", "n", "c"))
+            if not isinstance(key, float | int) or isinstance(key, bool):
+                raise ValueError("key")
+            if not isinstance(source, str) or not _is_int(doc) or not _is_int(rows):
+                raise ValueError("position")
+            if not isinstance(counts, list) or len(counts) != len(query.terms):
+                raise ValueError("statistics")
+            if not all(_is_int(c) and 0 < c <= rows for c in counts):
+                raise ValueError("statistics")
+            return _After(float(key), source, doc, _Stats(rows, tuple(counts)))
+
+        return decode_cursor(self.tasks.cursors, "search", scope, query, cursor, position)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,98 @@
+"""Opening the derived SQLite indexes (the task listing, each memory store's index)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Iterator
+
+from app.storage.core.errors import LockTimeout
+from app.storage.core.files import FILE_MODE
+from app.storage.tree.fs.walk import remove_planted_link
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def create_file(path: str) -> None:
+    """Create a database file that does not exist yet with the service's file mode (SQLite
+    would create it 0644 less the umask, and gives its -wal and -shm files the database's
+    mode). Never through a link: a planted one is left for the open to refuse or fsck."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    # There already, or no directory: the open that follows answers as it would have.
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, flags, FILE_MODE))
+
+
+def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:
+    """Connect in WAL mode with ``synchronous=NORMAL`` and ``secure_delete``; a database kept
+    busy past ``timeout`` raises LockTimeout (HTTP 503), not a bare OperationalError (HTTP 500).
+
+    NORMAL: the WAL is fsynced at checkpoints, not at every commit. The indexes are derived:
+    a killed process loses nothing committed (the WAL is in the page cache), and what a power
+    loss takes back the start-up recovery rebuilds from the records.
+
+    Setting the journal mode can answer "database is locked" at once, without waiting on the
+    busy handler, while another process recovers the WAL of a worker that was killed (the
+    robustness soak found it as a 500): the mode is persistent, so it is only set when the
+    file is not in WAL mode yet, and a busy answer is retried until ``timeout``.
+    """
+    # SQLite opens a database's -wal and -shm by name and follows links there (the database
+    # file itself is refused by the walk before this). What a real WAL held is then gone:
+    # the indexes are derived, and fsck rebuilds them from the records.
+    path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
+    for suffix in ("-wal", "-shm"):
+        remove_planted_link(path + suffix, "SQLite")
+    conn = sqlite3.connect(target, uri=uri, timeout=timeout, isolation_level=None)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                # Deleted rows and freed pages are overwritten with zeros: text removed from
+                # an index must not stay readable in its file (app/storage/tree/sqlite/fts.py).
+                conn.execute("PRAGMA secure_delete=ON")
+                return conn
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"index {target} is busy: {exc}") from None
+                time.sleep(0.005)
+    except BaseException:
+        conn.close()
+        raise
+
+
+@contextlib.contextmanager
+def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; a database still locked
+    after the busy timeout is LockTimeout (HTTP 503)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise LockTimeout(f"{what} is busy: {exc}") from None
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def read_txn(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One read transaction: every query inside sees the same snapshot."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")

@@ -1,0 +1,464 @@
+"""The per-project listing index: a derived SQLite file (WAL) beside the tasks.
+
+Listing must not scan directories (10,000 task directories cost ~240 ms to scan and parse;
+a keyed index answers a page in well under a millisecond), and a turn write must cost the
+same whatever the project size, which rules out rewriting a whole-project file per write.
+SQLite gives an ordered index, transactions across processes and a crash-safe journal from
+the standard library. It is derived: fsck rebuilds it from the records.
+
+The task lock serializes writers of one task; SQLite serializes the short transactions of
+writers of different tasks. Each write transaction bumps ``generation`` first: it is the
+write's sequence number, which stamps the project digest's sections (app/storage/tree/sqlite/digestdb.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from app.storage.core.digest import DigestRow, Section
+from app.storage.core.errors import LockTimeout
+from app.storage.core.models import TaskFilter
+from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
+from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
+from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
+from app.storage.tree.sqlite.listing_sql import (
+    DIGEST_ROWS,
+    PAGE_COLUMNS,
+    RECOMPUTE,
+    SCHEMA,
+    STALE,
+    TURN_VALUES,
+    TaskRow,
+    TurnRow,
+    filter_terms,
+    migrate,
+    set_task,
+)
+from app.storage.tree.sqlite.turn_search import TurnText
+
+# A prefix matching more tasks than this is walked in page order (tasks_recent) rather than
+# read as a key range and sorted: the range costs O(matches), the walk O(page * tasks /
+# matches) when the matches are spread through time; a page reads a few thousand rows.
+_DENSE_PREFIX = 2000
+
+
+class _Connections(threading.local):
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.by_path: dict[str, sqlite3.Connection] = {}
+
+
+_CACHE_LIMIT = 32
+
+
+class Listing:
+    """Open the listing index of one project; cheap to construct (connections are cached)."""
+
+    _local = _Connections()
+
+    def __init__(self, path: Path, *, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+
+    # -- connections -----------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        local = self._local
+        if local.pid != os.getpid():
+            # A connection must never cross a fork: the child starts with an empty cache.
+            local.pid = os.getpid()
+            local.by_path = {}
+        key = str(self.path)
+        conn = local.by_path.get(key)
+        if conn is None:
+            if len(local.by_path) >= _CACHE_LIMIT:
+                # Evict the oldest connection (dicts keep insertion order).
+                old = local.by_path.pop(next(iter(local.by_path)))
+                old.close()
+            create_file(key)
+            conn = open_wal(key, timeout=self.timeout)
+            try:
+                conn.executescript(SCHEMA)
+                migrate(conn)
+                turn_search.ensure_schema(conn)
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if is_busy(exc):
+                    raise LockTimeout(f"listing index is busy: {exc}") from None
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            local.by_path[key] = conn
+        return conn
+
+    @classmethod
+    def forget(cls, path: Path) -> None:
+        conn = cls._local.by_path.pop(str(path), None)
+        if conn is not None:
+            conn.close()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``generation`` inside it is this write's sequence number."""
+        with write_txn(self._conn(), "listing index") as conn:
+            conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
+            yield conn
+
+    def read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same snapshot."""
+        return read_txn(self._conn())
+
+    def connect(self) -> sqlite3.Connection:
+        """A connection of the caller's own (one snapshot held while the cached one writes)."""
+        return open_wal(str(self.path), timeout=self.timeout)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    # -- writes ----------------------------------------------------------------------------
+    def set_task(
+        self,
+        task_id: str,
+        turns: Iterable[TurnRow],
+        section: Section | None = None,
+        texts: Mapping[int, TurnText] | None = None,
+        usage: Iterable[TurnUsage] | None = None,
+    ) -> None:
+        """Make the rows of ``task_id`` exactly ``turns`` (none: remove the task), its digest
+        section ``section`` (None: it has no live turn), its search rows those of ``texts``
+        (None: keep those of the turns that remain), and its usage rows ``usage`` (None:
+        kept, unless no turn is left)."""
+        with self.write() as conn:
+            set_task(
+                conn, task_id, list(turns), section, texts, None if usage is None else list(usage)
+            )
+
+    def set_tasks(
+        self,
+        tasks: dict[str, tuple[list[TurnRow], Section | None]],
+        batch: int = 1000,
+        texts: Mapping[str, Mapping[int, TurnText]] | None = None,
+        usage: Mapping[str, list[TurnUsage]] | None = None,
+    ) -> None:
+        """:meth:`set_task` for many tasks, ``batch`` of them per transaction (an import)."""
+        items = list(tasks.items())
+        for start in range(0, len(items), batch):
+            with self.write() as conn:
+                for task_id, (rows, section) in items[start : start + batch]:
+                    set_task(
+                        conn,
+                        task_id,
+                        rows,
+                        section,
+                        (texts or {}).get(task_id),
+                        None if usage is None else usage[task_id],
+                    )
+
+    def put_turn(
+        self,
+        task_id: str,
+        row: TurnRow,
+        section: Section | None,
+        text: TurnText | None = None,
+        usage: TurnUsage | None = None,
+        release: str | None = None,
+    ) -> None:
+        """Record one written turn and the task's digest section (None: the task has no live
+        turn): O(log n) whatever the project size; ``text``: what search finds it by (None:
+        unchanged); ``usage``: what it stores, counted in the same transaction, which also
+        drops the write's reservation ``release`` (app/storage/core/usage.py)."""
+        with self.write() as conn:
+            if text is not None:
+                turn_search.put(conn, row.turn, text)
+            if usage is not None:
+                lu.put_turn(conn, task_id, usage)
+            lu.release(conn, release)
+            existed = conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
+            conn.execute(
+                f"INSERT INTO turns VALUES ({TURN_VALUES}) ON CONFLICT (task_id, turn) DO UPDATE"
+                " SET updated_us = excluded.updated_us, retain_until_us = excluded.retain_until_us,"
+                " owner = excluded.owner, model = excluded.model, agent_id = excluded.agent_id,"
+                " exit_code = excluded.exit_code",
+                row.values(task_id),
+            )
+            conn.execute(
+                "INSERT INTO tasks (task_id, updated_us, retain_until_us) VALUES (?, ?, ?)"
+                " ON CONFLICT (task_id) DO UPDATE SET"
+                " updated_us = max(updated_us, excluded.updated_us),"
+                " retain_until_us = max(retain_until_us, excluded.retain_until_us)",
+                (task_id, row.updated_us, row.retain_until_us),
+            )
+            conn.execute(f"{RECOMPUTE} WHERE task_id = ?", (task_id,))
+            if not existed:
+                conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
+            digestdb.put_section(conn, task_id, section)
+
+    # -- usage (app/storage/tree/sqlite/listing_usage.py) ----------------------------------------------
+    def usage(self, now_us: int) -> tuple[Usage, Reserved]:
+        """What the project stores and what its writes in flight have reserved, one snapshot."""
+        with self.read() as conn:
+            return lu.usage(conn), lu.reserved(conn, now_us)
+
+    def reserve(
+        self,
+        ident: str,
+        nbytes: int,
+        tasks: int,
+        *,
+        owner: str,
+        now_us: int,
+        expires_us: int,
+        check: Callable[[Usage, Reserved], None],
+    ) -> None:
+        """Add to reservation ``ident`` if ``check(usage, reserved)`` (of this same write
+        transaction: no other writer of the project can reserve in between) does not raise."""
+        with self.maintain() as conn:
+            check(lu.usage(conn), lu.reserved(conn, now_us, drop_dead=True))
+            lu.reserve(conn, ident, nbytes, tasks, owner, expires_us)
+
+    def renew_reservation(self, ident: str, expires_us: int) -> None:
+        with self.maintain() as conn:
+            lu.renew(conn, ident, expires_us)
+
+    def release_reservation(self, ident: str) -> None:
+        with self.maintain() as conn:
+            lu.release(conn, ident)
+
+    def set_store_usage(
+        self, store_id: str, usage: StoreUsage | None, release: str | None = None
+    ) -> None:
+        """Record what a store holds (None: it is gone), dropping the reservation ``release``
+        of the write that changed it in the same transaction."""
+        with self.maintain() as conn:
+            lu.set_store(conn, store_id, usage)
+            lu.release(conn, release)
+
+    def usage_turn_rows(self) -> Iterator[tuple[str, list[TurnUsage]]]:
+        """Each task's turn usage rows, in task id order (streamed: fsck)."""
+        rows = self.stream(
+            "SELECT task_id, turn, artifacts, artifact_bytes, turn_bytes FROM usage_turns"
+            " ORDER BY task_id, turn"
+        )
+        for task_id, group in itertools.groupby(rows, key=lambda r: r[0]):
+            yield str(task_id), [lu.turn_usage_of(r[1:]) for r in group]
+
+    def usage_of_task(self, task_id: str) -> list[TurnUsage]:
+        """One task's turn usage rows, in turn order."""
+        with self.read() as conn:
+            return lu.task_rows(conn, task_id)
+
+    def usage_store_rows(self) -> dict[str, StoreUsage]:
+        """Every store's usage row (a project holds few stores)."""
+        with self.read() as conn:
+            return lu.store_rows(conn)
+
+    def usage_counter_sums(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The project's usage counters, and the sums of its rows."""
+        with self.read() as conn:
+            return lu.counter_sums(conn)
+
+    def recount_usage(self) -> None:
+        """Set the usage counters to the sums of the usage rows (fsck repair)."""
+        with self.maintain() as conn:
+            lu.recount(conn)
+
+    def usage_needs_backfill(self) -> bool:
+        return lu.needs_backfill(self._conn())
+
+    def usage_backfilled(self) -> None:
+        with self.maintain() as conn:
+            lu.backfilled(conn)
+
+    # -- search (app/storage/tree/sqlite/turn_search.py) ----------------------------------------------------
+    def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A read transaction for turn_search's queries."""
+        return self.read()
+
+    def maintain(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction that changes no task (no new sequence number): search and
+        digest upkeep."""
+        return write_txn(self._conn(), "listing index")
+
+    def search_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A write transaction for search maintenance."""
+        return self.maintain()
+
+    def purge_search(self, *, only_pending: bool = False) -> bool:
+        """Make removed search text leave the file and its WAL (fts.purge)."""
+        return fts.purge(self._conn(), "listing index", only_pending=only_pending)
+
+    def search_task_ids(self) -> Iterator[str]:
+        """Every task id with search rows, in id order (streamed)."""
+        for (task_id,) in self.stream(f"SELECT DISTINCT task_id FROM {fts.DOCS} ORDER BY 1"):
+            yield str(task_id)
+
+    def search_needs_backfill(self) -> bool:
+        return bool(fts.state(self._conn(), "backfill"))
+
+    def search_backfilled(self) -> None:
+        with self.search_write() as conn:
+            fts.set_state(conn, "backfill", 0)
+
+    # -- reads -----------------------------------------------------------------------------
+    def page(
+        self,
+        *,
+        now_us: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        only: TaskFilter | None = None,
+    ) -> tuple[list[TaskRow], int]:
+        """Return up to ``limit`` live tasks after ``after`` (most recent first) and the total
+        number of live tasks in the project (filtered or not: counting the matches of a
+        filter would cost a walk over all of them)."""
+        params: dict[str, object] = {"now": now_us, "limit": limit}
+        where = "t.retain_until_us > :now"
+        if after is not None:
+            where += " AND (t.updated_us < :u OR (t.updated_us = :u AND t.task_id < :id))"
+            params["u"], params["id"] = after
+        source = PAGE_COLUMNS
+        if only is not None:
+            where += filter_terms(only, params)
+        with self.read() as conn:
+            if (
+                only is not None
+                and only.prefix
+                and not (only.model or only.agent_id or only.failed)
+            ):
+                (matches,) = conn.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM tasks WHERE task_id >= :lo"
+                    " AND task_id < :hi LIMIT :dense)",
+                    {**params, "dense": _DENSE_PREFIX},
+                ).fetchone()
+                if matches >= _DENSE_PREFIX:
+                    source += " INDEXED BY tasks_recent"
+            rows = conn.execute(
+                f"{source} WHERE {where} ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                params,
+            ).fetchall()
+            (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+            # Rows past their retention but not yet swept are few: count those, not the live ones.
+            (expired,) = conn.execute(
+                "SELECT count(*) FROM tasks WHERE retain_until_us <= ?", (now_us,)
+            ).fetchone()
+        return [TaskRow(*r) for r in rows], count - expired
+
+    def needs_backfill(self) -> bool:
+        """Whether rows written by an older version still lack what this one keeps."""
+        row = self._conn().execute("SELECT value FROM counters WHERE name = 'backfill'").fetchone()
+        return bool(row and row[0])
+
+    def backfilled(self) -> None:
+        with self.write() as conn:
+            conn.execute("DELETE FROM counters WHERE name = 'backfill'")
+
+    def generation(self) -> int:
+        (value,) = (
+            self._conn().execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()
+        )
+        return int(value)
+
+    def digest_rows(self, now_us: int) -> list[DigestRow]:
+        """Every live task with its highest live turn, in digest order (the reference render's
+        input, app/storage/core/digest.py)."""
+        return list(self.digest_stream(now_us))
+
+    def all_tasks(self) -> tuple[dict[str, list[TurnRow]], int]:
+        """Every row and the task counter (tests and small tools; fsck goes task by task)."""
+        with self.read() as conn:
+            tasks: dict[str, list[TurnRow]] = {
+                r[0]: [] for r in conn.execute("SELECT task_id FROM tasks")
+            }
+            for task_id, *row in conn.execute(
+                "SELECT task_id, turn, updated_us, retain_until_us, owner, model, agent_id,"
+                " exit_code FROM turns ORDER BY task_id, turn"
+            ):
+                tasks.setdefault(task_id, []).append(TurnRow(*row))
+            (count,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+        return tasks, int(count)
+
+    def task_rows(self, task_id: str) -> list[TurnRow] | None:
+        """The turn rows of one task, by turn; None when it has no tasks row."""
+        with self.read() as conn:
+            if not conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone():
+                return None
+            return [
+                TurnRow(*row)
+                for row in conn.execute(
+                    "SELECT turn, updated_us, retain_until_us, owner, model, agent_id,"
+                    " exit_code FROM turns WHERE task_id = ? ORDER BY turn",
+                    (task_id,),
+                )
+            ]
+
+    def counts(self) -> tuple[int, int]:
+        """The task counter and the number of task rows."""
+        with self.read() as conn:
+            (counter,) = conn.execute("SELECT value FROM counters WHERE name = 'tasks'").fetchone()
+            (rows,) = conn.execute("SELECT count(*) FROM tasks").fetchone()
+        return int(counter), int(rows)
+
+    def stream(self, sql: str, params: Any = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of one query, from one snapshot on a connection of its own, one at a time:
+        a walk over the whole project in O(1) memory (fsck)."""
+        conn = self.connect()
+        try:
+            conn.execute("PRAGMA cache_size = -256")  # KiB: a walk reads each page once
+            with read_txn(conn):
+                yield from conn.execute(sql, params)
+        finally:
+            conn.close()
+
+    def task_ids(self) -> Iterator[str]:
+        """Every task id with rows, in id order (streamed)."""
+        for (task_id,) in self.stream(
+            "SELECT task_id FROM tasks UNION SELECT task_id FROM turns ORDER BY 1"
+        ):
+            yield str(task_id)
+
+    def digest_stream(self, now_us: int) -> Iterator[DigestRow]:
+        """:meth:`digest_rows`, streamed."""
+        for row in self.stream(DIGEST_ROWS, {"now": now_us}):
+            if row[2] is not None:
+                yield DigestRow(*row)
+
+    def stale_aggregates(self) -> list[str]:
+        """Tasks whose turn count, latest turn or earliest expiry differ from their turn rows
+        (fsck; ``set_task`` recomputes them)."""
+        return [r[0] for r in self._conn().execute(f"{STALE} ORDER BY task_id")]
+
+    def task_updated_us(self, task_id: str) -> int | None:
+        row = (
+            self._conn()
+            .execute("SELECT updated_us FROM tasks WHERE task_id = ?", (task_id,))
+            .fetchone()
+        )
+        return None if row is None else int(row[0])
+
+    # -- maintenance (fsck, retention sweeper) ----------------------------------------------
+    def expired_task_ids(self, *, now_us: int, limit: int, after: str = "") -> list[str]:
+        """Tasks with at least one turn past ``retain_until`` (keyset-paged by task id)."""
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT DISTINCT task_id FROM turns WHERE retain_until_us <= ? AND task_id > ?"
+                " ORDER BY task_id LIMIT ?",
+                (now_us, after, limit),
+            )
+            .fetchall()
+        )
+        return [r[0] for r in rows]
+
+    def recount_tasks(self) -> None:
+        """Reset the task counter to the number of task rows (fsck repair)."""
+        with self.write() as conn:
+            conn.execute(
+                "UPDATE counters SET value = (SELECT count(*) FROM tasks) WHERE name = 'tasks'"
+            )

@@ -1,0 +1,543 @@
+"""The project-memory engine: turns, artifacts, task indexes, listing and digest.
+
+Every task mutation is a transaction on the task (app/storage/tree/fs/txn.py):
+
+1. take the task's lock and record the write as in flight;
+2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
+3. write the derived files (``summary.md``, ``index.json``, the listing row);
+4. clear the in-flight record and release the lock.
+
+A writer killed between 1 and 4 leaves its write in flight; the next holder of the lock sees
+it and rebuilds the task's derived files from the records before doing anything else, so a
+crash never leaves a stale index behind for long. Readers take no lock: every file they read
+was published by an atomic rename, so it is the old version or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from ulid import ULID
+
+from app.storage.core import digest as digest_mod, task_rules
+from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
+from app.storage.core.cursor import CursorCodec
+from app.storage.core.digest import Section
+from app.storage.core.errors import Corrupt, NotFound, NotOwner
+from app.storage.core.files import os_errors
+from app.storage.core.models import (
+    ArtifactInfo,
+    ArtifactStream,
+    TaskFilter,
+    TaskIndex,
+    TaskPage,
+    TaskSummary,
+    TurnRecord,
+)
+from app.storage.core.names import (
+    ARTIFACTS_DIR,
+    TASK_INDEX,
+    TASK_LOCKS,
+    TASK_RECORD,
+    TMP_PREFIX,
+    TURN_META,
+    TURN_SUMMARY,
+    Scope,
+    turn_dirname,
+    validate_id,
+    validate_turn,
+)
+from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
+from app.storage.core.task_rules import (
+    DEFAULT_MAX_ARTIFACT_BYTES,
+    check_preconditions,
+    decode_task_cursor,
+    encode_task_cursor,
+)
+from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
+from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
+from app.storage.tree.background import Later
+from app.storage.tree.control import load_key
+from app.storage.tree.digest import Digests
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
+from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.sync import (
+    batched_dir_syncs,
+    commit_point,
+    fsync_dir,
+)
+from app.storage.tree.fs.txn import Key, Transactions, Txn
+from app.storage.tree.fs.walk import Tree
+from app.storage.tree.records import (
+    index_from_json,
+    index_rows,
+    index_with_turn,
+    load_index,
+    parse_json_fd,
+    read_json,
+    read_task_record,
+    read_turn,
+    rebuild_index,
+    turn_dirs,
+    turn_row,
+    write_json,
+)
+from app.storage.tree.sqlite.listing import Listing
+from app.storage.tree.sqlite.turn_search import TurnText, turn_text
+from app.storage.tree.usage import TreeUsage, settling
+
+# A kept previous copy of an artifact while its replacement is being committed; a temp-file
+# name, so readers and listings skip it and the sweeper collects a stale one.
+
+
+class TaskStore:
+    """Durable per-task turn history of every tenant/project under one storage root."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        retention: timedelta = timedelta(days=30),
+        lock_timeout: float = 10.0,
+        clock: Clock = system_clock,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        group_commit: bool = True,
+        usage: TreeUsage | None = None,
+    ) -> None:
+        self.layout = Layout(root)
+        # Counters, quotas and the free-space floor (app/storage/tree/usage.py).
+        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
+        self.retention = retention
+        self.lock_timeout = lock_timeout
+        self.clock = clock
+        self.max_artifact_bytes = max_artifact_bytes
+        self.retention_us = retention // timedelta(microseconds=1)
+        self.cursors = CursorCodec(load_key(self.layout))
+        self.txns = Transactions(
+            self.layout,
+            TASK_LOCKS,
+            timeout=lock_timeout,
+            repair=self._repair_key,
+            group_commit=group_commit,
+        )
+        self.later = Later()
+        self.artifacts = TaskArtifacts(self)
+        self.digests = Digests(self)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def now_us(self) -> int:
+        return to_us(self.clock())
+
+    def listing(self, scope: Scope, *, below: Path | None = None) -> Listing:
+        """The project's listing; ``below``: the project dir, when the caller just checked it."""
+        # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
+        path = self.layout.check_inside(self.layout.listing(scope), below=below)
+        return Listing(path, timeout=self.lock_timeout)
+
+    @contextlib.contextmanager
+    def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
+        """Hold the task's lock for one mutation (app/storage/tree/fs/txn.py)."""
+        # Directory fsyncs once per directory at the end, still before the lock is released.
+        with self.txns(Key(scope, validate_id("task_id", task_id))) as txn, batched_dir_syncs():
+            yield txn
+
+    def _repair_key(self, key: Key) -> None:
+        self.repair_task(key.scope, key.id)
+
+    def alive(self, record: TurnRecord | None, now_us: int) -> TurnRecord | None:
+        if record is None or parse_iso_us(record.retain_until) <= now_us:
+            return None
+        return record
+
+    def _task_dir_checked(self, scope: Scope, task_id: str) -> Path:
+        return self.layout.check_inside(self.layout.task_dir(scope, task_id))
+
+    def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
+        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
+        # on it even when the clock stalls or steps back.
+        last = index["updated_us"] if index else 0
+        return max(now_us, last + 1)
+
+    def write_derived(
+        self,
+        scope: Scope,
+        task_id: str,
+        task_dir: Path,
+        record: TurnRecord,
+        index: dict[str, Any] | None,
+        *,
+        summary: bool,
+        ticket: Ticket = NO_TICKET,
+        usage: TurnUsage | None = None,
+    ) -> None:
+        """Write the derived files after ``record`` committed; ``index`` is the task's index.json
+        as read earlier under the same lock (the record write does not change it). The listing
+        row counts what the turn stores (``usage``, when the caller has it already) and drops
+        ``ticket``'s reservation, in one transaction."""
+        turn_dir = task_dir / turn_dirname(record.turn)
+        # Not fsynced (atomic_file's durable=False): the record they derive from already is.
+        if summary:
+            write_atomic(turn_dir / TURN_SUMMARY, record.summary_md.encode("utf-8"), durable=False)
+        index_path = task_dir / TASK_INDEX
+        task_record = read_task_record(task_dir) if index is None else None
+        index = index_with_turn(index, task_id, task_record, record)
+        write_json(index_path, index, durable=False)
+        row = turn_row(record, index.get("owner"))
+        # An artifact upload (summary=False) leaves meta and summary, the searched text, alone.
+        text = turn_text(record) if summary else None
+        # None: only a clock that jumped past the new turn's retention (it leaves the digest).
+        section = self.section(scope, task_id, index, self.now_us(), (record,))
+        listing = self.listing(scope, below=task_dir.parent)
+        if usage is None:
+            usage = turn_usage(record)
+        listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
+        ticket.settled()
+
+    def section(
+        self,
+        scope: Scope,
+        task_id: str,
+        index: dict[str, Any],
+        now_us: int,
+        known: tuple[TurnRecord, ...] = (),
+    ) -> Section | None:
+        """The task's digest section: its highest live turn per ``index`` (index.json), read
+        from the records unless it is one of ``known``."""
+        live = [t["turn"] for t in index["turns"] if parse_iso_us(t["retain_until"]) > now_us]
+        if not live:
+            return None
+        top = max(live)
+        record = next((r for r in known if r.turn == top), None)
+        if record is None:
+            record = self.digests.record(scope, task_id, top, now_us)
+            if record is None:
+                return None
+        return digest_mod.section_of(task_id, record, parse_iso_us(record.retain_until))
+
+    # -- turns -------------------------------------------------------------------------------
+    def put_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        meta: dict[str, Any],
+        summary_md: str,
+        actor: str | None = None,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+    ) -> TurnRecord:
+        """Create or replace one turn's meta and summary; keep created_at and artifacts."""
+        validate_id("task_id", task_id)
+        validate_turn(turn)
+        task_rules.check_turn(meta, summary_md)
+        task_dir = self._task_dir_checked(scope, task_id)
+        turn_dir = task_dir / turn_dirname(turn)
+        expired_dir: Path | None = None
+        with (
+            self.transaction(scope, task_id) as txn,
+            os_errors(),
+            contextlib.ExitStack() as stack,
+        ):
+            now_us = self.now_us()
+            self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
+            previous = read_turn(turn_dir) if turn_dir.exists() else None
+            alive = self.alive(previous, now_us)
+            check_preconditions(alive.etag if alive else None, if_match, if_none_match)
+            index = load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
+            updated_us = self.next_updated_us(index, now_us)
+            kept = alive.artifacts if alive else ()
+            stored = usage_of_turn(turn, meta, summary_md, kept)
+            was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
+            ticket = self.usage.admit(
+                scope,
+                # meta.json holds the summary and meta, summary.md the summary again, and
+                # index.json the meta of every turn: about three times the turn's bytes.
+                gross=3 * stored.turn_bytes + 8192,
+                add_bytes=stored.artifact_bytes
+                + stored.turn_bytes
+                - was.artifact_bytes
+                - was.turn_bytes,
+                add_tasks=int(index is None),
+            )
+            stack.enter_context(settling(ticket))
+            txn.begin()
+            if not task_dir.exists() or read_task_record(task_dir) is None:
+                make_dirs(task_dir, self.layout.root)
+                write_json(
+                    task_dir / TASK_RECORD,
+                    {
+                        "version": 1,
+                        "task_id": task_id,
+                        "owner": actor,
+                        "created_at": iso_us(now_us),
+                    },
+                )
+            if previous is not None and alive is None:
+                # The old turn expired: it is gone for every reader, so its artifacts must
+                # not come back with the new write.
+                expired_dir = self.trash(turn_dir)
+            # artifacts/ comes with the first artifact: a turn without one costs no inode for it.
+            make_dirs(turn_dir, self.layout.root)
+            record = TurnRecord(
+                task_id=task_id,
+                turn=turn,
+                meta=meta,
+                summary_md=summary_md,
+                artifacts=alive.artifacts if alive else (),
+                created_at=alive.created_at if alive else iso_us(updated_us),
+                updated_at=iso_us(updated_us),
+                retain_until=iso_us(updated_us + self.retention_us),
+                updated_us=updated_us,
+            )
+            write_json(turn_dir / TURN_META, turn_to_json(record))
+            commit_point()
+            self.write_derived(
+                scope, task_id, task_dir, record, index, summary=True, ticket=ticket, usage=stored
+            )
+        if expired_dir is not None:
+            self.layout.tree.remove(expired_dir)
+        return record
+
+    def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
+        """Read one live turn."""
+        # One open that refuses a symlink anywhere on the way (Layout.open_read).
+        meta = self.layout.turn_meta_text(scope, task_id, turn)
+        fd = self.layout.open_read(meta)
+        obj = None if fd is None else parse_json_fd(fd, meta)
+        record = self.alive(None if obj is None else turn_from_json(obj, meta), self.now_us())
+        if record is None:
+            raise NotFound(f"turn {turn} of task {task_id} not found")
+        return record
+
+    # -- tasks -------------------------------------------------------------------------------
+    def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
+        """Read a task's index with only its live turns."""
+        index = self._live_index(self._task_dir_checked(scope, task_id), task_id)
+        if index is None:
+            raise NotFound(f"task {task_id} not found")
+        return index
+
+    def _live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None:
+        """The task's index with its live turns (None: none). An index.json removed, torn
+        or edited out of shape is derived, so it is answered from the records; a write or
+        fsck --repair writes it back."""
+        path = self.layout.check_inside(task_dir / TASK_INDEX)
+        try:
+            obj = read_json(path)
+            if obj is not None:
+                return index_from_json(obj, path, self.now_us())
+        except Corrupt:
+            pass
+        obj = rebuild_index(self.layout.tree, task_dir, task_id)
+        return None if obj is None else index_from_json(obj, path, self.now_us())
+
+    def list_tasks(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        prefix: str | None = None,
+        model: str | None = None,
+        agent_id: str | None = None,
+        failed: bool = False,
+    ) -> TaskPage:
+        """List live tasks, most recently updated first, with a signed keyset cursor.
+
+        Optional filters, each an index lookup: task ids starting with ``prefix``, and the
+        ``model`` / ``agent_id`` / non-zero exit code (``failed``) of the latest turn's meta.
+        ``total`` counts every live task of the project, filtered or not.
+        """
+        task_rules.check_list(limit, prefix)
+        after = decode_task_cursor(self.cursors, scope, cursor) if cursor else None
+        listing = self.listing(scope)
+        if not listing.exists():
+            return TaskPage((), 0, None)
+        only = TaskFilter(prefix, model, agent_id, failed)
+        rows, total = listing.page(
+            now_us=self.now_us(),
+            limit=limit + 1,
+            after=after,
+            only=only if only != TaskFilter() else None,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        tasks = tuple(
+            TaskSummary(
+                task_id=r.task_id,
+                latest_turn=r.latest_turn,
+                turn_count=r.turn_count,
+                updated_at=iso_us(r.updated_us),
+                retain_until=iso_us(r.retain_until_us),
+                owner=r.owner,
+                model=r.model,
+                agent_id=r.agent_id,
+                exit_code=r.exit_code,
+            )
+            for r in rows
+        )
+        next_cursor = (
+            encode_task_cursor(self.cursors, scope, rows[-1].updated_us, rows[-1].task_id)
+            if more
+            else None
+        )
+        return TaskPage(tasks, total, next_cursor)
+
+    def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
+        """Delete a task: move it to the trash in one rename, then drop it from the listing."""
+        task_dir = self._task_dir_checked(scope, task_id)
+        with self.transaction(scope, task_id) as txn, os_errors():
+            index = self._live_index(task_dir, task_id)
+            if index is None:
+                raise NotFound(f"task {task_id} not found")
+            if only_owner is not None and index.owner != only_owner:
+                raise NotOwner("only the task's owner or a project_admin may delete it")
+            txn.begin()
+            trashed = self.trash(task_dir)
+            self.listing(scope).set_task(task_id, [])
+        self.layout.tree.remove(trashed)
+        self.usage.freed()
+        # Its text leaves the search index's file too, not only its answers (fts.py), right
+        # after the answer: the purge rewrites the project's whole index. A purge that
+        # cannot finish (an index kept busy) stays pending for the next sweep.
+        self.later.run(
+            ("purge", scope),
+            lambda: self.listing(scope).purge_search(),
+            f"purging deleted text from the search index of {scope.tenant}/{scope.project}",
+        )
+
+    def trash(self, directory: Path) -> Path:
+        """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
+        trash = self.layout.check_inside(self.layout.trash_dir())
+        make_dirs(trash, self.layout.root)
+        target = trash / f"{ULID()}-{directory.name}"
+        self.layout.tree.rename(directory, target)
+        fsync_dir(directory.parent)
+        fsync_dir(trash)
+        return target
+
+    def owner_of(self, scope: Scope, task_id: str) -> str | None:
+        """The token id that created the task (None when unknown or absent)."""
+        record = read_task_record(self._task_dir_checked(scope, task_id))
+        return None if record is None else record.get("owner")
+
+    # -- artifacts (app/storage/tree/artifacts.py) ------------------------------------------
+    def put_artifact(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        name: str,
+        stream: IO[bytes],
+        *,
+        content_type: str,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        size: int | None = None,
+    ) -> ArtifactInfo:
+        """Stream an artifact to disk (fsynced before any lock), then publish it under the lock."""
+        return self.artifacts.put_artifact(
+            scope,
+            task_id,
+            turn,
+            name,
+            stream,
+            content_type=content_type,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            size=size,
+        )
+
+    def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:
+        """Open a live artifact for streaming; the caller closes ``file``."""
+        return self.artifacts.open_artifact(scope, task_id, turn, name)
+
+    # -- project digest (app/storage/tree/sqlite/digestdb.py) ----------------------------------------------
+    def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
+        """Open ``project.md``: the base file with what changed since spliced in."""
+        return self.digests.open(scope)
+
+    def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool:
+        """Bring ``_project.md`` up to date if anything changed; return whether it ran."""
+        return self.digests.compact(scope, wait=wait)
+
+    def rebuild_digest(self, scope: Scope) -> None:
+        """Write ``_project.md`` again from the listing and the records."""
+        self.digests.rebuild(scope)
+
+    def backfill_listing(self, scope: Scope) -> int:
+        """Rebuild the listing rows of every task of a project written by an older version
+        (one task lock at a time); return how many tasks were rebuilt."""
+        listing = self.listing(scope)
+        if not listing.exists() or not (
+            listing.needs_backfill()
+            or listing.search_needs_backfill()
+            or listing.usage_needs_backfill()
+        ):
+            return 0
+        task_ids = sorted(listing.all_tasks()[0])
+        for task_id in task_ids:
+            with self.txns.locked(Key(scope, task_id)):
+                self.repair_task(scope, task_id)
+        listing.backfilled()
+        listing.search_backfilled()
+        listing.usage_backfilled()
+        return len(task_ids)
+
+    # -- repair ------------------------------------------------------------------------------
+    def repair_task(self, scope: Scope, task_id: str) -> None:
+        """Rebuild a task's derived files (summaries, index.json, listing and search rows) from its
+        records.
+
+        The caller holds the task lock.
+        """
+        task_dir = self._task_dir_checked(scope, task_id)
+        tree = self.layout.tree
+        exists = tree.is_dir(task_dir)
+        if exists:
+            _remove_unfinished_turns(tree, task_dir)
+        index = rebuild_index(tree, task_dir, task_id) if exists else None
+        if index is None:
+            if exists:
+                tree.unlink(task_dir / TASK_INDEX)
+            if tree.lstat(self.layout.listing(scope)) is not None:
+                self.listing(scope).set_task(task_id, [])
+            return
+        texts: dict[int, TurnText] = {}
+        records: list[TurnRecord] = []
+        usage: list[TurnUsage] = []
+        for entry in index["turns"]:
+            turn_dir = task_dir / turn_dirname(entry["turn"])
+            record = read_turn(turn_dir)
+            if record is None:
+                continue
+            records.append(record)
+            texts[record.turn] = turn_text(record)
+            usage.append(turn_usage(record))
+            reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
+            summary = record.summary_md.encode("utf-8")
+            if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
+                write_atomic(turn_dir / TURN_SUMMARY, summary, durable=False)
+        try:
+            current_index = read_json(task_dir / TASK_INDEX)
+        except Corrupt:
+            current_index = None
+        if current_index != index:
+            write_json(task_dir / TASK_INDEX, index, durable=False)
+        section = self.section(scope, task_id, index, self.now_us(), tuple(records))
+        self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
+
+
+def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
+    """Remove the turn directories a put_turn made and died (or failed) in before its commit:
+    no meta.json, nothing but its temp files. Nothing in them was acknowledged, and the
+    caller holds the task lock, so no writer is still filling one."""
+    for _, turn_dir in turn_dirs(tree, task_dir):
+        entries = tree.entries(turn_dir)
+        if all(not e.is_dir and not e.is_link and e.name.startswith(TMP_PREFIX) for e in entries):
+            tree.remove(turn_dir)

@@ -1,0 +1,126 @@
+"""Credentials: bearer / x-api-key parsing, roles and tenant/project scope resolution.
+
+The tenant comes from the token, never from a header alone: ``X-Sandbox-Tenant-Id`` must
+equal the token's tenant, and ``X-Sandbox-Project-Id`` may only name a project the token
+covers. Only ``admin`` tokens may name any tenant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import current_app, g, request
+
+from app.storage import InvalidName, Scope
+from app.storage.core.names import validate_id
+from app.storage.core.tokens import Token, role_rank
+from app.storage.interface import TokenStore
+from app.web.errors import ApiError, validation_error
+
+TENANT_HEADER = "X-Sandbox-Tenant-Id"
+PROJECT_HEADER = "X-Sandbox-Project-Id"
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    token: Token
+    scope: Scope
+
+    def at_least(self, role: str) -> bool:
+        return role_rank(self.token.role) >= role_rank(role)
+
+
+def registry() -> TokenStore:
+    reg: TokenStore = current_app.extensions["token_registry"]
+    return reg
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, headers={"WWW-Authenticate": 'Bearer realm="project-memory"'})
+
+
+def presented_secret() -> str | None:
+    """The secret from ``Authorization: Bearer`` or ``x-api-key``; None when neither is sent."""
+    header = request.headers.get("Authorization")
+    if header is not None:
+        scheme, _, value = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise _unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+        return value.strip()
+    key = request.headers.get("x-api-key")
+    if key is not None:
+        return key.strip()
+    return None
+
+
+def authenticate() -> Token:
+    secret = presented_secret()
+    if secret is None:
+        raise _unauthorized("missing credential: send 'Authorization: Bearer <token>'")
+    token = registry().authenticate(secret)
+    if token is None:
+        raise _unauthorized("invalid, expired or revoked token")
+    # The request log names who asked, also when the scope is then refused.
+    g.token_id, g.tenant = token.id, token.tenant
+    return token
+
+
+def _header_id(name: str) -> str | None:
+    # Straight from the WSGI environ: request.headers.getlist walks every header. A WSGI
+    # server joins duplicate headers with a comma, which the id rule refuses as well.
+    value: str | None = request.environ.get("HTTP_" + name.upper().replace("-", "_"))
+    if value is None:
+        return None
+    try:
+        return validate_id(name, value)
+    except InvalidName as exc:
+        raise validation_error(["header", name], exc.message, "value_error", value[:200]) from None
+
+
+def resolve_scope(token: Token) -> Scope:
+    """The tenant/project this request acts in, or 403/422 when the token cannot name it."""
+    tenant_header = _header_id(TENANT_HEADER)
+    project_header = _header_id(PROJECT_HEADER)
+    # For the request log: the project asked for (a checked id), whether or not it is granted.
+    g.project = project_header or token.project
+    tenant: str | None
+    project: str | None
+    if token.role == "admin":
+        tenant = tenant_header or token.tenant
+    else:
+        if tenant_header is not None and tenant_header != token.tenant:
+            raise ApiError(403, f"this token may not act in tenant {tenant_header}")
+        tenant = token.tenant
+    if tenant is None:
+        raise validation_error(["header", TENANT_HEADER], "required for this token", "missing")
+    if token.project is not None and token.role != "admin":
+        if project_header is not None and project_header != token.project:
+            raise ApiError(403, f"this token may not act in project {project_header}")
+        project = token.project
+    elif token.role == "admin" and tenant_header is not None and tenant_header != token.tenant:
+        # An admin naming another tenant must name the project too: its default project
+        # belongs to its own tenant.
+        project = project_header
+    else:
+        project = project_header or token.project
+    if project is None:
+        raise validation_error(["header", PROJECT_HEADER], "required for this token", "missing")
+    return Scope(tenant, project)
+
+
+def require_principal() -> Principal:
+    """Authenticate, resolve the scope and check the method against the role; store on g."""
+    token = authenticate()
+    scope = resolve_scope(token)
+    g.tenant, g.project = scope.tenant, scope.project
+    principal = Principal(token, scope)
+    if request.method not in READ_METHODS and not principal.at_least("writer"):
+        raise ApiError(403, f"role {token.role} may only read")
+    g.principal = principal
+    return principal
+
+
+def current_principal() -> Principal:
+    principal: Principal = g.principal
+    return principal

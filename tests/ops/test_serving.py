@@ -1,0 +1,135 @@
+"""The pieces of the gunicorn worker that need no server: the body floor and the error answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from app.ops.serving import error_response, target_path
+from app.web.body import BodyPace, ClientTooSlow, Limits
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    server, client = socket.socketpair()
+    with server, client:
+        yield server, client
+
+
+def drip(sock: socket.socket, every: float, count: int) -> threading.Thread:
+    def run() -> None:
+        for _ in range(count):
+            time.sleep(every)
+            try:
+                sock.sendall(b"x")
+            except OSError:  # the test is over and closed the pair
+                return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_gap_longer_than_the_body_timeout_is_cut_off(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    server, client = pair
+    pace = BodyPace(server, gap=0.3, min_rate=0)
+    client.sendall(b"ab")
+    assert pace.recv(10) == b"ab"
+    started = time.monotonic()
+    with pytest.raises(ClientTooSlow, match="no request body bytes for 0.3 s"):
+        pace.recv(10)
+    assert 0.25 < time.monotonic() - started < 1.0
+    assert pace.cut_off == "no request body bytes for 0.3 s"
+    assert server.gettimeout() is None  # writing the answer is not bounded by the floor
+
+
+def test_a_body_below_the_minimum_rate_is_cut_off_though_no_gap_is_too_long(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    server, client = pair
+    # A byte every 0.2 s: no gap reaches 0.5 s, but 5 bytes/s is below 20 bytes/s, so after the
+    # 0.5 s of slack the floor (t - 0.5) * 20 overtakes the bytes received.
+    drip(client, 0.2, 20)
+    pace = BodyPace(server, gap=0.5, min_rate=20)
+    received = b""
+    started = time.monotonic()
+    with pytest.raises(ClientTooSlow, match="slower than 20 bytes/s"):
+        while True:
+            received += pace.recv(10)
+    assert 0.5 < time.monotonic() - started < 1.5 and received
+
+
+def test_a_body_at_the_rate_is_not_cut_off(pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = pair
+    drip(client, 0.02, 50)  # 50 bytes/s for a second
+    pace = BodyPace(server, gap=0.3, min_rate=20)
+    received = b""
+    while len(received) < 50:
+        received += pace.recv(10)
+    assert pace.cut_off is None
+
+
+def test_the_callers_own_deadline_is_no_verdict_on_the_client(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    server, _ = pair
+    pace = BodyPace(server, gap=5, min_rate=0)
+    pace.settimeout(0.1)  # how gunicorn bounds its drain of an unread body
+    with pytest.raises(TimeoutError) as caught:
+        pace.recv(10)
+    assert not isinstance(caught.value, ClientTooSlow) and pace.cut_off is None
+    pace.settimeout(None)
+    assert pace.gettimeout() is None
+
+
+def test_each_request_starts_its_own_clock(pair: tuple[socket.socket, socket.socket]) -> None:
+    server, client = pair
+    pace = BodyPace(server, gap=0.2, min_rate=1000)
+    time.sleep(0.3)  # the connection sat in keep-alive: no body was owed meanwhile
+    pace.start()
+    client.sendall(b"y")
+    assert pace.recv(1) == b"y"
+
+
+def test_limits_default_to_the_settings_table() -> None:
+    assert Limits.from_config(None) == Limits(10.0, 30.0, 1024)
+    assert Limits.from_config({"HEADER_TIMEOUT": 2.5}).header_timeout == 2.5
+
+
+@pytest.mark.parametrize(
+    ("head", "path"),
+    [
+        (b"GET /v1/memory_stores?limit=5 HTTP/1.1\r\nHost: x\r\n", "/v1/memory_stores"),
+        (b"\r\nPUT /sandbox/memory/v1/tasks/t HTTP/1.1\r\n", "/sandbox/memory/v1/tasks/t"),
+        (b"GET /v1/mem", "/v1/mem"),
+        (b"GET", None),
+        (b"", None),
+    ],
+)
+def test_target_path_reads_the_request_line(head: bytes, path: str | None) -> None:
+    assert target_path(head) == path
+
+
+def test_error_answers_are_json_in_each_apis_shape() -> None:
+    raw = error_response(408, "Request Timeout", "too slow", "/v1/memory_stores/memstore_x")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert lines[0] == "HTTP/1.1 408 Request Timeout" and headers["Connection"] == "close"
+    assert headers["Content-Type"] == "application/json"
+    assert int(headers["Content-Length"]) == len(body)
+    assert json.loads(body) == {
+        "type": "error",
+        "error": {"type": "timeout_error", "message": "too slow"},
+        "request_id": f"req_{headers['x-correlation-id']}",
+    }
+    for path in ("/sandbox/memory/v1/tasks", None):
+        plain = error_response(431, "Request Header Fields Too Large", "big", path)
+        assert json.loads(plain.partition(b"\r\n\r\n")[2]) == {"detail": "big"}
