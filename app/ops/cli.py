@@ -155,14 +155,26 @@ def fsck_command(repair: bool, grace_minutes: float) -> None:
         # Trust, but verify: what repair left behind is what the next check finds.
         report = _fsck_all(False, grace)
     ok = report.clean and not broken
-    click.echo(
-        "fsck: clean"
-        if ok
-        else f"fsck: {len(report.problems)} problem(s)"
-        + (" remain after repair" if repair else "; run `flask --app wsgi fsck --repair`")
-    )
-    if not ok:
-        raise SystemExit(1)
+    if ok:
+        if repair:
+            # A full check the start-up recovery left pending (or failed) is done now.
+            _storage().recovery.recovered()
+        click.echo("fsck: clean")
+        return
+    summary = f"fsck: {len(report.problems)} problem(s)"
+    if report.unreadable:
+        # Never "clean" while a file could not be read, and never a reason to repair.
+        summary += (
+            f", {len(report.unreadable)} of them file(s) that cannot be read now (I/O or"
+            " permission errors, not damage; nothing that depends on them was changed):"
+            " fix the disk or the files' owner and mode, then run fsck again"
+        )
+    elif repair:
+        summary += " remain after repair"
+    else:
+        summary += "; run `flask --app wsgi fsck --repair`"
+    click.echo(summary)
+    raise SystemExit(1)
 
 
 def _counts(counts: dict[str, int]) -> str:

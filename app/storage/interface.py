@@ -307,6 +307,10 @@ class RecoveryState(Protocol):
         """Why a full check is pending; None when none is."""
         ...
 
+    def recovered(self) -> None:
+        """The full check is done: nothing is pending any more (a clean ``fsck --repair``)."""
+        ...
+
     def running(self) -> bool:
         """Whether this server is marked running (its canary is renewed while it is)."""
         ...

@@ -34,7 +34,7 @@ from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.fsck import fsck
 from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
-from app.storage.tree.recovery import Recovery
+from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
 from app.storage.tree.retention import sweep
 from app.storage.tree.search import TreeSearch
@@ -141,12 +141,29 @@ class TreeStorage:
         return report
 
     def full_check(self) -> FsckReport | None:
-        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
-        if self.recovery.recovering_reason() is None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending
+        (and did not fail already: a failed one waits for an operator's ``fsck --repair``).
+
+        The marker goes once it ran through; it stays, as failed and saying why, when it
+        could not read some file (an I/O or permission error: what depends on it was left as
+        it is, unchecked) or when an error stopped it. What it found and could not repair
+        (a planted link) is in its report and the log, as fsck's always is."""
+        reason = self.recovery.recovering_reason()
+        if reason is None or check_failed(reason) is not None:
             return None
-        report = self.fsck(repair=True)
-        flush_derived()
-        self.recovery.recovered()
+        try:
+            report = self.fsck(repair=True)
+            flush_derived()
+        except Exception as exc:
+            self.recovery.mark_failed(f"it stopped at an error ({type(exc).__name__}: {exc})")
+            raise
+        if report.unreadable:
+            self.recovery.mark_failed(
+                f"{len(report.unreadable)} file(s) could not be read (I/O or permission"
+                f" errors; left as they are), the first: {report.unreadable[0]}"
+            )
+        else:
+            self.recovery.recovered()
         return report
 
     def flush_derived(self) -> None:
@@ -155,6 +172,14 @@ class TreeStorage:
 
     def ready(self) -> tuple[bool, str]:
         pending = self.recovery.recovering_reason()
+        failed = check_failed(pending)
+        if failed is not None:
+            return False, (
+                f"the full check after an unclean stop failed: {failed}. Fix the cause"
+                " (the disk, or the files' owner and mode), then run `flask --app wsgi fsck"
+                " --repair`; this answers 200 once that ends clean. Reads and writes are served"
+                " meanwhile"
+            )
         if pending is not None:
             return False, f"recovering: a full check is running ({pending})"
         probe = self.layout.root / f"{TMP_PREFIX}ready-{secrets.token_hex(4)}"

@@ -47,6 +47,8 @@ from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import fsync_dir, sync_is_barrier
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# How the recovery marker starts once the full check ran and failed (not "running").
+FAILED = "failed: "
 
 
 def boot_id() -> str:
@@ -196,6 +198,11 @@ class Recovery:
     def mark_recovering(self, reason: str) -> None:
         write_atomic(self.layout.own_file(self.recovering), f"{reason}\n".encode())
 
+    def mark_failed(self, why: str) -> None:
+        """The full check ran and did not end clean: it stays pending, as failed (/readyz
+        says so, and what to do), until a clean ``fsck --repair`` (:meth:`recovered`)."""
+        self.mark_recovering(f"{FAILED}{why}")
+
     def recovering_reason(self) -> str | None:
         """Why the full check has not finished yet; None when nothing is pending."""
         try:
@@ -207,6 +214,13 @@ class Recovery:
     def recovered(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.layout.check_inside(self.recovering))
+
+
+def check_failed(reason: str | None) -> str | None:
+    """What a failed full check left (the marker's text after FAILED), else None."""
+    if reason is None or not reason.startswith(FAILED):
+        return None
+    return reason[len(FAILED) :]
 
 
 def _read_pid(fd: int) -> int | None:
