@@ -104,11 +104,16 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option("--now", "now_text", default=None, help="Sweep as of this ISO 8601 time (UTC).")
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Sweep even when the clock looks stepped forward past the newest write.",
+)
+def sweep_command(now_text: str | None, dry_run: bool, as_json: bool, force: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
     from app.ops.sweeper import run_sweep
 
-    outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
+    outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run, force=force)
     _storage().flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
     if as_json:
         click.echo(json.dumps(outcome.to_dict()))
@@ -117,7 +122,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
             click.echo(line)
         for error in outcome.errors:
             click.echo(f"error: {error}", err=True)
-    if outcome.errors:
+    if outcome.errors or outcome.refused:
         raise SystemExit(1)
 
 

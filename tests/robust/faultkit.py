@@ -222,6 +222,30 @@ def power_lost(root: Path) -> None:
     sentinel.write_text(json.dumps({"pid": 1, "boot_id": "another boot", "nonce": "0"}) + "\n")
 
 
+def close_cached_connections(under: Path) -> None:
+    """Close this thread's SQLite connections to files under ``under``: the engine keeps
+    them open between requests, and a mount with files open cannot be unmounted (a FUSE
+    daemon then outlives a lazy unmount until the test process exits)."""
+    from app.storage.tree.sqlite.listing import Listing
+    from app.storage.tree.sqlite.store_index import StoreIndex
+
+    prefix = str(under).rstrip("/") + "/"
+    for path in [p for p in Listing._local.by_path if p.startswith(prefix)]:
+        Listing._local.by_path.pop(path).close()
+    cached = StoreIndex._cached.by_path
+    for path in [p for p in cached if p.startswith(prefix)]:
+        cached.pop(path)[0].close()
+    # The lock module's _waiting hint files, kept open once per process and lock directory.
+    from app.storage.tree.fs import locks
+
+    waiting = getattr(locks, "_Waiting", None)
+    fds: dict[str, int | None] = getattr(waiting, "_fds", {})
+    for directory in [d for d in fds if (d + "/").startswith(prefix)]:
+        fd = fds.pop(directory)
+        if fd is not None:
+            os.close(fd)
+
+
 # -- EIO through the simulator -------------------------------------------------------------------
 @contextlib.contextmanager
 def eio_mount() -> Iterator[PowerLossMount]:
@@ -240,6 +264,12 @@ def eio_mount() -> Iterator[PowerLossMount]:
             fs.heal()
             # Descriptors the test's apps left to finalizers are closed while still mounted.
             gc.collect()
+            close_cached_connections(fs.mountpoint)
+            # What is still open under the mount (the directory descriptors an engine keeps
+            # for openat2 until it is collected) would keep the daemon alive after a lazy
+            # unmount: nothing on it is needed any more, so it is stopped at once.
+            subprocess.run(["fusermount3", "-uz", str(fs.mountpoint)], check=False)
+            fs.proc.kill()
 
 
 # -- a small disk ------------------------------------------------------------------------------
@@ -263,6 +293,7 @@ def small_ext4(
         yield target
     finally:
         gc.collect()  # descriptors the test's apps left to finalizers
+        close_cached_connections(target)
         if subprocess.run(["umount", str(target)], check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(target)], check=False)
         with contextlib.suppress(OSError):

@@ -250,6 +250,7 @@ def test_fsck_and_the_sweep_report_an_unparsable_record(seeded: Seeded) -> None:
         assert got.status_code == 200 and [t["turn"] for t in got.json["turns"]] == [0]
 
 
+@pytest.mark.soak
 def test_start_up_recovery_quarantines_an_unparsable_record(seeded: Seeded, tmp_path: Path) -> None:
     meta = _retain_later(seeded)
     power_lost(seeded.root)

@@ -27,6 +27,13 @@ FILE_MODE = 0o640
 DIR_MODE = 0o750
 
 
+def is_no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is a full disk (or quota), translated or not."""
+    if isinstance(exc, InsufficientStorage):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _NO_SPACE
+
+
 def translate_os_error(exc: OSError) -> Exception:
     """Turn a full disk into InsufficientStorage, and a directory met where the service
     writes a file (a rename over it: EISDIR) into Corrupt; leave every other OSError as

@@ -16,13 +16,21 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from app.storage.core.archive import ExportSummary, ImportSummary
-from app.storage.core.clock import Clock, system_clock
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.errors import StorageError
+from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
-from app.storage.core.quota import FreeSpace, QuotaSource
+from app.storage.core.quota import DEFAULT_MIN_FREE_INODES, FreeSpace, QuotaSource
 from app.storage.core.recovery import Plan, Report
-from app.storage.core.sweep import SweepOutcome
+from app.storage.core.sweep import (
+    DEFAULT_CLOCK_GUARD,
+    Census,
+    ClockGuard,
+    SweepOutcome,
+    SweepReport,
+    VersionSweep,
+)
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
@@ -59,7 +67,10 @@ class TreeStorage:
         tokens_file: Path | None = None,
         group_commit: bool = True,
         min_free: str | int | None = None,
+        min_free_inodes: str | int = DEFAULT_MIN_FREE_INODES,
+        clock_guard: ClockGuard = DEFAULT_CLOCK_GUARD,
     ) -> None:
+        self.clock_guard = clock_guard
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
@@ -67,7 +78,9 @@ class TreeStorage:
             limits.layout,
             lock_timeout=lock_timeout,
             quotas=QuotaSource(limits),
-            floor=None if min_free is None else FreeSpace(limits.layout.root, min_free),
+            floor=None
+            if min_free is None
+            else FreeSpace(limits.layout.root, min_free, inodes=min_free_inodes),
         )
         self.tasks = TaskStore(
             root,
@@ -86,9 +99,30 @@ class TreeStorage:
         self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
         self.searcher = TreeSearch(self.tasks, self.stores)
         self.recovery = Recovery(self.layout)
+        self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only
 
-    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
-        """Remove expired turns and versions past their retention (both engines)."""
+    def census(self, now_us: int) -> Census:
+        """The newest write, and how many turns there are and expire at ``now_us``, over
+        every project's listing (one that cannot be read counts nothing)."""
+        total = Census()
+        for scope in self.layout.projects([]):
+            st = self.layout.tree.lstat(self.layout.listing(scope))
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                total += Census(*self.tasks.listing(scope).census(now_us))
+            except (StorageError, sqlite3.Error):
+                continue
+        return total
+
+    def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
+        """Remove expired turns and versions past their retention (both engines); unless
+        ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
+        if not force:
+            now_us = to_us(now)
+            why = self.clock_guard.refusal(self.census(now_us), now_us)
+            if why:
+                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
@@ -166,11 +200,48 @@ class TreeStorage:
             self.recovery.recovered()
         return report
 
+    # -- a start on a full disk -------------------------------------------------------------
+    def serve_read_only(self, plan: Plan, exc: BaseException) -> list[str]:
+        """The start-up recovery of ``plan`` met a full disk: serve reads, refuse writes
+        (507) and say why on /readyz, until :meth:`resume_writes` finishes the recovery."""
+        why = (
+            "the storage root's disk is full, so the start-up recovery could not write"
+            f" ({exc}); the server is read-only until space is freed"
+        )
+        self.recovery.stopped_by_full_disk(plan, why)
+        return [f"{why}: reads are served, writes answer 507, and the recovery finishes by itself"]
+
+    def resume_writes(self) -> bool:
+        """Finish a recovery a full disk stopped, if there is one (the housekeeper's leader,
+        every few seconds); whether writes are allowed now."""
+        pending = self.recovery.unfinished()
+        if pending is None:
+            return True
+        try:
+            self.recover(pending.plan)
+            self.recovery.renew()
+        except Exception as exc:
+            if is_no_space(exc):
+                return False
+            raise
+        self.recovery.finished()
+        return True
+
+    def _read_only(self) -> str:
+        pending = self.recovery.unfinished()
+        return "" if pending is None else pending.why
+
     def flush_derived(self) -> None:
         """Sync the filesystem: derived files are written without fsync (atomic_file)."""
         flush_derived()
 
     def ready(self) -> tuple[bool, str]:
+        read_only = self._read_only()
+        if read_only:
+            return False, (
+                f"read-only: {read_only}. Reads are served and writes answer 507; the start-up"
+                " recovery finishes, and writes resume, by themselves once space is freed"
+            )
         pending = self.recovery.recovering_reason()
         failed = check_failed(pending)
         if failed is not None:
