@@ -179,7 +179,7 @@ class TaskArtifacts:
             record = self.tasks.alive(read_turn(turn_dir), now_us)
             if record is None:
                 raise NotFound(f"turn {turn} of task {task_id} not found")
-            if not staged.tmp.exists():
+            if not staged.still_staged():
                 # The turn had expired and was re-created while this body streamed in: the
                 # staged bytes went to the trash with the old turn directory.
                 raise Conflict(

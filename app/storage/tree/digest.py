@@ -271,7 +271,9 @@ class Digests:
                 ).fetchone()
                 old = self._open_base(scope, base)
                 try:
-                    with atomic_file(path) as out:  # fsynced: the base holds sections' only copy
+                    # fsynced: the base holds sections' only copy. Unnamed until complete: a
+                    # kill halfway through a large project.md leaves nothing of it behind.
+                    with atomic_file(path, unnamed=True) as out:
                         written = digestdb.write_base(
                             reader,
                             lambda rows: self._insert(listing, rows),
