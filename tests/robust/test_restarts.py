@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -77,9 +78,10 @@ def _big_temp_files(root: Path, at_least: int = MiB) -> list[str]:
     return found
 
 
-def _compacting(pids: list[int], project: Path) -> bool:
+def _compacting(pids: list[int], project: Path, at_least: int = MiB) -> bool:
     """Whether a worker holds a file open in the project directory that is not one of its
-    named files: a temp file (named, or O_TMPFILE, which /proc shows as ``#<inode>``)."""
+    named files, with ``at_least`` bytes written to it already: a temp file (named, or
+    O_TMPFILE, which /proc shows as ``#<inode>``) well into the compaction."""
     for pid in pids:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -91,7 +93,9 @@ def _compacting(pids: list[int], project: Path) -> bool:
             except OSError:
                 continue
             if target.startswith(f"{project}/") and ("/.~tmp" in target or "/#" in target):
-                return True
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{pid}/fd/{fd}").st_size >= at_least:
+                        return True
     return False
 
 
