@@ -16,9 +16,11 @@ $(RUN_STAMP): pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[server]'
 	touch $@
 
-$(DEV_STAMP): pyproject.toml
+# The tests also import the client distribution (client/, docs/client.md): installed beside
+# the server, editable, with its `sdk` extra.
+$(DEV_STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]' -e './client[sdk]'
 	touch $@ $(RUN_STAMP)
 
 venv: $(DEV_STAMP)
@@ -58,6 +60,7 @@ fmt: $(DEV_STAMP)
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy app/storage app/api app/web app/ops
+	cd client && $(abspath $(BIN))/mypy
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
 # starts its own servers on 127.0.0.1, stops them, prints one table, writes bench/results/*.json.

@@ -15,7 +15,7 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     from flask import Flask
 
     from app import console
-    from app.api import memory_stores, memory_tool, metrics, project_memory, public
+    from app.api import mcp, memory_stores, memory_tool, metrics, project_memory, public
     from app.config import load_config
     from app.ops import cli
     from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
@@ -45,13 +45,15 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     traffic.init_app(app)
     register_error_handlers(app)
     # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
-    ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp)
+    ratelimit.limit_blueprints(project_memory.bp, memory_stores.bp, memory_tool.bp, mcp.bp)
     app.register_blueprint(public.bp)
     if app.config["METRICS"] == "token":
         app.register_blueprint(metrics.bp)  # off: no /metrics route at all
     app.register_blueprint(project_memory.bp)
     app.register_blueprint(memory_stores.bp)
     app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")
+    # The MCP endpoint (Streamable HTTP) at the server's root: ${PROJECT_MEMORY_URL}/mcp.
+    app.register_blueprint(mcp.bp)
     console.init_app(app)
     cli.init_app(app)
     return app

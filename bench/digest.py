@@ -44,7 +44,7 @@ def build(root: Path, count: int) -> TaskStore:
     make_dirs(store.layout.project_dir(SCOPE), store.layout.root)
     listing = store.listing(SCOPE)
     now = store.now_us()
-    retain = now + store._retention_us  # noqa: SLF001
+    retain = now + store.retention_us
     body = w.SUMMARY.encode()
     for i in range(count):
         task = f"t{i:07d}"

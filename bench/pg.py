@@ -53,6 +53,23 @@ def node_env(postgres: Postgres, seaweed: Seaweed) -> dict[str, str]:
     }
 
 
+def engine(env: dict[str, str]) -> Any:
+    """The PostgreSQL + S3 backend of ``node_env``'s servers, in this process."""
+    from app.storage.backends import open_backend
+
+    return open_backend(
+        {
+            "DATABASE_URL": env["MEMORY_DATABASE_URL"],
+            "BLOB_URL": env["MEMORY_BLOB_URL"],
+            "S3_ENDPOINT_URL": env["MEMORY_S3_ENDPOINT_URL"],
+            "RETENTION_DAYS": 30.0,
+            "LOCK_TIMEOUT": 60.0,
+            "MAX_ARTIFACT_BYTES": 50 << 20,
+            "THREADS": 1,
+        }
+    )
+
+
 def _stamp(us: str) -> str:
     """SQL for the engine's text form of a time given in microseconds since the epoch."""
     return f"to_char(to_timestamp(({us}) / 1e6) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"

@@ -22,11 +22,10 @@ import statistics
 import time
 
 from app.storage import Scope
-from app.storage.backends import open_backend
 from tools.services import Postgres, Seaweed, scratch_dir
 
 from . import workloads as w
-from .pg import _cpu as cpu_of, backing_pids, load_tasks, node_env
+from .pg import _cpu as cpu_of, backing_pids, engine, load_tasks, node_env
 
 CHUNK = 64 * 1024
 
@@ -70,17 +69,7 @@ def main() -> None:
         seaweed = Seaweed(work / "s3").start()
         try:
             env = node_env(postgres, seaweed)
-            storage = open_backend(
-                {
-                    "DATABASE_URL": env["MEMORY_DATABASE_URL"],
-                    "BLOB_URL": env["MEMORY_BLOB_URL"],
-                    "S3_ENDPOINT_URL": env["MEMORY_S3_ENDPOINT_URL"],
-                    "RETENTION_DAYS": 30.0,
-                    "LOCK_TIMEOUT": 60.0,
-                    "MAX_ARTIFACT_BYTES": 50 << 20,
-                    "THREADS": 1,
-                }
-            )
+            storage = engine(env)
             pids = backing_pids(postgres, seaweed)
             print(
                 "| tasks | first read s | after a write: TTFB ms | whole ms | worker CPU ms"

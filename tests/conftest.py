@@ -260,8 +260,8 @@ def token(server: Any) -> str:
 
 @pytest.fixture
 def remote(server: Any, token: str) -> Iterator[Any]:
-    """A memory-stores client (tests.mount.helpers.Remote) on that server."""
-    from tests.mount.helpers import Remote
+    """A memory-stores client (tests.client.mount.helpers.Remote) on that server."""
+    from tests.client.mount.helpers import Remote
 
     client = Remote(server, token)
     yield client

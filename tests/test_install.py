@@ -1,5 +1,6 @@
 """What each install brings, in fresh venvs: `make run` installs the server and no test or
-lint tools; `pip install '.[mount]'` gives a client that works without Flask or gunicorn.
+lint tools; `pip install ./client` gives the client and its CLI, which work against a real
+server without Flask, gunicorn or any module of the server.
 
 Each test copies the checkout's installable files to tmp_path (the build writes build/ and
 *.egg-info beside its sources) and installs from there with pip, resolving real
@@ -20,8 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.client.mount.helpers import Remote, local_tree
 from tests.e2e.conftest import REPO, free_port, start_server
-from tests.mount.helpers import Remote, local_tree
 
 pytestmark = pytest.mark.install
 
@@ -97,11 +98,20 @@ def test_make_run_installs_the_server_without_test_or_lint_tools(tmp_path: Path)
     assert packages & DEV_TOOLS == set()
 
 
-def test_the_mount_extra_installs_a_working_client_without_the_server(tmp_path: Path) -> None:
-    checkout = copy_checkout(tmp_path / "checkout")
+def copy_client(dest: Path) -> Path:
+    shutil.copytree(
+        REPO / "client",
+        dest,
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
+    )
+    return dest
+
+
+def test_the_client_installs_alone_and_works_against_a_real_server(tmp_path: Path) -> None:
+    client_src = copy_client(tmp_path / "client")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    python, cli = venv / "bin" / "python", str(venv / "bin" / "project-memory")
 
     def pip_install(spec: str) -> None:
         subprocess.run(
@@ -111,43 +121,71 @@ def test_the_mount_extra_installs_a_working_client_without_the_server(tmp_path: 
             timeout=300,
         )
 
-    pip_install(f"{checkout}[mount]")
-    assert installed(python) & (SERVER_ONLY | DEV_TOOLS) == set()
-    helped = subprocess.run(
-        [str(bin_dir / "project-memory"), "mount", "--help"], capture_output=True, text=True
-    )
-    assert helped.returncode == 0, helped.stderr
-    assert "--store" in helped.stdout
-    # And it syncs a real store, from a directory where no `app` package shadows the install.
+    pip_install(str(client_src))
+    packages = installed(python)
+    assert "project-memory-client" in packages
+    assert packages & (SERVER_ONLY | DEV_TOOLS | {"project-memory", "requests"}) == set()
+    # No module of the server comes with it, whatever the current directory holds.
+    for module in ("flask", "app"):
+        imported = subprocess.run(
+            [str(python), "-c", f"import {module}"], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert imported.returncode == 1 and "ModuleNotFoundError" in imported.stderr, module
+    helped = subprocess.run([cli, "--help"], capture_output=True, text=True, cwd=tmp_path)
+    assert helped.returncode == 0 and "mount" in helped.stdout, helped.stderr
+
     (tmp_path / "server").mkdir()
     srv = start_server(tmp_path / "server")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "test.log").write_text("collected 12 items\n12 passed in 0.4s\n")
     try:
         secret = srv.token("writer")
         remote = Remote(srv, secret)
         store_id = remote.store("Lean Client")
         remote.put(store_id, "/hello.md", "from the server\n")
         remote.close()
-        synced = subprocess.run(
-            [str(bin_dir / "project-memory"), "mount", "--once", "--server", srv.url]
-            + ["--store", store_id, str(tmp_path / "mnt")],
-            env={**os.environ, "PROJECT_MEMORY_TOKEN": secret},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+        env.update(
+            PROJECT_MEMORY_URL=srv.url,
+            PROJECT_MEMORY_TOKEN=secret,
+            XDG_CONFIG_HOME=str(tmp_path / "config"),
         )
+        commands = [
+            ["whoami"],
+            ["turn", "put", "fix-login", "next", "--summary", "Root cause: the session TTL."],
+            ["turn", "get", "fix-login", "0"],
+            ["artifact", "put", "fix-login", "0", "test.log"],
+            ["artifact", "get", "fix-login", "0", "test.log", "-o", "back.log"],
+            ["tasks"],
+            ["task", "show", "fix-login"],
+            ["digest"],
+            ["search", "session"],
+            ["usage"],
+            ["mount", "--once", "--store", store_id, "mnt"],
+            ["task", "delete", "fix-login"],
+        ]
+        for args in commands:
+            ran = subprocess.run(
+                [cli, *args], env=env, cwd=work, capture_output=True, text=True, timeout=60
+            )
+            assert ran.returncode == 0, (args, ran.stdout, ran.stderr)
+        assert (work / "back.log").read_text() == (work / "test.log").read_text()
+        assert local_tree(work / "mnt" / "lean-client") == {"/hello.md": "from the server\n"}
+
+        # The sdk extra: the memory tool class, and the SDK as the memory-stores client.
+        pip_install(f"{client_src}[sdk]")
+        assert installed(python) & SERVER_ONLY == set()
+        code = (
+            "from project_memory_client.sdk_tool import ProjectMemoryTool\n"
+            "from project_memory_client.stores import anthropic_client\n"
+            "stores = anthropic_client(max_retries=0).beta.memory_stores\n"
+            "print(ProjectMemoryTool.__name__, [s.name for s in stores.list()])\n"
+        )
+        ran = subprocess.run(
+            [str(python), "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == "ProjectMemoryTool ['Lean Client']"
     finally:
         srv.stop()
-    assert synced.returncode == 0, synced.stderr
-    assert local_tree(tmp_path / "mnt" / "lean-client") == {"/hello.md": "from the server\n"}
-
-    pip_install(f"{checkout}[sdk]")
-    assert installed(python) & SERVER_ONLY == set()
-    imported = subprocess.run(
-        [str(python), "-c", "import app.sdk_tool as t; print(t.ProjectMemoryTool.__name__)"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert imported.returncode == 0, imported.stderr
-    assert imported.stdout.strip() == "ProjectMemoryTool"

@@ -1,5 +1,5 @@
-"""Plain-Python packages must not pull in Flask: the storage engine, the sync client and the
-memory-tool logic run (and are tested) without a web framework."""
+"""Plain-Python packages must not pull in Flask: the storage engine and the memory-tool logic
+run (and are tested) without a web framework."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
     "modules",
     [
         "app.storage, app.storage.core.tokens, app.storage.tree.backend",
-        "app.mount.cli, app.mount.sync, app.mount.http, app.services.memory_tool",
+        "app.services.memory_tool, app.services.mcp_tools",
     ],
 )
 def test_imports_no_flask(modules: str) -> None:

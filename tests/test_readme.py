@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 
 from app.config import SETTINGS
-from tests.e2e.conftest import start_server
+from tests.conftest import Tokens
+from tests.e2e.conftest import VENV_BIN, start_server
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -30,7 +33,8 @@ def _sh_block_after(heading: str) -> str:
 
 @pytest.mark.e2e
 def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
-    """Every command of "Using the API", pasted with the first token and this server's URL."""
+    """Every command of "Using the API", curl and the client's CLI, pasted with the first token
+    and this server's URL."""
     srv = start_server(tmp_path, workers=1)
     try:
         secret = re.search(r"^\s+(pm_\S+)$", srv.log(), re.M)
@@ -40,9 +44,13 @@ def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
         script = script.replace("http://127.0.0.1:8000", srv.url)
         work = tmp_path / "work"
         work.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+        env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # project-memory
+        env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
         run = subprocess.run(
             ["bash", "-c", "set -eu\n" + script],
             cwd=work,
+            env=env,
             capture_output=True,
             text=True,
             timeout=60,
@@ -54,3 +62,27 @@ def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
     downloaded = (work / "test.log").read_bytes()
     assert downloaded.startswith(b"collected ")
     assert f'"size":{len(downloaded)}' in run.stdout
+    # The CLI's lines ran too: the next free turn after 0, and the delete before curl's 404.
+    assert "stored turn 1 of task fix-login" in run.stdout
+    assert re.search(r"^deleted task fix-login\n.*\n404$", run.stdout, re.M)
+
+
+def test_the_memory_stores_section_says_content_is_null_unless_view_full(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    section = README[README.index("### Memory stores API") : README.index("## Console")]
+    assert '`"content": null`' in section and "`?view=full`" in section
+    headers = tokens.headers("writer")
+    store = client.post("/v1/memory_stores", json={"name": "doc"}, headers=headers).get_json()
+    base = f"/v1/memory_stores/{store['id']}/memories"
+    created = client.post(base, json={"path": "/a.md", "content": "x"}, headers=headers)
+    assert created.get_json()["content"] is None
+    full = client.post(f"{base}?view=full", json={"path": "/b.md", "content": "y"}, headers=headers)
+    assert full.get_json()["content"] == "y"
+    listed = client.get(base, headers=headers).get_json()["data"]
+    assert {m["content"] for m in listed} == {None}
+    assert {
+        m["content"] for m in client.get(f"{base}?view=full", headers=headers).get_json()["data"]
+    } == {"x", "y"}
+    one = client.get(f"{base}/{created.get_json()['id']}", headers=headers).get_json()
+    assert one["content"] == "x"

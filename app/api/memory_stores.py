@@ -134,7 +134,8 @@ def _view(default: str) -> bool:
 
 
 def _limit(full: bool) -> int:
-    # With view=full a larger limit is clamped to 20, not refused (reference A.5).
+    # With view=full a larger limit is clamped to 20, not refused, as the reference API
+    # does: full views carry content, so their pages stay small.
     limit = _query_int("limit", 20, range(1, 101))
     return min(limit, 20) if full else limit
 

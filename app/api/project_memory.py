@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint, current_app, request
+from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import parse_range_header
@@ -29,6 +31,7 @@ from app.api.docs import doc
 from app.schemas import project_memory as s, usage as us
 from app.services import usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
+from app.storage.core.clock import parse_iso_us
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
@@ -39,6 +42,7 @@ from app.web.errors import validation_error
 from app.web.permissions import only_owner
 
 PREFIX = "/sandbox/memory/v1"
+DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
 # project.md with changes spliced in is copied through the worker (an unchanged one goes
 # by sendfile): in pieces this big, the per-piece overhead is noise next to the copy.
 DIGEST_CHUNK = 256 * 1024
@@ -100,6 +104,7 @@ task_list_out = s.TaskList()
 artifact_out = s.ArtifactRecord()
 usage_out = us.UsageReport()
 search_out = s.SearchResults()
+whoami_out = s.WhoAmI()
 
 # Types a browser renders without running script; anything else is sent as a download.
 PASSIVE_TYPES = frozenset(
@@ -110,6 +115,11 @@ ARTIFACT_SECURITY_HEADERS = {
     "Content-Security-Policy": "sandbox; default-src 'none'",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
+
+
+@bp.record_once
+def _register_schemas(state: BlueprintSetupState) -> None:
+    state.app.extensions.setdefault("openapi_schemas", []).append(s.WhoAmI)
 
 
 @bp.before_request
@@ -153,18 +163,74 @@ def _not_modified(etag: str) -> Response:
 
 
 @bp.get("/project.md")
-@doc(responses={200: ("text/markdown", {"type": "string"}), **ERRORS})
+@doc(
+    params=[
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "description": "Beyond the seed's API: only the newest `limit` sections (the"
+            " title, then the first `limit` sections of the whole body, byte for byte).",
+            "schema": {"type": "integer", "minimum": 1, "maximum": DIGEST_MAX_LIMIT},
+            "x-beyond-seed": True,
+        },
+        {
+            "name": "since",
+            "in": "query",
+            "required": False,
+            "description": "Beyond the seed's API: only the sections of tasks updated at"
+            " this time or later: ISO 8601 (UTC when it names no offset; encode '+' as %2B)"
+            " or seconds since the epoch.",
+            "schema": {"type": "string"},
+            "x-beyond-seed": True,
+        },
+    ],
+    responses={200: ("text/markdown", {"type": "string"}), **ERRORS},
+)
 def get_project_md() -> ResponseReturnValue:
-    """Project digest: one section per task with its latest summary"""
-    file, size = store().open_digest(current_principal().scope)
+    """Project digest: one section per task with its latest summary
+
+    With `limit` or `since` (beyond the seed's API), the start of it: it costs what it
+    returns, however many tasks the project has.
+    """
+    scope = current_principal().scope
+    limit = query_int("limit", 0, 1, DIGEST_MAX_LIMIT) if "limit" in request.args else None
+    since = _since_us(request.args.get("since"))
+    file: Any
+    size: int | None
+    if limit is None and since is None:
+        file, size = store().open_digest(scope)
+    else:
+        file, size = store().open_digest_head(scope, limit=limit, since_us=since)
     response = Response(
         wrap_file(request.environ, file, DIGEST_CHUNK),
         mimetype="text/markdown",
         direct_passthrough=True,
     )
-    response.content_length = size
+    if size is not None:  # a head's length is known once it is read: sent chunked
+        response.content_length = size
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+_EPOCH = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
+
+
+def _since_us(raw: str | None) -> int | None:
+    """``since`` as microseconds since the epoch: ISO 8601 or epoch seconds (else 422)."""
+    if raw is None:
+        return None
+    if _EPOCH.fullmatch(raw):
+        return int(round(float(raw) * 1_000_000))
+    try:
+        return parse_iso_us(raw)
+    except (ValueError, OverflowError):
+        raise validation_error(
+            ["query", "since"],
+            "Input should be an ISO 8601 time or seconds since the epoch",
+            "value_error",
+            raw[:200],
+        ) from None
 
 
 @bp.get("/tasks")
@@ -270,7 +336,9 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
-@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+# <path:name>: a name with a slash reaches the view and its 422 naming the rule, where
+# <name> left it to the router's generic 404.
+@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME],
     responses={
@@ -333,7 +401,7 @@ _DECIDED_HERE = frozenset(
 )
 
 
-@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
 @doc(
     params=[TASK_ID, TURN, NAME, *CONDITIONAL],
     body={"type": "string", "format": "binary"},
@@ -444,3 +512,28 @@ def search_project() -> ResponseReturnValue:
     cursor = request.args.get("cursor") or None
     page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
     return json_response(search_out.dump(page))
+
+
+@bp.get("/whoami")
+@doc(responses={200: s.WhoAmI, **ERRORS})
+def get_whoami() -> ResponseReturnValue:
+    """The token of this request (never its secret), its role, and the tenant/project it acts in
+
+    Beyond the seed's API: what a client shows as "who am I" (project-memory whoami). The
+    tenant and project are the ones this request resolved to, from the token and the
+    X-Sandbox-Tenant-Id / X-Sandbox-Project-Id headers.
+    """
+    principal = current_principal()
+    token = principal.token
+    body = {
+        "token_id": token.id,
+        "name": token.name,
+        "role": token.role,
+        "tenant": principal.scope.tenant,
+        "project": principal.scope.project,
+        "token_tenant": token.tenant,
+        "token_project": token.project,
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+    }
+    return json_response(whoami_out.dump(body))

@@ -18,11 +18,12 @@ from app.storage.core.limits import (
     RateOverride,
     RateOverrides,
     format_bytes,
+    human_bytes,
     parse_bytes,
 )
 from app.storage.core.models import FsckReport
 from app.storage.core.names import Scope
-from app.storage.core.tokens import ROLES
+from app.storage.core.tokens import ROLES, SECRET_PREFIX, TOKEN_ID_PREFIX
 from app.storage.interface import StorageBackend, TokenStore
 from app.web.ratelimit import Limiter, limits_of, resolve
 
@@ -62,8 +63,11 @@ def create_token(
 @tokens.command("list")
 def list_tokens() -> None:
     """List tokens, one per line, starting with the id (secrets are never shown)."""
-    for t in _registry().all():
-        state = "revoked" if t.revoked_at else "active"
+    registry = _registry()
+    now = registry.clock()
+    for t in registry.all():
+        # The same rule as authentication: an expired token is refused, so never "active".
+        state = "revoked" if t.revoked_at else "active" if t.usable(now) else "expired"
         click.echo(
             f"{t.id}\t{t.role}\ttenant={t.tenant or '*'}\tproject={t.project or '*'}\t"
             f"name={t.name!r}\tcreated={t.created_at}\texpires={t.expires_at or 'never'}\t{state}"
@@ -71,16 +75,29 @@ def list_tokens() -> None:
 
 
 @tokens.command("revoke")
-@click.argument("token_id")
-def revoke_token(token_id: str) -> None:
-    """Revoke a token by id; every worker refuses it from the next request on."""
+@click.argument("token")
+def revoke_token(token: str) -> None:
+    """Revoke a token by its id (tok_..., from `tokens list`) or by its secret; every worker
+    refuses it from the next request on. Only the id is ever printed."""
     from app.storage import NotFound
 
+    registry = _registry()
+    if token.startswith(SECRET_PREFIX):
+        found = registry.find_by_secret(token)
+        if found is None:
+            raise click.ClickException("no token has that secret")
+        token = found.id
+    elif not token.startswith(TOKEN_ID_PREFIX):
+        # Maybe a secret pasted wrong: never echoed back to the terminal or a log.
+        raise click.ClickException(
+            f"not a token id ({TOKEN_ID_PREFIX}..., see `tokens list`) nor a secret"
+            f" ({SECRET_PREFIX}...)"
+        )
     try:
-        token = _registry().revoke(token_id)
+        revoked = registry.revoke(token)
     except NotFound as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"revoked {token.id} at {token.revoked_at}")
+    click.echo(f"revoked {revoked.id} at {revoked.revoked_at}")
 
 
 # -- operations: sweep, fsck, export, import ------------------------------------------------
@@ -371,7 +388,7 @@ def clear_rate_limit(tenant: str, project: str | None) -> None:
     click.echo(f"{_where(tenant, project)}: {state}")
 
 
-# -- usage and quotas (app/storage/core/usage.py) ---------------------------------------------------
+# -- usage and quotas (app/storage/core/usage.py) ----------------------------------------------
 @click.command("usage")
 @with_appcontext
 @click.option("--tenant", default=None, help="Only this tenant (default: every tenant).")
@@ -404,8 +421,8 @@ def usage_command(tenant: str | None, as_json: bool) -> None:
         click.echo("nothing stored yet")
     if disk is not None:
         click.echo(
-            f"disk: {format_bytes(disk['free_bytes'])} byte(s) free; writes stop at"
-            f" {format_bytes(disk['floor_bytes'])} (MEMORY_MIN_FREE_BYTES)"
+            f"disk: {human_bytes(disk['free_bytes'])} free; writes stop below"
+            f" {human_bytes(disk['floor_bytes'])} free (MEMORY_MIN_FREE_BYTES)"
         )
 
 

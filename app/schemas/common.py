@@ -8,8 +8,6 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields
 
-from app.web.errors import RequestValidationError
-
 # marshmallow reports messages, not codes: map the ones our fields raise to FastAPI types.
 _TYPES = {
     "Missing data for required field.": "missing",
@@ -110,6 +108,10 @@ def _clip(value: Any) -> Any:
 
 def load(schema: Schema, data: Any, location: str = "body") -> Any:
     """Load ``data`` with ``schema`` or raise a 422 listing every fault with its location."""
+    # Imported here: the schemas themselves import no Flask, so the services (the MCP tools)
+    # validate with them outside a request.
+    from app.web.errors import RequestValidationError
+
     try:
         return schema.load(data)
     except ValidationError as exc:

@@ -151,6 +151,37 @@ class HTTPError(Schema):
     detail = fields.String(required=True)
 
 
+class WhoAmI(Schema):
+    """The token a request was made with (never its secret) and the scope it acts in."""
+
+    token_id = fields.String(required=True)
+    name = fields.String(required=True)
+    role = fields.String(
+        required=True,
+        metadata={"enum": ["reader", "writer", "project_admin", "tenant_admin", "admin"]},
+    )
+    tenant = fields.String(
+        required=True, metadata={"description": "The tenant this request acts in."}
+    )
+    project = fields.String(
+        required=True, metadata={"description": "The project this request acts in."}
+    )
+    token_tenant = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "The token's own tenant; null: any (an admin token)."},
+    )
+    token_project = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "The token's own project; null: any of its tenant's."},
+    )
+    created_at = fields.String(required=True)
+    expires_at = fields.String(
+        allow_none=True, required=True, metadata={"description": "null: never."}
+    )
+
+
 class SearchHit(Schema):
     kind = fields.String(
         required=True,

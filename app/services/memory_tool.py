@@ -2,9 +2,10 @@
 
 ``/memories/<rel>`` maps onto the store's ``/<rel>``; directories are the path prefixes of
 memories (the store refuses a memory that is also another's ancestor, as a filesystem
-would). Result and error strings are the reference's recommended ones (Part B.2). Every
-change is an engine write, so it makes versions like any other write. Plain Python: the
-HTTP view in ``app/api/memory_tool.py`` only parses the body and returns the result.
+would). Result and error strings are the ones the memory tool's documentation recommends,
+word for word, since models are trained on them. Every change is an engine write, so it
+makes versions like any other write. Plain Python: the HTTP view in
+``app/api/memory_tool.py`` only parses the body and returns the result.
 """
 
 from __future__ import annotations

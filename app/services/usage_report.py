@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from app.storage.core.limits import QuotaOverride, Quotas, format_bytes
+from app.storage.core.limits import QuotaOverride, Quotas, format_bytes, human_bytes
 from app.storage.core.names import Scope
 from app.storage.core.usage import ZERO, Usage
 from app.storage.interface import StorageBackend
@@ -112,11 +112,11 @@ def report(
 def usage_line(usage: dict[str, int]) -> str:
     """One line a person reads: ``12 task(s), 40 turn(s), ...``."""
     return (
-        f"{format_bytes(usage['bytes'])} byte(s): {usage['tasks']} task(s), {usage['turns']}"
-        f" turn(s) ({format_bytes(usage['turn_bytes'])}), {usage['artifacts']} artifact(s)"
-        f" ({format_bytes(usage['artifact_bytes'])}), {usage['stores']} store(s),"
+        f"{human_bytes(usage['bytes'])}: {usage['tasks']} task(s), {usage['turns']}"
+        f" turn(s) ({human_bytes(usage['turn_bytes'])}), {usage['artifacts']} artifact(s)"
+        f" ({human_bytes(usage['artifact_bytes'])}), {usage['stores']} store(s),"
         f" {usage['memories']} memor(ies), {usage['versions']} version(s)"
-        f" ({format_bytes(usage['version_bytes'])})"
+        f" ({human_bytes(usage['version_bytes'])})"
     )
 
 

@@ -1,8 +1,8 @@
 """The storage interface: what the API, the console, the CLI and the memory tool may call.
 
 Two engines, one Protocol each, and :class:`StorageBackend`, the object the app builds once
-(app/storage/backends.py): the tree (app/storage/tree/backend.py) or PostgreSQL with an
-object store (app/storage/pg/backend.py). Both pass the same conformance suite
+(app/storage/backends.py): the tree (tree/backend.py) or PostgreSQL with an
+object store (pg/backend.py). Both pass the same conformance suite
 (tests/conformance/); nothing above the storage layer knows which one runs. Values and errors
 are core/'s (core/errors.py, core/store_models.py, core/models.py). What every node of a
 deployment must agree on (tokens, limit overrides, secret keys, the sweeper's leadership and
@@ -99,6 +99,15 @@ class TaskBackend(Protocol):
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream: ...
 
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]: ...
+
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The start of ``open_digest``'s body: its title and its newest sections, at most
+        ``limit`` of them, only those of tasks updated at ``since_us`` or later, and the
+        length when it is known (None: read to the end). It costs what it returns, whatever
+        the project's size; the caller closes the file."""
+        ...
 
 
 class StoreBackend(Protocol):
@@ -227,6 +236,10 @@ class TokenStore(Protocol):
 
     def get(self, token_id: str) -> Token | None: ...
 
+    def find_by_secret(self, secret: str) -> Token | None:
+        """The token a secret belongs to, revoked or expired ones too (to revoke a leak)."""
+        ...
+
     def all(self) -> list[Token]: ...
 
     def is_empty(self) -> bool: ...
@@ -249,7 +262,7 @@ class TokenStore(Protocol):
 
 
 class LimitsStore(Protocol):
-    """Per-tenant and per-project limit overrides (app/storage/core/limits.py's document)."""
+    """Per-tenant and per-project limit overrides (core/limits.py's document)."""
 
     @property
     def path(self) -> Path | str: ...
@@ -316,7 +329,7 @@ class RecoveryState(Protocol):
         ...
 
     def renew(self) -> None:
-        """Mark the server running, with a fresh canary (app/storage/tree/recovery.py)."""
+        """Mark the server running, with a fresh canary (tree/recovery.py)."""
         ...
 
     def stopped_cleanly(self) -> None:
@@ -374,7 +387,7 @@ class StorageBackend(Protocol):
         """Full-text search over the project's live turns (task id, meta values, summary) and
         the live memories (path, content) of its stores, best first.
 
-        ``query`` is in the syntax of app/storage/core/query.py (parse_query: InvalidName on ``q``
+        ``query`` is in the syntax of core/query.py (parse_query: InvalidName on ``q``
         when it is not); ``limit`` 1..100; ``cursor`` a ``next_cursor`` of the same search
         (InvalidName on ``cursor`` otherwise). Snippets mark matches with query.MARK_START /
         MARK_END. Text of another project is never found; deleted, replaced and expired text
@@ -385,7 +398,7 @@ class StorageBackend(Protocol):
     def export(
         self, out: Path, *, tenant: str | None = None, project: str | None = None
     ) -> ExportSummary:
-        """Write a backup (app/storage/core/archive.py) of one project, one tenant or all."""
+        """Write a backup (core/archive.py) of one project, one tenant or all."""
         ...
 
     def import_(
@@ -408,7 +421,7 @@ class StorageBackend(Protocol):
         ...
 
     def usage(self, scope: Scope) -> Usage:
-        """What a project stores (app/storage/core/usage.py): its counters, never a walk."""
+        """What a project stores (core/usage.py): its counters, never a walk."""
         ...
 
     def usages(self, tenants: Iterable[str] | None = None) -> dict[Scope, Usage]:

@@ -109,12 +109,19 @@ def resolve_scope(token: Token) -> Scope:
     return Scope(tenant, project)
 
 
-def require_principal() -> Principal:
-    """Authenticate, resolve the scope and check the method against the role; store on g."""
+def resolve_principal() -> Principal:
+    """Authenticate and resolve the scope, leaving the role to the caller (the MCP endpoint
+    answers readers' POSTs and refuses writes tool by tool)."""
     token = authenticate()
     scope = resolve_scope(token)
     g.tenant, g.project = scope.tenant, scope.project
-    principal = Principal(token, scope)
+    return Principal(token, scope)
+
+
+def require_principal() -> Principal:
+    """Authenticate, resolve the scope and check the method against the role; store on g."""
+    principal = resolve_principal()
+    token = principal.token
     if request.method not in READ_METHODS and not principal.at_least("writer"):
         raise ApiError(403, f"role {token.role} may only read")
     g.principal = principal

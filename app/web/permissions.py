@@ -56,16 +56,6 @@ def may_delete_task(principal: Principal, owner: str | None) -> bool:
     return may_write(principal) and owner is not None and owner == principal.token.id
 
 
-def may_manage_store(principal: Principal, store_creator: str | None) -> bool:
-    """Update, archive or delete a store: its creator (a writer at least) or a project_admin
-    and above. ``store_creator`` None (a store of an older version): project_admin and up."""
-    if principal.at_least(ADMIN_ROLE):
-        return True
-    return (
-        may_write(principal) and store_creator is not None and store_creator == principal.token.id
-    )
-
-
 def may_redact_version(principal: Principal) -> bool:
     return principal.at_least(ADMIN_ROLE)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.mount.helpers import Remote, local_tree
 from tests.e2e.conftest import Server, serving, start_server
-from tests.mount.helpers import Remote, local_tree
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,14 @@ from typing import Any
 import anthropic
 import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
 import pytest
+from project_memory_client.sdk_tool import (
+    AsyncProjectMemoryTool,
+    MemoryServerError,
+    ProjectMemoryTool,
+)
 
-from app.sdk_tool import AsyncProjectMemoryTool, MemoryServerError, ProjectMemoryTool
+from tests.client.mount.helpers import Remote, sha
 from tests.e2e.conftest import Server, serving
-from tests.mount.helpers import Remote, sha
 
 pytestmark = pytest.mark.e2e
 

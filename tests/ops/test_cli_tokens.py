@@ -5,6 +5,7 @@ from __future__ import annotations
 from flask import Flask
 
 from app.storage.tree.tokens import TokenRegistry
+from tests.conftest import FixedClock
 
 
 def test_create_prints_the_secret_alone_on_the_last_line(app: Flask) -> None:
@@ -66,3 +67,35 @@ def test_create_refuses_bad_combinations(app: Flask) -> None:
         != 0
     )
     assert runner.invoke(args=["tokens", "create", "--role", "admin"]).exit_code == 0
+
+
+def test_list_shows_an_expired_token_as_expired(app: Flask, clock: FixedClock) -> None:
+    runner = app.test_cli_runner()
+    runner.invoke(args=["tokens", "create", "--role", "reader", "--tenant", "a", "--name", "old"])
+    runner.invoke(
+        args=["tokens", "create", "--role", "reader", "--tenant", "a", "--expires-in-days", "1"]
+    )
+    clock.advance(days=2)
+    lines = runner.invoke(args=["tokens", "list"]).output.strip().splitlines()
+    assert [line.rsplit("\t", 1)[-1] for line in lines] == ["active", "expired"]
+
+
+def test_revoke_never_prints_a_secret_back_and_takes_one_in_place_of_the_id(app: Flask) -> None:
+    runner = app.test_cli_runner()
+    created = runner.invoke(args=["tokens", "create", "--role", "reader", "--tenant", "a"])
+    secret = created.output.strip().splitlines()[-1]
+    registry: TokenRegistry = app.extensions["token_registry"]
+    token = registry.authenticate(secret)
+    assert token is not None
+    # A secret of no token: refused, without the secret in the message.
+    unknown = runner.invoke(args=["tokens", "revoke", "pm_" + "x" * 43])
+    assert unknown.exit_code != 0 and "x" * 43 not in unknown.output
+    assert "no token has that secret" in unknown.output
+    # Neither an id nor a secret: refused without echoing it either.
+    other = runner.invoke(args=["tokens", "revoke", "hunter2-maybe-a-password"])
+    assert other.exit_code != 0 and "hunter2" not in other.output
+    # The secret itself revokes its token, and only the id is printed.
+    revoked = runner.invoke(args=["tokens", "revoke", secret])
+    assert revoked.exit_code == 0, revoked.output
+    assert secret not in revoked.output and f"revoked {token.id}" in revoked.output
+    assert registry.authenticate(secret) is None

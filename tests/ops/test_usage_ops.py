@@ -4,6 +4,7 @@ MEMORY_MIN_FREE_BYTES setting."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,13 @@ def test_usage_command_per_tenant_and_project(tmp_path: Path, clock: FixedClock)
     assert lines[2].startswith("  project acme/mobile: 2 byte(s)")
     assert lines[3].startswith("  project acme/web: 100 byte(s)")
     assert "globex" not in out
-    assert lines[-1].startswith("disk: ") and "MEMORY_MIN_FREE_BYTES" in lines[-1]
+    # Sizes read as a person reads them: one unit, never "73805956KiB byte(s)".
+    assert re.fullmatch(
+        r"disk: \d+\.\d [KMGT]iB free; writes stop below (\d+\.\d [KMGT]iB|\d+ byte\(s\))"
+        r" free \(MEMORY_MIN_FREE_BYTES\)",
+        lines[-1],
+    ), lines[-1]
+    assert not re.search(r"iB byte\(s\)", out)
     code, out = run(app, "usage", "--json")
     body = json.loads(out)
     assert [t["tenant"] for t in body["tenants"]] == ["acme", "globex"]

@@ -14,9 +14,12 @@ import binascii
 import hashlib
 import hmac
 import json
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from app.storage.core.errors import InvalidName
+
+T = TypeVar("T")
 
 TAG_BYTES = 16
 MAX_CURSOR_CHARS = 8192
@@ -57,3 +60,14 @@ class CursorCodec:
         if not isinstance(body, dict):
             raise bad
         return body
+
+
+def cut_page(
+    rows: Sequence[T], limit: int, cursor_after: Callable[[T], str]
+) -> tuple[Sequence[T], str | None]:
+    """A page of a keyset list: the first ``limit`` of ``rows`` (read ``limit + 1`` at most,
+    or all of them), and the cursor after the last of those when there were more."""
+    if len(rows) > limit:
+        kept = rows[:limit]
+        return kept, cursor_after(kept[-1])
+    return rows, None

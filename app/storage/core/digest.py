@@ -12,8 +12,8 @@ turn), then by task id, both descending::
     <the summary, its own headings two levels down>
 
 A project with no live task reads ``No tasks yet.`` after the title. How each backend
-serves this without rendering the whole project on a read is app/storage/tree/sqlite/digestdb.py (the
-tree) and app/storage/pg/digest.py; :func:`render` is the reference both outputs equal.
+serves this without rendering the whole project on a read is tree/sqlite/digestdb.py (the
+tree) and pg/digest.py; :func:`render` is the reference both outputs equal.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Crash-safe writes of one local file, for every backend: temp file in the same directory,
 write, fsync, rename over the target, fsync the directory; on any failure the temp file is
-removed and the target is as it was. The tree's writes (app/storage/tree/fs/atomic.py) add
+removed and the target is as it was. The tree's writes (tree/fs/atomic.py) add
 group commit to this; PostgreSQL's backup writes its archive with it.
 """
 

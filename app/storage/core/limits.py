@@ -12,7 +12,7 @@
     }
 
 An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit.py)
-and ``"quota"`` (the storage quotas, app/storage/core/usage.py). Each command changes only its
+and ``"quota"`` (the storage quotas, core/usage.py). Each command changes only its
 own section and keeps every other section (and every other top-level key) as it found it. Changes are made under a lock in the lock tree and written
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
 inode, size or mtime changes (:meth:`LimitsFile.stamp`).
@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.storage.core.encoding import dumps
 from app.storage.core.errors import InvalidName, StorageError
 from app.storage.core.names import validate_id
 
@@ -92,6 +93,15 @@ def format_bytes(count: int) -> str:
         if count and count % size == 0:
             return f"{count // size}{unit}"
     return str(count)
+
+
+def human_bytes(count: int) -> str:
+    """``count`` for a person to read: ``812 byte(s)``, ``1.5 KiB``, ``70.4 GiB`` (one unit,
+    rounded; :func:`format_bytes` is the exact form that settings take)."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} byte(s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +302,47 @@ def clear_quota_in(doc: dict[str, Any], section: str, key: str, names: tuple[str
     return True
 
 
-class LimitEdits:
-    """The edits of a limits document, over the ``_changing`` block of its store (the file,
-    or PostgreSQL's row): each reads, changes and writes back the whole document at once."""
+def empty_document() -> dict[str, Any]:
+    """The document of a deployment that overrides nothing."""
+    return {"version": VERSION, "projects": {}, "tenants": {}}
 
-    def _changing(self) -> AbstractContextManager[dict[str, Any]]:
+
+class LimitEdits:
+    """A limits document and its edits, whichever store keeps it (the tree's file,
+    tree/limits.py; PostgreSQL's row, pg/limits.py), over two primitives of the store:
+    ``document`` (read it, checked) and ``_held`` (hold it for one change: yield the
+    document as stored, and the call that writes its new bytes). Each edit reads, changes and
+    writes back the whole document at once, and tells the ``listeners`` (this process applies
+    a change at once; the others see the store's stamp move within a second)."""
+
+    listeners: list[Callable[[], None]]
+
+    def document(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _held(self) -> AbstractContextManager[tuple[dict[str, Any], Callable[[bytes], None]]]:
+        raise NotImplementedError
+
+    def rates(self) -> RateOverrides:
+        """Every rate override of the document (none when there is none)."""
+        return check_document(self.document())
+
+    def quotas(self) -> Quotas:
+        """Every quota of the document (none when there is none)."""
+        return quotas_of(self.document())
+
+    @contextmanager
+    def _changing(self) -> Iterator[dict[str, Any]]:
+        """Yield the current document, held; write it back if the block changed it."""
+        with self._held() as (doc, write):
+            before = dumps(doc)
+            yield doc
+            check_document(doc)
+            after = dumps(doc)
+            if after != before:
+                write(after)
+        for listener in self.listeners:
+            listener()
 
     def _entry_path(self, tenant: str, project: str | None) -> tuple[str, str]:
         try:

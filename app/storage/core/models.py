@@ -6,6 +6,19 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, BinaryIO
 
+from app.storage.core.clock import iso_us
+
+
+def artifact_etag(sha256: str) -> str:
+    """An artifact's entity tag: the SHA-256 of its bytes, quoted."""
+    return f'"{sha256}"'
+
+
+def turn_etag(updated_us: int) -> str:
+    """A turn's entity tag: its ``updated_us``, strictly increasing per task (the task's
+    writes are serialized), so it names one version of the turn."""
+    return f'"t{updated_us}"'
+
 
 @dataclass(frozen=True, slots=True)
 class ArtifactInfo:
@@ -17,7 +30,7 @@ class ArtifactInfo:
 
     @property
     def etag(self) -> str:
-        return f'"{self.sha256}"'
+        return artifact_etag(self.sha256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +48,7 @@ class TurnRecord:
 
     @property
     def etag(self) -> str:
-        return f'"t{self.updated_us}"'
+        return turn_etag(self.updated_us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +109,6 @@ class ArtifactStream:
     info: ArtifactInfo
     file: BinaryIO
     size: int
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDeletion:
-    task_id: str
-    owner: str | None
 
 
 @dataclass(slots=True)
@@ -166,3 +173,31 @@ class TaskFilter:
 
 
 DEFAULT_GRACE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """A task as a listing keeps it (either backend's): its latest live turn's facts."""
+
+    task_id: str
+    updated_us: int
+    retain_until_us: int
+    turn_count: int
+    latest_turn: int | None
+    owner: str | None = None
+    model: str | None = None
+    agent_id: str | None = None
+    exit_code: int | None = None
+
+    def summary(self) -> TaskSummary:
+        return TaskSummary(
+            task_id=self.task_id,
+            latest_turn=self.latest_turn,
+            turn_count=self.turn_count,
+            updated_at=iso_us(self.updated_us),
+            retain_until=iso_us(self.retain_until_us),
+            owner=self.owner,
+            model=self.model,
+            agent_id=self.agent_id,
+            exit_code=self.exit_code,
+        )

@@ -2,9 +2,9 @@
 
 The ids a request may use (tenant, project, task, artifact, turn; the memory stores' ids),
 validated before any of them reaches a path or a query, and every file and directory name
-the tree writes (app/storage/tree/fs/layout.py builds the paths from them), which the backup
-archive (app/storage/core/archive.py) and the object store keys of PostgreSQL + S3
-(app/storage/pg/blobs.py) reuse, so that each is spelled once (tests/test_layout_names.py).
+the tree writes (tree/fs/layout.py builds the paths from them), which the backup
+archive (core/archive.py) and the object store keys of PostgreSQL + S3
+(pg/blobs.py) reuse, so that each is spelled once (tests/test_layout_names.py).
 
 Ids start with an ASCII letter or digit, so names starting with ``.`` or ``_`` can never
 collide with a tenant, project or task: a task called ``project.md`` or ``index.json`` works.
@@ -53,7 +53,7 @@ SERVER_LOCK = "_server.lock"
 CANARY = "_canary"
 RECOVERING = "_recovering"
 LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: core/limits.py
-TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: traffic.py
+TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: tree/usage.py
 TMP_PREFIX = ".~tmp-"
 # An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between
 # publishing its bytes and committing meta.json; repair puts it back when the commit is lost.

@@ -1,4 +1,4 @@
-"""The quotas in force and the free-space floor (app/storage/core/usage.py says what they bound)."""
+"""The quotas in force and the free-space floor (core/usage.py says what they bound)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.storage.core.errors import InsufficientStorage, StorageError
-from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, format_bytes, parse_bytes
+from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, human_bytes, parse_bytes
 from app.storage.core.names import Scope
 
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
@@ -224,9 +224,9 @@ class FreeSpace:
             need = max(need, 0) + WRITE_OVERHEAD
             if free - need < floor:
                 raise FloorReached(
-                    f"the server's disk is at its free-space floor: {format_bytes(max(free, 0))}"
-                    f" byte(s) free, the floor is {format_bytes(floor)} and this write needs"
-                    f" about {format_bytes(need)}; nothing was written. Reads and deletes"
+                    f"the server's disk is at its free-space floor: {human_bytes(max(free, 0))}"
+                    f" free, the floor is {human_bytes(floor)} and this write needs"
+                    f" about {human_bytes(need)}; nothing was written. Reads and deletes"
                     " still work; writes resume once space is freed"
                 )
             if self._total_inodes:

@@ -72,7 +72,7 @@ def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
 
 
 def turn_usage(record: TurnRecord) -> TurnUsage:
-    """What a written turn stores (app/storage/core/usage.py)."""
+    """What a written turn stores (core/usage.py)."""
     return usage_of_turn(record.turn, record.meta, record.summary_md, record.artifacts)
 
 

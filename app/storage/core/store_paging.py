@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from app.storage.core import store_rules as rules
-from app.storage.core.cursor import CursorCodec
+from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import VERSION_ID_RE
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
-from app.storage.core.store_records import OPERATIONS, MemoryLookup, MemoryRow
+from app.storage.core.store_records import OPERATIONS, MemoryLookup, MemoryRow, StoreRecord
 
 PAGE_PREFIX = "page_"
 MAX_LIMIT = 100
@@ -69,6 +69,14 @@ def stores_after(cursors: CursorCodec, page: str | None, fp: str) -> tuple[int, 
 def stores_next(cursors: CursorCodec, fp: str, last: tuple[int, str]) -> str:
     """The cursor of the page of stores after the one that ends with the key ``last``."""
     return encode_page(cursors, {"q": fp, "k": [last[0], last[1]]})
+
+
+def stores_page(cursors: CursorCodec, fp: str, records: Sequence[StoreRecord], limit: int) -> Page:
+    """The page of stores read (newest first, ``limit + 1`` at most or all of them)."""
+    kept, next_page = cut_page(
+        records, limit, lambda last: stores_next(cursors, fp, (last.created_us, last.id))
+    )
+    return Page(tuple(r.view() for r in kept), next_page)
 
 
 @dataclass(frozen=True, slots=True)

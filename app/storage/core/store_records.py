@@ -383,12 +383,15 @@ def memory_row(record: VersionRecord) -> MemoryRow:
 
 
 class MemoryLookup(Protocol):
-    """The queries the engine-independent code (paging.py, semantics.py) asks of a store's
-    index: the SQLite one here, and PostgreSQL's rows in pg/stores.py."""
+    """The queries the rules every backend shares (store_paging.py, store_semantics.py) ask
+    of a store: the tree's SQLite index (tree/sqlite/store_index.py) and PostgreSQL's rows
+    (pg/store_index.py)."""
 
     def state(self) -> tuple[str, int]: ...
 
     def memory(self, memory_id: str) -> MemoryRow | None: ...
+
+    def count(self) -> int: ...
 
     def occupant(self, path: str, exclude: str | None) -> tuple[str, str] | None: ...
 

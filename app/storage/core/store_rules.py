@@ -13,10 +13,8 @@ from typing import Any
 
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import (
-    MEMORY_ID_RE,
     STORE_ID_RE,
     TMP_PREFIX,
-    VERSION_ID_RE,
 )
 
 MAX_PATH_BYTES = 1024
@@ -177,14 +175,6 @@ def slugify(name: str) -> str:
 
 def is_store_id(value: Any) -> bool:
     return isinstance(value, str) and STORE_ID_RE.fullmatch(value) is not None
-
-
-def is_memory_id(value: Any) -> bool:
-    return isinstance(value, str) and MEMORY_ID_RE.fullmatch(value) is not None
-
-
-def is_version_id(value: Any) -> bool:
-    return isinstance(value, str) and VERSION_ID_RE.fullmatch(value) is not None
 
 
 DEFAULT_MAX_MEMORIES = 10_000

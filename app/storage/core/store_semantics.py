@@ -1,12 +1,17 @@
 """What each memory-store request means apart from where it is stored: the records a write
 makes, the checks that refuse it, and the ids and times it hands out.
 
-Both engines (the tree in this package, PostgreSQL in pg/stores.py) call these, so ids,
+Both engines (the tree's, tree/stores/; PostgreSQL's, pg/stores.py) call these, so ids,
 times, records and errors are the same whichever one runs; an engine only reads and writes.
+A memory's create, update and delete are decided here whole (:func:`created_version`,
+:func:`updated_version`, :func:`deleted_version`) over the store's :class:`MemoryLookup`,
+inside the engine's transaction on the store; the engine then charges and commits the
+version they return.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +26,7 @@ from app.storage.core.store_models import (
     HeadVersion,
     PathConflict,
     StoreArchived,
+    StoreFull,
 )
 from app.storage.core.store_records import (
     MemoryLookup,
@@ -235,3 +241,92 @@ def check_redactable(version_id: str, live: MemoryRow | None) -> None:
             f"version {version_id} is the head of live memory {live.id}: write a new"
             " version (or delete the memory) first, then redact this one"
         )
+
+
+# -- a memory's writes, decided over the store's rows ------------------------------------------
+def created_version(
+    reader: MemoryLookup,
+    now_us: Callable[[], int],
+    store_id: str,
+    *,
+    path: str,
+    content: str,
+    actor: dict[str, Any] | None,
+    max_memories: int,
+) -> VersionRecord:
+    """The version that creates a memory at ``path``: refused when the path is taken or the
+    store holds ``max_memories`` already."""
+    check_free(reader, path, None)
+    if reader.count() >= max_memories:
+        raise StoreFull(max_memories)
+    return new_version(
+        reader.state(),
+        now_us(),
+        store_id,
+        memory_id=f"mem_{ULID()}",
+        operation="created",
+        path=path,
+        content=content,
+        actor=actor,
+        row=None,
+    )
+
+
+def updated_version(
+    reader: MemoryLookup,
+    now_us: Callable[[], int],
+    store_id: str,
+    memory_id: str,
+    request: tuple[str | None, str | None, str | None],
+    *,
+    actor: dict[str, Any] | None,
+    head_content: Callable[[MemoryRow], str],
+) -> tuple[MemoryRow, VersionRecord | None]:
+    """The live memory and the version that changes it as ``request`` (update_request's)
+    asks; None for a change that changes nothing (no version is written). ``head_content``
+    reads the memory's current content, which a move keeps."""
+    new_path, new_content, expected = request
+    row = live_memory(reader, memory_id)
+    target, unchanged = update_target(row, memory_id, new_path, new_content, expected)
+    if unchanged:
+        return row, None
+    if target != row.path:
+        check_free(reader, target, row.id)
+    if new_content is None:
+        new_content = head_content(row)
+    return row, new_version(
+        reader.state(),
+        now_us(),
+        store_id,
+        memory_id=row.id,
+        operation="modified",
+        path=target,
+        content=new_content,
+        actor=actor,
+        row=row,
+    )
+
+
+def deleted_version(
+    reader: MemoryLookup,
+    now_us: Callable[[], int],
+    store_id: str,
+    memory_id: str,
+    expected: str | None,
+    *,
+    actor: dict[str, Any] | None,
+) -> tuple[MemoryRow, VersionRecord]:
+    """The live memory and the ``deleted`` version that ends it (its history stays)."""
+    row = live_memory(reader, memory_id)
+    check_delete(row, memory_id, expected)
+    return row, new_version(
+        reader.state(),
+        now_us(),
+        store_id,
+        memory_id=row.id,
+        operation="deleted",
+        path=row.path,
+        content=None,
+        actor=actor,
+        row=row,
+    )

@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from app.storage.core.cursor import CursorCodec
+from app.storage.core.clock import iso_us
+from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.names import Scope, validate_id
+from app.storage.core.models import ArtifactInfo, TaskPage, TaskRow, TurnRecord
+from app.storage.core.names import Scope, validate_id, validate_turn
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
@@ -25,12 +28,15 @@ CURSOR_VERSION = 1
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def check_turn(meta: dict[str, Any], summary_md: str) -> bytes:
-    """The summary's UTF-8 bytes, once ``meta`` and ``summary_md`` are known to be storable.
+def check_turn(task_id: str, turn: int, meta: dict[str, Any], summary_md: str) -> bytes:
+    """The summary's UTF-8 bytes, once the turn's address and ``meta`` and ``summary_md``
+    are known to be storable.
 
     What cannot be stored as UTF-8 JSON (lone surrogates, NaN, sets, ...) is refused before
     the first write: failing inside the transaction would leave a task skeleton behind.
     """
+    validate_id("task_id", task_id)
+    validate_turn(turn)
     try:
         summary = summary_md.encode("utf-8")
     except UnicodeEncodeError:
@@ -42,6 +48,40 @@ def check_turn(meta: dict[str, Any], summary_md: str) -> bytes:
     if len(summary) > MAX_SUMMARY_BYTES:
         raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
     return summary
+
+
+def next_updated_us(last_us: int, now_us: int) -> int:
+    """The ``updated_us`` of a task's next write, after its latest ``last_us`` (0: a new
+    task): strictly increasing per task, even when the clock stalls or steps back, for the
+    listing's keyset cursor and the turn ETag rely on it."""
+    return max(now_us, last_us + 1)
+
+
+def written_turn(
+    task_id: str,
+    turn: int,
+    *,
+    meta: dict[str, Any],
+    summary_md: str,
+    artifacts: tuple[ArtifactInfo, ...],
+    created_at: str | None,
+    updated_us: int,
+    retention_us: int,
+) -> TurnRecord:
+    """The record a put_turn writes: the new meta and summary, the artifacts and creation
+    time the live turn it replaces had (``created_at`` None: a new turn, created now), and
+    its retention counted from this write."""
+    return TurnRecord(
+        task_id=task_id,
+        turn=turn,
+        meta=meta,
+        summary_md=summary_md,
+        artifacts=artifacts,
+        created_at=created_at if created_at is not None else iso_us(updated_us),
+        updated_at=iso_us(updated_us),
+        retain_until=iso_us(updated_us + retention_us),
+        updated_us=updated_us,
+    )
 
 
 def check_list(limit: int, prefix: str | None) -> None:
@@ -103,6 +143,16 @@ def encode_task_cursor(cursors: CursorCodec, scope: Scope, updated_us: int, task
     return cursors.encode(
         {"v": CURSOR_VERSION, "u": updated_us, "id": task_id, "s": scope_tag(scope)}
     )
+
+
+def task_page(
+    cursors: CursorCodec, scope: Scope, rows: Sequence[TaskRow], limit: int, total: int
+) -> TaskPage:
+    """The page of tasks a listing read (``limit + 1`` rows at most, newest first)."""
+    kept, next_cursor = cut_page(
+        rows, limit, lambda r: encode_task_cursor(cursors, scope, r.updated_us, r.task_id)
+    )
+    return TaskPage(tuple(r.summary() for r in kept), total, next_cursor)
 
 
 def decode_task_cursor(cursors: CursorCodec, scope: Scope, cursor: str) -> tuple[int, str]:

@@ -21,6 +21,7 @@ from app.storage.core.names import validate_id
 
 ROLES = ("reader", "writer", "project_admin", "tenant_admin", "admin")
 SECRET_PREFIX = "pm_"  # noqa: S105 - a prefix, not a secret
+TOKEN_ID_PREFIX = "tok_"  # noqa: S105 - a prefix of ids
 
 
 def role_rank(role: str) -> int:
@@ -75,7 +76,7 @@ def new_token(
         raise ValueError("expiry must be in the future")
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     token = Token(
-        id=f"tok_{ULID()}",
+        id=f"{TOKEN_ID_PREFIX}{ULID()}",
         role=role,
         tenant=tenant,
         project=project,
@@ -106,6 +107,12 @@ class TokenRegistryBase:
         """End every console session signed in with this token until now (a sign-out: a
         copy of the session cookie must not outlive it)."""
         raise NotImplementedError
+
+    def find_by_secret(self, secret: str) -> Token | None:
+        """The token whose secret this is, usable or not (to revoke a leaked one); None."""
+        if not secret or len(secret) > 512:
+            return None
+        return self._find(hash_secret(secret))
 
     def authenticate(self, secret: str) -> Token | None:
         """Return the usable token whose secret this is, or None."""

@@ -1,12 +1,12 @@
-"""Requests and bytes per hour, per project and per token: the tree keeps them in
-``<root>/.traffic.sqlite3`` (PostgreSQL: the ``traffic`` table, app/storage/pg/).
+"""Requests and bytes per hour, per project and per token, as every backend keeps them: the
+tree in ``<root>/.traffic.sqlite3`` (tree/usage.py ``TreeTraffic``), PostgreSQL in its
+``traffic`` table (pg/usage.py).
 
 Nothing here runs per request: each worker adds up its requests in memory and adds its sums
-to their hours every few seconds (app/web/traffic.py), one transaction per flush. The hours are
-kept as long as the turns are (``MEMORY_RETENTION_DAYS``), then pruned.
+to their hours every few seconds (app/web/traffic.py), one transaction per flush. The hours
+are kept as long as the turns are (``MEMORY_RETENTION_DAYS``), then pruned.
 """
 
-# ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
 from __future__ import annotations
 
 from dataclasses import dataclass

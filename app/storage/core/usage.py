@@ -2,8 +2,8 @@
 
 **Usage** is kept by counters, never by walking what is stored: each write changes them by
 what it added or removed, in the same transaction as the index rows it writes (the tree:
-the project's listing and each store's index, app/storage/tree/usage.py; PostgreSQL: the
-``projects`` row, app/storage/pg/). fsck recounts them from the records. What is counted:
+the project's listing and each store's index, tree/usage.py; PostgreSQL: the
+``projects`` row, pg/). fsck recounts them from the records. What is counted:
 
 * ``tasks``, ``turns``, ``artifacts``, ``artifact_bytes``;
 * ``turn_bytes``: each turn's meta as compact JSON plus its summary, in UTF-8;
@@ -13,7 +13,7 @@ the project's listing and each store's index, app/storage/tree/usage.py; Postgre
   What the server derives from it (indexes, the digest, the live copy of a memory) and the
   filesystem's own overhead are not counted: the free-space floor keeps room for those.
 
-**Quotas** (``"quota"`` sections of the limits document, app/storage/core/limits.py) bound
+**Quotas** (``"quota"`` sections of the limits document, core/limits.py) bound
 ``bytes`` and ``tasks``, per project and per tenant; both apply. A write that adds bytes (or
 a task) is admitted only if, for each quota that applies, what is stored plus what writes in
 flight have reserved plus what it adds stays within the quota; it then holds a reservation

@@ -15,9 +15,9 @@ import psycopg
 
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import LockTimeout, NotFound
-from app.storage.core.models import ArtifactInfo, ArtifactStream, TurnRecord
+from app.storage.core.models import ArtifactInfo, ArtifactStream, TurnRecord, artifact_etag
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
-from app.storage.core.task_rules import check_preconditions
+from app.storage.core.task_rules import check_preconditions, next_updated_us
 from app.storage.core.usage import ReservingStream, Ticket
 from app.storage.pg import usage as pgu
 from app.storage.pg.blobs import BlobStore
@@ -46,8 +46,6 @@ class TaskRows(Protocol):
     ) -> TurnRow | None: ...
 
     def task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int: ...
-
-    def next_updated_us(self, last: int, now_us: int) -> int: ...
 
     def recompute(
         self,
@@ -149,12 +147,14 @@ class PgArtifacts:
                     " AND name = %(name)s",
                     task_key(scope, task_id, turn=turn, name=name),
                 ).fetchone()
-                check_preconditions(f'"{current[0]}"' if current else None, if_match, if_none_match)
+                check_preconditions(
+                    artifact_etag(current[0]) if current else None, if_match, if_none_match
+                )
                 added = written.size - (int(current[2]) if current else 0)
                 if isinstance(ticket, pgu.PgTicket):
                     ticket.cover_in(conn, added)
                     ticket.settle_in(conn)
-                updated_us = self.tasks.next_updated_us(
+                updated_us = next_updated_us(
                     self.tasks.task_updated_us(conn, scope, task_id), now_us
                 )
                 info = ArtifactInfo(

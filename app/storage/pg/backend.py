@@ -168,7 +168,7 @@ class PgStorage:
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
-        """Search the project's live turns and memories (app/storage/pg/search.py)."""
+        """Search the project's live turns and memories (pg/search.py)."""
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
@@ -193,7 +193,7 @@ class PgStorage:
     def export(
         self, out: Path, *, tenant: str | None = None, project: str | None = None
     ) -> ExportSummary:
-        """Back up one project, one tenant or everything to ``out`` (app/storage/core/archive.py)."""
+        """Back up one project, one tenant or everything to ``out`` (core/archive.py)."""
         return export_pg(self, out, tenant=tenant, project=project)
 
     def import_(

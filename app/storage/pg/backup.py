@@ -1,5 +1,5 @@
 """Backups of the PostgreSQL + object store backend, in the format every backend shares
-(app/storage/core/archive.py): a backup of the tree imports here, and one written here
+(core/archive.py): a backup of the tree imports here, and one written here
 imports into the tree, member for member the same bytes.
 
 Export: each task and each store is read in a snapshot transaction of its own (REPEATABLE

@@ -278,21 +278,6 @@ class BlobStore:
         except BotoCoreError as exc:
             raise _unavailable("complete upload", exc) from None
 
-    def put_bytes(self, key: str, data: bytes, *, if_match: str | None = None) -> str:
-        """Write a small object whole; with ``if_match`` only over that ETag (412 otherwise:
-        BlobExists). Return its ETag."""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Body": data}
-        if if_match is not None:
-            kwargs["IfMatch"] = if_match
-        try:
-            return str(self.client().put_object(**kwargs)["ETag"])
-        except ClientError as exc:
-            if _status(exc) in (409, 412):
-                raise BlobExists(f"{key} changed") from None
-            raise BlobError(f"object store refused writing {key}: {_code(exc)}") from None
-        except BotoCoreError as exc:
-            raise _unavailable("put", exc) from None
-
     def delete(self, keys: Iterable[str]) -> None:
         """Delete ``keys`` (absent ones are no error)."""
         batch = list(keys)

@@ -1,7 +1,7 @@
 """``project.md`` on PostgreSQL: a stored section per task, streamed from one snapshot.
 
 Every write of a task sets, in the write's own transaction, the task's row of
-``digest_sections``: the bytes of its section (app/storage/core/digest.py) showing its highest
+``digest_sections``: the bytes of its section (core/digest.py) showing its highest
 live turn, that turn, and until when it lives (NULL bytes: no live turn). A trigger keeps
 the project's count of rows, of shown sections and their byte total in ``projects``.
 
@@ -80,6 +80,8 @@ _BODY = (
     " WHERE t.tenant = %(tenant)s AND t.project = %(project)s"
     " ORDER BY t.updated_us DESC, t.task_id DESC"
 )
+# A head's body from ``since`` on: the same walk of the index, stopped at ``since``.
+_BODY_SINCE = _BODY.replace(" ORDER BY", " AND t.updated_us >= %(since)s ORDER BY")
 
 Row = tuple[int | None, int, bytes | None]  # turn, valid until, bytes (None: not shown)
 
@@ -172,18 +174,23 @@ class DigestStream:
         scope: Scope,
         fixes: dict[str, bytes | None],
         empty: bool,
-        size: int,
+        size: int | None,
+        *,
+        limit: int | None = None,
+        since_us: int | None = None,
     ) -> None:
         self._stack = stack
         self._fixes = fixes
         self._empty = empty
-        self._size = size
+        self._size = size  # None: a head, whose length is not known before the end
+        self._left = limit  # sections still to show (None: every one)
         self._buffer = bytearray(text.title(scope))
         self._made = len(self._buffer)
-        self._fetch = _FIRST_FETCH
+        self._fetch = _FIRST_FETCH if limit is None else min(_FIRST_FETCH, limit + 8)
         self._cursor: psycopg.ServerCursor[Any] | None = conn.cursor(name="project_md", binary=True)
+        params = {"tenant": scope.tenant, "project": scope.project, "since": since_us}
         with translated("project.md"):
-            self._cursor.execute(_BODY, {"tenant": scope.tenant, "project": scope.project})
+            self._cursor.execute(_BODY if since_us is None else _BODY_SINCE, params)
 
     def _more(self) -> bool:
         """Add the next rows' bytes to the buffer; False once the body is done."""
@@ -200,6 +207,11 @@ class DigestStream:
             if data is not None:
                 self._buffer += data
                 self._made += len(data)
+                if self._left is not None:
+                    self._left -= 1
+                    if not self._left:
+                        self._finish()  # the head is whole: the rest is never fetched
+                        break
         return True
 
     def read(self, n: int | None = -1) -> bytes:
@@ -227,7 +239,7 @@ class DigestStream:
             self._buffer += text.EMPTY
             self._made += len(text.EMPTY)
         self.close()
-        if self._made != self._size:
+        if self._size is not None and self._made != self._size:
             raise DatabaseError(
                 f"project.md: {self._made} bytes of sections, {self._size} counted;"
                 " `flask --app wsgi fsck --repair` sets the counters from the sections"
@@ -249,6 +261,32 @@ class DigestStream:
 
 def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[BinaryIO, int]:
     """``project.md`` of ``scope`` and its length, from one snapshot."""
+    stream, size = _open(db, scope, now_us, head=None)
+    assert size is not None
+    return stream, size
+
+
+def open_head(
+    db: Database,
+    scope: Scope,
+    now_us: Callable[[], int],
+    *,
+    limit: int | None,
+    since_us: int | None,
+) -> tuple[BinaryIO, int | None]:
+    """The title and the newest sections of ``project.md``: the rows of the listing's index
+    as far as the head goes, so it costs what it returns however big the project."""
+    return _open(db, scope, now_us, head=(limit, since_us))
+
+
+def _open(
+    db: Database,
+    scope: Scope,
+    now_us: Callable[[], int],
+    *,
+    head: tuple[int | None, int | None] | None,
+) -> tuple[BinaryIO, int | None]:
+    """The digest (``head``: its start, (limit, since_us)) from one snapshot."""
     for attempt in range(2):
         stack = contextlib.ExitStack()
         try:
@@ -278,8 +316,14 @@ def open_stream(db: Database, scope: Scope, now_us: Callable[[], int]) -> tuple[
                 shown += int(new is not None) - int(old is not None)
                 size += len(new or b"") - (old or 0)
             size += len(text.title(scope)) + (len(text.EMPTY) if shown == 0 else 0)
-            stream = DigestStream(stack, conn, scope, fixes, empty=shown == 0, size=size)
-            return cast(BinaryIO, stream), size
+            if head is None:
+                stream = DigestStream(stack, conn, scope, fixes, empty=shown == 0, size=size)
+                return cast(BinaryIO, stream), size
+            limit, since_us = head
+            stream = DigestStream(
+                stack, conn, scope, fixes, shown == 0, None, limit=limit, since_us=since_us
+            )
+            return cast(BinaryIO, stream), None
         except BaseException:
             stack.close()
             raise

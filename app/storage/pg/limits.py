@@ -9,21 +9,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.storage.core.encoding import dumps
 from app.storage.core.limits import (
-    VERSION,
     LimitEdits,
     LimitsFileError,
-    Quotas,
-    RateOverrides,
     check_document,
-    quotas_of,
+    empty_document,
 )
 from app.storage.pg.db import Database
 
 
 class PgLimits(LimitEdits):
-    """The limit overrides document (app/storage/core/limits.py's format) in the ``limits`` table."""
+    """The limit overrides document (core/limits.py's format) in the ``limits`` table."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -45,7 +41,7 @@ class PgLimits(LimitEdits):
     @staticmethod
     def _checked(text: str | None) -> dict[str, Any]:
         if text is None:
-            return {"version": VERSION, "projects": {}, "tenants": {}}
+            return empty_document()
         try:
             doc = json.loads(text)
         except ValueError as exc:
@@ -53,28 +49,20 @@ class PgLimits(LimitEdits):
         check_document(doc)
         return doc  # type: ignore[no-any-return]
 
-    def rates(self) -> RateOverrides:
-        return check_document(self.document())
-
-    def quotas(self) -> Quotas:
-        return quotas_of(self.document())
-
     @contextmanager
-    def _changing(self) -> Iterator[dict[str, Any]]:
+    def _held(self) -> Iterator[tuple[dict[str, Any], Callable[[bytes], None]]]:
+        """The document's row locked (FOR UPDATE) in one transaction, and the update of its
+        bytes, which bumps its version."""
         with self.db.transaction("limits") as conn:
             conn.execute("INSERT INTO limits VALUES (1, %s, 0) ON CONFLICT DO NOTHING", (
-                json.dumps({"version": VERSION, "projects": {}, "tenants": {}}),
+                json.dumps(empty_document()),
             ))  # fmt: skip
             row = conn.execute("SELECT doc FROM limits WHERE id = 1 FOR UPDATE").fetchone()
-            doc = self._checked(row[0] if row else None)
-            before = dumps(doc)
-            yield doc
-            check_document(doc)
-            after = dumps(doc)
-            if after != before:
+
+            def write(after: bytes) -> None:
                 conn.execute(
                     "UPDATE limits SET doc = %s, version = version + 1 WHERE id = 1",
                     (after.decode("utf-8"),),
                 )
-        for listener in self.listeners:
-            listener()
+
+            yield self._checked(row[0] if row else None), write

@@ -84,7 +84,7 @@ _OF_TASKS = (
 )
 _OF_STORES = "JOIN staged_stores s ON s.id = {} WHERE s.tenant = p.tenant AND s.project = p.project"
 # What the backup's tasks and stores hold in each of its projects, as the usage counters
-# (app/storage/pg/usage.py) count it; the task counter is moved by added_tasks.
+# (pg/usage.py) count it; the task counter is moved by added_tasks.
 _HELD_KINDS = (
     "turns",
     "artifacts",

@@ -7,8 +7,9 @@ is the commit point and never changes again except by redaction; readers take no
 read one snapshot. Memory contents (100 KiB at most) stay in the database, beside the rows
 that name them: a memory write is one transaction, with nothing to clean up if it fails.
 
-The rules, ids, cursors, ordering and errors are the tree engine's (memstores/), shared
-where they are not about files.
+The rules, ids, cursors, ordering and errors are the ones every backend shares
+(core/store_rules.py, store_semantics.py, store_paging.py), so a request gets the same
+answer here as from the tree's engine (tree/stores/).
 """
 
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
@@ -22,11 +23,10 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from ulid import ULID
 
 from app.storage.core import store_rules as rules, store_semantics as semantics
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
-from app.storage.core.cursor import CursorCodec
+from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import NotFound
 from app.storage.core.names import STORE_ID_RE, VERSION_ID_RE, Scope
 from app.storage.core.quota import QuotaSource
@@ -36,7 +36,6 @@ from app.storage.core.store_models import (
     MemoryStore,
     MemoryVersion,
     Page,
-    StoreFull,
     VersionFilter,
 )
 from app.storage.core.store_paging import (
@@ -46,7 +45,7 @@ from app.storage.core.store_paging import (
     memories_query,
     memory_items,
     stores_after,
-    stores_next,
+    stores_page,
     versions_next,
     versions_query,
 )
@@ -57,7 +56,7 @@ from app.storage.core.store_records import (
     VersionRow,
 )
 from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
-from app.storage.core.store_semantics import check_free, live_memory
+from app.storage.core.store_semantics import live_memory
 from app.storage.pg import usage as pgu
 from app.storage.pg.db import Database
 from app.storage.pg.store_index import (
@@ -89,7 +88,7 @@ class PgMemoryStores:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
-        # Counters and quotas (app/storage/pg/usage.py).
+        # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.cursors = cursors
         self.clock = clock
@@ -276,12 +275,7 @@ class PgMemoryStores:
                 (*args, limit + 1),
             ).fetchall()
         records = [StoreRecord.from_json(json.loads(r[0]), "stores") for r in rows]  # type: ignore[arg-type]
-        next_page = None
-        if len(records) > limit:
-            records = records[:limit]
-            last = records[-1]
-            next_page = stores_next(self.cursors, fp, (last.created_us, last.id))
-        return Page(tuple(r.view() for r in records), next_page)
+        return stores_page(self.cursors, fp, records, limit)
 
     def update_store(
         self,
@@ -344,20 +338,14 @@ class PgMemoryStores:
         content = rules.validate_content(content)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = StoreReader(conn, store_id, state)
-            check_free(reader, path, None)
-            if reader.count() >= self.max_memories:
-                raise StoreFull(self.max_memories)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            record = semantics.created_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=f"mem_{ULID()}",
-                operation="created",
                 path=path,
                 content=content,
                 actor=actor,
-                row=None,
+                max_memories=self.max_memories,
             )
             self.usage.check(conn, scope, int(record.content_size_bytes or 0))
             self._commit(conn, scope, record)
@@ -393,33 +381,20 @@ class PgMemoryStores:
         full: bool = False,
     ) -> Memory:
         """Change content and/or path; a no-op writes nothing, a real change one version."""
-        new_path, new_content, expected = semantics.update_request(
-            content, path, precondition_sha256
-        )
+        request = semantics.update_request(content, path, precondition_sha256)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            reader = StoreReader(conn, store_id, state)
-            row = live_memory(reader, memory_id)
-            target, unchanged = semantics.update_target(
-                row, memory_id, new_path, new_content, expected
-            )
-            if unchanged:
-                return row.view(store_id, self._head_content(conn, store_id, row) if full else None)
-            if target != row.path:
-                check_free(reader, target, row.id)
-            if new_content is None:
-                new_content = self._head_content(conn, store_id, row)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            row, record = semantics.updated_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=row.id,
-                operation="modified",
-                path=target,
-                content=new_content,
+                memory_id,
+                request,
                 actor=actor,
-                row=row,
+                head_content=lambda found: self._head_content(conn, store_id, found),
             )
+            if record is None:
+                return row.view(store_id, self._head_content(conn, store_id, row) if full else None)
             # The previous version stays (history): the new one is charged whole.
             self.usage.check(conn, scope, int(record.content_size_bytes or 0))
             self._commit(conn, scope, record)
@@ -438,18 +413,13 @@ class PgMemoryStores:
         expected = semantics.delete_request(expected_sha256)
         with self.transaction(scope, store_id) as (conn, store, state):
             semantics.check_writable(store)
-            row = live_memory(StoreReader(conn, store_id, state), memory_id)
-            semantics.check_delete(row, memory_id, expected)
-            record = semantics.new_version(
-                state,
-                self.now_us(),
+            row, record = semantics.deleted_version(
+                StoreReader(conn, store_id, state),
+                self.now_us,
                 store_id,
-                memory_id=row.id,
-                operation="deleted",
-                path=row.path,
-                content=None,
+                memory_id,
+                expected,
                 actor=actor,
-                row=row,
             )
             self._commit(conn, scope, record)
         return Deleted(row.id, "memory_deleted")
@@ -501,14 +471,13 @@ class PgMemoryStores:
                 " ORDER BY id DESC LIMIT %s",
                 (store_id, *args, query.limit + 1),
             ).fetchall()
-        next_page = None
-        if len(rows) > query.limit:
-            rows = rows[: query.limit]
-            next_page = versions_next(self.cursors, query, rows[-1][0])
+        kept, next_page = cut_page(
+            rows, query.limit, lambda last: versions_next(self.cursors, query, last[0])
+        )
         if full:
-            data = tuple(version_record(store_id, r).view(True) for r in rows)
+            data = tuple(version_record(store_id, r).view(True) for r in kept)
         else:
-            data = tuple(VersionRow(*r).view(store_id) for r in rows)
+            data = tuple(VersionRow(*r).view(store_id) for r in kept)
         return Page(data, next_page)
 
     def get_version(

@@ -36,9 +36,10 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
-    TaskSummary,
+    TaskRow,
     TurnEntry,
     TurnRecord,
+    turn_etag,
 )
 from app.storage.core.names import (
     Scope,
@@ -51,8 +52,10 @@ from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
-    encode_task_cursor,
     meta_facts,
+    next_updated_us,
+    task_page,
+    written_turn,
 )
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.artifacts import PgArtifacts
@@ -72,10 +75,6 @@ from app.storage.pg.listing import (
 )
 
 
-def _etag(updated_us: int | None) -> str | None:
-    return None if updated_us is None else f'"t{updated_us}"'
-
-
 class PgTaskStore:
     """Durable per-task turn history of every tenant/project in one database and bucket."""
 
@@ -91,7 +90,7 @@ class PgTaskStore:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
-        # Counters and quotas (app/storage/pg/usage.py).
+        # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.blobs = blobs
         self.cursors = cursors
@@ -142,11 +141,6 @@ class PgTaskStore:
             f"SELECT updated_us FROM tasks WHERE {KEY}", task_key(scope, task_id)
         ).fetchone()
         return 0 if row is None else int(row[0])
-
-    def next_updated_us(self, last: int, now_us: int) -> int:
-        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
-        # on it even when the clock stalls or steps back.
-        return max(now_us, last + 1)
 
     def add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None:
         """Change the project's task count by ``tasks`` (in the transaction that created or
@@ -213,9 +207,7 @@ class PgTaskStore:
         if_none_match: bool = False,
     ) -> TurnRecord:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        summary = task_rules.check_turn(meta, summary_md)
+        summary = task_rules.check_turn(task_id, turn, meta, summary_md)
         meta_json = dumps_compact(meta)
         meta_text = meta_json.decode("utf-8")
         model, agent_id, exit_code = meta_facts(meta)
@@ -224,9 +216,11 @@ class PgTaskStore:
             now_us = self.now_us()
             previous = self.turn_row(conn, scope, task_id, turn)
             alive = previous if previous and previous.retain_until_us > now_us else None
-            check_preconditions(_etag(alive.updated_us if alive else None), if_match, if_none_match)
+            check_preconditions(
+                turn_etag(alive.updated_us) if alive else None, if_match, if_none_match
+            )
             last_us = self.task_updated_us(conn, scope, task_id)
-            updated_us = self.next_updated_us(last_us, now_us)
+            updated_us = next_updated_us(last_us, now_us)
             key = task_key(scope, task_id)
             new_bytes = len(meta_json) + len(summary)  # core/records.py usage_of_turn's count
             old_bytes = pgu.turn_bytes(conn, key, turn) or 0
@@ -262,16 +256,15 @@ class PgTaskStore:
             elif alive is not None:
                 found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
                 artifacts = tuple(info for info, _ in found)
-            record = TurnRecord(
-                task_id=task_id,
-                turn=turn,
+            record = written_turn(
+                task_id,
+                turn,
                 meta=meta,
                 summary_md=summary_md,
                 artifacts=artifacts,
-                created_at=alive.created_at if alive else iso_us(updated_us),
-                updated_at=iso_us(updated_us),
-                retain_until=iso_us(updated_us + self.retention_us),
+                created_at=alive.created_at if alive else None,
                 updated_us=updated_us,
+                retention_us=self.retention_us,
             )
             conn.execute(
                 "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"
@@ -411,26 +404,26 @@ class PgTaskStore:
                 params,
             ).fetchone()
         total = int(total_row[0]) if total_row else 0
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tasks = tuple(
-            TaskSummary(
-                task_id=r[0],
-                latest_turn=r[4],
-                turn_count=int(r[3]),
-                updated_at=iso_us(int(r[1])),
-                retain_until=iso_us(int(r[2])),
-                owner=r[5],
-                model=r[6],
-                agent_id=r[7],
-                exit_code=None if r[8] is None else int(r[8]),
-            )
-            for r in rows
+        return task_page(
+            self.cursors,
+            scope,
+            [
+                TaskRow(
+                    r[0],
+                    int(r[1]),
+                    int(r[2]),
+                    int(r[3]),
+                    r[4],
+                    r[5],
+                    r[6],
+                    r[7],
+                    None if r[8] is None else int(r[8]),
+                )
+                for r in rows
+            ],
+            limit,
+            total,
         )
-        next_cursor = (
-            encode_task_cursor(self.cursors, scope, int(rows[-1][1]), rows[-1][0]) if more else None
-        )
-        return TaskPage(tasks, total, next_cursor)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task with its turns and artifacts in one transaction, then its bytes."""
@@ -458,7 +451,7 @@ class PgTaskStore:
             pgu.add(conn, scope, **pgu.negated(gone))
         self.forget_blobs(blobs)
 
-    # -- artifacts (app/storage/pg/artifacts.py) --------------------------------------------
+    # -- artifacts (pg/artifacts.py) --------------------------------------------
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str:
         """A new object key for one upload of an artifact (the tree's path, then an id)."""
         return self.blobs.key(
@@ -497,5 +490,11 @@ class PgTaskStore:
 
     # -- project digest --------------------------------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
-        """``project.md`` from one snapshot of the stored sections (app/storage/pg/digest.py)."""
+        """``project.md`` from one snapshot of the stored sections (pg/digest.py)."""
         return pgd.open_stream(self.db, scope, self.now_us)
+
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The title and the newest sections of ``project.md`` (app/storage/pg/digest.py)."""
+        return pgd.open_head(self.db, scope, self.now_us, limit=limit, since_us=since_us)

@@ -1,4 +1,4 @@
-"""Usage counters, quotas and traffic on PostgreSQL (app/storage/core/usage.py says what they are).
+"""Usage counters, quotas and traffic on PostgreSQL (core/usage.py says what they are).
 
 The counters are columns of the ``projects`` row, moved by every write in its own
 transaction, by what it changed. A write that adds bytes checks its quotas in that same

@@ -158,7 +158,7 @@ class TreeStorage:
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
-        """Search the project's turns and memories (app/storage/tree/search.py)."""
+        """Search the project's turns and memories (tree/search.py)."""
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
@@ -266,7 +266,7 @@ class TreeStorage:
     def export(
         self, out: Path, *, tenant: str | None = None, project: str | None = None
     ) -> ExportSummary:
-        """Back up one project, one tenant or everything to ``out`` (app/storage/core/archive.py)."""
+        """Back up one project, one tenant or everything to ``out`` (core/archive.py)."""
         return export_tree(self, out, tenant=tenant, project=project)
 
     def import_(
@@ -284,7 +284,7 @@ class TreeStorage:
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list(self.layout.projects([], tenants))
 
-    # -- usage, quotas, traffic (app/storage/core/usage.py, traffic.py) ---------------------------
+    # -- usage, quotas, traffic (core/usage.py, core/traffic.py, tree/usage.py) ------
     def usage(self, scope: Scope) -> Usage:
         """What a project stores (zero for a project that does not exist)."""
         return self.usage_counters.project(scope)[0]

@@ -98,15 +98,78 @@ class Digests:
             try:
                 opened = self._open(scope, listing, may_compact=not compacted)
             except BaseMismatch:
-                if attempt < _ATTEMPTS:
-                    time.sleep(0.001 * (attempt + 1))
-                elif attempt == _ATTEMPTS:
-                    self.rebuild(scope, only_if_broken=True)
+                self._after_mismatch(scope, attempt)
                 continue
             if opened is not None:
                 return opened
             compacted = True
         raise LockTimeout("project.md is being rebuilt; retry shortly")
+
+    def open_head(
+        self, scope: Scope, *, limit: int | None, since_us: int | None
+    ) -> tuple[BinaryIO, int]:
+        """The title and the newest sections of ``project.md`` (``limit`` at most, of tasks
+        updated at ``since_us`` or later) and their size, from one snapshot, as ``open``
+        serves them: the same bytes as the start of the whole digest. It costs what it
+        returns (digestdb.head), and never compacts."""
+        listing = self.store.listing(scope)
+        if not listing.exists():
+            data = text.title(scope) + text.EMPTY
+            return io.BytesIO(data), len(data)
+        if listing.needs_backfill():
+            return self._rendered_head(scope, listing, limit, since_us)
+        for attempt in range(_ATTEMPTS + 2):
+            now_us = self.store.now_us()
+            with listing.read() as conn:
+                base = digestdb.base_of(conn)
+                parts = None
+                if digestdb.count_changed(conn, base) <= digestdb.HARD_LIMIT:
+                    result = digestdb.plan(conn, now_us, self.reader(scope, now_us))
+                    parts = digestdb.head(conn, result, limit=limit, since_us=since_us)
+            if parts is None:  # more changed than a read holds in memory
+                self.compact(scope, wait=True)
+                continue
+            try:
+                fd = (
+                    self._open_base(scope, base)
+                    if any(isinstance(p, tuple) for p in parts)
+                    else None
+                )
+            except BaseMismatch:
+                self._after_mismatch(scope, attempt)
+                continue
+            spliced = Spliced(-1 if fd is None else fd, [text.title(scope), *parts])
+            return spliced, spliced.size  # type: ignore[return-value]
+        raise LockTimeout("project.md is being rebuilt; retry shortly")
+
+    def _rendered_head(
+        self, scope: Scope, listing: Listing, limit: int | None, since_us: int | None
+    ) -> tuple[BinaryIO, int]:
+        """``open_head`` from the records (a listing not yet upgraded)."""
+        now_us = self.store.now_us()
+        out = [text.title(scope)]
+        complete = True
+        for row in listing.digest_stream(now_us):
+            if (since_us is not None and row.updated_us < since_us) or (
+                limit is not None and len(out) > limit
+            ):
+                complete = False
+                break
+            record = self.record(scope, row.task_id, row.latest_turn, now_us)
+            if record is not None:
+                out.append(text.section_of(row.task_id, record, 0).text)
+        if complete and len(out) == 1:
+            out.append(text.EMPTY)
+        data = b"".join(out)
+        return io.BytesIO(data), len(data)
+
+    def _after_mismatch(self, scope: Scope, attempt: int) -> None:
+        """A read found the base replaced under it (a compaction renames the new base a
+        moment before it commits): wait a little and plan again; after _ATTEMPTS, rebuild."""
+        if attempt < _ATTEMPTS:
+            time.sleep(0.001 * (attempt + 1))
+        elif attempt == _ATTEMPTS:
+            self.rebuild(scope, only_if_broken=True)
 
     def view(self, scope: Scope) -> tuple[BinaryIO, int] | None:
         """What a read would serve, changing nothing (fsck): None when there is no listing or

@@ -181,7 +181,7 @@ class ListingCheck:
         self.check.rebuild_all(scope, task_ids)
         self.check.store.rebuild_digest(scope)
 
-    # -- the turns' search rows (app/storage/tree/sqlite/turn_search.py) ------------------
+    # -- the turns' search rows (tree/sqlite/turn_search.py) ------------------
     def search_ready(self, scope: Scope, listing: Listing, names: Iterable[str]) -> bool:
         """Whether the turns' search rows can be compared task by task: built, and passing
         FTS5's integrity check (else reported, and rebuilt whole on repair)."""

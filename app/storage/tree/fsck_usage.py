@@ -1,7 +1,7 @@
 """The tree's usage counters against a recount from the records: fsck's part, and the
 start-up upgrade of the stores counted nowhere yet.
 
-Each turn's usage row must equal what its ``meta.json`` says (app/storage/tree/records.py
+Each turn's usage row must equal what its ``meta.json`` says (tree/records.py
 ``turn_usage``), each project's counters the sums of its rows, each store's counters a
 count of its index rows, and each store's row in its project's listing the store's counters.
 ``repair`` rebuilds what differs under the lock its writers take (``repair_task``, a store's

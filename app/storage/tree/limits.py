@@ -9,16 +9,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt
 from app.storage.core.limits import (
-    VERSION,
     LimitEdits,
     LimitsFileError,
-    Quotas,
-    RateOverrides,
     check_document,
-    quotas_of,
+    empty_document,
 )
 from app.storage.core.names import LIMITS_FILE, LOCKS_DIR
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
@@ -58,30 +54,14 @@ class LimitsFile(LimitEdits):
         except Corrupt as exc:
             raise LimitsFileError(str(exc)) from None
         if doc is None:
-            return {"version": VERSION, "projects": {}, "tenants": {}}
+            return empty_document()
         check_document(doc)
         return doc  # type: ignore[no-any-return]
 
-    def rates(self) -> RateOverrides:
-        """Every rate override in the file (none when there is no file)."""
-        return check_document(self.document())
-
-    def quotas(self) -> Quotas:
-        """Every quota in the file (none when there is no file)."""
-        return quotas_of(self.document())
-
     # -- writing ---------------------------------------------------------------------------
     @contextmanager
-    def _changing(self) -> Iterator[dict[str, Any]]:
-        """Yield the current document under the lock; write it back if the block changed it."""
+    def _held(self) -> Iterator[tuple[dict[str, Any], Callable[[bytes], None]]]:
+        """The document under the file's lock, and the atomic write of its new bytes."""
         make_dirs(self.lock_path.parent, self.layout.root)
         with locked(self.lock_path, self.lock_timeout):
-            doc = self.document()
-            before = dumps(doc)
-            yield doc
-            check_document(doc)
-            after = dumps(doc)
-            if after != before:
-                write_atomic(self.path, after)
-        for listener in self.listeners:
-            listener()
+            yield self.document(), lambda data: write_atomic(self.path, data)

@@ -14,7 +14,7 @@ it means the last server did not stop cleanly, and what it may have left depends
 
 * a killed process (SIGKILL, OOM, a crash): the kernel still holds every write in its page
   cache, so the only inconsistent data is what the writes in flight had half-done, and the
-  journals of both engines (app/storage/tree/fs/txn.py) name exactly those. Recovery repairs them
+  journals of both engines (tree/fs/txn.py) name exactly those. Recovery repairs them
   before the server accepts a connection, in time proportional to the writes in flight;
 * a lost page cache (power loss, a kernel crash): every acknowledged record is on disk (it
   was fsynced before the answer), but derived files and the journals themselves may have

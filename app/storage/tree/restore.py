@@ -1,13 +1,13 @@
 """Import a backup into the tree: all of it, or nothing.
 
-The backup is read once, as a stream (app/storage/core/archive.py checks every member and
+The backup is read once, as a stream (core/archive.py checks every member and
 the manifest). Each member is written under a staging directory of the root
 (``<root>/.~tmp-import-<ulid>/``), checked again by what it is (a turn record names its own
 task and turn and lists exactly the artifacts that follow it; a version record names its
 own id and store), and each task's and store's derived files are built there as soon as
 its last member has passed. Only when the whole backup has passed, and the staged tree is
 durable (one ``syncfs``, or an fsync of each file and directory where ``syncfs`` is no
-barrier: app/storage/tree/fs/atomic.py), are tasks and stores renamed into place, each under its own
+barrier: tree/fs/atomic.py), are tasks and stores renamed into place, each under its own
 lock, a batch of tasks at a time: a batch's renames are made durable by one flush, then its
 listing rows are written in one transaction. A refusal at any point before that removes the
 staging directory: nothing of the backup was ever visible. A crash before publishing leaves

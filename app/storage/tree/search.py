@@ -1,7 +1,7 @@
 """Full-text search over one project: its turns and the memories of its stores (tree backend).
 
-Each project has one turn index (in its listing database, app/storage/tree/sqlite/turn_search.py) and
-each store its own memory index (in the store's index database, app/storage/tree/sqlite/store_index.py), so a
+Each project has one turn index (in its listing database, tree/sqlite/turn_search.py) and
+each store its own memory index (in the store's index database, tree/sqlite/store_index.py), so a
 search asks the turn index and each store's index and merges their hits by rank:
 
 1. **one read of each index**: how many rows it has and how many each term matches, and its

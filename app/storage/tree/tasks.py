@@ -1,6 +1,7 @@
-"""The project-memory engine: turns, artifacts, task indexes, listing and digest.
+"""The tree's task engine: turns, task indexes, and the listing and digest rows they derive
+(artifacts: artifacts.py; the digest itself: digest.py).
 
-Every task mutation is a transaction on the task (app/storage/tree/fs/txn.py):
+Every task mutation is a transaction on the task (tree/fs/txn.py):
 
 1. take the task's lock and record the write as in flight;
 2. write the records (``task.json``, the turn's ``meta.json``: the commit point);
@@ -35,7 +36,6 @@ from app.storage.core.models import (
     TaskFilter,
     TaskIndex,
     TaskPage,
-    TaskSummary,
     TurnRecord,
 )
 from app.storage.core.names import (
@@ -49,14 +49,15 @@ from app.storage.core.names import (
     Scope,
     turn_dirname,
     validate_id,
-    validate_turn,
 )
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
     check_preconditions,
     decode_task_cursor,
-    encode_task_cursor,
+    next_updated_us,
+    task_page,
+    written_turn,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
 from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
@@ -90,9 +91,6 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
 
-# A kept previous copy of an artifact while its replacement is being committed; a temp-file
-# name, so readers and listings skip it and the sweeper collects a stale one.
-
 
 class TaskStore:
     """Durable per-task turn history of every tenant/project under one storage root."""
@@ -109,7 +107,7 @@ class TaskStore:
         usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
-        # Counters, quotas and the free-space floor (app/storage/tree/usage.py).
+        # Counters, quotas and the free-space floor (tree/usage.py).
         self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.retention = retention
         self.lock_timeout = lock_timeout
@@ -140,7 +138,7 @@ class TaskStore:
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
-        """Hold the task's lock for one mutation (app/storage/tree/fs/txn.py)."""
+        """Hold the task's lock for one mutation (tree/fs/txn.py)."""
         # Directory fsyncs once per directory at the end, still before the lock is released.
         with self.txns(Key(scope, validate_id("task_id", task_id))) as txn, batched_dir_syncs():
             yield txn
@@ -157,10 +155,8 @@ class TaskStore:
         return self.layout.check_inside(self.layout.task_dir(scope, task_id))
 
     def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
-        # Strictly increasing per task: the listing's keyset cursor and the turn ETag rely
-        # on it even when the clock stalls or steps back.
-        last = index["updated_us"] if index else 0
-        return max(now_us, last + 1)
+        """The next write's ``updated_us`` after the task's ``index`` (core/task_rules.py)."""
+        return next_updated_us(index["updated_us"] if index else 0, now_us)
 
     def write_derived(
         self,
@@ -232,9 +228,7 @@ class TaskStore:
         if_none_match: bool = False,
     ) -> TurnRecord:
         """Create or replace one turn's meta and summary; keep created_at and artifacts."""
-        validate_id("task_id", task_id)
-        validate_turn(turn)
-        task_rules.check_turn(meta, summary_md)
+        task_rules.check_turn(task_id, turn, meta, summary_md)
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
@@ -286,16 +280,15 @@ class TaskStore:
                     expired_dir = self.trash(turn_dir)
                 # artifacts/ comes with the first artifact: a turn without one costs no inode.
                 make_dirs(turn_dir, self.layout.root)
-                record = TurnRecord(
-                    task_id=task_id,
-                    turn=turn,
+                record = written_turn(
+                    task_id,
+                    turn,
                     meta=meta,
                     summary_md=summary_md,
                     artifacts=alive.artifacts if alive else (),
-                    created_at=alive.created_at if alive else iso_us(updated_us),
-                    updated_at=iso_us(updated_us),
-                    retain_until=iso_us(updated_us + self.retention_us),
+                    created_at=alive.created_at if alive else None,
                     updated_us=updated_us,
+                    retention_us=self.retention_us,
                 )
                 write_json(turn_dir / TURN_META, turn_to_json(record))
                 commit_point()
@@ -397,28 +390,7 @@ class TaskStore:
             after=after,
             only=only if only != TaskFilter() else None,
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tasks = tuple(
-            TaskSummary(
-                task_id=r.task_id,
-                latest_turn=r.latest_turn,
-                turn_count=r.turn_count,
-                updated_at=iso_us(r.updated_us),
-                retain_until=iso_us(r.retain_until_us),
-                owner=r.owner,
-                model=r.model,
-                agent_id=r.agent_id,
-                exit_code=r.exit_code,
-            )
-            for r in rows
-        )
-        next_cursor = (
-            encode_task_cursor(self.cursors, scope, rows[-1].updated_us, rows[-1].task_id)
-            if more
-            else None
-        )
-        return TaskPage(tasks, total, next_cursor)
+        return task_page(self.cursors, scope, rows, limit, total)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
         """Delete a task: move it to the trash in one rename, then drop it from the listing."""
@@ -458,7 +430,7 @@ class TaskStore:
         record = read_task_record(self._task_dir_checked(scope, task_id))
         return None if record is None else record.get("owner")
 
-    # -- artifacts (app/storage/tree/artifacts.py) ------------------------------------------
+    # -- artifacts (tree/artifacts.py) ------------------------------------------
     def put_artifact(
         self,
         scope: Scope,
@@ -489,10 +461,16 @@ class TaskStore:
         """Open a live artifact for streaming; the caller closes ``file``."""
         return self.artifacts.open_artifact(scope, task_id, turn, name)
 
-    # -- project digest (app/storage/tree/sqlite/digestdb.py) ----------------------------------------------
+    # -- project digest (tree/sqlite/digestdb.py) ----------------------------------------------
     def open_digest(self, scope: Scope) -> tuple[BinaryIO, int]:
         """Open ``project.md``: the base file with what changed since spliced in."""
         return self.digests.open(scope)
+
+    def open_digest_head(
+        self, scope: Scope, *, limit: int | None = None, since_us: int | None = None
+    ) -> tuple[BinaryIO, int | None]:
+        """The title and the newest sections of ``project.md`` (Digests.open_head)."""
+        return self.digests.open_head(scope, limit=limit, since_us=since_us)
 
     def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool:
         """Bring ``_project.md`` up to date if anything changed; return whether it ran."""

@@ -1,10 +1,10 @@
-"""Usage, quotas and the free-space floor on the tree (app/storage/core/usage.py says what they are).
+"""Usage, quotas and the free-space floor on the tree (core/usage.py says what they are).
 
 Where the counters live: each project's listing index (``_listing.sqlite3``) holds a usage
 row per turn and the counters of its tasks, turns and artifacts, written in the same
-SQLite transaction as the turn's listing row (app/storage/tree/sqlite/listing_usage.py); each store's
+SQLite transaction as the turn's listing row (tree/sqlite/listing_usage.py); each store's
 index holds the counters of its memories and versions, written in the same transaction as
-its version rows (app/storage/tree/sqlite/store_index.py), and the holder of the store's lock copies
+its version rows (tree/sqlite/store_index.py), and the holder of the store's lock copies
 them to the store's row in the project's listing after each write. So a project's usage is
 one read of one file, and a tenant's the sum over its projects.
 

@@ -54,6 +54,8 @@ class StoreMachine(RuleBasedStateMachine):
             Path(self.tmp) / "root", clock=self.clock, retention=RETENTION, lock_timeout=5.0
         )
         self.model: dict[str, dict[int, ModelTurn]] = {}
+        # The clock at each task's last write: its digest section was chosen then.
+        self.written: dict[str, int] = {}
 
     def teardown(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -63,8 +65,9 @@ class StoreMachine(RuleBasedStateMachine):
     def now(self) -> int:
         return to_us(self.clock.now)
 
-    def alive(self, task_id: str) -> dict[int, ModelTurn]:
-        return {n: t for n, t in self.model.get(task_id, {}).items() if t.retain_us > self.now}
+    def alive(self, task_id: str, at: int | None = None) -> dict[int, ModelTurn]:
+        at = self.now if at is None else at
+        return {n: t for n, t in self.model.get(task_id, {}).items() if t.retain_us > at}
 
     def next_version(self, task_id: str) -> int:
         last = max((t.updated_us for t in self.model.get(task_id, {}).values()), default=0)
@@ -84,6 +87,7 @@ class StoreMachine(RuleBasedStateMachine):
             artifacts=dict(prev.artifacts) if prev else {},
         )
         self.model.setdefault(task_id, {})[turn] = new
+        self.written[task_id] = self.now
         assert rec.updated_us == version
         assert rec.created_at == iso_us(new.created_us)
 
@@ -105,6 +109,7 @@ class StoreMachine(RuleBasedStateMachine):
         version = self.next_version(task_id)
         target.updated_us = version
         target.artifacts[name] = (data, f"x/{size}", version)
+        self.written[task_id] = self.now
         assert info.size == size and info.updated_at == iso_us(version)
 
     @rule(task_id=TASKS)
@@ -177,7 +182,13 @@ class StoreMachine(RuleBasedStateMachine):
         text = f"# Project memory: {SCOPE.tenant}/{SCOPE.project}\n"
         if not listed:
             text += "\nNo tasks yet.\n"
-        for _, task_id, alive in listed:
+        for _, task_id, _ in listed:
+            # A write chose the section at its own clock; a clock that later steps back does
+            # not bring a turn that write saw expired into the digest (the listing, counted
+            # at each read, does show it again).
+            alive = self.alive(task_id, max(self.now, self.written.get(task_id, 0)))
+            if not alive:
+                continue
             n = max(alive)
             # Heading nesting has its own cases (test_digest.py); here the model checks which
             # turn each section shows and in what order.
@@ -194,3 +205,18 @@ class StoreMachine(RuleBasedStateMachine):
 
 StoreMachine.TestCase.settings = settings(max_examples=20, stateful_step_count=20, deadline=None)
 test_store_against_a_model = StoreMachine.TestCase
+
+
+def test_a_clock_stepping_back_over_an_expiry_after_a_write() -> None:
+    """Turn 1 expires, turn 0 is written at that instant, then the clock steps back 1 µs."""
+    machine = StoreMachine()
+    try:
+        machine.put_turn(task_id="b", turn=1, value=0, summary="")
+        machine.advance(step=RETENTION_US)
+        machine.put_turn(task_id="b", turn=0, value=0, summary="")
+        machine.clock_steps_back(back=1)
+        machine.listing_and_digest_match()
+        machine.task_indexes_match()
+        machine.turns_and_artifacts_match()
+    finally:
+        machine.teardown()

@@ -9,7 +9,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/<tenant>/<project>/<task>/index.json           derived task index
     <root>/<tenant>/<project>/_project.md                 derived digest
     <root>/<tenant>/<project>/_listing.sqlite3            derived listing index (WAL)
-    <root>/<tenant>/<project>/_stores/<store_id>/         a memory store (memstores/)
+    <root>/<tenant>/<project>/_stores/<store_id>/         a memory store (tree/stores/)
         store.json                                        record: name, description, ...
         versions/<version_id>.json                        records: one per version
         memories/<path>                                   derived: each live memory's content
@@ -18,12 +18,12 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/_tasks.inflight, _stores.inflight       the write in flight on each stripe
     <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
     <root>/.locks/_server.lock, _canary, _recovering      the root lock and the recovery's state
-    <root>/.server-running                                the running sentinel (recovery.py)
+    <root>/.server-running                                the running sentinel (tree/recovery.py)
     <root>/.trash/                                        deletions in progress
     <root>/.locks/<tenant>/_usage.lock                    checks against the tenant's quota
-    <root>/.locks/**/_waiting                             who waits for each lock (locks.py)
-    <root>/.traffic.sqlite3                               requests and bytes per hour (traffic.py)
-    <root>/.cursor-key                                    signs list cursors (app/storage/core/cursor.py)
+    <root>/.locks/**/_waiting                             who waits for each lock (fs/locks.py)
+    <root>/.traffic.sqlite3                               requests and bytes per hour (tree/usage.py)
+    <root>/.cursor-key                                    signs list cursors (core/cursor.py)
     <root>/.console-key                                   signs the console's session cookies
     <root>/.~tmp-*  (any directory)                        temp files of in-flight writes
 
@@ -224,7 +224,7 @@ class Layout:
         """A read-only descriptor for ``path`` below the root; None when it is absent.
 
         Refuses what :meth:`check_inside` refuses (UnsafePath), in one openat2 call where the
-        kernel has it (see app/storage/tree/fs/beneath.py), else by the walk and an O_NOFOLLOW open.
+        kernel has it (see tree/fs/beneath.py), else by the walk and an O_NOFOLLOW open.
         """
         if self._beneath.available and path.startswith(self._root_prefix):
             try:

@@ -412,7 +412,7 @@ def commit_point() -> None:
     disk. Inside a group-commit block nothing is flushed: the block's flush covers the record
     and its derived files together before the answer, and after a power loss the start-up
     recovery rebuilds every derived file from the records whatever reached the disk first
-    (app/storage/tree/recovery.py), as it does for derived files that were never flushed.
+    (tree/recovery.py), as it does for derived files that were never flushed.
     """
     if not grouped():
         sync_pending_dirs()

@@ -20,7 +20,7 @@ engine at once; a thread that tries is stopped (it would wait for itself).
 
 The slot is written without fsync: it is there for a killed process, whose writes the
 page cache keeps; what a power loss may take back, the start-up check after a reboot
-finds by checking the whole tree (app/storage/tree/recovery.py).
+finds by checking the whole tree (tree/recovery.py).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class Transactions:
     def __call__(self, key: Key) -> Iterator[Txn]:
         """A transaction on ``key``: a failure after :meth:`Txn.begin` repairs it at once.
 
-        Under group commit (app/storage/tree/fs/atomic.py) the lock is released before the flush
+        Under group commit (tree/fs/atomic.py) the lock is released before the flush
         that makes the transaction durable, and the caller answers only after it: the next
         holder may read this write before it is durable, and its own flush, which starts
         after its writes, covers this one too. Every transaction waits for such a flush, one

@@ -121,7 +121,7 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
                     conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
                 # Deleted rows and freed pages are overwritten with zeros: text removed from
-                # an index must not stay readable in its file (app/storage/tree/sqlite/fts.py).
+                # an index must not stay readable in its file (tree/sqlite/fts.py).
                 conn.execute("PRAGMA secure_delete=ON")
                 # Each thread keeps connections open (listing.py, store_index.py): what a
                 # worker holds is their count times this, whatever it serves for how long.

@@ -1,6 +1,6 @@
 """Serving ``project.md`` at a cost set by what changed, not by the project.
 
-Writers keep each live task's section (app/storage/core/digest.py) in the project's listing
+Writers keep each live task's section (core/digest.py) in the project's listing
 database, in the same transaction as the task's listing rows: where it sorts, which turn it
 shows and until when that turn lives, and its bytes, stamped with the write's sequence
 number (the listing's ``generation``).
@@ -25,13 +25,12 @@ and the commit) is rebuilt from the records, under the project lock.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from app.storage.core import digest as text
 from app.storage.core.digest import Section
@@ -270,6 +269,54 @@ def pieces(result: Plan) -> Iterator[Piece]:
     yield from copy(base.end)
     if result.empty:
         yield text.EMPTY
+
+
+def head(
+    conn: sqlite3.Connection, result: Plan, *, limit: int | None, since_us: int | None
+) -> list[Piece]:
+    """The newest sections of what ``result`` streams, in digest order: ``limit`` of them
+    at most, only those of tasks updated at ``since_us`` or later (the caller holds the read
+    transaction ``result`` was planned in). The base's sections come from its positions, in
+    order through ``digest_base_order``, as far as the head goes: the cost is what is
+    returned plus what changed since the base, however many tasks the project has."""
+    changed = [(u, t, d) for _, u, t, d in result.inserts]
+    changed.sort(key=lambda i: (i[0], i[1]), reverse=True)  # updated_us, then task id, desc
+    found: list[Piece] = []
+    base: Iterator[Any]
+    if result.base.gen >= 0:
+        query = "SELECT updated_us, task_id, start, length FROM digest_base WHERE gen = ?"
+        args: list[int] = [result.base.gen]
+        if since_us is not None:
+            query += " AND updated_us >= ?"
+            args.append(since_us)
+        query += " ORDER BY updated_us DESC, task_id DESC"
+        if limit is not None:  # the base rows of changed tasks are skipped, not counted
+            query += " LIMIT ?"
+            args.append(limit + len(result.changed))
+        base = (r for r in conn.execute(query, args) if r[1] not in result.changed)
+    else:
+        base = iter(())
+    shown = 0
+    next_base = next(base, None)
+    while limit is None or shown < limit:
+        fresh = changed[0] if changed and (since_us is None or changed[0][0] >= since_us) else None
+        if fresh is None and next_base is None:
+            break
+        if fresh is not None and (next_base is None or fresh[:2] > tuple(next_base[:2])):
+            found.append(changed.pop(0)[2])
+        else:
+            assert next_base is not None
+            start, length = int(next_base[2]), int(next_base[3])
+            last = found[-1] if found else None
+            if isinstance(last, tuple) and last[0] + last[1] == start:
+                found[-1] = (last[0], last[1] + length)  # one read for adjacent sections
+            else:
+                found.append((start, length))
+            next_base = next(base, None)
+        shown += 1
+    if result.empty:
+        found.append(text.EMPTY)
+    return found
 
 
 class Spliced:
@@ -513,12 +560,3 @@ def reset(conn: sqlite3.Connection) -> None:
         "UPDATE counters SET value = ? WHERE name = ?",
         [(-1, "base_gen"), (0, "base_mark"), (0, "base_size"), (0, "base_body"), (0, "base_end")],
     )
-
-
-@contextlib.contextmanager
-def closing_fd(fd: int | None) -> Iterator[int | None]:
-    try:
-        yield fd
-    finally:
-        if fd is not None:
-            os.close(fd)

@@ -12,7 +12,7 @@ but FTS5 (SQLite 3.40 here; its ``secure-delete`` option needs 3.42) only record
 deletion: the words stay in the index's older segments until those are merged, and SQLite
 leaves freed bytes in the file and old page images in the WAL. So:
 
-* every connection runs with ``PRAGMA secure_delete=ON`` (app/storage/tree/sqlite/db.py): deleted
+* every connection runs with ``PRAGMA secure_delete=ON`` (tree/sqlite/db.py): deleted
   rows and freed pages are overwritten with zeros;
 * :func:`purge` merges the index into one segment ('merge' with a negative page budget, in
   short transactions so writers are never held up for long), which drops every deleted

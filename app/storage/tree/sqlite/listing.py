@@ -8,7 +8,7 @@ the standard library. It is derived: fsck rebuilds it from the records.
 
 The task lock serializes writers of one task; SQLite serializes the short transactions of
 writers of different tasks. Each write transaction bumps ``generation`` first: it is the
-write's sequence number, which stamps the project digest's sections (app/storage/tree/sqlite/digestdb.py).
+write's sequence number, which stamps the project digest's sections (tree/sqlite/digestdb.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
-from app.storage.core.models import TaskFilter
+from app.storage.core.models import TaskFilter, TaskRow
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
@@ -35,7 +35,6 @@ from app.storage.tree.sqlite.listing_sql import (
     SCHEMA,
     STALE,
     TURN_VALUES,
-    TaskRow,
     TurnRow,
     filter_terms,
     migrate,
@@ -186,7 +185,7 @@ class Listing:
         """Record one written turn and the task's digest section (None: the task has no live
         turn): O(log n) whatever the project size; ``text``: what search finds it by (None:
         unchanged); ``usage``: what it stores, counted in the same transaction, which also
-        drops the write's reservation ``release`` (app/storage/core/usage.py)."""
+        drops the write's reservation ``release`` (core/usage.py)."""
         with self.write() as conn:
             if text is not None:
                 turn_search.put(conn, row.turn, text)
@@ -213,7 +212,7 @@ class Listing:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
             digestdb.put_section(conn, task_id, section)
 
-    # -- usage (app/storage/tree/sqlite/listing_usage.py) ----------------------------------------------
+    # -- usage (tree/sqlite/listing_usage.py) ----------------------------------------------
     def usage(self, now_us: int) -> tuple[Usage, Reserved]:
         """What the project stores and what its writes in flight have reserved, one snapshot."""
         with self.read() as conn:
@@ -289,7 +288,7 @@ class Listing:
         with self.maintain() as conn:
             lu.backfilled(conn)
 
-    # -- search (app/storage/tree/sqlite/turn_search.py) ----------------------------------------------------
+    # -- search (tree/sqlite/turn_search.py) ----------------------------------------------------
     def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A read transaction for turn_search's queries."""
         return self.read()
@@ -380,7 +379,7 @@ class Listing:
 
     def digest_rows(self, now_us: int) -> list[DigestRow]:
         """Every live task with its highest live turn, in digest order (the reference render's
-        input, app/storage/core/digest.py)."""
+        input, core/digest.py)."""
         return list(self.digest_stream(now_us))
 
     def all_tasks(self) -> tuple[dict[str, list[TurnRow]], int]:

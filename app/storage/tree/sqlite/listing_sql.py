@@ -57,22 +57,14 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
     + lu.SCHEMA
 )
 
-# Version 2 keeps each task's turn count, latest turn and earliest turn expiry in its tasks
-# row, written in the same transaction as its turn rows: a page of 50 read them instead of
-# running two lookups over the turns table per row. Until a task's first turn expires they are exact; after that, until
-# the sweeper removes the expired rows, its row falls back to counting the live turns.
-#
-# Version 3 adds the owner (the task's, kept on every turn row so that fsck compares it with
-# the records like the rest) and the model, agent_id and exit_code of each turn's meta; the
-# tasks row carries those of its highest turn, so the console's filters are index lookups.
-# Rows written before version 3 have them NULL until the task is written again or
-# `fsck --repair` rebuilds it (fsck reports them: they differ from the records).
-#
-# Version 4 adds the digest's sections (app/storage/tree/sqlite/digestdb.py); a listing with tasks gets
-# them from the start-up upgrade's backfill, and until then the digest is rendered whole.
-#
-# Version 5 adds the usage rows and counters (app/storage/tree/sqlite/listing_usage.py); a listing with
-# tasks gets them from the start-up upgrade's backfill, and until then its usage reads low.
+# The schema's version (PRAGMA user_version). migrate() brings a listing of any older one up
+# to it in one transaction: the aggregate columns of ``tasks`` (turn count, latest turn,
+# earliest expiry, and the owner, model, agent_id and exit_code of the highest turn, so that
+# a page and the console's filters are index lookups) are added and recomputed from the turn
+# rows, and a listing holding tasks without the turn facts, digest sections (digestdb.py) or
+# usage rows (listing_usage.py) is marked for the start-up upgrade's backfill, which writes
+# them from the records. Until then fsck reports the rows as differing from the records, the
+# digest is rendered whole and the usage reads low.
 VERSION = 5
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
@@ -237,16 +229,3 @@ class TurnRow:
             self.agent_id,
             self.exit_code,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    task_id: str
-    updated_us: int
-    retain_until_us: int
-    turn_count: int
-    latest_turn: int | None
-    owner: str | None = None
-    model: str | None = None
-    agent_id: str | None = None
-    exit_code: int | None = None

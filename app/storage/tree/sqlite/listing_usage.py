@@ -5,9 +5,9 @@
 * the ``counters`` rows ``turns``, ``artifacts``, ``artifact_bytes``, ``turn_bytes``: their
   sums, moved by each write by what it changed (the ``tasks`` counter is the listing's own);
 * ``usage_stores``: what each memory store of the project holds, copied from the store's
-  own index (app/storage/tree/sqlite/store_index.py) by the holder of the store's lock;
+  own index (tree/sqlite/store_index.py) by the holder of the store's lock;
 * ``usage_reservations``: what the writes in flight of the project have reserved
-  (app/storage/core/usage.py), each dropped in the transaction that writes its write's counters.
+  (core/usage.py), each dropped in the transaction that writes its write's counters.
 
 All derived, like the rest of the listing: fsck compares them with a recount from the
 records and ``--repair`` rebuilds them.
@@ -58,7 +58,7 @@ _ADD = "UPDATE counters SET value = value + ? WHERE name = ?"
 
 
 def migrate(conn: sqlite3.Connection, *, has_tasks: bool) -> None:
-    """In the listing's upgrade transaction (app/storage/tree/sqlite/listing.py ``_migrate``): a listing
+    """In the listing's upgrade transaction (tree/sqlite/listing.py ``_migrate``): a listing
     that holds tasks but no usage rows was written before them, and is marked for the
     start-up upgrade, which fills them from the records (``needs_backfill``). The counters
     are set to the sums of the rows, so that the backfill's moves start from what is there."""

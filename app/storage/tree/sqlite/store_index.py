@@ -6,7 +6,7 @@ memories and filtered pages of versions without reading every record. It is deri
 repair and fsck use. Only the holder of the store lock writes it; readers open it without
 any lock and see a consistent snapshot inside one read transaction.
 
-It also holds the store's search index (app/storage/tree/sqlite/fts.py): one FTS5 row per live memory,
+It also holds the store's search index (tree/sqlite/fts.py): one FTS5 row per live memory,
 its path and content, written in the same transaction as the memory's row, so a memory is
 found exactly while it lives at its path with that content.
 
@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS versions (
 CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 """
-# What the store holds (app/storage/core/usage.py), moved by every write in the transaction of its
+# What the store holds (core/usage.py), moved by every write in the transaction of its
 # rows; an index made before the table has it filled from its rows when first opened to write.
 _USAGE_TABLE = "usage_counters"
 _USAGE_NAMES = ("memories", "memory_bytes", "versions", "version_bytes")
@@ -389,10 +389,6 @@ class IndexWriter(IndexReader):
             self._search_put(m.id, m.path, texts.get(m.id, ""))
         fts.set_state(self.conn, "backfill", 0)
         self._recount()
-
-    def rebuild_search_index(self) -> None:
-        """Rebuild the FTS5 index from its stored text (a damaged index, fsck)."""
-        fts.rebuild_index(self.conn)
 
     def _recount(self) -> None:
         """Set the counters from the rows (a rebuild, or an index made before them)."""

@@ -1,4 +1,4 @@
-"""The turns' search index: FTS5 tables in each project's listing database (app/storage/tree/sqlite/fts.py).
+"""The turns' search index: FTS5 tables in each project's listing database (tree/sqlite/fts.py).
 
 One row per turn: its task id, its meta values flattened to text and its summary. The listing
 writes it in the same SQLite transaction as the turn's listing row (Listing.put_turn,

@@ -1,7 +1,7 @@
 """What every part of the memory-store engine shares: paths, records, the index, the write
 protocol, and the derived files' rebuild.
 
-On disk (app/storage/tree/fs/layout.py names every path)::
+On disk (tree/fs/layout.py names every path)::
 
     <root>/<tenant>/<project>/_stores/<store_id>/
         store.json                 record: name, description, metadata, times, archived_at
@@ -11,7 +11,7 @@ On disk (app/storage/tree/fs/layout.py names every path)::
         index.sqlite3              derived: id <-> path, heads, version rows (WAL)
 
 A store's directory is named by its id, so finding a store is a path computation. Writes
-run as transactions on the store (app/storage/tree/fs/txn.py): write the version record (the commit
+run as transactions on the store (tree/fs/txn.py): write the version record (the commit
 point), then the live file, then the index. A writer that dies in between leaves its write
 in flight; the next holder of the lock rebuilds the derived files from the records first.
 Readers take no lock: they read the index in one SQLite read transaction and the content
@@ -93,7 +93,7 @@ class StoresBase:
         usage: TreeUsage | None = None,
     ) -> None:
         self.layout = Layout(root)
-        # Counters, quotas and the free-space floor (app/storage/tree/usage.py).
+        # Counters, quotas and the free-space floor (tree/usage.py).
         self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
         self.tree = self.layout.tree
         self.root = self.layout.root
@@ -231,7 +231,7 @@ class StoresBase:
             self.publish_usage(txn, usage)
 
     def purge_search(self, store_dir: Path) -> None:
-        """Removed text leaves the search index's file too (app/storage/tree/sqlite/fts.py), not only its
+        """Removed text leaves the search index's file too (tree/sqlite/fts.py), not only its
         answers. The write is done whatever happens here: an index that cannot be purged now
         stays 'pending' for the next sweep."""
         with contextlib.suppress(StorageError, sqlite3.Error):

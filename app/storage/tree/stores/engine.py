@@ -1,8 +1,8 @@
 """The memory-store engine: every operation of the memory-stores API over the tree.
 
-Split by concern: core.py (paths, records, the write protocol, derived files), stores.py,
-memories.py, versions.py (the operations), index.py (every SQL query), retention.py and
-fsck.py (the operations of the tree).
+Split by concern: base.py (paths, records, the write protocol, derived files), stores.py,
+memories.py, versions.py (the operations), tree/sqlite/store_index.py (every SQL query),
+retention.py and fsck.py (the operations of the tree).
 """
 
 from __future__ import annotations

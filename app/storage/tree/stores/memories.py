@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ulid import ULID
-
 from app.storage.core import store_rules as rules, store_semantics as semantics
 from app.storage.core.names import Scope
-from app.storage.core.store_models import Deleted, Memory, Page, StoreFull
+from app.storage.core.store_models import Deleted, Memory, Page
 from app.storage.core.store_paging import memories_page, memories_query, memory_items
 from app.storage.core.store_records import VersionRecord
-from app.storage.core.store_semantics import check_free, live_memory
+from app.storage.core.store_semantics import live_memory
 from app.storage.core.usage import Ticket
 from app.storage.tree.stores.stores import StoreOps
 
@@ -44,19 +42,14 @@ class MemoryOps(StoreOps):
         with self.transaction(scope, store_id) as txn:
             self._check_writable(txn.dir)
             with self.index(txn.dir).read() as reader:
-                check_free(reader, path, None)
-                if reader.count() >= self.max_memories:
-                    raise StoreFull(self.max_memories)
-                record = semantics.new_version(
-                    reader.state(),
-                    self.now_us(),
+                record = semantics.created_version(
+                    reader,
+                    self.now_us,
                     store_id,
-                    memory_id=f"mem_{ULID()}",
-                    operation="created",
                     path=path,
                     content=content,
                     actor=actor,
-                    row=None,
+                    max_memories=self.max_memories,
                 )
             ticket = self._admit(scope, record)
             try:
@@ -101,33 +94,21 @@ class MemoryOps(StoreOps):
         full: bool = False,
     ) -> Memory:
         """Change content and/or path; a no-op writes nothing, a real change one version."""
-        new_path, new_content, expected = semantics.update_request(
-            content, path, precondition_sha256
-        )
+        request = semantics.update_request(content, path, precondition_sha256)
         with self.transaction(scope, store_id) as txn:
             self._check_writable(txn.dir)
             with self.index(txn.dir).read() as reader:
-                row = live_memory(reader, memory_id)
-                target, unchanged = semantics.update_target(
-                    row, memory_id, new_path, new_content, expected
-                )
-                if unchanged:
-                    return row.view(store_id, self.head_content(txn.dir, row) if full else None)
-                if target != row.path:
-                    check_free(reader, target, row.id)
-                if new_content is None:
-                    new_content = self.head_content(txn.dir, row)
-                record = semantics.new_version(
-                    reader.state(),
-                    self.now_us(),
+                row, record = semantics.updated_version(
+                    reader,
+                    self.now_us,
                     store_id,
-                    memory_id=row.id,
-                    operation="modified",
-                    path=target,
-                    content=new_content,
+                    memory_id,
+                    request,
                     actor=actor,
-                    row=row,
+                    head_content=lambda found: self.head_content(txn.dir, found),
                 )
+                if record is None:
+                    return row.view(store_id, self.head_content(txn.dir, row) if full else None)
             # The previous version stays (history): the new one is charged whole.
             ticket = self._admit(scope, record)
             try:
@@ -150,18 +131,8 @@ class MemoryOps(StoreOps):
         with self.transaction(scope, store_id) as txn:
             self._check_writable(txn.dir)
             with self.index(txn.dir).read() as reader:
-                row = live_memory(reader, memory_id)
-                semantics.check_delete(row, memory_id, expected)
-                record = semantics.new_version(
-                    reader.state(),
-                    self.now_us(),
-                    store_id,
-                    memory_id=row.id,
-                    operation="deleted",
-                    path=row.path,
-                    content=None,
-                    actor=actor,
-                    row=row,
+                row, record = semantics.deleted_version(
+                    reader, self.now_us, store_id, memory_id, expected, actor=actor
                 )
             self.commit(txn, record, row.path)
         return Deleted(row.id, "memory_deleted")

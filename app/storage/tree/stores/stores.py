@@ -12,7 +12,12 @@ from app.storage.core.errors import Corrupt, NotFound, UnsafePath
 from app.storage.core.files import DIR_MODE
 from app.storage.core.names import MEMORIES_DIR, STORE_ID_RE, TMP_PREFIX, VERSIONS_DIR, Scope
 from app.storage.core.store_models import Deleted, MemoryStore, Page
-from app.storage.core.store_paging import check_limit, fingerprint, stores_after, stores_next
+from app.storage.core.store_paging import (
+    check_limit,
+    fingerprint,
+    stores_after,
+    stores_page,
+)
 from app.storage.core.usage import StoreUsage
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.sync import fsync_dir
@@ -117,12 +122,7 @@ class StoreOps(StoresBase):
                 continue
             records.append(record)
         records.sort(key=lambda r: (r.created_us, r.id), reverse=True)
-        chosen = records[:limit]
-        next_page = None
-        if len(records) > limit:
-            last = chosen[-1]
-            next_page = stores_next(self.cursors, fp, (last.created_us, last.id))
-        return Page(tuple(r.view() for r in chosen), next_page)
+        return stores_page(self.cursors, fp, records, limit)
 
     def update_store(
         self,

@@ -7,6 +7,7 @@ from typing import Any
 
 from app.storage.core import store_semantics as semantics
 from app.storage.core.clock import iso_us
+from app.storage.core.cursor import cut_page
 from app.storage.core.errors import NotFound
 from app.storage.core.names import Scope
 from app.storage.core.store_models import MemoryVersion, Page, VersionFilter
@@ -33,12 +34,11 @@ class VersionOps(MemoryOps):
         def read(store_dir: Path) -> Page:
             with self.index(store_dir).read() as reader:
                 rows = reader.versions_page(filters, query.before, query.limit + 1)
-            next_page = None
-            if len(rows) > query.limit:
-                rows = rows[: query.limit]
-                next_page = versions_next(self.cursors, query, rows[-1].id)
+            kept, next_page = cut_page(
+                rows, query.limit, lambda last: versions_next(self.cursors, query, last.id)
+            )
             data = []
-            for row in rows:
+            for row in kept:
                 if not full:
                     data.append(row.view(store_id))
                     continue

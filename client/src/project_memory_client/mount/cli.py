@@ -15,12 +15,15 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.storage.core.store_rules import is_store_id, slugify
+from ..commands import CommandError, Context, Output, add_common_options, configure
+from ..errors import SettingsError
+from ..rules import is_store_id, slugify
 
-from .http import ApiError, StoreClient, TransportError
-from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
+if TYPE_CHECKING:  # loaded by run(): `--help` and the other commands need no httpx
+    from .http import StoreClient
+    from .sync import StoreSync
 
 log = logging.getLogger("project_memory.mount")
 
@@ -32,40 +35,23 @@ FINAL_SYNC_SECONDS = 30.0
 # delete on the server.
 TEST_MIN_INTERVAL_ENV = "PROJECT_MEMORY_TEST_MIN_INTERVAL"
 TEST_DELETE_DELAY_ENV = "PROJECT_MEMORY_TEST_DELETE_DELAY"
+DELETIONS = ("enabled", "log_only", "disabled")  # the values of sync.Deletions
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="project-memory", description="Project Memory client commands."
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Keep DIR/<slug> in sync with each --store until SIGINT/SIGTERM, then sync once more"
+        " (at most 30 s). Exit 0 if that final sync succeeded, 1 if not, 2 if the mount could"
+        " not start."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    mount = commands.add_parser(
-        "mount",
-        help="keep a local directory in sync with memory stores",
-        description="Keep DIR/<slug> in sync with each --store until SIGINT/SIGTERM, then"
-        " sync once more (at most 30 s). Exit 0 if that final sync succeeded.",
-    )
-    mount.add_argument(
+    add_common_options(parser)
+    parser.add_argument(
         "--server",
-        default=os.environ.get("PROJECT_MEMORY_SERVER"),
-        help="server URL, e.g. http://127.0.0.1:8000 (or PROJECT_MEMORY_SERVER)",
+        dest="url",
+        default=argparse.SUPPRESS,
+        help="the same as --url (or PROJECT_MEMORY_SERVER)",
     )
-    mount.add_argument(
-        "--token",
-        default=os.environ.get("PROJECT_MEMORY_TOKEN"),
-        help="API token (better: PROJECT_MEMORY_TOKEN, which `ps` does not show)",
-    )
-    mount.add_argument(
-        "--tenant",
-        default=os.environ.get("PROJECT_MEMORY_TENANT"),
-        help="the stores' tenant, for a token that covers several (or PROJECT_MEMORY_TENANT)",
-    )
-    mount.add_argument(
-        "--project",
-        default=os.environ.get("PROJECT_MEMORY_PROJECT"),
-        help="the stores' project, for a token that covers several (or PROJECT_MEMORY_PROJECT)",
-    )
-    mount.add_argument(
+    parser.add_argument(
         "--store",
         dest="stores",
         action="append",
@@ -73,26 +59,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="memstore_...",
         help="a store to mount; repeat for several",
     )
-    mount.add_argument(
+    parser.add_argument(
         "--read-only", action="store_true", help="download only; never upload or delete"
     )
-    mount.add_argument(
+    parser.add_argument(
         "--interval",
         type=float,
         default=DEFAULT_INTERVAL,
         help=f"seconds between syncs (default {DEFAULT_INTERVAL:g}, at least {MIN_INTERVAL:g})",
     )
-    mount.add_argument(
+    parser.add_argument(
         "--deletions",
-        choices=[d.value for d in Deletions],
-        default=Deletions.ENABLED.value,
+        choices=DELETIONS,
+        default=DELETIONS[0],
         help="local deletes: sent to the server (enabled, after 30 s missing), only logged,"
         " or ignored",
     )
-    mount.add_argument("--once", action="store_true", help="sync once and exit")
-    mount.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
-    mount.add_argument("dir", type=Path, help="the directory the stores are mounted under")
-    return parser
+    parser.add_argument("--once", action="store_true", help="sync once and exit")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("dir", type=Path, help="the directory the stores are mounted under")
+    configure(parser, run)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -102,47 +88,70 @@ def _env_float(name: str, default: float) -> float:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        raise SystemExit(f"project-memory: {name} must be a number of seconds") from None
+        raise _cannot_start(f"{name} must be a number of seconds") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _cannot_start(message: str) -> CommandError:
+    return CommandError(message, exit_code=2, kind="mount")
+
+
+def run(ctx: Context) -> Output:
+    args = ctx.args
+    level = args.log_level.upper()
+    if not isinstance(logging.getLevelName(level), int):
+        raise _cannot_start(f"--log-level: not a level: {args.log_level}")
     logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stderr,
+        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    return mount(args)
-
-
-def mount(args: argparse.Namespace) -> int:
-    if not args.server or not args.token:
-        log.error(
-            "--server and --token (or PROJECT_MEMORY_SERVER/PROJECT_MEMORY_TOKEN) are required"
-        )
-        return 2
+    try:
+        settings = ctx.settings().require()
+    except SettingsError as exc:
+        raise _cannot_start(str(exc)) from None
     floor = _env_float(TEST_MIN_INTERVAL_ENV, MIN_INTERVAL)
     if args.interval < floor:
-        log.error("--interval must be at least %g seconds", floor)
-        return 2
+        raise _cannot_start(f"--interval must be at least {floor:g} seconds")
     bad = [s for s in args.stores if not is_store_id(s)]
     if bad:
-        log.error("not a memory store id: %s", ", ".join(bad))
-        return 2
-    client = StoreClient(args.server, args.token, tenant=args.tenant, project=args.project)
+        raise _cannot_start(f"not a memory store id: {', '.join(bad)}")
+    assert settings.url is not None and settings.token is not None
+    from .http import DEFAULT_TIMEOUT, StoreClient
+
+    client = StoreClient(
+        settings.url,
+        settings.token,
+        tenant=settings.tenant,
+        project=settings.project,
+        timeout=settings.timeout if "timeout" in settings.sources else DEFAULT_TIMEOUT,
+    )
+    try:
+        return _mount(client, args, scoped=bool(settings.tenant or settings.project))
+    finally:
+        client.close()
+
+
+def _mount(client: StoreClient, args: argparse.Namespace, *, scoped: bool) -> Output:
+    from .http import ApiError, TransportError
+    from .sync import MountError
+
     try:
         syncs = _prepare(client, args)
     except ApiError as exc:
         hint = ""
-        if exc.status == 404 and not (args.tenant or args.project):
+        if exc.status == 404 and not scoped:
             hint = " (a store of another project? name it with --tenant/--project)"
-        log.error("cannot mount: %s%s", exc, hint)
-        client.close()
-        return 2
+        raise _cannot_start(f"cannot mount: {exc}{hint}") from None
     except (MountError, TransportError, OSError) as exc:
-        log.error("cannot mount: %s", exc)
-        client.close()
-        return 2
+        raise _cannot_start(f"cannot mount: {exc}") from None
+    data: dict[str, Any] = {
+        "stores": [
+            {"store_id": s.store_id, "folder": str(s.folder), "read_only": s.read_only}
+            for s in syncs
+        ],
+        "synced": False,
+    }
+    if args.once:
+        data["synced"] = _sync_all(syncs, deadline=None)
+        return _result(data, "the sync did not complete: local changes may not be on the server")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -151,24 +160,27 @@ def mount(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    try:
-        if args.once:
-            return 0 if _sync_all(syncs, deadline=None) else 1
-        while not stop.is_set():
-            _sync_all(syncs, deadline=None, stop=stop)
-            stop.wait(args.interval)
-        deadline = time.monotonic() + FINAL_SYNC_SECONDS
-        ok = _sync_all(syncs, deadline=deadline)
-        if ok:
-            log.info("final sync done")
-        else:
-            log.error("final sync did not complete: local changes may not be on the server")
-        return 0 if ok else 1
-    finally:
-        client.close()
+    while not stop.is_set():
+        _sync_all(syncs, deadline=None, stop=stop)
+        stop.wait(args.interval)
+    deadline = time.monotonic() + FINAL_SYNC_SECONDS
+    data["synced"] = _sync_all(syncs, deadline=deadline)
+    if data["synced"]:
+        log.info("final sync done")
+    else:
+        log.error("final sync did not complete: local changes may not be on the server")
+    return _result(data, "final sync did not complete: local changes may not be on the server")
+
+
+def _result(data: dict[str, Any], failure: str) -> Output:
+    if data["synced"]:
+        return Output(data, None)
+    return Output(data, failure, exit_code=1)
 
 
 def _prepare(client: StoreClient, args: argparse.Namespace) -> list[StoreSync]:
+    from .sync import DELETE_DELAY, STATE_DIR, Deletions, MountError, StoreSync
+
     root: Path = args.dir
     root.mkdir(parents=True, exist_ok=True)
     delete_delay = _env_float(TEST_DELETE_DELAY_ENV, DELETE_DELAY)
@@ -229,7 +241,3 @@ def _sync_all(
             log.exception("[%s] sync failed unexpectedly", sync.folder.name)
             ok = False
     return ok
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Keep one local directory in sync with one memory store (reference A.10).
+"""Keep one local directory in sync with one memory store.
 
 Each sync compares, per path, three hashes: the local file's (L), the one both sides had
 at the last sync (B, the baseline, kept in a state file) and the server's
@@ -29,14 +29,13 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from app.storage.core.names import TMP_PREFIX
-from app.storage.tree.fs.atomic import write_atomic
-
+from .._files import write_atomic
+from ..rules import TMP_PREFIX
 from .http import ApiError, StoreClient, TransportError
 
 log = logging.getLogger("project_memory.mount")
@@ -55,13 +54,13 @@ def marker_text(store_id: str) -> str:
     return hashlib.sha256(f"version 1\n{store_id}".encode()).hexdigest()
 
 
-class Deletions(StrEnum):
+class Deletions(str, Enum):
     ENABLED = "enabled"
     LOG_ONLY = "log_only"
     DISABLED = "disabled"
 
 
-class Action(StrEnum):
+class Action(str, Enum):
     IN_SYNC = "in_sync"
     DOWNLOAD = "download"  # the server changed
     REMOVE_LOCAL = "remove_local"  # the server deleted
@@ -494,7 +493,7 @@ class StoreSync:
             data = _read_nofollow(self._local_path(path))
         if data is None or hashlib.sha256(data).hexdigest() != local.sha:
             return None
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         kept = self.conflicts / stamp / path.lstrip("/")
         kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomic(kept, data)
@@ -655,7 +654,7 @@ class StoreSync:
             )
             return False
         if os.path.lexists(self._local_path(path)):
-            return False  # back again: the fresh re-check the reference asks for
+            return False  # back again: checked afresh right before the delete
         try:
             self.client.delete_memory(self.store_id, base["id"], base["sha"], deadline=deadline)
         except ApiError as exc:

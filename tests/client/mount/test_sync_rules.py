@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from project_memory_client.mount.http import StoreClient
+from project_memory_client.mount.sync import MARKER, Deletions, MountError, StoreSync, marker_text
 
-from app.mount.http import StoreClient
-from app.mount.sync import MARKER, Deletions, MountError, StoreSync, marker_text
+from tests.client.mount.helpers import Remote, local_tree, sha
 from tests.e2e.conftest import Server, serving
-from tests.mount.helpers import Remote, local_tree, sha
 
 pytestmark = pytest.mark.e2e
 

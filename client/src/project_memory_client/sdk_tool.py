@@ -1,11 +1,11 @@
 """Persistent memory for a Claude app: the SDK's memory tool, backed by a memory store here.
 
-Needs the optional ``anthropic`` SDK (``pip install 'project-memory[sdk]'``)::
+Needs the optional ``anthropic`` SDK (``pip install 'project-memory-client[sdk]'``)::
 
     from anthropic import Anthropic
-    from app.sdk_tool import ProjectMemoryTool
+    from project_memory_client.sdk_tool import ProjectMemoryTool
 
-    memory = ProjectMemoryTool(server="http://127.0.0.1:8000", token=..., store_id="memstore_...")
+    memory = ProjectMemoryTool(store_id="memstore_...")  # PROJECT_MEMORY_URL, _TOKEN, ...
     runner = Anthropic().beta.messages.tool_runner(
         model="claude-sonnet-5-5", max_tokens=2048, tools=[memory],
         messages=[{"role": "user", "content": "Remember that I take my coffee black."}],
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2 as httpx  # the HTTP client the anthropic SDK (2.14) is built on
+import httpx
 from anthropic.lib.tools import BetaAbstractMemoryTool, BetaAsyncAbstractMemoryTool, ToolError
 from anthropic.types.beta import (
     BetaCacheControlEphemeralParam,
@@ -32,6 +32,8 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818StrReplaceCommand,
     BetaMemoryTool20250818ViewCommand,
 )
+
+from .settings import PROJECT_HEADER, TENANT_HEADER, load_settings
 
 __all__ = ["AsyncProjectMemoryTool", "MemoryServerError", "ProjectMemoryTool"]
 
@@ -62,24 +64,46 @@ def _result(response: httpx.Response) -> str:
     return content
 
 
+def _endpoint(
+    server: str | None,
+    token: str | None,
+    store_id: str,
+    tenant: str | None,
+    project: str | None,
+) -> tuple[str, dict[str, str]]:
+    """The tool endpoint's URL and the request headers, from the arguments, else the
+    settings (PROJECT_MEMORY_URL, PROJECT_MEMORY_TOKEN, ..., the config file)."""
+    settings = load_settings(url=server, token=token, tenant=tenant, project=project).require()
+    headers = {"Authorization": f"Bearer {settings.token}"}
+    if settings.tenant:
+        headers[TENANT_HEADER] = settings.tenant
+    if settings.project:
+        headers[PROJECT_HEADER] = settings.project
+    return f"{settings.url}/v1/memory_stores/{store_id}/memory_tool", headers
+
+
 class ProjectMemoryTool(BetaAbstractMemoryTool):
-    """A ``memory_20250818`` tool whose ``/memories`` is one memory store of a server."""
+    """A ``memory_20250818`` tool whose ``/memories`` is one memory store of a server.
+
+    ``server`` and ``token`` (and ``tenant``, ``project``) default to the client's settings.
+    """
 
     def __init__(
         self,
         *,
-        server: str,
-        token: str,
         store_id: str,
+        server: str | None = None,
+        token: str | None = None,
+        tenant: str | None = None,
+        project: str | None = None,
         timeout: float = 30.0,
         cache_control: BetaCacheControlEphemeralParam | None = None,
         http_client: httpx.Client | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.url = f"{server.rstrip('/')}/v1/memory_stores/{store_id}/memory_tool"
+        self.url, self._headers = _endpoint(server, token, store_id, tenant, project)
         self._owns_client = http_client is None
         self._http = http_client or httpx.Client(timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {token}"}
 
     def close(self) -> None:
         if self._owns_client:
@@ -132,18 +156,19 @@ class AsyncProjectMemoryTool(BetaAsyncAbstractMemoryTool):
     def __init__(
         self,
         *,
-        server: str,
-        token: str,
         store_id: str,
+        server: str | None = None,
+        token: str | None = None,
+        tenant: str | None = None,
+        project: str | None = None,
         timeout: float = 30.0,
         cache_control: BetaCacheControlEphemeralParam | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.url = f"{server.rstrip('/')}/v1/memory_stores/{store_id}/memory_tool"
+        self.url, self._headers = _endpoint(server, token, store_id, tenant, project)
         self._owns_client = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {token}"}
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -1,9 +1,9 @@
-"""The few memory-stores calls the sync client makes, over ``requests``.
+"""The few memory-stores calls the sync client makes, over ``httpx``.
 
-``requests`` rather than the ``anthropic`` SDK: the sync rules are written in HTTP statuses
-(reference A.10: 404 re-create, 409 the store wins, 400/413 refused), the SDK is an optional
-extra the server does not need, and a plain session keeps retries and timeouts ours (every
-call is bounded by the caller's deadline, which the final sync on exit needs).
+Plain HTTP rather than the ``anthropic`` SDK: the sync rules are written in HTTP statuses
+(404 re-create, 409 the store wins, 400/413 refused), the SDK is an optional extra, and a
+plain client keeps retries and timeouts ours (every call is bounded by the caller's
+deadline, which the final sync on exit needs).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import time
 from collections import Counter
 from typing import Any
 
-import requests
+import httpx
+
+from .. import __version__
+from ..settings import PROJECT_HEADER, TENANT_HEADER
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -29,10 +32,6 @@ class ApiError(Exception):
         self.status = status
         self.error_type = error_type
         self.message = message
-
-
-TENANT_HEADER = "X-Sandbox-Tenant-Id"
-PROJECT_HEADER = "X-Sandbox-Project-Id"
 
 
 class StoreClient:
@@ -53,14 +52,15 @@ class StoreClient:
     ) -> None:
         self.base = server.rstrip("/") + "/v1/memory_stores"
         self.timeout = timeout
-        self.session = requests.Session()
-        self.session.headers.update(
-            {"Authorization": f"Bearer {token}", "User-Agent": "project-memory-mount/1"}
-        )
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "User-Agent": f"project-memory-mount/{__version__}",
+        }
         if tenant:
-            self.session.headers[TENANT_HEADER] = tenant
+            headers[TENANT_HEADER] = tenant
         if project:
-            self.session.headers[PROJECT_HEADER] = project
+            headers[PROJECT_HEADER] = project
+        self.session = httpx.Client(headers=headers, follow_redirects=False)
         self.calls: Counter[str] = Counter()
 
     def close(self) -> None:
@@ -86,8 +86,8 @@ class StoreClient:
             response = self.session.request(
                 method, self.base + url, params=params, json=json, timeout=timeout
             )
-        except requests.RequestException as exc:
-            raise TransportError(f"{method} {url}: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise TransportError(f"{method} {url}: {exc or type(exc).__name__}") from None
         if response.status_code >= 500:
             raise TransportError(f"{method} {url}: HTTP {response.status_code}")
         try:
@@ -100,7 +100,7 @@ class StoreClient:
             raise ApiError(
                 response.status_code,
                 str(error.get("type") or "error"),
-                str(error.get("message") or response.reason),
+                str(error.get("message") or response.reason_phrase),
             )
         if body is None:
             raise TransportError(f"{method} {url}: the answer is not JSON")

@@ -1,4 +1,4 @@
 """``project-memory mount``: keep local directories in sync with memory stores of a server.
 
-Plain Python over HTTP (``requests``); no Flask. See docs/mounting.md.
+Plain Python over HTTP (httpx). See docs/mounting.md.
 """

@@ -6,9 +6,17 @@ import itertools
 from pathlib import Path
 
 import pytest
+from project_memory_client.mount.cli import DELETIONS
+from project_memory_client.mount.sync import (
+    Action,
+    Deletions,
+    decide,
+    marker_text,
+    remove_file,
+    replace_file,
+)
 
-from app.mount.sync import Action, decide, marker_text, remove_file, replace_file
-from tests.mount.helpers import sha
+from tests.client.mount.helpers import sha
 
 # (local, base, remote) with 'a', 'b', 'c' standing for distinct hashes, None for absent.
 CASES = {
@@ -96,3 +104,7 @@ def test_remove_file_checks_the_hash_and_prunes_empty_directories(tmp_path: Path
     assert not remove_file(tmp_path, "/d/e/x.md", expected_sha=sha("other"))
     assert remove_file(tmp_path, "/d/e/x.md", expected_sha=sha("x"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_offers_the_deletion_modes_the_sync_knows() -> None:
+    assert tuple(d.value for d in Deletions) == DELETIONS

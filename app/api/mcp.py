@@ -1,0 +1,333 @@
+"""The MCP endpoint, ``/mcp``: Streamable HTTP, stateless, one JSON answer per message.
+
+Protocol revisions: ``2026-07-28`` (no handshake: every request carries its revision and the
+client's capabilities in ``params._meta``, mirrored in the ``MCP-Protocol-Version``,
+``Mcp-Method`` and ``Mcp-Name`` headers, and ``server/discover`` tells what the server
+offers) and, through the ``initialize`` handshake, ``2025-11-25``, ``2025-06-18`` and
+``2025-03-26``. A request whose ``MCP-Protocol-Version`` header names anything but a
+handshake revision takes the 2026-07-28 path, which refuses it when it names none we serve
+(the official SDK routes the same way). JSON-RPC batches are refused (2025-06-18 dropped them).
+
+Stateless: no ``Mcp-Session-Id``, nothing kept between requests, so any worker answers any
+request. ``GET`` (a server-to-client stream) and ``DELETE`` (a session's end) answer 405.
+The credentials, roles and scope are the REST API's (app/web/auth.py); the tools are
+app/services/mcp_tools.py. A tool that fails is an error *result* (``isError``), the
+model's to read; only a malformed message is a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Blueprint, current_app, g, request
+from flask.typing import ResponseReturnValue
+from werkzeug.wrappers import Response
+
+from app.api.common import json_response, storage
+from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
+from app.storage import StorageError
+from app.web.auth import Principal, resolve_principal
+from app.web.errors import ApiError, RequestValidationError, from_storage
+
+log = logging.getLogger(__name__)
+
+MODERN_VERSIONS = ("2026-07-28",)
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+SUPPORTED_VERSIONS = (*MODERN_VERSIONS, *HANDSHAKE_VERSIONS)
+VERSION_HEADER = "MCP-Protocol-Version"
+METHOD_HEADER = "Mcp-Method"
+NAME_HEADER = "Mcp-Name"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+HEADER_MISMATCH = -32020
+UNSUPPORTED_VERSION = -32022
+# The 2026-07-28 transport's statuses for the errors it answers (the rest are 200).
+MODERN_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+
+try:
+    _VERSION = metadata.version("project-memory")
+except metadata.PackageNotFoundError:  # a checkout run without an install
+    _VERSION = "0"
+SERVER_INFO = {"name": "project-memory", "version": _VERSION}
+CAPABILITIES = {"tools": {"listChanged": False}}
+INSTRUCTIONS = (
+    "Project Memory is this project's durable memory, shared by every agent and teammate"
+    " that works on it. Before starting, search it (search, read_digest) for earlier"
+    " decisions, fixes and notes on the task; read_task and read_turn show a task's history."
+    " Writers can record what was done with record_turn, and keep notes in the project's"
+    " memory stores with the memory tool."
+)
+
+bp = Blueprint("mcp", __name__)
+
+Reply = tuple[int, dict[str, Any] | None]
+
+
+@bp.before_request
+def _authenticate() -> None:
+    # Readers POST too (every call is a POST): the role is checked tool by tool.
+    g.principal = resolve_principal()
+
+
+@bp.route("/mcp", methods=["GET", "DELETE"])
+def refuse_stream() -> ResponseReturnValue:
+    """No server-to-client stream and no session to end: the endpoint is stateless."""
+    return Response(status=405, headers={"Allow": "POST"})
+
+
+@bp.post("/mcp")
+def post_mcp() -> ResponseReturnValue:
+    """One JSON-RPC message in, one JSON answer (or 202 for a notification) out."""
+    _check_origin()
+    if not _accepts_json(request.headers.get("Accept")):
+        raise ApiError(406, "this endpoint answers application/json: send it in Accept")
+    request.max_content_length = current_app.config["MAX_JSON_BYTES"]
+    raw = request.get_data(cache=False)
+    body: dict[str, Any] | None
+    try:
+        message = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        status, body = 400, _error(None, PARSE_ERROR, f"Parse error: {exc}"[:300])
+    else:
+        principal: Principal = g.principal
+        tools = McpTools(
+            storage(), principal.scope, token_id=principal.token.id, role=principal.token.role
+        )
+        version = request.headers.get(VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_VERSIONS:
+            status, body = _modern(message, tools)
+        else:
+            status, body = _legacy(message, tools)
+    if body is None:
+        return Response(status=status)
+    return json_response(body, status)
+
+
+def _check_origin() -> None:
+    # DNS rebinding: a page on another origin reaching a local server. Credentials are
+    # bearer tokens only (no cookie here), but a browser's request still names its origin.
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        raise ApiError(403, f"requests from origin {origin[:200]} are not accepted")
+
+
+def _accepts_json(accept: str | None) -> bool:
+    if accept is None or not accept.strip():
+        return True
+    kinds = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
+    return bool(kinds & {"application/json", "application/*", "*/*"})
+
+
+def _error(mid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": mid, "error": error}
+
+
+def _ok(mid: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": mid, "result": result}
+
+
+def _request_id(message: dict[str, Any]) -> Any:
+    mid = message.get("id")
+    valid = isinstance(mid, str) or (isinstance(mid, int) and not isinstance(mid, bool))
+    return mid if valid else None
+
+
+def _envelope_fault(message: Any) -> str | None:
+    """Why ``message`` is not one JSON-RPC request or notification (None when it is)."""
+    if isinstance(message, list):
+        return "batches are not supported: send one JSON-RPC message per POST"
+    if not isinstance(message, dict):
+        return "the body must be a JSON-RPC message (an object)"
+    if message.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if not isinstance(message.get("method"), str):
+        return "method must be a string"
+    if "id" in message and _request_id(message) is None:
+        return "id must be a string or an integer"
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return "params must be an object"
+    return None
+
+
+def _is_response(message: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and "method" not in message
+        and "id" in message
+        and ("result" in message or "error" in message)
+    )
+
+
+# -- 2025-03-26 .. 2025-11-25: the initialize handshake ----------------------------------
+def _legacy(message: Any, tools: McpTools) -> Reply:
+    if _is_response(message):
+        return 202, None  # an answer to a server request: this server sends none
+    fault = _envelope_fault(message)
+    if fault is not None:
+        mid = _request_id(message) if isinstance(message, dict) else None
+        return 400, _error(mid, INVALID_REQUEST, f"Invalid request: {fault}")
+    if "id" not in message:
+        return 202, None  # notifications/initialized, cancelled, ...: nothing to act on
+    mid, method = message["id"], message["method"]
+    params: dict[str, Any] = message.get("params") or {}
+    if method == "initialize":
+        asked = params.get("protocolVersion")
+        version = asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        return 200, _ok(
+            mid,
+            {
+                "protocolVersion": version,
+                "capabilities": CAPABILITIES,
+                "serverInfo": SERVER_INFO,
+                "instructions": INSTRUCTIONS,
+            },
+        )
+    if method == "ping":
+        return 200, _ok(mid, {})
+    if method == "tools/list":
+        return 200, _ok(mid, {"tools": tools.listed()})
+    if method == "tools/call":
+        return 200, _call(mid, params, tools)
+    return 200, _error(mid, METHOD_NOT_FOUND, "Method not found", method)
+
+
+# -- 2026-07-28: every request carries its own envelope -----------------------------------
+def _modern(message: Any, tools: McpTools) -> Reply:
+    version = request.headers.get(VERSION_HEADER, "")
+    if isinstance(message, dict) and "id" not in message:
+        if not isinstance(message.get("method"), str):
+            return 400, _error(None, INVALID_REQUEST, "Invalid request: method must be a string")
+        if version not in MODERN_VERSIONS:
+            return 400, _unsupported(None, version)
+        return 202, None  # no client notification means anything on this revision
+    fault = _envelope_fault(message)
+    if fault is not None:
+        mid = _request_id(message) if isinstance(message, dict) else None
+        return 400, _error(mid, INVALID_REQUEST, f"Invalid request: {fault}")
+    mid, method = message["id"], message["method"]
+    params: dict[str, Any] = message.get("params") or {}
+    rejection = _ladder(mid, method, params, version)
+    if rejection is not None:
+        return MODERN_STATUS[rejection["error"]["code"]], rejection
+    result: dict[str, Any]
+    if method == "server/discover":
+        result = {
+            "supportedVersions": list(SUPPORTED_VERSIONS),
+            "capabilities": CAPABILITIES,
+            "instructions": INSTRUCTIONS,
+            "cacheScope": "public",
+            "ttlMs": 0,
+        }
+    elif method == "tools/list":
+        # What a token is offered depends on its role: never shared across tokens.
+        result = {"tools": tools.listed(), "cacheScope": "private", "ttlMs": 0}
+    elif method == "tools/call":
+        outcome = _call(mid, params, tools)
+        if "error" in outcome:
+            return MODERN_STATUS[outcome["error"]["code"]], outcome
+        result = outcome["result"]
+    else:
+        # ping and initialize are gone at this revision, as the SDK answers them.
+        return 404, _error(mid, METHOD_NOT_FOUND, "Method not found", method)
+    result["resultType"] = "complete"
+    result["_meta"] = {META_SERVER_INFO: SERVER_INFO}
+    return 200, _ok(mid, result)
+
+
+def _ladder(mid: Any, method: str, params: dict[str, Any], version: str) -> dict[str, Any] | None:
+    """The 2026-07-28 checks of a request's envelope, in the spec's order; the first that
+    fails is the answer."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or META_VERSION not in meta or META_CAPABILITIES not in meta:
+        return _error(
+            mid,
+            INVALID_PARAMS,
+            f"params._meta must be an object carrying {META_VERSION!r} and {META_CAPABILITIES!r}",
+        )
+    if meta[META_VERSION] != version:
+        return _error(
+            mid, HEADER_MISMATCH, f"{VERSION_HEADER} header does not match params._meta's version"
+        )
+    if request.headers.get(METHOD_HEADER) != method:
+        return _error(mid, HEADER_MISMATCH, f"{METHOD_HEADER} header does not match the method")
+    if method == "tools/call":
+        name = params.get("name")
+        if name is not None and request.headers.get(NAME_HEADER) != name:
+            return _error(mid, HEADER_MISMATCH, f"{NAME_HEADER} header does not match the name")
+    if version not in MODERN_VERSIONS:
+        return _unsupported(mid, version)
+    return None
+
+
+def _unsupported(mid: Any, version: str) -> dict[str, Any]:
+    return _error(
+        mid,
+        UNSUPPORTED_VERSION,
+        "Unsupported protocol version",
+        {"supported": list(MODERN_VERSIONS), "requested": version},
+    )
+
+
+# -- tools/call ---------------------------------------------------------------------------
+def _call(mid: Any, params: dict[str, Any], tools: McpTools) -> dict[str, Any]:
+    """A tools/call answer: the tool's result, an error result, or INVALID_PARAMS."""
+    name, arguments = params.get("name"), params.get("arguments")
+    if not isinstance(name, str):
+        return _error(mid, INVALID_PARAMS, "Invalid params: name must be a string")
+    if arguments is not None and not isinstance(arguments, dict):
+        return _error(mid, INVALID_PARAMS, "Invalid params: arguments must be an object")
+    try:
+        output = tools.call(name, arguments)
+    except ToolFailure as exc:
+        output = ToolOutput(str(exc), is_error=True)
+    except StorageError as exc:
+        output = ToolOutput(storage_message(exc), is_error=True)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            log.exception("MCP tool %s failed", name)
+        output = ToolOutput(_failed(name, exc), is_error=True)
+    except Exception as exc:
+        log.exception("MCP tool %s failed", name)
+        output = ToolOutput(_failed(name, exc), is_error=True)
+    return _ok(
+        mid, {"content": [{"type": "text", "text": output.text}], "isError": output.is_error}
+    )
+
+
+def _failed(name: str, exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "The server's disk is full: nothing was written."
+    return f"{name} failed on the server (an internal error, logged there); nothing more is known."
+
+
+def storage_message(exc: StorageError) -> str:
+    """What a storage error tells the model, worded as the REST API words it."""
+    http = from_storage(exc)
+    if isinstance(http, RequestValidationError):
+        return "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in http.errors)
+    text = http.message if isinstance(http, ApiError) else str(http.description)
+    if http.code == 503:
+        text += "; try again in a few seconds"
+    return text[:1].upper() + text[1:] + "."

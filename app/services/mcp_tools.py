@@ -1,0 +1,664 @@
+"""The tools of the MCP endpoint (``/mcp``), over the storage interface and the memory tool.
+
+Each tool takes the arguments a model produced, checks them by the REST API's rules (the
+same task-id, turn, query and cursor rules, the turn body's schema), makes its storage calls
+and returns text written for the model to read. No result is longer than ``OUTPUT_CHARS``
+characters; when something is cut, the result says what and how to get the rest.
+
+A bad argument, or a write asked for by a reader, is a :class:`ToolFailure`: its message is
+the model's to read. Storage errors (not found, a busy lock, a full disk) propagate; the
+caller words them with the one storage-error mapping (app/web/errors.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from marshmallow import ValidationError
+
+from app.schemas.project_memory import PutTurnRequest
+from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool
+from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
+from app.storage.core.models import SearchHit, TurnRecord
+from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_id
+from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
+from app.storage.core.store_models import MemoryStore
+from app.storage.core.tokens import role_rank
+from app.storage.interface import StorageBackend
+
+# Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
+# (about 5,000 tokens) leave room for several calls in one context.
+OUTPUT_CHARS = 20_000
+DIGEST_DEFAULT_CHARS = 6_000
+SEARCH_DEFAULT_LIMIT = 10
+SEARCH_MAX_LIMIT = 100  # the REST search's own bound
+LIST_DEFAULT_LIMIT = 20
+LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
+META_CHARS = 4_000  # a turn's meta as read_turn shows it
+INDEX_META_CHARS = 300  # one turn's meta in read_task's list
+STORES_SCANNED = 1_000  # a store named by name is looked for among this many
+NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
+# UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
+# character asked for bounds the read, whatever the digest's size.
+UTF8_MAX = 4
+# The smallest section project.md can hold ("\n## x\n\nLatest turn: 0, updated <time>\n\n")
+# and the most a head gives.
+SECTION_MIN = 50
+DIGEST_MAX_SECTIONS = 1000
+TAIL_ROOM = 300  # kept free for the line that says what was left out
+MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
+WRITER = "writer"
+
+_TASK_ID = {
+    "type": "string",
+    "pattern": f"^{ID_PATTERN}$",
+    "description": "A task id as list_tasks or search shows it, e.g. fix-login.",
+}
+_TURN = {"type": "integer", "minimum": 0, "maximum": MAX_TURN}
+
+
+_TURN_BODY = PutTurnRequest()  # the REST API's PUT turn body: the same meta and size rules
+
+
+class ToolFailure(Exception):
+    """The call cannot be made as asked; the message tells the model why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    text: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as ``tools/list`` describes it. ``writes``: needs the writer role or above."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    writes: bool = False
+    read_only: bool = True
+
+    def listing(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": {
+                "title": self.title,
+                "readOnlyHint": self.read_only,
+                "destructiveHint": not self.read_only and self.name == "memory",
+                "idempotentHint": self.read_only,
+                "openWorldHint": False,
+            },
+        }
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "search",
+        "Search project memory",
+        "Full-text search over this project's memory: the turns every agent recorded (task id,"
+        " meta values, summary) and the project's memory stores (path, content). Use it"
+        " before starting work to find earlier decisions, fixes and notes. Every word must"
+        ' match; "a quoted phrase" matches as a phrase; prefix* matches word starts (2+'
+        " letters). Case and accents are ignored; OR/NOT are not supported. Hits come best"
+        " first with a snippet in which matches are **bold**; read_turn or the memory tool"
+        " reads a hit in full.",
+        _schema(
+            {
+                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": SEARCH_MAX_LIMIT,
+                    "default": SEARCH_DEFAULT_LIMIT,
+                },
+                "cursor": {
+                    "type": "string",
+                    "description": "From a previous result's 'more hits' line (same query).",
+                },
+            },
+            ["query"],
+        ),
+    ),
+    ToolSpec(
+        "read_digest",
+        "Read the project digest",
+        "Read project.md, the project's digest: one section per task with its latest"
+        " summary, the most recently updated tasks first. Shows the newest sections that fit"
+        " in max_chars characters; use it for an overview of what the team worked on lately.",
+        _schema(
+            {
+                "max_chars": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": OUTPUT_CHARS,
+                    "default": DIGEST_DEFAULT_CHARS,
+                }
+            },
+            [],
+        ),
+    ),
+    ToolSpec(
+        "list_tasks",
+        "List tasks",
+        "List the project's tasks, most recently updated first: id, latest turn number,"
+        " number of turns and when each was last updated. Pass the cursor a result gives to"
+        " see the next page.",
+        _schema(
+            {
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": LIST_MAX_LIMIT,
+                    "default": LIST_DEFAULT_LIMIT,
+                },
+                "cursor": {"type": "string"},
+            },
+            [],
+        ),
+    ),
+    ToolSpec(
+        "read_task",
+        "Read a task's index",
+        "Read one task's index: its turns, newest first, with each turn's meta (agent,"
+        " model, commit, tokens, times) and artifact names. read_turn gives a turn's summary.",
+        _schema({"task_id": _TASK_ID}, ["task_id"]),
+    ),
+    ToolSpec(
+        "read_turn",
+        "Read a turn",
+        "Read one turn of a task: its meta, its artifact list and its Markdown summary. A"
+        " long summary is cut; the result then says which offset reads the rest.",
+        _schema(
+            {
+                "task_id": _TASK_ID,
+                "turn": _TURN,
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Characters of the summary to skip (to read a long one).",
+                },
+            },
+            ["task_id", "turn"],
+        ),
+    ),
+    ToolSpec(
+        "record_turn",
+        "Record a turn",
+        "Record a turn in a task's history so that later sessions and teammates find it:"
+        " summary_md says in Markdown what was done, decided or learnt; meta holds run facts"
+        " (agent_id, model, commit, exit_code, tokens, started_at, ended_at, or any other"
+        " key). Without turn, it takes the task's next free turn number and never overwrites"
+        " one; with turn, it replaces that turn. Needs the writer role.",
+        _schema(
+            {
+                "task_id": _TASK_ID,
+                "summary_md": {"type": "string", "description": "At most 1 MiB of UTF-8."},
+                "meta": {"type": "object"},
+                "turn": {**_TURN, "description": "Omit to take the next free turn number."},
+            },
+            ["task_id", "summary_md"],
+        ),
+        writes=True,
+        read_only=False,
+    ),
+    ToolSpec(
+        "memory",
+        "Memory store files",
+        "Read and edit the files of one of the project's memory stores, with the commands"
+        " of Anthropic's memory tool: view (a directory listing or a file with line"
+        " numbers), create, str_replace, insert, delete, rename. Paths start with"
+        " /memories (view /memories lists the store). store is the store's id (memstore_...)"
+        " or its name. Every change is kept as a version. Commands other than view need the"
+        " writer role.",
+        _schema(
+            {
+                "store": {"type": "string", "description": "memstore_... id, or the name."},
+                "command": {"type": "string", "enum": list(MEMORY_COMMANDS)},
+                "path": {"type": "string", "description": "view, create, str_replace, insert"},
+                "view_range": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "minItems": 2,
+                    "maxItems": 2,
+                    "description": "view: [first line, last line]; -1 is the end.",
+                },
+                "file_text": {"type": "string", "description": "create"},
+                "old_str": {"type": "string", "description": "str_replace: unique text"},
+                "new_str": {"type": "string", "description": "str_replace"},
+                "insert_line": {"type": "integer", "description": "insert: 0 = the top"},
+                "insert_text": {"type": "string", "description": "insert"},
+                "old_path": {"type": "string", "description": "rename"},
+                "new_path": {"type": "string", "description": "rename"},
+            },
+            ["store", "command"],
+        ),
+        read_only=False,
+    ),
+)
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
+class _Args:
+    """A tool's arguments, checked one by one against its input schema's names."""
+
+    def __init__(self, spec: ToolSpec, arguments: object) -> None:
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise ToolFailure(f"The arguments of {spec.name} must be a JSON object.")
+        known = spec.input_schema["properties"]
+        unknown = sorted(str(k) for k in arguments if k not in known)
+        if unknown:
+            raise ToolFailure(
+                f"Unknown argument(s) for {spec.name}: {', '.join(unknown)}."
+                f" It takes: {', '.join(known)}."
+            )
+        self.values: dict[str, Any] = arguments
+
+    def text(self, name: str, *, required: bool = False) -> str | None:
+        value = self.values.get(name)
+        if value is None:
+            if required:
+                raise ToolFailure(f"{name} is required.")
+            return None
+        if not isinstance(value, str):
+            raise ToolFailure(f"{name} must be a string.")
+        return value
+
+    def integer(self, name: str, default: int | None, low: int, high: int | None) -> int | None:
+        value = self.values.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ToolFailure(f"{name} must be an integer.")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise ToolFailure(f"{name} must be {bound} (got {value}).")
+        return value
+
+    def task_id(self) -> str:
+        value = self.text("task_id", required=True)
+        assert value is not None
+        try:
+            return validate_id("task_id", value)
+        except InvalidName as exc:
+            raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
+
+
+def clip(text: str, limit: int, note: str) -> str:
+    """``text`` cut to ``limit`` characters at a line end, with ``note`` saying so."""
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(note) - 2)
+    cut = text.rfind("\n", 0, room)
+    if cut < room // 2:
+        cut = room
+    return text[:cut].rstrip() + "\n" + note
+
+
+def _fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) -> str:
+    """``head`` then as many ``items`` as fit in OUTPUT_CHARS; when some are left out,
+    ``tail(shown)`` says so."""
+    out = "\n".join(head)
+    for shown, item in enumerate(items):
+        if len(out) + 1 + len(item) + TAIL_ROOM > OUTPUT_CHARS:
+            return out + "\n" + tail(shown)
+        out += "\n" + item
+    return out
+
+
+def _compact(value: Any, limit: int) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _snippet(hit: SearchHit) -> str:
+    return " ".join(hit.snippet.replace(MARK_START, "**").replace(MARK_END, "**").split())
+
+
+def read_digest_head(storage: StorageBackend, scope: Scope, max_chars: int) -> tuple[str, bool]:
+    """The start of ``scope``'s project.md, at most ``max_chars`` characters of whole
+    sections (a part of the first when not even that fits), and whether more is left.
+
+    Asks for no more sections than could fit (each is SECTION_MIN bytes at least) and reads
+    at most UTF8_MAX bytes a character: a 100 MB digest costs what a small one does.
+    """
+    sections = min(DIGEST_MAX_SECTIONS, max(1, max_chars // SECTION_MIN))
+    file, _ = storage.tasks.open_digest_head(scope, limit=sections)
+    want = max_chars * UTF8_MAX
+    chunks: list[bytes] = []
+    got = 0
+    ended = False
+    try:
+        while got < want:
+            chunk = file.read(want - got)
+            if not chunk:
+                ended = True
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        ended = ended or not file.read(1)
+    finally:
+        file.close()
+    # A cut can split a character: drop the broken tail, not the text.
+    text = b"".join(chunks).decode("utf-8", errors="ignore")
+    count = text.count("\n## ")
+    if ended and len(text) <= max_chars:
+        return text, count >= sections  # as many as asked for: there may be more
+    text = text[:max_chars]
+    first, last = text.find("\n## "), text.rfind("\n## ")
+    if last > first >= 0:
+        text = text[:last]  # whole sections only, once at least one fits
+    return text.rstrip("\n") + "\n", True
+
+
+class McpTools:
+    """The tools as one principal sees them: its scope, and whether it may write."""
+
+    def __init__(self, storage: StorageBackend, scope: Scope, *, token_id: str, role: str):
+        self.storage = storage
+        self.scope = scope
+        self.token_id = token_id
+        self.role = role
+        self.may_write = role_rank(role) >= role_rank(WRITER)
+
+    def listed(self) -> list[dict[str, Any]]:
+        """``tools/list``: a reader is not offered the tools only writers may call."""
+        return [t.listing() for t in TOOLS if self.may_write or not t.writes]
+
+    def call(self, name: object, arguments: object) -> ToolOutput:
+        """Run tool ``name``; ToolFailure for what the model must change, StorageError as is."""
+        spec = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise ToolFailure(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS_BY_NAME)}.")
+        if spec.writes and not self.may_write:
+            raise ToolFailure(self._refusal(f"{spec.name} writes to project memory"))
+        args = _Args(spec, arguments)
+        handler: Callable[[_Args], ToolOutput] = getattr(self, "_" + spec.name)
+        return handler(args)
+
+    def _refusal(self, what: str) -> str:
+        return (
+            f"{what} and needs the {WRITER} role or above; this token's role is {self.role}."
+            " Ask for a writer token, or use the read tools."
+        )
+
+    # -- the tools -----------------------------------------------------------------------
+    def _search(self, args: _Args) -> ToolOutput:
+        query = args.text("query", required=True)
+        assert query is not None
+        limit = args.integer("limit", SEARCH_DEFAULT_LIMIT, 1, SEARCH_MAX_LIMIT)
+        assert limit is not None
+        cursor = args.text("cursor")
+        try:
+            page = self.storage.search(self.scope, query, limit=limit, cursor=cursor)
+        except InvalidName as exc:
+            field = "query" if exc.field == "q" else exc.field
+            raise ToolFailure(f"{field}: {exc.message}") from None
+        if not page.hits:
+            return ToolOutput(
+                f"No hits for {query!r}. Every word must match: try fewer or other words, or"
+                " a prefix* (read_digest gives an overview of recent work)."
+            )
+        items = []
+        for i, hit in enumerate(page.hits, 1):
+            if hit.kind == "turn":
+                where = f"turn {hit.turn} of task {hit.task_id} (read_turn reads it)"
+            else:
+                where = (
+                    f"memory /memories{hit.path} in store {hit.store_name!r}"
+                    f" ({hit.memory_store_id}; the memory tool's view reads it)"
+                )
+            items.append(f"{i}. {where}\n   {_snippet(hit)}")
+        more = (
+            [f"More hits: search again with the same query and cursor {page.next_cursor!r}."]
+            if page.next_cursor
+            else []
+        )
+        if page.stores_skipped:
+            more.append(
+                f"{page.stores_skipped} memory store(s) were not searched (beyond the"
+                " per-search bound; the newest are searched)."
+            )
+        head = [f"{len(page.hits)} hit(s) for {query!r}, best first:"]
+        text = _fit_lines(
+            head,
+            items,
+            lambda shown: (
+                f"… hits {shown + 1}-{len(items)} left out to keep this result under"
+                f" {OUTPUT_CHARS} characters: search with limit={max(1, shown)}."
+            ),
+        )
+        return ToolOutput("\n".join([text, *more]))
+
+    def _read_digest(self, args: _Args) -> ToolOutput:
+        budget = args.integer("max_chars", DIGEST_DEFAULT_CHARS, 1, OUTPUT_CHARS)
+        assert budget is not None
+        text, more = read_digest_head(self.storage, self.scope, budget)
+        if more:
+            text += (
+                f"\n(shown: the newest sections of project.md, up to {budget} characters;"
+                " list_tasks, read_task and read_turn read any task.)"
+            )
+        return ToolOutput(text)
+
+    def _list_tasks(self, args: _Args) -> ToolOutput:
+        limit = args.integer("limit", LIST_DEFAULT_LIMIT, 1, LIST_MAX_LIMIT)
+        assert limit is not None
+        cursor = args.text("cursor")
+        try:
+            page = self.storage.tasks.list_tasks(self.scope, limit=limit, cursor=cursor)
+        except InvalidName as exc:
+            raise ToolFailure(f"{exc.field}: {exc.message}") from None
+        if not page.tasks:
+            return ToolOutput("This project has no tasks yet." if cursor is None else "No more.")
+        head = [f"{page.total} task(s) in this project, most recently updated first:"]
+        items = [
+            f"- {t.task_id}: latest turn {t.latest_turn}, {t.turn_count} turn(s),"
+            f" updated {t.updated_at}"
+            for t in page.tasks
+        ]
+        if page.next_cursor:
+            items.append(f"More: call list_tasks with cursor {page.next_cursor!r}.")
+        return ToolOutput("\n".join(head + items))
+
+    def _read_task(self, args: _Args) -> ToolOutput:
+        task_id = args.task_id()
+        index = self.storage.tasks.get_task(self.scope, task_id)
+        head = [
+            f"Task {task_id}: {index.turn_count} turn(s), created {index.created_at},"
+            f" updated {index.updated_at}, kept until {index.retain_until}.",
+            "Turns, newest first (read_turn gives a turn's summary):",
+        ]
+        turns = list(reversed(index.turns))
+        items = []
+        for entry in turns:
+            line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
+            line += _compact(entry.meta, INDEX_META_CHARS)
+            if entry.artifacts:
+                line += f"; artifacts: {', '.join(entry.artifacts)}"
+            items.append(line)
+        text = _fit_lines(
+            head,
+            items,
+            lambda shown: (
+                f"… {len(items) - shown} older turn(s) not shown (turns"
+                f" {turns[-1].turn}-{turns[shown].turn}); read_turn reads any of them."
+            ),
+        )
+        return ToolOutput(text)
+
+    def _read_turn(self, args: _Args) -> ToolOutput:
+        task_id = args.task_id()
+        turn = args.integer("turn", None, 0, MAX_TURN)
+        if turn is None:
+            raise ToolFailure("turn is required.")
+        offset = args.integer("offset", 0, 0, None)
+        assert offset is not None
+        record = self.storage.tasks.get_turn(self.scope, task_id, turn)
+        artifacts = ", ".join(
+            f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts
+        )
+        head = (
+            f"Turn {turn} of task {task_id}: created {record.created_at}, updated"
+            f" {record.updated_at}, kept until {record.retain_until}.\n"
+            f"meta: {_compact(record.meta, META_CHARS)}\n"
+            f"artifacts: {artifacts or 'none'}\n"
+            "summary_md:\n"
+        )
+        summary = record.summary_md
+        total = len(summary)
+        if offset:
+            summary = summary[offset:]
+            head += f"(from character {offset} of {total})\n"
+        room = OUTPUT_CHARS - len(head) - 200
+        if len(summary) > room:
+            summary = summary[:room]
+            summary += (
+                f"\n… summary cut at character {offset + room} of {total}: read_turn with"
+                f" offset={offset + room} reads on."
+            )
+        return ToolOutput(head + summary)
+
+    def _record_turn(self, args: _Args) -> ToolOutput:
+        task_id = args.task_id()
+        turn = args.integer("turn", None, 0, MAX_TURN)
+        args.text("summary_md", required=True)
+        try:
+            body = _TURN_BODY.load(
+                {"meta": args.values.get("meta"), "summary_md": args.values.get("summary_md")}
+            )
+        except ValidationError as exc:
+            raise ToolFailure("; ".join(_messages(exc.messages))) from None
+        if turn is None:
+            record = self._put_next(task_id, body["meta"], body["summary_md"])
+        else:
+            record = self.storage.tasks.put_turn(
+                self.scope,
+                task_id,
+                turn,
+                meta=body["meta"],
+                summary_md=body["summary_md"],
+                actor=self.token_id,
+            )
+        return ToolOutput(
+            f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
+            f" kept until {record.retain_until})."
+        )
+
+    def _put_next(self, task_id: str, meta: dict[str, Any], summary_md: str) -> TurnRecord:
+        """Write the task's next free turn; If-None-Match semantics, so never over another."""
+        tasks = self.storage.tasks
+        for _ in range(NEXT_TURN_ATTEMPTS):
+            try:
+                latest = tasks.get_task(self.scope, task_id).latest_turn
+            except NotFound:
+                latest = None
+            number = 0 if latest is None else latest + 1
+            if number > MAX_TURN:
+                raise ToolFailure(
+                    f"Task {task_id} has used every turn number (0-{MAX_TURN});"
+                    " record under another task id."
+                )
+            try:
+                return tasks.put_turn(
+                    self.scope,
+                    task_id,
+                    number,
+                    meta=meta,
+                    summary_md=summary_md,
+                    actor=self.token_id,
+                    if_none_match=True,
+                )
+            except PreconditionFailed:
+                continue  # another writer took that number first: take the next
+        raise ToolFailure(
+            f"Other writers kept taking task {task_id}'s next turn number; try again."
+        )
+
+    def _memory(self, args: _Args) -> ToolOutput:
+        ref = args.text("store", required=True)
+        assert ref is not None
+        command = args.values.get("command")
+        if command in MEMORY_WRITE_COMMANDS and not self.may_write:
+            raise ToolFailure(
+                self._refusal(f"The memory command {command!r} changes the store")
+                + " view needs no more than a reader."
+            )
+        tool = MemoryTool(
+            self.storage.stores,
+            self.scope,
+            self._store_id(ref),
+            actor={"type": "api_actor", "api_key_id": self.token_id},
+        )
+        result = tool.run({k: v for k, v in args.values.items() if k != "store"})
+        text = clip(
+            result.content,
+            OUTPUT_CHARS,
+            "… cut to keep this result under"
+            f" {OUTPUT_CHARS} characters: view a subdirectory, or a file with view_range.",
+        )
+        return ToolOutput(text, is_error=result.is_error)
+
+    def _store_id(self, ref: str) -> str:
+        """The id of the store ``ref`` names: its id, or its name among the project's stores."""
+        if STORE_ID_RE.fullmatch(ref):
+            return ref
+        found: list[MemoryStore] = []
+        names: list[str] = []
+        page: str | None = None
+        scanned = 0
+        while scanned < STORES_SCANNED:
+            result = self.storage.stores.list_stores(
+                self.scope, limit=100, page=page, include_archived=True
+            )
+            for store in result.data:
+                scanned += 1
+                names.append(store.name)
+                if store.name == ref:
+                    found.append(store)
+            page = result.next_page
+            if page is None:
+                break
+        if len(found) == 1:
+            return found[0].id
+        if found:
+            ids = ", ".join(s.id for s in found)
+            raise ToolFailure(f"{len(found)} memory stores are named {ref!r}: pass one id ({ids}).")
+        listed = ", ".join(repr(n) for n in names[:20]) or "none"
+        raise ToolFailure(
+            f"No memory store named {ref!r} in this project. Its stores: {listed}"
+            + (" …" if len(names) > 20 else "")
+            + "."
+        )
+
+
+def _messages(messages: Any, where: str = "") -> list[str]:
+    """marshmallow's nested messages as ``field.sub: message`` lines."""
+    if isinstance(messages, Mapping):
+        out: list[str] = []
+        for key, value in messages.items():
+            out += _messages(value, f"{where}.{key}" if where else str(key))
+        return out
+    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        return [f"{where}: {m}" if where else m for m in messages]
+    return [f"{where}: {messages}"]

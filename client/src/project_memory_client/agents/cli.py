@@ -1,0 +1,192 @@
+"""``project-memory agent install|uninstall|status|flush|hook``: coding agents plugged in.
+
+docs/agents.md is the guide; the modules here: install.py (the repository's config files),
+hooks.py (what the hooks do), spool.py (turns not sent yet), transcripts.py, secrets.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..commands import CommandError, Context, Output, configure, fields, leaf, subcommands
+
+AGENT_CHOICES = ("claude-code", "codex", "cursor")
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = subcommands(parser)
+    for name, run, help_text in (
+        ("install", _install, "set an agent up for this repository (hooks and the MCP server)"),
+        ("uninstall", _uninstall, "remove exactly what install added"),
+    ):
+        child = leaf(sub, name, run, help=help_text)
+        child.add_argument("agent", choices=AGENT_CHOICES)
+        child.add_argument(
+            "--dir",
+            type=Path,
+            default=None,
+            help="the repository (default: the git work tree of the current directory)",
+        )
+        if name == "install":
+            child.add_argument(
+                "--transport",
+                choices=("http", "stdio"),
+                default="http",
+                help="claude-code: the MCP server over HTTP (default; the token from"
+                " PROJECT_MEMORY_TOKEN) or stdio (`project-memory mcp`, which also reads"
+                " the config file)",
+            )
+    status = leaf(
+        sub, "status", _status, help="what is installed, whether the server answers, the spool"
+    )
+    status.add_argument("--dir", type=Path, default=None)
+    leaf(sub, "flush", _flush, help="send the turns the spool holds")
+    hook = sub.add_parser("hook", help="run a hook (the agents call this; JSON on stdin)")
+    hook.add_argument("event", choices=("session-start", "stop", "pre-compact"))
+    hook.add_argument("--agent", choices=("claude-code", "codex"), default="claude-code")
+    configure(hook, _hook)
+
+
+def _root(ctx: Context) -> Path:
+    from .install import repo_root
+
+    given = getattr(ctx.args, "dir", None)
+    return (given or repo_root(Path.cwd())).resolve()
+
+
+def _install(ctx: Context) -> Output:
+    from ..errors import SettingsError
+    from .install import InstallError, install
+
+    try:
+        settings = ctx.settings()
+    except SettingsError:
+        settings = None
+    url = settings.url if settings is not None else None
+    try:
+        change = install(ctx.args.agent, _root(ctx), url=url, transport=ctx.args.transport)
+    except InstallError as exc:
+        raise CommandError(str(exc), exit_code=2, kind="install") from None
+    return Output(change.to_dict(), _describe(change, "installed"))
+
+
+def _uninstall(ctx: Context) -> Output:
+    from .install import InstallError, uninstall
+
+    try:
+        change = uninstall(ctx.args.agent, _root(ctx))
+    except InstallError as exc:
+        raise CommandError(str(exc), exit_code=2, kind="install") from None
+    return Output(change.to_dict(), _describe(change, "uninstalled"))
+
+
+def _describe(change: Any, verb: str) -> str:
+    lines = [f"{change.agent} {verb} in {change.root}"]
+    lines += [f"  wrote    {p}" for p in change.written]
+    lines += [f"  removed  {p}" for p in change.removed]
+    lines += [f"  kept     {p} (nothing to change)" for p in change.unchanged]
+    lines += [f"note: {n}" for n in change.notes]
+    return "\n".join(lines)
+
+
+def _status(ctx: Context) -> Output:
+    import os
+
+    from ..errors import ApiError, ClientError, SettingsError
+    from .install import installed
+    from .spool import Spool, state_dir
+
+    root = _root(ctx)
+    agents = {agent: installed(agent, root) for agent in AGENT_CHOICES}
+    server: dict[str, Any] = {"url": None, "answers": False, "detail": None}
+    try:
+        settings = ctx.settings()
+        server["url"] = settings.url
+        settings.require()
+        who = ctx.client().whoami()
+        server.update(
+            answers=True, detail=f"token of role {who.role} in {who.tenant}/{who.project}"
+        )
+    except SettingsError as exc:
+        server["detail"] = str(exc)
+    except ApiError as exc:
+        server.update(answers=True, detail=f"refused the token: {exc.status} {exc.message}")
+    except ClientError as exc:
+        server["detail"] = f"unreachable: {exc}"
+    spool = Spool(state_dir())
+    rejected = spool.dir / "rejected"
+    queue = {
+        "queued": spool.count(),
+        "rejected": len([p for p in rejected.iterdir() if p.suffix == ".json"])
+        if rejected.is_dir()
+        else 0,
+        "dir": str(spool.dir),
+    }
+    warnings = []
+    if any(a.get("mcp") for a in agents.values()) and "PROJECT_MEMORY_TOKEN" not in os.environ:
+        warnings.append(
+            "PROJECT_MEMORY_TOKEN is not in the environment: the agents' MCP entries read the"
+            " token from it (claude-code --transport stdio reads the config file too)"
+        )
+    data = {
+        "root": str(root),
+        "agents": agents,
+        "server": server,
+        "spool": queue,
+        "warnings": warnings,
+    }
+    pairs: list[tuple[str, object]] = [("repository", root)]
+    for agent, parts in agents.items():
+        state = (
+            "installed"
+            if all(parts.values())
+            else "partly"
+            if any(parts.values())
+            else "not installed"
+        )
+        pairs.append(
+            (agent, f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'})")
+        )
+    answer = "answers" if server["answers"] else "does not answer"
+    pairs.append(("server", f"{server['url'] or '(no URL)'} {answer}: {server['detail']}"))
+    pairs.append(
+        (
+            "spool",
+            f"{queue['queued']} turn(s) queued, {queue['rejected']} rejected ({queue['dir']})",
+        )
+    )
+    text = fields(pairs) + "".join(f"\nwarning: {w}" for w in warnings)
+    return Output(data, text)
+
+
+def _flush(ctx: Context) -> Output:
+    from .spool import Spool, state_dir
+
+    settings = ctx.settings().require()
+    spool = Spool(state_dir())
+    outcome = spool.flush(
+        ctx.client(), url=settings.url or "", tenant=settings.tenant, project=settings.project
+    )
+    data = {
+        "sent": outcome.sent,
+        "already_recorded": outcome.already,
+        "rejected": outcome.rejected,
+        "kept": outcome.kept,
+        "errors": outcome.errors,
+    }
+    text = (
+        f"sent {outcome.sent}, already recorded {outcome.already}, rejected {outcome.rejected},"
+        f" still queued {outcome.kept}"
+    )
+    if outcome.errors:
+        text += f"\nlast error: {outcome.errors[-1]}"
+    code = 3 if outcome.unreachable else 1 if outcome.kept or outcome.rejected else 0
+    return Output(data, text, exit_code=code)
+
+
+def _hook(ctx: Context) -> Output:
+    from .hooks import main
+
+    raise SystemExit(main(ctx.args.agent, ctx.args.event))

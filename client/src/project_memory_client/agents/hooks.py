@@ -1,0 +1,480 @@
+"""``project-memory agent hook <event>``: what Claude Code and Codex run at their hooks.
+
+The agent sends the event as JSON on stdin; the hook answers on stdout in the form the
+agent reads, and always exits 0: a hook never blocks or fails the agent's session.
+
+* ``session-start`` (startup, resume, clear, compact): sends what the spool holds, then
+  prints context for the model: the current task's last turn summaries, the newest sections
+  of project.md up to a byte budget, and a line on searching with the MCP tool.
+* ``stop`` (each finished turn) and ``pre-compact`` (before the agent compacts its context):
+  records the turn since the last one recorded: its prompt and last answer as the summary,
+  its meta (agent, model, session, commit, times, tokens, cwd, branch) from the transcript,
+  masked (agents/secrets.py). The turn is spooled first, then sent (agents/spool.py).
+
+The task is ``PROJECT_MEMORY_TASK`` when set, else the git branch made into a task id, else
+``session-<session id>``.
+
+Time: the whole hook gives up after ``PROJECT_MEMORY_HOOK_TIMEOUT`` seconds (1.5 by
+default): a timer interrupts whatever is waiting on the network; what was not sent stays in
+the spool. Errors go to ``<state dir>/hook.log``, never to the agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .secrets import mask, mask_value
+from .spool import Entry, Spool, private_dir, state_dir, write_private
+from .transcripts import TurnFacts, claude_turn, codex_turn
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..settings import Settings
+
+EVENTS = ("session-start", "stop", "pre-compact")
+AGENTS = ("claude-code", "codex")
+TASK_ENV = "PROJECT_MEMORY_TASK"
+HOOKS_ENV = "PROJECT_MEMORY_HOOKS"  # "off": every hook does nothing
+TIMEOUT_ENV = "PROJECT_MEMORY_HOOK_TIMEOUT"
+BUDGET_ENV = "PROJECT_MEMORY_CONTEXT_BYTES"
+TURNS_ENV = "PROJECT_MEMORY_CONTEXT_TURNS"
+ARTIFACTS_ENV = "PROJECT_MEMORY_ARTIFACTS"  # "transcript", "diff", or both, comma-separated
+DEFAULT_TIMEOUT = 1.5  # seconds from the process's start
+MIN_WORK = 0.3
+DEFAULT_BUDGET = 6_000
+DEFAULT_TURNS = 3
+TURN_CHARS = 1_000  # of each recent turn's summary in the context
+# The smallest section project.md can hold: "\n## x\n\nLatest turn: 0, updated <time>\n\n".
+SECTION_MIN = 50
+# Codex 0.171's limit on a hook's additionalContext (characters; a longer one is cut).
+CODEX_CONTEXT_CHARS = 10_000
+PROMPT_CHARS = 16_000
+ANSWER_CHARS = 48_000
+DIFF_BYTES = 4 * 1024 * 1024
+LOG_BYTES = 256 * 1024
+GIT_TIMEOUT = 0.5
+_TASK_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class Deadline(BaseException):
+    """The hook's time is up (raised by the timer; a BaseException, so that no library's
+    ``except Exception`` takes it for an error of its own)."""
+
+
+@dataclass(frozen=True)
+class Git:
+    branch: str | None
+    commit: str | None
+
+
+def git_info(cwd: str) -> Git:
+    def run(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=GIT_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    both = run("rev-parse", "HEAD", "--abbrev-ref", "HEAD")
+    if both is not None and len(both.split()) == 2:
+        commit, branch = both.split()
+    else:  # no commit yet: the branch is still named
+        commit, branch = None, (run("symbolic-ref", "--short", "-q", "HEAD") or "").strip()
+    return Git(branch=None if branch in ("", "HEAD") else branch, commit=commit)
+
+
+def to_task_id(text: str) -> str | None:
+    """``text`` made into a task id (the server's rule: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``,
+    no final dot): other characters become ``-``."""
+    value = _TASK_CHARS.sub("-", text).lstrip("-._")
+    value = re.sub(r"-{2,}", "-", value)[:128].rstrip("-.")
+    return value or None
+
+
+def task_id_for(env: Mapping[str, str], git: Git, session_id: str) -> str:
+    """``PROJECT_MEMORY_TASK``, else the branch, else ``session-<id>``."""
+    for candidate in (env.get(TASK_ENV), git.branch):
+        if candidate:
+            found = to_task_id(candidate)
+            if found:
+                return found
+    return to_task_id(f"session-{session_id}") or "session"
+
+
+# -- plumbing -----------------------------------------------------------------------------
+class Log:
+    def __init__(self, root: Path) -> None:
+        self.path = root / "hook.log"
+
+    def write(self, message: str) -> None:
+        with contextlib.suppress(OSError):
+            private_dir(self.path.parent)
+            if self.path.exists() and self.path.stat().st_size > LOG_BYTES:
+                keep = self.path.read_bytes()[-LOG_BYTES // 2 :]
+                write_private(self.path, keep)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}\n")
+
+
+@contextlib.contextmanager
+def deadline_after(seconds: float) -> Iterator[None]:
+    """Raise Deadline in this (main) thread once ``seconds`` have passed."""
+
+    def fire(signum: int, frame: Any) -> None:
+        raise Deadline()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(0.01, seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def no_deadline() -> Iterator[None]:
+    """Hold the timer back while the spool and the session state change together."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+
+
+def process_started() -> float:
+    """When this process started, on the ``time.monotonic()`` clock: the hook's time counts
+    from there, so that a slow start (a loaded machine, a cold disk) is not time it has
+    again. Linux reads it from /proc; elsewhere it is now."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+    return time.monotonic() - max(0.0, min(age, 5.0))
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        value = float(env.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+class Hook:
+    """One hook run: the event, its JSON, the settings, the state directory, a time limit."""
+
+    def __init__(self, agent: str, event: str, data: dict[str, Any], env: Mapping[str, str]):
+        self.agent = agent
+        self.event = event
+        self.data = data
+        self.env = env
+        self.root = state_dir(dict(env))
+        self.log = Log(self.root)
+        self.spool = Spool(self.root)
+        self.started = process_started()
+        self.limit = _float(env, TIMEOUT_ENV, DEFAULT_TIMEOUT)
+        self._client: Client | None = None
+        self._settings: Settings | None = None
+
+    @property
+    def session_id(self) -> str:
+        return str(self.data.get("session_id") or "unknown")
+
+    @property
+    def cwd(self) -> str:
+        return str(self.data.get("cwd") or os.getcwd())
+
+    def left(self) -> float:
+        return self.limit - (time.monotonic() - self.started)
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from ..settings import load_settings
+
+            self._settings = load_settings(env=self.env).require()
+        return self._settings
+
+    def client(self) -> Client:
+        if self._client is None:
+            from ..client import Client
+
+            settings = self.settings()
+            # Each request gets what is left of the hook's time; no waiting out a 429/503.
+            self._client = Client(
+                settings=settings.with_overrides(timeout=max(0.2, self.left())),
+                max_retries=0,
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+
+    def flush(self, share: float = 1.0) -> None:
+        """Send what the spool holds, for at most ``share`` of the time left."""
+        if not self.spool.count():
+            return
+        deadline = time.monotonic() + self.left() * share
+        settings = self.settings()
+        outcome = self.spool.flush(
+            self.client(),
+            url=settings.url or "",
+            tenant=settings.tenant,
+            project=settings.project,
+            deadline=deadline,
+        )
+        for error in outcome.errors[:3]:
+            self.log.write(f"{self.event}: kept in the spool: {error}")
+
+    # -- session start ------------------------------------------------------------------
+    def session_start(self) -> str:
+        from ..errors import NotFound
+
+        self.flush(share=0.4)
+        client = self.client()
+        git = git_info(self.cwd)
+        task_id = task_id_for(self.env, git, self.session_id)
+        parts = ["# Project memory", ""]
+        wanted = int(_float(self.env, TURNS_ENV, DEFAULT_TURNS))
+        try:
+            index = client.get_task(task_id)
+        except NotFound:
+            index = None
+        if index is not None and index.turns:
+            parts.append(f"Task `{task_id}`: its last turns, newest first.")
+            for entry in list(reversed(index.turns))[:wanted]:
+                try:
+                    record = client.get_turn(task_id, entry.turn)
+                except NotFound:
+                    continue  # deleted or expired since the index was read
+                who = ", ".join(
+                    str(record.meta[k]) for k in ("agent_id", "model") if record.meta.get(k)
+                )
+                parts += [
+                    "",
+                    f"## Turn {entry.turn} ({record.updated_at}{', ' + who if who else ''})",
+                    "",
+                ]
+                parts.append(_nest(_cut(record.summary_md.strip(), TURN_CHARS)))
+        else:
+            parts.append(f"Task `{task_id}` has no turns yet.")
+        budget = int(_float(self.env, BUDGET_ENV, DEFAULT_BUDGET))
+        if self.agent == "codex":
+            # Codex cuts a longer context to its head and tail: keep the whole under it.
+            used = sum(len(p) + 1 for p in parts) + 400
+            budget = max(0, min(budget, CODEX_CONTEXT_CHARS - used))
+        # No section is under SECTION_MIN bytes: asking for budget/SECTION_MIN sections
+        # lets the server stop where the budget ends.
+        wanted_sections = min(1000, max(1, budget // SECTION_MIN))
+        digest = (
+            digest_head(client.get_digest(max_bytes=budget, limit=wanted_sections))
+            if budget
+            else ""
+        )
+        if digest:
+            parts += ["", "The newest sections of project.md, the digest of every task:", ""]
+            parts.append(digest)
+        tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
+        parts += [
+            "",
+            f"To look further back, search this project's memory with the {tool} tool"
+            " of the project-memory MCP server (then read_task / read_turn for a task's"
+            " history).",
+        ]
+        context = "\n".join(parts)
+        return json.dumps(
+            {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
+        )
+
+    # -- a finished turn ----------------------------------------------------------------
+    def record(self) -> str:
+        settings = self.settings()
+        state_path = private_dir(self.root / "sessions") / (
+            f"{self.agent}-{hashlib.sha256(self.session_id.encode()).hexdigest()[:24]}.json"
+        )
+        state = _read_json(state_path)
+        facts = self._facts(state)
+        if facts is None:
+            return ""
+        git = git_info(self.cwd)
+        key = f"{self.agent}:{self.session_id}:{facts.end_key}"
+        record_id = hashlib.sha256(key.encode()).hexdigest()[:32]
+        secret = (settings.token,) if settings.token else ()
+        meta: dict[str, Any] = {
+            "agent_id": self.agent,
+            "model": facts.model or self.data.get("model"),
+            "commit": git.commit,
+            "started_at": facts.started_at,
+            "ended_at": facts.ended_at,
+            "tokens": facts.tokens,
+            "cwd": self.cwd,
+            "branch": git.branch,
+            "hook_event": self.event,
+        }
+        meta["claude_session_id" if self.agent == "claude-code" else "codex_session_id"] = (
+            self.session_id
+        )
+        meta = mask_value({k: v for k, v in meta.items() if v is not None}, secret)
+        entry = Entry(
+            record_id=record_id,
+            agent=self.agent,
+            url=settings.url or "",
+            tenant=settings.tenant,
+            project=settings.project,
+            task_id=task_id_for(self.env, git, self.session_id),
+            meta=meta,
+            summary_md=mask(summary_of(facts), secret),
+        )
+        artifacts = self._artifacts(facts, secret)
+        with no_deadline():
+            self.spool.add(entry, artifacts)
+            write_private(
+                state_path,
+                json.dumps({"offset": facts.end_offset, "end_key": facts.end_key}).encode(),
+            )
+        self.flush()
+        return ""
+
+    def _facts(self, state: dict[str, Any]) -> TurnFacts | None:
+        raw = self.data.get("transcript_path")
+        if not raw:
+            return None
+        path = Path(str(raw))
+        if not path.is_file():
+            return None
+        answer = self.data.get("last_assistant_message")
+        answer = answer if isinstance(answer, str) and answer.strip() else None
+        if self.agent == "codex":
+            turn = self.data.get("turn_id")
+            return codex_turn(path, str(turn) if turn else None, answer)
+        offset = state.get("offset")
+        return claude_turn(path, offset if isinstance(offset, int) else None, answer)
+
+    def _artifacts(self, facts: TurnFacts, secret: tuple[str, ...]) -> dict[str, tuple[bytes, str]]:
+        wanted = {p.strip() for p in self.env.get(ARTIFACTS_ENV, "").split(",") if p.strip()}
+        out: dict[str, tuple[bytes, str]] = {}
+        if "transcript" in wanted and facts.lines:
+            text = b"".join(facts.lines).decode("utf-8", "replace")
+            out["transcript.jsonl"] = (mask(text, secret).encode(), "application/x-ndjson")
+        if "diff" in wanted:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                done = subprocess.run(
+                    ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
+                    cwd=self.cwd,
+                    capture_output=True,
+                    timeout=GIT_TIMEOUT,
+                    check=False,
+                )
+                if done.returncode == 0 and done.stdout:
+                    diff = done.stdout[:DIFF_BYTES].decode("utf-8", "replace")
+                    out["diff.patch"] = (mask(diff, secret).encode(), "text/x-diff")
+        return out
+
+
+def summary_of(facts: TurnFacts) -> str:
+    """The turn as Markdown: its prompt (each, when the turn had several) and last answer."""
+    parts = []
+    # A turn cut by a compaction goes on after it without a prompt of its own.
+    for prompt in facts.prompts or [
+        "(the prompt is in the turn before: this turn goes on from it)"
+    ]:
+        parts += ["## Prompt", "", _cut(prompt.strip(), PROMPT_CHARS), ""]
+    parts += ["## Answer", "", _cut(facts.answer.strip() or "(no answer)", ANSWER_CHARS)]
+    return "\n".join(parts) + "\n"
+
+
+def digest_head(text: str) -> str:
+    """The whole sections of a digest that was cut at a line (all of it, when it holds one
+    section or part of one)."""
+    text = text.rstrip()
+    first, last = text.find("\n## "), text.rfind("\n## ")
+    if last > first >= 0:
+        text = text[:last].rstrip()
+    return text
+
+
+def _nest(markdown: str) -> str:
+    """Headings two levels down, under the context's own ``## Turn`` headings."""
+    return _HEADING.sub(lambda m: "#" * min(6, len(m.group(1)) + 2), markdown)
+
+
+_HEADING = re.compile(r"^(#{1,6})(?=\s)", re.M)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
+    """Run one hook; its stdout text. Never raises."""
+    if env.get(HOOKS_ENV, "").lower() in ("off", "0", "false", "no"):
+        return ""
+    try:
+        data = json.loads(stdin) if stdin.strip() else {}
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    hook = Hook(agent, event, data, env)
+    try:
+        # At least MIN_WORK even after a slow start: the turn is spooled before anything
+        # is sent, and that takes milliseconds.
+        with deadline_after(max(MIN_WORK, hook.left())):
+            if event == "session-start":
+                return hook.session_start()
+            return hook.record()
+    except Deadline:
+        hook.log.write(f"{event}: gave up after {hook.limit}s; the spool keeps what was not sent")
+    except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's session
+        from ..errors import ServerUnreachable, SettingsError
+
+        if isinstance(exc, ServerUnreachable | SettingsError):
+            hook.log.write(f"{event}: {exc}")
+        else:
+            hook.log.write(f"{event}: {traceback.format_exc(limit=8)}")
+    finally:
+        hook.close()
+    return ""
+
+
+def main(agent: str, event: str) -> int:
+    out = run(agent, event, sys.stdin.read(), os.environ)
+    if out:
+        sys.stdout.write(out + "\n")
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,306 @@
+"""The local spool: turns that are not on the server yet, one file each.
+
+A hook writes every turn here first and then sends it; the next hook that reaches the
+server sends what is left, and so does ``project-memory agent flush``. The spool lives in
+``$PROJECT_MEMORY_STATE_DIR`` (default ``${XDG_STATE_HOME:-~/.local/state}/project-memory``),
+``spool/`` of mode 0700, entries of mode 0600. An entry holds what the turn will be (masked
+already), the server and scope it is for, never a token.
+
+Nothing is lost, nothing is doubled:
+
+* An entry is created whole or not at all (a temp file linked to its name, which fails if
+  the name exists), and never changed after; it is removed only once the turn, and every
+  artifact, is on the server.
+* Its ``record_id`` goes into the turn's meta. Before a turn is written, the task's index
+  is read: a turn that already carries the record id is that entry, sent before (its answer
+  lost, or sent by another process), and is not written again.
+* The turn takes the task's next free number with ``If-None-Match: *``, so it never
+  overwrites another session's turn; losing that race to another writer means taking the
+  next number.
+* A process sends an entry only while it holds a lock on the entry's file, so a hook and
+  ``agent flush`` never send one entry at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._files import fsync_dir
+
+if TYPE_CHECKING:
+    from ..client import Client
+
+try:  # POSIX; elsewhere entries are sent without the cross-process lock
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+STATE_ENV = "PROJECT_MEMORY_STATE_DIR"
+ENTRY_SUFFIX = ".json"
+RECORD_KEY = "record_id"
+NEXT_TURN_ATTEMPTS = 64
+# A refusal that sending again cannot change: the entry moves to spool/rejected/.
+FINAL_STATUSES = frozenset({400, 413, 415, 422})
+
+
+def state_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get(STATE_ENV):
+        return Path(env[STATE_ENV])
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "project-memory"
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory of mode 0700 (made so if it is not)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.is_symlink() or not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a directory")
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
+    """Write ``path`` (mode 0600) whole or not at all. ``replace=False`` writes it only if
+    it does not exist (False then); a reader never sees a part."""
+    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True
+
+
+@dataclass
+class Entry:
+    """A turn waiting to be sent. ``artifacts``: ``{"name", "file", "content_type"}``, the
+    file beside the entry in the spool."""
+
+    record_id: str
+    agent: str
+    url: str
+    tenant: str | None
+    project: str | None
+    task_id: str
+    meta: dict[str, Any]
+    summary_md: str
+    created_at: float = field(default_factory=time.time)
+    artifacts: list[dict[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.__dict__, ensure_ascii=False, indent=1).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Entry:
+        value = json.loads(data)
+        return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
+
+
+@dataclass
+class Outcome:
+    sent: int = 0
+    already: int = 0  # found on the server (sent before): removed, not written again
+    rejected: int = 0
+    kept: int = 0  # still spooled (the server is down, busy, or refused the token)
+    unreachable: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+class Spool:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.dir = root / "spool"
+
+    def _ready(self) -> Path:
+        private_dir(self.root)
+        return private_dir(self.dir)
+
+    def add(self, entry: Entry, artifacts: dict[str, tuple[bytes, str]] | None = None) -> bool:
+        """Spool ``entry`` with its artifacts (name → (bytes, content type)); False when an
+        entry of that record id is spooled already (it is the same turn)."""
+        directory = self._ready()
+        for name, (data, content_type) in (artifacts or {}).items():
+            file = f"{entry.record_id}.{name}"
+            write_private(directory / file, data)
+            entry.artifacts.append({"name": name, "file": file, "content_type": content_type})
+        return write_private(
+            directory / f"{entry.record_id}{ENTRY_SUFFIX}", entry.to_json(), replace=False
+        )
+
+    def paths(self) -> list[Path]:
+        """Spooled entries, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        found = [p for p in self.dir.iterdir() if p.name.endswith(ENTRY_SUFFIX)]
+        return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+
+    def count(self) -> int:
+        return len(self.paths())
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[Entry | None]:
+        """The entry at ``path`` while this process holds its lock; None when another
+        process holds it, or it was sent and removed meanwhile."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, OSError):
+            yield None
+            return
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield None
+                    return
+            if os.fstat(fd).st_nlink == 0:  # removed by whoever held the lock before
+                yield None
+                return
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read()
+            try:
+                entry = Entry.from_json(data)
+            except (ValueError, TypeError):
+                self._reject(path, "unreadable entry")
+                yield None
+                return
+            yield entry
+        finally:
+            os.close(fd)
+
+    def _remove(self, path: Path, entry: Entry) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        for artifact in entry.artifacts:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.dir / artifact["file"])
+        fsync_dir(self.dir)
+
+    def _reject(self, path: Path, why: str) -> None:
+        rejected = private_dir(self.dir / "rejected")
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, rejected / path.name)
+            write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
+
+    def flush(
+        self,
+        client: Client,
+        *,
+        url: str,
+        tenant: str | None = None,
+        project: str | None = None,
+        deadline: float | None = None,
+    ) -> Outcome:
+        """Send every entry for the server at ``url`` and the scope ``client`` acts in
+        (``tenant``, ``project``: its settings), oldest first, until ``deadline``
+        (``time.monotonic()``); entries for another server or scope are left for it."""
+        from ..errors import ApiError, ClientError, ServerUnreachable
+
+        outcome = Outcome()
+        for path in self.paths():
+            if deadline is not None and time.monotonic() >= deadline:
+                outcome.kept += 1
+                continue
+            with self._locked(path) as entry:
+                if entry is None:
+                    continue
+                if (entry.url.rstrip("/"), entry.tenant, entry.project) != (
+                    url.rstrip("/"),
+                    tenant,
+                    project,
+                ):
+                    outcome.kept += 1
+                    continue
+                try:
+                    found = send(client, entry, self.dir)
+                except ServerUnreachable as exc:
+                    outcome.kept += 1
+                    outcome.unreachable = True
+                    outcome.errors.append(str(exc))
+                    deadline = time.monotonic()  # the rest would fail the same way
+                    continue
+                except ApiError as exc:
+                    if exc.status in FINAL_STATUSES:
+                        self._reject(path, f"{exc.status} {exc.message}")
+                        outcome.rejected += 1
+                    else:
+                        outcome.kept += 1
+                    outcome.errors.append(f"{exc.status} {exc.message}")
+                    continue
+                except (ClientError, RuntimeError) as exc:
+                    outcome.kept += 1
+                    outcome.errors.append(str(exc))
+                    continue
+                self._remove(path, entry)
+                if found:
+                    outcome.already += 1
+                else:
+                    outcome.sent += 1
+        return outcome
+
+
+def send(client: Client, entry: Entry, directory: Path) -> bool:
+    """Put ``entry``'s turn on the server, once; True when it was there already.
+
+    Then each artifact the turn lacks is put (a retry after a cut upload adds the rest).
+    """
+    from ..errors import NotFound, PreconditionFailed
+
+    task_id = entry.task_id
+    meta = {**entry.meta, RECORD_KEY: entry.record_id}
+    turn, names, found = None, set(), False
+    for _ in range(NEXT_TURN_ATTEMPTS):
+        try:
+            index = client.get_task(task_id)
+        except NotFound:
+            index = None
+        if index is not None:
+            mine = [t for t in index.turns if t.meta.get(RECORD_KEY) == entry.record_id]
+            if mine:
+                turn, names, found = mine[0].turn, set(mine[0].artifacts), True
+                break
+        numbers = [t.turn for t in index.turns] if index is not None else []
+        if index is not None and index.latest_turn is not None:
+            numbers.append(index.latest_turn)
+        number = max(numbers) + 1 if numbers else 0
+        try:
+            record = client.put_turn(
+                task_id, number, meta=meta, summary_md=entry.summary_md, if_none_match="*"
+            )
+        except PreconditionFailed:
+            continue  # another writer took the number: read the index again
+        turn = record.turn
+        break
+    if turn is None:
+        raise RuntimeError(f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries")
+    for artifact in entry.artifacts:
+        if artifact["name"] in names:
+            continue
+        source = directory / artifact["file"]
+        if source.is_file():
+            client.put_artifact(
+                task_id, turn, artifact["name"], source, content_type=artifact["content_type"]
+            )
+    return found

@@ -1,0 +1,202 @@
+"""What one agent turn was, read from the agent's own transcript (JSON lines).
+
+Claude Code (``~/.claude/projects/<dir>/<session>.jsonl``): ``user`` lines hold the prompts
+and the tool results, ``assistant`` lines the model's messages with their ``usage``; one
+API message that has several content blocks is written as several lines with the same
+``message.id`` and the same usage, so usage is counted once per id. A turn is every line
+after the last one recorded (the hook keeps that offset per session), or, the first time,
+the lines from the last prompt on.
+
+Codex CLI (``$CODEX_HOME/sessions/.../rollout-*.jsonl``): every line has ``timestamp``,
+``type`` and ``payload``; the lines of one turn carry its ``turn_id`` (``task_started``,
+the ``UserMessage`` item, one ``token_usage_record`` per model call). Codex counts cached
+input inside ``input_tokens``; the turn's ``tokens.input`` leaves it out, as Anthropic's
+usage does, so both agents' numbers add up the same way.
+
+Only the tail of a transcript is read (``MAX_TAIL_BYTES``): a long session costs the hook
+no more than a short one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_TAIL_BYTES = 8 * 1024 * 1024
+TOKEN_KEYS = ("input", "output", "cache_read", "cache_creation")
+
+
+@dataclass
+class TurnFacts:
+    """One turn as a transcript tells it. ``end_key`` names the turn's last line (what makes
+    its record id), ``end_offset`` the byte after it (where the next turn starts)."""
+
+    prompts: list[str] = field(default_factory=list)
+    answer: str = ""
+    model: str | None = None
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    started_at: str | None = None
+    ended_at: str | None = None
+    end_key: str | None = None
+    end_offset: int = 0
+    model_calls: int = 0
+    lines: list[bytes] = field(default_factory=list)
+
+
+def _tail(path: Path, start: int | None) -> tuple[int, bytes]:
+    """The bytes of ``path`` from ``start`` (None, or a start beyond the end: the last
+    MAX_TAIL_BYTES) up to its last complete line, and the offset they begin at."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        window = max(0, size - MAX_TAIL_BYTES)
+        windowed = start is None or start > size or start < window
+        if windowed:
+            start = window
+        assert start is not None
+        fh.seek(start)
+        data = fh.read(size - start)
+    if windowed and start > 0:
+        # Mid-line, perhaps: what a window starts with up to its first newline is a part.
+        cut = data.find(b"\n")
+        start += cut + 1 if cut >= 0 else len(data)
+        data = data[cut + 1 :] if cut >= 0 else b""
+    end = data.rfind(b"\n")
+    return start, data[: end + 1] if end >= 0 else b""
+
+
+def _lines(data: bytes) -> list[tuple[bytes, dict[str, Any]]]:
+    out = []
+    for raw in data.splitlines(keepends=True):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue  # a torn or foreign line: skipped, never fatal
+        if isinstance(value, dict):
+            out.append((raw, value))
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or ():
+        if isinstance(block, dict) and block.get("type") in ("text", "input_text", "output_text"):
+            parts.append(str(block.get("text", "")))
+    return "\n".join(parts)
+
+
+# -- Claude Code -----------------------------------------------------------------------------
+def _claude_prompt(line: dict[str, Any]) -> str | None:
+    """The prompt a ``user`` line holds, or None for tool results and injected lines."""
+    if line.get("type") != "user" or line.get("isMeta") or line.get("isSidechain"):
+        return None
+    content = (line.get("message") or {}).get("content")
+    if isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):
+        return None
+    text = _text(content).strip()
+    if not text or text.startswith(("<command-", "<local-command")):
+        return None
+    return text
+
+
+def claude_turn(path: Path, start: int | None, last_answer: str | None) -> TurnFacts | None:
+    """The turn after byte ``start`` of a Claude Code transcript (None: the current turn,
+    from its last prompt); None when nothing the model said is in it."""
+    begin, data = _tail(path, start)
+    lines = _lines(data)
+    if start is None or begin != start:
+        prompts_at = [i for i, (_, line) in enumerate(lines) if _claude_prompt(line) is not None]
+        if prompts_at:
+            lines = lines[prompts_at[-1] :]
+    facts = TurnFacts(end_offset=begin + len(data))
+    usage: dict[str, dict[str, Any]] = {}
+    for raw, line in lines:
+        facts.lines.append(raw)
+        if line.get("isSidechain"):
+            continue  # a subagent's lines: its own usage is in the agent's result
+        prompt = _claude_prompt(line)
+        if prompt is not None:
+            facts.prompts.append(prompt)
+            facts.started_at = facts.started_at or line.get("timestamp")
+        if line.get("type") != "assistant":
+            continue
+        message = line.get("message") or {}
+        model = message.get("model")
+        if isinstance(model, str) and model and not model.startswith("<"):
+            facts.model = model
+        key = str(message.get("id") or line.get("requestId") or line.get("uuid"))
+        if isinstance(message.get("usage"), dict):
+            usage[key] = message["usage"]
+        text = _text(message.get("content")).strip()
+        if text:
+            facts.answer = text
+        facts.ended_at = line.get("timestamp") or facts.ended_at
+        facts.end_key = str(line.get("uuid") or key)
+    if not usage and not facts.answer:
+        return None
+    for counts in usage.values():
+        facts.tokens["input"] += _int(counts.get("input_tokens"))
+        facts.tokens["output"] += _int(counts.get("output_tokens"))
+        facts.tokens["cache_read"] += _int(counts.get("cache_read_input_tokens"))
+        facts.tokens["cache_creation"] += _int(counts.get("cache_creation_input_tokens"))
+    facts.model_calls = len(usage)
+    if last_answer:
+        facts.answer = last_answer
+    return facts
+
+
+# -- Codex CLI -------------------------------------------------------------------------------
+def codex_turn(path: Path, turn_id: str | None, last_answer: str | None) -> TurnFacts | None:
+    """Turn ``turn_id`` of a Codex rollout (None: its last turn); None when it is not there."""
+    begin, data = _tail(path, None)
+    lines = _lines(data)
+    if turn_id is None:
+        started = [
+            i
+            for i, (_, line) in enumerate(lines)
+            if (line.get("payload") or {}).get("type") == "task_started"
+        ]
+        if not started:
+            return None
+        turn_id = (lines[started[-1]][1].get("payload") or {}).get("turn_id")
+    facts = TurnFacts(end_offset=begin + len(data), end_key=turn_id)
+    for raw, line in lines:
+        payload = line.get("payload")
+        if not isinstance(payload, dict) or payload.get("turn_id") != turn_id:
+            continue
+        facts.lines.append(raw)
+        stamp = line.get("timestamp")
+        kind = payload.get("type")
+        if kind == "task_started":
+            facts.started_at = stamp
+        if line.get("type") == "token_usage_record" and isinstance(payload.get("usage"), dict):
+            counts = payload["usage"]
+            cached = _int(counts.get("cached_input_tokens"))
+            facts.tokens["input"] += max(0, _int(counts.get("input_tokens")) - cached)
+            facts.tokens["output"] += _int(counts.get("output_tokens"))
+            facts.tokens["cache_read"] += cached
+            facts.tokens["cache_creation"] += _int(counts.get("cache_write_input_tokens"))
+            facts.model_calls += 1
+        item = payload.get("item") if kind == "item_completed" else None
+        if isinstance(item, dict) and item.get("type") == "UserMessage":
+            text = _text(item.get("content")).strip()
+            if text:
+                facts.prompts.append(text)
+        if kind == "task_complete" and isinstance(payload.get("last_agent_message"), str):
+            facts.answer = payload["last_agent_message"]
+        facts.ended_at = stamp or facts.ended_at
+    if not facts.lines:
+        return None
+    if last_answer:
+        facts.answer = last_answer
+    return facts
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -1,0 +1,625 @@
+"""The typed client of the project-memory API (``/sandbox/memory/v1``), over httpx.
+
+Every call has a timeout (``Settings.timeout``, 30 s by default). A 429 or 503 is retried
+up to ``max_retries`` times, each after the answer's ``Retry-After`` (plus a little jitter,
+so that clients refused together do not come back together); one asking for longer than
+``max_retry_wait`` is not waited for. Both statuses mean nothing was done, so any request
+may be sent again; a streamed upload is sent again only if its source can be re-read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Literal, overload
+from urllib.parse import quote
+
+import httpx
+
+from . import __version__
+from ._files import atomic_file
+from .errors import (
+    ApiError,
+    ClientError,
+    InvalidArgument,
+    PreconditionFailed,
+    ServerUnreachable,
+    api_error,
+)
+from .models import (
+    ArtifactInfo,
+    ArtifactRecord,
+    SearchHit,
+    SearchResults,
+    TaskIndex,
+    TaskList,
+    TaskSummary,
+    TurnRecord,
+    UsageReport,
+    WhoAmI,
+)
+from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
+
+__all__ = ["Client", "Progress", "Source"]
+
+CORRELATION_HEADER = "x-correlation-id"
+RETRY_STATUSES = frozenset({429, 503})
+CHUNK = 256 * 1024
+# put_turn(task, "next"): a writer that loses the race for a number tries the next one; this
+# many losses in a row means something else is wrong (or 9999 turns are taken).
+NEXT_TURN_ATTEMPTS = 64
+_SHA256_ETAG = re.compile(r'"?([0-9a-f]{64})"?')
+
+Progress = Callable[[int, int | None], None]
+"""Called as ``progress(bytes_done, bytes_total_or_None)`` after each chunk."""
+Source = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
+"""An artifact body: a file path, bytes, a binary file object, or an iterable of chunks."""
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("Retry-After")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime  # an HTTP date: rare, so imported here
+
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _segment(value: object) -> str:
+    """One path segment of the URL, percent-encoded.
+
+    An id with a ``/`` is refused rather than encoded: the server decodes ``%2F`` before it
+    routes, so ``t/turns/0/artifacts/x`` as a task id would address an artifact. ``.`` and
+    ``..`` would be resolved away by the URL itself.
+    """
+    text = str(value)
+    if text in ("", ".", "..") or "/" in text:
+        raise InvalidArgument(f"{text!r} cannot be a task id, turn or artifact name")
+    return quote(text, safe="")
+
+
+class _Body:
+    """An upload body that can be sent again (a path, bytes, a seekable file) or only once."""
+
+    def __init__(self, source: Source, progress: Progress | None) -> None:
+        self.progress = progress
+        self.size: int | None = None
+        self._owned: BinaryIO | None = None
+        self._file: IO[bytes] | None = None
+        self._bytes: memoryview | None = None
+        self._iterable: Iterable[bytes] | None = None
+        self._start = 0
+        self.replayable = True
+        if isinstance(source, (str, os.PathLike)):
+            self._owned = open(source, "rb")  # noqa: SIM115 - closed by close()
+            self._file = self._owned
+            self.size = os.fstat(self._owned.fileno()).st_size
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            self._bytes = memoryview(source).cast("B")
+            self.size = len(self._bytes)
+        elif hasattr(source, "read"):
+            self._file = source  # type: ignore[assignment]
+            assert self._file is not None
+            if self._file.seekable():
+                self._start = self._file.tell()
+                self.size = self._file.seek(0, os.SEEK_END) - self._start
+                self._file.seek(self._start)
+            else:
+                self.replayable = False
+        else:
+            self._iterable = source
+            self.replayable = False
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body from its start, chunk by chunk, with the progress reported."""
+        done = 0
+        for block in self._blocks():
+            done += len(block)
+            if self.progress is not None:
+                self.progress(done, self.size)
+            yield block
+
+    def _blocks(self) -> Iterator[bytes]:
+        if self._bytes is not None:
+            for start in range(0, len(self._bytes), CHUNK):
+                yield bytes(self._bytes[start : start + CHUNK])
+        elif self._file is not None:
+            yield from self._file_blocks(self._file)
+        else:
+            assert self._iterable is not None
+            yield from (bytes(b) for b in self._iterable if b)
+
+    def _file_blocks(self, file: IO[bytes]) -> Iterator[bytes]:
+        """Exactly ``size`` bytes when it is known: a file that shrinks meanwhile raises
+        rather than send a torn body (one that grows is cut at the size announced)."""
+        if self.size is None:
+            while block := file.read(CHUNK):
+                yield block
+            return
+        file.seek(self._start)
+        done = 0
+        while done < self.size:
+            block = file.read(min(CHUNK, self.size - done))
+            if not block:
+                raise ClientError(
+                    f"the file ended after {done} of its {self.size} bytes while uploading;"
+                    " nothing was stored"
+                )
+            done += len(block)
+            yield block
+
+
+class Client:
+    """A client of one server, with one token, in one tenant/project.
+
+    ``Client()`` takes its settings from the environment and the config file
+    (:func:`~project_memory_client.settings.load_settings`); arguments override them, and
+    ``settings=`` gives them whole. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        tenant: str | None = None,
+        project: str | None = None,
+        timeout: float | None = None,
+        settings: Settings | None = None,
+        max_retries: int = 3,
+        max_retry_wait: float = 30.0,
+        correlation_id: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if settings is None:
+            settings = load_settings(
+                url=url, token=token, tenant=tenant, project=project, timeout=timeout
+            )
+        else:
+            settings = settings.with_overrides(
+                url=url, token=token, tenant=tenant, project=project, timeout=timeout
+            )
+        self.settings = settings.require()
+        assert self.settings.url is not None and self.settings.token is not None
+        self.url = self.settings.url
+        self.max_retries = max(0, max_retries)
+        self.max_retry_wait = max_retry_wait
+        headers = {
+            "Authorization": f"Bearer {self.settings.token}",
+            "User-Agent": f"project-memory-client/{__version__}",
+            "Accept": "application/json",
+        }
+        if self.settings.tenant:
+            headers[TENANT_HEADER] = self.settings.tenant
+        if self.settings.project:
+            headers[PROJECT_HEADER] = self.settings.project
+        if correlation_id:
+            headers[CORRELATION_HEADER] = correlation_id
+        self._http = httpx.Client(
+            base_url=self.url + API_PREFIX,
+            headers=headers,
+            timeout=self.settings.timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r}, tenant={self.settings.tenant!r}, project={self.settings.project!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the transport -------------------------------------------------------------------
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        body: _Body | None = None,
+        headers: dict[str, str] | None = None,
+        stream: bool = False,
+        ok: tuple[int, ...] = (200,),
+    ) -> httpx.Response:
+        """Send one request, retrying 429/503; the answer if its status is in ``ok``, else
+        ApiError (ServerUnreachable when there is no answer)."""
+        attempts = 1 + (self.max_retries if body is None or body.replayable else 0)
+        for attempt in range(attempts):
+            request_headers = dict(headers or {})
+            content: Iterable[bytes] | None = None
+            if body is not None:
+                content = body.chunks()
+                if body.size is not None:
+                    request_headers["Content-Length"] = str(body.size)
+            request = self._http.build_request(
+                method, path, params=params, json=json, content=content, headers=request_headers
+            )
+            try:
+                response = self._http.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                raise ServerUnreachable(
+                    f"{method} {self.url}{API_PREFIX}{path}: no answer within"
+                    f" {self.settings.timeout:g} s ({type(exc).__name__})"
+                ) from None
+            except httpx.TransportError as exc:
+                raise ServerUnreachable(
+                    f"{method} {self.url}{API_PREFIX}{path}: {exc or type(exc).__name__}"
+                ) from None
+            if response.status_code in ok:
+                if not stream:
+                    self._read(response, method, path)
+                return response
+            wait = _retry_after(response)
+            retry = response.status_code in RETRY_STATUSES and attempt + 1 < attempts
+            if retry and wait is None:
+                wait = 0.5 * 2**attempt
+            if retry and wait is not None and wait <= self.max_retry_wait:
+                response.close()
+                time.sleep(wait + random.uniform(0, 0.1 + wait / 10))  # noqa: S311 - jitter
+                continue
+            self._read(response, method, path)
+            raise self._error(response, method, path, wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, response: httpx.Response, method: str, path: str) -> None:
+        try:
+            response.read()
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"{method} {path}: the answer was cut off ({exc})") from None
+        finally:
+            response.close()
+
+    @staticmethod
+    def _error(
+        response: httpx.Response, method: str, path: str, retry_after: float | None
+    ) -> ApiError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and "detail" in body:
+            detail = body["detail"]
+        elif isinstance(body, dict) and isinstance(body.get("error"), dict):
+            detail = body["error"].get("message")  # the memory-stores envelope
+        else:
+            detail = response.reason_phrase or f"HTTP {response.status_code}"
+        return api_error(
+            response.status_code,
+            detail,
+            correlation_id=response.headers.get(CORRELATION_HEADER),
+            method=method,
+            path=path,
+            retry_after=retry_after,
+        )
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._send(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerUnreachable(f"{method} {path}: the answer is not JSON") from None
+
+    # -- turns ---------------------------------------------------------------------------
+    @overload
+    def get_turn(self, task_id: str, turn: int) -> TurnRecord: ...
+    @overload
+    def get_turn(self, task_id: str, turn: int, *, if_none_match: str) -> TurnRecord | None: ...
+
+    def get_turn(
+        self, task_id: str, turn: int, *, if_none_match: str | None = None
+    ) -> TurnRecord | None:
+        """One turn: meta, summary, artifact list, and its ETag.
+
+        With ``if_none_match`` (an ETag from before), None when the turn has not changed.
+        """
+        headers = {"If-None-Match": if_none_match} if if_none_match else None
+        response = self._send(
+            "GET",
+            f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}",
+            headers=headers,
+            ok=(200, 304),
+        )
+        if response.status_code == 304:
+            return None
+        return TurnRecord.from_json(response.json(), response.headers.get("ETag"))
+
+    def put_turn(
+        self,
+        task_id: str,
+        turn: int | Literal["next"],
+        *,
+        meta: dict[str, Any] | None = None,
+        summary_md: str = "",
+        if_match: str | None = None,
+        if_none_match: Literal["*"] | None = None,
+    ) -> TurnRecord:
+        """Upsert one turn's meta and summary; the record as stored, with its new ETag.
+
+        ``turn="next"`` takes the next free number after the task's latest turn (0 for a new
+        task) and writes it only if it is still free (``If-None-Match: *``); a writer that
+        loses that race to another tries the number after. So several writers of one task
+        each get a turn of their own, and none overwrites another's.
+
+        ``if_match`` (an ETag) writes only over that version; ``if_none_match="*"`` only a
+        turn that does not exist yet. Either raises PreconditionFailed when it does not hold.
+        """
+        body = {"meta": meta or {}, "summary_md": summary_md}
+        if turn != "next":
+            return self._put_turn(task_id, turn, body, if_match, if_none_match)
+        if if_match is not None:
+            raise ValueError("if_match names one version of one turn; it cannot go with 'next'")
+        candidate = self._next_free_turn(task_id)
+        for _ in range(NEXT_TURN_ATTEMPTS):
+            try:
+                return self._put_turn(task_id, candidate, body, None, "*")
+            except PreconditionFailed:
+                candidate = max(candidate + 1, self._next_free_turn(task_id))
+        raise ClientError(
+            f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries; last tried"
+            f" {candidate}"
+        )
+
+    def _put_turn(
+        self,
+        task_id: str,
+        turn: int | str,
+        body: dict[str, Any],
+        if_match: str | None,
+        if_none_match: str | None,
+    ) -> TurnRecord:
+        headers = {}
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        if if_none_match is not None:
+            headers["If-None-Match"] = if_none_match
+        response = self._send(
+            "PUT", f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}", json=body, headers=headers
+        )
+        return TurnRecord.from_json(response.json(), response.headers.get("ETag"))
+
+    def _next_free_turn(self, task_id: str) -> int:
+        try:
+            index = self.get_task(task_id)
+        except ApiError as exc:
+            if exc.status == 404:
+                return 0
+            raise
+        numbers = [t.turn for t in index.turns]
+        if index.latest_turn is not None:
+            numbers.append(index.latest_turn)
+        return max(numbers) + 1 if numbers else 0
+
+    # -- artifacts -----------------------------------------------------------------------
+    def put_artifact(
+        self,
+        task_id: str,
+        turn: int,
+        name: str,
+        source: Source,
+        *,
+        content_type: str | None = None,
+        if_match: str | None = None,
+        if_none_match: Literal["*"] | None = None,
+        progress: Progress | None = None,
+    ) -> ArtifactRecord:
+        """Store an artifact of a turn, streamed from ``source`` in constant memory.
+
+        ``source``: a path (str or PathLike), bytes, a binary file object, or an iterable of
+        byte chunks. ``content_type`` defaults to the one the name suggests, else
+        ``application/octet-stream``. The size is sent ahead when it is known (everything but
+        an iterable or an unseekable stream), so the server can refuse an artifact over its
+        limit or quota before any byte is sent.
+        """
+        kind = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        headers = {"Content-Type": kind}
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        if if_none_match is not None:
+            headers["If-None-Match"] = if_none_match
+        upload = _Body(source, progress)
+        try:
+            response = self._send(
+                "PUT",
+                f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}/artifacts/{_segment(name)}",
+                body=upload,
+                headers=headers,
+            )
+        finally:
+            upload.close()
+        return ArtifactRecord.from_json(response.json(), response.headers.get("ETag"))
+
+    def get_artifact(
+        self,
+        task_id: str,
+        turn: int,
+        name: str,
+        dest: str | os.PathLike[str] | IO[bytes],
+        *,
+        progress: Progress | None = None,
+    ) -> ArtifactInfo:
+        """Download an artifact into ``dest`` (a path or a binary file object), streamed.
+
+        A path is written atomically: the file appears whole, or not at all. The bytes are
+        checked against the artifact's SHA-256 (its ETag) on the way; a mismatch raises and
+        leaves the path untouched.
+        """
+        with self._artifact_stream(task_id, turn, name) as (response, info):
+            digest = hashlib.sha256()
+            done = 0
+            total = info.size if "Content-Length" in response.headers else None
+
+            def copy(out: IO[bytes]) -> None:
+                nonlocal done
+                try:
+                    for block in response.iter_bytes(CHUNK):
+                        out.write(block)
+                        digest.update(block)
+                        done += len(block)
+                        if progress is not None:
+                            progress(done, total)
+                except httpx.TransportError as exc:
+                    raise ServerUnreachable(
+                        f"the download of {name} was cut off after {done} bytes ({exc})"
+                    ) from None
+                self._check_download(info, digest.hexdigest(), done, name)
+
+            if isinstance(dest, (str, os.PathLike)):
+                target = Path(dest)
+                with atomic_file(target) as fh:
+                    copy(fh)
+                return ArtifactInfo(**{**info.to_dict(), "size": done, "path": str(target)})
+            copy(dest)
+            return ArtifactInfo(**{**info.to_dict(), "size": done})
+
+    @contextmanager
+    def _artifact_stream(
+        self, task_id: str, turn: int, name: str
+    ) -> Iterator[tuple[httpx.Response, ArtifactInfo]]:
+        path = f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}/artifacts/{_segment(name)}"
+        response = self._send("GET", path, stream=True, headers={"Accept": "*/*"})
+        try:
+            info = ArtifactInfo(
+                task_id=task_id,
+                turn=int(turn),
+                name=name,
+                content_type=response.headers.get("Content-Type", "application/octet-stream"),
+                size=int(response.headers.get("Content-Length") or 0),
+                etag=response.headers.get("ETag"),
+            )
+            yield response, info
+        finally:
+            response.close()
+
+    @staticmethod
+    def _check_download(info: ArtifactInfo, sha256: str, size: int, name: str) -> None:
+        match = _SHA256_ETAG.fullmatch(info.etag or "")
+        if match and match.group(1) != sha256:
+            raise ClientError(f"{name}: the bytes received do not match the artifact's SHA-256")
+        if info.size and size != info.size:
+            raise ClientError(f"{name}: received {size} of {info.size} bytes")
+
+    # -- tasks ---------------------------------------------------------------------------
+    def list_tasks(self, *, limit: int = 50, cursor: str | None = None) -> TaskList:
+        """One page of tasks, most recently updated first (``limit`` 1..1000)."""
+        params: dict[str, Any] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        return TaskList.from_json(self._json("GET", "/tasks", params=params))
+
+    def iter_tasks(self, *, page_size: int = 100) -> Iterator[TaskSummary]:
+        """Every task, most recently updated first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.list_tasks(limit=page_size, cursor=cursor)
+            yield from page.tasks
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def get_task(self, task_id: str) -> TaskIndex:
+        """The task index: its turns with their meta and artifact names, and its owner."""
+        return TaskIndex.from_json(self._json("GET", f"/tasks/{_segment(task_id)}"))
+
+    def delete_task(self, task_id: str) -> None:
+        """Delete a task and everything in it (its owner, or project_admin and above)."""
+        self._send("DELETE", f"/tasks/{_segment(task_id)}", ok=(204,))
+
+    # -- project.md ----------------------------------------------------------------------
+    def iter_digest(self, chunk_size: int = CHUNK, *, limit: int | None = None) -> Iterator[bytes]:
+        """``project.md`` as it streams in: closing the iterator early ends the download.
+        ``limit``: only its newest ``limit`` sections (``?limit=``, 1..1000; a server that
+        predates it sends them all)."""
+        params = {"limit": limit} if limit is not None else None
+        response = self._send(
+            "GET", "/project.md", params=params, stream=True, headers={"Accept": "*/*"}
+        )
+        try:
+            yield from response.iter_bytes(chunk_size)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"project.md was cut off ({exc})") from None
+        finally:
+            response.close()
+
+    def get_digest(self, *, max_bytes: int | None = None, limit: int | None = None) -> str:
+        """``project.md``: one section per task, newest first.
+
+        ``max_bytes`` reads no more than that many bytes and stops the download there (a
+        digest of many tasks is large); the text then ends at the last whole line read.
+        ``limit`` asks for the newest ``limit`` sections only (see ``iter_digest``).
+        """
+        parts: list[bytes] = []
+        size = 0
+        chunk = CHUNK if max_bytes is None else min(CHUNK, max_bytes + 1)
+        chunks = self.iter_digest(chunk, limit=limit)
+        try:
+            for block in chunks:
+                parts.append(block)
+                size += len(block)
+                if max_bytes is not None and size > max_bytes:
+                    break
+        finally:
+            chunks.close()  # type: ignore[attr-defined]
+        data = b"".join(parts)
+        if max_bytes is not None and len(data) > max_bytes:
+            data = data[:max_bytes]
+            cut = data.rfind(b"\n")
+            data = data[: cut + 1] if cut >= 0 else b""
+        return data.decode("utf-8", "replace")
+
+    # -- search, usage, who am I ---------------------------------------------------------
+    def search_page(
+        self, query: str, *, limit: int = 20, cursor: str | None = None
+    ) -> SearchResults:
+        """One page of hits for ``query``, best first (``limit`` 1..100)."""
+        params: dict[str, Any] = {"q": query, "limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        return SearchResults.from_json(self._json("GET", "/search", params=params))
+
+    def search(self, query: str, *, page_size: int = 20) -> Iterator[SearchHit]:
+        """Every hit for ``query``, best first, fetched a page at a time.
+
+        Every word must match; ``"a phrase"``; ``prefix*``. Turns and memories both.
+        """
+        cursor: str | None = None
+        while True:
+            page = self.search_page(query, limit=page_size, cursor=cursor)
+            yield from page.hits
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def usage(self, *, hours: int | None = None) -> UsageReport:
+        """What the project (and its tenant) stores, its quotas, and the traffic by hour."""
+        params = {"hours": hours} if hours is not None else None
+        return UsageReport.from_json(self._json("GET", "/usage", params=params))
+
+    def whoami(self) -> WhoAmI:
+        """The token's id, name, role and expiry, and the tenant/project it acts in."""
+        return WhoAmI.from_json(self._json("GET", "/whoami"))

@@ -1,0 +1,170 @@
+"""The real Claude Code CLI (pinned: tests/agents/npm) in a repository set up only by
+``project-memory agent install claude-code``, against a stub of the Messages API.
+
+``claude -p`` gets no flag that names the server, the hooks or a permission: what it loads
+is what install wrote. HOME is the test's own, non-essential traffic is off, and every
+attempt to reach beyond 127.0.0.1 goes to a probe that refuses and records it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.conftest import Memory, Work, cli, default_timeout
+from tests.agents.harness import AnthropicStub, EgressProbe, pinned, stream_events
+
+pytestmark = pytest.mark.e2e
+VERSION = "2.1.332"
+
+
+@pytest.fixture(scope="module")
+def claude() -> Path:
+    return pinned("claude", VERSION)
+
+
+@pytest.fixture
+def installed(work: Work) -> Work:
+    done = cli(work.env, "agent", "install", "claude-code", cwd=work.repo)
+    assert done.returncode == 0, done.stderr
+    return work
+
+
+class Session:
+    """One ``claude -p`` run: its stream-json events, wall time and the stub's requests."""
+
+    def __init__(
+        self,
+        claude: Path,
+        work: Work,
+        env: dict[str, str],
+        egress: EgressProbe,
+        script: dict[str, Any],
+        prompt: str,
+    ) -> None:
+        self.stub = AnthropicStub(script)
+        run_env = {
+            **env,
+            "ANTHROPIC_BASE_URL": self.stub.url,
+            "ANTHROPIC_API_KEY": "sk-ant-stub",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            **egress.env(),
+        }
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"],
+                cwd=work.repo,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            self.stub.close()
+        self.took = time.monotonic() - started
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        self.events = stream_events(done.stdout)
+
+    def event(self, kind: str, subtype: str | None = None) -> dict[str, Any]:
+        return next(
+            e for e in self.events if e.get("type") == kind and subtype in (None, e.get("subtype"))
+        )
+
+    def servers(self) -> list[dict[str, Any]]:
+        return list(self.event("system", "init")["mcp_servers"])
+
+    def model_calls(self) -> list[dict[str, Any]]:
+        """The requests of the session's own loop (side calls offer no tools)."""
+        return [r["body"] for r in self.stub.requests if r["body"] and r["body"].get("tools")]
+
+
+def test_a_session_gets_the_digest_searches_and_is_recorded(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe
+) -> None:
+    earlier = {
+        "meta": {"agent_id": "claude-code"},
+        "summary_md": "Raised the session TTL to 30 min: DIGEST_MARK_7781.",
+    }
+    assert memory_up.api("PUT", "/tasks/earlier-task/turns/0", json=earlier).status_code == 200
+    secret = "sk-ant-api03-" + "s" * 40
+    script = {
+        "steps": [{"tool": "mcp__project-memory__search", "input": {"query": "DIGEST_MARK_7781"}}],
+        "final": f"Found it; the key {secret} stays here.",
+    }
+    run = Session(
+        claude, installed, installed.env, egress, script, "What did we do about the session TTL?"
+    )
+    assert {"name": "project-memory", "status": "connected", "source": "project"} in run.servers()
+    result = run.event("result")
+    assert result["subtype"] == "success" and not result["is_error"]
+    # The digest's newest text was in the model's first request (the SessionStart context).
+    first = json.dumps(run.model_calls()[0])
+    assert "SessionStart hook additional context" in first and "DIGEST_MARK_7781" in first
+    # The search ran on the server, and its hit went back to the model.
+    sent = [json.dumps(body.get("messages", [])) for body in run.model_calls()]
+    assert any("turn 0 of task earlier-task" in m and "tool_result" in m for m in sent)
+    assert "turn 0 of task earlier-task" in result["result"]
+    # The session ended and its turn is on the server.
+    [turn] = memory_up.turns("fix-login")
+    meta = turn["meta"]
+    calls = run.model_calls()
+    assert meta["claude_session_id"] == result["session_id"] and meta["model"] == calls[-1]["model"]
+    assert (
+        meta["commit"] == installed.head
+        and meta["branch"] == "fix-login"
+        and meta["agent_id"] == "claude-code"
+    )
+    usage, n = AnthropicStub.USAGE, len(calls)
+    assert meta["tokens"] == {
+        "input": usage["input_tokens"] * n,
+        "output": usage["output_tokens"] * n,
+        "cache_read": usage["cache_read_input_tokens"] * n,
+        "cache_creation": usage["cache_creation_input_tokens"] * n,
+    }
+    assert "What did we do about the session TTL?" in turn["summary_md"]
+    assert "Found it; the key [masked:anthropic-key] stays here." in turn["summary_md"]
+    assert secret not in json.dumps(turn) and installed.env[
+        "PROJECT_MEMORY_TOKEN"
+    ] not in json.dumps(turn)
+    assert egress.attempts == []
+
+
+def test_with_the_server_stopped_a_session_ends_and_its_turn_arrives_once(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe
+) -> None:
+    env = default_timeout(installed.task("offline-task"))
+    memory_up.switch.set("down")
+    offline = Session(
+        claude,
+        installed,
+        env,
+        egress,
+        {"steps": [], "final": "Answer given while the server was down."},
+        "Work offline, please.",
+    )
+    assert {"name": "project-memory", "status": "failed", "source": "project"} in offline.servers()
+    assert offline.event("result")["subtype"] == "success"
+    assert offline.took < 30, f"the session took {offline.took:.1f}s"
+    assert memory_up.task("offline-task") is None and len(installed.spooled()) == 1
+    # Back up: the next session's start sends the spooled turn, then records its own.
+    memory_up.switch.set("up")
+    online = Session(
+        claude, installed, env, egress, {"steps": [], "final": "Second answer."}, "And now online."
+    )
+    turns = memory_up.turns("offline-task")
+    sessions = [t["meta"]["claude_session_id"] for t in turns]
+    assert sessions == [offline.event("result")["session_id"], online.event("result")["session_id"]]
+    assert "Answer given while the server was down." in turns[0]["summary_md"]
+    assert cli(env, "agent", "flush", "--json").returncode == 0
+    assert len(memory_up.turns("offline-task")) == 2
+    assert egress.attempts == []

@@ -1,0 +1,211 @@
+"""``agent install`` / ``agent uninstall``: merged into what a repository has, removed exactly.
+
+The real CLIs reading these files: tests/agents/test_claude_code.py and test_codex.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from project_memory_client.agents.install import InstallError, install, installed, uninstall
+
+from tests.agents.conftest import git_repo
+
+CLI = str(Path(sys.executable).parent / "project-memory")
+URL = "http://127.0.0.1:8123"
+
+USER_SETTINGS = {
+    "model": "opus",
+    "hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "audit"}]}],
+    },
+    "permissions": {"allow": ["Bash(ls:*)"], "deny": ["Read(.env)"]},
+}
+USER_LOCAL = {"permissions": {"allow": ["Bash(make:*)"]}, "enabledMcpjsonServers": ["other"]}
+USER_MCP = {"mcpServers": {"other": {"command": "other-mcp"}}}
+
+
+def files(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    git_repo(root)
+    return root
+
+
+def test_claude_code_into_a_repository_that_has_settings(repo: Path) -> None:
+    (repo / ".claude").mkdir()
+    (repo / ".claude" / "settings.json").write_text(json.dumps(USER_SETTINGS, indent=2))
+    (repo / ".claude" / "settings.local.json").write_text(json.dumps(USER_LOCAL))
+    (repo / ".mcp.json").write_text(json.dumps(USER_MCP))
+    before = files(repo)
+    change = install("claude-code", repo, url=URL)
+    assert sorted(change.written) == [
+        "(git) info/exclude: /.claude/settings.local.json",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".mcp.json",
+    ]
+    settings = json.loads((repo / ".claude" / "settings.json").read_text())
+    assert settings["model"] == "opus" and settings["permissions"] == USER_SETTINGS["permissions"]
+    stop = settings["hooks"]["Stop"]
+    assert stop[0] == USER_SETTINGS["hooks"]["Stop"][0]
+    assert stop[1]["hooks"][0]["command"].endswith("agent hook stop")
+    assert settings["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
+    for event, name in (("SessionStart", "session-start"), ("PreCompact", "pre-compact")):
+        assert settings["hooks"][event][0]["hooks"][0]["command"].endswith(f"agent hook {name}")
+    local = json.loads((repo / ".claude" / "settings.local.json").read_text())
+    assert local["permissions"]["allow"] == ["Bash(make:*)", "mcp__project-memory"]
+    assert local["enabledMcpjsonServers"] == ["other", "project-memory"]
+    server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
+    assert server["other"] == USER_MCP["mcpServers"]["other"]
+    assert server["project-memory"] == {
+        "type": "http",
+        "url": "${PROJECT_MEMORY_URL:-http://127.0.0.1:8123}/mcp",
+        "headers": {"Authorization": "Bearer ${PROJECT_MEMORY_TOKEN}"},
+    }
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", ".claude/settings.local.json"], cwd=repo, check=False
+    )
+    assert ignored.returncode == 0  # untracked: where Claude Code honours its permissions
+    assert "pm_" not in json.dumps(files(repo))
+    assert installed("claude-code", repo) == {"hooks": True, "mcp": True, "permission": True}
+    once = files(repo)
+    assert install("claude-code", repo, url=URL).written == []
+    assert files(repo) == once
+    uninstall("claude-code", repo)
+    after = files(repo)
+    assert {k: json.loads(v) for k, v in after.items()} == {
+        k: json.loads(v) for k, v in before.items()
+    }
+    exclude = (repo / ".git" / "info" / "exclude").read_text()
+    assert "settings.local.json" not in exclude
+
+
+def test_claude_code_into_an_empty_repository_and_out_leaves_nothing(repo: Path) -> None:
+    exclude = (repo / ".git" / "info" / "exclude").read_text()
+    install("claude-code", repo, url=None)
+    server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]["project-memory"]
+    assert server["url"] == "${PROJECT_MEMORY_URL}/mcp"
+    change = uninstall("claude-code", repo)
+    assert sorted(change.removed) == [
+        "(git) info/exclude: /.claude/settings.local.json",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".mcp.json",
+    ]
+    assert files(repo) == {} and not (repo / ".claude").exists()
+    assert (repo / ".git" / "info" / "exclude").read_text() == exclude
+
+
+def test_stdio_transport_names_this_cli(repo: Path) -> None:
+    install("claude-code", repo, url=URL, transport="stdio")
+    server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]["project-memory"]
+    assert server["type"] == "stdio" and server["args"][-1] == "mcp"
+
+
+def test_codex_keeps_the_projects_config_toml(repo: Path) -> None:
+    (repo / ".codex").mkdir()
+    user = 'model = "o5"\n\n[mcp_servers.other]\ncommand = "other"\n'
+    (repo / ".codex" / "config.toml").write_text(user)
+    install("codex", repo, url=URL + "/")
+    config = tomllib.loads((repo / ".codex" / "config.toml").read_text())
+    assert config["model"] == "o5" and config["mcp_servers"]["other"] == {"command": "other"}
+    assert config["mcp_servers"]["project-memory"] == {
+        "url": "http://127.0.0.1:8123/mcp",
+        "bearer_token_env_var": "PROJECT_MEMORY_TOKEN",
+    }
+    hooks = json.loads((repo / ".codex" / "hooks.json").read_text())["hooks"]
+    assert hooks["Stop"][0]["hooks"][0]["command"].endswith("agent hook stop --agent codex")
+    assert installed("codex", repo) == {"hooks": True, "mcp": True}
+    once = files(repo)
+    install("codex", repo, url=URL)
+    assert files(repo) == once
+    uninstall("codex", repo)
+    assert (repo / ".codex" / "config.toml").read_text() == user
+    assert not (repo / ".codex" / "hooks.json").exists()
+
+
+def test_cursor(repo: Path) -> None:
+    install("cursor", repo, url=URL)
+    server = json.loads((repo / ".cursor" / "mcp.json").read_text())["mcpServers"]["project-memory"]
+    assert server == {
+        "url": "http://127.0.0.1:8123/mcp",
+        "headers": {"Authorization": "Bearer ${env:PROJECT_MEMORY_TOKEN}"},
+    }
+    uninstall("cursor", repo)
+    assert files(repo) == {}
+
+
+def test_what_cannot_be_merged_is_left_alone(repo: Path) -> None:
+    (repo / ".mcp.json").write_text("{not json")
+    with pytest.raises(InstallError, match="not valid JSON"):
+        install("claude-code", repo, url=URL)
+    assert (repo / ".mcp.json").read_text() == "{not json"
+    (repo / ".codex").mkdir()
+    (repo / ".codex" / "config.toml").write_text('[mcp_servers.project-memory]\nurl = "x"\n')
+    with pytest.raises(InstallError, match="already defines"):
+        install("codex", repo, url=URL)
+    (repo / ".codex" / "config.toml").write_text("= broken")
+    with pytest.raises(InstallError, match="not valid TOML"):
+        install("codex", repo, url=URL)
+    with pytest.raises(InstallError, match="needs the server's URL"):
+        install("cursor", repo, url=None)
+
+
+def test_the_cli_installs_in_the_current_repository(repo: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+    env.update(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "cfg"), PROJECT_MEMORY_URL=URL)
+    (repo / "sub").mkdir()
+    done = subprocess.run(
+        [CLI, "agent", "install", "claude-code", "--json"],
+        cwd=repo / "sub",
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ok"] and out["command"] == "agent install" and out["data"]["root"] == str(repo)
+    status = json.loads(
+        subprocess.run(
+            [CLI, "agent", "status", "--json"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
+    assert status["data"]["agents"]["claude-code"] == {
+        "hooks": True,
+        "mcp": True,
+        "permission": True,
+    }
+    assert status["data"]["server"]["answers"] is False  # no token: nothing to ask with
+    assert status["data"]["spool"]["queued"] == 0
+    (repo / ".mcp.json").write_text("[]")
+    bad = subprocess.run(
+        [CLI, "agent", "install", "claude-code"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "does not hold a JSON object" in bad.stderr

@@ -1,0 +1,60 @@
+"""Masking: every pattern docs/agents.md lists, the token in use, and text left as it was."""
+
+from __future__ import annotations
+
+import pytest
+from project_memory_client.agents.secrets import PATTERNS, mask, mask_value
+
+SAMPLES = {
+    "private-key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+    "project-memory-token": "pm_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8S9t0U1v",
+    "anthropic-key": "sk-ant-api03-" + "x" * 40,
+    "openai-key": "sk-proj-" + "Ab3" * 15,
+    "aws-access-key": "AKIA" + "ABCDEFGHIJKLMNOP",
+    "github-token": "ghp_" + "a" * 36,
+    "gitlab-token": "glpat-" + "b" * 20,
+    "slack-token": "xoxb-1234567890-abcdefghij",
+    "google-api-key": "AIza" + "c" * 35,
+    "stripe-key": "sk_live_" + "d" * 24,
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "bearer-token": "Authorization: Bearer abcdefghijklmnopqrstuvwx",
+    "basic-auth": "Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==",
+    "url-password": "postgres://app:s3cretpass@db.internal:5432/app",
+    "secret-assignment": 'DB_PASSWORD="correct-horse-battery"',
+}
+
+
+def test_every_listed_pattern_has_a_sample() -> None:
+    assert sorted(SAMPLES) == sorted(kind for kind, _ in PATTERNS)
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_each_pattern_is_masked(kind: str) -> None:
+    text = f"before {SAMPLES[kind]} after"
+    out = mask(text)
+    assert f"[masked:{kind}]" in out, out
+    assert out.startswith("before ") and out.endswith(" after")
+    secret_part = SAMPLES[kind].split()[-1].split("@")[0][-12:]
+    assert secret_part not in out
+
+
+def test_the_token_in_use_is_masked_whatever_its_shape() -> None:
+    assert (
+        mask("use tok-1234567890 here", ["tok-1234567890"])
+        == "use [masked:project-memory-token] here"
+    )
+    assert mask("short abc", ["abc"]) == "short abc"  # too short to be a secret worth a false hit
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = (
+        "The token bucket refills; set the password field in the form. See sk-learn and"
+        " https://example.com/a:b. Bearer of bad news. A 40-char sha: " + "0" * 40
+    )
+    assert mask(text) == text
+
+
+def test_values_are_masked_deep() -> None:
+    value = {"a": [SAMPLES["github-token"], 3, None], "b": {"c": SAMPLES["jwt"]}}
+    out = mask_value(value)
+    assert out == {"a": ["[masked:github-token]", 3, None], "b": {"c": "[masked:jwt]"}}

@@ -1,0 +1,451 @@
+"""The MCP endpoint, /mcp: the protocol by hand (Flask client) and the tools on both backends.
+
+tests/agents/test_mcp_sdk.py checks the same endpoint with the official SDK's client against
+a real gunicorn.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings, strategies as st
+from werkzeug.test import TestResponse
+
+from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
+from tests.conftest import Tokens
+
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+}
+ALL_TOOLS = [t.name for t in TOOLS]
+READ_TOOLS = [t.name for t in TOOLS if not t.writes]
+
+
+class Mcp:
+    """JSON-RPC over POST /mcp with one token."""
+
+    def __init__(self, client: FlaskClient, tokens: Tokens, who: str = "writer") -> None:
+        self.client, self.tokens, self.who = client, tokens, who
+
+    def as_(self, who: str) -> Mcp:
+        return Mcp(self.client, self.tokens, who)
+
+    def post(self, body: Any, **headers: str) -> TestResponse:
+        data = body if isinstance(body, bytes | str) else json.dumps(body)
+        return self.client.post(
+            "/mcp",
+            data=data,
+            headers={
+                **self.tokens.headers(self.who),
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                **headers,
+            },
+        )
+
+    def modern(self, method: str, params: dict[str, Any] | None = None, **headers: str) -> Any:
+        """A 2026-07-28 request with its envelope and headers as the SDK sends them."""
+        params = {**(params or {}), "_meta": META}
+        sent = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+        if method == "tools/call":
+            sent["Mcp-Name"] = params["name"]
+        sent.update(headers)
+        return self.post({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, **sent)
+
+    def call(self, name: str, **arguments: Any) -> tuple[str, bool]:
+        r = self.modern("tools/call", {"name": name, "arguments": arguments})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        result = r.json["result"]
+        assert result["resultType"] == "complete"
+        assert [c["type"] for c in result["content"]] == ["text"]
+        return result["content"][0]["text"], result["isError"]
+
+    def ok(self, name: str, **arguments: Any) -> str:
+        text, is_error = self.call(name, **arguments)
+        assert not is_error, text
+        return text
+
+    def err(self, name: str, **arguments: Any) -> str:
+        text, is_error = self.call(name, **arguments)
+        assert is_error, text
+        return text
+
+
+@pytest.fixture
+def mcp(client: FlaskClient, tokens: Tokens) -> Mcp:
+    return Mcp(client, tokens)
+
+
+# -- transport and auth -------------------------------------------------------------------
+def test_no_token_is_401_with_www_authenticate(client: FlaskClient) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        r = client.open("/mcp", method=method, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert r.status_code == 401
+        assert r.headers["WWW-Authenticate"].startswith("Bearer")
+    wrong = client.post("/mcp", json={}, headers={"Authorization": "Bearer pm_wrong"})
+    assert wrong.status_code == 401 and "WWW-Authenticate" in wrong.headers
+
+
+def test_get_and_delete_are_405_the_endpoint_is_stateless(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    for method in ("GET", "DELETE"):
+        r = client.open("/mcp", method=method, headers=tokens.headers("reader"))
+        assert r.status_code == 405 and r.headers["Allow"] == "POST"
+
+
+def test_a_reader_may_post(mcp: Mcp) -> None:
+    r = mcp.as_("reader").modern("tools/list")
+    assert r.status_code == 200
+    assert [t["name"] for t in r.json["result"]["tools"]] == READ_TOOLS
+
+
+def test_malformed_messages_are_jsonrpc_errors(mcp: Mcp) -> None:
+    cases = [
+        (b"{not json", 400, -32700),
+        (b"\xff\xfe", 400, -32700),
+        ([{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}], 400, -32600),  # a batch
+        ('"text"', 400, -32600),
+        ({"jsonrpc": "1.0", "id": 1, "method": "ping"}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": True, "method": "ping"}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": [1]}, 400, -32600),
+    ]
+    for body, status, code in cases:
+        for headers in ({}, {"MCP-Protocol-Version": MODERN}):
+            r = mcp.post(body, **headers)
+            assert (r.status_code, r.json["error"]["code"]) == (status, code), (body, r.json)
+            assert r.json["jsonrpc"] == "2.0"
+
+
+def test_an_accept_without_json_is_406(mcp: Mcp) -> None:
+    r = mcp.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, Accept="text/event-stream")
+    assert r.status_code == 406
+    assert mcp.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, Accept="*/*").status_code == 200
+
+
+def test_a_foreign_origin_is_refused(mcp: Mcp) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert mcp.post(body, Origin="http://evil.example").status_code == 403
+    assert mcp.post(body, Origin="http://localhost").status_code == 200  # the test client's host
+
+
+# -- the initialize handshake (2025-03-26 .. 2025-11-25) ---------------------------------
+def test_initialize_negotiates_a_handshake_revision(mcp: Mcp) -> None:
+    def initialize(version: str) -> dict[str, Any]:
+        r = mcp.post(
+            {
+                "jsonrpc": "2.0",
+                "id": "a",
+                "method": "initialize",
+                "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {}},
+            }
+        )
+        assert r.status_code == 200 and r.json["id"] == "a"
+        assert "Mcp-Session-Id" not in r.headers
+        return dict(r.json["result"])
+
+    for version in ("2025-03-26", "2025-06-18", "2025-11-25"):
+        assert initialize(version)["protocolVersion"] == version
+    for version in ("2024-11-05", MODERN, "1999-01-01"):
+        assert initialize(version)["protocolVersion"] == "2025-11-25"
+    result = initialize("2025-11-25")
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["serverInfo"]["name"] == "project-memory"
+    assert "search" in result["instructions"]
+
+
+def test_handshake_era_methods(mcp: Mcp) -> None:
+    note = mcp.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert note.status_code == 202 and note.get_data() == b""
+    answer = mcp.post({"jsonrpc": "2.0", "id": 3, "result": {}})  # a client's answer
+    assert answer.status_code == 202
+    hdr = {"MCP-Protocol-Version": "2025-11-25"}
+    assert mcp.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, **hdr).json["result"] == {}
+    listed = mcp.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, **hdr).json
+    assert [t["name"] for t in listed["result"]["tools"]] == ALL_TOOLS
+    for tool in listed["result"]["tools"]:
+        assert tool["inputSchema"]["type"] == "object" and tool["description"]
+    unknown = mcp.post({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, **hdr)
+    assert unknown.json["error"]["code"] == -32601
+    discover = mcp.post({"jsonrpc": "2.0", "id": 5, "method": "server/discover"})
+    assert discover.json["error"]["code"] == -32601  # only at 2026-07-28, as the SDK serves it
+    call = mcp.post(
+        {
+            "jsonrpc": "2.0",
+            "id": 6,
+            "method": "tools/call",
+            "params": {"name": "list_tasks", "arguments": {}},
+        }
+    ).json["result"]
+    assert call == {
+        "content": [{"type": "text", "text": "This project has no tasks yet."}],
+        "isError": False,
+    }
+
+
+# -- 2026-07-28: the per-request envelope -------------------------------------------------
+def test_discover(mcp: Mcp) -> None:
+    r = mcp.modern("server/discover")
+    assert r.status_code == 200
+    result = r.json["result"]
+    assert result["supportedVersions"] == [MODERN, "2025-11-25", "2025-06-18", "2025-03-26"]
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["resultType"] == "complete" and result["ttlMs"] == 0
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "project-memory"
+    listed = mcp.modern("tools/list").json["result"]
+    assert listed["cacheScope"] == "private"  # what a token is offered depends on its role
+    assert [t["name"] for t in listed["tools"]] == ALL_TOOLS
+
+
+def test_the_envelope_ladder(mcp: Mcp) -> None:
+    def send(params: Any, **headers: str) -> TestResponse:
+        return mcp.post(
+            {"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": params}, **headers
+        )
+
+    hdr = {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}
+    no_meta = send({}, **hdr)
+    assert (no_meta.status_code, no_meta.json["error"]["code"]) == (400, -32602)
+    half = send({"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}}, **hdr)
+    assert half.json["error"]["code"] == -32602
+    wrong_method = send({"_meta": META}, **{**hdr, "Mcp-Method": "tools/call"})
+    assert (wrong_method.status_code, wrong_method.json["error"]["code"]) == (400, -32020)
+    later = {**META, "io.modelcontextprotocol/protocolVersion": "2027-01-01"}
+    newer = send({"_meta": later}, **{**hdr, "MCP-Protocol-Version": "2027-01-01"})
+    assert (newer.status_code, newer.json["error"]["code"]) == (400, -32022)
+    assert newer.json["error"]["data"] == {"supported": [MODERN], "requested": "2027-01-01"}
+    mismatch = send({"_meta": later}, **hdr)
+    assert mismatch.json["error"]["code"] == -32020
+    name = mcp.modern(
+        "tools/call", {"name": "search", "arguments": {"query": "x"}}, **{"Mcp-Name": "list_tasks"}
+    )
+    assert name.json["error"]["code"] == -32020
+    for gone in ("ping", "initialize", "resources/list"):
+        r = mcp.modern(gone)
+        assert (r.status_code, r.json["error"]["code"], r.json["error"]["data"]) == (
+            404,
+            -32601,
+            gone,
+        )
+    note = mcp.post({"jsonrpc": "2.0", "method": "notifications/cancelled"}, **hdr)
+    assert note.status_code == 202
+    bad_note = mcp.post({"jsonrpc": "2.0", "method": "x"}, **{"MCP-Protocol-Version": "2030-01-01"})
+    assert (bad_note.status_code, bad_note.json["error"]["code"]) == (400, -32022)
+
+
+def test_tools_call_params_are_checked(mcp: Mcp) -> None:
+    r = mcp.modern("tools/call", {"name": "search", "arguments": ["query"]})
+    assert (r.status_code, r.json["error"]["code"]) == (400, -32602)
+    unknown = mcp.call("drop_everything")
+    assert unknown[1] and "The tools are: search" in unknown[0]
+
+
+# -- roles and scope ----------------------------------------------------------------------
+def test_a_reader_is_told_its_role(mcp: Mcp) -> None:
+    reader = mcp.as_("reader")
+    text = reader.err("record_turn", task_id="t", summary_md="x")
+    assert "writer role" in text and "role is reader" in text
+    store = mcp.client.post(
+        "/v1/memory_stores", json={"name": "notes"}, headers=mcp.tokens.headers("writer")
+    ).json["id"]
+    text = reader.err(
+        "memory", store="notes", command="create", path="/memories/a.md", file_text="x"
+    )
+    assert "role is reader" in text and "'create'" in text
+    assert "does not exist" in reader.err(
+        "memory", store=store, command="view", path="/memories/a.md"
+    )
+    mcp.ok("memory", store="notes", command="create", path="/memories/a.md", file_text="hello\n")
+    assert "hello" in reader.ok("memory", store=store, command="view", path="/memories/a.md")
+
+
+@pytest.mark.all_backends
+def test_tools_act_in_the_tokens_scope(mcp: Mcp) -> None:
+    mcp.ok("record_turn", task_id="web-task", summary_md="web only")
+    other = mcp.as_("other_project")
+    assert other.ok("list_tasks") == "This project has no tasks yet."
+    assert "not found" in other.err("read_task", task_id="web-task")
+    assert "No hits" in other.ok("search", query="web")
+    admin = mcp.as_("tenant_admin")
+    r = admin.modern(
+        "tools/call", {"name": "list_tasks", "arguments": {}}, **{"X-Sandbox-Project-Id": "web"}
+    )
+    assert "web-task" in r.json["result"]["content"][0]["text"]
+
+
+# -- the tools, on every backend ----------------------------------------------------------
+@pytest.mark.all_backends
+def test_record_then_read_everything(mcp: Mcp) -> None:
+    first = mcp.ok(
+        "record_turn",
+        task_id="fix-login",
+        summary_md="## Login\n\nThe session TTL was 0.",
+        meta={"agent_id": "claude-code", "model": "m", "tokens": {"input": 3}},
+    )
+    assert first.startswith("Recorded turn 0 of task fix-login")
+    assert mcp.ok("record_turn", task_id="fix-login", summary_md="Second.").startswith(
+        "Recorded turn 1 "
+    )
+    assert mcp.ok("record_turn", task_id="fix-login", summary_md="Fifth.", turn=5).startswith(
+        "Recorded turn 5 "
+    )
+    assert mcp.ok("record_turn", task_id="fix-login", summary_md="Next.").startswith(
+        "Recorded turn 6 "
+    )
+    hits = mcp.ok("search", query="session ttl")
+    assert "turn 0 of task fix-login" in hits and "**session**" in hits
+    digest = mcp.ok("read_digest")
+    assert digest.startswith("# Project memory") and "## fix-login" in digest and "Next." in digest
+    assert "fix-login: latest turn 6, 4 turn(s)" in mcp.ok("list_tasks")
+    index = mcp.ok("read_task", task_id="fix-login")
+    assert index.index("turn 6") < index.index("turn 5") < index.index("turn 0")
+    assert '"agent_id": "claude-code"' in index
+    turn = mcp.ok("read_turn", task_id="fix-login", turn=0)
+    assert "The session TTL was 0." in turn and '"model": "m"' in turn
+    assert "not found" in mcp.err("read_turn", task_id="fix-login", turn=3)
+    record = mcp.client.get(
+        "/sandbox/memory/v1/tasks/fix-login/turns/0", headers=mcp.tokens.headers("reader")
+    ).json
+    assert record["meta"] == {"agent_id": "claude-code", "model": "m", "tokens": {"input": 3}}
+
+
+BAD_ARGUMENTS = [
+    ("search", {}, "query is required"),
+    ("search", {"query": "x", "limit": 0}, "limit must be between 1 and 100"),
+    ("search", {"query": "x", "limit": True}, "limit must be an integer"),
+    ("search", {"query": "x", "limit": 2.0}, "limit must be an integer"),
+    ("search", {"query": 5}, "query must be a string"),
+    ("search", {"query": "x" * 300}, "query:"),
+    ("search", {"query": "x", "cursor": "garbage"}, "cursor"),
+    ("search", {"query": "x", "extra": 1}, "Unknown argument(s) for search: extra"),
+    ("read_digest", {"max_chars": OUTPUT_CHARS + 1}, "max_chars must be between"),
+    ("list_tasks", {"limit": 101}, "limit must be between 1 and 100"),
+    ("list_tasks", {"cursor": "nope"}, "cursor"),
+    ("read_task", {"task_id": "../etc"}, "task_id: must match"),
+    ("read_task", {"task_id": ""}, "task_id: must match"),
+    ("read_turn", {"task_id": "t"}, "turn is required"),
+    ("read_turn", {"task_id": "t", "turn": 10000}, "turn must be between 0 and 9999"),
+    ("read_turn", {"task_id": "t", "turn": "1"}, "turn must be an integer"),
+    ("read_turn", {"task_id": "t", "turn": 0, "offset": -1}, "offset must be at least 0"),
+    ("record_turn", {"task_id": "t"}, "summary_md is required"),
+    ("record_turn", {"task_id": "t", "summary_md": 3}, "summary_md must be a string"),
+    ("record_turn", {"task_id": "t", "summary_md": "", "meta": []}, "meta"),
+    (
+        "record_turn",
+        {"task_id": "t", "summary_md": "", "meta": {"model": 5}},
+        "meta.model: Not a valid string",
+    ),
+    (
+        "record_turn",
+        {"task_id": "t", "summary_md": "", "meta": {"started_at": "soon"}},
+        "meta.started_at",
+    ),
+    (
+        "record_turn",
+        {"task_id": "t", "summary_md": "x" * ((1 << 20) + 1)},
+        "Summary is longer than",
+    ),
+    ("memory", {"command": "view"}, "store is required"),
+    (
+        "memory",
+        {"store": "memstore_01ARZ3NDEKTSV4RRFFQ69G5FAV", "command": "view", "path": "/memories"},
+        "not found",
+    ),
+    ("memory", {"store": "none", "command": "view"}, "No memory store named 'none'"),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "expected"), BAD_ARGUMENTS)
+def test_bad_arguments_are_error_results(
+    mcp: Mcp, tool: str, arguments: dict[str, Any], expected: str
+) -> None:
+    assert expected in mcp.err(tool, **arguments)
+
+
+def test_nothing_was_written_by_refused_calls(mcp: Mcp) -> None:
+    for tool, arguments, _ in BAD_ARGUMENTS:
+        if tool == "record_turn":
+            mcp.err(tool, **arguments)
+    assert mcp.ok("list_tasks") == "This project has no tasks yet."
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tool=st.sampled_from(ALL_TOOLS),
+    arguments=st.dictionaries(
+        st.sampled_from(
+            [
+                "query",
+                "limit",
+                "cursor",
+                "task_id",
+                "turn",
+                "summary_md",
+                "meta",
+                "max_chars",
+                "store",
+                "command",
+                "path",
+                "offset",
+            ]
+        ),
+        _JSON,
+        max_size=5,
+    ),
+)
+def test_any_arguments_get_a_result_never_a_500(
+    mcp: Mcp, tool: str, arguments: dict[str, Any]
+) -> None:
+    r = mcp.modern("tools/call", {"name": tool, "arguments": arguments})
+    assert r.status_code == 200, r.get_data(as_text=True)
+    assert isinstance(r.json["result"]["content"][0]["text"], str)
+
+
+# -- bounded outputs ----------------------------------------------------------------------
+@pytest.mark.all_backends
+def test_outputs_are_cut_to_their_bound(mcp: Mcp) -> None:
+    long = "".join(f"line {i:06d} of a long summary\n" for i in range(40_000))  # ~1 MiB
+    mcp.ok("record_turn", task_id="big", summary_md=long[: (1 << 20) - 1])
+    first = mcp.ok("read_turn", task_id="big", turn=0)
+    assert len(first) <= OUTPUT_CHARS and "summary cut at character" in first
+    offset = int(first.rsplit("offset=", 1)[1].split()[0])
+    second = mcp.ok("read_turn", task_id="big", turn=0, offset=offset)
+    assert len(second) <= OUTPUT_CHARS and f"from character {offset}" in second
+    assert long[offset : offset + 100] in second
+    for i in range(30):
+        mcp.ok("record_turn", task_id=f"task-{i:02d}", summary_md=f"Section {i}. " + "word " * 200)
+    digest = mcp.ok("read_digest", max_chars=3000)
+    assert len(digest) < 3000 + 300 and "shown: the newest sections of project.md" in digest
+    assert "## task-29" in digest and "## task-00" not in digest
+    body = digest.split("\n(shown:", 1)[0]
+    assert body.rstrip().endswith("word")  # whole sections only
+    hits = mcp.ok("search", query="section", limit=100)
+    assert len(hits) <= OUTPUT_CHARS
+    assert len(mcp.ok("read_digest", max_chars=OUTPUT_CHARS)) <= OUTPUT_CHARS + 300
+
+
+def test_the_service_imports_no_flask() -> None:
+    import subprocess
+
+    code = "import sys, app.services.mcp_tools; print('flask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,86 @@
+"""A 50 MiB artifact (the server's limit) up and down in constant memory.
+
+The client runs in a subprocess that reports its own peak RSS (VmHWM, the high-water mark
+of the process's own memory: getrusage's maxrss would start at the parent's) after a small
+warm-up transfer and after the 50 MiB went up and came back down: the growth must stay a
+small fraction of the artifact, so neither direction holds the body in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.e2e
+
+SIZE = 50 * 1024 * 1024
+MAX_GROWTH_KIB = 12 * 1024  # a quarter of the artifact; buffering it would need 50 MiB
+
+SCRIPT = """
+import json, sys
+from project_memory_client import Client
+
+url, token, warm, src, dst = sys.argv[1:6]
+
+def peak_kib():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+with Client(url, token) as pm:
+    pm.put_turn("big", 0)
+    pm.put_artifact("big", 0, "warm.bin", warm)
+    pm.get_artifact("big", 0, "warm.bin", dst)
+    base = peak_kib()
+    record = pm.put_artifact("big", 0, "big.bin", src)
+    up = peak_kib()
+    info = pm.get_artifact("big", 0, "big.bin", dst)
+    down = peak_kib()
+print(json.dumps({"base": base, "up": up, "down": down, "size": record.size,
+                  "etag": record.etag, "got": info.size}))
+"""
+
+
+def _write(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        left = size
+        while left:
+            block = os.urandom(min(left, 1024 * 1024))
+            fh.write(block)
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest()
+
+
+def test_fifty_mib_up_and_down_in_constant_memory(
+    pm_server: Server, writer: str, tmp_path: Path
+) -> None:
+    warm, src, dst = tmp_path / "warm.bin", tmp_path / "src.bin", tmp_path / "dst.bin"
+    _write(warm, 2 * 1024 * 1024)
+    sha = _write(src, SIZE)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, pm_server.url, writer, str(warm), str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["size"] == got["got"] == SIZE and got["etag"] == f'"{sha}"'
+    assert hashlib.sha256(dst.read_bytes()).hexdigest() == sha
+    growth = got["down"] - got["base"]
+    print(
+        f"peak RSS: {got['base']} KiB after warm-up, {got['up']} after 50 MiB up, {got['down']} after down"
+    )
+    assert growth < MAX_GROWTH_KIB, got

@@ -1,0 +1,106 @@
+"""Settings: flags, then the environment, then a private config file; the token never shows."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from project_memory_client import Client, Settings, SettingsError, load_settings
+from project_memory_client.settings import default_config_path, normalise_url
+
+
+def _config(path: Path, text: str, mode: int = 0o600) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.chmod(path, mode)
+    return path
+
+
+def test_flags_then_environment_then_config_file(tmp_path: Path) -> None:
+    path = _config(
+        tmp_path / "project-memory" / "config.toml",
+        'url = "http://config:1"\ntoken = "pm_config"\ntenant = "t-config"\nproject = "p-config"\n'
+        "timeout = 7\n",
+    )
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    assert default_config_path(env) == path
+    s = load_settings(env=env)
+    assert (s.url, s.token, s.tenant, s.project, s.timeout) == (
+        "http://config:1",
+        "pm_config",
+        "t-config",
+        "p-config",
+        7.0,
+    )
+    assert s.sources["url"] == f"config {path}"
+    env.update(PROJECT_MEMORY_URL="http://env:2/", PROJECT_MEMORY_TOKEN="pm_env")
+    s = load_settings(env=env)
+    assert (s.url, s.token, s.tenant) == ("http://env:2", "pm_env", "t-config")
+    s = load_settings(env=env, url="http://flag:3", tenant="t-flag")
+    assert (s.url, s.token, s.tenant) == ("http://flag:3", "pm_env", "t-flag")
+    assert s.sources == {
+        "url": "flag",
+        "token": "env PROJECT_MEMORY_TOKEN",
+        "tenant": "flag",
+        "project": f"config {path}",
+        "timeout": f"config {path}",
+    }
+
+
+def test_the_mounts_server_variable_is_an_alias_after_the_url_variable(tmp_path: Path) -> None:
+    env = {"XDG_CONFIG_HOME": str(tmp_path), "PROJECT_MEMORY_SERVER": "http://old:1"}
+    assert load_settings(env=env).url == "http://old:1"
+    env["PROJECT_MEMORY_URL"] = "http://new:2"
+    assert load_settings(env=env).url == "http://new:2"
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_config_file_others_may_read_is_refused(tmp_path: Path, mode: int) -> None:
+    path = _config(tmp_path / "c.toml", 'token = "pm_secret"\n', mode)
+    with pytest.raises(SettingsError, match=f"mode {mode:04o}.*chmod 600") as refused:
+        load_settings(env={}, config_path=path)
+    assert "pm_secret" not in str(refused.value)
+    # Refused even when flags give everything: such a file is reported, not skipped.
+    with pytest.raises(SettingsError):
+        load_settings(env={}, config_path=path, url="http://x:1", token="pm_flag")
+    os.chmod(path, 0o400)
+    assert load_settings(env={}, config_path=path).token == "pm_secret"
+
+
+def test_a_linked_or_broken_config_file_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    real = _config(tmp_path / "real.toml", 'token = "pm_secret"\n')
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    with pytest.raises(SettingsError, match="is a symbolic link"):
+        load_settings(env={}, config_path=link)
+    for text, message in [
+        ("token = ", "not valid TOML"),
+        ('colour = "blue"\n', "unknown setting"),
+        ("token = 12\n", "token must be a string"),
+        ('timeout = "soon"\n', "timeout must be a number"),
+    ]:
+        with pytest.raises(SettingsError, match=message):
+            load_settings(env={}, config_path=_config(tmp_path / "bad.toml", text))
+    assert load_settings(env={}, config_path=tmp_path / "absent.toml") == Settings()
+
+
+def test_missing_settings_say_what_to_set(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="PROJECT_MEMORY_URL.*PROJECT_MEMORY_TOKEN"):
+        load_settings(env={}, config_path=tmp_path / "none.toml").require()
+    with pytest.raises(SettingsError, match="must start with http"):
+        load_settings(env={"PROJECT_MEMORY_URL": "127.0.0.1:8000"}, config_path=tmp_path / "n")
+    with pytest.raises(SettingsError, match="more than 0"):
+        load_settings(env={"PROJECT_MEMORY_TIMEOUT": "0"}, config_path=tmp_path / "n")
+
+
+def test_the_api_path_may_be_given_with_the_url() -> None:
+    assert normalise_url("http://h:8000/sandbox/memory/v1/") == "http://h:8000"
+    assert normalise_url(" https://memory.example/ ") == "https://memory.example"
+
+
+def test_the_token_never_shows_in_a_repr() -> None:
+    s = Settings(url="http://h:1", token="pm_hidden")
+    assert "pm_hidden" not in repr(s)
+    with Client(settings=s) as client:
+        assert "pm_hidden" not in repr(client)
