@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import time
@@ -48,36 +47,6 @@ def full_disk(exc: sqlite3.Error, conn: sqlite3.Connection | None = None, path: 
     return st.f_bavail * st.f_frsize < _ROOM or (st.f_files > 0 and st.f_favail == 0)
 
 
-def fill_shared_memory(path: str) -> None:
-    """Give every block of the database's ``-shm`` its disk space now, if it has holes.
-
-    SQLite maps the -shm and grows it by writing one byte at the end of each 4 KiB page:
-    on a filesystem of smaller blocks (ext4 of 1 KiB, mke2fs's default below 512 MiB) that
-    allocates one block of each page, and the first store through the mapping into another
-    one needs a block more. With none left that store is a SIGBUS, which kills the process
-    (a worker, fsck). Filled here while there is room, the mapping never needs one; with no
-    room, the database is not used (507) rather than risk it."""
-    try:
-        fd = os.open(path + "-shm", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return  # none yet (SQLite makes it), or a planted link SQLite's open refuses
-    try:
-        st = os.fstat(fd)
-        if st.st_blocks * 512 >= st.st_size:
-            return  # no holes: the common case, one fstat
-        try:
-            os.posix_fallocate(fd, 0, st.st_size)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise InsufficientStorage(
-                    f"no space left on the storage device (the shared memory of {path} has"
-                    " blocks with no disk space, and a store into one would kill the process)"
-                ) from None
-            # EOPNOTSUPP and the like: a filesystem with nothing to fill.
-    finally:
-        os.close(fd)
-
-
 def no_space(what: str, exc: sqlite3.Error) -> InsufficientStorage:
     return InsufficientStorage(f"no space left on the storage device ({what}: {exc})")
 
@@ -111,7 +80,6 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
     path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
     for suffix in ("-wal", "-shm"):
         remove_planted_link(path + suffix, "SQLite")
-    fill_shared_memory(path)
     conn = sqlite3.connect(target, uri=uri, timeout=timeout, isolation_level=None)
     deadline = time.monotonic() + timeout
     try:
@@ -126,7 +94,6 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
                 # Each thread keeps connections open (listing.py, store_index.py): what a
                 # worker holds is their count times this, whatever it serves for how long.
                 conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-                fill_shared_memory(path)
                 return conn
             except sqlite3.OperationalError as exc:
                 if full_disk(exc, path=path):
