@@ -10,19 +10,18 @@ if TYPE_CHECKING:  # importing app.storage must not import Flask
     from flask import Flask
 
 
-def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
-    """Create the WSGI app: config, storage, blueprints, error handlers, CLI."""
+def create_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True) -> Flask:
+    """Create the WSGI app: config, storage, blueprints, error handlers, CLI.
+
+    ``http=False``: an app for an admin command, which serves nothing: the storage, the
+    token registry, the rate limits and the CLI, without the routes and request hooks (nor
+    the imports behind them: the schemas, the console, the metrics)."""
     from flask import Flask
 
-    from app import console
-    from app.api import mcp, memory_stores, memory_tool, metrics, project_memory, public
     from app.config import load_config
     from app.ops import cli
-    from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
-    from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
     from app.storage.backends import open_backend
-    from app.web import body, ratelimit, requestlog, traffic
-    from app.web.errors import register_error_handlers
+    from app.web import ratelimit
     from app.web.json_provider import JSONProvider
 
     app = Flask(__name__)
@@ -32,16 +31,32 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     load_config(app, overrides)
     # The tree, or PostgreSQL and an object store (MEMORY_DATABASE_URL, MEMORY_BLOB_URL).
     storage = app.extensions["storage"] = open_backend(app.config)
+    app.extensions["token_registry"] = storage.token_registry(Path(app.config["TOKENS_FILE"]))
+    ratelimit.init_app(app)
+    if http:
+        _serve_http(app)
+    cli.init_app(app)
+    return app
+
+
+def _serve_http(app: Flask) -> None:
+    """The routes of both APIs and the console, and what every request passes through."""
+    from app import console
+    from app.api import mcp, memory_stores, memory_tool, metrics, project_memory, public
+    from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
+    from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
+    from app.web import body, ratelimit, requestlog, traffic
+    from app.web.errors import register_error_handlers
+
     app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
     app.extensions["openapi_schemas"].extend(USAGE_SCHEMAS)
-    app.extensions["token_registry"] = storage.token_registry(Path(app.config["TOKENS_FILE"]))
     app.config["MAX_CONTENT_LENGTH"] = app.config["MAX_JSON_BYTES"]
     # Every request body is read through one counter (traffic, upload budgets), and an
     # answer that leaves some of it unread closes the connection.
     app.before_request(body.count_body)
     app.after_request(body.close_if_body_unread)
     requestlog.init_app(app)
-    ratelimit.init_app(app)
+    ratelimit.init_after_request(app)
     traffic.init_app(app)
     register_error_handlers(app)
     # Every API blueprint; health checks, the OpenAPI document and metrics are never limited.
@@ -55,5 +70,3 @@ def create_app(overrides: Mapping[str, Any] | None = None) -> Flask:
     # The MCP endpoint (Streamable HTTP) at the server's root: ${PROJECT_MEMORY_URL}/mcp.
     app.register_blueprint(mcp.bp)
     console.init_app(app)
-    cli.init_app(app)
-    return app

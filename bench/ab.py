@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from . import loadgen, servers, workloads as w
-from .cpu import machine_cpu
+from .measure import measure as measure_one
 from .run import RESULTS, machine
 
-WORKLOADS = ("read", "list", "record", "put-turn", "ms-create", "ms-update")
+WORKLOADS = ("read", "list", "record", "record-one", "put-turn", "ms-create", "ms-update")
 
 
 def start(name: str, checkout: Path, workdir: Path, extra: list[str]) -> servers.Server:
@@ -77,6 +77,7 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
         "read": lambda rep: w.ours_read(),
         "list": lambda rep: w.ours_list(),
         "record": lambda rep: w.ours_record(f"ab{rep}"),
+        "record-one": lambda rep: w.ours_record_one(f"ab1-{rep}"),
         "put-turn": lambda rep: w.ours_put_turn("pt-{client}"),
         "ms-create": lambda rep: w.ms_create(store, f"r{rep}"),
         "ms-update": lambda rep: w.ms_update(store, memories),
@@ -85,41 +86,22 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
 
 def measure(
     server: servers.Server, other: servers.Server, op: loadgen.Op, auth: dict[str, str], args: Any
-) -> dict[str, float]:
-    other.pause()
-    try:
-        pids = server.worker_pids()
-        before = [servers.proc_cpu(p) for p in pids]
-        m0 = machine_cpu()
-        res = loadgen.run(
-            server.host, server.port, op, headers=auth, clients=args.clients,
-            duration=args.duration, warmup=args.warmup,
-        )  # fmt: skip
-        m1 = machine_cpu()
-        after = [servers.proc_cpu(p) for p in pids]
-    finally:
-        other.resume()
-    if res.errors:
-        print(f"  !! {server.name}: {res.errors} errors, first: {res.first_error}", file=sys.stderr)
-    # The warm-up's operations are not counted, its CPU is: scale by the timed share.
-    ops = max(res.ops, 1) * (args.duration + args.warmup) / args.duration
-    worker = sum(a[0] + a[1] - b[0] - b[1] for a, b in zip(after, before, strict=True))
-    delta = {k: m1[k] - m0[k] for k in m0}
-    busy = sum(delta[k] for k in ("user", "nice", "system", "irq", "softirq"))
-    return {
-        "throughput": res.throughput,
-        "p50_ms": res.median_ms,
-        "p99_ms": res.p99_ms,
-        "worker_cpu_ms": worker / ops * 1e3,
-        "machine_cpu_ms": busy / ops * 1e3,
-        "errors": res.errors,
-    }
+) -> dict[str, Any]:
+    return measure_one(
+        server, op, auth, clients=args.clients, duration=args.duration, warmup=args.warmup,
+        paused=[other],
+    )  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", type=Path, required=True, help="the other checkout")
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument(
+        "--workloads", nargs="*", default=list(WORKLOADS),
+        help=f"of {', '.join(WORKLOADS)}; THIS:BASE runs one on this side, the other on the"
+        " base (record-one:record: a record in one request against the two of a checkout"
+        " without it)",
+    )  # fmt: skip
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
@@ -143,12 +125,13 @@ def main() -> None:
                 for name in args.workloads:
                     # Alternate which side goes first, so neither always follows the other.
                     first_new = rep % 2 == 0
+                    mine, theirs = name.split(":") if ":" in name else (name, name)
                     if first_new:
-                        a = measure(new, old, ops_new[name](rep), auth_new, args)
-                        b = measure(old, new, ops_old[name](rep), auth_old, args)
+                        a = measure(new, old, ops_new[mine](rep), auth_new, args)
+                        b = measure(old, new, ops_old[theirs](rep), auth_old, args)
                     else:
-                        b = measure(old, new, ops_old[name](rep), auth_old, args)
-                        a = measure(new, old, ops_new[name](rep), auth_new, args)
+                        b = measure(old, new, ops_old[theirs](rep), auth_old, args)
+                        a = measure(new, old, ops_new[mine](rep), auth_new, args)
                     data[name].append((a, b))
                     print(
                         f"  rep {rep} {name:<10} this {a['throughput']:7.0f} op/s p99"

@@ -150,8 +150,8 @@ def over_http(args: Any, work: Path) -> dict[str, Any]:
             rows[name] = {
                 "off_ops_s": statistics.median(o["throughput"] for o in sides["off"]),
                 "on_ops_s": statistics.median(n["throughput"] for n in sides["on"]),
-                "off_p50_ms": statistics.median(o["median_ms"] for o in sides["off"]),
-                "on_p50_ms": statistics.median(n["median_ms"] for n in sides["on"]),
+                "off_p50_ms": statistics.median(o["p50_ms"] for o in sides["off"]),
+                "on_p50_ms": statistics.median(n["p50_ms"] for n in sides["on"]),
                 "ratio": statistics.median(ratios),
                 "ratios": ratios,
                 "errors": sum(

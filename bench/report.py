@@ -24,10 +24,12 @@ def main() -> None:
             continue
         report = json.loads(path.read_text())
         sources.append(f"{kind}-{report['started']}.json")
-        per_rep = {r["workload"]: r["throughput_ratios"] for r in report["rows"]}
-        for name, value, target, met, detail in target_rows(report["rows"]):
-            workload = name.split(": ", 1)[1].removesuffix(" (throughput)")
-            reps = ", ".join(f"{x:.2f}" for x in per_rep[workload])
+        for row, (name, value, target, met, detail) in zip(
+            [r for r in report["rows"] if r.get("target") is not None],
+            target_rows(report["rows"]),
+            strict=True,
+        ):
+            reps = ", ".join(f"{x:.2f}" for x in row["throughput_ratios"])
             rows.append((name, value, target, met, f"{detail}; per rep: {reps}"))
         if report.get("growth"):
             rows += growth.target_rows(report["growth"])

@@ -2,6 +2,8 @@
 
 * ours: ``gunicorn -c gunicorn.conf.py wsgi:app``, exactly what ``make run`` starts;
 * hello: ``gunicorn -c gunicorn.conf.py bench.hello:app``, the same settings and a one-line app;
+* floor: ``gunicorn -c gunicorn.conf.py bench.floor:app``, the same settings and the fewest
+  moves that record a turn as ours does (bench/floor.py);
 * mlflow: ``mlflow server`` (SQLite backend, --serve-artifacts, 2 workers) from its own venv.
 """
 
@@ -88,6 +90,13 @@ class Server:
         time.sleep(seconds)
         return 100 * (self.cpu_seconds() - before) / (time.monotonic() - started)
 
+    def settle(self, below: float = 5.0, limit: float = 120.0) -> float:
+        """Wait until the server idles under ``below`` % of a core; return the seconds waited."""
+        started = time.monotonic()
+        while self.idle_cpu(2.0) >= below and time.monotonic() - started < limit:
+            pass
+        return time.monotonic() - started
+
     def pause(self) -> None:
         """SIGSTOP the whole process group: an idle server must not take CPU from the one
         measured (MLflow's job consumers poll at ~1 core even when idle, bench/README.md)."""
@@ -162,12 +171,21 @@ def start_ours(workdir: Path, **env_extra: str) -> Server:
 
 def start_hello(workdir: Path) -> Server:
     """The framework ceiling: a hello-world Flask app on the identical gunicorn settings."""
+    return _start_bench_app("hello", "bench.hello:app", "/hello", workdir)
+
+
+def start_floor(workdir: Path) -> Server:
+    """The floor of this design: bench/floor.py on the identical gunicorn settings."""
+    return _start_bench_app("floor", "bench.floor:app", "/healthz", workdir)
+
+
+def _start_bench_app(name: str, target: str, probe: str, workdir: Path) -> Server:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = gunicorn_env(workdir, port)
-    args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "bench.hello:app"]
-    server = _spawn("hello", args, env, workdir, port)
-    _wait_up(server.proc, f"{server.url}/hello", server.log_path, 60)
+    args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", target]
+    server = _spawn(name, args, env, workdir, port)
+    _wait_up(server.proc, f"{server.url}{probe}", server.log_path, 60)
     return server
 
 

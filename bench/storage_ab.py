@@ -100,13 +100,18 @@ def main() -> None:
                 flush=True,
             )
     print(f"storage_ab: this = {this}, base = {args.base}; CPU per call, median of {args.reps}")
-    print(f"{'call':<12}{'this us':>10}{'base us':>10}{'this/base':>11}   per rep")
+    print_pairs(rows, "us", 1)
+
+
+def print_pairs(rows: dict[str, list[tuple[float, float]]], unit: str, digits: int) -> None:
+    """One line per call: both sides' medians, the median of this/base, each rep's ratio."""
+    print(f"{'call':<12}{'this ' + unit:>10}{'base ' + unit:>10}{'this/base':>11}   per rep")
     for name, pairs in rows.items():
         mine = statistics.median(p[0] for p in pairs)
         theirs = statistics.median(p[1] for p in pairs)
         ratio = statistics.median(p[0] / p[1] for p in pairs)
         per = ", ".join(f"{p[0] / p[1]:.2f}" for p in pairs)
-        print(f"{name:<12}{mine:>10.1f}{theirs:>10.1f}{ratio:>11.2f}   {per}")
+        print(f"{name:<12}{mine:>10.{digits}f}{theirs:>10.{digits}f}{ratio:>11.2f}   {per}")
 
 
 if __name__ == "__main__":

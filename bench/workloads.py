@@ -53,6 +53,31 @@ def ours_record(tag: str, turns_per_task: int = 10) -> Op:
     return op
 
 
+BOUNDARY = "pm-bench-3f9c2d1e8b7a"
+FORM = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def turn_form(client: int, seq: int, artifacts: dict[str, bytes]) -> bytes:
+    """A turn and its artifacts as one multipart/form-data body (app/api/turn_form.py)."""
+    head = f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="turn"\r\n'
+    out = [head.encode(), b"Content-Type: application/json\r\n\r\n", turn_body(client, seq)]
+    for name, data in artifacts.items():
+        part = f'\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="artifact"; filename="{name}"'
+        out += [part.encode(), b"\r\nContent-Type: application/octet-stream\r\n\r\n", data]
+    out.append(f"\r\n--{BOUNDARY}--\r\n".encode())
+    return b"".join(out)
+
+
+def ours_record_one(tag: str, turns_per_task: int = 10) -> Op:
+    """Record a turn in one request: the turn and its 16 KiB artifact as one multipart PUT."""
+
+    def op(s: Session, client: int, seq: int) -> None:
+        base = f"{API}/tasks/{tag}-c{client}-t{seq // turns_per_task}/turns/{seq % turns_per_task}"
+        s.request("PUT", base, turn_form(client, seq, {"out.bin": ARTIFACT}), FORM)
+
+    return op
+
+
 def ours_put_turn(task_of_client: str) -> Op:
     """PUT (upsert) turn 1 of the client's own existing task: no lock contention between clients."""
 

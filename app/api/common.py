@@ -55,7 +55,12 @@ def storage() -> StorageBackend:
 def json_body(schema: Schema) -> Any:
     """Parse the request body as JSON and load it with ``schema`` (every fault → 422)."""
     request.max_content_length = current_app.config["MAX_JSON_BYTES"]
-    raw = request.get_data(cache=False)
+    return json_document(request.get_data(cache=False), schema, ["body"])
+
+
+def json_document(raw: bytes, schema: Schema, loc: list[str | int]) -> Any:
+    """Parse ``raw`` as a JSON object and load it with ``schema``; a fault is a 422 at ``loc``
+    (the body, or the part of it that held the document)."""
     try:
         text = raw.decode("utf-8")
         data = json.loads(text, parse_constant=_reject_constant)
@@ -63,21 +68,17 @@ def json_body(schema: Schema) -> Any:
         why = str(exc)
         if "int_max_str_digits" in why:  # Python's own limit, named in terms of Python
             why = f"an integer of more than {sys.get_int_max_str_digits()} digits"
-        raise validation_error(["body"], f"JSON decode error: {why}", "json_invalid") from None
+        raise validation_error(loc, f"JSON decode error: {why}", "json_invalid") from None
     if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise validation_error(
-            ["body"], f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error"
-        )
+        raise validation_error(loc, f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error")
     try:
         # Lone surrogates (\ud800) parse but cannot be stored as UTF-8.
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise validation_error(
-            ["body"], "contains unpaired UTF-16 surrogates", "value_error"
-        ) from None
+        raise validation_error(loc, "contains unpaired UTF-16 surrogates", "value_error") from None
     if not isinstance(data, dict):
-        raise validation_error(["body"], "Input should be a valid dictionary", "dict_type", data)
-    return load(schema, data)
+        raise validation_error(loc, "Input should be a valid dictionary", "dict_type", data)
+    return load(schema, data, [str(part) for part in loc])
 
 
 def path_task_id(value: str) -> str:
@@ -145,14 +146,17 @@ def query_int(name: str, default: int, low: int, high: int) -> int:
 
 
 def content_type() -> str:
-    value = request.headers.get("Content-Type")
+    return media_type(request.headers.get("Content-Type"), ["header", "Content-Type"])
+
+
+def media_type(value: str | None, loc: list[str | int]) -> str:
+    """An artifact's Content-Type as sent (none: application/octet-stream); one that is not
+    a media type is a 422 at ``loc``."""
     if value is None or not value.strip():
         return "application/octet-stream"
     value = value.strip()
     if len(value) > 255 or not _CONTENT_TYPE_RE.fullmatch(value):
-        raise validation_error(
-            ["header", "Content-Type"], "not a valid media type", "value_error", value[:200]
-        )
+        raise validation_error(loc, "not a valid media type", "value_error", value[:200])
     return value
 
 

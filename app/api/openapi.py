@@ -141,7 +141,10 @@ def build_spec(app: Flask) -> dict[str, Any]:
                 )
                 operation["requestBody"] = {
                     "required": True,
-                    "content": {info["body_content_type"]: {"schema": body_schema}},
+                    "content": {
+                        info["body_content_type"]: {"schema": body_schema},
+                        **info["other_bodies"],
+                    },
                 }
             for status, target in info["responses"].items():
                 operation["responses"][str(status)] = _response(spec, status, target)

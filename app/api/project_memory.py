@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from flask import Blueprint, current_app, request
@@ -13,6 +14,7 @@ from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
+from app.api import turn_form
 from app.api.common import (
     body_stream,
     content_type,
@@ -32,7 +34,7 @@ from app.schemas import project_memory as s, usage as us
 from app.services import usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.core.clock import parse_iso_us
-from app.storage.core.models import TurnRecord
+from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.task_rules import if_match_fails
@@ -315,13 +317,26 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
 @doc(
     params=[TASK_ID, TURN, *CONDITIONAL],
     body=s.PutTurnRequest,
-    responses={200: s.TurnRecord, 412: "HTTPError", **FULL, **ERRORS},
+    other_bodies={"multipart/form-data": turn_form.OPENAPI_FORM},
+    responses={200: s.TurnRecord, 412: "HTTPError", 413: "HTTPError", **FULL, **ERRORS},
     headers=ETAG_HEADER,
 )
 def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
-    """Upsert one turn's meta + summary; refreshes the task index and project.md"""
+    """Upsert one turn's meta + summary; refreshes the task index and project.md
+
+    Beyond the seed: a multipart/form-data body records the turn with its artifacts in one
+    request. Its first part, named "turn", holds the PutTurnRequest as JSON; each part after
+    it, named "artifact", is one artifact (its name as the part's filename, its Content-Type
+    kept, at most 50 MiB), created or replaced. The turn and its artifacts commit together;
+    If-Match and If-None-Match apply to the turn.
+    """
     task_id, turn_no = path_task_id(task_id), path_turn(turn)
-    data = json_body(put_turn_in)
+    boundary = turn_form.form_boundary()
+    uploads: Iterable[ArtifactUpload] = ()
+    if boundary is None:  # the seed's form
+        data = json_body(put_turn_in)
+    else:
+        data, uploads = turn_form.turn_form(boundary, put_turn_in)
     principal = current_principal()
     record = store().put_turn(
         principal.scope,
@@ -332,6 +347,8 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         actor=principal.token.id,
         if_match=if_match(),
         if_none_match=if_none_match_star(),
+        artifacts=uploads,
+        size=request.content_length if boundary is not None else None,
     )
     return json_response(turn_json(record), headers={"ETag": record.etag})
 

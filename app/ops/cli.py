@@ -537,7 +537,14 @@ def _one_line_errors(command: click.Command) -> None:
 
 
 def init_app(app: Flask) -> None:
-    commands = (tokens, ratelimit, quota, usage_command)
-    for command in (*commands, sweep_command, fsck_command, export_command, import_command):
+    for command in COMMANDS:
         _one_line_errors(command)
         app.cli.add_command(command)
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    tokens, ratelimit, quota, usage_command,
+    sweep_command, fsck_command, export_command, import_command,
+)  # fmt: skip
+# `flask --app wsgi <one of these> ...` builds the app without its HTTP side (app.ops.startup).
+NAMES = frozenset(str(command.name) for command in COMMANDS)

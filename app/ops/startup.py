@@ -12,7 +12,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -157,16 +157,41 @@ def checked_config(overrides: Mapping[str, Any] | None = None) -> dict[str, Any]
     return dict(probe.config)
 
 
-def checked_app(overrides: Mapping[str, Any] | None = None) -> Flask:
+def checked_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True) -> Flask:
     """``create_app()`` once every setting passed ``checked_config``."""
     from app import create_app
 
     checked_config(overrides)
     try:
-        return create_app(overrides)
+        return create_app(overrides, http=http)
     except (ConfigError, OSError, StorageError) as exc:
         # StorageError: the database or the object store cannot be reached (or refused).
         fail(f"cannot start: {exc}")
+
+
+# The flask CLI's own options that take a value (flask --help).
+_FLASK_VALUE_OPTIONS = frozenset({"--app", "-A", "--env-file", "-e"})
+
+
+def admin_command(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether this process is the flask CLI running one of the app's admin commands
+    (``flask --app wsgi tokens list``): it builds the app to reach the storage and serves
+    nothing, so it skips what only serving needs. Anything else (gunicorn, ``flask run``,
+    ``flask routes``, a test) gets the whole app. Flask sets FLASK_RUN_FROM_CLI before it
+    loads the app, for every command."""
+    if environ.get("FLASK_RUN_FROM_CLI") != "true" or not argv:
+        return False
+    if os.path.basename(argv[0]) not in ("flask", "flask.exe", "__main__.py"):
+        return False
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in _FLASK_VALUE_OPTIONS:
+            next(args, None)
+        elif not arg.startswith("-"):
+            from app.ops.cli import NAMES
+
+            return arg in NAMES
+    return False
 
 
 def control_socket_path(storage_root: str) -> str | None:

@@ -106,8 +106,9 @@ def _clip(value: Any) -> Any:
     return value
 
 
-def load(schema: Schema, data: Any, location: str = "body") -> Any:
-    """Load ``data`` with ``schema`` or raise a 422 listing every fault with its location."""
+def load(schema: Schema, data: Any, location: str | list[str] = "body") -> Any:
+    """Load ``data`` with ``schema`` or raise a 422 listing every fault with its location
+    (``location``: where ``data`` was, "body" or a path into it such as ["body", "turn"])."""
     # Imported here: the schemas themselves import no Flask, so the services (the MCP tools)
     # validate with them outside a request.
     from app.web.errors import RequestValidationError
@@ -116,5 +117,6 @@ def load(schema: Schema, data: Any, location: str = "body") -> Any:
         return schema.load(data)
     except ValidationError as exc:
         errors: list[dict[str, Any]] = []
-        _flatten(exc.messages, [location], data, errors)
+        loc: list[str | int] = [location] if isinstance(location, str) else [*location]
+        _flatten(exc.messages, loc, data, errors)
         raise RequestValidationError(errors) from None

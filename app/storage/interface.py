@@ -23,6 +23,7 @@ from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOve
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    ArtifactUpload,
     FsckReport,
     SearchPage,
     TaskIndex,
@@ -62,7 +63,17 @@ class TaskBackend(Protocol):
         actor: str | None = None,
         if_match: str | None = None,
         if_none_match: bool = False,
-    ) -> TurnRecord: ...
+        artifacts: Iterable[ArtifactUpload] = (),
+        size: int | None = None,
+    ) -> TurnRecord:
+        """Create or replace one turn's meta and summary; keep created_at and artifacts.
+
+        ``artifacts``: artifacts written with the turn, in one write: each created or
+        replaced (the turn's others kept), every one committed with the turn or none.
+        They are read in order, each to its end, before the preconditions are checked under
+        the task's lock; ``size``, when known, bounds all of their bytes together and is
+        admitted (floor, quotas) before the first is read."""
+        ...
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord: ...
 

@@ -25,6 +25,7 @@ from app.storage.core import errors as se, store_models as ms
 from app.storage.core.quota import FloorReached
 from app.storage.core.usage import QuotaExceeded
 from app.web.body import body_cut_off, close_after_answer
+from app.web.multipart import MalformedMultipart
 from app.web.requestlog import STORES_PREFIX, request_id
 
 log = logging.getLogger("app.errors")
@@ -292,6 +293,12 @@ def register_error_handlers(app: Flask) -> None:
         if isinstance(exc, NoMoreData):
             return render(ApiError(400, "malformed request body: it ends before its last chunk"))
         return render(ApiError(400, f"malformed request body: {exc}"[:300]))
+
+    @app.errorhandler(MalformedMultipart)
+    def handle_bad_form(exc: MalformedMultipart) -> Any:
+        # Where the body stopped making sense, its rest cannot be skipped reliably.
+        close_after_answer()
+        return render(validation_error(["body"], str(exc), "value_error"))
 
     @app.errorhandler(OSError)
     def handle_os_error(exc: OSError) -> Any:

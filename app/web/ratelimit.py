@@ -48,6 +48,7 @@ from werkzeug.wrappers import Response
 
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import NO_OVERRIDES, RateOverride, RateOverrides
+from app.storage.core.task_rules import max_form_bytes
 from app.storage.interface import LimitsStore
 from app.web.body import COUNTED_INPUT, CountingInput
 from app.web.errors import ApiError
@@ -574,13 +575,17 @@ class Limiter:
 # -- Flask -------------------------------------------------------------------------------------
 #: The one route whose body is not JSON: an artifact, up to MAX_ARTIFACT_BYTES.
 ARTIFACT_ENDPOINT = "project_memory.put_artifact"
+TURN_ENDPOINT = "project_memory.put_turn"
 
 
-def body_limit(endpoint: str | None) -> int:
-    """The largest request body the route accepts."""
+def body_limit(endpoint: str | None, content_type: str | None = None) -> int:
+    """The largest request body the route accepts (a turn with its artifacts: the form of
+    app/api/turn_form.py)."""
     config = current_app.config
     if endpoint == ARTIFACT_ENDPOINT:
         return int(config["MAX_ARTIFACT_BYTES"])
+    if endpoint == TURN_ENDPOINT and (content_type or "").startswith("multipart/form-data"):
+        return max_form_bytes(int(config["MAX_JSON_BYTES"]), int(config["MAX_ARTIFACT_BYTES"]))
     return int(config["MAX_JSON_BYTES"])
 
 
@@ -602,7 +607,7 @@ def check_request() -> None:
             # Its size is known only once read: admitted unless the budget is overdrawn,
             # then charged by what was read (_after_request).
             upload, chunked = 0, True
-    if upload and upload > body_limit(req.endpoint):
+    if upload and upload > body_limit(req.endpoint, environ.get("CONTENT_TYPE")):
         # The view refuses such a body unread (413), so it is charged as a request without
         # one: a claimed length of any size must not drain the upload budgets.
         upload = None
@@ -664,4 +669,8 @@ def init_app(app: Flask) -> None:
     app.extensions["rate_limiter"] = Limiter.from_config(
         app.config, app.extensions["storage"].limits()
     )
+
+
+def init_after_request(app: Flask) -> None:
+    """Charge what each limited request read once it is answered (an app that serves)."""
     app.after_request(_after_request)

@@ -124,6 +124,26 @@ class Writes:
             f"{PM}/tasks/t/turns/0/artifacts/a{self.n}", headers=self.h, data=b"y" * size
         )
 
+    def turn_with_artifact(self, size: int) -> Any:
+        # Turn 0 again, unchanged ("{}" and no summary), with a new artifact of ``size``
+        # bytes: one request, beyond the seed (app/api/turn_form.py).
+        self.n += 1
+        boundary = "quota-form"
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="turn"\r\n\r\n{{}}\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="artifact";'
+                f' filename="f{self.n}"\r\n\r\n'
+            ).encode()
+            + b"f" * size
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        return self.client.put(
+            f"{PM}/tasks/t/turns/0",
+            headers={**self.h, "Content-Type": f"multipart/form-data; boundary={boundary}"},
+            data=body,
+        )
+
     def memory(self, size: int) -> Any:
         self.n += 1
         return self.client.post(
@@ -154,6 +174,7 @@ class Writes:
 ROUTES: dict[str, Callable[[Writes, int], Any]] = {
     "PUT turn": Writes.turn,
     "PUT artifact": Writes.artifact,
+    "PUT turn with an artifact": Writes.turn_with_artifact,
     "POST memory": Writes.memory,
     "POST memory (update)": Writes.memory_update,
     "POST memory_tool create": Writes.tool_create,

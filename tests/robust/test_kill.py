@@ -20,6 +20,7 @@ Afterwards, before anything repairs the tree:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -69,6 +70,8 @@ class Run:
     kills: int = 0
     memories: dict[int, str] = field(default_factory=dict)  # client -> memory path (no host)
     bad_status: list[str] = field(default_factory=list)
+    # Half the turn writes as a form with an artifact (beyond the seed), or none.
+    forms: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -101,6 +104,7 @@ def client(run: Run, c: int, seed: int) -> None:
                 next_turn[task] = min(9998, turn + 1)
             else:
                 turn = None  # an artifact of turn 0, or this client's memory
+            also: tuple[tuple[Any, ...], Any] | None = None  # a second key the write sets
             try:
                 if turn is None and op > 0.8 and c in run.memories:
                     text = f"memory of client {c}, write {n} " + "m" * rng.randint(0, 5000)
@@ -108,6 +112,32 @@ def client(run: Run, c: int, seed: int) -> None:
                     key = ("memory", c)
                     resp = session.post(
                         f"{run.server.url}{run.memories[c]}", json={"content": text}, timeout=60
+                    )
+                elif turn is not None and run.forms and rng.random() < 0.5:
+                    # The turn and an artifact in one request (beyond the seed): each key
+                    # holds what this write gave it, or what it held before.
+                    content = ({"c": c, "n": n, "form": True}, f"client {c} form {n}")
+                    key = ("turn", task, turn)
+                    data = rng.randbytes(rng.choice([10, 5000, 200_000]))
+                    kind = f"application/x-c{c}-n{n}"
+                    also = (
+                        ("artifact", task, turn, "f.bin"),
+                        (hashlib.sha256(data).hexdigest(), kind),
+                    )
+                    resp = session.put(
+                        f"{url}/{turn}",
+                        files=[
+                            (
+                                "turn",
+                                (
+                                    None,
+                                    json.dumps({"meta": content[0], "summary_md": content[1]}),
+                                    "application/json",
+                                ),
+                            ),
+                            ("artifact", ("f.bin", data, kind)),
+                        ],
+                        timeout=60,
                     )
                 elif turn is not None:
                     content = (
@@ -134,6 +164,8 @@ def client(run: Run, c: int, seed: int) -> None:
                     )
             except requests.RequestException:
                 run.record(key, content, False)
+                if also is not None:
+                    run.record(*also, False)
                 time.sleep(0.02)
                 continue
             ok = resp.status_code == 200
@@ -141,6 +173,8 @@ def client(run: Run, c: int, seed: int) -> None:
                 with run.lock:
                     run.bad_status.append(f"{resp.status_code} {resp.text[:200]}")
             run.record(key, content, ok)
+            if also is not None:
+                run.record(*also, ok)
             if ok and key[0] == "turn" and turn == 0:
                 has_turn0.add(task)
 
@@ -256,8 +290,8 @@ def check_after(root: Path, run: Run) -> None:
             assert visible(store, key) in log.allowed(), key
 
 
-def _drive(server: Live, seconds: float, killer: Any) -> Run:
-    run = Run(server, server.token("writer"))
+def _drive(server: Live, seconds: float, killer: Any, *, forms: bool = False) -> Run:
+    run = Run(server, server.token("writer"), forms=forms)
     with requests.Session() as s:
         s.headers.update(auth(run.secret))
         store = s.post(f"{server.url}/v1/memory_stores", json={"name": "kill"}, timeout=30)
@@ -317,9 +351,9 @@ def kill_server(times: int) -> Any:
     return killer
 
 
-def _worker_kills(live_factory: Any, times: int, seconds: float) -> None:
+def _worker_kills(live_factory: Any, times: int, seconds: float, *, forms: bool = False) -> None:
     server = live_factory(workers=2, threads=4)
-    run = _drive(server, seconds, kill_workers(times))
+    run = _drive(server, seconds, kill_workers(times), forms=forms)
     server.stop()
     assert run.kills >= min(times, 5), run.kills
     assert run.acked > 5 and run.failed > 0, (run.acked, run.failed)
@@ -338,6 +372,14 @@ def _server_kills(live_factory: Any, times: int, seconds: float) -> None:
 
 def test_sigkill_random_workers_during_writes(live_factory: Any) -> None:
     _worker_kills(live_factory, times=12, seconds=8)
+
+
+def test_sigkill_random_workers_during_turns_written_with_their_artifacts(
+    live_factory: Any,
+) -> None:
+    """Half the turn writes carry an artifact in the same request: the turn and the artifact
+    each hold what their last acknowledged write put there, or what an unanswered one did."""
+    _worker_kills(live_factory, times=8, seconds=6, forms=True)
 
 
 def test_sigkill_whole_server_and_restart(live_factory: Any) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO, Generic, TypeVar
 
 from app.storage.core.clock import iso_us
+
+H = TypeVar("H")
 
 
 def artifact_etag(sha256: str) -> str:
@@ -109,6 +111,31 @@ class ArtifactStream:
     info: ArtifactInfo
     file: BinaryIO
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactUpload:
+    """An artifact written with its turn: its name, Content-Type, and a stream of its bytes,
+    read once, to its end, before the next artifact of the same write is asked for."""
+
+    name: str
+    content_type: str
+    stream: IO[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedUpload(Generic[H]):
+    """An artifact of a turn's write whose bytes are stored (``handle``: where, as its
+    backend keeps them) and not yet named by the record that will commit them."""
+
+    name: str
+    content_type: str
+    size: int
+    sha256: str
+    handle: H
+
+    def info(self, updated_at: str) -> ArtifactInfo:
+        return ArtifactInfo(self.name, self.content_type, self.size, self.sha256, updated_at)
 
 
 @dataclass(slots=True)

@@ -10,19 +10,35 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from app.storage.core.clock import iso_us
 from app.storage.core.cursor import CursorCodec, cut_page
 from app.storage.core.errors import InvalidName, PreconditionFailed
-from app.storage.core.models import ArtifactInfo, TaskPage, TaskRow, TurnRecord
-from app.storage.core.names import Scope, validate_id, validate_turn
+from app.storage.core.models import ArtifactInfo, ArtifactUpload, TaskPage, TaskRow, TurnRecord
+from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 
 MiB = 1 << 20
 DEFAULT_MAX_ARTIFACT_BYTES = 50 * MiB
 MAX_SUMMARY_BYTES = 1 * MiB
 MAX_PAGE = 1000
+# Artifacts written with their turn in one request: each is a file and a line of its record.
+MAX_ARTIFACTS_PER_WRITE = 32
+# What a part of a multipart/form-data body adds to its bytes, at most: its headers and
+# boundary (app/web/multipart.py reads at most 16 KiB of headers).
+FORM_PART_OVERHEAD = 16 * 1024 + 128
+
+
+def max_form_bytes(max_json_bytes: int, max_artifact_bytes: int) -> int:
+    """The largest body of a turn written with its artifacts: the turn, and the most
+    artifacts one write takes, each at its limit, with their parts' overhead."""
+    parts = MAX_ARTIFACTS_PER_WRITE + 1
+    return (
+        max_json_bytes + MAX_ARTIFACTS_PER_WRITE * max_artifact_bytes + parts * FORM_PART_OVERHEAD
+    )
+
+
 CURSOR_VERSION = 1
 # The start of a task id (ID_PATTERN's first character, then any of the rest).
 _ID_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -48,6 +64,20 @@ def check_turn(task_id: str, turn: int, meta: dict[str, Any], summary_md: str) -
     if len(summary) > MAX_SUMMARY_BYTES:
         raise InvalidName("summary_md", None, f"longer than {MAX_SUMMARY_BYTES} bytes")
     return summary
+
+
+def checked_uploads(uploads: Iterable[ArtifactUpload]) -> Iterator[ArtifactUpload]:
+    """``uploads`` as they come, each checked before it is read: a valid artifact name, not
+    one named twice in the same write, and at most MAX_ARTIFACTS_PER_WRITE of them."""
+    seen: set[str] = set()
+    for upload in uploads:
+        validate_artifact_name(upload.name)
+        if upload.name in seen:
+            raise InvalidName("artifacts", upload.name, "names one artifact twice")
+        if len(seen) == MAX_ARTIFACTS_PER_WRITE:
+            raise InvalidName("artifacts", None, f"at most {MAX_ARTIFACTS_PER_WRITE} in one write")
+        seen.add(upload.name)
+        yield upload
 
 
 def next_updated_us(last_us: int, now_us: int) -> int:

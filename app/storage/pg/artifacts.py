@@ -8,6 +8,7 @@ a download that began before a replacement committed keeps reading the replaced 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from typing import IO, Any, Protocol, cast
 
@@ -15,12 +16,19 @@ import psycopg
 
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import LockTimeout, NotFound
-from app.storage.core.models import ArtifactInfo, ArtifactStream, TurnRecord, artifact_etag
+from app.storage.core.models import (
+    ArtifactInfo,
+    ArtifactStream,
+    ArtifactUpload,
+    StagedUpload,
+    TurnRecord,
+    artifact_etag,
+)
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
-from app.storage.core.task_rules import check_preconditions, next_updated_us
+from app.storage.core.task_rules import check_preconditions, checked_uploads, next_updated_us
 from app.storage.core.usage import ReservingStream, Ticket
 from app.storage.pg import usage as pgu
-from app.storage.pg.blobs import BlobStore
+from app.storage.pg.blobs import BlobStore, Written
 from app.storage.pg.db import Database
 from app.storage.pg.listing import KEY, TurnRow, task_key
 
@@ -60,11 +68,75 @@ class TaskRows(Protocol):
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str: ...
 
 
+def name_artifact(
+    conn: psycopg.Connection[Any],
+    scope: Scope,
+    task_id: str,
+    turn: int,
+    info: ArtifactInfo,
+    updated_us: int,
+    blob: str,
+) -> None:
+    """Make ``blob`` the bytes of artifact ``info`` of the turn (its row created or replaced)."""
+    conn.execute(
+        "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
+        " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
+        " %(project)s, %(task_id)s, %(turn)s, %(name)s, %(content_type)s, %(size)s,"
+        " %(sha256)s, %(updated_at)s, %(updated_us)s, %(blob)s)"
+        " ON CONFLICT (tenant, project, task_id, turn, name) DO UPDATE SET"
+        " content_type = excluded.content_type, size = excluded.size,"
+        " sha256 = excluded.sha256, updated_at = excluded.updated_at,"
+        " updated_us = excluded.updated_us, blob = excluded.blob",
+        task_key(
+            scope,
+            task_id,
+            turn=turn,
+            name=info.name,
+            content_type=info.content_type,
+            size=info.size,
+            sha256=info.sha256,
+            updated_at=info.updated_at,
+            updated_us=updated_us,
+            blob=blob,
+        ),
+    )
+
+
 class PgArtifacts:
     """The artifacts of every task of one database and bucket (PgTaskStore's)."""
 
     def __init__(self, tasks: TaskRows) -> None:
         self.tasks = tasks
+
+    def stage_uploads(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        uploads: Iterable[ArtifactUpload],
+        credits: dict[str, int],
+        ticket: Ticket,
+        staged: list[StagedUpload[Written]],
+    ) -> None:
+        """Stream each upload to a new object, before the transaction that names them, each
+        admitted (quotas: ``ticket``) as it streams in past ``credits`` (the size of the live
+        artifact of its name, which it replaces); append each to ``staged`` as it is stored,
+        so a caller that fails later can remove them all."""
+        for upload in checked_uploads(uploads):
+            body = ReservingStream(
+                upload.stream, ticket, None, known=False, credit=credits.get(upload.name, 0)
+            )
+            written = self.tasks.blobs.put_new(
+                self.tasks.blob_key(scope, task_id, turn, upload.name),
+                cast("IO[bytes]", body),
+                limit=self.tasks.max_artifact_bytes,
+                content_type=upload.content_type,
+            )
+            staged.append(
+                StagedUpload(
+                    upload.name, upload.content_type, written.size, written.sha256, written
+                )
+            )
 
     def put_artifact(
         self,
@@ -164,28 +236,7 @@ class PgArtifacts:
                     sha256=written.sha256,
                     updated_at=iso_us(updated_us),
                 )
-                conn.execute(
-                    "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
-                    " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
-                    " %(project)s, %(task_id)s, %(turn)s, %(name)s, %(content_type)s, %(size)s,"
-                    " %(sha256)s, %(updated_at)s, %(updated_us)s, %(blob)s)"
-                    " ON CONFLICT (tenant, project, task_id, turn, name) DO UPDATE SET"
-                    " content_type = excluded.content_type, size = excluded.size,"
-                    " sha256 = excluded.sha256, updated_at = excluded.updated_at,"
-                    " updated_us = excluded.updated_us, blob = excluded.blob",
-                    task_key(
-                        scope,
-                        task_id,
-                        turn=turn,
-                        name=name,
-                        content_type=content_type,
-                        size=written.size,
-                        sha256=written.sha256,
-                        updated_at=info.updated_at,
-                        updated_us=updated_us,
-                        blob=written.key,
-                    ),
-                )
+                name_artifact(conn, scope, task_id, turn, info, updated_us, written.key)
                 conn.execute(
                     "UPDATE turns SET updated_at = %(updated_at)s, updated_us = %(updated_us)s,"
                     " retain_until = %(retain_until)s, retain_until_us = %(retain_until_us)s"

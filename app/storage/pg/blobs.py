@@ -29,8 +29,6 @@ from datetime import datetime
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from app.storage.core.errors import LockTimeout, PayloadTooLarge, StorageError
@@ -154,6 +152,12 @@ class BlobStore:
             with self._mutex:
                 found = self._clients.get(pid)
                 if found is None:
+                    # Imported here: a tenth of a second of CPU that a process which never
+                    # touches an object (an admin command, a worker before its first artifact)
+                    # need not pay.
+                    import boto3
+                    from botocore.config import Config
+
                     session = boto3.session.Session()
                     found = session.client(
                         "s3",

@@ -18,7 +18,8 @@ same listing order and signed cursors, the same ``project.md`` bytes.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import IO, Any, BinaryIO
 
@@ -33,6 +34,8 @@ from app.storage.core.errors import NotFound, NotOwner
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    ArtifactUpload,
+    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -57,9 +60,10 @@ from app.storage.core.task_rules import (
     task_page,
     written_turn,
 )
+from app.storage.core.usage import Ticket
 from app.storage.pg import digest as pgd, usage as pgu
-from app.storage.pg.artifacts import PgArtifacts
-from app.storage.pg.blobs import BlobStore
+from app.storage.pg.artifacts import PgArtifacts, name_artifact
+from app.storage.pg.blobs import BlobStore, Written
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
 from app.storage.pg.listing import (
     ARTIFACT_COLUMNS,
@@ -205,9 +209,57 @@ class PgTaskStore:
         actor: str | None = None,
         if_match: str | None = None,
         if_none_match: bool = False,
+        artifacts: Iterable[ArtifactUpload] = (),
+        size: int | None = None,
     ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts."""
+        """Create or replace one turn's meta and summary; keep created_at and artifacts.
+
+        ``artifacts`` (app/storage/interface.py) go to the object store first and are named
+        in the turn's transaction, as put_artifact does one."""
         summary = task_rules.check_turn(task_id, turn, meta, summary_md)
+        uploads = iter(artifacts)
+        first = next(uploads, None)
+        if first is None:  # the seed's write
+            return self._put_turn(scope, task_id, turn, meta, summary_md, summary, actor,
+                                  if_match, if_none_match, [], None)  # fmt: skip
+        with self.db.snapshot("turn") as conn:
+            row = self.turn_row(conn, scope, task_id, turn)
+            alive = row if row and row.retain_until_us > self.now_us() else None
+            found = self._artifacts(conn, scope, task_id, turn).get(turn, []) if alive else []
+        # Checked again in the transaction; a write that cannot succeed reads no body.
+        check_preconditions(turn_etag(alive.updated_us) if alive else None, if_match, if_none_match)
+        ticket = self.usage.admit(scope)
+        staged: list[StagedUpload[Written]] = []
+        try:
+            credits = {info.name: info.size for info, _ in found}
+            chained = itertools.chain((first,), uploads)
+            self.artifacts.stage_uploads(scope, task_id, turn, chained, credits, ticket, staged)
+            record = self._put_turn(scope, task_id, turn, meta, summary_md, summary, actor,
+                                    if_match, if_none_match, staged, ticket)  # fmt: skip
+            ticket.settled()
+            return record
+        except BaseException:
+            self.forget_blobs([u.handle.key for u in staged])
+            raise
+        finally:
+            ticket.release()  # nothing to release once the write settled it
+
+    def _put_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        meta: dict[str, Any],
+        summary_md: str,
+        summary: bytes,
+        actor: str | None,
+        if_match: str | None,
+        if_none_match: bool,
+        staged: list[StagedUpload[Written]],
+        ticket: Ticket | None,
+    ) -> TurnRecord:
+        """The transaction of a put_turn whose turn was checked (``summary``: its summary's
+        bytes) and whose artifacts, if any, are ``staged``."""
         meta_json = dumps_compact(meta)
         meta_text = meta_json.decode("utf-8")
         model, agent_id, exit_code = meta_facts(meta)
@@ -228,12 +280,23 @@ class PgTaskStore:
             gone = (
                 pgu.task_sums(conn, key, [turn]) if previous is not None and alive is None else {}
             )
+            kept: list[ArtifactInfo] = []
+            if alive is not None:
+                kept = [
+                    info for info, _ in self._artifacts(conn, scope, task_id, turn).get(turn, [])
+                ]
+            # Written at one instant: in name order, as the artifacts are listed.
+            added = sorted((u.info(iso_us(updated_us)) for u in staged), key=lambda a: a.name)
+            names = {a.name for a in added}
+            replaced = [a for a in kept if a.name in names]
+            artifact_bytes = sum(a.size for a in added) - sum(a.size for a in replaced)
             # In this transaction, under the project's advisory lock: no project row needed.
             self.usage.check(
                 conn,
                 scope,
-                new_bytes - old_bytes - gone.get("artifact_bytes", 0),
+                new_bytes - old_bytes - gone.get("artifact_bytes", 0) + artifact_bytes,
                 int(last_us == 0),
+                exclude=ticket.id if ticket is not None else None,
             )
             pgu.ensure_project(conn, scope)
             created = conn.execute(
@@ -242,7 +305,6 @@ class PgTaskStore:
                 " ON CONFLICT DO NOTHING",
                 task_key(scope, task_id, owner=actor, created_at=iso_us(now_us)),
             ).rowcount
-            artifacts: tuple[ArtifactInfo, ...] = ()
             if previous is not None and alive is None:
                 # The old turn expired: it is gone for every reader, so its artifacts must
                 # not come back with the new write.
@@ -253,15 +315,12 @@ class PgTaskStore:
                         task_key(scope, task_id, turn=turn),
                     )
                 ]
-            elif alive is not None:
-                found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
-                artifacts = tuple(info for info, _ in found)
             record = written_turn(
                 task_id,
                 turn,
                 meta=meta,
                 summary_md=summary_md,
-                artifacts=artifacts,
+                artifacts=tuple(a for a in kept if a.name not in names) + tuple(added),
                 created_at=alive.created_at if alive else None,
                 updated_us=updated_us,
                 retention_us=self.retention_us,
@@ -294,6 +353,8 @@ class PgTaskStore:
                     exit_code=exit_code,
                 ),
             )
+            for upload, info in zip(sorted(staged, key=lambda u: u.name), added, strict=True):
+                name_artifact(conn, scope, task_id, turn, info, updated_us, upload.handle.key)
             self.recompute(conn, scope, task_id, record)
             self.add_tasks(conn, scope, created)
             pgu.add(
@@ -301,9 +362,12 @@ class PgTaskStore:
                 scope,
                 turns=int(previous is None),
                 turn_bytes=new_bytes - old_bytes,
-                artifacts=-gone.get("artifacts", 0),
-                artifact_bytes=-gone.get("artifact_bytes", 0),
+                artifacts=len(added) - len(replaced) - gone.get("artifacts", 0),
+                artifact_bytes=artifact_bytes - gone.get("artifact_bytes", 0),
             )
+            if isinstance(ticket, pgu.PgTicket):
+                ticket.settle_in(conn)
+        # Replaced bytes stay for the sweeper's orphan pass, as put_artifact leaves them.
         self.forget_blobs(stale)
         return record
 

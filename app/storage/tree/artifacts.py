@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol, cast
@@ -23,9 +24,12 @@ from app.storage.core.files import DIR_MODE, os_errors
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    ArtifactUpload,
+    StagedUpload,
     TurnRecord,
 )
 from app.storage.core.names import (
+    ARTIFACTS_DIR,
     PREV_PREFIX,
     TMP_PREFIX,
     TURN_META,
@@ -37,9 +41,10 @@ from app.storage.core.records import turn_to_json
 from app.storage.core.task_rules import (
     MiB,
     check_preconditions,
+    checked_uploads,
 )
 from app.storage.core.usage import ReservingStream, Ticket, TurnUsage
-from app.storage.tree.fs.atomic import remove_quietly, stage_stream
+from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, stage_stream
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.noatime import open_noatime, sha256_file
 from app.storage.tree.fs.sync import (
@@ -204,12 +209,7 @@ class TaskArtifacts:
             # previous bytes as a hard link until the commit: if the write fails or dies in
             # between, repair_task (run on failure, or by the next writer through the dirty
             # marker) puts them back so the record and the bytes never disagree.
-            backup = path.parent / f"{PREV_PREFIX}{name}"
-            remove_quietly(backup)
-            if os.path.lexists(path):
-                if not os.path.isfile(path):  # lexists: not a link (checked above)
-                    raise Corrupt(f"{path}: not a regular file where an artifact belongs")
-                os.link(path, backup)
+            backup = self._keep_previous(path)
             staged.publish(path)
             flush_now()  # the bytes and their name are durable before a record names them
             record = replace(
@@ -224,8 +224,82 @@ class TaskArtifacts:
             self.tasks.write_derived(
                 scope, task_id, task_dir, record, index, summary=False, ticket=ticket
             )
-            remove_quietly(backup)
+            if backup is not None:
+                remove_quietly(backup)
         return info
+
+    def stage_uploads(
+        self,
+        scope: Scope,
+        uploads: Iterable[ArtifactUpload],
+        credits: dict[str, int],
+        ticket: Ticket,
+        stack: ExitStack,
+    ) -> list[StagedUpload[StagedFile]]:
+        """Stream each upload to a synced temp file in the project's directory, before any
+        lock, each admitted (floor, quotas: ``ticket``) as it streams in past ``credits``
+        (the size of the live artifact of its name, which it replaces). Each staged file is
+        removed when ``stack`` closes unless it was published by then.
+
+        The project's directory, not the turn's: the turn and its task may not exist yet,
+        and creating them outside the lock would show a half-made task to the next writer.
+        """
+        project_dir = self.tasks.layout.check_inside(self.tasks.layout.project_dir(scope))
+        if not os.path.isdir(project_dir):  # checked: no link on the way
+            make_dirs(project_dir, self.tasks.layout.root)
+        staged = []
+        for upload in checked_uploads(uploads):
+            body = ReservingStream(
+                upload.stream,
+                ticket,
+                self.tasks.usage.floor,
+                known=False,
+                credit=credits.get(upload.name, 0),
+            )
+            file = stack.enter_context(
+                stage_stream(
+                    project_dir, cast("IO[bytes]", body), limit=self.tasks.max_artifact_bytes
+                )
+            )
+            staged.append(
+                StagedUpload(upload.name, upload.content_type, file.size, file.sha256, file)
+            )
+        return staged
+
+    def publish_uploads(self, turn_dir: Path, staged: list[StagedUpload[StagedFile]]) -> list[Path]:
+        """Publish staged uploads into ``turn_dir``'s artifacts/ (the caller holds the task's
+        lock and will commit ``meta.json`` next); return the kept previous copies, which the
+        caller removes once the record that names the new bytes is committed."""
+        if not staged:
+            return []
+        directory = turn_dir / ARTIFACTS_DIR
+        with os_errors():
+            try:
+                os.mkdir(directory, DIR_MODE)
+                fsync_dir(turn_dir)
+            except FileExistsError:
+                self.tasks.layout.check_inside(directory, below=turn_dir)
+            backups = []
+            for upload in staged:
+                path = directory / upload.name
+                if not upload.handle.still_staged():
+                    raise Conflict(f"artifact {upload.name} was removed during the upload; retry")
+                backups.append(self._keep_previous(path))
+                upload.handle.publish(path)
+        flush_now()  # the bytes and their names are durable before a record names them
+        return [b for b in backups if b is not None]
+
+    def _keep_previous(self, path: Path) -> Path | None:
+        """Hard-link the bytes at ``path`` (an artifact about to be replaced) to its kept copy,
+        which repair puts back if the replacement's record never commits."""
+        backup = path.parent / f"{PREV_PREFIX}{path.name}"
+        remove_quietly(backup)
+        if not os.path.lexists(path):
+            return None
+        if not os.path.isfile(path):  # lexists: not a link (checked above)
+            raise Corrupt(f"{path}: not a regular file where an artifact belongs")
+        os.link(path, backup)
+        return backup
 
     def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> bool:
         """Create the turn's artifacts/ (a turn has one from its first artifact on); return

@@ -17,7 +17,8 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -33,6 +34,8 @@ from app.storage.core.files import os_errors
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    ArtifactUpload,
+    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -64,15 +67,16 @@ from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
 from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
-from app.storage.tree.fs.atomic import make_dirs, write_atomic
+from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, write_atomic
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
     commit_point,
     fsync_dir,
+    group_commit,
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
-from app.storage.tree.fs.walk import Tree
+from app.storage.tree.fs.walk import Entry, Tree
 from app.storage.tree.records import (
     index_from_json,
     index_rows,
@@ -226,95 +230,115 @@ class TaskStore:
         actor: str | None = None,
         if_match: str | None = None,
         if_none_match: bool = False,
+        artifacts: Iterable[ArtifactUpload] = (),
+        size: int | None = None,
     ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts."""
+        """Create or replace one turn's meta and summary; keep created_at and artifacts.
+
+        ``artifacts`` (app/storage/interface.py) are staged before the lock, published under
+        it before ``meta.json`` (the commit) names them, as put_artifact does one."""
         task_rules.check_turn(task_id, turn, meta, summary_md)
         task_dir = self._task_dir_checked(scope, task_id)
         turn_dir = task_dir / turn_dirname(turn)
         expired_dir: Path | None = None
-        with (
-            self.transaction(scope, task_id) as txn,
-            os_errors(),
-            contextlib.ExitStack() as stack,
-        ):
-            now_us = self.now_us()
-            self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
-            previous = read_turn(turn_dir) if turn_dir.exists() else None
-            alive = self.alive(previous, now_us)
-            check_preconditions(alive.etag if alive else None, if_match, if_none_match)
-            index = load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
-            updated_us = self.next_updated_us(index, now_us)
-            kept = alive.artifacts if alive else ()
-            stored = usage_of_turn(turn, meta, summary_md, kept)
-            was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
-            ticket = self.usage.admit(
-                scope,
-                # meta.json holds the summary and meta, summary.md the summary again, and
-                # index.json the meta of every turn: about three times the turn's bytes.
-                gross=3 * stored.turn_bytes + 8192,
-                add_bytes=stored.artifact_bytes
-                + stored.turn_bytes
-                - was.artifact_bytes
-                - was.turn_bytes,
-                add_tasks=int(index is None),
+        with contextlib.ExitStack() as staging:
+            uploads, ticket = self._stage_uploads(
+                scope, task_id, turn, artifacts, size, if_match, if_none_match, staging
             )
-            stack.enter_context(settling(ticket))
-            txn.begin()
-            new_task = not task_dir.exists()
-            new_turn = previous is None and not turn_dir.exists()
-            try:
-                if new_task or read_task_record(task_dir) is None:
-                    make_dirs(task_dir, self.layout.root)
-                    write_json(
-                        task_dir / TASK_RECORD,
-                        {
-                            "version": 1,
-                            "task_id": task_id,
-                            "owner": actor,
-                            "created_at": iso_us(now_us),
-                        },
-                    )
-                if previous is not None and alive is None:
-                    # The old turn expired: it is gone for every reader, so its artifacts
-                    # must not come back with the new write.
-                    expired_dir = self.trash(turn_dir)
-                # artifacts/ comes with the first artifact: a turn without one costs no inode.
-                make_dirs(turn_dir, self.layout.root)
-                record = written_turn(
-                    task_id,
-                    turn,
-                    meta=meta,
-                    summary_md=summary_md,
-                    artifacts=alive.artifacts if alive else (),
-                    created_at=alive.created_at if alive else None,
-                    updated_us=updated_us,
-                    retention_us=self.retention_us,
+            with (
+                self.transaction(scope, task_id) as txn,
+                os_errors(),
+                contextlib.ExitStack() as stack,
+            ):
+                now_us = self.now_us()
+                self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
+                previous = read_turn(turn_dir) if turn_dir.exists() else None
+                alive = self.alive(previous, now_us)
+                check_preconditions(alive.etag if alive else None, if_match, if_none_match)
+                index = (
+                    load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
                 )
-                write_json(turn_dir / TURN_META, turn_to_json(record))
-                commit_point()
-                self.write_derived(
+                updated_us = self.next_updated_us(index, now_us)
+                # Written at one instant: in name order, as a listing of artifacts by time
+                # and then name gives them.
+                added = tuple(sorted((u.info(iso_us(updated_us)) for u in uploads), key=_name))
+                names = {a.name for a in added}
+                kept = alive.artifacts if alive else ()
+                kept = tuple(a for a in kept if a.name not in names) + added
+                stored = usage_of_turn(turn, meta, summary_md, kept)
+                was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
+                ticket = self.usage.admit_write(
                     scope,
-                    task_id,
-                    task_dir,
-                    record,
-                    index,
-                    summary=True,
-                    ticket=ticket,
-                    usage=stored,
+                    ticket,
+                    # meta.json holds the summary and meta, summary.md the summary again, and
+                    # index.json the meta of every turn: about three times the turn's bytes.
+                    gross=3 * stored.turn_bytes + 8192,
+                    add_bytes=stored.artifact_bytes
+                    + stored.turn_bytes
+                    - was.artifact_bytes
+                    - was.turn_bytes,
+                    add_tasks=int(index is None),
                 )
-            except Exception:
-                # A new turn that failed (a full disk, a failing one) takes itself back, so
-                # that its error means what it says: nothing was stored. The listing is
-                # written last, in one transaction: it holds nothing of it either. A task
-                # this write made goes with it, and then nothing is left to repair.
-                if (
-                    new_turn
-                    and self._take_back(turn_dir)
-                    and new_task
-                    and self._take_back(task_dir)
-                ):
-                    txn.abandon()
-                raise
+                stack.enter_context(settling(ticket))
+                txn.begin()
+                new_task = not task_dir.exists()
+                new_turn = previous is None and not turn_dir.exists()
+                try:
+                    if new_task or read_task_record(task_dir) is None:
+                        make_dirs(task_dir, self.layout.root)
+                        write_json(
+                            task_dir / TASK_RECORD,
+                            {
+                                "version": 1,
+                                "task_id": task_id,
+                                "owner": actor,
+                                "created_at": iso_us(now_us),
+                            },
+                        )
+                    if previous is not None and alive is None:
+                        # The old turn expired: it is gone for every reader, so its
+                        # artifacts must not come back with the new write.
+                        expired_dir = self.trash(turn_dir)
+                    # artifacts/ comes with the first artifact: a turn without one costs no inode.
+                    make_dirs(turn_dir, self.layout.root)
+                    backups = self.artifacts.publish_uploads(turn_dir, uploads)
+                    record = written_turn(
+                        task_id,
+                        turn,
+                        meta=meta,
+                        summary_md=summary_md,
+                        artifacts=kept,
+                        created_at=alive.created_at if alive else None,
+                        updated_us=updated_us,
+                        retention_us=self.retention_us,
+                    )
+                    write_json(turn_dir / TURN_META, turn_to_json(record))
+                    commit_point()
+                    self.write_derived(
+                        scope,
+                        task_id,
+                        task_dir,
+                        record,
+                        index,
+                        summary=True,
+                        ticket=ticket,
+                        usage=stored,
+                    )
+                    for backup in backups:
+                        remove_quietly(backup)
+                except Exception:
+                    # A new turn that failed (a full disk, a failing one) takes itself back, so
+                    # that its error means what it says: nothing was stored. The listing is
+                    # written last, in one transaction: it holds nothing of it either. A task
+                    # this write made goes with it, and then nothing is left to repair.
+                    if (
+                        new_turn
+                        and self._take_back(turn_dir)
+                        and new_task
+                        and self._take_back(task_dir)
+                    ):
+                        txn.abandon()
+                    raise
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)
         return record
@@ -327,6 +351,39 @@ class TaskStore:
         except OSError:
             return False
         return self.layout.tree.lstat(path) is None
+
+    def _stage_uploads(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        artifacts: Iterable[ArtifactUpload],
+        size: int | None,
+        if_match: str | None,
+        if_none_match: bool,
+        stack: contextlib.ExitStack,
+    ) -> tuple[list[StagedUpload[StagedFile]], Ticket | None]:
+        """Stage the artifacts of a put_turn before its lock (none: the seed's write, which
+        reads nothing here); their reservation, which the write under the lock settles."""
+        uploads = iter(artifacts)
+        first = next(uploads, None)
+        if first is None:
+            return [], None
+        # The staged bytes and the write join one group flush (if any).
+        stack.enter_context(group_commit(self.layout.root, enabled=self.txns.group_commit))
+        credits: dict[str, int] = {}
+        if if_match is not None or if_none_match or self.usage.applies(scope):
+            turn_dir = self.layout.check_inside(self.layout.turn_dir(scope, task_id, turn))
+            found = self.alive(read_turn(turn_dir), self.now_us())
+            # Checked again under the lock; a write that cannot succeed reads no body.
+            check_preconditions(found.etag if found else None, if_match, if_none_match)
+            # What each upload replaces, as read now: a quota counts only what it adds.
+            credits = {a.name: a.size for a in found.artifacts} if found else {}
+        ticket = stack.enter_context(settling(self.usage.admit(scope, gross=size or 0)))
+        staged = self.artifacts.stage_uploads(
+            scope, itertools.chain((first,), uploads), credits, ticket, stack
+        )
+        return staged, ticket
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
@@ -543,11 +600,23 @@ class TaskStore:
         self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
 
 
+def _name(info: ArtifactInfo) -> str:
+    return info.name
+
+
 def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
     """Remove the turn directories a put_turn made and died (or failed) in before its commit:
-    no meta.json, nothing but its temp files. Nothing in them was acknowledged, and the
-    caller holds the task lock, so no writer is still filling one."""
+    no meta.json, nothing but its temp files and the artifacts it published for the record
+    it never wrote (files only). Nothing in them was acknowledged, and the caller holds the
+    task lock, so no writer is still filling one."""
     for _, turn_dir in turn_dirs(tree, task_dir):
-        entries = tree.entries(turn_dir)
-        if all(not e.is_dir and not e.is_link and e.name.startswith(TMP_PREFIX) for e in entries):
+        if all(_unfinished(tree, e) for e in tree.entries(turn_dir)):
             tree.remove(turn_dir)
+
+
+def _unfinished(tree: Tree, entry: Entry) -> bool:
+    if entry.is_file:
+        return entry.name.startswith(TMP_PREFIX)
+    if entry.is_dir and entry.name == ARTIFACTS_DIR:
+        return all(e.is_file for e in tree.entries(entry.path))
+    return False

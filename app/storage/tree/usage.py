@@ -120,6 +120,11 @@ class TreeUsage:
         return total, held
 
     # -- writing --------------------------------------------------------------------------
+    def applies(self, scope: Scope) -> bool:
+        """Whether a quota applies to ``scope``'s writes (the project's or its tenant's)."""
+        project_quota, tenant_quota = self.quotas.of(scope)
+        return project_quota is not None or tenant_quota is not None
+
     def admit(self, scope: Scope, *, gross: int, add_bytes: int = 0, add_tasks: int = 0) -> Ticket:
         """Admit a write that puts about ``gross`` bytes on disk and adds ``add_bytes`` to the
         project's usage (and ``add_tasks`` tasks): InsufficientStorage below the floor,
@@ -127,12 +132,30 @@ class TreeUsage:
         quota applies), which the caller settles or releases."""
         if self.floor is not None:
             self.floor.admit(gross)
-        project_quota, tenant_quota = self.quotas.of(scope)
-        if project_quota is None and tenant_quota is None:
+        if not self.applies(scope):
             return NO_TICKET
         ticket = TreeTicket(self, scope)
         if add_bytes > 0 or add_tasks > 0:
             ticket.cover(add_bytes, add_tasks)
+        return ticket
+
+    def admit_write(
+        self,
+        scope: Scope,
+        ticket: Ticket | None,
+        *,
+        gross: int,
+        add_bytes: int,
+        add_tasks: int,
+    ) -> Ticket:
+        """:meth:`admit` for a write whose bytes may have streamed in already under
+        ``ticket`` (None: nothing did): the floor admits ``gross`` more, and the reservation
+        becomes what the write, now known exactly, adds."""
+        if ticket is None:
+            return self.admit(scope, gross=gross, add_bytes=add_bytes, add_tasks=add_tasks)
+        if self.floor is not None:
+            self.floor.admit(gross)
+        ticket.cover(add_bytes, add_tasks)
         return ticket
 
     def reserve(self, scope: Scope, ident: str, add_bytes: int, add_tasks: int) -> None:

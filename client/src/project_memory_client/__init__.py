@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Client": "client",
+    "Upload": "client",
     "Settings": "settings",
     "load_settings": "settings",
     "ApiError": "errors",
@@ -45,7 +46,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
-    from .client import Client as Client
+    from .client import Client as Client, Upload as Upload
     from .errors import (
         ApiError as ApiError,
         ClientError as ClientError,

@@ -10,13 +10,16 @@ may be sent again; a streamed upload is sent again only if its source can be re-
 from __future__ import annotations
 
 import hashlib
+import json
 import mimetypes
 import os
 import random
 import re
+import secrets
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Literal, overload
 from urllib.parse import quote
@@ -47,7 +50,7 @@ from .models import (
 )
 from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
 
-__all__ = ["Client", "Progress", "Source"]
+__all__ = ["Client", "Progress", "Source", "Upload"]
 
 CORRELATION_HEADER = "x-correlation-id"
 RETRY_STATUSES = frozenset({429, 503})
@@ -93,7 +96,30 @@ def _segment(value: object) -> str:
     return quote(text, safe="")
 
 
-class _Body:
+class _Chunked:
+    """A request body sent chunk by chunk: ``size`` when known, ``progress`` told of each."""
+
+    progress: Progress | None
+    size: int | None
+    replayable: bool
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body from its start, chunk by chunk, with the progress reported."""
+        done = 0
+        for block in self._blocks():
+            done += len(block)
+            if self.progress is not None:
+                self.progress(done, self.size)
+            yield block
+
+    def _blocks(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what the body holds open."""
+
+
+class _Body(_Chunked):
     """An upload body that can be sent again (a path, bytes, a seekable file) or only once."""
 
     def __init__(self, source: Source, progress: Progress | None) -> None:
@@ -129,15 +155,6 @@ class _Body:
         if self._owned is not None:
             self._owned.close()
 
-    def chunks(self) -> Iterator[bytes]:
-        """The body from its start, chunk by chunk, with the progress reported."""
-        done = 0
-        for block in self._blocks():
-            done += len(block)
-            if self.progress is not None:
-                self.progress(done, self.size)
-            yield block
-
     def _blocks(self) -> Iterator[bytes]:
         if self._bytes is not None:
             for start in range(0, len(self._bytes), CHUNK):
@@ -166,6 +183,101 @@ class _Body:
                 )
             done += len(block)
             yield block
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An artifact written with its turn (:meth:`Client.put_turn`): its name, its body (any
+    :data:`Source`) and its Content-Type (None: the one the name suggests, else
+    ``application/octet-stream``)."""
+
+    name: str
+    source: Source
+    content_type: str | None = None
+
+
+def _content_type(name: str, content_type: str | None) -> str:
+    return content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
+def _header_value(what: str, value: str) -> str:
+    """``value`` as it goes into a part's header; what would end or bend the header (a
+    quote, a backslash, a line break, a non-ASCII character) is refused before sending."""
+    if not value.isascii() or any(c in value for c in '"\\\r\n'):
+        raise InvalidArgument(f"{value!r} cannot be an artifact's {what} in a form")
+    return value
+
+
+class _Form(_Chunked):
+    """A turn and its artifacts as one multipart/form-data body (the server's PUT turn with
+    a form, beyond the seed): the turn's JSON first, then one part per artifact, its name
+    as the part's filename. Its size is known when every artifact's is; it can be sent
+    again when every artifact can."""
+
+    def __init__(self, turn: bytes, uploads: Sequence[Upload], progress: Progress | None) -> None:
+        self.progress = progress
+        self.boundary = secrets.token_hex(16)
+        self.content_type = f"multipart/form-data; boundary={self.boundary}"
+        self._parts: list[tuple[bytes, _Body]] = []
+        self._uploads: list[tuple[str, str, _Body]] = []
+        head = self._head('name="turn"', "application/json")
+        self._turn = head + turn + b"\r\n"
+        self._end = f"--{self.boundary}--\r\n".encode("ascii")
+        try:
+            for upload in uploads:
+                name = _header_value("name", upload.name)
+                kind = _header_value("type", _content_type(name, upload.content_type))
+                body = _Body(upload.source, None)
+                self._uploads.append((name, kind, body))
+                disposition = f'name="artifact"; filename="{name}"'
+                self._parts.append((self._head(disposition, kind), body))
+        except BaseException:
+            self.close()
+            raise
+        sizes = [body.size for _, body in self._parts]
+        self.size: int | None = None
+        if all(size is not None for size in sizes):
+            heads = sum(len(head) + 2 for head, _ in self._parts)  # each part ends in CRLF
+            self.size = len(self._turn) + heads + sum(sizes) + len(self._end)  # type: ignore[arg-type]
+        self.replayable = all(body.replayable for _, body in self._parts)
+
+    def _head(self, disposition: str, content_type: str) -> bytes:
+        return (
+            f"--{self.boundary}\r\nContent-Disposition: form-data; {disposition}\r\n"
+            f"Content-Type: {content_type}\r\n\r\n"
+        ).encode("ascii")
+
+    def uploads(self) -> list[tuple[str, str, _Body]]:
+        """Each artifact's name, Content-Type and body, to send them one by one instead."""
+        return list(self._uploads)
+
+    def close(self) -> None:
+        for _, body in self._parts:
+            body.close()
+
+    def _blocks(self) -> Iterator[bytes]:
+        yield self._turn
+        for head, body in self._parts:
+            yield head
+            yield from body.chunks()
+            yield b"\r\n"
+        yield self._end
+
+
+def _form_unknown(exc: ApiError) -> bool:
+    """Whether a refusal of a form says the server takes a turn only as JSON (one older than
+    the form answers 415, or 422 at the body for JSON it cannot decode)."""
+    if exc.status == 415:
+        return True
+    detail = exc.detail
+    return (
+        exc.status == 422
+        and isinstance(detail, list)
+        and len(detail) == 1
+        and isinstance(detail[0], dict)
+        and detail[0].get("loc") == ["body"]
+        and detail[0].get("type") == "json_invalid"
+    )
 
 
 class Client:
@@ -242,7 +354,7 @@ class Client:
         *,
         params: dict[str, Any] | None = None,
         json: Any = None,
-        body: _Body | None = None,
+        body: _Chunked | None = None,
         headers: dict[str, str] | None = None,
         stream: bool = False,
         ok: tuple[int, ...] = (200,),
@@ -358,6 +470,8 @@ class Client:
         summary_md: str = "",
         if_match: str | None = None,
         if_none_match: Literal["*"] | None = None,
+        artifacts: Iterable[Upload] = (),
+        progress: Progress | None = None,
     ) -> TurnRecord:
         """Upsert one turn's meta and summary; the record as stored, with its new ETag.
 
@@ -368,18 +482,33 @@ class Client:
 
         ``if_match`` (an ETag) writes only over that version; ``if_none_match="*"`` only a
         turn that does not exist yet. Either raises PreconditionFailed when it does not hold.
+
+        ``artifacts`` are stored with the turn in the same request (a multipart/form-data
+        PUT, beyond the seed): the turn and all of them, or none; the turn's other artifacts
+        stay. ``progress`` is called over that whole body. A server that takes a turn only as
+        JSON gets the seed's requests instead: the turn, then each artifact.
         """
         body = {"meta": meta or {}, "summary_md": summary_md}
-        if turn != "next":
-            return self._put_turn(task_id, turn, body, if_match, if_none_match)
-        if if_match is not None:
+        if turn == "next" and if_match is not None:
             raise ValueError("if_match names one version of one turn; it cannot go with 'next'")
-        candidate = self._next_free_turn(task_id)
-        for _ in range(NEXT_TURN_ATTEMPTS):
-            try:
-                return self._put_turn(task_id, candidate, body, None, "*")
-            except PreconditionFailed:
-                candidate = max(candidate + 1, self._next_free_turn(task_id))
+        uploads = list(artifacts)
+        form = None
+        if uploads:
+            form = _Form(json.dumps(body, ensure_ascii=False).encode("utf-8"), uploads, progress)
+        try:
+            if turn != "next":
+                return self._put_turn(task_id, turn, body, if_match, if_none_match, form)
+            candidate = self._next_free_turn(task_id)
+            for _ in range(NEXT_TURN_ATTEMPTS):
+                try:
+                    return self._put_turn(task_id, candidate, body, None, "*", form)
+                except PreconditionFailed:
+                    if form is not None and not form.replayable:
+                        raise  # its artifacts were read once, and cannot be sent again
+                    candidate = max(candidate + 1, self._next_free_turn(task_id))
+        finally:
+            if form is not None:
+                form.close()
         raise ClientError(
             f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries; last tried"
             f" {candidate}"
@@ -392,16 +521,47 @@ class Client:
         body: dict[str, Any],
         if_match: str | None,
         if_none_match: str | None,
+        form: _Form | None = None,
     ) -> TurnRecord:
         headers = {}
         if if_match is not None:
             headers["If-Match"] = if_match
         if if_none_match is not None:
             headers["If-None-Match"] = if_none_match
-        response = self._send(
-            "PUT", f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}", json=body, headers=headers
-        )
+        path = f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}"
+        if form is None:
+            response = self._send("PUT", path, json=body, headers=headers)
+        else:
+            try:
+                response = self._send(
+                    "PUT", path, body=form, headers={**headers, "Content-Type": form.content_type}
+                )
+            except ApiError as exc:
+                if not (_form_unknown(exc) and form.replayable):
+                    raise
+                return self._put_turn_and_artifacts(task_id, turn, body, headers, form)
         return TurnRecord.from_json(response.json(), response.headers.get("ETag"))
+
+    def _put_turn_and_artifacts(
+        self,
+        task_id: str,
+        turn: int | str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        form: _Form,
+    ) -> TurnRecord:
+        """The seed's way to the same end: the turn, then each artifact of ``form``; the
+        turn as it is after the last."""
+        path = f"/tasks/{_segment(task_id)}/turns/{_segment(turn)}"
+        self._send("PUT", path, json=body, headers=headers)
+        for name, kind, upload in form.uploads():
+            self._send(
+                "PUT",
+                f"{path}/artifacts/{_segment(name)}",
+                body=upload,
+                headers={"Content-Type": kind},
+            )
+        return self.get_turn(task_id, int(turn))
 
     def _next_free_turn(self, task_id: str) -> int:
         try:
@@ -436,8 +596,7 @@ class Client:
         an iterable or an unseekable stream), so the server can refuse an artifact over its
         limit or quota before any byte is sent.
         """
-        kind = content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
-        headers = {"Content-Type": kind}
+        headers = {"Content-Type": _content_type(name, content_type)}
         if if_match is not None:
             headers["If-Match"] = if_match
         if if_none_match is not None:

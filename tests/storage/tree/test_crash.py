@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import os
 import shutil
 import stat
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from app.storage import InsufficientStorage, NotFound, Scope, StorageError
+from app.storage.core.models import ArtifactUpload
 from app.storage.tree.fs import sync
 from app.storage.tree.fs.txn import Journal, Key
 from app.storage.tree.sqlite.listing import Listing
@@ -79,7 +81,19 @@ OPS: dict[str, Callable[[TaskStore], object]] = {
         SCOPE, "t1", 0, "a.bin", io.BytesIO(b"new bytes!"), content_type="x/new"
     ),
     "delete_task": lambda s: s.delete_task(SCOPE, "t2"),
-}
+    # A turn with its artifacts in one write (beyond the seed): one replaced, one new.
+    "put_turn_with_artifacts": lambda s: s.put_turn(
+        SCOPE, "t1", 0, meta={"v": "new"}, summary_md="new",
+        artifacts=[
+            ArtifactUpload("a.bin", "x/new", io.BytesIO(b"new bytes!")),
+            ArtifactUpload("c.bin", "x/c", io.BytesIO(b"c" * 3000)),
+        ],
+    ),
+    "put_turn_with_artifacts_new_task": lambda s: s.put_turn(
+        SCOPE, "t3", 0, meta={}, summary_md="t3",
+        artifacts=[ArtifactUpload("d.bin", "x/d", io.BytesIO(b"d" * 100))],
+    ),
+}  # fmt: skip
 
 
 def _visible_state(store: TaskStore) -> dict[str, Any]:
@@ -165,12 +179,34 @@ def _run_case(
                 store.repair_task(SCOPE, task_id)
                 store.txns.settle(Key(SCOPE, task_id))
     assert_consistent(store, SCOPE)
+    assert _unnamed_files(store) == []
     assert store.txns.journal.pending() == []
     later = _visible_state(store)
     for key in ("turns", "artifacts"):
         settled = {k: v for k, v in later[key].items() if k[1] != 7}
         assert settled in (before[key], after_ok[key]), f"{key} neither old nor new: {settled}"
     return True
+
+
+def _unnamed_files(store: TaskStore) -> list[Path]:
+    """Files under a turn directory that no committed record names: a turn directory without
+    its meta.json, or an artifact its record does not list (a write that never committed)."""
+    left = []
+    for task_id in ("t1", "t2", "t3"):
+        task_dir = store.layout.task_dir(SCOPE, task_id)
+        for turn_dir in sorted(task_dir.glob("*-turn")):
+            meta = turn_dir / "meta.json"
+            named = (
+                {a["name"] for a in json.loads(meta.read_bytes())["artifacts"]}
+                if meta.exists()
+                else None
+            )
+            for path in sorted(turn_dir.rglob("*")):
+                if path.is_file() and (
+                    named is None or (path.parent.name == "artifacts" and path.name not in named)
+                ):
+                    left.append(path)
+    return left
 
 
 _EXPECTED: dict[str, dict[str, Any]] = {}

@@ -264,13 +264,20 @@ class Spool:
 def send(client: Client, entry: Entry, directory: Path) -> bool:
     """Put ``entry``'s turn on the server, once; True when it was there already.
 
-    Then each artifact the turn lacks is put (a retry after a cut upload adds the rest).
+    A turn not there yet goes with its artifacts in one request (all or nothing); one that
+    is there gets each artifact it lacks (what a cut delivery of the seed's requests, or a
+    file spooled after, left out).
     """
+    from ..client import Upload
     from ..errors import NotFound, PreconditionFailed
 
     task_id = entry.task_id
     meta = {**entry.meta, RECORD_KEY: entry.record_id}
-    turn, names, found = None, set(), False
+    uploads = [
+        Upload(a["name"], directory / a["file"], a["content_type"])
+        for a in entry.artifacts
+        if (directory / a["file"]).is_file()
+    ]
     for _ in range(NEXT_TURN_ATTEMPTS):
         try:
             index = client.get_task(task_id)
@@ -279,28 +286,31 @@ def send(client: Client, entry: Entry, directory: Path) -> bool:
         if index is not None:
             mine = [t for t in index.turns if t.meta.get(RECORD_KEY) == entry.record_id]
             if mine:
-                turn, names, found = mine[0].turn, set(mine[0].artifacts), True
-                break
+                names = set(mine[0].artifacts)
+                for upload in uploads:
+                    if upload.name not in names:
+                        client.put_artifact(
+                            task_id,
+                            mine[0].turn,
+                            upload.name,
+                            upload.source,
+                            content_type=upload.content_type,
+                        )
+                return True
         numbers = [t.turn for t in index.turns] if index is not None else []
         if index is not None and index.latest_turn is not None:
             numbers.append(index.latest_turn)
         number = max(numbers) + 1 if numbers else 0
         try:
-            record = client.put_turn(
-                task_id, number, meta=meta, summary_md=entry.summary_md, if_none_match="*"
+            client.put_turn(
+                task_id,
+                number,
+                meta=meta,
+                summary_md=entry.summary_md,
+                if_none_match="*",
+                artifacts=uploads,
             )
         except PreconditionFailed:
             continue  # another writer took the number: read the index again
-        turn = record.turn
-        break
-    if turn is None:
-        raise RuntimeError(f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries")
-    for artifact in entry.artifacts:
-        if artifact["name"] in names:
-            continue
-        source = directory / artifact["file"]
-        if source.is_file():
-            client.put_artifact(
-                task_id, turn, artifact["name"], source, content_type=artifact["content_type"]
-            )
-    return found
+        return False
+    raise RuntimeError(f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries")
