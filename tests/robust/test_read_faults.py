@@ -109,6 +109,7 @@ def test_fsck_repair_keeps_a_task_record_it_cannot_read(seeded: Seeded) -> None:
     assert flask(seeded.env(), "fsck").returncode == 0
 
 
+@pytest.mark.soak
 def test_fsck_reads_on_past_eio(tmp_path: Path) -> None:
     """EIO opening an artifact, reading a memory version: each is reported, the rest of
     the tree is still checked, and nothing is moved or dropped."""
