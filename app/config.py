@@ -10,7 +10,7 @@ from typing import Any
 from flask import Flask
 
 from app.storage.core.limits import parse_bytes
-from app.storage.core.quota import parse_floor
+from app.storage.core.quota import parse_floor, parse_inode_floor
 from app.storage.core.record_rules import MAX_RETENTION_DAYS
 from app.web.origins import public_origin
 
@@ -71,10 +71,25 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         str,
         "Free space writes never go below on the storage root's disk (e.g. 5GiB, or 2% of the disk); reads and deletes go on (507).",
     ),
+    "MIN_FREE_INODES": (
+        "2%",
+        str,
+        "Free inodes (files and directories) writes never go below on the storage root's disk (e.g. 10000, or 2% of its inodes); reads and deletes go on (507).",
+    ),
     "SWEEP_INTERVAL": (
         3600.0,
         float,
         "Seconds between retention sweeps run by the server; 0 disables.",
+    ),
+    "SWEEP_CLOCK_MARGIN_DAYS": (
+        1.0,
+        float,
+        "A sweep removes nothing while the clock is this many days ahead of the newest write and more than MEMORY_SWEEP_CLOCK_SHARE of the turns would expire at once (a clock stepped forward); 0 turns the guard off. `sweep --force` overrides.",
+    ),
+    "SWEEP_CLOCK_SHARE": (
+        0.5,
+        float,
+        "The share of the turns (0..1) one sweep may expire while the clock is past MEMORY_SWEEP_CLOCK_MARGIN_DAYS.",
     ),
     "DEFAULT_TENANT": ("default", str, "Tenant of the first token `make run` creates."),
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),
@@ -198,8 +213,16 @@ def validate_config(config: dict[str, Any]) -> None:
         parse_floor(config["MIN_FREE_BYTES"])
     except ValueError as exc:
         raise ConfigError(f"{PREFIX}_MIN_FREE_BYTES: {exc}") from None
+    try:
+        parse_inode_floor(config["MIN_FREE_INODES"])
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}_MIN_FREE_INODES: {exc}") from None
     if config["SWEEP_INTERVAL"] < 0:
         raise ConfigError(f"{PREFIX}_SWEEP_INTERVAL must be >= 0")
+    if config["SWEEP_CLOCK_MARGIN_DAYS"] < 0:
+        raise ConfigError(f"{PREFIX}_SWEEP_CLOCK_MARGIN_DAYS must be >= 0")
+    if not 0 <= config["SWEEP_CLOCK_SHARE"] <= 1:
+        raise ConfigError(f"{PREFIX}_SWEEP_CLOCK_SHARE must be between 0 and 1")
     for name in ("HEADER_TIMEOUT", "BODY_TIMEOUT"):
         if not 0 < config[name] <= 3600:
             raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")

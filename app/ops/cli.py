@@ -121,11 +121,16 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option("--now", "now_text", default=None, help="Sweep as of this ISO 8601 time (UTC).")
 @click.option("--dry-run", is_flag=True, help="Report what would go; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
-def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Sweep even when the clock looks stepped forward past the newest write.",
+)
+def sweep_command(now_text: str | None, dry_run: bool, as_json: bool, force: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
     from app.ops.sweeper import run_sweep
 
-    outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run)
+    outcome = run_sweep(current_app, now=_parse_now(now_text), dry_run=dry_run, force=force)
     _storage().flush_derived()  # the sweep rewrites derived files without fsync (atomic_file)
     if as_json:
         click.echo(json.dumps(outcome.to_dict()))
@@ -134,7 +139,7 @@ def sweep_command(now_text: str | None, dry_run: bool, as_json: bool) -> None:
             click.echo(line)
         for error in outcome.errors:
             click.echo(f"error: {error}", err=True)
-    if outcome.errors:
+    if outcome.errors or outcome.refused:
         raise SystemExit(1)
 
 
@@ -172,14 +177,26 @@ def fsck_command(repair: bool, grace_minutes: float) -> None:
         # Trust, but verify: what repair left behind is what the next check finds.
         report = _fsck_all(False, grace)
     ok = report.clean and not broken
-    click.echo(
-        "fsck: clean"
-        if ok
-        else f"fsck: {len(report.problems)} problem(s)"
-        + (" remain after repair" if repair else "; run `flask --app wsgi fsck --repair`")
-    )
-    if not ok:
-        raise SystemExit(1)
+    if ok:
+        if repair:
+            # A full check the start-up recovery left pending (or failed) is done now.
+            _storage().recovery.recovered()
+        click.echo("fsck: clean")
+        return
+    summary = f"fsck: {len(report.problems)} problem(s)"
+    if report.unreadable:
+        # Never "clean" while a file could not be read, and never a reason to repair.
+        summary += (
+            f", {len(report.unreadable)} of them file(s) that cannot be read now (I/O or"
+            " permission errors, not damage; nothing that depends on them was changed):"
+            " fix the disk or the files' owner and mode, then run fsck again"
+        )
+    elif repair:
+        summary += " remain after repair"
+    else:
+        summary += "; run `flask --app wsgi fsck --repair`"
+    click.echo(summary)
+    raise SystemExit(1)
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -21,9 +21,12 @@ as gthread serves them; put a reverse proxy in front for those (docs/deploy.md).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
+import os
 import selectors
+import signal
 import socket
 import ssl
 import time
@@ -57,6 +60,27 @@ LINGER_SECONDS = 2.0
 LINGER_MAX_BYTES = 64 * 1024
 
 _HAND_OFF = object()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with(master: int) -> None:
+    """Have the kernel SIGKILL this worker the moment its master dies.
+
+    A worker that outlives its master (killed by SIGKILL or the OOM killer) would go on
+    answering on the inherited socket until gunicorn's own check notices (seconds, and a
+    kept-alive connection longer), and would hold the listening socket and the root lock
+    (tree/recovery.py) the next server needs: that one could then neither bind nor start.
+    Dying with it is what a crash of the whole server does, which the journals repair. A
+    clean stop never triggers it: the master waits for its workers before it exits."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: gunicorn's own check remains
+        return
+    if os.getppid() != master:  # it died before the prctl: no signal will come
+        os._exit(1)
 
 
 def _too_large() -> LimitRequestHeaders:
@@ -145,6 +169,10 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         limit = cfg.limit_request_line
         # The request-line limit as gunicorn's parser applies it (0: none).
         self.line_limit = MAX_REQUEST_LINE if limit < 0 or limit > MAX_REQUEST_LINE else limit
+
+    def init_process(self) -> None:
+        die_with(self.ppid)
+        super().init_process()
 
     def load_wsgi(self) -> None:
         super().load_wsgi()

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.core.files import is_no_space
 from app.storage.core.sweep import SweepReport
 
 if TYPE_CHECKING:
@@ -44,11 +45,20 @@ RENEW_SECONDS = 5.0
 log = logging.getLogger("app.sweeper")
 
 
-def run_sweep(app: Flask, *, now: datetime | None = None, dry_run: bool = False) -> SweepOutcome:
-    """Sweep both engines: expired turns and memory-store versions past their retention."""
+def run_sweep(
+    app: Flask, *, now: datetime | None = None, dry_run: bool = False, force: bool = False
+) -> SweepOutcome:
+    """Sweep both engines: expired turns and memory-store versions past their retention.
+
+    An explicit ``now`` is a time a person chose, not the clock's: the guard against a clock
+    stepped forward (core/sweep.py ClockGuard) is for the clock alone, as ``force`` says."""
     from app.web import metrics
 
-    outcome = storage_of(app).sweep(now=now or datetime.now(UTC), dry_run=dry_run)
+    outcome = storage_of(app).sweep(
+        now=now or datetime.now(UTC), dry_run=dry_run, force=force or now is not None
+    )
+    if outcome.refused:
+        log.warning("sweep refused: %s", outcome.refused)
     if not dry_run:
         metrics.record_sweep(outcome.tasks)
     for link in (*outcome.tasks.links, *outcome.versions.links):
@@ -87,6 +97,11 @@ class Sweeper:
         self.poll = min(poll, interval) if interval > 0 else poll
         self._stop = threading.Event()
         self._lock: Lease | None = None
+        # When the next sweep is due, on the monotonic clock: a wall clock stepped back must
+        # not stop the sweeps for as long as the step (nor one stepped forward run them early).
+        self._next_sweep: float | None = None
+        self._stopped_by_full_disk = False
+        self._led = False  # whether this leadership ran _lead_once yet
         self.thread = threading.Thread(target=self._loop, name="memory-sweeper", daemon=True)
 
     def start(self) -> Sweeper:
@@ -127,18 +142,51 @@ class Sweeper:
                 if self._lock is None:
                     self._stop.wait(self.poll)
                     continue
+                self._next_sweep = None
+                self._led = False
+            # Nothing below writes while a full disk keeps the start-up recovery unfinished
+            # (a renewed sentinel would tell the workers it is done).
+            if not self._writable():
+                continue
+            if not self._led:
+                self._led = True
                 self._lead_once()
             if self.storage.recovery.running():
                 self._guard(self.storage.recovery.renew, "canary renewal")
             wait = self.renew
             if self.interval > 0:
-                last = read_state(self.storage).get("last_started_epoch", 0.0)
-                due = float(last) + self.interval - time.time()
-                if due <= 0:
+                now = time.monotonic()
+                if self._next_sweep is None:
+                    self._next_sweep = now + self._due_in()
+                if self._next_sweep <= now:
                     self._guard(self.run_once, "sweep")
-                    due = self.interval
-                wait = min(wait, due)
+                    self._next_sweep = time.monotonic() + self.interval
+                wait = min(wait, max(0.0, self._next_sweep - time.monotonic()))
             self._stop.wait(wait)
+
+    def _writable(self) -> bool:
+        """Finish a start-up recovery a full disk stopped, if there is one: False (after a
+        pause) while the disk is still full; True once it is done."""
+        try:
+            done = self.storage.resume_writes()
+        except Exception:  # noqa: BLE001 - the thread must outlive one bad run
+            log.exception("finishing the start-up recovery failed")
+            done = False
+        if not done:
+            self._stopped_by_full_disk = True
+            self._stop.wait(self.poll)
+            return False
+        if self._stopped_by_full_disk:
+            self._stopped_by_full_disk = False
+            log.warning("the start-up recovery finished: writes are served again")
+        return True
+
+    def _due_in(self) -> float:
+        """Seconds until the first sweep of a new leader: the rest of the interval since the
+        last run any leader recorded (on the wall clock, the one kept between processes),
+        never more than one interval (a record from a time ahead of the clock: stepped back)."""
+        last = float(read_state(self.storage).get("last_started_epoch", 0.0))
+        return min(self.interval, max(0.0, last + self.interval - time.time()))
 
     def _lead_once(self) -> None:
         """What a new leader does first: the full check a recovery may have left pending."""
@@ -221,12 +269,21 @@ def startup_recovery(app: Flask) -> list[str]:
         lines = [f"upgrade failed: {exc}"]
     plan = storage.recovery.plan()
     try:
-        lines += storage.recover(plan).lines()
-    except Exception as exc:  # noqa: BLE001 - recovery must not keep the server down
-        log.exception("start-up recovery failed")
-        storage.recovery.mark_recovering(f"the recovery of in-flight writes failed: {exc}")
-        lines.append(f"previous run did not shut down cleanly; recovery failed: {exc}")
-    storage.recovery.renew()
+        try:
+            lines += storage.recover(plan).lines()
+        except Exception as exc:  # noqa: BLE001 - recovery must not keep the server down
+            if is_no_space(exc):
+                raise
+            log.exception("start-up recovery failed")
+            storage.recovery.mark_recovering(f"the recovery of in-flight writes failed: {exc}")
+            lines.append(f"previous run did not shut down cleanly; recovery failed: {exc}")
+        storage.recovery.renew()
+    except Exception as exc:
+        # A full disk must not keep reads down too (and systemd restarting a server that
+        # cannot start): serve what is stored, and finish once there is room.
+        if not is_no_space(exc):
+            raise
+        lines += storage.serve_read_only(plan, exc)
     return lines
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from app.storage.core.clock import system_clock
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
+from app.storage.core.sweep import ClockGuard
 from app.storage.interface import StorageBackend
 
 
@@ -17,9 +18,13 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     """The backend of ``settings`` (the app's validated config: ``STORAGE_ROOT``,
     ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
     ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``,
-    ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none;
-    ``SEARCH_TIMEOUT``)."""
+    ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none,
+    ``MIN_FREE_INODES``: its inode floor; ``SEARCH_TIMEOUT``)."""
     common: dict[str, Any] = {
+        "clock_guard": ClockGuard(
+            margin_days=float(settings.get("SWEEP_CLOCK_MARGIN_DAYS", 1.0)),
+            share=float(settings.get("SWEEP_CLOCK_SHARE", 0.5)),
+        ),
         "retention": timedelta(days=settings["RETENTION_DAYS"]),
         "lock_timeout": settings["LOCK_TIMEOUT"],
         "max_artifact_bytes": settings["MAX_ARTIFACT_BYTES"],
@@ -47,5 +52,6 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         tokens_file=Path(settings["TOKENS_FILE"]),
         group_commit=settings.get("GROUP_COMMIT", True),
         min_free=settings.get("MIN_FREE_BYTES"),
+        min_free_inodes=settings.get("MIN_FREE_INODES", "2%"),
         **common,
     )

@@ -379,6 +379,10 @@ class RecoveryState(Protocol):
         """Why a full check is pending; None when none is."""
         ...
 
+    def recovered(self) -> None:
+        """The full check is done: nothing is pending any more (a clean ``fsck --repair``)."""
+        ...
+
     def running(self) -> bool:
         """Whether this server is marked running (its canary is renewed while it is)."""
         ...
@@ -404,7 +408,10 @@ class StorageBackend(Protocol):
     @property
     def recovery(self) -> RecoveryState: ...
 
-    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome: ...
+    def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
+        """Remove what retention lets go; unless ``force``, nothing while the clock looks
+        stepped forward past the writes (``SweepOutcome.refused`` says why)."""
+        ...
 
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
 
@@ -417,6 +424,15 @@ class StorageBackend(Protocol):
 
     def full_check(self) -> FsckReport | None:
         """Run the full check a recovery left pending (``fsck --repair``); None when none is."""
+        ...
+
+    def serve_read_only(self, plan: Plan, exc: BaseException) -> list[str]:
+        """The start-up recovery of ``plan`` met a full disk (``exc``): serve reads, refuse
+        writes, until :meth:`resume_writes` finishes it; the lines worth printing."""
+        ...
+
+    def resume_writes(self) -> bool:
+        """Finish a recovery a full disk stopped, if any; whether writes are allowed now."""
         ...
 
     def flush_derived(self) -> None:

@@ -169,10 +169,21 @@ def render(exc: HTTPException) -> Any:
 
 
 _NO_RETRY = {"x-should-retry": "false"}
+_CANNOT_READ = frozenset(
+    {errno.EIO, errno.EACCES, errno.EPERM, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
+)
 DAMAGED = (
     "a stored record is damaged (a torn or hand-edited file): `flask --app wsgi fsck` names "
     "it, and `fsck --repair` moves it to lost+found"
 )
+# Not damage: the file may be whole, and a repair would take it for torn. Nothing was
+# changed, so the request may be sent again as it is.
+UNREADABLE = (
+    "a stored file cannot be read right now (an I/O or permission error on the server's "
+    "disk); nothing was changed: retry later. If it lasts, the operator should check the "
+    "disk and the file's owner and mode (`flask --app wsgi fsck` names what cannot be read)"
+)
+FULL = "insufficient storage: the server's disk is full"
 _FIELD_LOCATIONS = {
     "task_id": "path",
     "turn": "path",
@@ -242,14 +253,17 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             headers=_NO_RETRY,
             error_type="insufficient_storage_error",
         )
-    if isinstance(exc, se.Corrupt):
+    if isinstance(exc, se.Unreadable):
         # Its message names a path: that stays in the log.
+        log.error("unreadable file: %s", exc)
+        return ApiError(503, UNREADABLE, headers={"Retry-After": "5"})
+    if isinstance(exc, se.Corrupt):
         log.error("damaged record: %s", exc)
         return ApiError(500, DAMAGED)
     if isinstance(exc, se.NotSupported):
         return ApiError(501, str(exc))
     if isinstance(exc, se.InsufficientStorage):
-        return ApiError(507, "insufficient storage: the server's disk is full")
+        return ApiError(507, FULL, headers=_NO_RETRY, error_type="insufficient_storage_error")
     log.error("storage error: %r", exc)
     return ApiError(500, "internal error")
 
@@ -292,6 +306,9 @@ def register_error_handlers(app: Flask) -> None:
         # is still a full disk.
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return render(from_storage(se.InsufficientStorage(str(exc))))
+        if request.method in ("GET", "HEAD") and exc.errno in _CANNOT_READ:
+            # A read that met the disk's fault outside the engine's own translation.
+            return render(from_storage(se.Unreadable.of(exc)))
         log.error("I/O error: %r", exc)
         return render(ApiError(500, "internal error: a storage operation failed"))
 

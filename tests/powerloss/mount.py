@@ -81,21 +81,38 @@ class PowerLossMount:
                 raise OSError(err, f"syncfs {self.mountpoint}: {os.strerror(err)}")
         finally:
             os.close(fd)
+        self._ask("lazyfs::clear-cache", "finished::clear-cache", timeout)
+        self.cuts += 1
+
+    def fail(self, op: str, path: Path | str, timeout: float = 30.0) -> None:
+        """Make every ``op`` (open, read, write) at or under ``path`` (a path under the
+        mountpoint) fail with EIO, until :meth:`heal` (the simulator only)."""
+        if self.kind == "lazyfs":
+            raise MountError("EIO on command is the simulator's (simfs.py), not LazyFS's")
+        inside = Path(path).relative_to(self.mountpoint).as_posix()
+        target = "/" if inside == "." else f"/{inside}"
+        self._ask(f"simfs::fail {op} {target}", "finished::fail", timeout)
+
+    def heal(self, timeout: float = 30.0) -> None:
+        """No operation fails any more."""
+        self._ask("simfs::fail clear", "finished::fail", timeout)
+
+    def _ask(self, text: str, answer_text: str, timeout: float) -> None:
+        """Send a command and wait for its answer on the completion fifo."""
         self._drain()
         deadline = time.monotonic() + timeout
-        self.command("lazyfs::clear-cache", deadline)
+        self.command(text, deadline)
         answer = b""
-        while b"finished::clear-cache" not in answer:
+        while answer_text.encode() not in answer:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise MountError(
-                    f"{self.kind}: no answer to clear-cache in {timeout:.0f}s\n{self.log()}"
+                    f"{self.kind}: no answer to {text!r} in {timeout:.0f}s\n{self.log()}"
                 )
             ready, _, _ = select.select([self.done_fd], [], [], min(left, 1.0))
             if ready:
                 answer += os.read(self.done_fd, 4096)
             self._check_alive()
-        self.cuts += 1
 
     def command(self, text: str, deadline: float) -> None:
         """Send one command (one write: LazyFS takes each read as one command)."""

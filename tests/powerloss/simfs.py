@@ -22,6 +22,11 @@ same table against both):
 Unsynced state is keyed by the backing file's inode, so it follows a file through renames
 and hard links, as a page cache does.
 
+It also fails operations on command, as a failing disk would: ``simfs::fail OP PATH`` makes
+every ``OP`` (``open``, ``read`` or ``write``; ``write`` covers fsync too) of a file at or
+under ``PATH`` (a path of the mount, ``/`` first) fail with EIO, until ``simfs::fail clear``;
+each is answered ``finished::fail`` on ``DONE`` once in force.
+
 With ``--ext4`` it keeps two promises of ext4 in its default ``data=ordered`` mode, the ones
 group commit (app/storage/tree/fs/atomic.py) relies on: a rename over an existing file takes the
 renamed file's data to the disk with it (``auto_da_alloc``), and ``simfs::syncfs MARKER``
@@ -52,7 +57,10 @@ PAGE = 4096
 CLEAR = "lazyfs::clear-cache"
 CHECKPOINT = "lazyfs::cache-checkpoint"
 SYNCFS = "simfs::syncfs "  # + the marker file to create once done (--ext4 only)
+FAIL = "simfs::fail "  # + "open|read|write PATH", or "clear"
 CLEARED = "finished::clear-cache\n"
+FAILING = "finished::fail\n"
+FAULT_OPS = ("open", "read", "write")
 # Flags that make no sense on the backing descriptor: appends and truncation are applied
 # here (FUSE hands us the offset of an O_APPEND write), creation is the create op's.
 _NOT_PASSED = os.O_APPEND | os.O_TRUNC | os.O_CREAT | os.O_EXCL | os.O_ACCMODE | os.O_DIRECT
@@ -135,6 +143,7 @@ class Handle:
     fd: int
     key: Key
     sync_writes: bool  # O_SYNC / O_DSYNC: every write is also an fsync
+    path: str = ""  # the mount's path it was opened by (what a fault names)
 
 
 def _key(st: os.stat_result) -> Key:
@@ -174,6 +183,29 @@ class PowerLossFS(mfusepy.Operations):
         self.handles: dict[int, Handle] = {}
         self.dirs: dict[int, int] = {}  # handle -> descriptor of an open backing directory
         self.next_fh = 1
+        self.faults: dict[str, set[str]] = {op: set() for op in FAULT_OPS}
+
+    # -- a failing disk ---------------------------------------------------------------------------
+    def set_fault(self, command: str) -> None:
+        """``open|read|write PATH``: that operation fails with EIO at or under PATH;
+        ``clear``: none does."""
+        with self.mu:
+            if command.strip() == "clear":
+                for paths in self.faults.values():
+                    paths.clear()
+                return
+            op, _, path = command.partition(" ")
+            if op not in self.faults or not path.startswith("/"):
+                raise ValueError(f"not a fault: {command!r}")
+            self.faults[op].add(path.rstrip("/") or "/")
+
+    def _failing(self, op: str, path: str | None) -> None:
+        """Raise EIO when ``op`` on ``path`` is to fail (the caller holds mu)."""
+        if not path:
+            return
+        for prefix in self.faults[op]:
+            if prefix == "/" or path == prefix or path.startswith(prefix + "/"):
+                raise mfusepy.FuseOSError(errno.EIO)
 
     def real(self, path: str | None) -> str:
         if path is None:
@@ -228,12 +260,12 @@ class PowerLossFS(mfusepy.Operations):
         if stat.S_ISREG(st.st_mode):
             self._forget_if_gone(_key(st), st.st_nlink - 1)
 
-    def _open(self, fd: int, flags: int, *, created: bool) -> int:
+    def _open(self, fd: int, flags: int, *, created: bool, path: str = "") -> int:
         key = _key(os.fstat(fd))
         if created:
             # A new file may reuse the inode number of one that died with unsynced state.
             self._forget(key)
-        handle = Handle(fd, key, bool(flags & (os.O_SYNC | os.O_DSYNC)))
+        handle = Handle(fd, key, bool(flags & (os.O_SYNC | os.O_DSYNC)), path)
         fh = self._new_fh()
         self.handles[fh] = handle
         if flags & os.O_TRUNC:
@@ -275,13 +307,15 @@ class PowerLossFS(mfusepy.Operations):
             return _attrs(st, unsynced)
 
     def open(self, path: str, flags: int) -> int:
+        with self.mu:
+            self._failing("open", path)
         real = self.real(path)
         try:
             fd = os.open(real, self._backing_flags(flags))
         except PermissionError:
             fd = os.open(real, (flags & ~_NOT_PASSED) | (flags & os.O_ACCMODE))
         with self.mu:
-            return self._open(fd, flags, created=False)
+            return self._open(fd, flags, created=False, path=path)
 
     def create(self, path: str, mode: int, flags: int) -> int:
         real = self.real(path)
@@ -294,11 +328,12 @@ class PowerLossFS(mfusepy.Operations):
                 raise
             fd, created = os.open(real, base), False
         with self.mu:
-            return self._open(fd, flags, created=created)
+            return self._open(fd, flags, created=created, path=path)
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         with self.mu:
             handle = self.handles[fh]
+            self._failing("read", handle.path)
             state = self.unsynced.get(handle.key)
             if state is None:
                 return os.pread(handle.fd, size, offset)
@@ -307,6 +342,7 @@ class PowerLossFS(mfusepy.Operations):
     def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
         with self.mu:
             handle = self.handles[fh]
+            self._failing("write", handle.path)
             self._state(handle.key, handle.fd).write(data, offset)
             if handle.sync_writes:
                 self._sync(handle.key)
@@ -328,6 +364,7 @@ class PowerLossFS(mfusepy.Operations):
 
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:
         with self.mu:
+            self._failing("write", self.handles[fh].path)
             self._sync(self.handles[fh].key)
         return 0
 
@@ -528,6 +565,12 @@ def _serve_commands(fs: PowerLossFS, fifo: Path, done: Path) -> None:
             elif command == CHECKPOINT:
                 fs.checkpoint()
                 logging.warning("cache-checkpoint: done")
+            elif command.startswith(FAIL):
+                try:
+                    fs.set_fault(command[len(FAIL) :])
+                except ValueError as exc:
+                    logging.warning("%s", exc)
+                os.write(answers, FAILING.encode())
             elif fs.ext4 and command.startswith(SYNCFS):
                 fs.checkpoint()
                 with contextlib.suppress(OSError):  # the server may have been killed since

@@ -35,6 +35,8 @@ class Live:
     threads: int = 4
     worker_class: str = "gthread"
     env_extra: dict[str, str] = field(default_factory=dict)
+    prefix: list[str] = field(default_factory=list)  # e.g. setpriv's, before gunicorn
+    port: int = 0  # 0: a free one at each start
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -46,7 +48,7 @@ class Live:
         return self.tmp_path / "tokens.json"
 
     def start(self) -> Live:
-        port = free_port()
+        port = self.port or free_port()
         self.env = {
             **os.environ,
             "MEMORY_STORAGE_ROOT": str(self.root),
@@ -60,7 +62,7 @@ class Live:
         }
         self.starts += 1
         self.log_path = self.tmp_path / f"gunicorn-{self.starts}-{port}.log"
-        args = [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py"]
+        args = [*self.prefix, str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py"]
         if self.worker_class != "gthread":  # gthread: the gthread-based worker the config names
             args += ["-k", self.worker_class]
         args.append(self.app)
@@ -106,6 +108,12 @@ class Live:
         ).stdout
         return [int(p) for p in out.split()]
 
+    def kill_master(self) -> None:
+        """SIGKILL the master only (its workers are orphaned, as when the OOM killer picks it)."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
     def kill_all(self) -> None:
         """SIGKILL the master and every worker at once (its own process group)."""
         if self.proc is None:
@@ -115,7 +123,12 @@ class Live:
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is not None:
+            # The master is gone; what is left of its session (orphaned workers) goes too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             return
         self.proc.send_signal(signal.SIGTERM)
         try:

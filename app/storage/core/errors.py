@@ -62,7 +62,28 @@ class InsufficientStorage(StorageError):
 
 
 class Corrupt(StorageError):
-    """A stored record cannot be parsed; fsck reports and repairs what it can."""
+    """A stored record was read and does not parse; fsck reports and repairs what it can."""
+
+
+class Unreadable(StorageError, OSError):
+    """A stored file cannot be read now: an I/O or permission error (EIO, EACCES, ENOMEM,
+    EMFILE ...), not damage. Nothing is repaired or moved because of it: the API answers
+    503, fsck reports it (and exits 1) until the file reads again. Also an OSError, with the
+    errno and the path of the failed call."""
+
+    def __init__(self, err: int, strerror: str, filename: str) -> None:
+        OSError.__init__(self, err, strerror, filename)
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot be read now ({self.strerror})"
+
+    @classmethod
+    def of(cls, exc: OSError, path: object = None) -> Unreadable:
+        """``exc``, met reading ``path``, as an Unreadable."""
+        if isinstance(exc, Unreadable):
+            return exc
+        where = exc.filename if exc.filename is not None else path
+        return cls(exc.errno or 0, exc.strerror or str(exc), str(where))
 
 
 class NotSupported(StorageError):

@@ -149,6 +149,9 @@ class FsckReport:
     unrepairable: list[str] = field(default_factory=list)
     # Things worth knowing that are not faults (e.g. a temp file of a write still in flight).
     notes: list[str] = field(default_factory=list)
+    # Problems that are files which could not be read now (I/O or permission errors): also
+    # in ``problems``, never repaired.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:

@@ -19,11 +19,16 @@ from app.storage.core.names import Scope
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
 FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted
 DEFAULT_MIN_FREE = "2%"
+DEFAULT_MIN_FREE_INODES = "2%"
 # What a write puts on disk besides what it is asked to store: the records and indexes it
 # rewrites (meta.json, index.json), the pages it appends to SQLite's write-ahead logs, new
 # directories. Counted with each admitted write so that a burst of writes within one statvfs
 # stays above the floor.
 WRITE_OVERHEAD = 64 << 10
+# The inodes a write may take: a task's and a turn's directories, task.json, meta.json,
+# summary.md, index.json's temp file, an artifact, a memory's version and live file, the
+# -wal and -shm of an index opened for the first time.
+WRITE_INODES = 12
 
 log = logging.getLogger("app.storage.quota")
 
@@ -112,6 +117,26 @@ def parse_floor(text: object) -> tuple[int, float]:
     return parse_bytes(text), 0.0
 
 
+def parse_inode_floor(text: object) -> tuple[int, float]:
+    """``MEMORY_MIN_FREE_INODES``: a count (``10000``) or a share of the disk's (``2%``).
+
+    Returns (count, fraction); one of them is 0."""
+    if isinstance(text, str):
+        match = _PERCENT_RE.fullmatch(text)
+        if match:
+            share = float(match.group(1)) / 100
+            if not 0 <= share < 1:
+                raise ValueError(f"{text!r}: a share of the inodes must be below 100%")
+            return 0, share
+    try:
+        count = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a count of inodes nor a share like 2%") from None
+    if count < 0:
+        raise ValueError(f"{text!r}: a count of inodes cannot be negative")
+    return count, 0.0
+
+
 class FloorReached(InsufficientStorage):
     """A write would leave less than the free-space floor on the root's disk (HTTP 507)."""
 
@@ -130,25 +155,34 @@ class FreeSpace:
         root: Path,
         floor: str | int = DEFAULT_MIN_FREE,
         *,
+        inodes: str | int = DEFAULT_MIN_FREE_INODES,
         check_every: float = FLOOR_CHECK_EVERY,
         measure: Callable[[Path], os.statvfs_result] | None = None,
     ) -> None:
         self.root = root
         self.floor_bytes, self.floor_share = parse_floor(floor)
+        self.floor_inodes, self.floor_inode_share = parse_inode_floor(inodes)
         self.check_every = check_every
         self.measure = measure or (lambda path: os.statvfs(path))
         self._mutex = threading.Lock()
         self._free = 0
         self._total = 0
         self._admitted = 0
+        self._free_inodes = 0
+        self._total_inodes = 0
+        self._admitted_inodes = 0
         self._until = -math.inf
 
     def _refresh(self) -> None:
         st = self.measure(self.root)
-        # f_bavail: what a process without root's reserved blocks may still use.
+        # f_bavail, f_favail: what a process without root's reserved share may still use.
         self._free = st.f_bavail * st.f_frsize
         self._total = st.f_blocks * st.f_frsize
         self._admitted = 0
+        # 0 inodes in all: a filesystem that makes them as it goes (btrfs), with no limit.
+        self._free_inodes = st.f_favail
+        self._total_inodes = st.f_files
+        self._admitted_inodes = 0
         self._until = time.monotonic() + self.check_every
 
     def forget(self) -> None:
@@ -195,4 +229,19 @@ class FreeSpace:
                     f" about {human_bytes(need)}; nothing was written. Reads and deletes"
                     " still work; writes resume once space is freed"
                 )
+            if self._total_inodes:
+                # A disk of small files runs out of inodes with bytes to spare: every file
+                # and directory a write makes takes one.
+                inode_floor = max(
+                    self.floor_inodes, math.ceil(self.floor_inode_share * self._total_inodes)
+                )
+                inodes = self._free_inodes - self._admitted_inodes
+                if inodes - WRITE_INODES < inode_floor:
+                    raise FloorReached(
+                        f"the server's disk is at its free-space floor: {max(inodes, 0)}"
+                        f" inode(s) (files and directories) free, the floor is {inode_floor}"
+                        f" and a write may need {WRITE_INODES}; nothing was written. Reads and"
+                        " deletes still work; writes resume once files are removed"
+                    )
+                self._admitted_inodes += WRITE_INODES
             self._admitted += need

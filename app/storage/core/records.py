@@ -42,7 +42,11 @@ def turn_to_json(record: TurnRecord) -> dict[str, Any]:
 
 
 def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
+    """The record ``obj`` holds; Corrupt when it is not one (the times it is swept and
+    listed by included: a ``retain_until`` that is no time is a record that cannot be kept
+    by its rule, found here rather than by every reader that compares it)."""
     try:
+        parse_iso_us(obj["retain_until"])
         return TurnRecord(
             task_id=str(obj["task_id"]),
             turn=int(obj["turn"]),

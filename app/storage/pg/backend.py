@@ -18,14 +18,20 @@ import psycopg
 
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
-from app.storage.core.clock import Clock, system_clock
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.core.quota import QuotaSource
 from app.storage.core.recovery import Plan, Report
-from app.storage.core.sweep import SweepOutcome
+from app.storage.core.sweep import (
+    DEFAULT_CLOCK_GUARD,
+    ClockGuard,
+    SweepOutcome,
+    SweepReport,
+    VersionSweep,
+)
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
@@ -70,10 +76,12 @@ class PgStorage(audit.AuditMethods):
         clock: Clock = system_clock,
         max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
         pool_size: int = 8,
+        clock_guard: ClockGuard = DEFAULT_CLOCK_GUARD,
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
     ) -> None:
         self.database_url = database_url
+        self.clock_guard = clock_guard
         self.db = Database(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
         self.blobs = BlobStore(blob_url, endpoint_url=s3_endpoint_url)
         self.blobs.check_bucket()
@@ -211,10 +219,28 @@ class PgStorage(audit.AuditMethods):
 
     # -- retention -------------------------------------------------------------------------
     def sweep(
-        self, *, now: datetime, dry_run: bool = False, grace: timedelta = DEFAULT_GRACE
+        self,
+        *,
+        now: datetime,
+        dry_run: bool = False,
+        force: bool = False,
+        grace: timedelta = DEFAULT_GRACE,
     ) -> SweepOutcome:
-        """Remove expired turns, versions past their retention and orphaned bytes."""
+        """Remove expired turns, versions past their retention and orphaned bytes; unless
+        ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
+        if not force:
+            now_us = to_us(now)
+            why = self.clock_guard.refusal(self.retention.census(now_us), now_us)
+            if why:
+                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         return self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+
+    def serve_read_only(self, plan: Plan, exc: BaseException) -> list[str]:
+        # Nothing of the start-up recovery writes to a disk of this server's.
+        raise exc
+
+    def resume_writes(self) -> bool:
+        return True
 
     # -- checks ----------------------------------------------------------------------------
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:

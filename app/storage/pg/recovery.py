@@ -29,6 +29,8 @@ class DatabaseRecovery:
     def recovering_reason(self) -> str | None:
         return None
 
+    def recovered(self) -> None: ...
+
     def running(self) -> bool:
         return False
 

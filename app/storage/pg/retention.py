@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from app.storage.core.clock import iso_us, to_us
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import Scope
-from app.storage.core.sweep import ProjectSweep, SweepOutcome, SweepReport, VersionSweep
+from app.storage.core.sweep import Census, ProjectSweep, SweepOutcome, SweepReport, VersionSweep
 from app.storage.pg import digest as pgd, usage as pgu
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, backup_running
@@ -48,6 +48,17 @@ class PgRetention:
         self.blobs = blobs
         self.tasks = tasks
         self.stores = stores
+
+    def census(self, now_us: int) -> Census:
+        """The newest write, and how many turns there are and expire at ``now_us``."""
+        with self.db.snapshot("retention") as conn:
+            row = conn.execute(
+                "SELECT coalesce(max(updated_us), 0), count(*),"
+                " count(*) FILTER (WHERE retain_until_us <= %s) FROM turns",
+                (now_us,),
+            ).fetchone()
+        newest, turns, expiring = row if row is not None else (0, 0, 0)
+        return Census(int(newest), int(turns), int(expiring))
 
     def sweep(self, *, now: datetime, dry_run: bool, grace: timedelta) -> SweepOutcome:
         """Remove expired turns, versions past their retention and orphaned bytes."""

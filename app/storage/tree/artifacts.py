@@ -184,7 +184,7 @@ class TaskArtifacts:
             record = self.tasks.alive(read_turn(turn_dir), now_us)
             if record is None:
                 raise NotFound(f"turn {turn} of task {task_id} not found")
-            if not staged.tmp.exists():
+            if not staged.still_staged():
                 # The turn had expired and was re-created while this body streamed in: the
                 # staged bytes went to the trash with the old turn directory.
                 raise Conflict(
@@ -282,7 +282,7 @@ class TaskArtifacts:
             backups = []
             for upload in staged:
                 path = directory / upload.name
-                if not upload.handle.tmp.exists():
+                if not upload.handle.still_staged():
                     raise Conflict(f"artifact {upload.name} was removed during the upload; retry")
                 backups.append(self._keep_previous(path))
                 upload.handle.publish(path)

@@ -17,14 +17,22 @@ from typing import Any, BinaryIO
 
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
-from app.storage.core.clock import Clock, system_clock
+from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.errors import StorageError
+from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
-from app.storage.core.quota import FreeSpace, QuotaSource
+from app.storage.core.quota import DEFAULT_MIN_FREE_INODES, FreeSpace, QuotaSource
 from app.storage.core.recovery import Plan, Report
-from app.storage.core.sweep import SweepOutcome
+from app.storage.core.sweep import (
+    DEFAULT_CLOCK_GUARD,
+    Census,
+    ClockGuard,
+    SweepOutcome,
+    SweepReport,
+    VersionSweep,
+)
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
@@ -37,7 +45,7 @@ from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.fsck import fsck
 from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
-from app.storage.tree.recovery import Recovery
+from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
 from app.storage.tree.retention import sweep
 from app.storage.tree.search import TreeSearch
@@ -62,9 +70,12 @@ class TreeStorage(audit.AuditMethods):
         tokens_file: Path | None = None,
         group_commit: bool = True,
         min_free: str | int | None = None,
+        min_free_inodes: str | int = DEFAULT_MIN_FREE_INODES,
+        clock_guard: ClockGuard = DEFAULT_CLOCK_GUARD,
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
     ) -> None:
+        self.clock_guard = clock_guard
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
@@ -72,7 +83,9 @@ class TreeStorage(audit.AuditMethods):
             limits.layout,
             lock_timeout=lock_timeout,
             quotas=QuotaSource(limits),
-            floor=None if min_free is None else FreeSpace(limits.layout.root, min_free),
+            floor=None
+            if min_free is None
+            else FreeSpace(limits.layout.root, min_free, inodes=min_free_inodes),
         )
         self.tasks = TaskStore(
             root,
@@ -96,9 +109,30 @@ class TreeStorage(audit.AuditMethods):
             self.tasks, self.stores, timeout=search_timeout, slots=search_slots
         )
         self.recovery = Recovery(self.layout)
+        self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only
 
-    def sweep(self, *, now: datetime, dry_run: bool = False) -> SweepOutcome:
-        """Remove expired turns and versions past their retention (both engines)."""
+    def census(self, now_us: int) -> Census:
+        """The newest write, and how many turns there are and expire at ``now_us``, over
+        every project's listing (one that cannot be read counts nothing)."""
+        total = Census()
+        for scope in self.layout.projects([]):
+            st = self.layout.tree.lstat(self.layout.listing(scope))
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                total += Census(*self.tasks.listing(scope).census(now_us))
+            except (StorageError, sqlite3.Error):
+                continue
+        return total
+
+    def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
+        """Remove expired turns and versions past their retention (both engines); unless
+        ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
+        if not force:
+            now_us = to_us(now)
+            why = self.clock_guard.refusal(self.census(now_us), now_us)
+            if why:
+                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
@@ -151,20 +185,82 @@ class TreeStorage(audit.AuditMethods):
         return report
 
     def full_check(self) -> FsckReport | None:
-        """Run the full check a possible loss of unsynced data asked for, if one is pending."""
-        if self.recovery.recovering_reason() is None:
+        """Run the full check a possible loss of unsynced data asked for, if one is pending
+        (and did not fail already: a failed one waits for an operator's ``fsck --repair``).
+
+        The marker goes once it ran through; it stays, as failed and saying why, when it
+        could not read some file (an I/O or permission error: what depends on it was left as
+        it is, unchecked) or when an error stopped it. What it found and could not repair
+        (a planted link) is in its report and the log, as fsck's always is."""
+        reason = self.recovery.recovering_reason()
+        if reason is None or check_failed(reason) is not None:
             return None
-        report = self.fsck(repair=True)
-        flush_derived()
-        self.recovery.recovered()
+        try:
+            report = self.fsck(repair=True)
+            flush_derived()
+        except Exception as exc:
+            self.recovery.mark_failed(f"it stopped at an error ({type(exc).__name__}: {exc})")
+            raise
+        if report.unreadable:
+            self.recovery.mark_failed(
+                f"{len(report.unreadable)} file(s) could not be read (I/O or permission"
+                f" errors; left as they are), the first: {report.unreadable[0]}"
+            )
+        else:
+            self.recovery.recovered()
         return report
+
+    # -- a start on a full disk -------------------------------------------------------------
+    def serve_read_only(self, plan: Plan, exc: BaseException) -> list[str]:
+        """The start-up recovery of ``plan`` met a full disk: serve reads, refuse writes
+        (507) and say why on /readyz, until :meth:`resume_writes` finishes the recovery."""
+        why = (
+            "the storage root's disk is full, so the start-up recovery could not write"
+            f" ({exc}); the server is read-only until space is freed"
+        )
+        self.recovery.stopped_by_full_disk(plan, why)
+        return [f"{why}: reads are served, writes answer 507, and the recovery finishes by itself"]
+
+    def resume_writes(self) -> bool:
+        """Finish a recovery a full disk stopped, if there is one (the housekeeper's leader,
+        every few seconds); whether writes are allowed now."""
+        pending = self.recovery.unfinished()
+        if pending is None:
+            return True
+        try:
+            self.recover(pending.plan)
+            self.recovery.renew()
+        except Exception as exc:
+            if is_no_space(exc):
+                return False
+            raise
+        self.recovery.finished()
+        return True
+
+    def _read_only(self) -> str:
+        pending = self.recovery.unfinished()
+        return "" if pending is None else pending.why
 
     def flush_derived(self) -> None:
         """Sync the filesystem: derived files are written without fsync (atomic_file)."""
         flush_derived()
 
     def ready(self) -> tuple[bool, str]:
+        read_only = self._read_only()
+        if read_only:
+            return False, (
+                f"read-only: {read_only}. Reads are served and writes answer 507; the start-up"
+                " recovery finishes, and writes resume, by themselves once space is freed"
+            )
         pending = self.recovery.recovering_reason()
+        failed = check_failed(pending)
+        if failed is not None:
+            return False, (
+                f"the full check after an unclean stop failed: {failed}. Fix the cause"
+                " (the disk, or the files' owner and mode), then run `flask --app wsgi fsck"
+                " --repair`; this answers 200 once that ends clean. Reads and writes are served"
+                " meanwhile"
+            )
         if pending is not None:
             return False, f"recovering: a full check is running ({pending})"
         probe = self.layout.root / f"{TMP_PREFIX}ready-{secrets.token_hex(4)}"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
@@ -13,7 +15,7 @@ from typing import BinaryIO, Protocol
 from app.storage.core import digest as text
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.digest import Section
-from app.storage.core.errors import Corrupt, LockTimeout, UnsafePath
+from app.storage.core.errors import Corrupt, LockTimeout, StorageError, Unreadable, UnsafePath
 from app.storage.core.files import os_errors
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import TURN_META, Scope
@@ -40,6 +42,8 @@ class ProjectListings(Protocol):
 
     def now_us(self) -> int: ...
 
+
+log = logging.getLogger(__name__)
 
 # A read that finds the base replaced under it tries again this many times (a compaction
 # renames the new base a moment before it commits), then rebuilds it under the project lock.
@@ -198,8 +202,8 @@ class Digests:
                     "SELECT value FROM counters WHERE name = 'tasks'"
                 ).fetchone()
         if result is None:
-            if not passive:
-                self.compact(scope, wait=True)
+            if not passive and not self._try_compact(scope, wait=True):
+                return self._rendered(scope, listing)
             return None
         many = max(result.changes, len(result.expired)) >= digestdb.COMPACT_AFTER
         copied = self._copied.get(scope, (base.gen, 0))
@@ -207,7 +211,7 @@ class Digests:
         if may_compact and (result.changes or many):
             if base.size <= digestdb.INLINE_BYTES:
                 # A millisecond or two: the file a person reads stays current too.
-                if self.compact(scope, wait=False):
+                if self._try_compact(scope, wait=False):
                     return None
             elif (
                 many
@@ -255,6 +259,26 @@ class Digests:
         return out, size
 
     # -- compaction ----------------------------------------------------------------------------
+    def _try_compact(self, scope: Scope, *, wait: bool) -> bool:
+        """Compact for a read; False when it did not run, or could not write (a full disk,
+        a failing one): a read is served from what is stored whatever a write meets."""
+        try:
+            return self.compact(scope, wait=wait)
+        except LockTimeout:
+            if wait:
+                raise
+            return False
+        except Unreadable:
+            raise  # the read itself cannot be served: 503
+        except (StorageError, OSError, sqlite3.Error) as exc:
+            log.warning(
+                "project.md of %s/%s not compacted (%s); served from the base and the changes",
+                scope.tenant,
+                scope.project,
+                exc,
+            )
+            return False
+
     def compact(self, scope: Scope, *, wait: bool) -> bool:
         """Rewrite the base if anything changed since it; ``wait``: for the project lock
         (else give up at once when another compaction holds it). Return whether it ran."""
@@ -310,7 +334,9 @@ class Digests:
                 ).fetchone()
                 old = self._open_base(scope, base)
                 try:
-                    with atomic_file(path) as out:  # fsynced: the base holds sections' only copy
+                    # fsynced: the base holds sections' only copy. Unnamed until complete: a
+                    # kill halfway through a large project.md leaves nothing of it behind.
+                    with atomic_file(path, unnamed=True) as out:
                         written = digestdb.write_base(
                             reader,
                             lambda rows: self._insert(listing, rows),

@@ -8,6 +8,12 @@ derived and must equal a rebuild from the records. fsck reports every difference
 What cannot be rebuilt is never guessed at: a torn ``meta.json`` moves its turn directory
 to ``<root>/.lost+found/`` (so the tree is consistent again and a person can inspect the
 bytes), and a symlink is reported, never followed and never touched.
+
+A file that cannot be read now (an I/O or permission error: :class:`Unreadable`) is not a
+torn one: the fault may pass and the bytes be whole. It is reported, the check goes on with
+the rest of the tree, and nothing that depends on it is repaired: the task of an unreadable
+turn or ``task.json`` is left exactly as it is (its rows too), an unreadable artifact keeps
+its entry. The report is then never clean.
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ from pathlib import Path
 
 from ulid import ULID
 
-from app.storage.core.errors import Corrupt, InvalidName, LockTimeout, StorageError, UnsafePath
+from app.storage.core.errors import (
+    Corrupt,
+    InvalidName,
+    LockTimeout,
+    StorageError,
+    Unreadable,
+    UnsafePath,
+)
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -62,11 +75,19 @@ from app.storage.tree.records import (
     rebuild_index,
     write_json,
 )
+from app.storage.tree.recovery import Recovery
 from app.storage.tree.sqlite import turn_search
 from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 LOST_FOUND = ".lost+found"
+# What a task's check returns when something in it could not be read: nothing about it is
+# compared or repaired, its listing and search rows included.
+NOT_READ: list[TurnRow] = []
+# With no server on the root, a temp file in a task older than this is a leftover, however
+# long the grace period: only a CLI command writing in process (an import, the memory tool
+# in a test) could still own one, and none takes that long.
+NO_SERVER_GRACE = 60.0
 _LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
 
 
@@ -116,6 +137,13 @@ class _Fsck:
         self.report = report
         self.wall_now = time.time()
         self.listings = ListingCheck(self)
+        # With no server on the root, no write is in flight inside a task (every other
+        # writer takes the task's lock, which the check holds there): a temp file in it is
+        # a leftover (NO_SERVER_GRACE).
+        try:
+            self.serving = Recovery(self.layout).held_elsewhere() is not None
+        except UnsafePath:
+            self.serving = True  # a linked lock tree (reported): nothing to tell by
 
     # -- reporting ---------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -143,6 +171,22 @@ class _Fsck:
     def note(self, message: str) -> None:
         self.report.notes.append(message)
 
+    def done(self, past: str, future: str) -> str:
+        """What a repair does, said as done (with repair) or as what ``--repair`` would do."""
+        return past if self.repair else future
+
+    def unreadable(self, exc: Unreadable, what: str = "") -> None:
+        """A file that cannot be read now: reported, never repaired (see the module's doc)."""
+        path = Path(exc.filename)
+        message = (
+            f"{self.rel(path)}: cannot be read now ({exc.strerror}): an I/O or permission"
+            f" error, not damage; {what or 'nothing that depends on it was checked or changed'}"
+        )
+        self.report.problems.append(message)
+        self.report.unreadable.append(message)
+        if self.repair:
+            self.report.unrepairable.append(message)
+
     def entries(self, directory: Path) -> list[Entry]:
         """The entries of a directory reached without a link ([] and a fault otherwise)."""
         try:
@@ -164,28 +208,35 @@ class _Fsck:
     def symlink(self, path: Path) -> None:
         self.fault(f"{self.rel(path)}: symlink (never followed; remove it by hand)")
 
-    def temp(self, path: Path) -> None:
+    def temp(self, path: Path, *, in_task: bool = False) -> None:
+        """A temp file; ``in_task``: found in a task directory, under the task's lock."""
         age = age_seconds(self.tree, path, self.wall_now)
-        if age < self.grace:
+        unserved = in_task and not self.serving and age >= NO_SERVER_GRACE
+        if age < self.grace and not unserved:
             self.note(f"{self.rel(path)}: temp file of a write in flight ({age:.0f}s old)")
             return
+        why = f"{age:.0f}s old"
+        if age < self.grace:
+            why += "; no server holds the root, so no write is in flight"
         self.fault(
-            f"{self.rel(path)}: stale temp file ({age:.0f}s old)", lambda: self.tree.remove(path)
+            f"{self.rel(path)}: stale temp file ({why}; {self.done('removed', '--repair removes it')})",
+            lambda: self.tree.remove(path),
         )
 
     def unindexed(self, path: Path, why: str = "not part of the layout") -> None:
+        where = self.done(f"moved to {LOST_FOUND}", f"--repair moves it to {LOST_FOUND}")
         self.fault(
-            f"{self.rel(path)}: unindexed entry, {why} (moved to {LOST_FOUND})",
+            f"{self.rel(path)}: unindexed entry, {why} ({where})",
             lambda: quarantine(self.tree, path),
         )
 
-    def common(self, entry: Entry) -> bool:
+    def common(self, entry: Entry, *, in_task: bool = False) -> bool:
         """Handle symlinks and temp files; return True when ``entry`` needs nothing else."""
         if entry.is_link:
             self.symlink(entry.path)
             return True
         if entry.name.startswith(TMP_PREFIX):
-            self.temp(entry.path)
+            self.temp(entry.path, in_task=in_task)
             return True
         return False
 
@@ -270,6 +321,8 @@ class _Fsck:
             if not _TaskNames.holds(name):
                 continue
             rows, texts = self.task(scope, name)
+            if rows is NOT_READ:
+                continue  # reported; its rows are left as they are
             with_rows = with_rows or bool(rows)
             if listing is not None:
                 self.listings.listing_task(scope, listing, name, rows)
@@ -312,6 +365,9 @@ class _Fsck:
             self.fault(f"{scope.tenant}/{scope.project}/{task_id}: lock busy, not checked")
         except UnsafePath as exc:
             self.fault(f"{scope.tenant}/{scope.project}/{task_id}: not checked ({exc})")
+        except Unreadable as exc:
+            self.unreadable(exc, f"task {task_id} was neither checked nor changed")
+            return NOT_READ, {}
         return None, {}
 
     def _rebuild(self, scope: Scope, task_id: str) -> None:
@@ -340,7 +396,7 @@ class _Fsck:
             self.fault(f"{rel}: write in flight left by a writer that died", rebuild)
         records: list[TurnRecord] = []
         for entry in self.entries(task_dir):
-            if self.common(entry):
+            if self.common(entry, in_task=True):
                 continue
             name = entry.name
             if name in (TASK_RECORD, TASK_INDEX) and entry.is_file:
@@ -403,7 +459,8 @@ class _Fsck:
             write_json(path, rebuilt)
 
         if records:
-            self.fault(f"{problem}; rewritten from the turns with no owner", fix)
+            rewritten = self.done("rewritten", "--repair rewrites it")
+            self.fault(f"{problem}; {rewritten} from the turns with no owner", fix)
         return rebuilt if records else record
 
     def turn(self, task_id: str, turn: int, turn_dir: Path) -> TurnRecord | None:
@@ -416,14 +473,16 @@ class _Fsck:
         try:
             record = read_turn(turn_dir)
         except Corrupt as exc:
-            self.fault(f"{rel}/{TURN_META}: cannot be rebuilt ({exc}); turn quarantined", move)
+            moved = self.done("turn quarantined", "--repair quarantines the turn")
+            self.fault(f"{rel}/{TURN_META}: cannot be rebuilt ({exc}); {moved}", move)
             return None
         if record is None:
             if self.only_temp_files(turn_dir):
                 # A put_turn killed before its commit: nothing in it was ever acknowledged,
                 # so there is nothing for a person to inspect in lost+found.
                 self.fault(
-                    f"{rel}: unfinished turn of a writer that died (removed)",
+                    f"{rel}: unfinished turn of a writer that died"
+                    f" ({self.done('removed', '--repair removes it')})",
                     lambda: self.tree.remove(turn_dir),
                 )
             else:
@@ -441,7 +500,7 @@ class _Fsck:
         files: dict[str, Path] = {}
         kept: dict[str, Path] = {}
         for entry in entries:
-            if self.common(entry):
+            if self.common(entry, in_task=True):
                 continue
             if entry.name in (TURN_META, TURN_SUMMARY) and entry.is_file:
                 continue
@@ -449,7 +508,7 @@ class _Fsck:
                 for art in self.entries(entry.path):
                     if art.name.startswith(PREV_PREFIX) and art.is_file and not art.is_link:
                         kept[art.name[len(PREV_PREFIX) :]] = art.path
-                    elif self.common(art):
+                    elif self.common(art, in_task=True):
                         continue
                     elif entry_is_artifact(art):
                         files[art.name] = art.path
@@ -471,10 +530,15 @@ class _Fsck:
             path = files.pop(info.name, None)
             where = f"{self.rel(turn_dir)}/{ARTIFACTS_DIR}/{info.name}"
             wanted = (info.size, info.sha256)
-            if path is not None and sha256_file(path) == wanted:
+            try:
+                if path is not None and sha256_file(path) == wanted:
+                    continue
+                backup = kept.pop(info.name, None)
+                restore = backup is not None and sha256_file(backup) == wanted
+            except Unreadable as exc:
+                self.unreadable(exc, "its entry and its bytes are kept as they are")
                 continue
-            backup = kept.pop(info.name, None)
-            if backup is not None and sha256_file(backup) == wanted:
+            if backup is not None and restore:
                 target = turn_dir / ARTIFACTS_DIR / info.name
                 self.fault(
                     f"{where}: bytes of a replacement never committed; the acknowledged copy "
@@ -483,15 +547,17 @@ class _Fsck:
                 )
                 continue
             if path is None:
-                self.fault(f"{where}: listed in meta.json but missing; entry dropped", lambda: None)
+                dropped = self.done("entry dropped", "--repair drops the entry")
+                self.fault(f"{where}: listed in meta.json but missing; {dropped}", lambda: None)
             else:
+                moved = self.done("file quarantined", "--repair quarantines the file")
                 self.fault(
-                    f"{where}: size/sha256 differ from meta.json; file quarantined",
+                    f"{where}: size/sha256 differ from meta.json; {moved}",
                     partial(quarantine, self.tree, path),
                 )
             bad.add(info.name)
         for backup in kept.values():
-            self.temp(backup)
+            self.temp(backup, in_task=True)
         for path in files.values():
             self.unindexed(path, "an artifact file meta.json does not list")
         if not bad or not self.repair:

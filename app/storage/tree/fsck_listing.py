@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from app.storage.core import digest as digest_mod
-from app.storage.core.errors import Corrupt, LockTimeout, UnsafePath
+from app.storage.core.errors import Corrupt, LockTimeout, Unreadable, UnsafePath
 from app.storage.core.models import FsckReport
 from app.storage.core.names import Scope
 from app.storage.tree.fs.layout import Layout
@@ -135,6 +135,13 @@ class ListingCheck:
     def digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
         """What a read serves against a render of the listing (checked against the records
         above) with each task's latest live turn read from its record, streamed side by side."""
+        try:
+            self._digest(scope, task_ids)
+        except Unreadable:
+            path = self.check.rel(self.check.layout.digest(scope))
+            self.check.note(f"{path}: not checked, a record it shows cannot be read (above)")
+
+    def _digest(self, scope: Scope, task_ids: Iterable[str]) -> None:
         path = self.check.layout.digest(scope)
         if self.check.is_link(path):
             return  # reported with the project's entries

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 
-from app.storage.core.errors import Corrupt, LockTimeout, StorageError, UnsafePath
+from app.storage.core.errors import Corrupt, LockTimeout, StorageError, Unreadable, UnsafePath
 from app.storage.core.models import FsckReport
 from app.storage.core.names import STORE_ID_RE, STORES_DIR, TURN_DIR_RE, Scope, is_id
 from app.storage.core.records import turn_usage
@@ -97,6 +97,8 @@ class _UsageCheck:
             except (LockTimeout, UnsafePath, NotADirectoryError) as exc:
                 self.report.problems.append(f"{where}/{task_id}: usage not checked ({exc})")
                 continue
+            except Unreadable:
+                continue  # reported by the main check; its rows are left as they are
             self.fault(
                 f"{where}: usage rows of task {task_id} differ from its records",
                 partial(self._rebuild_task, key),

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.encoding import dumps
-from app.storage.core.errors import Corrupt, UnsafePath
+from app.storage.core.errors import Corrupt, Unreadable, UnsafePath
 from app.storage.core.models import (
     TaskIndex,
     TurnEntry,
@@ -48,7 +48,8 @@ def read_json(path: str | Path) -> Any | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
-        raise Corrupt(f"{path}: cannot open ({exc.strerror})") from None
+        # EIO, EACCES, EMFILE ...: the file may be whole; it is not damage (Unreadable).
+        raise Unreadable.of(exc, path) from None
     return parse_json_fd(fd, path)
 
 

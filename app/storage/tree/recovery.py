@@ -38,6 +38,7 @@ import json
 import os
 import secrets
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.storage.core.errors import StorageError, UnsafePath
@@ -47,6 +48,8 @@ from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import fsync_dir, sync_is_barrier
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# How the recovery marker starts once the full check ran and failed (not "running").
+FAILED = "failed: "
 
 
 def boot_id() -> str:
@@ -54,6 +57,22 @@ def boot_id() -> str:
         return BOOT_ID.read_text().strip()
     except OSError:
         return ""
+
+
+@dataclass
+class Unfinished:
+    """A start-up recovery that could not write (a full disk): what it was to do, why it
+    stopped, and the running sentinel as it found it (it changes once the recovery is done)."""
+
+    plan: Plan
+    why: str
+    sentinel: bytes | None
+
+
+# Filled in the gunicorn master when its start-up recovery cannot write, and inherited by
+# the workers it forks (one entry per storage root): the server then serves reads and
+# refuses writes until the housekeeper's leader finishes the recovery (TreeStorage).
+_UNFINISHED: dict[str, Unfinished] = {}
 
 
 class Recovery:
@@ -90,8 +109,12 @@ class Recovery:
             holder = _read_pid(fd)
             os.close(fd)
             raise RootBusy(self.layout.root, holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        pid = f"{os.getpid()}\n".encode()
+        # Over the old PID, then cut to length: on a full disk the block it had is reused
+        # (a truncate first would free it, and the write could then find none: no start).
+        with contextlib.suppress(OSError):
+            os.pwrite(fd, pid, 0)
+            os.ftruncate(fd, len(pid))
         self._lock_fd = fd
         weakref.finalize(self, _close_quietly, fd)
 
@@ -192,9 +215,42 @@ class Recovery:
             os.unlink(self.layout.check_inside(self.sentinel))
             fsync_dir(self.layout.root)
 
+    # -- a recovery a full disk stopped ---------------------------------------------------
+    def stopped_by_full_disk(self, plan: Plan, why: str) -> None:
+        """Serve read-only: the recovery of ``plan`` could not write (``why``)."""
+        try:
+            sentinel = self.layout.read_bytes(self.sentinel)
+        except StorageError:
+            sentinel = None
+        _UNFINISHED[str(self.layout.root)] = Unfinished(plan, why, sentinel)
+
+    def unfinished(self) -> Unfinished | None:
+        """The recovery still to finish, if any: in a worker, until the sentinel shows the
+        leader finished it. Looked at on every call (one small read, only while read-only):
+        a write sent once /readyz answers 200 must not meet a worker still refusing it."""
+        entry = _UNFINISHED.get(str(self.layout.root))
+        if entry is None:
+            return None
+        try:
+            current = self.layout.read_bytes(self.sentinel)
+        except StorageError:
+            current = entry.sentinel
+        if current != entry.sentinel:
+            self.finished()
+            return None
+        return entry
+
+    def finished(self) -> None:
+        _UNFINISHED.pop(str(self.layout.root), None)
+
     # -- the background full check -------------------------------------------------------
     def mark_recovering(self, reason: str) -> None:
         write_atomic(self.layout.own_file(self.recovering), f"{reason}\n".encode())
+
+    def mark_failed(self, why: str) -> None:
+        """The full check ran and did not end clean: it stays pending, as failed (/readyz
+        says so, and what to do), until a clean ``fsck --repair`` (:meth:`recovered`)."""
+        self.mark_recovering(f"{FAILED}{why}")
 
     def recovering_reason(self) -> str | None:
         """Why the full check has not finished yet; None when nothing is pending."""
@@ -207,6 +263,13 @@ class Recovery:
     def recovered(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.layout.check_inside(self.recovering))
+
+
+def check_failed(reason: str | None) -> str | None:
+    """What a failed full check left (the marker's text after FAILED), else None."""
+    if reason is None or not reason.startswith(FAILED):
+        return None
+    return reason[len(FAILED) :]
 
 
 def _read_pid(fd: int) -> int | None:

@@ -287,52 +287,77 @@ class TaskStore:
                 )
                 stack.enter_context(settling(ticket))
                 txn.begin()
-                if not task_dir.exists() or read_task_record(task_dir) is None:
-                    make_dirs(task_dir, self.layout.root)
-                    write_json(
-                        task_dir / TASK_RECORD,
-                        {
-                            "version": 1,
-                            "task_id": task_id,
-                            "owner": actor,
-                            "created_at": iso_us(now_us),
-                        },
+                new_task = not task_dir.exists()
+                new_turn = previous is None and not turn_dir.exists()
+                try:
+                    if new_task or read_task_record(task_dir) is None:
+                        make_dirs(task_dir, self.layout.root)
+                        write_json(
+                            task_dir / TASK_RECORD,
+                            {
+                                "version": 1,
+                                "task_id": task_id,
+                                "owner": actor,
+                                "created_at": iso_us(now_us),
+                            },
+                        )
+                    if previous is not None and alive is None:
+                        # The old turn expired: it is gone for every reader, so its
+                        # artifacts must not come back with the new write.
+                        expired_dir = self.trash(turn_dir)
+                    # artifacts/ comes with the first artifact: a turn without one costs no inode.
+                    make_dirs(turn_dir, self.layout.root)
+                    backups = self.artifacts.publish_uploads(turn_dir, uploads)
+                    record = written_turn(
+                        task_id,
+                        turn,
+                        meta=meta,
+                        summary_md=summary_md,
+                        artifacts=kept,
+                        created_at=alive.created_at if alive else None,
+                        updated_us=updated_us,
+                        retention_us=self.retention_us,
+                        task_created=index is None,
                     )
-                if previous is not None and alive is None:
-                    # The old turn expired: it is gone for every reader, so its artifacts must
-                    # not come back with the new write.
-                    expired_dir = self.trash(turn_dir)
-                # artifacts/ comes with the first artifact: a turn without one costs no inode.
-                make_dirs(turn_dir, self.layout.root)
-                backups = self.artifacts.publish_uploads(turn_dir, uploads)
-                record = written_turn(
-                    task_id,
-                    turn,
-                    meta=meta,
-                    summary_md=summary_md,
-                    artifacts=kept,
-                    created_at=alive.created_at if alive else None,
-                    updated_us=updated_us,
-                    retention_us=self.retention_us,
-                    task_created=index is None,
-                )
-                write_json(turn_dir / TURN_META, turn_to_json(record))
-                commit_point()
-                self.write_derived(
-                    scope,
-                    task_id,
-                    task_dir,
-                    record,
-                    index,
-                    summary=True,
-                    ticket=ticket,
-                    usage=stored,
-                )
-                for backup in backups:
-                    remove_quietly(backup)
+                    write_json(turn_dir / TURN_META, turn_to_json(record))
+                    commit_point()
+                    self.write_derived(
+                        scope,
+                        task_id,
+                        task_dir,
+                        record,
+                        index,
+                        summary=True,
+                        ticket=ticket,
+                        usage=stored,
+                    )
+                    for backup in backups:
+                        remove_quietly(backup)
+                except Exception:
+                    # A new turn that failed (a full disk, a failing one) takes itself back, so
+                    # that its error means what it says: nothing was stored. The listing is
+                    # written last, in one transaction: it holds nothing of it either. A task
+                    # this write made goes with it, and then nothing is left to repair.
+                    if (
+                        new_turn
+                        and self._take_back(turn_dir)
+                        and new_task
+                        and self._take_back(task_dir)
+                    ):
+                        txn.abandon()
+                    raise
         if expired_dir is not None:
             self.layout.tree.remove(expired_dir)
         return record
+
+    def _take_back(self, path: Path) -> bool:
+        """Remove what a failed write made at ``path`` (the caller holds its task's lock);
+        whether it is gone."""
+        try:
+            self.layout.tree.remove(path)
+        except OSError:
+            return False
+        return self.layout.tree.lstat(path) is None
 
     def _stage_uploads(
         self,

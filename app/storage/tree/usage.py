@@ -27,6 +27,7 @@ import contextlib
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from urllib.parse import quote
 
 from ulid import ULID
 
@@ -49,7 +50,8 @@ from app.storage.core.usage import (
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
-from app.storage.tree.sqlite.db import create_file, open_wal, read_txn, write_txn
+from app.storage.tree.fs.walk import remove_planted_link
+from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, write_txn
 from app.storage.tree.sqlite.listing import Listing
 
 
@@ -254,6 +256,7 @@ class TreeTraffic:
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection to write with: the file and its tables made if they are missing."""
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.traffic())
         create_file(str(path))
@@ -263,6 +266,37 @@ class TreeTraffic:
             yield conn
         finally:
             conn.close()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection | None]:
+        """A connection to read with, that writes nothing of its own (None: no table yet).
+
+        On a full disk SQLite cannot create the -wal and -shm a reader of a WAL database
+        needs once every connection has closed: the file is then read as it is (``immutable``:
+        without what a WAL still holds, at most the last flush of counts). A report of the
+        traffic must not fail because the disk is full."""
+        path = str(self.layout.check_inside(self.layout.traffic()))
+        for suffix in ("-wal", "-shm"):
+            remove_planted_link(path + suffix, "SQLite")
+        for uri in (f"file:{quote(path)}?mode=ro", f"file:{quote(path)}?immutable=1"):
+            try:
+                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+            except sqlite3.OperationalError:
+                continue
+            try:
+                try:
+                    found = conn.execute(
+                        "SELECT 1 FROM sqlite_master WHERE name = 'traffic'"
+                    ).fetchone()
+                except sqlite3.OperationalError as exc:
+                    if is_busy(exc):
+                        raise
+                    continue
+                yield conn if found else None
+                return
+            finally:
+                conn.close()
+        yield None
 
     def add(self, rows: Iterable[TrafficRow]) -> None:
         batch = [
@@ -284,7 +318,9 @@ class TreeTraffic:
         if project is not None:
             where += " AND project = ?"
             args.append(project)
-        with self._connect() as conn, read_txn(conn):
+        with self._read() as conn:
+            if conn is None:
+                return []
             found = conn.execute(
                 f"SELECT {_TRAFFIC_COLUMNS} FROM traffic WHERE {where} ORDER BY hour, project, token_id",
                 args,

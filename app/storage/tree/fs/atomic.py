@@ -73,7 +73,9 @@ def make_dirs(path: Path, stop: Path) -> None:
 _BELOW_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def atomic_file(path: Path, *, durable: bool = True) -> AbstractContextManager[IO[bytes]]:
+def atomic_file(
+    path: Path, *, durable: bool = True, unnamed: bool = False
+) -> AbstractContextManager[IO[bytes]]:
     """Write ``path`` through a file object; publish it only if the block ends normally
     (core/files.py), its fsyncs left to this thread's group flush where one is open (sync.py).
 
@@ -84,7 +86,9 @@ def atomic_file(path: Path, *, durable: bool = True) -> AbstractContextManager[I
     after an unclean shutdown; a clean shutdown syncs the filesystem first, see
     :func:`~app.storage.tree.fs.sync.flush_derived`).
     """
-    return files.atomic_file(path, durable=durable, sync_file=_sync_file, sync_dir=fsync_dir)
+    return files.atomic_file(
+        path, durable=durable, sync_file=_sync_file, sync_dir=fsync_dir, unnamed=unnamed
+    )
 
 
 def _sync_file(fd: int) -> None:
@@ -122,29 +126,61 @@ def write_new(path: Path, data: bytes) -> None:
 
 
 class StagedFile:
-    """A fully written, fsynced temp file waiting to be published by :meth:`publish`.
+    """A fully written, fsynced file waiting to be published by :meth:`publish`.
 
     Used for uploads: the bytes are streamed and synced before any lock is taken, and the
-    lock is held only for the rename. Unpublished staged files are removed on close.
+    lock is held only for the rename. The file has no name until then where the filesystem
+    allows (``unnamed_temp``): a killed upload then leaves nothing, its bytes freed with the
+    process; elsewhere it is a temp file, removed on close if never published (and by the
+    sweeper after a kill).
     """
 
-    def __init__(self, tmp: Path, size: int, sha256: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        directory_id: tuple[int, int],
+        fd: int | None,
+        tmp: Path | None,
+        size: int,
+        sha256: str,
+    ) -> None:
+        self.directory = directory
+        self._directory_id = directory_id  # as it was when the staging began
+        self.fd = fd
         self.tmp = tmp
         self.size = size
         self.sha256 = sha256
         self._published = False
 
+    def still_staged(self) -> bool:
+        """Whether the staged bytes are still in the directory they were staged in (the turn
+        may have been replaced meanwhile, its directory moved to the trash)."""
+        if self.tmp is not None:
+            return self.tmp.exists()
+        try:
+            st = os.stat(self.directory)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self._directory_id
+
     def publish(self, path: Path) -> None:
         with os_errors():
-            os.replace(self.tmp, path)
+            if self.fd is not None:
+                files.replace_with_unnamed(self.fd, path)
+            else:
+                assert self.tmp is not None
+                os.replace(self.tmp, path)
             self._published = True
             fsync_dir(path.parent)
 
     def discard(self) -> None:
-        if not self._published:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if not self._published and self.tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp)
-            self._published = True
+        self._published = True
 
     def __enter__(self) -> StagedFile:
         return self
@@ -154,7 +190,7 @@ class StagedFile:
 
 
 def stage_stream(directory: Path, stream: IO[bytes], *, limit: int) -> StagedFile:
-    """Copy ``stream`` into a synced temp file in ``directory``, refusing more than ``limit`` bytes.
+    """Copy ``stream`` into a synced file in ``directory``, refusing more than ``limit`` bytes.
 
     Reads 1 MiB at a time, so memory stays flat whatever the body size; the size is counted
     here rather than trusted from Content-Length.
@@ -162,29 +198,38 @@ def stage_stream(directory: Path, stream: IO[bytes], *, limit: int) -> StagedFil
     digest = hashlib.sha256()
     size = 0
     with os_errors():
-        fd, tmp = new_temp(directory)
+        fd = files.unnamed_temp(directory)
+        tmp = None
+        if fd is None:
+            fd, tmp = new_temp(directory)
+        st = os.stat(directory)
+        directory_id = (st.st_dev, st.st_ino)
         try:
-            try:
-                while True:
-                    chunk = stream.read(CHUNK)
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > limit:
-                        raise PayloadTooLarge(
-                            f"artifact exceeds the limit of {limit} bytes", limit=limit
-                        )
-                    digest.update(chunk)
-                    write_all(fd, chunk)
-                if not deferred_fd(fd):
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            while True:
+                chunk = stream.read(CHUNK)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(
+                        f"artifact exceeds the limit of {limit} bytes", limit=limit
+                    )
+                digest.update(chunk)
+                write_all(fd, chunk)
+            if not deferred_fd(fd):
+                os.fsync(fd)
+            staged = StagedFile(
+                directory, directory_id, fd if tmp is None else None, tmp, size, digest.hexdigest()
+            )
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            os.close(fd)
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             raise
-    return StagedFile(tmp, size, digest.hexdigest())
+        if tmp is not None:
+            os.close(fd)
+    return staged
 
 
 def remove_quietly(path: Path) -> None:

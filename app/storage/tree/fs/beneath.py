@@ -19,7 +19,7 @@ import stat
 import sys
 import weakref
 
-from app.storage.core.errors import UnsafePath
+from app.storage.core.errors import Unreadable, UnsafePath
 from app.storage.tree.fs.noatime import O_NOATIME, READ_FLAGS, regular_file
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (the unified syscall table)
@@ -133,7 +133,7 @@ class Beneath:
         if err in (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG):
             self.available = False
             raise Unavailable
-        raise OSError(err, os.strerror(err), f"{self.root}/{relative}")
+        raise Unreadable(err, os.strerror(err), f"{self.root}/{relative}")
 
 
 def not_a_directory(dir_fd: int, relative: str, shown: str) -> None:

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from app.storage.core.errors import InvalidName, UnsafePath
+from app.storage.core.errors import InvalidName, Unreadable, UnsafePath
 from app.storage.core.names import (
     ARTIFACTS_DIR,
     AUDIT_DB,
@@ -244,7 +244,7 @@ class Layout:
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # a symlink planted since the walk
                 raise UnsafePath(f"{path} is a symlink; the service never follows one") from None
-            raise
+            raise Unreadable.of(exc, path) from None
 
     def own_file(self, path: Path) -> Path:
         """``path``, a file only the service makes and reads (a lock, a journal, a marker, a
@@ -260,7 +260,7 @@ class Layout:
         """The bytes of the file ``path`` below the root, None when absent (UnsafePath for a
         link anywhere on the way)."""
         fd = self.open_read(os.fspath(path))
-        return None if fd is None else read_all(fd)
+        return None if fd is None else read_all(fd, path=path)
 
     def check_inside(self, path: _P, *, below: Path | None = None) -> _P:
         """Refuse a path outside the root or one that passes through a symlink.

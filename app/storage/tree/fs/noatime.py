@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 
-from app.storage.core.errors import Corrupt
+from app.storage.core.errors import Corrupt, Unreadable
 
 O_NOATIME: int = getattr(os, "O_NOATIME", 0)
 # O_NONBLOCK: opening a FIFO a person put where a file was expected must not wait for a
@@ -73,6 +73,8 @@ def read_all(fd: int, *, limit: int | None = None, path: object = None) -> bytes
                 raise Corrupt(f"{path}: more than such a file ever holds ({limit} bytes)")
             want = 1 << 16
         return b"".join(chunks)
+    except OSError as exc:
+        raise Unreadable.of(exc, path) from None
     finally:
         os.close(fd)
 
@@ -81,11 +83,18 @@ def sha256_file(path: str | os.PathLike[str]) -> tuple[int, str]:
     """Size and SHA-256 (hex) of the file at ``path``, read 1 MiB at a time."""
     digest = hashlib.sha256()
     size = 0
-    fd = open_noatime(path)
     try:
-        while chunk := os.read(fd, 1 << 20):
-            size += len(chunk)
-            digest.update(chunk)
-    finally:
-        os.close(fd)
+        fd = open_noatime(path)
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                size += len(chunk)
+                digest.update(chunk)
+        finally:
+            os.close(fd)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise
+        raise Unreadable.of(exc, path) from None
     return size, digest.hexdigest()

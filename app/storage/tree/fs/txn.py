@@ -38,6 +38,7 @@ from pathlib import Path
 from app.storage.core.errors import StorageError, UnsafePath
 from app.storage.core.files import DIR_MODE
 from app.storage.core.names import LOCK_STRIPES, Scope, validate_id
+from app.storage.core.quota import FloorReached
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.noatime import open_noatime
@@ -144,6 +145,13 @@ class Txn:
             self.journal.set(self.key.stripe, self.key)
             self.dirty = True
 
+    def abandon(self) -> None:
+        """The caller failed and took back everything it wrote: nothing is left to repair
+        (its slot is cleared, so no later reader takes the failed write for a dead one)."""
+        if self.dirty:
+            self.journal.clear(self.key.stripe)
+            self.dirty = False
+
 
 class NestedTransaction(RuntimeError):
     """A thread asked for a second key of an engine while holding one (it would deadlock)."""
@@ -168,6 +176,8 @@ class Transactions:
         self.group_commit = group_commit
         self.journal = Journal(layout.inflight(kind), layout)
         self._held = threading.local()
+        # Why no write may start now (a start-up recovery a full disk stopped), else "".
+        self.refuse: Callable[[], str] = lambda: ""
 
     def lock_path(self, key: Key) -> Path:
         # locked() creates the lock's parents: refuse a linked .locks before it can.
@@ -199,6 +209,9 @@ class Transactions:
         after its writes, covers this one too. Every transaction waits for such a flush, one
         that wrote nothing or failed included: its answer may rest on what it read.
         """
+        why = self.refuse()
+        if why:
+            raise FloorReached(why)
         with group_commit(self.layout.root, enabled=self.group_commit), self.locked(key):
             await_flush()
             txn = Txn(key, self.journal)

@@ -9,7 +9,7 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 
-from app.storage.core.errors import LockTimeout
+from app.storage.core.errors import InsufficientStorage, LockTimeout
 from app.storage.core.files import FILE_MODE
 from app.storage.tree.fs.walk import remove_planted_link
 
@@ -17,6 +17,38 @@ from app.storage.tree.fs.walk import remove_planted_link
 def is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+# The page cache of one connection, in KiB (SQLite's default is 2 MiB): the pages it reads
+# again stay in the kernel's page cache besides.
+PAGE_CACHE_KIB = 256
+
+_SQLITE_FULL = 13
+# SQLite reports a full disk met writing its -wal or -shm as an I/O error (or "unable to
+# open"), not as SQLITE_FULL: those are a full disk when the disk has no room left.
+_SQLITE_IOERR, _SQLITE_CANTOPEN = 10, 14
+_ROOM = 64 << 10
+
+
+def full_disk(exc: sqlite3.Error, conn: sqlite3.Connection | None = None, path: str = "") -> bool:
+    """Whether ``exc`` is SQLite meeting a full disk (of ``path``, or ``conn``'s file)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == _SQLITE_FULL:
+        return True
+    if code is None or code & 0xFF not in (_SQLITE_IOERR, _SQLITE_CANTOPEN):
+        return False
+    if not path and conn is not None:
+        with contextlib.suppress(sqlite3.Error):
+            path = conn.execute("PRAGMA database_list").fetchone()[2]
+    try:
+        st = os.statvfs(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _ROOM or (st.f_files > 0 and st.f_favail == 0)
+
+
+def no_space(what: str, exc: sqlite3.Error) -> InsufficientStorage:
+    return InsufficientStorage(f"no space left on the storage device ({what}: {exc})")
 
 
 def create_file(path: str) -> None:
@@ -59,8 +91,13 @@ def open_wal(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Conne
                 # Deleted rows and freed pages are overwritten with zeros: text removed from
                 # an index must not stay readable in its file (tree/sqlite/fts.py).
                 conn.execute("PRAGMA secure_delete=ON")
+                # Each thread keeps connections open (listing.py, store_index.py): what a
+                # worker holds is their count times this, whatever it serves for how long.
+                conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
                 return conn
             except sqlite3.OperationalError as exc:
+                if full_disk(exc, path=path):
+                    raise no_space(f"index {path}", exc) from None
                 if not is_busy(exc):
                     raise
                 if time.monotonic() >= deadline:
@@ -78,13 +115,19 @@ def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connectio
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
+        if full_disk(exc, conn):
+            raise no_space(what, exc) from None
         raise LockTimeout(f"{what} is busy: {exc}") from None
     try:
         yield conn
         conn.execute("COMMIT")
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+        # A full disk is a 507 wherever SQLite meets it (a COMMIT after a record's commit
+        # point included): never a 500, which clients retry at once by themselves.
+        if isinstance(exc, sqlite3.Error) and full_disk(exc, conn):
+            raise no_space(what, exc) from exc
         raise
 
 

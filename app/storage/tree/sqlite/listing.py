@@ -63,7 +63,9 @@ class _Connections(threading.local):
         self.by_path: dict[str, sqlite3.Connection] = {}
 
 
-_CACHE_LIMIT = 32
+# Connections kept open per thread (most recently used last). A worker of THREADS threads
+# holds at most THREADS times this and store_index.py's, each with db.PAGE_CACHE_KIB of pages.
+_CACHE_LIMIT = 8
 
 
 class Listing:
@@ -118,6 +120,17 @@ class Listing:
         with write_txn(self._conn(), "listing index") as conn:
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
             yield conn
+
+    def census(self, now_us: int) -> tuple[int, int, int]:
+        """(newest turn write, turns, turns expired at ``now_us``): what the sweep's clock
+        guard weighs (core/sweep.py)."""
+        with self.read() as conn:
+            newest, turns, expiring = conn.execute(
+                "SELECT coalesce(max(updated_us), 0), count(*),"
+                " coalesce(sum(retain_until_us <= ?), 0) FROM turns",
+                (now_us,),
+            ).fetchone()
+        return int(newest), int(turns), int(expiring)
 
     def read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One read transaction: every query inside sees the same snapshot."""

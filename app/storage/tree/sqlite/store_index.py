@@ -424,8 +424,9 @@ class _Cached(threading.local):
 # Connections kept open per thread: opening one (and the settings and schema check that come
 # with it) cost more than the statements of a write, and closing the last connection to a
 # database checkpoints its WAL with two fsyncs and deletes it, for the next open to create
-# again: under the store lock, on every write of a store nobody else had open.
-_CACHE_LIMIT = 16
+# again: under the store lock, on every write of a store nobody else had open. Bounded all
+# the same: a worker holds THREADS times this (and listing.py's), each with its page cache.
+_CACHE_LIMIT = 8
 
 
 class StoreIndex:

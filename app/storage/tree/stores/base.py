@@ -21,6 +21,7 @@ from immutable version files, retrying when a concurrent redaction or sweep move
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import stat
 from collections.abc import Callable, Iterator
@@ -64,6 +65,9 @@ class StoreTxn:
 
     def begin(self) -> None:
         self.txn.begin()
+
+    def abandon(self) -> None:
+        self.txn.abandon()
 
     @property
     def scope(self) -> Scope:
@@ -184,11 +188,29 @@ class StoresBase:
         old_path: str | None,
         ticket: Ticket = NO_TICKET,
     ) -> None:
-        """Write one version: the record (the commit point), the live file, then the index,
-        then the store's usage in its project's listing (which drops ``ticket``'s reservation)."""
+        """Write one version: the record (the commit point), the index, the store's usage in
+        its project's listing (which drops ``ticket``'s reservation), then the live file.
+
+        A write that fails before its index row is committed takes its record back: nothing
+        else has changed yet (reads go by the index and the records, the live file comes
+        last), so its error means what it says, nothing stored, and nothing is left to
+        repair. After that, the derived files are the repair's (the slot stays set)."""
         txn.begin()
         path = self.layout.check_inside(self.layout.version_file(txn.dir, record.id))
-        write_new(path, dumps(record.to_json()))
+        try:
+            write_new(path, dumps(record.to_json()))
+            with self.index(txn.dir).write() as writer:
+                writer.put_version(record)
+                usage = writer.store_usage()
+                # A purge a reader's snapshot stopped: this write is the next chance.
+                owed = writer.purge_owed()
+        except Exception:
+            with contextlib.suppress(OSError):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                txn.abandon()
+            raise
+        self.publish_usage(txn, usage, ticket)
         if old_path is not None and (record.operation == "deleted" or old_path != record.path):
             self.remove_live(txn.dir, old_path)
         if record.operation != "deleted" and record.path is not None:
@@ -196,12 +218,6 @@ class StoresBase:
             make_dirs(target.parent, self.layout.memories_dir(txn.dir))
             # Derived from the version record just written: not fsynced (atomic_file).
             write_atomic(target, str(record.content).encode("utf-8"), durable=False)
-        with self.index(txn.dir).write() as writer:
-            writer.put_version(record)
-            usage = writer.store_usage()
-            # A purge a reader's snapshot stopped: this write is the next chance.
-            owed = writer.purge_owed()
-        self.publish_usage(txn, usage, ticket)
         if record.operation == "deleted" or owed:
             self.purge_search(txn.dir)
 

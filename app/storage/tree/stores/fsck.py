@@ -21,7 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from app.storage.core import record_rules, store_rules as rules
-from app.storage.core.errors import Corrupt, LockTimeout, NotFound, StorageError, UnsafePath
+from app.storage.core.errors import (
+    Corrupt,
+    LockTimeout,
+    NotFound,
+    StorageError,
+    Unreadable,
+    UnsafePath,
+)
 from app.storage.core.models import FsckReport
 from app.storage.core.names import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from app.storage.core.store_records import VersionRecord
@@ -181,6 +188,15 @@ class StoresFsck:
                 f"{scope.tenant}/{scope.project}/{STORES_DIR}/{store_id}: not checked ({exc})",
                 repairable=False,
             )
+        except Unreadable as exc:
+            # Not damage (app/storage/tree/fsck.py): the store is left exactly as it is.
+            message = (
+                f"{engine.rel(Path(exc.filename))}: cannot be read now ({exc.strerror}): an I/O"
+                f" or permission error, not damage; store {store_id} was neither checked nor"
+                " changed"
+            )
+            self.problem(message, repairable=False)
+            self.report.unreadable.append(message)
 
     def check(self, store_dir: Path, torn: list[Path] | None = None) -> list[str]:
         """The repairable problems of one store; the others go to the report directly.
@@ -195,6 +211,8 @@ class StoresFsck:
         rel = engine.rel(store_dir)
         try:
             rules.validate_name(engine.store_record(store_dir).name)
+        except Unreadable:
+            raise
         except (Corrupt, NotFound, UnsafePath, StorageError) as exc:
             record = engine.tree.lstat(engine.layout.store_record(store_dir))
             if record is not None and stat.S_ISREG(record.st_mode) and record.st_size == 0:

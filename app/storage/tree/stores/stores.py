@@ -63,8 +63,16 @@ class StoreOps(StoresBase):
             # and its usage row is repaired (the row written) like any other write.
             with self.txns(Key(scope, record.id)) as txn:
                 txn.begin()
-                self.tree.rename(tmp, self.layout.store_dir(scope, record.id))
-                self.usage.set_store(scope, record.id, StoreUsage())
+                published = self.layout.store_dir(scope, record.id)
+                self.tree.rename(tmp, published)
+                try:
+                    self.usage.set_store(scope, record.id, StoreUsage())
+                except Exception:
+                    # The store was never answered for: take it back whole (no version is in
+                    # it yet), so the error means nothing was made and nothing is to repair.
+                    self.tree.rename(published, tmp)
+                    txn.abandon()
+                    raise
         except BaseException:
             self.tree.remove(tmp)
             raise
