@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test soak powerloss lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
+.PHONY: venv run test faults soak powerloss lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,12 @@ run: $(RUN_STAMP)
 TEST_WORKERS ?= 2
 
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not soak and not powerloss" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not soak and not powerloss and not faults" $(PYTEST_ARGS)
+
+# Real faults (tests/robust: full disks on loop ext4, EIO through FUSE, clock steps, master
+# kills): each takes seconds of a whole machine, so they run on their own (CI: after make test).
+faults: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)

@@ -82,7 +82,7 @@ def _wait_runs(root: Path, count: int, timeout: float) -> int:
     return _runs(root)
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_the_housekeeper_keeps_what_a_clock_step_forward_would_expire(
     seeded: Seeded, tmp_path: Path
 ) -> None:
@@ -103,7 +103,7 @@ def test_the_housekeeper_keeps_what_a_clock_step_forward_would_expire(
         server.stop()
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_the_housekeeper_keeps_its_rhythm_after_a_step_back(seeded: Seeded, tmp_path: Path) -> None:
     clock = SteppedClock(tmp_path)
     server = _server(seeded, tmp_path, clock)

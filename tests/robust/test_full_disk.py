@@ -127,7 +127,7 @@ def test_the_floor_counts_inodes(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_a_turn_refused_at_the_last_inodes_leaves_no_task_behind(
     seeded: Seeded, disk: Path
 ) -> None:
@@ -148,7 +148,7 @@ def test_a_turn_refused_at_the_last_inodes_leaves_no_task_behind(
         unfill(filler)
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_a_memory_write_on_a_full_disk_is_507_never_500(seeded: Seeded, disk: Path) -> None:
     """Another program fills the disk right after the floor last looked at it (it trusts
     statvfs for a second): writes admitted then meet the full disk half-way."""
@@ -203,7 +203,7 @@ def _server(seeded: Seeded, tmp_path: Path, **env: str) -> Live:
     )
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 @pytest.mark.parametrize("fill", [fill_bytes, fill_inodes], ids=["0 bytes", "0 inodes"])
 def test_a_server_killed_on_a_full_disk_comes_back_read_only(
     seeded: Seeded, disk: Path, tmp_path: Path, fill: object
@@ -248,7 +248,7 @@ def test_a_server_killed_on_a_full_disk_comes_back_read_only(
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_no_sigbus_on_a_full_1k_block_disk(tmp_path: Path) -> None:
     with small_ext4(tmp_path, size=24 * MiB, block_size=1024) as disk:
         seeded = seed(disk / "root", tmp_path / "tokens.json")

@@ -109,7 +109,7 @@ def test_fsck_repair_keeps_a_task_record_it_cannot_read(seeded: Seeded) -> None:
     assert flask(seeded.env(), "fsck").returncode == 0
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_fsck_reads_on_past_eio(tmp_path: Path) -> None:
     """EIO opening an artifact, reading a memory version: each is reported, the rest of
     the tree is still checked, and nothing is moved or dropped."""
@@ -251,7 +251,7 @@ def test_fsck_and_the_sweep_report_an_unparsable_record(seeded: Seeded) -> None:
         assert got.status_code == 200 and [t["turn"] for t in got.json["turns"]] == [0]
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_start_up_recovery_quarantines_an_unparsable_record(seeded: Seeded, tmp_path: Path) -> None:
     meta = _retain_later(seeded)
     power_lost(seeded.root)

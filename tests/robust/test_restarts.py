@@ -33,7 +33,7 @@ def _answers(session: requests.Session, url: str) -> bool:
         return False
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_a_dead_masters_workers_stop_and_a_new_server_starts_at_once(tmp_path: Path) -> None:
     server = Live(tmp_path=tmp_path, root=tmp_path / "storage", workers=2, port=free_port())
     try:
@@ -99,7 +99,7 @@ def _compacting(pids: list[int], project: Path, at_least: int = MiB) -> bool:
     return False
 
 
-@pytest.mark.soak
+@pytest.mark.faults
 def test_a_kill_during_a_digest_compaction_leaves_no_temp_file(tmp_path: Path) -> None:
     server = Live(tmp_path=tmp_path, root=tmp_path / "storage", workers=1).start()
     try:

@@ -46,7 +46,10 @@ def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
     listed by included: a ``retain_until`` that is no time is a record that cannot be kept
     by its rule, found here rather than by every reader that compares it)."""
     try:
-        parse_iso_us(obj["retain_until"])
+        try:
+            parse_iso_us(obj["retain_until"])
+        except (TypeError, ValueError):
+            raise ValueError(f"retain_until {obj['retain_until']!r} is not a time") from None
         return TurnRecord(
             task_id=str(obj["task_id"]),
             turn=int(obj["turn"]),
