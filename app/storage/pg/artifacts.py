@@ -33,14 +33,10 @@ from app.storage.pg.db import Database
 from app.storage.pg.listing import KEY, TurnRow, task_key
 
 
-class TaskRows(Protocol):
-    """What the artifacts need of the task engine (PgTaskStore): its stores, its lock, and
-    the rows and rules of the task an artifact belongs to."""
+class TaskLock(Protocol):
+    """What every part of the task engine (PgTaskStore) uses of it: its clock and lock, a
+    turn's row, and the step that makes a task's listing row follow its turns."""
 
-    db: Database
-    blobs: BlobStore
-    usage: pgu.PgUsage
-    max_artifact_bytes: int
     retention_us: int
 
     def now_us(self) -> int: ...
@@ -62,6 +58,15 @@ class TaskRows(Protocol):
         task_id: str,
         written: TurnRecord | None = None,
     ) -> None: ...
+
+
+class TaskRows(TaskLock, Protocol):
+    """What the artifacts need of the task engine: its stores too, and the artifact limit."""
+
+    db: Database
+    blobs: BlobStore
+    usage: pgu.PgUsage
+    max_artifact_bytes: int
 
     def forget_blobs(self, keys: list[str]) -> None: ...
 

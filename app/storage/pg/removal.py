@@ -12,7 +12,6 @@ WAL until it is recycled (docs/guarantees.md).
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import psycopg
@@ -23,34 +22,13 @@ from app.storage.core.models import TurnRecord, artifact_etag
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions, next_updated_us
 from app.storage.pg import usage as pgu
-from app.storage.pg.listing import KEY, TurnRow, task_key
+from app.storage.pg.artifacts import TaskLock
+from app.storage.pg.listing import KEY, task_key
 
 
-class TaskRows(Protocol):
-    """What the removals need of the task engine (PgTaskStore): its lock, its rows and the
-    steps that keep a task's listing row, counters and objects right."""
-
-    retention_us: int
-
-    def now_us(self) -> int: ...
-
-    def transaction(
-        self, scope: Scope, task_id: str
-    ) -> AbstractContextManager[psycopg.Connection[Any]]: ...
-
-    def turn_row(
-        self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int
-    ) -> TurnRow | None: ...
-
-    def task_updated_us(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int: ...
-
-    def recompute(
-        self,
-        conn: psycopg.Connection[Any],
-        scope: Scope,
-        task_id: str,
-        written: TurnRecord | None = None,
-    ) -> None: ...
+class TaskRows(TaskLock, Protocol):
+    """What the removals need of the task engine (PgTaskStore): its lock and rows
+    (:class:`TaskLock`) and the steps that keep a task's counters and objects right."""
 
     def settle_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> int: ...
 
