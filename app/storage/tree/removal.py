@@ -158,31 +158,31 @@ class TaskRemovals:
         validate_artifact_name(name)
         tasks = self.tasks
         path = tasks.layout.check_inside(tasks.layout.artifact(scope, task_id, turn, name))
-        with self.then_purge(scope):
-            with tasks.transaction(scope, task_id) as txn, os_errors():
-                task_dir, record, _ = self._live_turn(scope, task_id, turn, only_owner)
-                current = next((a for a in record.artifacts if a.name == name), None)
-                if current is None:
-                    raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
-                check_preconditions(current.etag, if_match, False)
-                index = load_index(tasks.layout.tree, task_dir, task_id)
-                updated_us = tasks.next_updated_us(index, tasks.now_us())
-                record = replace(
-                    record,
-                    artifacts=tuple(a for a in record.artifacts if a.name != name),
-                    updated_at=iso_us(updated_us),
-                    retain_until=iso_us(updated_us + tasks.retention_us),
-                    updated_us=updated_us,
-                )
-                txn.begin()
-                write_json(path.parent.parent / TURN_META, turn_to_json(record))
-                commit_point()
-                # After the commit: a writer killed before these lines leaves bytes no record
-                # names, which the task's repair (the next holder of the lock) removes.
-                remove_quietly(path)
-                remove_quietly(path.parent / f"{PREV_PREFIX}{name}")
-                tasks.write_derived(scope, task_id, task_dir, record, index, summary=False)
-            tasks.usage.freed()
+        # A write of its turn: write_derived retries a purge still owed, as every write does.
+        with tasks.transaction(scope, task_id) as txn, os_errors():
+            task_dir, record, _ = self._live_turn(scope, task_id, turn, only_owner)
+            current = next((a for a in record.artifacts if a.name == name), None)
+            if current is None:
+                raise NotFound(f"artifact {name} of turn {turn} of task {task_id} not found")
+            check_preconditions(current.etag, if_match, False)
+            index = load_index(tasks.layout.tree, task_dir, task_id)
+            updated_us = tasks.next_updated_us(index, tasks.now_us())
+            record = replace(
+                record,
+                artifacts=tuple(a for a in record.artifacts if a.name != name),
+                updated_at=iso_us(updated_us),
+                retain_until=iso_us(updated_us + tasks.retention_us),
+                updated_us=updated_us,
+            )
+            txn.begin()
+            write_json(path.parent.parent / TURN_META, turn_to_json(record))
+            commit_point()
+            # After the commit: a writer killed before these lines leaves bytes no record
+            # names, which the task's repair (the next holder of the lock) removes.
+            remove_quietly(path)
+            remove_quietly(path.parent / f"{PREV_PREFIX}{name}")
+            tasks.write_derived(scope, task_id, task_dir, record, index, summary=False)
+        tasks.usage.freed()
 
     # -- the purge -------------------------------------------------------------------------
     @contextmanager
