@@ -34,6 +34,7 @@ LATE_GROWTH = 12 * MiB
 # The ceiling a worker stays under: the interpreter, the app and its imports (~90 MiB), and
 # the SQLite caches at their cap (app/storage: connections per thread times cache size).
 PEAK = 400 * MiB
+_COUNTING = threading.Lock()
 
 
 def _rss(pid: int) -> int:
@@ -45,7 +46,12 @@ def _rss(pid: int) -> int:
 
 
 def _client(
-    url: str, secret: str, stores: dict[str, list[str]], stop: threading.Event, errors: list[str]
+    url: str,
+    secret: str,
+    stores: dict[str, list[str]],
+    stop: threading.Event,
+    errors: list[str],
+    statuses: dict[int, int],
 ) -> None:
     rng = random.Random()
     session = requests.Session()
@@ -101,6 +107,8 @@ def _client(
                     )
                     if r.status_code == 200 and len(known) < 50:
                         known.append(r.json()["id"])
+            with _COUNTING:
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
             if r.status_code >= 500 and r.status_code != 503:
                 errors.append(f"{r.status_code} {r.request.method} {r.request.url}: {r.text[:200]}")
         except requests.RequestException as exc:
@@ -129,9 +137,12 @@ def test_worker_memory_levels_off(tmp_path: Path) -> None:
             ]
         stop = threading.Event()
         errors: list[str] = []
+        statuses: dict[int, int] = {}
         clients = [
             threading.Thread(
-                target=_client, args=(server.url, secret, stores, stop, errors), daemon=True
+                target=_client,
+                args=(server.url, secret, stores, stop, errors, statuses),
+                daemon=True,
             )
             for _ in range(CLIENTS)
         ]
@@ -149,6 +160,7 @@ def test_worker_memory_levels_off(tmp_path: Path) -> None:
         stop.set()
         for thread in clients:
             thread.join(timeout=120)
+        print("REQUESTS", sum(statuses.values()), dict(sorted(statuses.items())), flush=True)
         assert not errors, errors[:20]
         half = [s for t, s in samples if t >= seconds / 2]
         assert half, samples
