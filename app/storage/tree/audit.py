@@ -13,7 +13,7 @@ from typing import Any
 from app.storage.core import audit
 from app.storage.core.audit import AuditEvent
 from app.storage.tree.fs.layout import Layout
-from app.storage.tree.sqlite.db import create_file, open_wal, read_txn, write_txn
+from app.storage.tree.sqlite.db import create_file, open_index, read_txn, write_txn
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -44,7 +44,7 @@ class TreeAudit:
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.audit())
         create_file(str(path))
-        conn = open_wal(str(path), timeout=self.timeout)
+        conn = open_index(str(path), timeout=self.timeout)
         try:
             conn.executescript(_SCHEMA)
             yield conn

@@ -51,7 +51,7 @@ from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.walk import remove_planted_link
-from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, write_txn
+from app.storage.tree.sqlite.db import SIDE_FILES, create_file, is_busy, open_index, write_txn
 from app.storage.tree.sqlite.listing import Listing
 
 
@@ -260,7 +260,7 @@ class TreeTraffic:
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.traffic())
         create_file(str(path))
-        conn = open_wal(str(path), timeout=self.timeout)
+        conn = open_index(str(path), timeout=self.timeout)
         try:
             conn.executescript(_TRAFFIC_SCHEMA)
             yield conn
@@ -276,7 +276,7 @@ class TreeTraffic:
         without what a WAL still holds, at most the last flush of counts). A report of the
         traffic must not fail because the disk is full."""
         path = str(self.layout.check_inside(self.layout.traffic()))
-        for suffix in ("-wal", "-shm"):
+        for suffix in SIDE_FILES:
             remove_planted_link(path + suffix, "SQLite")
         for uri in (f"file:{quote(path)}?mode=ro", f"file:{quote(path)}?immutable=1"):
             try:

@@ -28,7 +28,7 @@ from app.storage.core.models import TaskFilter
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
-from app.storage.tree.sqlite.db import create_file, is_busy, open_wal, read_txn, write_txn
+from app.storage.tree.sqlite.db import create_file, is_busy, open_index, read_txn, write_txn
 from app.storage.tree.sqlite.listing_sql import (
     DIGEST_ROWS,
     PAGE_COLUMNS,
@@ -92,7 +92,7 @@ class Listing:
                 old = local.by_path.pop(next(iter(local.by_path)))
                 old.close()
             create_file(key)
-            conn = open_wal(key, timeout=self.timeout)
+            conn = open_index(key, timeout=self.timeout)
             try:
                 conn.executescript(SCHEMA)
                 migrate(conn)
@@ -138,7 +138,7 @@ class Listing:
 
     def connect(self) -> sqlite3.Connection:
         """A connection of the caller's own (one snapshot held while the cached one writes)."""
-        return open_wal(str(self.path), timeout=self.timeout)
+        return open_index(str(self.path), timeout=self.timeout)
 
     def exists(self) -> bool:
         return self.path.exists()

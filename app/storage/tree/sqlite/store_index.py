@@ -38,7 +38,7 @@ from app.storage.core.store_records import (
 )
 from app.storage.core.usage import StoreUsage
 from app.storage.tree.sqlite import fts
-from app.storage.tree.sqlite.db import create_file, open_wal, read_txn, write_txn
+from app.storage.tree.sqlite.db import create_file, open_index, read_txn, write_txn
 from app.storage.tree.sqlite.fts import DOCS, TEXT
 
 _SCHEMA = """
@@ -485,7 +485,7 @@ class StoreIndex:
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode={mode}"
         if create:
             create_file(str(self.path))
-        conn = open_wal(uri, uri=True, timeout=self.timeout)
+        conn = open_index(uri, uri=True, timeout=self.timeout)
         try:
             if create:
                 conn.executescript(_SCHEMA)

@@ -1,4 +1,4 @@
-"""open_wal: a busy database is a LockTimeout (503), never a bare OperationalError (500)."""
+"""open_index: a busy database is a LockTimeout (503), never a bare OperationalError (500)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import LockTimeout
-from app.storage.tree.sqlite.db import open_wal
+from app.storage.tree.sqlite.db import open_index
 
 
 def _rollback_db_locked_exclusively(path: Path) -> sqlite3.Connection:
@@ -26,7 +26,7 @@ def test_a_database_busy_past_the_timeout_is_a_lock_timeout(tmp_path: Path) -> N
     try:
         started = time.monotonic()
         with pytest.raises(LockTimeout):
-            open_wal(str(tmp_path / "x.sqlite3"), timeout=0.2)
+            open_index(str(tmp_path / "x.sqlite3"), timeout=0.2)
         assert time.monotonic() - started < 5
     finally:
         holder.execute("COMMIT")
@@ -43,7 +43,7 @@ def test_a_database_busy_for_a_moment_is_waited_for_and_switched_to_wal(tmp_path
     t = threading.Thread(target=release)
     t.start()
     try:
-        conn = open_wal(str(tmp_path / "x.sqlite3"), timeout=10)
+        conn = open_index(str(tmp_path / "x.sqlite3"), timeout=10)
     finally:
         t.join()
         holder.close()
