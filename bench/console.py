@@ -90,7 +90,7 @@ def build(root: Path, project: str, count: int) -> float:
     )
     if count > 10:
         # One event through the interface, then 10,000 in one transaction of the same file.
-        backend.record_event(
+        backend.audit_log.record(
             TENANT, project, actor="tok_0", kind="task", action="created", subject="t000000"
         )
         now = store.now_us()

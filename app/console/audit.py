@@ -62,7 +62,7 @@ def audit(tenant: str, project: str) -> ResponseReturnValue:
         error = "kind: one of " + ", ".join(KINDS)
     else:
         try:
-            page = storage().audit(
+            page = storage().audit_log.page(
                 scope(),
                 actor=actor,
                 kind=kind,

@@ -32,7 +32,7 @@ def record(
     if tenant is None:
         return
     try:
-        storage.record_event(
+        storage.audit_log.record(
             tenant,
             project,
             actor=actor,

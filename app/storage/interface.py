@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol
 
 from app.storage.core.archive import ExportSummary, ImportSummary
-from app.storage.core.audit import AuditEvent, AuditPage
+from app.storage.core.audit import AuditLog
 from app.storage.core.clock import Clock
 from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from app.storage.core.models import (
@@ -505,42 +505,8 @@ class StorageBackend(Protocol):
         """Forget the hours before ``before_hour`` (hours since the epoch)."""
         ...
 
-    def record_event(
-        self,
-        tenant: str,
-        project: str | None,
-        *,
-        actor: str | None,
-        kind: str,
-        action: str,
-        subject: str,
-        store_id: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> AuditEvent:
-        """Add an event to the audit log (core/audit.py): ``actor`` (a token id) did
-        ``action`` to ``subject`` (of ``kind``) in ``tenant`` / ``project`` (None: the
-        tenant's own, e.g. a token for all its projects). InvalidName for a kind, action,
-        subject or detail outside core/audit.py's rules."""
-        ...
-
-    def audit(
-        self,
-        scope: Scope,
-        *,
-        actor: str | None = None,
-        kind: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        backward: bool = False,
-    ) -> AuditPage:
-        """The project's events, newest first, of one ``actor`` and ``kind`` if given;
-        ``cursor``: a ``next_cursor`` (older events) or, with ``backward``, a
-        ``prev_cursor`` (newer ones). InvalidName for a cursor of another list."""
-        ...
-
-    def prune_events(self, before_us: int) -> int:
-        """Forget the events older than ``before_us``; return how many went."""
-        ...
+    #: The audit log (core/audit.py): ``record``, ``page`` and ``prune`` of its events.
+    audit_log: AuditLog
 
     def describe(self) -> dict[str, Path | str]: ...
 

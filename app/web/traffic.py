@@ -108,7 +108,7 @@ class TrafficRecorder:
                 self.storage.prune_traffic(hour - self.keep_hours)
                 # The audit log is kept longer than the traffic (core/audit.py), on the
                 # same hourly round.
-                self.storage.prune_events((hour - AUDIT_KEEP_DAYS * 24) * 3600 * 1_000_000)
+                self.storage.audit_log.prune((hour - AUDIT_KEEP_DAYS * 24) * 3600 * 1_000_000)
                 self._pruned_hour = hour
         except Exception:  # noqa: BLE001 - counts are kept for the next flush, never lost here
             log.exception("traffic counts not written; kept for the next flush")

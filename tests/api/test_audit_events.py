@@ -19,7 +19,7 @@ STORES = "/v1/memory_stores"
 
 
 def events(app: Flask) -> list[tuple[str, str, str | None, str]]:
-    page = app.extensions["storage"].audit(Scope("acme", "web"), limit=100)
+    page = app.extensions["storage"].audit_log.page(Scope("acme", "web"), limit=100)
     return [(e.kind, e.action, e.actor, e.subject) for e in reversed(page.events)]
 
 
@@ -63,7 +63,9 @@ def test_writes_and_deletes_are_recorded_with_their_token(
         ("store", "deleted", ids["project_admin"], sid),
         ("task", "deleted", ids["project_admin"], "t"),
     ]
-    redacted = app.extensions["storage"].audit(Scope("acme", "web"), kind="memory").events[1]
+    redacted = (
+        app.extensions["storage"].audit_log.page(Scope("acme", "web"), kind="memory").events[1]
+    )
     assert redacted.detail == {"version_id": v1} and redacted.store_id == sid
 
 

@@ -452,7 +452,9 @@ def test_delete_a_turn_and_an_artifact_as_their_owner_or_an_admin(
     # A project_admin deletes any task's turn.
     mcp.as_("project_admin").ok("delete_turn", task_id="leak", turn=2)
     assert mcp.ok("read_task", task_id="leak").startswith("Task leak: 1 turn(s)")
-    events = mcp.client.application.extensions["storage"].audit(Scope("acme", "web"), limit=100)
+    events = mcp.client.application.extensions["storage"].audit_log.page(
+        Scope("acme", "web"), limit=100
+    )
     got = [(e.kind, e.action, e.actor, e.detail) for e in reversed(events.events)]
     assert got == [
         ("task", "created", tokens.ids["writer"], {}),

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.all_backends
 
 
 def record(backend: StorageBackend, scope: Scope, n: int, **kw: object) -> None:
-    backend.record_event(
+    backend.audit_log.record(
         scope.tenant,
         scope.project,
         actor=str(kw.get("actor", f"tok_{n % 2}")),
@@ -35,7 +35,7 @@ def test_events_newest_first_with_filters(
         record(backend, scope, n, kind="task" if n % 3 else "token")
         clock.advance(seconds=1)
     record(backend, Scope(scope.tenant, "other"), 99)
-    page = backend.audit(scope)
+    page = backend.audit_log.page(scope)
     assert subjects(page) == [f"task-{n}" for n in range(5, -1, -1)]
     first = page.events[-1]
     assert (first.actor, first.kind, first.action, first.detail) == (
@@ -45,11 +45,11 @@ def test_events_newest_first_with_filters(
         {"n": 0},
     )
     assert first.at.startswith("2026-01-01T00:00:00")
-    assert subjects(backend.audit(scope, actor="tok_1")) == ["task-5", "task-3", "task-1"]
-    assert subjects(backend.audit(scope, kind="token")) == ["task-3", "task-0"]
-    assert subjects(backend.audit(scope, actor="tok_1", kind="token")) == ["task-3"]
-    assert subjects(backend.audit(scope, actor="tok_nobody")) == []
-    assert subjects(backend.audit(Scope(scope.tenant, "none-here"))) == []
+    assert subjects(backend.audit_log.page(scope, actor="tok_1")) == ["task-5", "task-3", "task-1"]
+    assert subjects(backend.audit_log.page(scope, kind="token")) == ["task-3", "task-0"]
+    assert subjects(backend.audit_log.page(scope, actor="tok_1", kind="token")) == ["task-3"]
+    assert subjects(backend.audit_log.page(scope, actor="tok_nobody")) == []
+    assert subjects(backend.audit_log.page(Scope(scope.tenant, "none-here"))) == []
 
 
 def test_pages_forward_and_back_and_ties_in_one_microsecond(
@@ -57,16 +57,16 @@ def test_pages_forward_and_back_and_ties_in_one_microsecond(
 ) -> None:
     for n in range(7):
         record(backend, scope, n)  # the clock stands still: every event at one instant
-    seen, page = [], backend.audit(scope, limit=3)
+    seen, page = [], backend.audit_log.page(scope, limit=3)
     pages = [page]
     seen += subjects(page)
     while page.next_cursor:
-        page = backend.audit(scope, limit=3, cursor=page.next_cursor)
+        page = backend.audit_log.page(scope, limit=3, cursor=page.next_cursor)
         pages.append(page)
         seen += subjects(page)
     assert len(seen) == 7 == len(set(seen))
     assert pages[0].prev_cursor is None and pages[-1].next_cursor is None
-    back = backend.audit(scope, limit=3, cursor=pages[-1].prev_cursor, backward=True)
+    back = backend.audit_log.page(scope, limit=3, cursor=pages[-1].prev_cursor, backward=True)
     assert subjects(back) == subjects(pages[1])
     assert back.next_cursor is not None and back.prev_cursor is not None
 
@@ -81,26 +81,28 @@ def test_refused_events_and_cursors(backend: StorageBackend, scope: Scope) -> No
     ):
         args = {"actor": "tok_a", "kind": "task", "action": "created", "subject": "s", **kw}
         with pytest.raises(InvalidName):
-            backend.record_event(scope.tenant, scope.project, **args)  # type: ignore[arg-type]
+            backend.audit_log.record(scope.tenant, scope.project, **args)  # type: ignore[arg-type]
     with pytest.raises(InvalidName):
-        backend.record_event("../x", scope.project, actor="a", kind="task", action="a", subject="s")
-    assert subjects(backend.audit(scope)) == []
+        backend.audit_log.record(
+            "../x", scope.project, actor="a", kind="task", action="a", subject="s"
+        )
+    assert subjects(backend.audit_log.page(scope)) == []
     record(backend, scope, 1)
     record(backend, scope, 2)
-    cursor = backend.audit(scope, limit=1).next_cursor
+    cursor = backend.audit_log.page(scope, limit=1).next_cursor
     assert cursor
     with pytest.raises(InvalidName):
-        backend.audit(Scope(scope.tenant, "other"), cursor=cursor)
+        backend.audit_log.page(Scope(scope.tenant, "other"), cursor=cursor)
     with pytest.raises(InvalidName):
-        backend.audit(scope, cursor="forged")
+        backend.audit_log.page(scope, cursor="forged")
     with pytest.raises(InvalidName):
-        backend.audit(scope, kind="nonsense")
+        backend.audit_log.page(scope, kind="nonsense")
 
 
 def test_old_events_are_pruned(backend: StorageBackend, scope: Scope, clock: FixedClock) -> None:
     record(backend, scope, 1)
     clock.advance(days=2)
     record(backend, scope, 2)
-    newest = backend.audit(scope).events[0]
-    assert backend.prune_events(newest.at_us) == 1
-    assert subjects(backend.audit(scope)) == ["task-2"]
+    newest = backend.audit_log.page(scope).events[0]
+    assert backend.audit_log.prune(newest.at_us) == 1
+    assert subjects(backend.audit_log.page(scope)) == ["task-2"]

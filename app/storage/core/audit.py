@@ -79,45 +79,6 @@ COLUMNS = (
 )
 
 
-def new_event(
-    now_us: int,
-    tenant: str,
-    project: str | None,
-    *,
-    actor: str | None,
-    kind: str,
-    action: str,
-    subject: str,
-    store_id: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> AuditEvent:
-    """An event checked by the rules every engine shares (InvalidName otherwise)."""
-    validate_id("tenant", tenant)
-    if project is not None:
-        validate_id("project", project)
-    if kind not in KINDS:
-        raise InvalidName("kind", kind, f"must be one of {', '.join(KINDS)}")
-    if not _ACTION_RE.fullmatch(action):
-        raise InvalidName("action", action, "must be a lowercase word")
-    if not subject or len(subject) > MAX_SUBJECT_CHARS:
-        raise InvalidName("subject", subject, f"must be 1 to {MAX_SUBJECT_CHARS} characters")
-    event = AuditEvent(
-        f"evt_{ULID()}",
-        now_us,
-        tenant,
-        project,
-        actor,
-        kind,
-        action,
-        subject,
-        store_id,
-        dict(detail or {}),
-    )
-    if len(event.detail_json().encode("utf-8")) > MAX_DETAIL_BYTES:
-        raise InvalidName("detail", None, f"must be at most {MAX_DETAIL_BYTES} bytes of JSON")
-    return event
-
-
 def values(event: AuditEvent) -> tuple[Any, ...]:
     """The event as the row of COLUMNS an engine stores."""
     return (
@@ -271,17 +232,32 @@ class AuditLog:
         store_id: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> AuditEvent:
-        event = new_event(
+        """Add an event: ``actor`` (a token id) did ``action`` to ``subject`` (of ``kind``) in
+        ``tenant`` / ``project`` (None: the tenant's own, e.g. a token for all its projects).
+        InvalidName for a kind, action, subject or detail outside the rules above."""
+        validate_id("tenant", tenant)
+        if project is not None:
+            validate_id("project", project)
+        if kind not in KINDS:
+            raise InvalidName("kind", kind, f"must be one of {', '.join(KINDS)}")
+        if not _ACTION_RE.fullmatch(action):
+            raise InvalidName("action", action, "must be a lowercase word")
+        if not subject or len(subject) > MAX_SUBJECT_CHARS:
+            raise InvalidName("subject", subject, f"must be 1 to {MAX_SUBJECT_CHARS} characters")
+        event = AuditEvent(
+            f"evt_{ULID()}",
             self.now_us(),
             tenant,
             project,
-            actor=actor,
-            kind=kind,
-            action=action,
-            subject=subject,
-            store_id=store_id,
-            detail=detail,
+            actor,
+            kind,
+            action,
+            subject,
+            store_id,
+            dict(detail or {}),
         )
+        if len(event.detail_json().encode("utf-8")) > MAX_DETAIL_BYTES:
+            raise InvalidName("detail", None, f"must be at most {MAX_DETAIL_BYTES} bytes of JSON")
         self.rows.add(event)
         return event
 
@@ -289,12 +265,15 @@ class AuditLog:
         self,
         scope: Scope,
         *,
-        actor: str | None,
-        kind: str | None,
-        limit: int,
-        cursor: str | None,
-        backward: bool,
+        actor: str | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        backward: bool = False,
     ) -> AuditPage:
+        """The project's events, newest first, of one ``actor`` and ``kind`` if given;
+        ``cursor``: a ``next_cursor`` (older events) or, with ``backward``, a
+        ``prev_cursor`` (newer ones). InvalidName for a cursor of another list."""
         check_page(limit, kind)
         key = decode_cursor(self.codec, scope, cursor) if cursor else None
         backward = backward and key is not None
@@ -316,52 +295,6 @@ class AuditLog:
             scope=scope,
         )
 
-
-class AuditMethods:
-    """The audit log's part of a StorageBackend, for both engines (``audit_log`` is set
-    by each engine's constructor)."""
-
-    audit_log: AuditLog
-
-    def record_event(
-        self,
-        tenant: str,
-        project: str | None,
-        *,
-        actor: str | None,
-        kind: str,
-        action: str,
-        subject: str,
-        store_id: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> AuditEvent:
-        """Add an event to the audit log of ``tenant`` / ``project``."""
-        return self.audit_log.record(
-            tenant,
-            project,
-            actor=actor,
-            kind=kind,
-            action=action,
-            subject=subject,
-            store_id=store_id,
-            detail=detail,
-        )
-
-    def audit(
-        self,
-        scope: Scope,
-        *,
-        actor: str | None = None,
-        kind: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        backward: bool = False,
-    ) -> AuditPage:
-        """A page of the project's events, newest first (core/audit.py)."""
-        return self.audit_log.page(
-            scope, actor=actor, kind=kind, limit=limit, cursor=cursor, backward=backward
-        )
-
-    def prune_events(self, before_us: int) -> int:
-        """Forget the events before ``before_us``; return how many went."""
-        return self.audit_log.rows.prune(before_us)
+    def prune(self, before_us: int) -> int:
+        """Forget the events older than ``before_us``; return how many went."""
+        return self.rows.prune(before_us)

@@ -62,7 +62,7 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PgStorage(audit.AuditMethods):
+class PgStorage:
     """Both engines over one PostgreSQL database and one bucket of an S3-compatible store."""
 
     def __init__(

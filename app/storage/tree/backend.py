@@ -56,7 +56,7 @@ from app.storage.tree.tokens import TokenRegistry
 from app.storage.tree.usage import TreeTraffic, TreeUsage
 
 
-class TreeStorage(audit.AuditMethods):
+class TreeStorage:
     """Both engines over one storage root (a local filesystem)."""
 
     def __init__(
