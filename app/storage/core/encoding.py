@@ -37,3 +37,15 @@ def dumps_compact(obj: Any, default: Callable[[Any], Any] | None = None) -> byte
         )
     except TypeError:
         return json.dumps(obj, ensure_ascii=False, default=default).encode("utf-8")
+
+
+def whole_number(obj: Any, key: str) -> int:
+    """``obj[key]`` as an int, or a ValueError that names the field (a record's reader says
+    which field is wrong, not Python's ``invalid literal for int()``)."""
+    value = obj[key]
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{key} {value!r} is not a whole number") from None

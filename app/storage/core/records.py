@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from app.storage.core.clock import parse_iso_us
-from app.storage.core.encoding import dumps_compact
+from app.storage.core.encoding import dumps_compact, whole_number
 from app.storage.core.errors import Corrupt
 from app.storage.core.models import ArtifactInfo, TurnRecord
 from app.storage.core.usage import TurnUsage
@@ -52,14 +52,14 @@ def turn_from_json(obj: Any, path: str | Path) -> TurnRecord:
             raise ValueError(f"retain_until {obj['retain_until']!r} is not a time") from None
         return TurnRecord(
             task_id=str(obj["task_id"]),
-            turn=int(obj["turn"]),
+            turn=whole_number(obj, "turn"),
             meta=dict(obj["meta"]),
             summary_md=str(obj["summary_md"]),
             artifacts=tuple(
                 ArtifactInfo(
                     name=str(a["name"]),
                     content_type=str(a["content_type"]),
-                    size=int(a["size"]),
+                    size=whole_number(a, "size"),
                     sha256=str(a["sha256"]),
                     updated_at=str(a["updated_at"]),
                 )

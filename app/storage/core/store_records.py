@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from app.storage.core.encoding import whole_number
 from app.storage.core.errors import Corrupt
 from app.storage.core.store_models import Memory, MemoryStore, MemoryVersion
 
@@ -67,7 +68,7 @@ class StoreRecord:
                 description=str(obj.get("description") or ""),
                 metadata={str(k): str(v) for k, v in (obj.get("metadata") or {}).items()},
                 created_at=str(obj["created_at"]),
-                created_us=int(obj["created_us"]),
+                created_us=whole_number(obj, "created_us"),
                 updated_at=str(obj["updated_at"]),
                 archived_at=obj.get("archived_at"),
                 tenant=str(obj["tenant"]),
@@ -215,7 +216,7 @@ class VersionRecord:
                 content_size_bytes=obj.get("content_size_bytes"),
                 created_by=obj.get("created_by"),
                 created_at=str(obj["created_at"]),
-                created_us=int(obj["created_us"]),
+                created_us=whole_number(obj, "created_us"),
                 redacted_at=obj.get("redacted_at"),
                 redacted_by=obj.get("redacted_by"),
                 memory_created_at=obj.get("memory_created_at"),

@@ -205,7 +205,11 @@ CASES: dict[str, tuple[Callable[[str, Record], Record | None], str]] = {
     "a memory path that is not text": (version("created", _set("path", 7)), "path"),
     "a version time that is not a number": (
         version("created", _set("created_us", "soon")),
-        "not a version record",
+        "created_us 'soon' is not a whole number",
+    ),
+    "a turn number that is not a number": (
+        turn(0, _set("turn", "first")),
+        "turn 'first' is not a whole number",
     ),
     "an operation the API has not": (version("modified", _set("operation", "x")), "operation"),
 }
