@@ -122,7 +122,9 @@ def test_worker_memory_levels_off(tmp_path: Path) -> None:
         root=tmp_path / "storage",
         workers=2,
         threads=16,
-        env_extra={"MEMORY_RATE_LIMIT_RPS": "0"},
+        # A floor of its own: what is measured is the workers' memory, not how full the
+        # machine's disk happens to be (2% of it by default).
+        env_extra={"MEMORY_RATE_LIMIT_RPS": "0", "MEMORY_MIN_FREE_BYTES": "256MiB"},
     ).start()
     try:
         secret = server.token("tenant_admin", project=None)
