@@ -33,6 +33,7 @@ from ulid import ULID
 
 from app.storage.core.errors import (
     Corrupt,
+    InsufficientStorage,
     InvalidName,
     LockTimeout,
     StorageError,
@@ -303,6 +304,14 @@ class _Fsck:
             # The project directory is a link, or was swapped for one between two walks of
             # its task names: reported, and nothing behind it is checked or repaired.
             self.symlink(path)
+        except InsufficientStorage as exc:
+            # Its listing cannot be opened on this full disk (tree/sqlite/db.py, _SHM_ROOM):
+            # the project is not checked now, and fsck is not clean while that lasts.
+            message = f"{self.rel(path)}: not checked now: {exc}"
+            self.report.problems.append(message)
+            self.report.unreadable.append(message)
+            if self.repair:
+                self.report.unrepairable.append(message)
 
     def _project(self, scope: Scope, path: Path) -> None:
         for other in self.tree.non_dirs(path):

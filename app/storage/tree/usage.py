@@ -51,7 +51,14 @@ from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.walk import remove_planted_link
-from app.storage.tree.sqlite.db import SIDE_FILES, create_file, is_busy, open_index, write_txn
+from app.storage.tree.sqlite.db import (
+    SIDE_FILES,
+    create_file,
+    is_busy,
+    open_index,
+    shm_room,
+    write_txn,
+)
 from app.storage.tree.sqlite.listing import Listing
 
 
@@ -278,7 +285,10 @@ class TreeTraffic:
         path = str(self.layout.check_inside(self.layout.traffic()))
         for suffix in SIDE_FILES:
             remove_planted_link(path + suffix, "SQLite")
-        for uri in (f"file:{quote(path)}?mode=ro", f"file:{quote(path)}?immutable=1"):
+        uris = [f"file:{quote(path)}?mode=ro", f"file:{quote(path)}?immutable=1"]
+        if not shm_room(path):  # mode=ro would map a -shm with no blocks for it
+            del uris[0]
+        for uri in uris:
             try:
                 conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             except sqlite3.OperationalError:

@@ -6,6 +6,7 @@ import contextlib
 import mmap
 import os
 import sqlite3
+import stat
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -62,21 +63,63 @@ def create_file(path: str) -> None:
         os.close(os.open(path, flags, FILE_MODE))
 
 
-def journal_mode(path: str) -> str:
-    """The journal a database at ``path`` keeps: ``wal``, or ``truncate`` (a rollback journal)
-    on a filesystem whose blocks are smaller than a memory page.
+# SQLite in WAL mode maps each database's -shm and, making or growing it, writes one byte per
+# 4 KiB page: on blocks smaller than that (ext4 of 1 KiB blocks, mke2fs's default below
+# 512 MiB) the rest of each page is a hole until SQLite writes it through the mapping, and
+# with no block left for it that write is a SIGBUS that kills the process. There an index is
+# neither opened nor written with less than _SHM_ROOM free (InsufficientStorage, a 507),
+# except an open of one whose -shm is whole already: SQLite remakes a -shm only when it is
+# the first to open it, out of the blocks its truncation frees.
+_SHM_ROOM = 256 << 10
 
-    In WAL mode SQLite maps the database's -shm file and, growing it, writes one byte per 4 KiB
-    page: on 1 KiB blocks (mke2fs's default below 512 MiB) the page's other blocks are holes,
-    filled when first written through the mapping, and on a disk with no block left that write
-    is a SIGBUS that kills the process. A rollback journal maps nothing: a full disk is then a
-    plain SQLITE_FULL on a write (a 507), and reads need no room at all.
-    """
+
+def small_blocks(path: str) -> bool:
+    """Whether the filesystem of ``path`` has blocks smaller than a memory page."""
+    try:
+        return os.statvfs(os.path.dirname(path) or ".").f_frsize < mmap.PAGESIZE
+    except OSError:
+        return False
+
+
+def _room(path: str) -> bool:
     try:
         st = os.statvfs(os.path.dirname(path) or ".")
     except OSError:
-        return "wal"
-    return "wal" if st.f_frsize >= mmap.PAGESIZE else "truncate"
+        return True
+    return st.f_bavail * st.f_frsize >= _SHM_ROOM
+
+
+def _shm_whole(path: str) -> bool:
+    try:
+        st = os.stat(path + "-shm", follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0 and st.st_blocks * 512 >= st.st_size
+
+
+def shm_room(path: str) -> bool:
+    """Whether ``path`` may be opened without mapping holes that may have no block to go to
+    (always, on a filesystem of page-sized blocks)."""
+    return not small_blocks(path) or _shm_whole(path) or _room(path)
+
+
+def check_shm_room(path: str) -> None:
+    """InsufficientStorage rather than an open that could map holes with no block for them."""
+    if not shm_room(path):
+        raise _no_shm_room(path)
+
+
+def _no_shm_room(path: str) -> InsufficientStorage:
+    return InsufficientStorage(
+        f"no space left on the storage device (index {path}: less than "
+        f"{_SHM_ROOM >> 10} KiB free for its shared memory)"
+    )
+
+
+class IndexConnection(sqlite3.Connection):
+    """A connection that knows whether its database is on small blocks (its path, or "")."""
+
+    small_blocks_path = ""
 
 
 # The files SQLite opens by name beside a database, following links.
@@ -84,22 +127,19 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:
-    """Connect in the journal mode of :func:`journal_mode` with ``secure_delete``; a database
-    kept busy past ``timeout`` raises LockTimeout (HTTP 503), not a bare OperationalError
-    (HTTP 500).
+    """Connect in WAL mode with ``synchronous=NORMAL`` and ``secure_delete``; a database kept
+    busy past ``timeout`` raises LockTimeout (HTTP 503), not a bare OperationalError (HTTP 500).
 
-    WAL with ``synchronous=NORMAL``: the WAL is fsynced at checkpoints, not at every commit.
-    The indexes are derived: a killed process loses nothing committed (the WAL is in the page
-    cache), and what a power loss takes back the start-up recovery rebuilds from the records.
-    A rollback journal is kept with ``synchronous=FULL``, the setting under which a power loss
-    cannot leave it torn.
+    NORMAL: the WAL is fsynced at checkpoints, not at every commit. The indexes are derived:
+    a killed process loses nothing committed (the WAL is in the page cache), and what a power
+    loss takes back the start-up recovery rebuilds from the records.
 
     Setting the journal mode can answer "database is locked" at once, without waiting on the
     busy handler, while another process recovers the WAL of a worker that was killed (the
     robustness soak found it as a 500): the mode is persistent, so it is only set when the
-    file is not in that mode yet, and a busy answer is retried until ``timeout``. Leaving WAL
-    needs the only connection to the file: while others hold it the mode stays, and the next
-    connection tries again.
+    file is not in WAL mode yet, and a busy answer is retried until ``timeout``.
+
+    On a filesystem of small blocks, see _SHM_ROOM.
     """
     # SQLite opens a database's side files by name and follows links there (the database
     # file itself is refused by the walk before this). What a real WAL held is then gone:
@@ -107,25 +147,27 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
     path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
     for suffix in SIDE_FILES:
         remove_planted_link(path + suffix, "SQLite")
-    want = journal_mode(path)
-    conn = sqlite3.connect(target, uri=uri, timeout=timeout, isolation_level=None)
+    small = small_blocks(path)
+    if small:
+        check_shm_room(path)
+    conn = sqlite3.connect(
+        target, uri=uri, timeout=timeout, isolation_level=None, factory=IndexConnection
+    )
     deadline = time.monotonic() + timeout
     try:
-        if want != "wal":
-            _leave_wal(conn, path, want, timeout)
         while True:
             try:
-                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-                if mode != want:
-                    mode = conn.execute(f"PRAGMA journal_mode={want}").fetchone()[0]
-                sync = "NORMAL" if mode == "wal" else "FULL"
-                conn.execute(f"PRAGMA synchronous={sync}")
+                if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
                 # Deleted rows and freed pages are overwritten with zeros: text removed from
                 # an index must not stay readable in its file (tree/sqlite/fts.py).
                 conn.execute("PRAGMA secure_delete=ON")
                 # Each thread keeps connections open (listing.py, store_index.py): what a
                 # worker holds is their count times this, whatever it serves for how long.
                 conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+                if small:
+                    conn.small_blocks_path = path
                 return conn
             except sqlite3.OperationalError as exc:
                 if full_disk(exc, path=path):
@@ -140,36 +182,14 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
         raise
 
 
-def _leave_wal(conn: sqlite3.Connection, path: str, want: str, timeout: float) -> None:
-    """Switch a database that is in WAL mode to ``want`` without mapping its -shm.
-
-    Reading a WAL database maps its -shm, the SIGBUS :func:`journal_mode` avoids, unless the
-    connection holds the file exclusively from its first read: SQLite then keeps the WAL's
-    index in its own memory. That needs the only connection to the file; while another holds
-    it the switch waits for a later connection (no wait here: the busy timeout is 0)."""
-    conn.execute("PRAGMA busy_timeout = 0")
-    conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-    try:
-        if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-            conn.execute(f"PRAGMA journal_mode={want}")
-    except sqlite3.OperationalError as exc:
-        # Busy: another connection holds the file. A full disk: the open that follows
-        # answers it as a 507.
-        if not (is_busy(exc) or full_disk(exc, path=path)):
-            raise
-    finally:
-        conn.execute("PRAGMA locking_mode = NORMAL")
-        # The exclusive lock goes at the next access of the file, not at the pragma (which
-        # fails as the switch did when the disk is full: the lock was not taken then).
-        with contextlib.suppress(sqlite3.OperationalError):
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-
-
 @contextlib.contextmanager
 def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error; a database still locked
     after the busy timeout is LockTimeout (HTTP 503)."""
+    # A WAL growing past its -shm's first 32 KiB grows the -shm too (see _SHM_ROOM).
+    small = getattr(conn, "small_blocks_path", "")
+    if small and not _room(small):
+        raise _no_shm_room(small)
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:

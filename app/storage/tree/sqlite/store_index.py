@@ -38,7 +38,13 @@ from app.storage.core.store_records import (
 )
 from app.storage.core.usage import StoreUsage
 from app.storage.tree.sqlite import fts
-from app.storage.tree.sqlite.db import create_file, open_index, read_txn, write_txn
+from app.storage.tree.sqlite.db import (
+    check_shm_room,
+    create_file,
+    open_index,
+    read_txn,
+    write_txn,
+)
 from app.storage.tree.sqlite.fts import DOCS, TEXT
 
 _SCHEMA = """
@@ -514,6 +520,7 @@ class StoreIndex:
         """A plain connection for a search, each statement its own snapshot: a search opens
         every store of a project, and the journal-mode and sync settings of :meth:`read`
         and a transaction around one or two statements cost as much as the reading."""
+        check_shm_room(str(self.path))
         uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
         conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
         try:
