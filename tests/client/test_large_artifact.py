@@ -84,3 +84,67 @@ def test_fifty_mib_up_and_down_in_constant_memory(
         f"peak RSS: {got['base']} KiB after warm-up, {got['up']} after 50 MiB up, {got['down']} after down"
     )
     assert growth < MAX_GROWTH_KIB, got
+
+
+CLI_SCRIPT = """
+import contextlib, io, json, sys
+from project_memory_client.cli import main
+
+warm, src, dst = sys.argv[1:4]
+
+def peak_kib():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+def cli(*args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main([*args, "--json"])
+    assert code == 0, out.getvalue()
+    return json.loads(out.getvalue())["data"]
+
+cli("turn", "put", "big-cli", "0", "--artifact", warm + ":warm.bin")
+cli("artifact", "get", "big-cli", "0", "warm.bin", "-o", dst)
+base = peak_kib()
+turn = cli("turn", "put", "big-cli", "next", "--artifact", src + ":big.bin")
+up = peak_kib()
+info = cli("artifact", "get", "big-cli", str(turn["turn"]), "big.bin", "-o", dst)
+down = peak_kib()
+[stored] = [a for a in turn["artifacts"] if a["name"] == "big.bin"]
+print(json.dumps({"base": base, "up": up, "down": down, "size": stored["size"],
+                  "etag": info["etag"], "got": info["size"]}))
+"""
+
+
+def test_fifty_mib_through_the_cli_in_constant_memory(
+    pm_server: Server, writer: str, tmp_path: Path
+) -> None:
+    """``turn put --artifact`` streams the file from disk, as ``artifact get`` streams it back."""
+    warm, src, dst = tmp_path / "warm.bin", tmp_path / "src.bin", tmp_path / "dst.bin"
+    _write(warm, 2 * 1024 * 1024)
+    sha = _write(src, SIZE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+    env.update(
+        PROJECT_MEMORY_URL=pm_server.url,
+        PROJECT_MEMORY_TOKEN=writer,
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", CLI_SCRIPT, str(warm), str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["size"] == got["got"] == SIZE and got["etag"] == f'"{sha}"'
+    assert hashlib.sha256(dst.read_bytes()).hexdigest() == sha
+    print(
+        f"CLI peak RSS: {got['base']} KiB after warm-up, {got['up']} after 50 MiB up,"
+        f" {got['down']} after down"
+    )
+    assert got["down"] - got["base"] < MAX_GROWTH_KIB, got
