@@ -480,6 +480,36 @@ def test_any_arguments_get_a_result_never_a_500(
     assert isinstance(r.json["result"]["content"][0]["text"], str)
 
 
+_ARTIFACT_ITEMS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.sampled_from(["a.txt", "b", "../x", "x.", "", "é"]) | _JSON,
+            "content": st.text(max_size=30) | _JSON,
+            "encoding": st.sampled_from(["text", "base64", "hex"]) | _JSON,
+            "content_type": st.sampled_from(["text/plain", "x", "a/b; c=d", "\n"]) | _JSON,
+            "size": _JSON,
+        },
+    )
+    | _JSON,
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(artifacts=_ARTIFACT_ITEMS | _JSON, offset=st.integers(min_value=-2, max_value=40))
+def test_any_artifacts_get_a_result_never_a_500(mcp: Mcp, artifacts: Any, offset: int) -> None:
+    for tool, arguments in (
+        ("record_turn", {"task_id": "fuzz", "turn": 0, "summary_md": "", "artifacts": artifacts}),
+        ("read_artifact", {"task_id": "fuzz", "turn": 0, "name": "a.txt", "offset": offset}),
+    ):
+        r = mcp.modern("tools/call", {"name": tool, "arguments": arguments})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        assert isinstance(r.json["result"]["content"][0]["text"], str)
+
+
 @pytest.mark.all_backends
 def test_delete_a_turn_and_an_artifact_as_their_owner_or_an_admin(
     mcp: Mcp, client: FlaskClient, tokens: Tokens

@@ -318,3 +318,34 @@ def test_turn_put_refuses_bad_artifacts_before_sending(cli: Cli) -> None:
     envelope = cli("turn", "put", "x-bad-art", "0", "--artifact", "missing.bin", "--json")
     assert envelope.code == 2 and envelope.json()["error"]["kind"] == "usage"
     assert cli("task", "show", "x-bad-art").code == 1  # 404: nothing was written
+
+
+def test_next_turn_racers_each_send_their_files_again(cli: Cli) -> None:
+    """Writers that lose the race for a number resend the turn and its files (read again from
+    the start) under the next one: every turn holds its own writer's file, whole."""
+    racers = 6
+    for i in range(racers):
+        (cli.cwd / f"who-{i}.txt").write_text(f"racer {i}\n" * 5000)
+    procs = [
+        subprocess.Popen(
+            [CLI, "turn", "put", "x-race", "next", "--summary", f"racer {i}"]
+            + ["--artifact", f"who-{i}.txt:who.txt", "--json"],
+            env=cli.env,
+            cwd=cli.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(racers)
+    ]
+    turns = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        turns.append(json.loads(out)["data"]["turn"])
+    assert sorted(turns) == list(range(racers))
+    for turn in range(racers):
+        summary = cli("turn", "get", "x-race", str(turn), "--json").json()["data"]["summary_md"]
+        got = cli("artifact", "get", "x-race", str(turn), "who.txt", "-o", f"got-{turn}.txt")
+        assert got.code == 0, got.stderr
+        assert (cli.cwd / f"got-{turn}.txt").read_text() == f"{summary}\n" * 5000
