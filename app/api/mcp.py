@@ -30,13 +30,8 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
-from app.services.mcp_tools import (
-    MCP_ARTIFACT_BYTES,
-    UPLOAD_HINT,
-    McpTools,
-    ToolFailure,
-    ToolOutput,
-)
+from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
+from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
 from app.storage import StorageError
 from app.web.auth import Principal, resolve_principal
 from app.web.errors import ApiError, RequestValidationError, from_storage

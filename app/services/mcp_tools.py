@@ -12,24 +12,30 @@ caller words them with the one storage-error mapping (app/web/errors.py).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import json
-import mimetypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from marshmallow import ValidationError
 
 from app.schemas.project_memory import PutTurnRequest
 from app.services import audit
+from app.services.mcp_artifacts import (
+    ARTIFACT_NAME_SCHEMA,
+    ARTIFACT_SCHEMA,
+    MCP_ARTIFACT_BYTES,
+    UPLOAD_HINT,
+    ArtifactFault,
+    ArtifactFile,
+    decode_artifacts,
+    read_part,
+    uploads,
+)
 from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool, audit_of
 from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
-from app.storage.core.models import ArtifactUpload, SearchHit, TurnRecord
+from app.storage.core.models import SearchHit, TurnRecord
 from app.storage.core.names import (
-    ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
     MAX_TURN,
     STORE_ID_RE,
@@ -38,11 +44,7 @@ from app.storage.core.names import (
 )
 from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
 from app.storage.core.store_models import MemoryStore
-from app.storage.core.task_rules import (
-    MAX_ARTIFACTS_PER_WRITE,
-    MAX_CONTENT_TYPE_CHARS,
-    check_content_type,
-)
+from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE
 from app.storage.core.tokens import role_rank
 from app.storage.interface import StorageBackend
 
@@ -66,25 +68,10 @@ UTF8_MAX = 4
 SECTION_MIN = 50
 DIGEST_MAX_SECTIONS = 1000
 TAIL_ROOM = 300  # kept free for the line that says what was left out
-# record_turn's artifacts travel inside the JSON-RPC message (at most MAX_JSON_BYTES, 4 MiB
-# by default): 1 MiB of them in all, as base64 (4/3 of it) beside a summary of up to
-# 1 MiB, stays well inside it. A larger file goes up with the CLI or the REST API.
-MCP_ARTIFACT_BYTES = 1 << 20
 # What one read_artifact result holds: bytes of text, or bytes sent as base64 (4 characters
 # for 3), leaving room for the lines around them.
 READ_TEXT_BYTES = OUTPUT_CHARS - 1_000
 READ_BINARY_BYTES = READ_TEXT_BYTES // 4 * 3
-SKIP_CHUNK = 256 * 1024
-TEXT = "text"
-BASE64 = "base64"
-# C0 controls that text (a log with colours, a form feed) may hold; any other, or a NUL,
-# makes bytes binary.
-_TEXT_CONTROLS = frozenset(b"\t\n\r\x0b\x0c\x1b")
-_BINARY_BYTES = frozenset(range(32)) - _TEXT_CONTROLS
-UPLOAD_HINT = (
-    "a larger file goes up with the CLI (project-memory turn put TASK N --artifact PATH) or"
-    " the REST API"
-)
 MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
 WRITER = "writer"
 ADMIN = "project_admin"  # deletes any task's turns and artifacts, not only its own
@@ -95,35 +82,6 @@ _TASK_ID = {
     "description": "A task id as list_tasks or search shows it, e.g. fix-login.",
 }
 _TURN = {"type": "integer", "minimum": 0, "maximum": MAX_TURN}
-_ARTIFACT_NAME = {
-    "type": "string",
-    "pattern": f"^{ARTIFACT_NAME_PATTERN}$",
-    "description": "An artifact name, e.g. test.log (letters, digits, '.', '_', '-').",
-}
-_ARTIFACT = {
-    "type": "object",
-    "properties": {
-        "name": {
-            **_ARTIFACT_NAME,
-            "description": "e.g. test.log; replaces the turn's artifact of that name.",
-        },
-        "content": {
-            "type": "string",
-            "description": "The file's text; with encoding base64, its bytes in base64.",
-        },
-        "encoding": {"type": "string", "enum": [TEXT, BASE64], "default": TEXT},
-        "content_type": {
-            "type": "string",
-            "maxLength": MAX_CONTENT_TYPE_CHARS,
-            "description": "A media type, e.g. text/x-diff. Default: from the name's"
-            " extension, else text/plain; charset=utf-8 for text and"
-            " application/octet-stream for base64.",
-        },
-    },
-    "required": ["name", "content"],
-    "additionalProperties": False,
-}
-_ARTIFACT_KEYS = ("name", "content", "encoding", "content_type")
 
 
 _TURN_BODY = PutTurnRequest()  # the REST API's PUT turn body: the same meta and size rules
@@ -277,7 +235,7 @@ TOOLS: tuple[ToolSpec, ...] = (
             {
                 "task_id": _TASK_ID,
                 "turn": _TURN,
-                "name": _ARTIFACT_NAME,
+                "name": ARTIFACT_NAME_SCHEMA,
                 "offset": {
                     "type": "integer",
                     "minimum": 0,
@@ -307,7 +265,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "turn": {**_TURN, "description": "Omit to take the next free turn number."},
                 "artifacts": {
                     "type": "array",
-                    "items": _ARTIFACT,
+                    "items": ARTIFACT_SCHEMA,
                     "maxItems": MAX_ARTIFACTS_PER_WRITE,
                     "description": f"At most {MCP_ARTIFACT_BYTES} bytes (1 MiB) in all, counted"
                     f" after base64 decoding; {UPLOAD_HINT}.",
@@ -684,7 +642,10 @@ class McpTools:
             )
         except ValidationError as exc:
             raise ToolFailure("; ".join(_messages(exc.messages))) from None
-        files = _artifacts(args.values.get("artifacts"))
+        try:
+            files = decode_artifacts(args.values.get("artifacts"))
+        except ArtifactFault as exc:
+            raise ToolFailure(str(exc)) from None
         if turn is None:
             record = self._put_next(task_id, body["meta"], body["summary_md"], files)
         else:
@@ -695,7 +656,7 @@ class McpTools:
                 meta=body["meta"],
                 summary_md=body["summary_md"],
                 actor=self.token_id,
-                **_uploads(files),
+                **uploads(files),
             )
         if record.task_created:
             self._audit("task", "created", task_id)
@@ -713,7 +674,7 @@ class McpTools:
         return ToolOutput(text)
 
     def _put_next(
-        self, task_id: str, meta: dict[str, Any], summary_md: str, files: list[_File]
+        self, task_id: str, meta: dict[str, Any], summary_md: str, files: list[ArtifactFile]
     ) -> TurnRecord:
         """Write the task's next free turn; If-None-Match semantics, so never over another."""
         tasks = self.storage.tasks
@@ -737,7 +698,7 @@ class McpTools:
                     summary_md=summary_md,
                     actor=self.token_id,
                     if_none_match=True,
-                    **_uploads(files),  # fresh streams: a lost race read the last ones
+                    **uploads(files),  # fresh streams: a lost race read the last ones
                 )
             except PreconditionFailed:
                 continue  # another writer took that number first: take the next
@@ -758,8 +719,7 @@ class McpTools:
                     f"offset {offset} is past the end: {name} holds {size} bytes"
                     " (offset 0 reads it from the start)."
                 )
-            _skip(opened.file, offset)
-            chunk = _read_up_to(opened.file, READ_TEXT_BYTES)
+            part = read_part(opened.file, offset, size, READ_TEXT_BYTES, READ_BINARY_BYTES)
         finally:
             opened.file.close()
         head = (
@@ -768,15 +728,9 @@ class McpTools:
         )
         if not size:
             return ToolOutput(head + "It is empty.")
-        text = _as_text(chunk, at_end=offset + len(chunk) >= size)
-        if text is not None:
-            shown, used = text, len(text.encode("utf-8"))
-            form = "as UTF-8 text"
-        else:
-            used = min(len(chunk), READ_BINARY_BYTES)
-            shown, form = base64.b64encode(chunk[:used]).decode("ascii"), "in base64"
-        end = offset + used
-        out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{shown}"
+        form = "as UTF-8 text" if part.is_text else "in base64"
+        end = offset + part.size
+        out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{part.shown}"
         if end < size:
             out += (
                 f"\n… cut at byte {end} of {size} to keep this result under {OUTPUT_CHARS}"
@@ -895,147 +849,6 @@ class McpTools:
             + (" …" if len(names) > 20 else "")
             + "."
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    """An artifact of a record_turn call, decoded and checked."""
-
-    name: str
-    content_type: str
-    data: bytes
-
-
-def _artifacts(value: object) -> list[_File]:
-    """record_turn's ``artifacts``, checked by the REST API's rules and bounded in all by
-    MCP_ARTIFACT_BYTES; every fault is a ToolFailure, before anything is written."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ToolFailure("artifacts must be an array of {name, content} objects.")
-    if len(value) > MAX_ARTIFACTS_PER_WRITE:
-        raise ToolFailure(
-            f"artifacts: at most {MAX_ARTIFACTS_PER_WRITE} in one call (got {len(value)})."
-        )
-    files: list[_File] = []
-    total = 0
-    for i, item in enumerate(value):
-        where = f"artifacts[{i}]"
-        file = _artifact(where, item)
-        if any(f.name == file.name for f in files):
-            raise ToolFailure(f"{where}.name: {file.name!r} is named twice in this call.")
-        total += len(file.data)
-        if total > MCP_ARTIFACT_BYTES:
-            raise ToolFailure(
-                f"artifacts: more than {MCP_ARTIFACT_BYTES} bytes (1 MiB) in one call, counted"
-                f" after decoding (at {where}); nothing was recorded. Record the turn with"
-                f" smaller artifacts, or without them: {UPLOAD_HINT}."
-            )
-        files.append(file)
-    return files
-
-
-def _artifact(where: str, item: object) -> _File:
-    if not isinstance(item, dict):
-        raise ToolFailure(f"{where} must be an object with name and content.")
-    unknown = sorted(str(k) for k in item if k not in _ARTIFACT_KEYS)
-    if unknown:
-        raise ToolFailure(
-            f"{where}: unknown key(s) {', '.join(unknown)}; it takes {', '.join(_ARTIFACT_KEYS)}."
-        )
-    name, content = item.get("name"), item.get("content")
-    encoding = item.get("encoding", TEXT)
-    try:
-        validate_artifact_name(name)
-    except InvalidName as exc:
-        shown = name[:200] if isinstance(name, str) else name
-        raise ToolFailure(f"{where}.name: {exc.message} (got {shown!r}).") from None
-    assert isinstance(name, str)
-    if not isinstance(content, str):
-        raise ToolFailure(f"{where}.content must be a string.")
-    if encoding == TEXT:
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ToolFailure(f"{where}.content is not valid Unicode text.") from None
-    elif encoding == BASE64:
-        if len(content) > MCP_ARTIFACT_BYTES * 2:  # never decode what cannot fit
-            raise ToolFailure(f"{where}.content: more than {MCP_ARTIFACT_BYTES} bytes (1 MiB).")
-        try:
-            data = base64.b64decode("".join(content.split()), validate=True)
-        except (binascii.Error, ValueError):
-            raise ToolFailure(f"{where}.content is not valid base64.") from None
-    else:
-        raise ToolFailure(f"{where}.encoding must be {TEXT!r} or {BASE64!r}.")
-    return _File(name, _artifact_type(where, item.get("content_type"), name, encoding), data)
-
-
-def _artifact_type(where: str, value: object, name: str, encoding: str) -> str:
-    """The artifact's Content-Type: as given, else from the name, else by its encoding."""
-    if value is not None:
-        try:
-            return check_content_type(value.strip() if isinstance(value, str) else value)
-        except InvalidName as exc:
-            raise ToolFailure(f"{where}.content_type: {exc.message}, e.g. text/plain.") from None
-    guessed = mimetypes.guess_type(name, strict=False)[0]
-    if encoding == TEXT:
-        if guessed is None:
-            return "text/plain; charset=utf-8"
-        if guessed.startswith("text/"):
-            return f"{guessed}; charset=utf-8"
-    return guessed or "application/octet-stream"
-
-
-def _uploads(files: list[_File]) -> dict[str, Any]:
-    """put_turn's ``artifacts`` and ``size`` for ``files``, each a stream of its own."""
-    if not files:
-        return {}
-    return {
-        "artifacts": [ArtifactUpload(f.name, f.content_type, io.BytesIO(f.data)) for f in files],
-        "size": sum(len(f.data) for f in files),
-    }
-
-
-def _skip(file: IO[bytes], offset: int) -> None:
-    """Move ``file`` ``offset`` bytes on: a seek when it can, else reads of bounded size."""
-    if not offset:
-        return
-    seekable = getattr(file, "seekable", None)
-    if seekable is not None and seekable():
-        file.seek(offset)
-        return
-    left = offset
-    while left:
-        chunk = file.read(min(left, SKIP_CHUNK))
-        if not chunk:
-            return
-        left -= len(chunk)
-
-
-def _read_up_to(file: IO[bytes], limit: int) -> bytes:
-    chunks: list[bytes] = []
-    got = 0
-    while got < limit:
-        chunk = file.read(limit - got)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _as_text(chunk: bytes, *, at_end: bool) -> str | None:
-    """``chunk`` as text when it is UTF-8 without the controls binary data holds (a
-    character cut by the read's end is left for the next read); None otherwise."""
-    if _BINARY_BYTES.intersection(chunk):
-        return None
-    try:
-        return chunk.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        cut_char = exc.reason == "unexpected end of data" and exc.start >= len(chunk) - 3
-        if at_end or not cut_char or exc.start == 0:
-            return None
-        return chunk[: exc.start].decode("utf-8")
 
 
 def _messages(messages: Any, where: str = "") -> list[str]:

@@ -18,7 +18,8 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
-from app.services.mcp_tools import MCP_ARTIFACT_BYTES, OUTPUT_CHARS, TOOLS
+from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
+from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
 from app.storage import Scope
 from tests.conftest import Tokens
 
