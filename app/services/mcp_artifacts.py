@@ -87,7 +87,7 @@ class ArtifactFile:
 
 def decode_artifacts(value: object) -> list[ArtifactFile]:
     """record_turn's ``artifacts``, checked by the REST API's rules and bounded in all by
-    MCP_ARTIFACT_BYTES; every fault is a ArtifactFault, before anything is written."""
+    MCP_ARTIFACT_BYTES; every fault is an ArtifactFault, before anything is written."""
     if value is None:
         return []
     if not isinstance(value, list):
