@@ -17,6 +17,7 @@ model's to read; only a malformed message is a JSON-RPC error.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -29,6 +30,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
 from app.storage import StorageError
 from app.web.auth import Principal, resolve_principal
@@ -45,6 +47,9 @@ NAME_HEADER = "Mcp-Name"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+# A message over MAX_JSON_BYTES is read to its end, to this size, so that its answer arrives.
+MAX_DRAIN_BYTES = 16 << 20
+DRAIN_CHUNK = 64 << 10
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -85,6 +90,41 @@ Reply = tuple[int, dict[str, Any] | None]
 def _authenticate() -> None:
     # Readers POST too (every call is a POST): the role is checked tool by tool.
     g.principal = resolve_principal()
+
+
+@bp.errorhandler(413)
+def refuse_too_large(exc: Exception) -> ResponseReturnValue:
+    """A message over MAX_JSON_BYTES, answered as JSON-RPC: the SDK's client hands a JSON-RPC
+    error at any status to the request that caused it, where a bare 413 reads as a failure
+    of the server. Its id is null: the message was not read."""
+    limit = current_app.config["MAX_JSON_BYTES"]
+    _drain_body()
+    message = (
+        f"Invalid request: the message is larger than the {limit} bytes this endpoint takes."
+        f" record_turn takes at most {MCP_ARTIFACT_BYTES} bytes of artifacts in one call;"
+        f" {UPLOAD_HINT}."
+    )
+    return json_response(_error(None, INVALID_REQUEST, message), 413)
+
+
+def _drain_body() -> None:
+    """Read the rest of a refused body, up to MAX_DRAIN_BYTES. Closing the connection on
+    unread bytes makes the kernel send a reset, which destroys the answer before the client
+    reads it (the relay and the SDK's client then see "connection reset", not why); the
+    worker's own linger drains only 64 KiB. A body declared larger is not read at all."""
+    length = request.content_length
+    if length is not None and length > MAX_DRAIN_BYTES:
+        return
+    stream = request.environ.get("wsgi.input")
+    left = MAX_DRAIN_BYTES
+    # Best effort: a client that hangs up, or one too slow for the body's floor, has had
+    # its answer decided already; whatever reading raises changes nothing of it.
+    with contextlib.suppress(Exception):
+        while stream is not None and left > 0:
+            chunk = stream.read(min(DRAIN_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
 
 
 @bp.route("/mcp", methods=["GET", "DELETE"])

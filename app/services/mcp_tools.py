@@ -21,6 +21,17 @@ from marshmallow import ValidationError
 
 from app.schemas.project_memory import PutTurnRequest
 from app.services import audit
+from app.services.mcp_artifacts import (
+    ARTIFACT_NAME_SCHEMA,
+    ARTIFACT_SCHEMA,
+    MCP_ARTIFACT_BYTES,
+    UPLOAD_HINT,
+    ArtifactFault,
+    ArtifactFile,
+    decode_artifacts,
+    read_part,
+    uploads,
+)
 from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool, audit_of
 from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
 from app.storage.core.models import SearchHit, TurnRecord
@@ -33,6 +44,7 @@ from app.storage.core.names import (
 )
 from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
 from app.storage.core.store_models import MemoryStore
+from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE
 from app.storage.core.tokens import role_rank
 from app.storage.interface import StorageBackend
 
@@ -56,6 +68,10 @@ UTF8_MAX = 4
 SECTION_MIN = 50
 DIGEST_MAX_SECTIONS = 1000
 TAIL_ROOM = 300  # kept free for the line that says what was left out
+# What one read_artifact result holds: bytes of text, or bytes sent as base64 (4 characters
+# for 3), leaving room for the lines around them.
+READ_TEXT_BYTES = OUTPUT_CHARS - 1_000
+READ_BINARY_BYTES = READ_TEXT_BYTES // 4 * 3
 MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
 WRITER = "writer"
 ADMIN = "project_admin"  # deletes any task's turns and artifacts, not only its own
@@ -210,19 +226,50 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
     ),
     ToolSpec(
+        "read_artifact",
+        "Read an artifact",
+        "Read one artifact of a turn (read_turn lists a turn's artifacts): text as it is,"
+        " any other bytes in base64. A large artifact comes a part at a time; the result"
+        " then gives the offset that reads on.",
+        _schema(
+            {
+                "task_id": _TASK_ID,
+                "turn": _TURN,
+                "name": ARTIFACT_NAME_SCHEMA,
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Bytes of the artifact to skip (to read a large one).",
+                },
+            },
+            ["task_id", "turn", "name"],
+        ),
+    ),
+    ToolSpec(
         "record_turn",
         "Record a turn",
         "Record a turn in a task's history so that later sessions and teammates find it:"
         " summary_md says in Markdown what was done, decided or learnt; meta holds run facts"
         " (agent_id, model, commit, exit_code, tokens, started_at, ended_at, or any other"
         " key). Without turn, it takes the task's next free turn number and never overwrites"
-        " one; with turn, it replaces that turn. Needs the writer role.",
+        " one; with turn, it replaces that turn. artifacts stores small files with the turn"
+        " (a log, a diff, a report): all of them or none, the turn's other artifacts kept."
+        " read_turn lists a turn's artifacts and read_artifact reads one. Needs the writer"
+        " role.",
         _schema(
             {
                 "task_id": _TASK_ID,
                 "summary_md": {"type": "string", "description": "At most 1 MiB of UTF-8."},
                 "meta": {"type": "object"},
                 "turn": {**_TURN, "description": "Omit to take the next free turn number."},
+                "artifacts": {
+                    "type": "array",
+                    "items": ARTIFACT_SCHEMA,
+                    "maxItems": MAX_ARTIFACTS_PER_WRITE,
+                    "description": f"At most {MCP_ARTIFACT_BYTES} bytes (1 MiB) in all, counted"
+                    f" after base64 decoding; {UPLOAD_HINT}.",
+                },
             },
             ["task_id", "summary_md"],
         ),
@@ -562,6 +609,8 @@ class McpTools:
         artifacts = ", ".join(
             f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts
         )
+        if artifacts:
+            artifacts += " (read_artifact reads one)"
         head = (
             f"Turn {turn} of task {task_id}: created {record.created_at}, updated"
             f" {record.updated_at}, kept until {record.retain_until}.\n"
@@ -593,8 +642,12 @@ class McpTools:
             )
         except ValidationError as exc:
             raise ToolFailure("; ".join(_messages(exc.messages))) from None
+        try:
+            files = decode_artifacts(args.values.get("artifacts"))
+        except ArtifactFault as exc:
+            raise ToolFailure(str(exc)) from None
         if turn is None:
-            record = self._put_next(task_id, body["meta"], body["summary_md"])
+            record = self._put_next(task_id, body["meta"], body["summary_md"], files)
         else:
             record = self.storage.tasks.put_turn(
                 self.scope,
@@ -603,15 +656,26 @@ class McpTools:
                 meta=body["meta"],
                 summary_md=body["summary_md"],
                 actor=self.token_id,
+                **uploads(files),
             )
         if record.task_created:
             self._audit("task", "created", task_id)
-        return ToolOutput(
+        text = (
             f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
             f" kept until {record.retain_until})."
         )
+        if files:
+            stored = {a.name: a for a in record.artifacts}
+            text += " With " + ", ".join(
+                f"{f.name} ({stored[f.name].content_type}, {stored[f.name].size} bytes)"
+                for f in files
+            )
+            text += "."
+        return ToolOutput(text)
 
-    def _put_next(self, task_id: str, meta: dict[str, Any], summary_md: str) -> TurnRecord:
+    def _put_next(
+        self, task_id: str, meta: dict[str, Any], summary_md: str, files: list[ArtifactFile]
+    ) -> TurnRecord:
         """Write the task's next free turn; If-None-Match semantics, so never over another."""
         tasks = self.storage.tasks
         for _ in range(NEXT_TURN_ATTEMPTS):
@@ -634,12 +698,53 @@ class McpTools:
                     summary_md=summary_md,
                     actor=self.token_id,
                     if_none_match=True,
+                    **uploads(files),  # fresh streams: a lost race read the last ones
                 )
             except PreconditionFailed:
                 continue  # another writer took that number first: take the next
         raise ToolFailure(
             f"Other writers kept taking task {task_id}'s next turn number; try again."
         )
+
+    def _read_artifact(self, args: _Args) -> ToolOutput:
+        task_id, turn = self._turn_of(args)
+        name = self._artifact_name(args)
+        offset = args.integer("offset", 0, 0, None)
+        assert offset is not None
+        opened = self.storage.tasks.open_artifact(self.scope, task_id, turn, name)
+        try:
+            info, size = opened.info, opened.size
+            if offset and offset >= size:
+                raise ToolFailure(
+                    f"offset {offset} is past the end: {name} holds {size} bytes"
+                    " (offset 0 reads it from the start)."
+                )
+            part = read_part(opened.file, offset, size, READ_TEXT_BYTES, READ_BINARY_BYTES)
+        finally:
+            opened.file.close()
+        head = (
+            f"Artifact {name} of turn {turn} of task {task_id}: {info.content_type},"
+            f" {size} bytes, updated {info.updated_at}, sha256 {info.sha256}.\n"
+        )
+        if not size:
+            return ToolOutput(head + "It is empty.")
+        form = "as UTF-8 text" if part.is_text else "in base64"
+        end = offset + part.size
+        out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{part.shown}"
+        if end < size:
+            out += (
+                f"\n… cut at byte {end} of {size} to keep this result under {OUTPUT_CHARS}"
+                f" characters: read_artifact with offset={end} reads on."
+            )
+        return ToolOutput(out)
+
+    def _artifact_name(self, args: _Args) -> str:
+        name = args.text("name", required=True)
+        assert name is not None
+        try:
+            return validate_artifact_name(name)
+        except InvalidName as exc:
+            raise ToolFailure(f"name: {exc.message} (got {name[:200]!r}).") from None
 
     def _memory(self, args: _Args) -> ToolOutput:
         ref = args.text("store", required=True)
@@ -684,12 +789,7 @@ class McpTools:
 
     def _delete_artifact(self, args: _Args) -> ToolOutput:
         task_id, turn = self._turn_of(args)
-        name = args.text("name", required=True)
-        assert name is not None
-        try:
-            validate_artifact_name(name)
-        except InvalidName as exc:
-            raise ToolFailure(f"name: {exc.message} (got {name[:200]!r}).") from None
+        name = self._artifact_name(args)
         self.storage.tasks.delete_artifact(
             self.scope, task_id, turn, name, only_owner=self.only_owner
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from project_memory_client.mcp.bridge import MAX_LINE
 
 from tests.agents.conftest import CLI, Memory
 
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.e2e
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from mcp import Client, StdioServerParameters
+    from mcp.shared.exceptions import MCPError
 
 
 def bridge_env(memory: Memory, token: str, home: Path) -> dict[str, str]:
@@ -111,3 +113,61 @@ def test_the_relay_imports_neither_the_server_nor_an_sdk() -> None:
     code = "import sys, project_memory_client.mcp.bridge as b; print(sorted(m for m in ('app', 'flask', 'mcp') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_artifacts_through_the_relay(memory_up: Memory, tmp_path: Path) -> None:
+    env = bridge_env(memory_up, memory_up.writer, tmp_path)
+    png = "iVBORw0KGgo="  # the PNG signature
+
+    async def body(client: Client) -> tuple[Any, Any, str]:
+        recorded = await client.call_tool(
+            "record_turn",
+            {
+                "task_id": "stdio-files",
+                "summary_md": "with files",
+                "artifacts": [
+                    {"name": "out.txt", "content": "through stdio ✓\n"},
+                    {"name": "sig.png", "content": png, "encoding": "base64"},
+                ],
+            },
+        )
+        read = await client.call_tool(
+            "read_artifact", {"task_id": "stdio-files", "turn": 0, "name": "sig.png"}
+        )
+        try:
+            with anyio.fail_after(30):  # an error the client cannot match leaves it waiting
+                await client.call_tool(
+                    "record_turn",
+                    {
+                        "task_id": "stdio-files",
+                        "summary_md": "",
+                        "artifacts": [{"name": "huge.txt", "content": "x" * (4 << 20)}],
+                    },
+                )
+        except MCPError as exc:
+            return recorded, read, str(exc)
+        raise AssertionError("an over-size message was accepted")
+
+    _, (recorded, read, refused) = session(env, "auto", body)
+    assert not recorded.is_error, recorded.content[0].text
+    assert "sig.png (image/png, 8 bytes)" in recorded.content[0].text
+    assert read.content[0].text.endswith(f"in base64:\n{png}")
+    # The server refused it unread (id null); the relay gave the error to this call's id.
+    assert "larger than the 4194304 bytes this endpoint takes" in refused
+
+
+def test_a_line_over_the_relays_bound_is_an_error_to_its_id(
+    memory_up: Memory, tmp_path: Path
+) -> None:
+    env = bridge_env(memory_up, memory_up.writer, tmp_path)
+    huge = {
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "tools/call",
+        "params": {"name": "record_turn", "arguments": {"summary_md": "x" * MAX_LINE}},
+    }
+    ping = {"jsonrpc": "2.0", "id": 42, "method": "ping"}
+    answers = sorted(lines(env, huge, ping), key=lambda m: m["id"])
+    assert [a["id"] for a in answers] == [41, 42]
+    assert f"larger than the {MAX_LINE} bytes" in answers[0]["error"]["message"]
+    assert answers[1]["result"] == {}

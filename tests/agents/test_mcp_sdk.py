@@ -91,6 +91,19 @@ def test_a_writer_calls_every_tool(served: tuple[Server, dict[str, str]]) -> Non
                 },
             ),
             ("memory", {"store": "sdk-notes", "command": "view", "path": "/memories/a.md"}),
+            (
+                "record_turn",
+                {
+                    "task_id": "sdk-task",
+                    "summary_md": "With its log.",
+                    "artifacts": [
+                        {"name": "run.log", "content": "2 passed\n", "content_type": "text/plain"},
+                        {"name": "core.bin", "content": "AAEC/w==", "encoding": "base64"},
+                    ],
+                },
+            ),
+            ("read_artifact", {"task_id": "sdk-task", "turn": 2, "name": "run.log"}),
+            ("read_artifact", {"task_id": "sdk-task", "turn": 2, "name": "core.bin"}),
         ]
         for name, arguments in calls:
             result = await client.call_tool(name, arguments)
@@ -107,7 +120,7 @@ def test_a_writer_calls_every_tool(served: tuple[Server, dict[str, str]]) -> Non
     version, out = run(server.url, secrets["writer"], "auto", session)
     assert version == "2026-07-28"
     assert out["tools"] == [t.name for t in TOOLS]
-    assert [ok for name in out if name != "tools" for ok, _ in out[name]] == [False] * 9
+    assert [ok for name in out if name != "tools" for ok, _ in out[name]] == [False] * 12
     assert out["record_turn"][0][1].startswith("Recorded turn 0 of task sdk-task")
     assert out["record_turn"][1][1].startswith("Recorded turn 1 of task sdk-task")
     assert "turn 0 of task sdk-task" in out["search"][0][1]
@@ -115,6 +128,18 @@ def test_a_writer_calls_every_tool(served: tuple[Server, dict[str, str]]) -> Non
     assert "sdk-task: latest turn 1, 2 turn(s)" in out["list_tasks"][0][1]
     assert "Kept the cache warm." in out["read_turn"][0][1]
     assert "alpha" in out["memory"][1][1]
+    assert (
+        "With run.log (text/plain, 9 bytes), core.bin (application/octet-stream, 4 bytes)"
+        in (out["record_turn"][2][1])
+    )
+    assert out["read_artifact"][0][1].endswith("Bytes 0-8 of 9, as UTF-8 text:\n2 passed\n")
+    assert out["read_artifact"][1][1].endswith("Bytes 0-3 of 4, in base64:\nAAEC/w==")
+    got = requests.get(
+        f"{server.url}/sandbox/memory/v1/tasks/sdk-task/turns/2/artifacts/core.bin",
+        headers={"Authorization": f"Bearer {secrets['writer']}"},
+        timeout=10,
+    )
+    assert got.content == b"\x00\x01\x02\xff"
 
 
 def test_a_reader_gets_the_read_tools_and_is_told_its_role(
@@ -181,3 +206,34 @@ def test_a_wrong_token_cannot_connect(served: tuple[Server, dict[str, str]]) -> 
     with pytest.raises(ExceptionGroup) as refused:  # the SDK's task groups wrap its MCPError
         run(server.url, "pm_wrong", "auto", session)
     assert refused.group_contains(MCPError, depth=None)
+
+
+def test_artifacts_over_the_bounds_are_clear_errors(served: tuple[Server, dict[str, str]]) -> None:
+    """Over the per-call bound: an error result. Over the endpoint's body limit: a JSON-RPC
+    error the SDK hands to the call that sent it (not a hang, not a transport failure)."""
+    server, secrets = served
+    over_call = [{"name": "big.bin", "content": "A" * 1_500_000, "encoding": "base64"}]
+    over_body = [{"name": "huge.log", "content": "x" * (4 * 1024 * 1024)}]
+
+    async def session(client: Client) -> tuple[Any, str]:
+        result = await client.call_tool(
+            "record_turn", {"task_id": "sdk-big", "summary_md": "", "artifacts": over_call}
+        )
+        try:
+            await client.call_tool(
+                "record_turn", {"task_id": "sdk-big", "summary_md": "", "artifacts": over_body}
+            )
+        except MCPError as exc:
+            return result, str(exc)
+        raise AssertionError("an over-size message was accepted")
+
+    for mode in ("auto", "legacy"):
+        _, (result, refused) = run(server.url, secrets["writer"], mode, session)
+        assert result.is_error and "more than 1048576 bytes (1 MiB) in one call" in text(result)
+        assert "larger than the 4194304 bytes this endpoint takes" in refused, refused
+    listed = requests.get(
+        f"{server.url}/sandbox/memory/v1/tasks/sdk-big",
+        headers={"Authorization": f"Bearer {secrets['writer']}"},
+        timeout=10,
+    )
+    assert listed.status_code == 404  # nothing was written

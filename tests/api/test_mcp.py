@@ -6,8 +6,11 @@ a real gunicorn.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import sys
+import threading
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
+from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
 from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
 from app.storage import Scope
 from tests.conftest import Tokens
@@ -365,7 +369,57 @@ BAD_ARGUMENTS = [
     ("delete_turn", {"task_id": "t", "turn": 0}, "not found"),
     ("delete_artifact", {"task_id": "t", "turn": 0}, "name is required"),
     ("delete_artifact", {"task_id": "t", "turn": 0, "name": "../x"}, "name: "),
+    ("read_artifact", {"task_id": "t", "turn": 0}, "name is required"),
+    ("read_artifact", {"task_id": "t", "turn": 0, "name": "a/b"}, "name: must match"),
+    ("read_artifact", {"task_id": "t", "turn": 0, "name": "x", "offset": -1}, "offset must be"),
+    ("read_artifact", {"task_id": "t", "turn": 0, "name": "x"}, "not found"),
 ]
+
+
+# record_turn's artifacts, each refused before anything is written: one app for them all.
+BAD_ARTIFACTS: list[tuple[Any, str]] = [
+    ({"name": "a"}, "artifacts must be an array"),
+    (["a.txt"], "artifacts[0] must be an object"),
+    ([{"content": "x"}], "artifacts[0].name: must be a string"),
+    ([{"name": "../a", "content": "x"}], "artifacts[0].name: must match"),
+    ([{"name": "a.", "content": "x"}], "must not end with '.'"),
+    ([{"name": "a", "content": 5}], "artifacts[0].content must be a string"),
+    ([{"name": "a"}], "artifacts[0].content must be a string"),
+    ([{"name": "a", "content": "x", "encoding": "hex"}], "encoding must be 'text' or"),
+    ([{"name": "a", "content": "@@@", "encoding": "base64"}], "not valid base64"),
+    ([{"name": "a", "content": "\ud800"}], "not valid Unicode text"),
+    ([{"name": "a", "content": "x", "content_type": "text"}], "content_type: not a"),
+    ([{"name": "a", "content": "x", "content_type": 3}], "content_type: not a"),
+    ([{"name": "a", "content": "x", "content_type": "a/b\r\nX: y"}], "content_type"),
+    ([{"name": "a", "content": "x", "size": 1}], "unknown key(s) size"),
+    ([{"name": "a", "content": "x"}, {"name": "a", "content": "y"}], "named twice"),
+    ([{"name": f"f{i}", "content": ""} for i in range(33)], "at most 32 in one call"),
+    (
+        [
+            {"name": "a", "content": "x" * (MCP_ARTIFACT_BYTES // 2)},
+            {"name": "b", "content": "y" * (MCP_ARTIFACT_BYTES // 2 + 1)},
+        ],
+        "more than 1048576 bytes (1 MiB) in one call, counted after decoding (at"
+        " artifacts[1]); nothing was recorded",
+    ),
+    (
+        [
+            {
+                "name": "a",
+                "content": "A" * (MCP_ARTIFACT_BYTES * 2 + 4),
+                "encoding": "base64",
+            }
+        ],
+        "artifacts[0].content: more than",
+    ),
+]
+
+
+def test_bad_artifacts_are_error_results_and_write_nothing(mcp: Mcp) -> None:
+    for bad, expected in BAD_ARTIFACTS:
+        text = mcp.err("record_turn", task_id="t", summary_md="", artifacts=bad)
+        assert expected in text, (bad if len(str(bad)) < 200 else str(bad)[:200], text)
+    assert mcp.ok("list_tasks") == "This project has no tasks yet."
 
 
 @pytest.mark.parametrize(("tool", "arguments", "expected"), BAD_ARGUMENTS)
@@ -412,6 +466,7 @@ _JSON = st.recursive(
                 "path",
                 "offset",
                 "name",
+                "artifacts",
             ]
         ),
         _JSON,
@@ -424,6 +479,36 @@ def test_any_arguments_get_a_result_never_a_500(
     r = mcp.modern("tools/call", {"name": tool, "arguments": arguments})
     assert r.status_code == 200, r.get_data(as_text=True)
     assert isinstance(r.json["result"]["content"][0]["text"], str)
+
+
+_ARTIFACT_ITEMS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": st.sampled_from(["a.txt", "b", "../x", "x.", "", "é"]) | _JSON,
+            "content": st.text(max_size=30) | _JSON,
+            "encoding": st.sampled_from(["text", "base64", "hex"]) | _JSON,
+            "content_type": st.sampled_from(["text/plain", "x", "a/b; c=d", "\n"]) | _JSON,
+            "size": _JSON,
+        },
+    )
+    | _JSON,
+    max_size=3,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(artifacts=_ARTIFACT_ITEMS | _JSON, offset=st.integers(min_value=-2, max_value=40))
+def test_any_artifacts_get_a_result_never_a_500(mcp: Mcp, artifacts: Any, offset: int) -> None:
+    for tool, arguments in (
+        ("record_turn", {"task_id": "fuzz", "turn": 0, "summary_md": "", "artifacts": artifacts}),
+        ("read_artifact", {"task_id": "fuzz", "turn": 0, "name": "a.txt", "offset": offset}),
+    ):
+        r = mcp.modern("tools/call", {"name": tool, "arguments": arguments})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        assert isinstance(r.json["result"]["content"][0]["text"], str)
 
 
 @pytest.mark.all_backends
@@ -504,3 +589,188 @@ def test_the_service_imports_no_flask() -> None:
     code = "import sys, app.services.mcp_tools; print('flask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- artifacts ----------------------------------------------------------------------------
+def _rest_artifact(mcp: Mcp, task: str, turn: int, name: str) -> TestResponse:
+    return mcp.client.get(
+        f"/sandbox/memory/v1/tasks/{task}/turns/{turn}/artifacts/{name}",
+        headers=mcp.tokens.headers("reader"),
+    )
+
+
+@pytest.mark.all_backends
+def test_record_a_turn_with_artifacts_and_read_them_back(mcp: Mcp) -> None:
+    png = bytes(range(256)) * 4
+    recorded = mcp.ok(
+        "record_turn",
+        task_id="with-files",
+        summary_md="Ran the tests.",
+        artifacts=[
+            {"name": "test.log", "content": "3 passed ✓\n"},
+            {"name": "shot.png", "content": base64.b64encode(png).decode(), "encoding": "base64"},
+            {"name": "fix.diff", "content": "-a\n+b\n", "content_type": "text/x-diff"},
+            {"name": "notes.md", "content": "# n\n"},
+            {"name": "blob", "content": "AAEC\nAw==\n", "encoding": "base64"},
+        ],
+    )
+    assert recorded.startswith("Recorded turn 0 of task with-files")
+    assert "With test.log (text/plain; charset=utf-8, 13 bytes), shot.png (image/png," in recorded
+    expected = {
+        "test.log": ("text/plain; charset=utf-8", "3 passed ✓\n".encode()),
+        "shot.png": ("image/png", png),
+        "fix.diff": ("text/x-diff", b"-a\n+b\n"),
+        "notes.md": ("text/markdown; charset=utf-8", b"# n\n"),
+        "blob": ("application/octet-stream", b"\x00\x01\x02\x03"),
+    }
+    for name, (kind, data) in expected.items():
+        got = _rest_artifact(mcp, "with-files", 0, name)
+        assert (got.status_code, got.content_type, got.data) == (200, kind, data), name
+    listed = mcp.ok("read_turn", task_id="with-files", turn=0)
+    assert "fix.diff (text/x-diff, 6 bytes)" in listed and "(read_artifact reads one)" in listed
+    assert "artifacts: " in mcp.ok("read_task", task_id="with-files")
+    text = mcp.ok("read_artifact", task_id="with-files", turn=0, name="test.log")
+    sha = hashlib.sha256("3 passed ✓\n".encode()).hexdigest()
+    assert text == (
+        "Artifact test.log of turn 0 of task with-files: text/plain; charset=utf-8, 13 bytes,"
+        f" updated {text.split('updated ')[1].split(',')[0]}, sha256 {sha}.\n"
+        "Bytes 0-12 of 13, as UTF-8 text:\n3 passed ✓\n"
+    )
+    binary = mcp.ok("read_artifact", task_id="with-files", turn=0, name="shot.png")
+    assert "Bytes 0-1023 of 1024, in base64:\n" in binary
+    assert base64.b64decode(binary.rsplit("\n", 1)[1]) == png
+    # A reader reads them too; a second write replaces one and keeps the others.
+    assert "as UTF-8 text" in mcp.as_("reader").ok(
+        "read_artifact", task_id="with-files", turn=0, name="fix.diff"
+    )
+    mcp.ok(
+        "record_turn",
+        task_id="with-files",
+        turn=0,
+        summary_md="Ran them again.",
+        artifacts=[{"name": "test.log", "content": "4 passed\n"}],
+    )
+    assert _rest_artifact(mcp, "with-files", 0, "test.log").data == b"4 passed\n"
+    assert _rest_artifact(mcp, "with-files", 0, "shot.png").data == png
+    empty = mcp.ok(
+        "record_turn",
+        task_id="with-files",
+        summary_md="",
+        artifacts=[{"name": "empty.txt", "content": ""}],
+    )
+    assert "empty.txt (text/plain; charset=utf-8, 0 bytes)" in empty
+    assert mcp.ok("read_artifact", task_id="with-files", turn=1, name="empty.txt").endswith(
+        "It is empty."
+    )
+
+
+def _read_all(mcp: Mcp, task: str, name: str) -> tuple[bytes, list[str]]:
+    """Every part of an artifact through read_artifact, following the offsets it gives."""
+    data, forms, offset = b"", [], 0
+    while True:
+        out = mcp.ok("read_artifact", task_id=task, turn=0, name=name, offset=offset)
+        assert len(out) <= OUTPUT_CHARS
+        head, body = out.split("\n", 1)[1].split(":\n", 1)
+        form = "text" if head.endswith("as UTF-8 text") else "base64"
+        forms.append(form)
+        part, _, more = body.partition("\n… cut at byte ")
+        data += part.encode() if form == "text" else base64.b64decode(part)
+        if not more:
+            return data, forms
+        offset = int(more.split()[0])
+        assert offset == len(data) and f"offset={offset} reads on" in more
+
+
+@pytest.mark.all_backends
+def test_a_large_artifact_is_read_a_part_at_a_time(mcp: Mcp) -> None:
+    # Three-byte characters, so that parts end inside one unless the read says otherwise.
+    text = "".join(f"line {i:05d}: ✓ €uro\n" for i in range(4000)).encode()
+    binary = bytes(range(256)) * 200
+    w = mcp.tokens.headers("writer")
+    mcp.ok("record_turn", task_id="large", summary_md="big ones", turn=0)
+    for name, data in (("big.log", text), ("big.bin", binary)):
+        put = mcp.client.put(
+            f"/sandbox/memory/v1/tasks/large/turns/0/artifacts/{name}",
+            data=data,
+            headers={**w, "Content-Type": "application/octet-stream"},
+        )
+        assert put.status_code == 200, put.get_data(as_text=True)
+    got, forms = _read_all(mcp, "large", "big.log")
+    assert got == text and set(forms) == {"text"} and len(forms) > 3
+    got, forms = _read_all(mcp, "large", "big.bin")
+    assert got == binary and set(forms) == {"base64"}
+    past = mcp.err("read_artifact", task_id="large", turn=0, name="big.bin", offset=len(binary))
+    assert f"past the end: big.bin holds {len(binary)} bytes" in past
+    # An offset inside a character: not text from there, so base64, still exact.
+    odd = mcp.ok("read_artifact", task_id="large", turn=0, name="big.log", offset=13)
+    assert "in base64" in odd
+
+
+WRITERS = 8
+
+
+def test_next_turn_writers_racing_each_keep_their_artifacts(mcp: Mcp) -> None:
+    results: list[str] = []
+    start = threading.Barrier(WRITERS)
+
+    def write(i: int) -> None:
+        start.wait()
+        text, is_error = mcp.call(
+            "record_turn",
+            task_id="race",
+            summary_md=f"writer {i}",
+            artifacts=[{"name": "who.txt", "content": f"writer {i}\n" * 20_000}],
+        )
+        assert not is_error, text
+        results.append(text)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(WRITERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == WRITERS
+    for turn in range(WRITERS):
+        record = mcp.client.get(
+            f"/sandbox/memory/v1/tasks/race/turns/{turn}", headers=mcp.tokens.headers("reader")
+        ).json
+        writer = record["summary_md"]
+        assert _rest_artifact(mcp, "race", turn, "who.txt").data == f"{writer}\n".encode() * 20_000
+
+
+def test_a_message_over_the_body_limit_is_a_jsonrpc_error(mcp: Mcp, app: Any) -> None:
+    limit = app.config["MAX_JSON_BYTES"]
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {
+            "name": "record_turn",
+            "arguments": {
+                "task_id": "huge",
+                "summary_md": "",
+                "artifacts": [{"name": "a", "content": "x" * limit}],
+            },
+        },
+    }
+    r = mcp.post(call)
+    assert r.status_code == 413 and r.json["jsonrpc"] == "2.0" and r.json["id"] is None
+    message = r.json["error"]["message"]
+    assert r.json["error"]["code"] == -32600 and f"larger than the {limit} bytes" in message
+    assert "record_turn takes at most 1048576 bytes of artifacts" in message
+    assert "project-memory turn put TASK N --artifact PATH" in message
+    assert mcp.ok("list_tasks") == "This project has no tasks yet."
+
+
+def test_the_artifact_schemas_are_exact(mcp: Mcp) -> None:
+    listed = {t["name"]: t for t in mcp.modern("tools/list").json["result"]["tools"]}
+    artifacts = listed["record_turn"]["inputSchema"]["properties"]["artifacts"]
+    item = artifacts["items"]
+    assert item["required"] == ["name", "content"] and item["additionalProperties"] is False
+    assert list(item["properties"]) == ["name", "content", "encoding", "content_type"]
+    assert item["properties"]["encoding"]["enum"] == ["text", "base64"]
+    assert item["properties"]["name"]["pattern"] == "^[A-Za-z0-9._-]{1,128}$"
+    assert artifacts["maxItems"] == 32 and "1048576 bytes" in artifacts["description"]
+    read = listed["read_artifact"]
+    assert read["inputSchema"]["required"] == ["task_id", "turn", "name"]
+    assert read["annotations"]["readOnlyHint"] and "read_artifact" in READ_TOOLS

@@ -99,6 +99,13 @@ def test_json_envelope_of_every_command(golden_cli: Cli, pm_server: Server, tmp_
         "artifact delete": (["artifact", "delete", "g-task", "0", "run.log"], None, 0),
         "turn delete": (["turn", "delete", "g-task", "1"], None, 0),
         "task delete": (["task", "delete", "g-task"], None, 0),
+        "turn put --artifact": (
+            ["turn", "put", "g-files", "next", "--summary", "with a file"]
+            + ["--artifact", "run.log:run2.log;type=text/plain"],
+            None,
+            0,
+        ),
+        "error: a bad --artifact": (["turn", "put", "g-files", "0", "--artifact", "x"], None, 2),
         "error: the API refused": (["turn", "get", "g-task", "9"], None, 1),
         "error: bad usage": (["turn", "get", "g-task"], None, 2),
         "error: settings": (["whoami", "--token", ""], None, 2),
@@ -229,3 +236,116 @@ def test_turn_delete_and_artifact_delete(cli: Cli) -> None:
     shown = cli("task", "show", "x-del", "--json").json()["data"]
     assert [t["turn"] for t in shown["turns"]] == [0] and shown["turns"][0]["artifacts"] == []
     assert cli("turn", "delete", "x-del", "1").code == 1  # 404
+
+
+def test_turn_put_with_artifacts_and_back(cli: Cli) -> None:
+    work = cli.cwd
+    (work / "run.log").write_text("collected 3 items\n3 passed\n")
+    (work / "out").mkdir()
+    (work / "out" / "report.html").write_text("<p>green</p>\n")
+    (work / "a:b.bin").write_bytes(bytes(range(256)) * 64)
+    (work / "notes.md").write_text("# notes\n")
+    ran = cli(
+        "turn", "put", "x-art", "next", "--summary", "## With files", "--meta", "model=m",
+        "--artifact", "run.log",
+        "--artifact", "out/report.html:report.html",
+        "--artifact", "a:b.bin:ab.bin;type=application/vnd.test+json; charset=utf-8",
+        "--artifact", str(work / "notes.md"),
+        "--json",
+    )  # fmt: skip
+    assert ran.code == 0, ran.stdout + ran.stderr
+    stored = {a["name"]: (a["content_type"], a["size"]) for a in ran.json()["data"]["artifacts"]}
+    assert stored == {
+        "run.log": ("application/octet-stream", 27),  # mimetypes knows no .log
+        "report.html": ("text/html", 13),
+        "ab.bin": ("application/vnd.test+json; charset=utf-8", 16384),
+        "notes.md": ("text/markdown", 8),
+    }
+    turn = cli("turn", "get", "x-art", "0")
+    assert turn.code == 0 and re.search(r"^report\.html\s+text/html\s+13\s", turn.stdout, re.M)
+    for name, source in (
+        ("run.log", "run.log"),
+        ("report.html", "out/report.html"),
+        ("ab.bin", "a:b.bin"),
+        ("notes.md", "notes.md"),
+    ):
+        got = cli("artifact", "get", "x-art", "0", name, "-o", f"copy-{name}")
+        assert got.code == 0, got.stderr
+        assert (work / f"copy-{name}").read_bytes() == (work / source).read_bytes()
+    # A second write replaces one artifact and keeps the others; the human output names them.
+    (work / "run.log").write_text("4 passed\n")
+    again = cli("turn", "put", "x-art", "0", "--summary", "redone", "--artifact", "run.log")
+    assert again.code == 0, again.stderr
+    assert again.stdout.endswith("\nwith run.log (9 bytes, application/octet-stream)\n")
+    names = [
+        a["name"] for a in cli("turn", "get", "x-art", "0", "--json").json()["data"]["artifacts"]
+    ]
+    assert sorted(names) == ["ab.bin", "notes.md", "report.html", "run.log"]
+
+
+def test_turn_put_refuses_bad_artifacts_before_sending(cli: Cli) -> None:
+    work = cli.cwd
+    (work / "ok.txt").write_text("ok\n")
+    (work / "my file.txt").write_text("spaces\n")
+    (work / "dir").mkdir()
+    os.mkfifo(work / "pipe")
+    with open(work / "huge.bin", "wb") as fh:  # sparse: one byte over the limit
+        fh.truncate(50 * 1024 * 1024 + 1)
+    many = [arg for i in range(33) for arg in ("--artifact", f"ok.txt:n{i}.txt")]
+    cases = [
+        (["--artifact", "missing.bin"], "--artifact missing.bin: No such file or directory"),
+        (["--artifact", "ok.txt/inner"], "--artifact ok.txt/inner: Not a directory"),
+        (["--artifact", "dir"], "--artifact dir: a directory"),
+        (["--artifact", "pipe"], "--artifact pipe: not a regular file"),
+        (["--artifact", "huge.bin"], "52428801 bytes, over the 52428800 bytes (50 MiB)"),
+        (["--artifact", "my file.txt"], "'my file.txt' must match [A-Za-z0-9._-]{1,128} (give"),
+        (["--artifact", "ok.txt:../x"], "the artifact name '../x' must match"),
+        (["--artifact", "ok.txt:x."], "must not end with '.'"),
+        (["--artifact", "ok.txt:"], "no NAME after ':'"),
+        (["--artifact", ":x.txt"], "no PATH"),
+        (["--artifact", "ok.txt;type=text"], "'text' is not a media type"),
+        (["--artifact", "ok.txt", "--artifact", "dir/../ok.txt"], "are both named 'ok.txt'"),
+        (many, "33 --artifact options: a turn takes at most 32"),
+    ]
+    for extra, message in cases:
+        # An unreachable server: exit 2, not 3, shows nothing was sent.
+        ran = cli("turn", "put", "x-bad-art", "0", "--url", "http://127.0.0.1:9", *extra)
+        assert ran.code == 2 and message in ran.stderr, (extra, ran.stderr)
+        assert (
+            ran.stderr.startswith("project-memory: --artifact")
+            or "--artifact options" in ran.stderr
+        )
+    envelope = cli("turn", "put", "x-bad-art", "0", "--artifact", "missing.bin", "--json")
+    assert envelope.code == 2 and envelope.json()["error"]["kind"] == "usage"
+    assert cli("task", "show", "x-bad-art").code == 1  # 404: nothing was written
+
+
+def test_next_turn_racers_each_send_their_files_again(cli: Cli) -> None:
+    """Writers that lose the race for a number resend the turn and its files (read again from
+    the start) under the next one: every turn holds its own writer's file, whole."""
+    racers = 6
+    for i in range(racers):
+        (cli.cwd / f"who-{i}.txt").write_text(f"racer {i}\n" * 5000)
+    procs = [
+        subprocess.Popen(
+            [CLI, "turn", "put", "x-race", "next", "--summary", f"racer {i}"]
+            + ["--artifact", f"who-{i}.txt:who.txt", "--json"],
+            env=cli.env,
+            cwd=cli.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(racers)
+    ]
+    turns = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        turns.append(json.loads(out)["data"]["turn"])
+    assert sorted(turns) == list(range(racers))
+    for turn in range(racers):
+        summary = cli("turn", "get", "x-race", str(turn), "--json").json()["data"]["summary_md"]
+        got = cli("artifact", "get", "x-race", str(turn), "who.txt", "-o", f"got-{turn}.txt")
+        assert got.code == 0, got.stderr
+        assert (cli.cwd / f"got-{turn}.txt").read_text() == f"{summary}\n" * 5000

@@ -10,9 +10,15 @@ from hypothesis import example, given, settings, strategies as st
 from project_memory_client import rules as client
 from project_memory_client.mount.sync import unholdable
 
-from app.storage.core import store_rules as server
+from app.config import SETTINGS
+from app.storage.core import store_rules as server, task_rules
 from app.storage.core.errors import InvalidName
-from app.storage.core.names import STORE_ID_PATTERN, TMP_PREFIX
+from app.storage.core.names import (
+    ARTIFACT_NAME_PATTERN,
+    STORE_ID_PATTERN,
+    TMP_PREFIX,
+    validate_artifact_name,
+)
 
 ULID_CHARS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Near-misses of a store id: its letters, the ULID alphabet and the ones it leaves out.
@@ -58,3 +64,56 @@ def test_every_path_the_server_accepts_is_one_a_mount_can_hold(segments: list[st
     except InvalidName:
         return
     assert unholdable(path) is None, path
+
+
+def test_the_artifact_limits_are_the_servers() -> None:
+    assert client.ARTIFACT_NAME_PATTERN == ARTIFACT_NAME_PATTERN
+    default_limit = SETTINGS["MAX_ARTIFACT_BYTES"][0]
+    assert default_limit == client.MAX_ARTIFACT_BYTES
+    assert client.MAX_ARTIFACTS_PER_WRITE == task_rules.MAX_ARTIFACTS_PER_WRITE
+    assert client.MAX_CONTENT_TYPE_CHARS == task_rules.MAX_CONTENT_TYPE_CHARS
+
+
+def _server_takes_name(name: str) -> bool:
+    try:
+        validate_artifact_name(name)
+    except InvalidName:
+        return False
+    return True
+
+
+ARTIFACT_NAMES = NAMES | st.text(alphabet="aZ09._-:/ é\n", max_size=12)
+
+
+@settings(max_examples=500)
+@given(ARTIFACT_NAMES)
+@example(".")
+@example("..")
+@example("x.")
+@example("a" * 129)
+@example("run.log\n")
+def test_artifact_names_agree(name: str) -> None:
+    assert (client.artifact_name_fault(name) is None) == _server_takes_name(name)
+
+
+def _server_takes_type(value: str) -> bool:
+    try:
+        task_rules.check_content_type(value)
+    except InvalidName:
+        return False
+    return True
+
+
+CONTENT_TYPES = st.text(alphabet='atx/+-.; ="\r\n\té:', max_size=20) | st.builds(
+    lambda a, b, p: f"{a}/{b}{p}",
+    st.text(alphabet="az09+-.!#", min_size=0, max_size=130),
+    st.text(alphabet="az09+-.", min_size=0, max_size=8),
+    st.sampled_from(["", "; charset=utf-8", ";x", ' ; y="z"', ";\n", "; é"]),
+)
+
+
+@settings(max_examples=500)
+@given(CONTENT_TYPES)
+@example("text/plain; " + "x" * 250)
+def test_content_types_agree(value: str) -> None:
+    assert client.is_content_type(value) == _server_takes_type(value)

@@ -13,6 +13,19 @@ from typing import Any
 # with it. The mount skips local files named so, and writes its own temp files with it.
 TMP_PREFIX = ".~tmp-"
 
+# An artifact: its name (the API's pattern; never "." or "..", never ending in "."), the
+# most bytes it may hold (the API's documented limit; a server set lower refuses with 413),
+# how many one turn's write takes, and a Content-Type the server keeps (RFC 9110's
+# type/subtype, then parameters of printable ASCII).
+ARTIFACT_NAME_PATTERN = r"[A-Za-z0-9._-]{1,128}"
+MAX_ARTIFACT_BYTES = 50 * 1024 * 1024
+MAX_ARTIFACTS_PER_WRITE = 32
+MAX_CONTENT_TYPE_CHARS = 255
+_ARTIFACT_NAME_RE = re.compile(ARTIFACT_NAME_PATTERN)
+_CONTENT_TYPE_RE = re.compile(
+    r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?", re.ASCII
+)
+
 _ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
 _STORE_ID_RE = re.compile(rf"memstore_{_ULID}")
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
@@ -25,3 +38,19 @@ def is_store_id(value: Any) -> bool:
 def slugify(name: str) -> str:
     """The mount slug: lowercased, runs of anything but ASCII letters/digits → one hyphen."""
     return _SLUG_RUN.sub("-", name.lower()).strip("-")
+
+
+def artifact_name_fault(name: str) -> str | None:
+    """Why the server would refuse ``name`` as an artifact's name; None when it would not."""
+    if not name.isascii() or not _ARTIFACT_NAME_RE.fullmatch(name):
+        return f"must match {ARTIFACT_NAME_PATTERN}"
+    if name in (".", ".."):
+        return "'.' and '..' are not artifact names"
+    if name.endswith("."):
+        return "must not end with '.'"
+    return None
+
+
+def is_content_type(value: str) -> bool:
+    """Whether the server keeps ``value`` as an artifact's Content-Type."""
+    return len(value) <= MAX_CONTENT_TYPE_CHARS and _CONTENT_TYPE_RE.fullmatch(value) is not None

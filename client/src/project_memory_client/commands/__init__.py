@@ -187,11 +187,17 @@ def subcommands(parser: argparse.ArgumentParser, title: str = "commands") -> Any
 
 
 def leaf(
-    sub: Any, name: str, run: Run, *, help: str, description: str | None = None
+    sub: Any,
+    name: str,
+    run: Run,
+    *,
+    help: str,
+    description: str | None = None,
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
     """A sub-command of ``sub`` that runs ``run``, with the common options."""
     parser: argparse.ArgumentParser = sub.add_parser(
-        name, help=help, description=description or help
+        name, help=help, description=description or help, epilog=epilog
     )
     add_common_options(parser)
     configure(parser, run)

@@ -106,6 +106,10 @@ class Bridge:
         except ValueError:
             answer = None
         if isinstance(answer, dict) and answer.get("jsonrpc") == "2.0":
+            if wants_answer and "error" in answer and answer.get("id") is None:
+                # Refused before the server read the id (a message too large): the error is
+                # this request's, and a client waits for that id.
+                answer = {**answer, "id": mid}
             result = answer.get("result")
             if (
                 isinstance(message, dict)
@@ -122,6 +126,18 @@ class Bridge:
                 f"the server answered HTTP {response.status_code}: {detail or response.reason_phrase}",
             )
 
+    def refuse_too_large(self, line: str) -> None:
+        """Answer a message over MAX_LINE with an error to its id (when it has one)."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        mid = message.get("id") if isinstance(message, dict) else None
+        if isinstance(message, dict) and "id" not in message:
+            return  # a notification: nobody waits for an answer
+        text = f"the message is larger than the {MAX_LINE} bytes this relay sends on"
+        self.emit({"jsonrpc": "2.0", "id": mid, "error": {"code": -32600, "message": text}})
+
     def _fail(self, mid: Any, text: str) -> None:
         self.emit({"jsonrpc": "2.0", "id": mid, "error": {"code": RELAY_ERROR, "message": text}})
 
@@ -137,13 +153,7 @@ def serve(settings: Settings, stdin: IO[str] | None = None, stdout: IO[str] | No
                 if not line:
                     continue
                 if len(line) > MAX_LINE:
-                    bridge.emit(
-                        {
-                            "jsonrpc": "2.0",
-                            "id": None,
-                            "error": {"code": -32600, "message": "message too large"},
-                        }
-                    )
+                    bridge.refuse_too_large(line)
                     continue
                 pool.submit(bridge.relay, line)
         except KeyboardInterrupt:
