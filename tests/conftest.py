@@ -73,6 +73,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    items[:] = slow_modules_first(items)
+
+
+# Tests that start a real gunicorn (e2e) or pip-install the checkout (install) take seconds to
+# a minute each.
+SLOW_MARKERS = ("e2e", "install")
+
+
+def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules that hold a slow test first, each kept whole and in order.
+
+    pytest-xdist hands tests out in this order, in chunks, and keeps each worker two tests
+    ahead: a minute-long test near the end of the order keeps one worker busy while the
+    other has nothing left to do. A module moves whole, so its module-scoped server still
+    starts once."""
+    slow = {_module(item) for item in items if any(map(item.get_closest_marker, SLOW_MARKERS))}
+    return sorted(items, key=lambda item: _module(item) not in slow)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @dataclass
