@@ -267,19 +267,44 @@ class Tokens:
         return secret
 
 
+TOKENS: dict[str, dict[str, str]] = {
+    "reader": {"role": "reader", "tenant": "acme", "project": "web"},
+    "writer": {"role": "writer", "tenant": "acme", "project": "web"},
+    "writer2": {"role": "writer", "tenant": "acme", "project": "web"},
+    "project_admin": {"role": "project_admin", "tenant": "acme", "project": "web"},
+    "tenant_admin": {"role": "tenant_admin", "tenant": "acme"},
+    "admin": {"role": "admin"},
+    "other_project": {"role": "writer", "tenant": "acme", "project": "mobile"},
+    "other_tenant": {"role": "writer", "tenant": "globex", "project": "web"},
+}
+
+
+@pytest.fixture(scope="session")
+def tokens_file_at_t0(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
+    """The tokens of ``tokens``, made once per process by the tree's registry at T0.
+
+    Each of them is a locked, fsynced rewrite of the file: eight per test, which cost as
+    much as building the app. A test whose registry is a tree file not yet written, on a
+    clock at T0, gets a copy of this one: the same bytes its registry would have written,
+    but for the random ids and secrets."""
+    registry = TokenRegistry(tmp_path_factory.mktemp("tokens") / "tokens.json", clock=FixedClock())
+    made = Tokens(registry, {}, {})
+    for name, kwargs in TOKENS.items():
+        made.add(name, **kwargs)
+    return made
+
+
 @pytest.fixture
-def tokens(app: Flask) -> Tokens:
+def tokens(app: Flask, request: pytest.FixtureRequest) -> Tokens:
     """Tokens for tenant acme / project web of every role, plus outsiders."""
     reg: TokenRegistry = app.extensions["token_registry"]
+    if isinstance(reg, TokenRegistry) and reg.clock() == T0 and not reg.path.exists():
+        made: Tokens = request.getfixturevalue("tokens_file_at_t0")
+        shutil.copy2(made.registry.path, reg.path)
+        return Tokens(reg, dict(made.secrets), dict(made.ids))
     t = Tokens(reg, {}, {})
-    t.add("reader", role="reader", tenant="acme", project="web")
-    t.add("writer", role="writer", tenant="acme", project="web")
-    t.add("writer2", role="writer", tenant="acme", project="web")
-    t.add("project_admin", role="project_admin", tenant="acme", project="web")
-    t.add("tenant_admin", role="tenant_admin", tenant="acme")
-    t.add("admin", role="admin")
-    t.add("other_project", role="writer", tenant="acme", project="mobile")
-    t.add("other_tenant", role="writer", tenant="globex", project="web")
+    for name, kwargs in TOKENS.items():
+        t.add(name, **kwargs)
     return t
 
 
