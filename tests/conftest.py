@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -118,12 +119,28 @@ class Services:
         }
 
 
+def _services_dir() -> Path:
+    """Where the run's PostgreSQL and SeaweedFS keep their files: on tmpfs when there is one.
+
+    A run leaves a schema per test in the cluster, tens of thousands of files, and deleting
+    them from the disk kept each worker busy for many seconds after its last test; nothing
+    in it outlives the run, and PostgreSQL runs without fsync anyway."""
+    from tools.services import scratch_dir
+
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return scratch_dir("pm-test-")
+    path = Path(tempfile.mkdtemp(prefix="pm-test-", dir=shm))
+    path.chmod(0o755)  # PostgreSQL runs as the postgres user
+    return path
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
     """A real PostgreSQL 15 and a real SeaweedFS, started once per run (never mocked)."""
-    from tools.services import Postgres, Seaweed, scratch_dir
+    from tools.services import Postgres, Seaweed
 
-    directory = scratch_dir("pm-test-")
+    directory = _services_dir()
     postgres = seaweed = None
     try:
         postgres = Postgres(directory / "pg").start()
