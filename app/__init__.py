@@ -23,9 +23,11 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True)
     from app.storage.backends import open_backend
     from app.web import ratelimit
     from app.web.json_provider import JSONProvider
+    from app.web.routing import Rule
 
     app = Flask(__name__)
     app.json = JSONProvider(app)
+    app.url_rule_class = Rule  # URL builders compiled once per process (app/web/routing.py)
     # "a//b" is a 404 like any other unknown path, not a redirect to a normalised one.
     app.url_map.merge_slashes = False
     load_config(app, overrides)

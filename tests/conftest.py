@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -73,6 +74,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    items[:] = slow_modules_first(items)
+
+
+# Tests that start a real gunicorn (e2e) or pip-install the checkout (install) take seconds to
+# a minute each.
+SLOW_MARKERS = ("e2e", "install")
+
+
+def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules that hold a slow test first, each kept whole and in order.
+
+    pytest-xdist hands tests out in this order, in chunks, and keeps each worker two tests
+    ahead: a minute-long test near the end of the order keeps one worker busy while the
+    other has nothing left to do. A module moves whole, so its module-scoped server still
+    starts once."""
+    slow = {_module(item) for item in items if any(map(item.get_closest_marker, SLOW_MARKERS))}
+    return sorted(items, key=lambda item: _module(item) not in slow)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @dataclass
@@ -97,12 +119,28 @@ class Services:
         }
 
 
+def _services_dir() -> Path:
+    """Where the run's PostgreSQL and SeaweedFS keep their files: on tmpfs when there is one.
+
+    A run leaves a schema per test in the cluster, tens of thousands of files, and deleting
+    them from the disk kept each worker busy for many seconds after its last test; nothing
+    in it outlives the run, and PostgreSQL runs without fsync anyway."""
+    from tools.services import scratch_dir
+
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        return scratch_dir("pm-test-")
+    path = Path(tempfile.mkdtemp(prefix="pm-test-", dir=shm))
+    path.chmod(0o755)  # PostgreSQL runs as the postgres user
+    return path
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[Services]:
     """A real PostgreSQL 15 and a real SeaweedFS, started once per run (never mocked)."""
-    from tools.services import Postgres, Seaweed, scratch_dir
+    from tools.services import Postgres, Seaweed
 
-    directory = scratch_dir("pm-test-")
+    directory = _services_dir()
     postgres = seaweed = None
     try:
         postgres = Postgres(directory / "pg").start()
@@ -246,19 +284,44 @@ class Tokens:
         return secret
 
 
+TOKENS: dict[str, dict[str, str]] = {
+    "reader": {"role": "reader", "tenant": "acme", "project": "web"},
+    "writer": {"role": "writer", "tenant": "acme", "project": "web"},
+    "writer2": {"role": "writer", "tenant": "acme", "project": "web"},
+    "project_admin": {"role": "project_admin", "tenant": "acme", "project": "web"},
+    "tenant_admin": {"role": "tenant_admin", "tenant": "acme"},
+    "admin": {"role": "admin"},
+    "other_project": {"role": "writer", "tenant": "acme", "project": "mobile"},
+    "other_tenant": {"role": "writer", "tenant": "globex", "project": "web"},
+}
+
+
+@pytest.fixture(scope="session")
+def tokens_file_at_t0(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
+    """The tokens of ``tokens``, made once per process by the tree's registry at T0.
+
+    Each of them is a locked, fsynced rewrite of the file: eight per test, which cost as
+    much as building the app. A test whose registry is a tree file not yet written, on a
+    clock at T0, gets a copy of this one: the same bytes its registry would have written,
+    but for the random ids and secrets."""
+    registry = TokenRegistry(tmp_path_factory.mktemp("tokens") / "tokens.json", clock=FixedClock())
+    made = Tokens(registry, {}, {})
+    for name, kwargs in TOKENS.items():
+        made.add(name, **kwargs)
+    return made
+
+
 @pytest.fixture
-def tokens(app: Flask) -> Tokens:
+def tokens(app: Flask, request: pytest.FixtureRequest) -> Tokens:
     """Tokens for tenant acme / project web of every role, plus outsiders."""
     reg: TokenRegistry = app.extensions["token_registry"]
+    if isinstance(reg, TokenRegistry) and reg.clock() == T0 and not reg.path.exists():
+        made: Tokens = request.getfixturevalue("tokens_file_at_t0")
+        shutil.copy2(made.registry.path, reg.path)
+        return Tokens(reg, dict(made.secrets), dict(made.ids))
     t = Tokens(reg, {}, {})
-    t.add("reader", role="reader", tenant="acme", project="web")
-    t.add("writer", role="writer", tenant="acme", project="web")
-    t.add("writer2", role="writer", tenant="acme", project="web")
-    t.add("project_admin", role="project_admin", tenant="acme", project="web")
-    t.add("tenant_admin", role="tenant_admin", tenant="acme")
-    t.add("admin", role="admin")
-    t.add("other_project", role="writer", tenant="acme", project="mobile")
-    t.add("other_tenant", role="writer", tenant="globex", project="web")
+    for name, kwargs in TOKENS.items():
+        t.add(name, **kwargs)
     return t
 
 
