@@ -68,7 +68,7 @@ def test_owner_deletes_an_artifact_then_a_turn(
             check=False,
         )
         assert grep.stdout == "", grep.stdout
-    page = app.extensions["storage"].audit(Scope("acme", "web"))
+    page = app.extensions["storage"].audit_log.page(Scope("acme", "web"))
     assert [(e.kind, e.action) for e in page.events[:2]] == [
         ("turn", "deleted"),
         ("artifact", "deleted"),
