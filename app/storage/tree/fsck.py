@@ -179,10 +179,13 @@ class _Fsck:
     def unreadable(self, exc: Unreadable, what: str = "") -> None:
         """A file that cannot be read now: reported, never repaired (see the module's doc)."""
         path = Path(exc.filename)
-        message = (
+        self.not_read(
             f"{self.rel(path)}: cannot be read now ({exc.strerror}): an I/O or permission"
             f" error, not damage; {what or 'nothing that depends on it was checked or changed'}"
         )
+
+    def not_read(self, message: str) -> None:
+        """Something fsck could not look at now: reported, never repaired, never clean."""
         self.report.problems.append(message)
         self.report.unreadable.append(message)
         if self.repair:
@@ -307,11 +310,7 @@ class _Fsck:
         except InsufficientStorage as exc:
             # Its listing cannot be opened on this full disk (tree/sqlite/db.py, _SHM_ROOM):
             # the project is not checked now, and fsck is not clean while that lasts.
-            message = f"{self.rel(path)}: not checked now: {exc}"
-            self.report.problems.append(message)
-            self.report.unreadable.append(message)
-            if self.repair:
-                self.report.unrepairable.append(message)
+            self.not_read(f"{self.rel(path)}: not checked now: {exc}")
 
     def _project(self, scope: Scope, path: Path) -> None:
         for other in self.tree.non_dirs(path):

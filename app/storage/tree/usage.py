@@ -50,12 +50,11 @@ from app.storage.core.usage import (
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
-from app.storage.tree.fs.walk import remove_planted_link
 from app.storage.tree.sqlite.db import (
-    SIDE_FILES,
     create_file,
     is_busy,
     open_index,
+    remove_side_links,
     shm_room,
     write_txn,
 )
@@ -283,8 +282,7 @@ class TreeTraffic:
         without what a WAL still holds, at most the last flush of counts). A report of the
         traffic must not fail because the disk is full."""
         path = str(self.layout.check_inside(self.layout.traffic()))
-        for suffix in SIDE_FILES:
-            remove_planted_link(path + suffix, "SQLite")
+        remove_side_links(path)
         uris = [f"file:{quote(path)}?mode=ro", f"file:{quote(path)}?immutable=1"]
         if not shm_room(path):  # mode=ro would map a -shm with no blocks for it
             del uris[0]

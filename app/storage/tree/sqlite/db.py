@@ -73,20 +73,16 @@ def create_file(path: str) -> None:
 _SHM_ROOM = 256 << 10
 
 
-def small_blocks(path: str) -> bool:
-    """Whether the filesystem of ``path`` has blocks smaller than a memory page."""
-    try:
-        return os.statvfs(os.path.dirname(path) or ".").f_frsize < mmap.PAGESIZE
-    except OSError:
-        return False
-
-
-def _room(path: str) -> bool:
+def _room(path: str) -> tuple[bool, bool]:
+    """Whether the filesystem of ``path`` has blocks smaller than a memory page, and whether
+    it has _SHM_ROOM free (always True on page-sized blocks)."""
     try:
         st = os.statvfs(os.path.dirname(path) or ".")
     except OSError:
-        return True
-    return st.f_bavail * st.f_frsize >= _SHM_ROOM
+        return False, True
+    if st.f_frsize >= mmap.PAGESIZE:
+        return False, True
+    return True, st.f_bavail * st.f_frsize >= _SHM_ROOM
 
 
 def _shm_whole(path: str) -> bool:
@@ -100,13 +96,21 @@ def _shm_whole(path: str) -> bool:
 def shm_room(path: str) -> bool:
     """Whether ``path`` may be opened without mapping holes that may have no block to go to
     (always, on a filesystem of page-sized blocks)."""
-    return not small_blocks(path) or _shm_whole(path) or _room(path)
+    return _shm_check(path)[1]
 
 
-def check_shm_room(path: str) -> None:
-    """InsufficientStorage rather than an open that could map holes with no block for them."""
-    if not shm_room(path):
+def check_shm_room(path: str) -> bool:
+    """InsufficientStorage rather than an open that could map holes with no block for them;
+    return whether ``path`` is on small blocks."""
+    small, room = _shm_check(path)
+    if not room:
         raise _no_shm_room(path)
+    return small
+
+
+def _shm_check(path: str) -> tuple[bool, bool]:
+    small, room = _room(path)
+    return small, room or _shm_whole(path)
 
 
 def _no_shm_room(path: str) -> InsufficientStorage:
@@ -122,8 +126,15 @@ class IndexConnection(sqlite3.Connection):
     small_blocks_path = ""
 
 
-# The files SQLite opens by name beside a database, following links.
+# The files SQLite opens by name beside a database, following links (it looks for a hot
+# -journal at every open, whatever the journal mode).
 SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def remove_side_links(path: str) -> None:
+    """Remove links planted at the side files of the database at ``path``."""
+    for suffix in SIDE_FILES:
+        remove_planted_link(path + suffix, "SQLite")
 
 
 def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Connection:
@@ -145,11 +156,8 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
     # file itself is refused by the walk before this). What a real WAL held is then gone:
     # the indexes are derived, and fsck rebuilds them from the records.
     path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
-    for suffix in SIDE_FILES:
-        remove_planted_link(path + suffix, "SQLite")
-    small = small_blocks(path)
-    if small:
-        check_shm_room(path)
+    remove_side_links(path)
+    small = check_shm_room(path)
     conn = sqlite3.connect(
         target, uri=uri, timeout=timeout, isolation_level=None, factory=IndexConnection
     )
@@ -188,7 +196,7 @@ def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connectio
     after the busy timeout is LockTimeout (HTTP 503)."""
     # A WAL growing past its -shm's first 32 KiB grows the -shm too (see _SHM_ROOM).
     small = getattr(conn, "small_blocks_path", "")
-    if small and not _room(small):
+    if small and not _room(small)[1]:
         raise _no_shm_room(small)
     try:
         conn.execute("BEGIN IMMEDIATE")
