@@ -137,27 +137,19 @@ class TaskArtifacts:
             body = ReservingStream(
                 stream, ticket, self.tasks.usage.floor, known=size is not None, credit=before
             )
-            # The staged bytes and a new artifacts/ join the transaction's group flush (if any).
+            # The staged bytes join the transaction's group flush (if any).
             with group_commit(self.tasks.layout.root, enabled=self.tasks.txns.group_commit):
-                created = self._ensure_artifacts_dir(path.parent, task_id, turn)
-                try:
-                    return self._put_artifact(
-                        scope,
-                        task_id,
-                        turn,
-                        name,
-                        cast("IO[bytes]", body),
-                        content_type,
-                        if_match,
-                        if_none_match,
-                        ticket,
-                    )
-                except BaseException:
-                    if created:
-                        self.tasks.layout.tree.rmdir(
-                            path.parent
-                        )  # only if nothing was published into it
-                    raise
+                return self._put_artifact(
+                    scope,
+                    task_id,
+                    turn,
+                    name,
+                    cast("IO[bytes]", body),
+                    content_type,
+                    if_match,
+                    if_none_match,
+                    ticket,
+                )
         finally:
             ticket.release()  # nothing to release once the write settled it
 
@@ -175,8 +167,11 @@ class TaskArtifacts:
     ) -> ArtifactInfo:
         path = self.tasks.layout.artifact(scope, task_id, turn, name)
         turn_dir = path.parent.parent
+        # Staged in the turn's directory, not in artifacts/: that one is created under the
+        # lock, so a failed upload can remove it again without touching a concurrent one's
+        # bytes (an unnamed temp file does not keep a directory from being removed).
         with (
-            stage_stream(path.parent, stream, limit=self.tasks.max_artifact_bytes) as staged,
+            self._stage(turn_dir, stream, task_id, turn) as staged,
             self.tasks.transaction(scope, task_id) as txn,
             os_errors(),
         ):
@@ -209,8 +204,14 @@ class TaskArtifacts:
             # previous bytes as a hard link until the commit: if the write fails or dies in
             # between, repair_task (run on failure, or by the next writer through the dirty
             # marker) puts them back so the record and the bytes never disagree.
-            backup = self._keep_previous(path)
-            staged.publish(path)
+            created = self._artifacts_dir(turn_dir)
+            try:
+                backup = self._keep_previous(path)
+                staged.publish(path)
+            except BaseException:
+                if created:
+                    self.tasks.layout.tree.rmdir(path.parent)  # only if still empty
+                raise
             flush_now()  # the bytes and their name are durable before a record names them
             record = replace(
                 record,
@@ -273,12 +274,8 @@ class TaskArtifacts:
         if not staged:
             return []
         directory = turn_dir / ARTIFACTS_DIR
+        self._artifacts_dir(turn_dir)
         with os_errors():
-            try:
-                os.mkdir(directory, DIR_MODE)
-                fsync_dir(turn_dir)
-            except FileExistsError:
-                self.tasks.layout.check_inside(directory, below=turn_dir)
             backups = []
             for upload in staged:
                 path = directory / upload.name
@@ -301,18 +298,23 @@ class TaskArtifacts:
         os.link(path, backup)
         return backup
 
-    def _ensure_artifacts_dir(self, directory: Path, task_id: str, turn: int) -> bool:
-        """Create the turn's artifacts/ (a turn has one from its first artifact on); return
-        whether this call created it. Only that last level: if the turn itself vanished (a
-        concurrent delete), recreating its parents would resurrect an empty task skeleton."""
+    def _stage(self, turn_dir: Path, stream: IO[bytes], task_id: str, turn: int) -> StagedFile:
+        try:
+            return stage_stream(turn_dir, stream, limit=self.tasks.max_artifact_bytes)
+        except FileNotFoundError:  # the turn was deleted since it was read
+            raise NotFound(f"turn {turn} of task {task_id} not found") from None
+
+    def _artifacts_dir(self, turn_dir: Path) -> bool:
+        """Make sure the turn's artifacts/ exists (the caller holds the task's lock and has
+        read the turn alive); return whether this call created it."""
+        directory = turn_dir / ARTIFACTS_DIR
         with os_errors():
             try:
                 os.mkdir(directory, DIR_MODE)
             except FileExistsError:
+                self.tasks.layout.check_inside(directory, below=turn_dir)
                 return False
-            except FileNotFoundError:
-                raise NotFound(f"turn {turn} of task {task_id} not found") from None
-            fsync_dir(directory.parent)
+            fsync_dir(turn_dir)
             return True
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:

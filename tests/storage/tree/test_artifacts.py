@@ -177,3 +177,60 @@ def test_upload_racing_a_rewrite_of_its_expired_turn_is_a_conflict(store, scope,
         )
     record = store.get_turn(scope, "t", 0)
     assert record.summary_md == "new" and record.artifacts == ()
+
+
+def test_a_failed_upload_does_not_undo_a_concurrent_one(store: TaskStore, scope: Scope) -> None:
+    """Two uploads to a turn without artifacts yet: the first to start fails after the second
+    began streaming. The second still lands (its bytes were not in a directory the failed
+    one removed on its way out)."""
+    import threading
+
+    store.put_turn(scope, "t", 0, meta={}, summary_md="x")
+    first_streaming = threading.Event()
+    second_streaming = threading.Event()
+    first_failed = threading.Event()
+    errors: list[BaseException] = []
+
+    class First:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def read(self, n: int = -1) -> bytes:
+            self.calls += 1
+            if self.calls == 1:
+                first_streaming.set()
+                return b"a" * 10
+            assert second_streaming.wait(10)
+            raise ConnectionResetError("client went away")
+
+    class Second:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def read(self, n: int = -1) -> bytes:
+            self.calls += 1
+            if self.calls == 1:
+                second_streaming.set()
+                return b"b" * 10
+            if self.calls == 2:
+                assert first_failed.wait(10)
+                return b"b"
+            return b""
+
+    def first() -> None:
+        try:
+            store.put_artifact(scope, "t", 0, "one.bin", First(), content_type="x/y")  # type: ignore[arg-type]
+        except BaseException as exc:
+            errors.append(exc)
+        first_failed.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_streaming.wait(10)
+    info = store.put_artifact(scope, "t", 0, "two.bin", Second(), content_type="x/y")  # type: ignore[arg-type]
+    thread.join(10)
+    assert [type(e) for e in errors] == [ConnectionResetError]
+    assert info.size == 11
+    assert [a.name for a in store.get_turn(scope, "t", 0).artifacts] == ["two.bin"]
+    assert temp_files(store.layout.root) == []
+    assert_consistent(store, scope)
