@@ -34,6 +34,9 @@ LATE_GROWTH = 12 * MiB
 # The ceiling a worker stays under: the interpreter, the app and its imports (~90 MiB), and
 # the SQLite caches at their cap (app/storage: connections per thread times cache size).
 PEAK = 400 * MiB
+# Memories one client creates per store; after that it only rewrites them, so the working set
+# (what the caches can hold) stops growing and a plateau can show. The versions still pile up.
+KNOWN = 50
 _COUNTING = threading.Lock()
 
 
@@ -98,15 +101,22 @@ def _client(
                     r = session.get(
                         f"{url}{MS}/{store}/memories/{rng.choice(known)}", headers=h, timeout=60
                     )
-                else:
+                elif len(known) < KNOWN:
                     r = session.post(
                         f"{url}{MS}/{store}/memories",
                         headers=h,
                         json={"path": f"/m{rng.randrange(10**9)}.md", "content": "m" * 200},
                         timeout=60,
                     )
-                    if r.status_code == 200 and len(known) < 50:
+                    if r.status_code == 200:
                         known.append(r.json()["id"])
+                else:  # the store's working set is full: a new text replaces an old one
+                    r = session.post(
+                        f"{url}{MS}/{store}/memories/{rng.choice(known)}",
+                        headers=h,
+                        json={"content": "n" * rng.randrange(10, 400)},
+                        timeout=60,
+                    )
             with _COUNTING:
                 statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
             if r.status_code >= 500 and r.status_code != 503:
