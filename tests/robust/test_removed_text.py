@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Tokens
+from tests.storage._helpers import upkeep_done
 
 pytestmark = pytest.mark.tree_only("greps the tree's files")
 
@@ -48,10 +47,7 @@ def files_with(root: Path, word: str) -> list[str]:
 
 def quiet(app: Flask) -> None:
     """Wait for the upkeep a request started after its answer (a purge, a compaction)."""
-    deadline = time.monotonic() + 30
-    while any(t.name.startswith(("purging", "compacting")) for t in threading.enumerate()):
-        assert time.monotonic() < deadline, "background upkeep did not finish"
-        time.sleep(0.01)
+    upkeep_done(app.extensions["storage"].tasks)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.interface import StorageBackend
 from app.storage.tree.background import Later
+from tests.storage._helpers import upkeep_done
 
 pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
@@ -64,11 +65,7 @@ def holders(backend_kind: str, settings: dict[str, Any], word: str) -> list[str]
 
 def quiet(storage: StorageBackend) -> None:
     """Wait for the upkeep a call started after its return (the tree's purge)."""
-    later = getattr(storage.tasks, "later", None)
-    deadline = time.monotonic() + 30
-    while later is not None and later.busy():
-        assert time.monotonic() < deadline, "the upkeep did not end"
-        time.sleep(0.01)
+    upkeep_done(storage.tasks)
 
 
 def test_a_turn_deleted_after_an_artifact_of_another_turn_leaves_nothing_behind(

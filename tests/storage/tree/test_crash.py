@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from app.storage.tree.fs.txn import Journal, Key
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
-from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files
+from tests.storage._helpers import Fault, assert_consistent, records_of, temp_files, upkeep_done
 
 SCOPE = Scope("acme", "web")
 FAULTY = ("replace", "fsync", "write", "mkdir", "rename")
@@ -148,10 +147,7 @@ def _run_case(
         failed = exc
     finally:
         monkeypatch.setattr(fault.target, fault.name, fault.real)
-    deadline = time.monotonic() + 30
-    while store.later.busy():  # the upkeep after a delete's answer (its purge)
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    upkeep_done(store)  # the upkeep after a delete's answer (its purge)
     if not fault.fired:
         assert failed is None
         return False

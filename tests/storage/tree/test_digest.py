@@ -18,7 +18,7 @@ from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import digestdb
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock, nested_summary
-from tests.storage._helpers import assert_consistent, expected_digest, read_digest
+from tests.storage._helpers import assert_consistent, expected_digest, read_digest, upkeep_done
 
 
 def test_the_digest_file_is_what_is_served(
@@ -59,10 +59,7 @@ def spliced(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _wait_compacted(store: TaskStore, scope: Scope) -> None:
-    deadline = time.monotonic() + 10
-    while store.later.busy():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    upkeep_done(store, timeout=10)
 
 
 @pytest.mark.usefixtures("spliced")

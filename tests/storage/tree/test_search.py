@@ -5,7 +5,6 @@ expired turns and memories leaving the database files, and fsck of its indexes."
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fsck import fsck
 from app.storage.tree.search import TreeSearch
 from tests.conftest import FixedClock
+from tests.storage._helpers import upkeep_done
 
 pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
@@ -317,10 +317,7 @@ def test_a_deleted_tasks_text_leaves_the_listing_file_and_its_wal(
     assert holds(db_bytes(listing), SECRET)  # the check below can fail
     storage.tasks.delete_task(SCOPE, "leak")
     assert not found(storage, SECRET)  # at once
-    deadline = time.monotonic() + 30
-    while storage.tasks.later.busy():  # the file's purge runs right after the answer
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    upkeep_done(storage.tasks)  # the file's purge runs right after the answer
     assert not holds(db_bytes(listing), SECRET)
     assert found(storage, "ordinary") and not found(storage, SECRET)
     assert not any(
