@@ -152,14 +152,15 @@ def test_every_filter_is_an_index_lookup(
     listing = project.listing(scope)
     params: dict[str, object] = {"now": 0, "limit": 51}
     where = "t.retain_until_us > :now" + filter_terms(only, params)
-    plan = [
-        row[3]
-        for row in listing._conn().execute(
-            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE {where}"
-            " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
-            params,
-        )
-    ]
+    with listing.read() as conn:
+        plan = [
+            row[3]
+            for row in conn.execute(
+                f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE {where}"
+                " ORDER BY t.updated_us DESC, t.task_id DESC LIMIT :limit",
+                params,
+            )
+        ]
     outer = [step for step in plan if " t " in f" {step} "]
     assert outer and all(index in step for step in outer), plan
     assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan), plan
@@ -179,16 +180,15 @@ def test_every_order_reads_its_index_in_page_order(
         backward=backward,
         mark=lambda n: f":{n}",
     )
-    plan = [
-        row[3]
-        for row in project.listing(scope)
-        ._conn()
-        .execute(
-            f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE t.retain_until_us > :now{keyset}"
-            f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
-            params,
-        )
-    ]
+    with project.listing(scope).read() as conn:
+        plan = [
+            row[3]
+            for row in conn.execute(
+                f"EXPLAIN QUERY PLAN {PAGE_COLUMNS} WHERE t.retain_until_us > :now{keyset}"
+                f" ORDER BY {order.order_by(backward=backward)} LIMIT :limit",
+                params,
+            )
+        ]
     assert not any("TEMP B-TREE" in step for step in plan), plan
     assert not any(step.startswith("SCAN t") and "INDEX" not in step for step in plan) or (
         sort == "task_id"
@@ -199,12 +199,14 @@ def test_a_substring_of_few_values_is_an_index_lookup(project: TaskStore, scope:
     params: dict[str, object] = {"now": 0, "limit": 51}
     values = {"model": ["opus", "opus-4"]}
     where = "t.retain_until_us > :now" + filter_terms(TaskFilter(model="opus"), params, values)
-    plan = [
-        row[3]
-        for row in project.listing(scope)
-        ._conn()
-        .execute(f"EXPLAIN QUERY PLAN SELECT count(*) FROM tasks t WHERE {where}", params)  # noqa: S608
-    ]
+    with project.listing(scope).read() as conn:
+        plan = [
+            row[3]
+            for row in conn.execute(
+                f"EXPLAIN QUERY PLAN SELECT count(*) FROM tasks t WHERE {where}",  # noqa: S608
+                params,
+            )
+        ]
     assert any("INDEX tasks_model (model=?)" in step for step in plan), plan
 
 

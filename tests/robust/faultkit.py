@@ -223,18 +223,15 @@ def power_lost(root: Path) -> None:
 
 
 def close_cached_connections(under: Path) -> None:
-    """Close this thread's SQLite connections to files under ``under``: the engine keeps
-    them open between requests, and a mount with files open cannot be unmounted (a FUSE
+    """Close the idle SQLite connections to files under ``under``: the engine keeps them
+    open between requests, and a mount with files open cannot be unmounted (a FUSE
     daemon then outlives a lazy unmount until the test process exits)."""
     from app.storage.tree.sqlite.listing import Listing
     from app.storage.tree.sqlite.store_index import StoreIndex
 
     prefix = str(under).rstrip("/") + "/"
-    for path in [p for p in Listing._local.by_path if p.startswith(prefix)]:
-        Listing._local.by_path.pop(path).close()
-    cached = StoreIndex._cached.by_path
-    for path in [p for p in cached if p.startswith(prefix)]:
-        cached.pop(path)[0].close()
+    Listing._pool.forget(lambda p: p.startswith(prefix))
+    StoreIndex._pool.forget(lambda p: p.startswith(prefix))
     # The lock module's _waiting hint files, kept open once per process and lock directory.
     from app.storage.tree.fs import locks
 

@@ -158,8 +158,15 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
     path = urllib.parse.unquote(target.removeprefix("file:").split("?", 1)[0]) if uri else target
     remove_side_links(path)
     small = check_shm_room(path)
+    # A pooled connection serves one thread at a time, not always the one that opened it
+    # (pool.py); SQLite itself is built serialized.
     conn = sqlite3.connect(
-        target, uri=uri, timeout=timeout, isolation_level=None, factory=IndexConnection
+        target,
+        uri=uri,
+        timeout=timeout,
+        isolation_level=None,
+        factory=IndexConnection,
+        check_same_thread=False,
     )
     deadline = time.monotonic() + timeout
     try:
@@ -171,8 +178,8 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
                 # Deleted rows and freed pages are overwritten with zeros: text removed from
                 # an index must not stay readable in its file (tree/sqlite/fts.py).
                 conn.execute("PRAGMA secure_delete=ON")
-                # Each thread keeps connections open (listing.py, store_index.py): what a
-                # worker holds is their count times this, whatever it serves for how long.
+                # A worker keeps a bounded number of connections open (pool.py): what it
+                # holds is their count times this, whatever it serves for how long.
                 conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
                 if small:
                     conn.small_blocks_path = path

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import sqlite3
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from app.storage.tree.sqlite.listing_sql import (
     migrate,
     set_task,
 )
+from app.storage.tree.sqlite.pool import Pool
 from app.storage.tree.sqlite.turn_search import TurnText
 
 # Filters matching more tasks than this are walked in page order (the order's index) rather
@@ -57,67 +56,54 @@ _WALK = {
 }
 
 
-class _Connections(threading.local):
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.by_path: dict[str, sqlite3.Connection] = {}
-
-
-# Connections kept open per thread (most recently used last). A worker of THREADS threads
-# holds at most THREADS times this and store_index.py's, each with db.PAGE_CACHE_KIB of pages.
-_CACHE_LIMIT = 8
+# Listing connections a worker keeps open between uses, shared by its threads (pool.py): with
+# the store indexes' (store_index.py), each with db.PAGE_CACHE_KIB of pages, what a worker
+# holds whatever its thread count.
+POOL_LIMIT = 32
 
 
 class Listing:
-    """Open the listing index of one project; cheap to construct (connections are cached)."""
+    """Open the listing index of one project; cheap to construct (connections are pooled)."""
 
-    _local = _Connections()
+    _pool: Pool[None] = Pool(POOL_LIMIT)
 
     def __init__(self, path: Path, *, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
 
     # -- connections -----------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        local = self._local
-        if local.pid != os.getpid():
-            # A connection must never cross a fork: the child starts with an empty cache.
-            local.pid = os.getpid()
-            local.by_path = {}
+    def _open(self) -> tuple[sqlite3.Connection, None]:
         key = str(self.path)
-        conn = local.by_path.get(key)
-        if conn is None:
-            if len(local.by_path) >= _CACHE_LIMIT:
-                # Evict the oldest connection (dicts keep insertion order).
-                old = local.by_path.pop(next(iter(local.by_path)))
-                old.close()
-            create_file(key)
-            conn = open_index(key, timeout=self.timeout)
-            try:
-                conn.executescript(SCHEMA)
-                migrate(conn)
-                turn_search.ensure_schema(conn)
-            except sqlite3.OperationalError as exc:
-                conn.close()
-                if is_busy(exc):
-                    raise LockTimeout(f"listing index is busy: {exc}") from None
-                raise
-            except BaseException:
-                conn.close()
-                raise
-            local.by_path[key] = conn
-        return conn
+        create_file(key)
+        conn = open_index(key, timeout=self.timeout)
+        try:
+            conn.executescript(SCHEMA)
+            migrate(conn)
+            turn_search.ensure_schema(conn)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if is_busy(exc):
+                raise LockTimeout(f"listing index is busy: {exc}") from None
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        return conn, None
+
+    def _use(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A pooled connection to this index for the length of a block."""
+        return self._pool.use(str(self.path), self._open)
 
     @classmethod
     def forget(cls, path: Path) -> None:
-        conn = cls._local.by_path.pop(str(path), None)
-        if conn is not None:
-            conn.close()
+        """Close the idle connections to the index at ``path``."""
+        key = str(path)
+        cls._pool.forget(lambda k: k == key)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; ``generation`` inside it is this write's sequence number."""
-        with write_txn(self._conn(), "listing index") as conn:
+        with self._use() as conn, write_txn(conn, "listing index"):
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
             yield conn
 
@@ -132,9 +118,11 @@ class Listing:
             ).fetchone()
         return int(newest), int(turns), int(expiring)
 
-    def read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: every query inside sees the same snapshot."""
-        return read_txn(self._conn())
+        with self._use() as conn, read_txn(conn):
+            yield conn
 
     def connect(self) -> sqlite3.Connection:
         """A connection of the caller's own (one snapshot held while the cached one writes)."""
@@ -291,7 +279,8 @@ class Listing:
             lu.recount(conn)
 
     def usage_needs_backfill(self) -> bool:
-        return lu.needs_backfill(self._conn())
+        with self._use() as conn:
+            return lu.needs_backfill(conn)
 
     def usage_backfilled(self) -> None:
         with self.maintain() as conn:
@@ -302,10 +291,12 @@ class Listing:
         """A read transaction for turn_search's queries."""
         return self.read()
 
-    def maintain(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+    @contextlib.contextmanager
+    def maintain(self) -> Iterator[sqlite3.Connection]:
         """A write transaction that changes no task (no new sequence number): search and
         digest upkeep."""
-        return write_txn(self._conn(), "listing index")
+        with self._use() as conn, write_txn(conn, "listing index"):
+            yield conn
 
     def search_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A write transaction for search maintenance."""
@@ -313,14 +304,13 @@ class Listing:
 
     def purge_search(self, *, only_pending: bool = False, patience: float = 1.0) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
-        return fts.purge(
-            self._conn(), "listing index", only_pending=only_pending, patience=patience
-        )
+        with self._use() as conn:
+            return fts.purge(conn, "listing index", only_pending=only_pending, patience=patience)
 
     def purge_owed(self) -> bool:
         """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""
-        conn = self._conn()
-        return fts.has_schema(conn) and fts.owed(conn)
+        with self._use() as conn:
+            return fts.has_schema(conn) and fts.owed(conn)
 
     def search_task_ids(self) -> Iterator[str]:
         """Every task id with search rows, in id order (streamed)."""
@@ -328,7 +318,8 @@ class Listing:
             yield str(task_id)
 
     def search_needs_backfill(self) -> bool:
-        return bool(fts.state(self._conn(), "backfill"))
+        with self._use() as conn:
+            return bool(fts.state(conn, "backfill"))
 
     def search_backfilled(self) -> None:
         with self.search_write() as conn:
@@ -394,7 +385,8 @@ class Listing:
 
     def needs_backfill(self) -> bool:
         """Whether rows written by an older version still lack what this one keeps."""
-        row = self._conn().execute("SELECT value FROM counters WHERE name = 'backfill'").fetchone()
+        with self._use() as conn:
+            row = conn.execute("SELECT value FROM counters WHERE name = 'backfill'").fetchone()
         return bool(row and row[0])
 
     def backfilled(self) -> None:
@@ -402,9 +394,10 @@ class Listing:
             conn.execute("DELETE FROM counters WHERE name = 'backfill'")
 
     def generation(self) -> int:
-        (value,) = (
-            self._conn().execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()
-        )
+        with self._use() as conn:
+            (value,) = conn.execute(
+                "SELECT value FROM counters WHERE name = 'generation'"
+            ).fetchone()
         return int(value)
 
     def digest_rows(self, now_us: int) -> list[DigestRow]:
@@ -474,28 +467,25 @@ class Listing:
     def stale_aggregates(self) -> list[str]:
         """Tasks whose turn count, latest turn or earliest expiry differ from their turn rows
         (fsck; ``set_task`` recomputes them)."""
-        return [r[0] for r in self._conn().execute(f"{STALE} ORDER BY task_id")]
+        with self._use() as conn:
+            return [r[0] for r in conn.execute(f"{STALE} ORDER BY task_id")]
 
     def task_updated_us(self, task_id: str) -> int | None:
-        row = (
-            self._conn()
-            .execute("SELECT updated_us FROM tasks WHERE task_id = ?", (task_id,))
-            .fetchone()
-        )
+        with self._use() as conn:
+            row = conn.execute(
+                "SELECT updated_us FROM tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
         return None if row is None else int(row[0])
 
     # -- maintenance (fsck, retention sweeper) ----------------------------------------------
     def expired_task_ids(self, *, now_us: int, limit: int, after: str = "") -> list[str]:
         """Tasks with at least one turn past ``retain_until`` (keyset-paged by task id)."""
-        rows = (
-            self._conn()
-            .execute(
+        with self._use() as conn:
+            rows = conn.execute(
                 "SELECT DISTINCT task_id FROM turns WHERE retain_until_us <= ? AND task_id > ?"
                 " ORDER BY task_id LIMIT ?",
                 (now_us, after, limit),
-            )
-            .fetchall()
-        )
+            ).fetchall()
         return [r[0] for r in rows]
 
     def recount_tasks(self) -> None:

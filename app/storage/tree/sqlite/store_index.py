@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from app.storage.tree.sqlite.db import (
     write_txn,
 )
 from app.storage.tree.sqlite.fts import DOCS, TEXT
+from app.storage.tree.sqlite.pool import Pool
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -419,27 +419,17 @@ class IndexWriter(IndexReader):
         self._count(versions=-len(gone), version_bytes=-sum(gone))
 
 
-class _Cached(threading.local):
-    """This thread's open connections to store indexes, by path (oldest first)."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.by_path: dict[str, tuple[sqlite3.Connection, tuple[int, int], bool]] = {}
-
-
-# Connections kept open per thread: opening one (and the settings and schema check that come
-# with it) cost more than the statements of a write, and closing the last connection to a
-# database checkpoints its WAL with two fsyncs and deletes it, for the next open to create
-# again: under the store lock, on every write of a store nobody else had open. Bounded all
-# the same: a worker holds THREADS times this (and listing.py's), each with its page cache.
-_CACHE_LIMIT = 8
+# Store-index connections a worker keeps open between uses, shared by its threads (pool.py),
+# each tagged with the identity of the file it opened and whether it checked the schema: a
+# deleted store or a rebuilt index is a new file, and a connection to the old one is closed.
+POOL_LIMIT = 64
 
 
 class StoreIndex:
-    """One store's ``index.sqlite3``; this thread's connection to it stays open between uses
+    """One store's ``index.sqlite3``; a connection to it stays open between uses (pool.py)
     while the file at ``path`` is the one it opened."""
 
-    _cached = _Cached()
+    _pool: Pool[tuple[tuple[int, int] | None, bool]] = Pool(POOL_LIMIT)
 
     def __init__(self, path: Path, *, timeout: float) -> None:
         self.path = path
@@ -452,37 +442,22 @@ class StoreIndex:
             return None
         return st.st_dev, st.st_ino
 
-    def _cached_conn(self, *, create: bool) -> sqlite3.Connection:
-        """This thread's connection to the file now at ``path``, opened if there is none (or
-        the one kept was to a file since removed or replaced: a deleted store, a rebuild)."""
-        cache = self._cached
-        if cache.pid != os.getpid():
-            # A connection must never cross a fork: the child starts with an empty cache.
-            cache.pid, cache.by_path = os.getpid(), {}
-        key = str(self.path)
-        found = cache.by_path.pop(key, None)
+    def _use(self, *, create: bool) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A connection to the file now at ``path`` for the length of a block: a kept one
+        opened to that same file (with the schema checked, to create), or a new one. After
+        an error it is closed: the next use opens afresh."""
         identity = self._identity()
-        if found is not None:
-            conn, opened, has_schema = found
-            if opened == identity and (has_schema or not create):
-                cache.by_path[key] = (conn, opened, has_schema)  # most recently used last
-                return conn
-            conn.close()
-        conn = self._connect(create=create)
-        identity = self._identity()
-        if identity is None:  # removed while it was being opened
-            return conn
-        while len(cache.by_path) >= _CACHE_LIMIT:
-            cache.by_path.pop(next(iter(cache.by_path)))[0].close()
-        cache.by_path[key] = (conn, identity, create)
-        return conn
 
-    def _discard(self, conn: sqlite3.Connection) -> None:
-        """Close ``conn`` and forget it (after an error: the next use opens afresh)."""
-        found = self._cached.by_path.get(str(self.path))
-        if found is not None and found[0] is conn:
-            del self._cached.by_path[str(self.path)]
-        conn.close()
+        def accept(tag: tuple[tuple[int, int] | None, bool]) -> bool:
+            opened, has_schema = tag
+            return opened is not None and opened == identity and (has_schema or not create)
+
+        def open_() -> tuple[sqlite3.Connection, tuple[tuple[int, int] | None, bool]]:
+            conn = self._connect(create=create)
+            # None: removed while it was being opened, so no later use accepts it.
+            return conn, (self._identity(), create)
+
+        return self._pool.use(str(self.path), open_, accept=accept, keep_on_error=False)
 
     def _connect(self, *, create: bool) -> sqlite3.Connection:
         mode = "rwc" if create else "rw"
@@ -531,13 +506,8 @@ class StoreIndex:
     @contextlib.contextmanager
     def read(self) -> Iterator[IndexReader]:
         """A read transaction: every query inside sees the same snapshot."""
-        conn = self._cached_conn(create=False)
-        try:
-            with read_txn(conn):
-                yield IndexReader(conn)
-        except BaseException:
-            self._discard(conn)
-            raise
+        with self._use(create=False) as conn, read_txn(conn):
+            yield IndexReader(conn)
 
     def purge(self, *, only_pending: bool = False) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
@@ -567,10 +537,5 @@ class StoreIndex:
 
     @contextlib.contextmanager
     def write(self, *, create: bool = True) -> Iterator[IndexWriter]:
-        conn = self._cached_conn(create=create)
-        try:
-            with write_txn(conn, "memory store index"):
-                yield IndexWriter(conn)
-        except BaseException:
-            self._discard(conn)
-            raise
+        with self._use(create=create) as conn, write_txn(conn, "memory store index"):
+            yield IndexWriter(conn)
