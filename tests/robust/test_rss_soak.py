@@ -2,7 +2,7 @@
 
 16 client threads against a real gunicorn (2 workers, the default 16 threads each) spread
 turns, listings, ``project.md``, searches and memory writes and reads over 24 projects with
-2 memory stores each, so every worker thread opens connections to many SQLite files. Each
+2 memory stores each, so every worker keeps connections open to many SQLite files. Each
 worker's RSS is sampled every ``SAMPLE`` seconds; the growth over the last half of the run
 must stay small, the peak below the bound the connection caches allow. The samples are
 printed (``-s``) as ``RSS <seconds> <worker MiB> ...`` and the plateau as ``RSS_PLATEAU``.
@@ -32,7 +32,7 @@ SAMPLE = 30.0
 # Growth allowed over the second half of the run, per worker.
 LATE_GROWTH = 12 * MiB
 # The ceiling a worker stays under: the interpreter, the app and its imports (~90 MiB), and
-# the SQLite caches at their cap (app/storage: connections per thread times cache size).
+# the SQLite connections a worker keeps at their cap (app/storage/tree/sqlite/pool.py).
 PEAK = 400 * MiB
 # Memories one client creates per store; after that it only rewrites them, so the working set
 # (what the caches can hold) stops growing and a plateau can show. The versions still pile up.
