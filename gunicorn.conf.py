@@ -88,10 +88,13 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
 
 
 def post_worker_init(worker):  # noqa: ANN001, ANN201
-    """Start this worker's sweeper thread; only the holder of the leader lock sweeps."""
+    """Start this worker's sweeper thread (only the holder of the leader lock sweeps) and its
+    heap trimmer (app/ops/heap.py)."""
+    from app.ops.heap import start_trimmer
     from app.ops.sweeper import start_for_worker
 
     start_for_worker(worker.wsgi)
+    start_trimmer()
 
 
 def worker_exit(server, worker):  # noqa: ANN001, ANN201
