@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+import time
 from collections.abc import Callable
 
 INTERVAL = 60.0
@@ -42,10 +43,10 @@ def start_trimmer(interval: float = INTERVAL) -> threading.Thread | None:
     trim = _malloc_trim()
     if _started is not None or trim is None or interval <= 0:
         return _started
-    stop = threading.Event()  # never set: the thread ends with its process
 
-    def run() -> None:
-        while not stop.wait(interval):
+    def run() -> None:  # a daemon: it ends with its process
+        while True:
+            time.sleep(interval)
             trim()
 
     _started = threading.Thread(target=run, name="malloc-trim", daemon=True)

@@ -23,29 +23,27 @@ def _empty_pools() -> None:
     StoreIndex._pool.forget(lambda _key: True)
 
 
+def _fd_targets(under: Path, suffix: str) -> list[str]:
+    """What this process's descriptors open under ``under`` ending in ``suffix``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(under)) and target.endswith(suffix):
+            found.append(target)
+    return found
+
+
 def _connections(under: Path) -> int:
     """How many SQLite connections of this process are open to databases under ``under``:
     each in WAL mode holds a descriptor of its own to the -wal file."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        count += target.startswith(str(under)) and target.endswith(".sqlite3-wal")
-    return count
+    return len(_fd_targets(under, ".sqlite3-wal"))
 
 
 def _open_databases(under: Path) -> set[str]:
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(under)) and target.endswith(".sqlite3"):
-            found.add(target)
-    return found
+    return set(_fd_targets(under, ".sqlite3"))
 
 
 def _in_threads(work: list[list[Any]], run: Callable[[Any], object], under: Path) -> int:
