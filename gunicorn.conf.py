@@ -87,6 +87,14 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     storage.close()
 
 
+def post_fork(server, worker):  # noqa: ANN001, ANN201
+    """Cap the new worker's malloc arenas before it loads the app or starts a thread
+    (app/ops/heap.py)."""
+    from app.ops.heap import limit_arenas
+
+    limit_arenas()
+
+
 def post_worker_init(worker):  # noqa: ANN001, ANN201
     """Start this worker's sweeper thread (only the holder of the leader lock sweeps) and its
     heap trimmer (app/ops/heap.py)."""

@@ -1,4 +1,5 @@
-"""A worker gives freed memory back: what its threads freed among live blocks leaves its RSS."""
+"""A worker bounds its allocator: its threads share two arenas, and what they freed among live
+blocks leaves its RSS."""
 
 from __future__ import annotations
 
@@ -49,3 +50,49 @@ def test_freed_pages_in_the_middle_of_an_arena_leave_the_rss() -> None:
     freed, untrimmed, trimmed = map(int, out.split())
     assert untrimmed > freed - 10 * MB  # nothing gives it back by itself
     assert trimmed < untrimmed - 50 * MB, (freed, untrimmed, trimmed)
+
+
+# Sixteen threads allocate at once (blocks past pymalloc's 512 bytes go to malloc) and hold
+# their blocks until all have; then malloc_info's XML says how many arenas the process has.
+_THREADS = r"""
+import ctypes, sys, tempfile, threading
+from app.ops.heap import limit_arenas
+
+if sys.argv[1] == "limit":
+    assert limit_arenas()
+ready = threading.Barrier(17)
+done = threading.Event()
+
+def hold():
+    blocks = [bytes(2000) for _ in range(100)]
+    ready.wait()
+    done.wait()
+
+threads = [threading.Thread(target=hold) for _ in range(16)]
+for thread in threads:
+    thread.start()
+ready.wait()
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+    stream = libc.fopen(out.name.encode(), b"w")
+    assert libc.malloc_info(0, stream) == 0
+    libc.fclose(stream)
+    print(out.read().count(b"<heap nr="))
+done.set()
+"""
+
+
+def _arenas(mode: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS, mode], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return int(out)
+
+
+def test_a_workers_threads_share_two_arenas() -> None:
+    assert _arenas("default") > 2  # glibc's own rule: an arena per thread, up to 8 per core
+    assert _arenas("limit") <= 2
