@@ -226,12 +226,13 @@ def close_cached_connections(under: Path) -> None:
     """Close the idle SQLite connections to files under ``under``: the engine keeps them
     open between requests, and a mount with files open cannot be unmounted (a FUSE
     daemon then outlives a lazy unmount until the test process exits)."""
+    from app.storage.tree.audit import TreeAudit
     from app.storage.tree.sqlite.listing import Listing
     from app.storage.tree.sqlite.store_index import StoreIndex
 
     prefix = str(under).rstrip("/") + "/"
-    Listing._pool.forget(lambda p: p.startswith(prefix))
-    StoreIndex._pool.forget(lambda p: p.startswith(prefix))
+    for pool in (Listing._pool, StoreIndex._pool, TreeAudit._pool):
+        pool.forget(lambda p: p.startswith(prefix))
     # The lock module's _waiting hint files, kept open once per process and lock directory.
     from app.storage.tree.fs import locks
 

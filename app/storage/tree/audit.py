@@ -6,14 +6,16 @@ stored, so fsck neither checks nor rebuilds it; a person reads it with ``sqlite3
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from app.storage.core import audit
 from app.storage.core.audit import AuditEvent
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.sqlite.db import create_file, open_index, read_txn, write_txn
+from app.storage.tree.sqlite.pool import Pool
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -34,22 +36,52 @@ CREATE INDEX IF NOT EXISTS events_by_age ON events (at_us);
 _COLUMNS = ", ".join(audit.COLUMNS)
 
 
+# Connections a worker keeps to the audit log between events (pool.py): every audited write
+# adds a row, and opening the file, checking its schema and closing it (the last close
+# checkpoints the WAL and deletes it) cost more than the insert.
+POOL_LIMIT = 4
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class TreeAudit:
+    # Tagged with the identity of the file each opened: one replaced or removed by hand is
+    # opened afresh, never written through a connection to the old one.
+    _pool: Pool[tuple[int, int] | None] = Pool(POOL_LIMIT)
+
     def __init__(self, layout: Layout, *, lock_timeout: float) -> None:
         self.layout = layout
         self.timeout = lock_timeout
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.audit())
-        create_file(str(path))
-        conn = open_index(str(path), timeout=self.timeout)
-        try:
-            conn.executescript(_SCHEMA)
-            yield conn
-        finally:
-            conn.close()
+        now = _identity(path)
+
+        def open_() -> tuple[sqlite3.Connection, tuple[int, int] | None]:
+            create_file(str(path))
+            before = _identity(path)
+            conn = open_index(str(path), timeout=self.timeout)
+            try:
+                conn.executescript(_SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            # None: replaced while it was being opened, so no later use accepts it.
+            return conn, before if before == _identity(path) else None
+
+        return self._pool.use(
+            str(path),
+            open_,
+            accept=lambda tag: tag is not None and tag == now,
+            keep_on_error=False,
+        )
 
     def add(self, event: AuditEvent) -> None:
         with self._connect() as conn, write_txn(conn, "audit log"):
