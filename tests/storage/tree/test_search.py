@@ -19,6 +19,7 @@ from app.storage.interface import StorageBackend
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fsck import fsck
 from app.storage.tree.search import TreeSearch
+from app.storage.tree.sqlite.store_index import StoreIndex
 from tests.conftest import FixedClock
 from tests.storage._helpers import upkeep_done
 
@@ -501,3 +502,30 @@ def test_a_restored_backup_is_searchable(
     assert sorted(found(restored, "login")) == [("memory", "/login.md"), ("turn", "fix-login/0")]
     assert restored.fsck().problems == []
     restored.close()
+
+
+@pytest.mark.tree_only("counts the store indexes' open descriptors")
+def test_searches_read_the_stores_through_kept_connections(storage: TreeStorage) -> None:
+    for n in range(3):
+        store_with(storage, SCOPE, f"s{n}", {"/a.md": "kept connection words"})
+    StoreIndex._pool.forget(lambda _path: True)
+    assert found(storage, "kept connection")
+
+    def opened() -> set[tuple[str, str]]:
+        fds = Path("/proc/self/fd")
+        out = set()
+        for fd in fds.iterdir():
+            try:
+                target = str(fd.readlink())
+            except OSError:
+                continue
+            if target.startswith(str(storage.layout.root)) and target.endswith("index.sqlite3"):
+                out.add((fd.name, target))
+        return out
+
+    held = opened()
+    assert len(held) == 3
+    for _ in range(10):
+        assert len(found(storage, "kept connection")) == 3
+    # Each search reads every store: through the connections already open, none made anew.
+    assert opened() == held

@@ -38,7 +38,6 @@ from app.storage.core.store_records import (
 from app.storage.core.usage import StoreUsage
 from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.db import (
-    check_shm_room,
     create_file,
     open_index,
     read_txn,
@@ -492,16 +491,11 @@ class StoreIndex:
 
     @contextlib.contextmanager
     def search_read(self) -> Iterator[IndexReader]:
-        """A plain connection for a search, each statement its own snapshot: a search opens
-        every store of a project, and the journal-mode and sync settings of :meth:`read`
-        and a transaction around one or two statements cost as much as the reading."""
-        check_shm_room(str(self.path))
-        uri = f"file:{urllib.parse.quote(str(self.path))}?mode=rw"
-        conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
-        try:
+        """A kept connection for a search, each statement its own snapshot: a search reads
+        every store of a project, and a transaction around its one or two statements would
+        cost as much as the reading."""
+        with self._use(create=False) as conn:
             yield IndexReader(conn)
-        finally:
-            conn.close()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[IndexReader]:
