@@ -31,6 +31,20 @@ from tests.conftest import nested_summary
 MiB = 1 << 20
 
 
+def open_fds(under: Path, suffix: str) -> set[tuple[str, str]]:
+    """This process's descriptors (number, target) of files under ``under`` ending in
+    ``suffix``: what its SQLite connections hold open."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(under)) and target.endswith(suffix):
+            found.add((fd, target))
+    return found
+
+
 def run_released(
     target: Callable[..., None], argses: list[tuple[Any, ...]], timeout: float = 90.0
 ) -> list[Any]:

@@ -6,16 +6,14 @@ stored, so fsck neither checks nor rebuilds it; a person reads it with ``sqlite3
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 from app.storage.core import audit
 from app.storage.core.audit import AuditEvent
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.sqlite.db import create_file, open_index, read_txn, write_txn
-from app.storage.tree.sqlite.pool import Pool
+from app.storage.tree.sqlite.pool import Pool, file_identity
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -42,14 +40,6 @@ _COLUMNS = ", ".join(audit.COLUMNS)
 POOL_LIMIT = 4
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class TreeAudit:
     # Tagged with the identity of the file each opened: one replaced or removed by hand is
     # opened afresh, never written through a connection to the old one.
@@ -62,11 +52,11 @@ class TreeAudit:
     def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         # SQLite follows symlinks: refuse a planted one in place of the file.
         path = self.layout.check_inside(self.layout.audit())
-        now = _identity(path)
+        now = file_identity(path)
 
         def open_() -> tuple[sqlite3.Connection, tuple[int, int] | None]:
             create_file(str(path))
-            before = _identity(path)
+            before = file_identity(path)
             conn = open_index(str(path), timeout=self.timeout)
             try:
                 conn.executescript(_SCHEMA)
@@ -74,7 +64,7 @@ class TreeAudit:
                 conn.close()
                 raise
             # None: replaced while it was being opened, so no later use accepts it.
-            return conn, before if before == _identity(path) else None
+            return conn, before if before == file_identity(path) else None
 
         return self._pool.use(
             str(path),

@@ -3,10 +3,8 @@ file that was replaced or removed by hand."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,17 +13,12 @@ from app.storage import Scope
 from app.storage.tree.audit import TreeAudit
 from app.storage.tree.backend import TreeStorage
 from tests.conftest import FixedClock
+from tests.storage._helpers import open_fds
 
 
 @pytest.fixture
 def store(tmp_path: Path, clock: FixedClock) -> TreeStorage:
-    return TreeStorage(
-        tmp_path / "root",
-        tokens_file=tmp_path / "tokens.json",
-        clock=clock,
-        lock_timeout=10.0,
-        retention=timedelta(days=1),
-    )
+    return TreeStorage(tmp_path / "root", clock=clock, lock_timeout=5.0)
 
 
 def _record(store: TreeStorage, scope: Scope, subject: str) -> None:
@@ -48,16 +41,9 @@ def _subjects(path: Path) -> list[str]:
         conn.close()
 
 
-def _opened(path: Path) -> set[tuple[str, int]]:
-    """This process's descriptors of ``path`` (fd, inode)."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
-                found.add((fd, os.stat(f"/proc/self/fd/{fd}").st_ino))
-        except OSError:
-            continue
-    return found
+def _opened(path: Path) -> set[tuple[str, str]]:
+    """This process's descriptors of ``path`` itself (not its -wal or -shm)."""
+    return open_fds(path, path.name)
 
 
 def test_events_reuse_one_connection(store: TreeStorage, scope: Scope) -> None:

@@ -21,7 +21,7 @@ from app.storage.tree.fsck import fsck
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.sqlite.store_index import StoreIndex
 from tests.conftest import FixedClock
-from tests.storage._helpers import upkeep_done
+from tests.storage._helpers import open_fds, upkeep_done
 
 pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
@@ -512,16 +512,7 @@ def test_searches_read_the_stores_through_kept_connections(storage: TreeStorage)
     assert found(storage, "kept connection")
 
     def opened() -> set[tuple[str, str]]:
-        fds = Path("/proc/self/fd")
-        out = set()
-        for fd in fds.iterdir():
-            try:
-                target = str(fd.readlink())
-            except OSError:
-                continue
-            if target.startswith(str(storage.layout.root)) and target.endswith("index.sqlite3"):
-                out.add((fd.name, target))
-        return out
+        return open_fds(storage.layout.root, "index.sqlite3")
 
     held = opened()
     assert len(held) == 3

@@ -24,6 +24,16 @@ from typing import Generic, TypeVar
 Tag = TypeVar("Tag")
 
 
+def file_identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(device, inode) of the file now at ``path``, None when there is none: the tag of a
+    connection that must not outlive its file (a store deleted, a file replaced by hand)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class _Held(threading.local):
     def __init__(self) -> None:
         self.by_key: dict[str, sqlite3.Connection] = {}

@@ -18,7 +18,6 @@ Every SQL statement of the memory-store engine is here, as a named query of
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import urllib.parse
 from collections.abc import Iterable, Iterator
@@ -44,7 +43,7 @@ from app.storage.tree.sqlite.db import (
     write_txn,
 )
 from app.storage.tree.sqlite.fts import DOCS, TEXT
-from app.storage.tree.sqlite.pool import Pool
+from app.storage.tree.sqlite.pool import Pool, file_identity
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -434,18 +433,11 @@ class StoreIndex:
         self.path = path
         self.timeout = timeout
 
-    def _identity(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return st.st_dev, st.st_ino
-
     def _use(self, *, create: bool) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A connection to the file now at ``path`` for the length of a block: a kept one
         opened to that same file (with the schema checked, to create), or a new one. After
         an error it is closed: the next use opens afresh."""
-        identity = self._identity()
+        identity = file_identity(self.path)
 
         def accept(tag: tuple[tuple[int, int] | None, bool]) -> bool:
             opened, has_schema = tag
@@ -454,7 +446,7 @@ class StoreIndex:
         def open_() -> tuple[sqlite3.Connection, tuple[tuple[int, int] | None, bool]]:
             conn = self._connect(create=create)
             # None: removed while it was being opened, so no later use accepts it.
-            return conn, (self._identity(), create)
+            return conn, (file_identity(self.path), create)
 
         return self._pool.use(str(self.path), open_, accept=accept, keep_on_error=False)
 

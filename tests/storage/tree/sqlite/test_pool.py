@@ -13,6 +13,7 @@ import pytest
 from app.storage.tree.sqlite import listing as listing_module, store_index as index_module
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.store_index import StoreIndex
+from tests.storage._helpers import open_fds
 
 THREADS = 16
 
@@ -23,27 +24,14 @@ def _empty_pools() -> None:
     StoreIndex._pool.forget(lambda _key: True)
 
 
-def _fd_targets(under: Path, suffix: str) -> list[str]:
-    """What this process's descriptors open under ``under`` ending in ``suffix``."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(under)) and target.endswith(suffix):
-            found.append(target)
-    return found
-
-
 def _connections(under: Path) -> int:
     """How many SQLite connections of this process are open to databases under ``under``:
     each in WAL mode holds a descriptor of its own to the -wal file."""
-    return len(_fd_targets(under, ".sqlite3-wal"))
+    return len(open_fds(under, ".sqlite3-wal"))
 
 
 def _open_databases(under: Path) -> set[str]:
-    return set(_fd_targets(under, ".sqlite3"))
+    return {target for _fd, target in open_fds(under, ".sqlite3")}
 
 
 def _in_threads(work: list[list[Any]], run: Callable[[Any], object], under: Path) -> int:
