@@ -85,7 +85,9 @@ class Live:
             try:
                 if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return self
-            except (requests.ConnectionError, requests.Timeout):  # a busy machine: ask again
+            except requests.RequestException:
+                # A busy machine, or a server killed mid-answer (the power-loss cycles kill
+                # it while it starts): ask again; a dead server is caught by poll() above.
                 time.sleep(0.1)
         self.kill_all()
         raise RuntimeError(f"gunicorn did not come up:\n{self.log()}")
