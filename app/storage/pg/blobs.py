@@ -132,6 +132,27 @@ class BlobReader:
         self.close()
 
 
+# This process's boto3 session, by pid (a session must not cross a fork). A session loads
+# S3's service model once, a tenth of a second of CPU; a client made from a loaded session
+# costs a few milliseconds, so every BlobStore a process opens (the tests open hundreds)
+# shares it. A session is not thread-safe: it is only used under _SESSION_LOCK.
+_SESSIONS: dict[int, Any] = {}
+_SESSION_LOCK = threading.Lock()
+
+
+def _session(pid: int) -> Any:
+    found = _SESSIONS.get(pid)
+    if found is None:
+        # Imported here: a tenth of a second that a process which never touches an object
+        # (an admin command, a worker before its first artifact) need not pay.
+        import boto3
+
+        found = boto3.session.Session()
+        _SESSIONS.clear()
+        _SESSIONS[pid] = found
+    return found
+
+
 class BlobStore:
     """One bucket (and key prefix) of an S3-compatible store."""
 
@@ -141,7 +162,6 @@ class BlobStore:
         self.endpoint_url = endpoint_url
         self.timeout = timeout
         self._clients: dict[int, Any] = {}
-        self._mutex = threading.Lock()
 
     # -- the client ------------------------------------------------------------------------
     def client(self) -> Any:
@@ -149,17 +169,12 @@ class BlobStore:
         pid = os.getpid()
         found = self._clients.get(pid)
         if found is None:
-            with self._mutex:
+            with _SESSION_LOCK:
                 found = self._clients.get(pid)
                 if found is None:
-                    # Imported here: a tenth of a second of CPU that a process which never
-                    # touches an object (an admin command, a worker before its first artifact)
-                    # need not pay.
-                    import boto3
                     from botocore.config import Config
 
-                    session = boto3.session.Session()
-                    found = session.client(
+                    found = _session(pid).client(
                         "s3",
                         endpoint_url=self.endpoint_url,
                         config=Config(
