@@ -132,25 +132,33 @@ class BlobReader:
         self.close()
 
 
-# This process's boto3 session, by pid (a session must not cross a fork). A session loads
-# S3's service model once, a tenth of a second of CPU; a client made from a loaded session
-# costs a few milliseconds, so every BlobStore a process opens (the tests open hundreds)
-# shares it. A session is not thread-safe: it is only used under _SESSION_LOCK.
-_SESSIONS: dict[int, Any] = {}
+# This process's boto3 session, shared by every BlobStore it opens. A session loads S3's
+# service model once, a tenth of a second of CPU; a client made from a loaded session costs a
+# few milliseconds (the tests open hundreds of stores). A session is not thread-safe: it is
+# only used under _SESSION_LOCK. A forked child starts with neither the session nor the lock.
+_SESSION: Any = None
 _SESSION_LOCK = threading.Lock()
 
 
-def _session(pid: int) -> Any:
-    found = _SESSIONS.get(pid)
-    if found is None:
+def _forget_session() -> None:
+    global _SESSION, _SESSION_LOCK
+    _SESSION = None
+    _SESSION_LOCK = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_session)
+
+
+def _session() -> Any:
+    """This process's session (the caller holds _SESSION_LOCK)."""
+    global _SESSION
+    if _SESSION is None:
         # Imported here: a tenth of a second that a process which never touches an object
         # (an admin command, a worker before its first artifact) need not pay.
         import boto3
 
-        found = boto3.session.Session()
-        _SESSIONS.clear()
-        _SESSIONS[pid] = found
-    return found
+        _SESSION = boto3.session.Session()
+    return _SESSION
 
 
 class BlobStore:
@@ -174,7 +182,7 @@ class BlobStore:
                 if found is None:
                     from botocore.config import Config
 
-                    found = _session(pid).client(
+                    found = _session().client(
                         "s3",
                         endpoint_url=self.endpoint_url,
                         config=Config(
