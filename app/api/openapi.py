@@ -12,6 +12,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Flask
 
 from app.schemas import project_memory as pm
+from app.web.requestlog import CORRELATION_RULE
 
 _CONVERTER = re.compile(r"<(?:[a-z]+:)?([a-zA-Z_]+)>")
 DOCUMENTED_PREFIXES = ("/sandbox/memory/v1", "/v1/memory_stores")
@@ -23,7 +24,11 @@ COMMON_HEADERS = [
         "in": "header",
         "required": False,
         "schema": {"type": "string"},
-        "description": "End-to-end correlation id; echoed on the response, generated (ULID) when omitted.",
+        # Not a pattern: a value beyond the rule is replaced, never refused.
+        "description": "End-to-end correlation id, echoed verbatim on the response (and as"
+        f" the memory-stores API's request-id, prefixed req_) when it is {CORRELATION_RULE};"
+        " when it is omitted or anything else, the server generates a ULID in its place (and"
+        " logs the one it replaced).",
     },
     {
         "name": "X-Sandbox-Project-Id",
