@@ -28,9 +28,7 @@ def request_id(correlation: str) -> str:
 # in a response header as sent: it is replaced by a new ULID, and one log line says so.
 MAX_CORRELATION_CHARS = 128
 CORRELATION_PATTERN = rf"[\x20-\x7e]{{1,{MAX_CORRELATION_CHARS}}}"
-CORRELATION_RULE = (
-    f"at most {MAX_CORRELATION_CHARS} characters of printable ASCII (space to '~')"
-)
+CORRELATION_RULE = f"at most {MAX_CORRELATION_CHARS} characters of printable ASCII (space to '~')"
 _CORRELATION_RE = re.compile(CORRELATION_PATTERN)
 _SHOWN_CHARS = 64  # of a refused id, in its log line
 
