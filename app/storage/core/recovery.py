@@ -34,6 +34,8 @@ class Plan:
 class Report:
     plan: Plan
     repaired: list[str] = field(default_factory=list)
+    # What the check of the search indexes found and did (tree/search_health.py).
+    search: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         if self.plan.clean:
@@ -42,6 +44,9 @@ class Report:
         if self.repaired:
             lines.append(f"  repaired {len(self.repaired)} write(s) left in flight")
             lines += [f"    {key}" for key in self.repaired[:20]]
+        if self.search:
+            lines.append("  search indexes:")
+            lines += [f"    {line}" for line in self.search[:20]]
         if self.plan.full:
             lines.append(
                 "  unsynced data may have been lost: a full check (fsck --repair) runs in the"

@@ -49,6 +49,7 @@ from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
 from app.storage.tree.retention import sweep
 from app.storage.tree.search import TreeSearch
+from app.storage.tree.search_health import heal_search_indexes
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
 from app.storage.tree.tasks import TaskStore
@@ -163,6 +164,7 @@ class TreeStorage:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         done += upgrade_store_search(self.stores)
         done += upgrade_usage(self.tasks, self.stores)
+        done += heal_search_indexes(self.tasks, self.stores)
         return done
 
     def search(
@@ -180,6 +182,9 @@ class TreeStorage:
             return report
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
+        # structure against its segments): each gets FTS5's own check, within a budget.
+        report.search = heal_search_indexes(self.tasks, self.stores, thorough=True)
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report

@@ -40,6 +40,7 @@ from app.storage.core.names import (
     validate_artifact_name,
     validate_turn,
 )
+from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_to_json
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions
 from app.storage.tree.background import Later
@@ -80,6 +81,8 @@ class TaskParts(Protocol):
     def repair_task(self, scope: Scope, task_id: str) -> None: ...
 
     def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool: ...
+
+    def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None: ...
 
     def write_derived(
         self,
@@ -207,20 +210,32 @@ class TaskRemovals:
             f"purging removed text from the files of {scope.tenant}/{scope.project}",
         )
 
-    def purge(self, scope: Scope, *, patience: float = 1.0) -> bool:
+    def purge(self, scope: Scope, *, patience: float = 1.0, only_pending: bool = False) -> bool:
         """Make text removed from the project leave ``_project.md`` and the listing (its
-        search index and WAL); True when nothing of it is left on disk."""
+        search index and WAL); True when nothing of it is left on disk. A search index that
+        is damaged (marked by a write, found so by this purge, or not opening) is rebuilt
+        from the records first; one whose structure grew past its bound is compacted
+        (fts.purge). ``only_pending``: the sweep's, which also purges replaced text."""
         tasks = self.tasks
         listing_path = tasks.layout.listing(scope)
         if tasks.layout.tree.lstat(listing_path) is None:
             return True
+        tasks.heal_search(scope)
         listing = tasks.listing(scope)
-        if not listing.purge_owed():
+        marks = listing.search_upkeep()
+        if not (only_pending or marks.owed or marks.compacting):
             return True
-        # The base file may hold a section that is gone: rewritten without it first, and its
-        # rows' writes then leave the WAL with the rest.
-        tasks.compact_digest(scope)
-        return listing.purge_search(patience=patience)
+        if marks.owed:
+            # The base file may hold a section that is gone: rewritten without it first, and
+            # its rows' writes then leave the WAL with the rest.
+            tasks.compact_digest(scope)
+        try:
+            return listing.purge_search(patience=patience, only_pending=only_pending)
+        except sqlite3.DatabaseError:
+            # The purge found the index damaged and marked it: rebuilt (which drops the old
+            # one, text and all), then purged.
+            tasks.heal_search(scope)
+            return listing.purge_search(patience=patience, only_pending=only_pending)
 
     def purge_owed(self, scope: Scope) -> None:
         """Retry a purge a held reader stopped (a write to the project calls this)."""
@@ -228,11 +243,11 @@ class TaskRemovals:
         if tasks.layout.tree.lstat(tasks.layout.listing(scope)) is None:
             return  # a project with no listing yet owes nothing
         try:
-            owed = tasks.listing(scope).purge_owed()
+            due = tasks.listing(scope).search_upkeep().due
         except (StorageError, OSError, sqlite3.Error) as exc:
             log.warning(
                 "cannot read the purge state of %s/%s: %s", scope.tenant, scope.project, exc
             )
             return
-        if owed:
+        if due:
             self.purge_later(scope)

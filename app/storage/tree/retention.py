@@ -183,12 +183,14 @@ class _Sweep:
         return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
 
     def purge_search(self, scope: Scope) -> None:
-        """Expired, deleted and replaced text leaves the search index's file (fts.py)."""
+        """Expired, deleted and replaced text leaves the search index's file (fts.py); an
+        index that is damaged is rebuilt from the records, one grown past its bound is
+        compacted (TaskRemovals.purge)."""
         listing_path = self.layout.project_dir(scope) / PROJECT_LISTING
         if self.tree.lstat(listing_path) is None:
             return
         try:
-            if not self.store.listing(scope).purge_search(only_pending=True):
+            if not self.store.removals.purge(scope, only_pending=True):
                 self.error(listing_path, StorageError("WAL not truncated: a reader held it"))
         except (sqlite3.Error, StorageError) as exc:
             self.error(listing_path, exc)

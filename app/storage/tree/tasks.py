@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sqlite3
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from app.storage.core import digest as digest_mod, task_list, task_rules
 from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
-from app.storage.core.errors import Corrupt, NotFound, NotOwner
+from app.storage.core.errors import Corrupt, LockTimeout, NotFound, NotOwner
 from app.storage.core.files import os_errors
 from app.storage.core.models import (
     ArtifactInfo,
@@ -54,6 +55,7 @@ from app.storage.core.names import (
     turn_dirname,
     validate_id,
 )
+from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
@@ -70,6 +72,7 @@ from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
 from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, write_atomic
 from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
     commit_point,
@@ -199,8 +202,9 @@ class TaskStore:
             usage = turn_usage(record)
         listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
-        if listing.purge_owed():
-            # A purge a reader's snapshot stopped: this write is the next chance.
+        if listing.search_upkeep().due:
+            # A purge a reader's snapshot stopped (this write is the next chance), an index
+            # this write found damaged, a rebuild or compaction to finish.
             self.removals.purge_later(scope)
 
     def section(
@@ -602,14 +606,60 @@ class TaskStore:
             or listing.usage_needs_backfill()
         ):
             return 0
-        task_ids = sorted(listing.all_tasks()[0])
-        for task_id in task_ids:
-            with self.txns.locked(Key(scope, task_id)):
-                self.repair_task(scope, task_id)
+        count = self._repair_tasks(scope, listing)
         listing.backfilled()
         listing.search_backfilled()
         listing.usage_backfilled()
-        return len(task_ids)
+        return count
+
+    def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None:
+        """Rebuild the project's search index from the records if it is marked damaged, does
+        not open (or, with ``budget``, fails FTS5's integrity check within it: a check that
+        runs out of it raises SearchTimeout), or has a rebuild to finish. Return how many
+        tasks the rebuild filled; None when nothing was done."""
+        if self.layout.tree.lstat(self.layout.listing(scope)) is None:
+            return None
+        listing = self.listing(scope)
+        marks = listing.search_upkeep()
+        if not (marks.damaged or marks.backfill):
+            why = listing.search_opens() if budget is None else listing.search_damage(budget)
+            if why is None:
+                return None
+            listing.mark_search_damaged(sqlite3.DatabaseError(why))
+        return self.rebuild_search(scope)
+
+    def rebuild_search(self, scope: Scope) -> int | None:
+        """Rebuild the project's search index from the records when it is marked damaged,
+        or finish a rebuild a killed process left: the index is dropped and started empty,
+        then every task's rows are written again from its records under its lock, while
+        writes go on (each writes its own rows into the new index). Searches answer 503
+        until it is full (fts.stats). One process at a time rebuilds a project's index (its
+        search lock); return how many tasks it filled, None when there was nothing to do or
+        another process is at it."""
+        lock = self.layout.check_inside(self.layout.search_lock(scope))
+        try:
+            with locked(lock, 0.0):
+                listing = self.listing(scope)
+                token = listing.start_search_rebuild()
+                if token is None:
+                    return None
+                count = self._repair_tasks(scope, listing)
+                listing.search_filled(token)
+                return count
+        except LockTimeout:
+            return None
+
+    def _repair_tasks(self, scope: Scope, listing: Listing, batch: int = 500) -> int:
+        """repair_task of every task the listing holds, one task lock at a time, reading
+        their ids in short reads (no snapshot held across the walk)."""
+        count, after = 0, ""
+        while task_ids := listing.task_id_page(after, batch):
+            for task_id in task_ids:
+                with self.txns.locked(Key(scope, task_id)):
+                    self.repair_task(scope, task_id)
+            count += len(task_ids)
+            after = task_ids[-1]
+        return count
 
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
