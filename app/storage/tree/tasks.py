@@ -645,6 +645,8 @@ class TaskStore:
                     return None
                 count = self._repair_tasks(scope, listing)
                 listing.search_filled(token)
+                # The dropped index's pages were zeroed; their old images leave the WAL.
+                listing.purge_search()
                 return count
         except LockTimeout:
             return None

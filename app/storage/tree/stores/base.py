@@ -298,9 +298,13 @@ class StoresBase:
                         writer.fill_search(row.id, row.path, self.head_content(store_dir, row))
                     if not rows:
                         writer.search_filled(token)
-                        return count
+                        break
             count += len(rows)
             after = rows[-1].id
+        # The dropped index's pages were zeroed; their old images leave the WAL.
+        with contextlib.suppress(StorageError, sqlite3.Error):
+            index.purge()
+        return count
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""

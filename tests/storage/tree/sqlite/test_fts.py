@@ -20,6 +20,7 @@ from ulid import ULID
 
 from app.storage import Scope
 from app.storage.core.clock import iso_us
+from app.storage.core.recovery import Plan
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.sqlite import fts
@@ -27,6 +28,7 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.sqlite.store_index import StoreIndex
 from app.storage.tree.sqlite.turn_search import TurnText
+from tests.conftest import FixedClock
 from tests.storage._helpers import upkeep_done
 
 DELETES = 5000
@@ -147,15 +149,16 @@ def test_a_memory_store_takes_thousands_of_deletes_with_a_bounded_index(scratch:
     assert index.search_damage() is None
 
 
-def reproduce(path: Path, columns: tuple[str, ...]) -> int:
+def reproduce(path: Path, columns: tuple[str, ...], until: int | None = None) -> int:
     """The reproduction, in plain SQLite with none of our code: writes, a delete and a full
     merge with a negative page count, again and again, until FTS5 can no longer read the
-    structure (every statement on the table then fails). Return how many rounds it took."""
+    structure (every statement on the table then fails), or until the structure has
+    ``until`` levels. Return how many rounds it took."""
     conn = sqlite3.connect(path, isolation_level=None)
     names, marks = ", ".join(columns), ", ".join("?" * len(columns))
     rounds = 0
     try:
-        while True:
+        while until is None or _levels(path) < until:
             rounds += 1
             for k in range(3):
                 conn.execute(
@@ -211,4 +214,96 @@ def test_fsck_repairs_indexes_the_reproduction_broke(scratch: Path) -> None:
         [("turn", f"t{n}") for n in range(20)] + [("memory", f"/m{n}.md") for n in range(10)]
     )
     assert _levels(listing) <= BOUND and _levels(index) <= BOUND
+    storage.close()
+
+
+def _project(root: Path) -> tuple[TreeStorage, str]:
+    """A project of 20 turns and a store of 10 memories, every one holding one word; the
+    store's id. Its connections are closed, as on a stopped server."""
+    storage = TreeStorage(root, lock_timeout=5.0)
+    scope = Scope("acme", "web")
+    for n in range(20):
+        storage.tasks.put_turn(scope, f"t{n}", 0, meta={}, summary_md=f"{n} Qqzxheal", actor="t")
+    store_id = storage.stores.create_store(scope, name="notes").id
+    for n in range(10):
+        storage.stores.create_memory(
+            scope, store_id, path=f"/m{n}.md", content=f"{n} Qqzxheal", actor=None
+        )
+    upkeep_done(storage.tasks)
+    Listing.forget(storage.layout.listing(scope))
+    StoreIndex._pool.forget(lambda _key: True)
+    return storage, store_id
+
+
+def _paths(storage: TreeStorage, store_id: str) -> tuple[Path, Path]:
+    scope = Scope("acme", "web")
+    listing = storage.layout.listing(scope)
+    return listing, storage.layout.store_index(storage.layout.store_dir(scope, store_id))
+
+
+def _all_found(storage: TreeStorage) -> bool:
+    hits = storage.search(Scope("acme", "web"), "Qqzxheal", limit=50).hits
+    return sorted((h.kind, h.task_id or h.path) for h in hits) == sorted(
+        [("turn", f"t{n}") for n in range(20)] + [("memory", f"/m{n}.md") for n in range(10)]
+    )
+
+
+def test_a_root_past_the_limit_heals_at_its_next_start(scratch: Path) -> None:
+    storage, store_id = _project(scratch / "root")
+    listing, index = _paths(storage, store_id)
+    reproduce(listing, ("task_id", "meta", "summary"))
+    reproduce(index, ("path", "content"))
+    lines = storage.upgrade()
+    assert any("_listing.sqlite3: search index rebuilt" in line for line in lines), lines
+    assert any("index.sqlite3: search index" in line for line in lines), lines
+    assert _all_found(storage)
+    assert storage.fsck().problems == []
+    storage.close()
+
+
+def test_a_root_close_to_the_limit_is_compacted_at_its_next_start(scratch: Path) -> None:
+    storage, store_id = _project(scratch / "root")
+    listing, index = _paths(storage, store_id)
+    reproduce(listing, ("task_id", "meta", "summary"), until=1900)
+    reproduce(index, ("path", "content"), until=1900)
+    for path in (listing, index):  # the reproduction's own rows go (with no merge)
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute(f"DELETE FROM {fts.TEXT} WHERE rowid >= ?", (10**9,))
+        conn.close()
+    assert _levels(listing) >= 1900 and _levels(index) >= 1900
+    lines = storage.upgrade()
+    assert sum("search index compacted" in line for line in lines) == 2, lines
+    assert _levels(listing) <= BOUND and _levels(index) <= BOUND
+    assert _all_found(storage)
+    assert storage.fsck().problems == []
+    storage.close()
+
+
+def test_the_sweep_heals_a_broken_index(scratch: Path, clock: FixedClock) -> None:
+    storage, store_id = _project(scratch / "root")
+    listing, index = _paths(storage, store_id)
+    reproduce(listing, ("task_id", "meta", "summary"))
+    reproduce(index, ("path", "content"))
+    storage.sweep(now=clock())
+    assert _all_found(storage)
+    assert storage.fsck().problems == []
+    storage.close()
+
+
+def test_the_start_after_a_crash_checks_each_index_with_fts5s_own_check(scratch: Path) -> None:
+    """Damage the cheap check at every start cannot see (the table opens, its structure
+    reads) is found by FTS5's integrity check after an unclean stop."""
+    storage, store_id = _project(scratch / "root")
+    for path in _paths(storage, store_id):
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute(f"DELETE FROM {fts.TEXT}_data WHERE id > 10")  # the segments
+        conn.close()
+    assert storage.upgrade() == []  # every start: opens, reads its structure
+    report = storage.recover(Plan(clean=False, full=False, reason="killed"))
+    assert sum("search index rebuilt" in line for line in report.search) == 2, report.search
+    assert any("search indexes:" in line for line in report.lines())
+    assert _all_found(storage)
+    assert storage.fsck().problems == []
     storage.close()
