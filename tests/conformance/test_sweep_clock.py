@@ -70,15 +70,18 @@ def test_a_step_before_the_first_sweep_is_guarded_from_the_servers_start(
     assert not restarted.sweep(now=clock() + timedelta(hours=1)).refused
 
 
+@pytest.mark.all_backends
 def test_turns_coming_due_as_days_pass_are_swept_without_force(
-    backend: StorageBackend, scope: Scope, clock: FixedClock
+    make_backend: Factory, scope: Scope, clock: FixedClock
 ) -> None:
-    """Two turns every 12 hours and a sweep 6 hours later, for 45 days; the server is
-    stopped for 5 days in the middle (what came due meanwhile goes at once: a sixth of what
-    is stored). Nothing is refused, and every turn goes in the sweep after it comes due."""
+    """A 6-day retention; two turns every 12 hours and a sweep 6 hours later, for 9 days;
+    the server is stopped for 1.5 days in the middle (2 days between two sweeps, past the
+    margin: what came due meanwhile, a fifth of what was stored, goes at once). Nothing is
+    refused, and every turn goes in the sweep after it comes due."""
+    backend = make_backend(RETENTION_DAYS=6.0)
     removed = 0
-    stopped = range(60, 70)  # half-days 30 to 35: no sweep
-    for half_day in range(90):
+    stopped = range(10, 13)
+    for half_day in range(18):
         backend.tasks.put_turn(scope, f"day-{half_day}", 0, meta={}, summary_md="")
         backend.tasks.put_turn(scope, f"day-{half_day}", 1, meta={}, summary_md="")
         clock.advance(hours=6)
@@ -88,11 +91,11 @@ def test_turns_coming_due_as_days_pass_are_swept_without_force(
             removed += outcome.tasks.turns
             assert _stored_expired(backend, clock) == 0
         clock.advance(hours=6)
-    # The last sweep ran 44.75 days in: what was written on half-days 0..29 (more than 30
+    # The last sweep ran 8.75 days in: what was written on half-days 0..5 (more than 6
     # days before) went, the rest is kept.
-    assert removed == 2 * 30
-    clock.set(T0 + timedelta(days=44.75))
-    assert len(all_tasks(backend.tasks, scope)) == 60
+    assert removed == 2 * 6
+    clock.set(T0 + timedelta(days=8.75))
+    assert len(all_tasks(backend.tasks, scope)) == 12
 
 
 def test_a_root_no_sweep_ran_on_for_longer_than_the_retention_asks_for_force(
