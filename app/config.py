@@ -84,12 +84,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "SWEEP_CLOCK_MARGIN_DAYS": (
         1.0,
         float,
-        "A sweep removes nothing while the clock is this many days ahead of the newest write and more than MEMORY_SWEEP_CLOCK_SHARE of the turns would expire at once (a clock stepped forward); 0 turns the guard off. `sweep --force` overrides.",
+        "A sweep removes nothing while the clock is more than this many days ahead of the last sweep and more than MEMORY_SWEEP_CLOCK_SHARE of the turns stored then would expire at once (a clock stepped forward); keep it above the time between two sweeps; 0 turns the guard off. `sweep --force` overrides.",
     ),
     "SWEEP_CLOCK_SHARE": (
         0.5,
         float,
-        "The share of the turns (0..1) one sweep may expire while the clock is past MEMORY_SWEEP_CLOCK_MARGIN_DAYS.",
+        "The share (0..1) of the turns stored at the last sweep that one sweep may expire while the clock is more than MEMORY_SWEEP_CLOCK_MARGIN_DAYS ahead of it.",
     ),
     "DEFAULT_TENANT": ("default", str, "Tenant of the first token `make run` creates."),
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),

@@ -124,7 +124,7 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Sweep even when the clock looks stepped forward past the newest write.",
+    help="Sweep even when the clock looks stepped forward past the last sweep.",
 )
 def sweep_command(now_text: str | None, dry_run: bool, as_json: bool, force: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""

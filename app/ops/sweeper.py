@@ -283,7 +283,13 @@ def startup_recovery(app: Flask) -> list[str]:
         # cannot start): serve what is stored, and finish once there is room.
         if not is_no_space(exc):
             raise
-        lines += storage.serve_read_only(plan, exc)
+        return lines + storage.serve_read_only(plan, exc)
+    try:
+        # Before any request: a root no sweep has marked yet, whose clock steps forward
+        # before its first sweep, is guarded from its start.
+        storage.mark_sweep_clock(datetime.now(UTC))
+    except Exception:  # noqa: BLE001 - without it the first sweep compares with the newest write
+        log.warning("the sweep's clock was not kept at start", exc_info=True)
     return lines
 
 

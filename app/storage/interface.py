@@ -410,7 +410,12 @@ class StorageBackend(Protocol):
 
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove what retention lets go; unless ``force``, nothing while the clock looks
-        stepped forward past the writes (``SweepOutcome.refused`` says why)."""
+        stepped forward past the last sweep (``SweepOutcome.refused`` says why)."""
+        ...
+
+    def mark_sweep_clock(self, now: datetime) -> None:
+        """At a server's start, keep the clock the sweep's guard compares with, when no sweep
+        has kept one yet (core/sweep.py SweepClock)."""
         ...
 
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...

@@ -29,6 +29,7 @@ from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
     Census,
     ClockGuard,
+    SweepClock,
     SweepOutcome,
     SweepReport,
     VersionSweep,
@@ -77,6 +78,7 @@ class TreeStorage:
         search_slots: int = 4,
     ) -> None:
         self.clock_guard = clock_guard
+        self.sweep_clock = SweepClock(self.load_state, self.save_state)
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
@@ -112,16 +114,17 @@ class TreeStorage:
         self.recovery = Recovery(self.layout)
         self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only
 
-    def census(self, now_us: int) -> Census:
-        """The newest write, and how many turns there are and expire at ``now_us``, over
-        every project's listing (one that cannot be read counts nothing)."""
+    def census(self, now_us: int, since_us: int) -> Census:
+        """What the turns of every project's listing say about the clock at ``now_us``
+        against the last sweep's ``since_us`` (core/sweep.py Census; a listing that cannot
+        be read counts nothing)."""
         total = Census()
         for scope in self.layout.projects([]):
             st = self.layout.tree.lstat(self.layout.listing(scope))
             if st is None or not stat.S_ISREG(st.st_mode):
                 continue
             try:
-                total += Census(*self.tasks.listing(scope).census(now_us))
+                total += Census(*self.tasks.listing(scope).census(now_us, since_us))
             except (StorageError, sqlite3.Error):
                 continue
         return total
@@ -129,17 +132,23 @@ class TreeStorage:
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines); unless
         ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
-        if not force:
-            now_us = to_us(now)
-            why = self.clock_guard.refusal(self.census(now_us), now_us)
-            if why:
-                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
+        now_us = to_us(now)
+        why = self.sweep_clock.admit(
+            self.clock_guard, self.census, now_us, dry_run=dry_run, force=force
+        )
+        if why:
+            return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
         )
         self.usage_counters.freed()
         return outcome
+
+    def mark_sweep_clock(self, now: datetime) -> None:
+        """A server's start: the clock the sweep's guard compares with, when none is kept yet
+        (core/sweep.py SweepClock)."""
+        self.sweep_clock.start(to_us(now), self.census)
 
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check (and with ``repair`` rebuild) every derived file of both engines."""

@@ -108,14 +108,16 @@ class Listing:
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
             yield conn
 
-    def census(self, now_us: int) -> tuple[int, int, int]:
-        """(newest turn write, turns, turns expired at ``now_us``): what the sweep's clock
-        guard weighs (core/sweep.py)."""
+    def census(self, now_us: int, since_us: int) -> tuple[int, int, int]:
+        """(newest turn write at or before ``since_us``, turns written by then or expired at
+        ``now_us``, turns expired at ``now_us``): what the sweep's clock guard weighs
+        (core/sweep.py Census)."""
         with self.read() as conn:
             newest, turns, expiring = conn.execute(
-                "SELECT coalesce(max(updated_us), 0), count(*),"
-                " coalesce(sum(retain_until_us <= ?), 0) FROM turns",
-                (now_us,),
+                "SELECT coalesce(max(CASE WHEN updated_us <= :since THEN updated_us END), 0),"
+                " coalesce(sum(updated_us <= :since OR retain_until_us <= :now), 0),"
+                " coalesce(sum(retain_until_us <= :now), 0) FROM turns",
+                {"now": now_us, "since": since_us},
             ).fetchone()
         return int(newest), int(turns), int(expiring)
 
