@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, NoReturn, TextIO
 
 from . import __version__
 from .commands import CommandError, Context, Output, UsageError, add_common_options
-from .terminal import LONE_SURROGATE, show
+from .terminal import is_utf8, lone_surrogate, show
 
 PROG = "project-memory"
 
@@ -84,9 +84,11 @@ def build_parser(argv: Sequence[str]) -> Parser:
 
 def _emit(out: TextIO, envelope: dict[str, Any]) -> None:
     text = json.dumps(envelope, ensure_ascii=False, indent=2, default=str)
-    # A lone surrogate (a server may send "\\ud800") cannot be written as UTF-8: it goes
-    # out as the JSON escape it came in as, which reads back as the same string.
-    out.write(LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n")
+    if not is_utf8(text):
+        # A lone surrogate (a server may send "\\ud800") cannot be written as UTF-8: it goes
+        # out as the JSON escape it came in as, which reads back as the same string.
+        text = lone_surrogate().sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    out.write(text + "\n")
     out.flush()
 
 

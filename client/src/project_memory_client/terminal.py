@@ -23,16 +23,27 @@ output does not come through here: JSON escapes what it must.
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 from collections.abc import Iterable
 from typing import TextIO
 
-# Every character the rule makes visible; a carriage return only when no newline follows.
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-    "\ud800-\udfff]|\r(?!\n)"
-)
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# The patterns are compiled on first use: most runs (an agent's hooks, a pipe) need neither.
+
+
+@functools.cache
+def lone_surrogate() -> re.Pattern[str]:
+    return re.compile("[\ud800-\udfff]")
+
+
+@functools.cache
+def _hidden() -> re.Pattern[str]:
+    """Every character the rule makes visible; a carriage return only when no newline
+    follows."""
+    return re.compile(
+        "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+        "\u2066-\u2069\ud800-\udfff]|\r(?!\n)"
+    )
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -46,12 +57,23 @@ def _shown(match: re.Match[str]) -> str:
 
 def visible(text: str) -> str:
     """``text`` with every control character it holds shown, not obeyed (the module's rule)."""
-    return _HIDDEN.sub(_shown, text)
+    return _hidden().sub(_shown, text)
 
 
 def writable(text: str) -> str:
     """``text`` with its lone surrogates shown: what any stream can be given."""
-    return LONE_SURROGATE.sub(_shown, text)
+    if is_utf8(text):
+        return text
+    return lone_surrogate().sub(_shown, text)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_terminal(stream: TextIO) -> bool:
