@@ -57,7 +57,12 @@ SEARCH_MAX_LIMIT = 100  # the REST search's own bound
 LIST_DEFAULT_LIMIT = 20
 LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
 META_CHARS = 4_000  # a turn's meta as read_turn shows it
+# A turn's artifact list as read_turn shows it. With the meta's bound and the head's own
+# lines it leaves more than half of OUTPUT_CHARS to the summary, however many artifacts the
+# turn holds.
+ARTIFACT_LIST_CHARS = 4_000
 INDEX_META_CHARS = 300  # one turn's meta in read_task's list
+INDEX_ARTIFACT_CHARS = 600  # one turn's artifact names in read_task's list
 STORES_SCANNED = 1_000  # a store named by name is looked for among this many
 NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
 # UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
@@ -415,6 +420,19 @@ def _fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) ->
     return out
 
 
+def _listed(items: list[str], limit: int) -> str:
+    """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
+    many were left out."""
+    shown: list[str] = []
+    used = 0
+    for item in items:
+        if used + len(item) + 2 > limit:
+            return ", ".join(shown) + f" … and {len(items) - len(shown)} more not listed"
+        shown.append(item)
+        used += len(item) + 2
+    return ", ".join(shown)
+
+
 def _compact(value: Any, limit: int) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -586,7 +604,7 @@ class McpTools:
             line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
             line += _compact(entry.meta, INDEX_META_CHARS)
             if entry.artifacts:
-                line += f"; artifacts: {', '.join(entry.artifacts)}"
+                line += f"; artifacts: {_listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
         text = _fit_lines(
             head,
@@ -606,8 +624,9 @@ class McpTools:
         offset = args.integer("offset", 0, 0, None)
         assert offset is not None
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = ", ".join(
-            f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts
+        artifacts = _listed(
+            [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
+            ARTIFACT_LIST_CHARS,
         )
         if artifacts:
             artifacts += " (read_artifact reads one)"

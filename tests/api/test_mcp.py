@@ -583,6 +583,37 @@ def test_outputs_are_cut_to_their_bound(mcp: Mcp) -> None:
     assert len(mcp.ok("read_digest", max_chars=OUTPUT_CHARS)) <= OUTPUT_CHARS + 300
 
 
+@pytest.mark.all_backends
+def test_a_turn_with_many_artifacts_keeps_its_summary_in_bound(mcp: Mcp) -> None:
+    """The artifact list is cut, not the summary: 64 artifacts of the longest names and types
+    would fill read_turn's bound on their own."""
+    kind = "application/vnd." + "x" * 111 + "; note=" + "n" * 121
+    summary = "".join(f"summary line {i:05d}\n" for i in range(2_000))  # 38,000 characters
+    for batch in (0, 1):
+        files = [
+            {"name": f"{batch}{i:02d}-" + "a" * 124, "content": "x", "content_type": kind}
+            for i in range(32)
+        ]
+        mcp.ok("record_turn", task_id="many", turn=0, summary_md=summary, artifacts=files)
+    first = mcp.ok("read_turn", task_id="many", turn=0)
+    assert len(first) <= OUTPUT_CHARS
+    listed = first.split("\nartifacts: ", 1)[1].split("\nsummary_md:\n", 1)[0]
+    assert f"000-{'a' * 124} ({kind}, 1 bytes), " in listed
+    assert listed.endswith(" more not listed (read_artifact reads one)")
+    shown = listed.count(f"({kind}, 1 bytes)")
+    assert 0 < shown < 64 and f"… and {64 - shown} more not listed" in listed
+    body = first.split("\nsummary_md:\n", 1)[1]
+    assert body.startswith("summary line 00000\n")
+    offset = int(body.rsplit("offset=", 1)[1].split()[0])
+    assert OUTPUT_CHARS // 2 < offset < len(summary)  # more than half the bound is the summary
+    assert body.split("\n… summary cut")[0] == summary[:offset]
+    second = mcp.ok("read_turn", task_id="many", turn=0, offset=offset)
+    assert len(second) <= OUTPUT_CHARS and summary[offset : offset + 100] in second
+    index = mcp.ok("read_task", task_id="many")
+    assert "- turn 0 (updated " in index and "more not listed" in index
+    assert len(index) <= OUTPUT_CHARS
+
+
 def test_the_service_imports_no_flask() -> None:
     import subprocess
 
