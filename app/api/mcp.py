@@ -47,6 +47,9 @@ NAME_HEADER = "Mcp-Name"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+# Pages of these hosts may call /mcp whatever their port: a browser on the machine the
+# server runs on (an inspector, a local tool); a rebinding attacker cannot take these names.
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # A message over MAX_JSON_BYTES is read to its end, to this size, so that its answer arrives.
 MAX_DRAIN_BYTES = 16 << 20
 DRAIN_CHUNK = 64 << 10
@@ -162,11 +165,45 @@ def post_mcp() -> ResponseReturnValue:
 
 
 def _check_origin() -> None:
-    # DNS rebinding: a page on another origin reaching a local server. Credentials are
-    # bearer tokens only (no cookie here), but a browser's request still names its origin.
+    """Refuse a browser page of any origin but ours (MEMORY_PUBLIC_URL's) and loopback's.
+
+    DNS rebinding: a page of the attacker's site, whose name it then points at this server's
+    address, sends a Host naming that site, so an Origin that matches Host proves nothing.
+    A request without Origin comes from no browser (the SDKs, curl, the agents): the MCP
+    specification leaves it to the credentials, as here."""
     origin = request.headers.get("Origin")
-    if origin is not None and urlsplit(origin).netloc != request.host:
-        raise ApiError(403, f"requests from origin {origin[:200]} are not accepted")
+    if origin is None or _allowed_origin(origin):
+        return
+    raise ApiError(
+        403,
+        f"requests from origin {origin[:200]} are not accepted: a browser page may call /mcp"
+        " from MEMORY_PUBLIC_URL's origin or from localhost only",
+    )
+
+
+def _allowed_origin(origin: str) -> bool:
+    found = _origin_parts(origin)
+    if found is None:
+        return False  # "null" (a sandboxed page, a file), or not an origin at all
+    if found[1] in LOOPBACK_HOSTS:
+        return True
+    public: str = current_app.config.get("PUBLIC_URL", "")
+    return bool(public) and found == _origin_parts(public)
+
+
+def _origin_parts(origin: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) origin, the port a default one if not given;
+    None for anything else."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.path or parts.query or parts.fragment or parts.username is not None:
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def _accepts_json(accept: str | None) -> bool:

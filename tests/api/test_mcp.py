@@ -136,10 +136,65 @@ def test_an_accept_without_json_is_406(mcp: Mcp) -> None:
     assert mcp.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, Accept="*/*").status_code == 200
 
 
-def test_a_foreign_origin_is_refused(mcp: Mcp) -> None:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    assert mcp.post(body, Origin="http://evil.example").status_code == 403
-    assert mcp.post(body, Origin="http://localhost").status_code == 200  # the test client's host
+def _origin_status(mcp: Mcp, origin: str | None, host: str = "localhost") -> int:
+    """The status of a ping sent to ``host`` from a page of ``origin`` (None: no browser)."""
+    headers = {
+        **mcp.tokens.headers("writer"),
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    if origin is not None:
+        headers["Origin"] = origin
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    r = mcp.client.post("/mcp", data=body, headers=headers, base_url=f"http://{host}")
+    return r.status_code
+
+
+# Origins a page on the server's own machine has: any port, http or https.
+LOOPBACK_ORIGINS = [
+    "http://localhost",
+    "http://localhost:6274",
+    "https://localhost:8443",
+    "http://127.0.0.1:3000",
+    "http://[::1]:8000",
+]
+FOREIGN_ORIGINS = [
+    "http://evil.example",
+    "null",  # a sandboxed frame, a file:// page
+    "http://localhost.evil.example",
+    "http://127.0.0.2",
+    "http://evil.example/localhost",
+    "ftp://localhost",
+    "not an origin",
+    "http://[::1",
+]
+
+
+def test_only_loopback_pages_and_no_browser_at_all_are_taken_by_default(mcp: Mcp) -> None:
+    # DNS rebinding: the attacker's name now resolves to this server, so the page's Origin
+    # and the request's Host agree. Agreement proves nothing.
+    for where in ("evil.example", "evil.example:8000", "memory.example.com"):
+        assert _origin_status(mcp, f"http://{where}", host=where) == 403, where
+    assert _origin_status(mcp, None) == 200  # the SDKs, curl, the agents: no Origin
+    for origin in LOOPBACK_ORIGINS:
+        assert _origin_status(mcp, origin) == 200, origin
+    for origin in FOREIGN_ORIGINS:
+        assert _origin_status(mcp, origin) == 403, origin
+
+
+@pytest.mark.parametrize("app_overrides", [{"PUBLIC_URL": "https://memory.example.com/"}])
+def test_the_public_url_is_the_one_other_origin_taken(mcp: Mcp) -> None:
+    host = "memory.example.com"
+    for origin in ("https://memory.example.com", "https://MEMORY.example.com:443"):
+        assert _origin_status(mcp, origin, host=host) == 200, origin
+    for origin in (
+        "http://memory.example.com",  # another scheme is another origin
+        "https://memory.example.com:8443",
+        "https://evil.example",
+    ):
+        assert _origin_status(mcp, origin, host=host) == 403, origin
+    assert _origin_status(mcp, "http://localhost:6274") == 200
+    assert _origin_status(mcp, None, host=host) == 200
 
 
 # -- the initialize handshake (2025-03-26 .. 2025-11-25) ---------------------------------
