@@ -31,7 +31,7 @@ from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
-from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
+from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
 from app.storage import StorageError
 from app.web.auth import Principal, resolve_principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
@@ -150,6 +150,13 @@ def post_mcp() -> ResponseReturnValue:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         status, body = 400, _error(None, PARSE_ERROR, f"Parse error: {exc}"[:300])
     else:
+        where = lone_surrogate_at(_envelope_only(message))
+        if where is not None:
+            # The answer may quote the id or the method, and no UTF-8 carries a lone
+            # surrogate: a message that holds one is not text. (A tool's arguments are the
+            # tool's to refuse, as an error result the model reads.)
+            why = f"Parse error: {where[:200]} holds an unpaired UTF-16 surrogate escape"
+            return json_response(_error(None, PARSE_ERROR, why), 400)
         principal: Principal = g.principal
         tools = McpTools(
             storage(), principal.scope, token_id=principal.token.id, role=principal.token.role
@@ -204,6 +211,15 @@ def _origin_parts(origin: str) -> tuple[str, str, int] | None:
     if parts.path or parts.query or parts.fragment or parts.username is not None:
         return None
     return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def _envelope_only(message: Any) -> Any:
+    """``message`` without a tools/call's arguments."""
+    params = message.get("params") if isinstance(message, dict) else None
+    if isinstance(params, dict) and "arguments" in params:
+        rest = {k: v for k, v in params.items() if k != "arguments"}
+        return {**message, "params": rest}
+    return message
 
 
 def _accepts_json(accept: str | None) -> bool:

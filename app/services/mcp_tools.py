@@ -359,6 +359,14 @@ class _Args:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ToolFailure(f"The arguments of {spec.name} must be a JSON object.")
+        where = lone_surrogate_at(arguments)
+        if where is not None:
+            # A tool's answer often quotes its arguments (a path, a name, a search), and
+            # storage keeps UTF-8: text no UTF-8 can carry is refused before either sees it.
+            raise ToolFailure(
+                f"{where[:200]} is not valid Unicode text: it holds an unpaired UTF-16"
+                " surrogate escape (such as \\ud800). Send the text as UTF-8."
+            )
         known = spec.input_schema["properties"]
         unknown = sorted(str(k) for k in arguments if k not in known)
         if unknown:
@@ -396,6 +404,38 @@ class _Args:
             return validate_id("task_id", value)
         except InvalidName as exc:
             raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
+
+
+def lone_surrogate_at(value: Any) -> str | None:
+    """Where in ``value`` (parsed JSON) a string, a key or a value, holds a lone surrogate,
+    as ``artifacts[0].content``; None when none does.
+
+    JSON's ``"\\ud800"`` parses to one, and no UTF-8 carries it. Walked without recursion:
+    the parser took any depth."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _is_utf8(item):
+                return where or "the text"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and not _is_utf8(key):
+                    return f"a key of {where}" if where else "an argument's name"
+                stack.append((inner, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((inner, f"{where}[{i}]") for i, inner in enumerate(item))
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def clip(text: str, limit: int, note: str) -> str:
@@ -768,7 +808,7 @@ class McpTools:
     def _memory(self, args: _Args) -> ToolOutput:
         ref = args.text("store", required=True)
         assert ref is not None
-        command = args.values.get("command")
+        command = args.text("command", required=True)
         if command in MEMORY_WRITE_COMMANDS and not self.may_write:
             raise ToolFailure(
                 self._refusal(f"The memory command {command!r} changes the store")

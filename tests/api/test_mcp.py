@@ -308,6 +308,82 @@ def test_tools_call_params_are_checked(mcp: Mcp) -> None:
     assert unknown[1] and "The tools are: search" in unknown[0]
 
 
+def _raw(mcp: Mcp, mode: str, method: str, params: str, mid: str = "7") -> TestResponse:
+    """A request whose ``params`` (and ``mid``) are JSON text, so that they may hold what
+    json.dumps never writes: a lone surrogate escape."""
+    if mode == "modern":
+        params = params[:-1] + f', "_meta": {json.dumps(META)}}}'
+        name = json.loads(params.encode("utf-8", "surrogatepass")).get("name", "")
+        headers = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method, "Mcp-Name": name}
+    else:
+        headers = {}
+    body = f'{{"jsonrpc": "2.0", "id": {mid}, "method": "{method}", "params": {params}}}'
+    return mcp.post(body, **headers)
+
+
+@pytest.mark.all_backends
+def test_a_lone_surrogate_is_an_error_result_or_a_parse_error_never_a_500(mcp: Mcp) -> None:
+    """In a tool's arguments: an error result naming the argument, and nothing written. In
+    the envelope (the id, the method, the tool's name), which an answer may quote: a
+    JSON-RPC parse error."""
+    store = mcp.client.post(
+        "/v1/memory_stores", json={"name": "notes"}, headers=mcp.tokens.headers("writer")
+    ).json["id"]
+    memory = f'"name": "memory", "arguments": {{"store": "{store}", '
+    in_arguments = [
+        (memory + '"command": "view", "path": "/memories/\\ud800"}', "path"),
+        (memory + '"command": "create", "path": "/memories/a\\udfff.md", "file_text": "x"}', "path"),
+        (memory + '"command": "create", "path": "/memories/b.md", "file_text": "\\ud83d"}', "file_text"),
+        (memory + '"command": "view", "path": "/memories", "\\udc00": 1}', "an argument's name"),
+        ('"name": "search", "arguments": {"query": "x\\ud800"}', "query"),
+        ('"name": "record_turn", "arguments": {"task_id": "t", "summary_md": "x",'
+         ' "meta": {"m": ["ok", "\\udc00"]}}', "meta.m[1]"),
+        ('"name": "record_turn", "arguments": {"task_id": "t", "summary_md": "x",'
+         ' "meta": {"\\udc00": 1}}', "a key of meta"),
+    ]  # fmt: skip
+    in_envelope = [
+        ("tools/call", '{"name": "memory\\ud800", "arguments": {}}', "7", "params.name"),
+        ("tools/call", '{"name": "search", "arguments": {"query": "x"}}', '"a\\ud800"', "id"),
+        ("tools/list", '{"cursor": "\\ud800"}', "7", "params.cursor"),
+    ]
+    for mode in ("modern", "legacy"):
+        for params, where in in_arguments:
+            r = _raw(mcp, mode, "tools/call", "{" + params + "}")
+            assert r.status_code == 200, (mode, params, r.get_data(as_text=True))
+            result = r.json["result"]
+            assert result["isError"], (mode, params, result)
+            assert result["content"][0]["text"] == (
+                f"{where} is not valid Unicode text: it holds an unpaired UTF-16 surrogate"
+                " escape (such as \\ud800). Send the text as UTF-8."
+            )
+        for method, params, mid, where in in_envelope:
+            r = _raw(mcp, mode, method, params, mid)
+            assert r.status_code == 400, (mode, params, r.get_data(as_text=True))
+            assert r.json["jsonrpc"] == "2.0" and r.json["id"] is None
+            assert r.json["error"] == {
+                "code": -32700,
+                "message": f"Parse error: {where} holds an unpaired UTF-16 surrogate escape",
+            }
+    # A pair is one character, as JSON means it: taken.
+    pair = memory + '"command": "create", "path": "/memories/\\ud83d\\ude00.md", "file_text": "x"}'
+    r = _raw(mcp, "modern", "tools/call", "{" + pair + "}")
+    assert r.status_code == 200 and not r.json["result"]["isError"], r.json
+    listing = mcp.ok("memory", store=store, command="view", path="/memories")
+    assert "/memories/\U0001f600.md" in listing and "b.md" not in listing  # nothing else
+    assert mcp.ok("list_tasks") == "This project has no tasks yet."
+
+
+def test_a_command_that_is_not_a_string_is_an_error_result(mcp: Mcp) -> None:
+    store = mcp.client.post(
+        "/v1/memory_stores", json={"name": "notes"}, headers=mcp.tokens.headers("writer")
+    ).json["id"]
+    for command in (["view"], {"view": 1}, 5, True):
+        for who in ("writer", "reader"):
+            text = mcp.as_(who).err("memory", store=store, command=command, path="/memories")
+            assert text == "command must be a string.", (command, who, text)
+    assert mcp.err("memory", store=store, path="/memories") == "command is required."
+
+
 # -- roles and scope ----------------------------------------------------------------------
 def test_a_reader_is_told_its_role(mcp: Mcp) -> None:
     reader = mcp.as_("reader")
