@@ -148,7 +148,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "PUBLIC_URL": (
         "",
         str,
-        "The origin browsers reach the console at (https://memory.example.com): its forms are accepted from there only; empty: the request's own.",
+        "The origin browsers reach the service at (https://memory.example.com): console forms are accepted from there only, and pages calling /mcp from there or from localhost; empty: forms from the request's own origin, /mcp from localhost pages only.",
     ),
     "TRUSTED_PROXIES": (
         0,

@@ -57,7 +57,12 @@ SEARCH_MAX_LIMIT = 100  # the REST search's own bound
 LIST_DEFAULT_LIMIT = 20
 LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
 META_CHARS = 4_000  # a turn's meta as read_turn shows it
+# A turn's artifact list as read_turn shows it. With the meta's bound and the head's own
+# lines it leaves more than half of OUTPUT_CHARS to the summary, however many artifacts the
+# turn holds.
+ARTIFACT_LIST_CHARS = 4_000
 INDEX_META_CHARS = 300  # one turn's meta in read_task's list
+INDEX_ARTIFACT_CHARS = 600  # one turn's artifact names in read_task's list
 STORES_SCANNED = 1_000  # a store named by name is looked for among this many
 NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
 # UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
@@ -354,6 +359,14 @@ class _Args:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ToolFailure(f"The arguments of {spec.name} must be a JSON object.")
+        where = lone_surrogate_at(arguments)
+        if where is not None:
+            # A tool's answer often quotes its arguments (a path, a name, a search), and
+            # storage keeps UTF-8: text no UTF-8 can carry is refused before either sees it.
+            raise ToolFailure(
+                f"{where[:200]} is not valid Unicode text: it holds an unpaired UTF-16"
+                " surrogate escape (such as \\ud800). Send the text as UTF-8."
+            )
         known = spec.input_schema["properties"]
         unknown = sorted(str(k) for k in arguments if k not in known)
         if unknown:
@@ -393,6 +406,38 @@ class _Args:
             raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
 
 
+def lone_surrogate_at(value: Any) -> str | None:
+    """Where in ``value`` (parsed JSON) a string, a key or a value, holds a lone surrogate,
+    as ``artifacts[0].content``; None when none does.
+
+    JSON's ``"\\ud800"`` parses to one, and no UTF-8 carries it. Walked without recursion:
+    the parser took any depth."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _is_utf8(item):
+                return where or "the text"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and not _is_utf8(key):
+                    return f"a key of {where}" if where else "an argument's name"
+                stack.append((inner, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((inner, f"{where}[{i}]") for i, inner in enumerate(item))
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def clip(text: str, limit: int, note: str) -> str:
     """``text`` cut to ``limit`` characters at a line end, with ``note`` saying so."""
     if len(text) <= limit:
@@ -413,6 +458,19 @@ def _fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) ->
             return out + "\n" + tail(shown)
         out += "\n" + item
     return out
+
+
+def _listed(items: list[str], limit: int) -> str:
+    """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
+    many were left out."""
+    shown: list[str] = []
+    used = 0
+    for item in items:
+        if used + len(item) + 2 > limit:
+            return ", ".join(shown) + f" … and {len(items) - len(shown)} more not listed"
+        shown.append(item)
+        used += len(item) + 2
+    return ", ".join(shown)
 
 
 def _compact(value: Any, limit: int) -> str:
@@ -586,7 +644,7 @@ class McpTools:
             line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
             line += _compact(entry.meta, INDEX_META_CHARS)
             if entry.artifacts:
-                line += f"; artifacts: {', '.join(entry.artifacts)}"
+                line += f"; artifacts: {_listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
         text = _fit_lines(
             head,
@@ -606,8 +664,9 @@ class McpTools:
         offset = args.integer("offset", 0, 0, None)
         assert offset is not None
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = ", ".join(
-            f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts
+        artifacts = _listed(
+            [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
+            ARTIFACT_LIST_CHARS,
         )
         if artifacts:
             artifacts += " (read_artifact reads one)"
@@ -749,7 +808,7 @@ class McpTools:
     def _memory(self, args: _Args) -> ToolOutput:
         ref = args.text("store", required=True)
         assert ref is not None
-        command = args.values.get("command")
+        command = args.text("command", required=True)
         if command in MEMORY_WRITE_COMMANDS and not self.may_write:
             raise ToolFailure(
                 self._refusal(f"The memory command {command!r} changes the store")

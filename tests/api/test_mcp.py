@@ -136,10 +136,65 @@ def test_an_accept_without_json_is_406(mcp: Mcp) -> None:
     assert mcp.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, Accept="*/*").status_code == 200
 
 
-def test_a_foreign_origin_is_refused(mcp: Mcp) -> None:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    assert mcp.post(body, Origin="http://evil.example").status_code == 403
-    assert mcp.post(body, Origin="http://localhost").status_code == 200  # the test client's host
+def _origin_status(mcp: Mcp, origin: str | None, host: str = "localhost") -> int:
+    """The status of a ping sent to ``host`` from a page of ``origin`` (None: no browser)."""
+    headers = {
+        **mcp.tokens.headers("writer"),
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
+    if origin is not None:
+        headers["Origin"] = origin
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    r = mcp.client.post("/mcp", data=body, headers=headers, base_url=f"http://{host}")
+    return r.status_code
+
+
+# Origins a page on the server's own machine has: any port, http or https.
+LOOPBACK_ORIGINS = [
+    "http://localhost",
+    "http://localhost:6274",
+    "https://localhost:8443",
+    "http://127.0.0.1:3000",
+    "http://[::1]:8000",
+]
+FOREIGN_ORIGINS = [
+    "http://evil.example",
+    "null",  # a sandboxed frame, a file:// page
+    "http://localhost.evil.example",
+    "http://127.0.0.2",
+    "http://evil.example/localhost",
+    "ftp://localhost",
+    "not an origin",
+    "http://[::1",
+]
+
+
+def test_only_loopback_pages_and_no_browser_at_all_are_taken_by_default(mcp: Mcp) -> None:
+    # DNS rebinding: the attacker's name now resolves to this server, so the page's Origin
+    # and the request's Host agree. Agreement proves nothing.
+    for where in ("evil.example", "evil.example:8000", "memory.example.com"):
+        assert _origin_status(mcp, f"http://{where}", host=where) == 403, where
+    assert _origin_status(mcp, None) == 200  # the SDKs, curl, the agents: no Origin
+    for origin in LOOPBACK_ORIGINS:
+        assert _origin_status(mcp, origin) == 200, origin
+    for origin in FOREIGN_ORIGINS:
+        assert _origin_status(mcp, origin) == 403, origin
+
+
+@pytest.mark.parametrize("app_overrides", [{"PUBLIC_URL": "https://memory.example.com/"}])
+def test_the_public_url_is_the_one_other_origin_taken(mcp: Mcp) -> None:
+    host = "memory.example.com"
+    for origin in ("https://memory.example.com", "https://MEMORY.example.com:443"):
+        assert _origin_status(mcp, origin, host=host) == 200, origin
+    for origin in (
+        "http://memory.example.com",  # another scheme is another origin
+        "https://memory.example.com:8443",
+        "https://evil.example",
+    ):
+        assert _origin_status(mcp, origin, host=host) == 403, origin
+    assert _origin_status(mcp, "http://localhost:6274") == 200
+    assert _origin_status(mcp, None, host=host) == 200
 
 
 # -- the initialize handshake (2025-03-26 .. 2025-11-25) ---------------------------------
@@ -251,6 +306,82 @@ def test_tools_call_params_are_checked(mcp: Mcp) -> None:
     assert (r.status_code, r.json["error"]["code"]) == (400, -32602)
     unknown = mcp.call("drop_everything")
     assert unknown[1] and "The tools are: search" in unknown[0]
+
+
+def _raw(mcp: Mcp, mode: str, method: str, params: str, mid: str = "7") -> TestResponse:
+    """A request whose ``params`` (and ``mid``) are JSON text, so that they may hold what
+    json.dumps never writes: a lone surrogate escape."""
+    if mode == "modern":
+        params = params[:-1] + f', "_meta": {json.dumps(META)}}}'
+        name = json.loads(params.encode("utf-8", "surrogatepass")).get("name", "")
+        headers = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method, "Mcp-Name": name}
+    else:
+        headers = {}
+    body = f'{{"jsonrpc": "2.0", "id": {mid}, "method": "{method}", "params": {params}}}'
+    return mcp.post(body, **headers)
+
+
+@pytest.mark.all_backends
+def test_a_lone_surrogate_is_an_error_result_or_a_parse_error_never_a_500(mcp: Mcp) -> None:
+    """In a tool's arguments: an error result naming the argument, and nothing written. In
+    the envelope (the id, the method, the tool's name), which an answer may quote: a
+    JSON-RPC parse error."""
+    store = mcp.client.post(
+        "/v1/memory_stores", json={"name": "notes"}, headers=mcp.tokens.headers("writer")
+    ).json["id"]
+    memory = f'"name": "memory", "arguments": {{"store": "{store}", '
+    in_arguments = [
+        (memory + '"command": "view", "path": "/memories/\\ud800"}', "path"),
+        (memory + '"command": "create", "path": "/memories/a\\udfff.md", "file_text": "x"}', "path"),
+        (memory + '"command": "create", "path": "/memories/b.md", "file_text": "\\ud83d"}', "file_text"),
+        (memory + '"command": "view", "path": "/memories", "\\udc00": 1}', "an argument's name"),
+        ('"name": "search", "arguments": {"query": "x\\ud800"}', "query"),
+        ('"name": "record_turn", "arguments": {"task_id": "t", "summary_md": "x",'
+         ' "meta": {"m": ["ok", "\\udc00"]}}', "meta.m[1]"),
+        ('"name": "record_turn", "arguments": {"task_id": "t", "summary_md": "x",'
+         ' "meta": {"\\udc00": 1}}', "a key of meta"),
+    ]  # fmt: skip
+    in_envelope = [
+        ("tools/call", '{"name": "memory\\ud800", "arguments": {}}', "7", "params.name"),
+        ("tools/call", '{"name": "search", "arguments": {"query": "x"}}', '"a\\ud800"', "id"),
+        ("tools/list", '{"cursor": "\\ud800"}', "7", "params.cursor"),
+    ]
+    for mode in ("modern", "legacy"):
+        for params, where in in_arguments:
+            r = _raw(mcp, mode, "tools/call", "{" + params + "}")
+            assert r.status_code == 200, (mode, params, r.get_data(as_text=True))
+            result = r.json["result"]
+            assert result["isError"], (mode, params, result)
+            assert result["content"][0]["text"] == (
+                f"{where} is not valid Unicode text: it holds an unpaired UTF-16 surrogate"
+                " escape (such as \\ud800). Send the text as UTF-8."
+            )
+        for method, params, mid, where in in_envelope:
+            r = _raw(mcp, mode, method, params, mid)
+            assert r.status_code == 400, (mode, params, r.get_data(as_text=True))
+            assert r.json["jsonrpc"] == "2.0" and r.json["id"] is None
+            assert r.json["error"] == {
+                "code": -32700,
+                "message": f"Parse error: {where} holds an unpaired UTF-16 surrogate escape",
+            }
+    # A pair is one character, as JSON means it: taken.
+    pair = memory + '"command": "create", "path": "/memories/\\ud83d\\ude00.md", "file_text": "x"}'
+    r = _raw(mcp, "modern", "tools/call", "{" + pair + "}")
+    assert r.status_code == 200 and not r.json["result"]["isError"], r.json
+    listing = mcp.ok("memory", store=store, command="view", path="/memories")
+    assert "/memories/\U0001f600.md" in listing and "b.md" not in listing  # nothing else
+    assert mcp.ok("list_tasks") == "This project has no tasks yet."
+
+
+def test_a_command_that_is_not_a_string_is_an_error_result(mcp: Mcp) -> None:
+    store = mcp.client.post(
+        "/v1/memory_stores", json={"name": "notes"}, headers=mcp.tokens.headers("writer")
+    ).json["id"]
+    for command in (["view"], {"view": 1}, 5, True):
+        for who in ("writer", "reader"):
+            text = mcp.as_(who).err("memory", store=store, command=command, path="/memories")
+            assert text == "command must be a string.", (command, who, text)
+    assert mcp.err("memory", store=store, path="/memories") == "command is required."
 
 
 # -- roles and scope ----------------------------------------------------------------------
@@ -581,6 +712,37 @@ def test_outputs_are_cut_to_their_bound(mcp: Mcp) -> None:
     hits = mcp.ok("search", query="section", limit=100)
     assert len(hits) <= OUTPUT_CHARS
     assert len(mcp.ok("read_digest", max_chars=OUTPUT_CHARS)) <= OUTPUT_CHARS + 300
+
+
+@pytest.mark.all_backends
+def test_a_turn_with_many_artifacts_keeps_its_summary_in_bound(mcp: Mcp) -> None:
+    """The artifact list is cut, not the summary: 64 artifacts of the longest names and types
+    would fill read_turn's bound on their own."""
+    kind = "application/vnd." + "x" * 111 + "; note=" + "n" * 121
+    summary = "".join(f"summary line {i:05d}\n" for i in range(2_000))  # 38,000 characters
+    for batch in (0, 1):
+        files = [
+            {"name": f"{batch}{i:02d}-" + "a" * 124, "content": "x", "content_type": kind}
+            for i in range(32)
+        ]
+        mcp.ok("record_turn", task_id="many", turn=0, summary_md=summary, artifacts=files)
+    first = mcp.ok("read_turn", task_id="many", turn=0)
+    assert len(first) <= OUTPUT_CHARS
+    listed = first.split("\nartifacts: ", 1)[1].split("\nsummary_md:\n", 1)[0]
+    assert f"000-{'a' * 124} ({kind}, 1 bytes), " in listed
+    assert listed.endswith(" more not listed (read_artifact reads one)")
+    shown = listed.count(f"({kind}, 1 bytes)")
+    assert 0 < shown < 64 and f"… and {64 - shown} more not listed" in listed
+    body = first.split("\nsummary_md:\n", 1)[1]
+    assert body.startswith("summary line 00000\n")
+    offset = int(body.rsplit("offset=", 1)[1].split()[0])
+    assert OUTPUT_CHARS // 2 < offset < len(summary)  # more than half the bound is the summary
+    assert body.split("\n… summary cut")[0] == summary[:offset]
+    second = mcp.ok("read_turn", task_id="many", turn=0, offset=offset)
+    assert len(second) <= OUTPUT_CHARS and summary[offset : offset + 100] in second
+    index = mcp.ok("read_task", task_id="many")
+    assert "- turn 0 (updated " in index and "more not listed" in index
+    assert len(index) <= OUTPUT_CHARS
 
 
 def test_the_service_imports_no_flask() -> None:

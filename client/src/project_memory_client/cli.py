@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, NoReturn, TextIO
 
 from . import __version__
 from .commands import CommandError, Context, Output, UsageError, add_common_options
+from .terminal import is_utf8, lone_surrogate, show
 
 PROG = "project-memory"
 
@@ -82,7 +83,12 @@ def build_parser(argv: Sequence[str]) -> Parser:
 
 
 def _emit(out: TextIO, envelope: dict[str, Any]) -> None:
-    out.write(json.dumps(envelope, ensure_ascii=False, indent=2, default=str) + "\n")
+    text = json.dumps(envelope, ensure_ascii=False, indent=2, default=str)
+    if not is_utf8(text):
+        # A lone surrogate (a server may send "\\ud800") cannot be written as UTF-8: it goes
+        # out as the JSON escape it came in as, which reads back as the same string.
+        text = lone_surrogate().sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    out.write(text + "\n")
     out.flush()
 
 
@@ -114,8 +120,7 @@ def _failure(
         error = error_object(kind, message, **extra)
         _emit(stdout, {"ok": False, "command": command, "error": error})
     else:
-        stderr.write(f"{PROG}: {message}\n")
-        stderr.flush()
+        show(stderr, f"{PROG}: {message}\n")
     return code
 
 
@@ -189,8 +194,7 @@ def run(ctx: Context, command: str) -> int:
         _emit(ctx.stdout, envelope)
     elif output.text:
         stream = ctx.stderr if output.exit_code else ctx.stdout
-        stream.write(output.text.rstrip("\n") + "\n")
-        stream.flush()
+        show(stream, output.text.rstrip("\n") + "\n")
     return output.exit_code
 
 

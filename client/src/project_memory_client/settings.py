@@ -68,6 +68,22 @@ class Settings:
             raise SettingsError(
                 f"missing {' and '.join(missing)}; or put them in {default_config_path()}"
             )
+        for key, what in (
+            ("token", "the token"),
+            ("tenant", "the tenant"),
+            ("project", "the project"),
+        ):
+            value: str | None = getattr(self, key)
+            # Each goes in a header: printable ASCII, and tokens and ids hold no space.
+            if value and not (value.isascii() and value.isprintable() and " " not in value):
+                shown = "" if key == "token" else f" {value!r}"  # a token is never shown
+                source = self.sources.get(key, "the arguments")
+                source = f"the --{key} flag or argument" if source == "flag" else source
+                raise SettingsError(
+                    f"{what}{shown} (from {source}) holds a character other than printable"
+                    " ASCII (letters, digits, punctuation; no spaces), so it cannot be sent:"
+                    " check it was copied whole"
+                )
         return self
 
     def with_overrides(self, **values: Any) -> Settings:

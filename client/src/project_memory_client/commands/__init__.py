@@ -110,7 +110,9 @@ class ProgressBar:
     WIDTH = 24
 
     def __init__(self, label: str, out: TextIO) -> None:
-        self.label = label
+        from ..terminal import visible
+
+        self.label = visible(label)  # drawn with a "\r" of its own, so not through show()
         self.out = out
         self.last = 0.0
         self.shown = False
