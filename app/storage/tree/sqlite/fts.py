@@ -88,8 +88,10 @@ PURGE_STEP_PAGES = 256
 # Levels a purge lets the structure keep before it compacts the index instead of merging it:
 # FTS5's own cap in the versions that have one, far below the 2,000 SQLite 3.40 can read.
 LEVEL_BOUND = 64
-# Rows a compaction copies per write transaction (a few milliseconds each).
+# Rows a compaction copies per write transaction (a few milliseconds each), fewer when they
+# hold more than COPY_CHARS of text (a summary may be a megabyte).
 COPY_ROWS = 200
+COPY_CHARS = 4 << 20
 # The id of the structure record in T_data (FTS5_STRUCTURE_ROWID).
 _STRUCTURE_ROW = 10
 STATE_SCHEMA = (
@@ -394,8 +396,8 @@ def _merge(conn: sqlite3.Connection, what: str) -> tuple[int, int]:
 
 
 def compact(conn: sqlite3.Connection, what: str, columns: str) -> None:
-    """Copy the index into a fresh table, :data:`COPY_ROWS` rows per write transaction,
-    then put the copy in its place: its structure starts again with a few levels. Resumes a
+    """Copy the index into a fresh table, :data:`COPY_ROWS` rows (or :data:`COPY_CHARS` of
+    text) per write transaction, then put the copy in its place: its structure starts again with a few levels. Resumes a
     compaction a killed process left; another process may share the copying."""
     parts = [c.strip() for c in columns.split(",")]
     names = ", ".join(parts)
@@ -410,10 +412,16 @@ def compact(conn: sqlite3.Connection, what: str, columns: str) -> None:
             copied = _copied(conn)
             if copied is None:
                 return  # another process put its copy in place meanwhile
-            rows = conn.execute(
-                f"SELECT rowid, {names} FROM {TEXT} WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                (copied, COPY_ROWS),
-            ).fetchall()
+            rows, size = [], 0
+            cursor = conn.execute(
+                f"SELECT rowid, {names} FROM {TEXT} WHERE rowid > ? ORDER BY rowid", (copied,)
+            )
+            for row in cursor:
+                rows.append(row)
+                size += sum(len(v) for v in row[1:] if isinstance(v, str))
+                if len(rows) >= COPY_ROWS or size >= COPY_CHARS:
+                    break
+            cursor.close()
             if not rows:
                 drop_table(conn, TEXT)
                 conn.execute(f"ALTER TABLE {NEXT} RENAME TO {TEXT}")

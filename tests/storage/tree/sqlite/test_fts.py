@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from app.storage.core.clock import iso_us
 from app.storage.core.recovery import Plan
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.sqlite import fts
+from app.storage.tree.sqlite import fts, turn_search
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.sqlite.store_index import StoreIndex
@@ -67,8 +69,7 @@ def _levels(path: Path) -> int:
 
 
 def _turn(listing: Listing, task_id: str, n: int) -> None:
-    text = TurnText(task_id, "model opus", f"summary {n} of {task_id} Qqzxword{n}")
-    listing.put_turn(task_id, TurnRow(0, n, FAR), None, text)
+    listing.put_turn(task_id, TurnRow(0, n, FAR), None, _text(task_id, n))
 
 
 def _matches(listing: Listing, word: str) -> list[int]:
@@ -104,6 +105,74 @@ def test_a_project_takes_thousands_of_deletes_with_a_bounded_index(scratch: Path
     assert rows == KEPT
     with listing.maintain() as conn:
         assert fts.damage(conn) is None
+
+
+def _text(task_id: str, n: int) -> TurnText:
+    return TurnText(task_id, "model opus", f"summary {n} of {task_id} Qqzxword{n}")
+
+
+def test_writes_during_a_compaction_reach_the_copy(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows written, rewritten and deleted while a compaction copies the index (in another
+    thread, on a connection of its own) are in the table that takes its place as written.
+    Compactions run one after another until enough writes met a copy past their row."""
+    rows = 1000
+    monkeypatch.setattr(fts, "COPY_ROWS", 2)  # many short copy steps for writes to land in
+    listing = Listing(scratch / "_listing.sqlite3", timeout=5.0)
+    live: dict[str, int] = {}
+    for n in range(rows):
+        _turn(listing, f"k{n}", n)
+        live[f"k{n}"] = n
+    failed: list[BaseException] = []
+
+    def compact() -> None:
+        conn = listing.connect()
+        try:
+            fts.compact(conn, "listing index", turn_search.TEXT_COLUMNS)
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            conn.close()
+
+    def copied() -> int:
+        with listing.read() as conn:
+            row = conn.execute(f"SELECT value FROM {fts.STATE} WHERE name = 'copied'")
+            found = row.fetchone()
+        return -1 if found is None else int(found[0])
+
+    met, compactions, n = 0, 0, rows
+    deadline = time.monotonic() + 120
+    copier = threading.Thread(target=compact)
+    while met < 40 and time.monotonic() < deadline:
+        if not copier.is_alive():
+            copier = threading.Thread(target=compact)
+            copier.start()
+            compactions += 1
+        past = copied()
+        _turn(listing, f"k{n}", n)  # a new row
+        live[f"k{n}"] = n
+        old = f"k{n - rows}"  # the oldest row: the first a copy takes
+        listing.set_task(old, [])
+        live.pop(old, None)
+        rewritten = f"k{n - rows // 2}"
+        if rewritten in live:
+            _turn(listing, rewritten, n)  # its text replaced
+            live[rewritten] = n
+        met += past > 0
+        n += 1
+    copier.join()
+    assert not failed, failed
+    assert met >= 40, f"only {met} writes met a copy in {compactions} compactions"
+    with listing.read() as conn:
+        assert fts.levels(conn) <= BOUND
+        assert fts.orphans(conn) == 0
+        indexed = turn_search.digests(conn)
+    assert copied() == -1
+    assert indexed == {t: {0: _text(t, k).digest()} for t, k in live.items()}
+    with listing.maintain() as conn:
+        assert fts.damage(conn) is None
+    assert not _matches(listing, "Qqzxword0")
 
 
 def _version(store: str, memory: str, n: int, content: str | None) -> VersionRecord:
