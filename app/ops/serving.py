@@ -12,7 +12,9 @@ request's head and body: N clients trickling bytes hold N threads, and a few doz
   body holds no thread;
 * a larger body is read by the thread, and by the app only once it knows the sender
   (app/web/body.py); every read there is bounded: no wait longer than ``MEMORY_BODY_TIMEOUT``,
-  and after that much slack at least ``MEMORY_BODY_MIN_RATE`` bytes/s; a slower client gets 408;
+  and after that much slack at least ``MEMORY_BODY_MIN_RATE`` bytes/s; a slower client gets 408.
+  At most half the threads serve such requests at once; the next ones wait in the event loop
+  for one of them to finish, holding no thread (503 after ``MEMORY_BODY_TIMEOUT``);
 * the answers gunicorn writes itself (400, 408, 414, 431, 500, ...) have the JSON body of the API
   the request path names (``app.web.errors.error_body``) instead of an HTML page;
 * closing a connection lingers in the event loop: gunicorn's graceful close blocks it, up to 2 s
@@ -24,6 +26,7 @@ as gthread serves them; put a reverse proxy in front for those (docs/deploy.md).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import errno
@@ -218,6 +221,7 @@ class EdgeConn(TConn):  # type: ignore[misc]  # gunicorn is untyped
         self.body: ReadAhead | None = None  # the body being read in the event loop
         self.last_bytes = 0.0  # when the body's last bytes came
         self.body_pending = ""  # why some of the body is left for the thread (app/web/body.py)
+        self.holds_slot = False  # one of the threads that may wait on a client's body
 
     def close(self, graceful: bool = False) -> None:
         # Called from the event loop (gthread's finish_request), which must not block.
@@ -256,8 +260,11 @@ def target_path(head: bytes) -> str | None:
     return parts[1].split(b"?", 1)[0].decode("latin-1")
 
 
-def error_response(status: int, reason: str, message: str, path: str | None) -> bytes:
-    """Build a whole HTTP/1.1 error answer with the JSON body of the API ``path`` names."""
+def error_response(
+    status: int, reason: str, message: str, path: str | None, *, extra: str = ""
+) -> bytes:
+    """Build a whole HTTP/1.1 error answer with the JSON body of the API ``path`` names
+    (``extra``: more header lines, each ending in CRLF)."""
     correlation = str(ULID())
     body = json.dumps(
         error_body(status, message, path=path, correlation_id=correlation),
@@ -266,7 +273,7 @@ def error_response(status: int, reason: str, message: str, path: str | None) -> 
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        f"x-correlation-id: {correlation}\r\n\r\n"
+        f"x-correlation-id: {correlation}\r\n{extra}\r\n"
     )
     return head.encode("latin-1") + body
 
@@ -283,6 +290,12 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         # Small bodies being read, each against its own floor.
         self.bodies: dict[EdgeConn, None] = {}
         self.bodies_checked = 0.0
+        # Threads that may serve a request whose body is still coming from its client: at
+        # most half of them, so that the others always serve requests that arrived whole
+        # (health checks, reads, small writes), whoever trickles large bodies.
+        self.body_slots = max(1, self.cfg.threads // 2)
+        # Connections waiting for one of those, with their deadlines (deadline order).
+        self.waiting: collections.deque[tuple[EdgeConn, float]] = collections.deque()
         self.lingering: dict[socket.socket, list[float]] = {}
         self.stopping_since: float | None = None
         cfg = self.cfg
@@ -464,7 +477,24 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         if conn.parser.unreader.sock is not pace:
             conn.parser.unreader.sock = pace
         conn.parser.unreader.unread(head)
+        if conn.body_pending:
+            if not self.body_slots:
+                self.waiting.append((conn, time.monotonic() + self.limits.body_timeout))
+                return
+            self.body_slots -= 1
+            conn.holds_slot = True
         super().enqueue_req(conn)
+
+    def finish_request(self, conn: TConn, fs: Any) -> None:
+        if getattr(conn, "holds_slot", False):
+            conn.holds_slot = False
+            self.body_slots += 1
+            if self.waiting:
+                waiting, _ = self.waiting.popleft()
+                self.body_slots -= 1
+                waiting.holds_slot = True
+                ThreadWorker.enqueue_req(self, waiting)
+        super().finish_request(conn, fs)
 
     def _stop_reading(self, conn: EdgeConn) -> None:
         self.reading.pop(conn, None)
@@ -478,6 +508,7 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
         super().murder_pending()
         self._expire_heads()
         self._expire_bodies()
+        self._expire_waiting()
         self._expire_lingering()
 
     def _expire_heads(self) -> None:
@@ -526,6 +557,25 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
             self.nr_conns -= 1
             self.log.warning("Request body cut off from ip=%s: %s", conn.client[0], reason)
             self._refuse_slow(conn, reason)
+
+    def _expire_waiting(self) -> None:
+        now = time.monotonic()
+        while self.waiting and self.waiting[0][1] <= now:
+            conn, _ = self.waiting.popleft()
+            self.nr_conns -= 1
+            self.log.warning("No thread free for a request body from ip=%s", conn.client[0])
+            answer = error_response(
+                503,
+                "Service Unavailable",
+                f"every thread that reads request bodies has been busy for"
+                f" {self.limits.body_timeout:g} s; retry shortly",
+                target_path(conn.head_prefix),
+                extra="Retry-After: 1\r\n",
+            )
+            with contextlib.suppress(OSError):
+                conn.sock.setblocking(False)
+                conn.sock.send(answer)
+            self.linger(conn.sock)
 
     def _refuse_slow(self, conn: EdgeConn, message: str) -> None:
         assert conn.head is not None

@@ -5,13 +5,14 @@
 * 200 anonymous clients trickling bodies at 1.5 KB/s (the console's sign-in form, /mcp, the
   APIs) leave /healthz and another tenant's list under 1 s p99, on each backend;
 * a small body is read before a thread serves its request, a larger one only for a known
-  sender;
+  sender, and by at most half the threads at once: the others wait holding no thread;
 * the answers gunicorn writes itself (414, 431, 400) are JSON in each API's error shape.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import http.client
 import itertools
 import json
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import selected_backends
 from tests.e2e.conftest import Server, start_server
 
@@ -377,6 +379,10 @@ class SlowBodies(threading.Thread):
                     entry[0].close()
 
 
+def auth_of(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
 def timed_get(server: Server, path: str, headers: dict[str, str]) -> float:
     """Seconds a GET on a new connection took (10 s when it failed or ran out)."""
     started = time.monotonic()
@@ -543,3 +549,74 @@ def test_a_large_body_is_read_only_for_a_known_sender(one_thread: Server) -> Non
         )
         assert raw.startswith(b"HTTP/1.1 401") and took < 5, (path, took, raw[:300])
     assert healthz_latency(one_thread) < 2.0
+
+
+class Upload(threading.Thread):
+    """PUT ``size`` bytes of artifact ``name``, ``rate`` bytes/s (None: at once)."""
+
+    def __init__(self, server: Server, secret: str, name: str, size: int, rate: float | None):
+        super().__init__(daemon=True)
+        self.server, self.secret, self.name, self.size, self.rate = server, secret, name, size, rate
+        self.answer = b""
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with socket.create_connection(address(self.server), timeout=60) as sock:
+                sock.sendall(
+                    (
+                        f"PUT {BASE}/tasks/t/turns/0/artifacts/{self.name} HTTP/1.1\r\n"
+                        f"Host: h\r\nAuthorization: Bearer {self.secret}\r\n"
+                        f"Content-Length: {self.size}\r\nConnection: close\r\n\r\n"
+                    ).encode()
+                )
+                piece = self.size if self.rate is None else int(self.rate / 4)
+                with contextlib.suppress(OSError):  # answered before the end: read the answer
+                    for at in range(0, self.size, piece):
+                        sock.sendall(b"u" * min(piece, self.size - at))
+                        if self.rate is not None:
+                            time.sleep(0.25)
+                while chunk := sock.recv(65536):
+                    self.answer += chunk
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def status(self) -> int:
+        self.join(timeout=60)
+        assert self.error is None and self.answer, (self.name, self.error)
+        return parse_answer(self.answer)[0]
+
+
+def test_at_most_half_the_threads_wait_on_request_bodies(tmp_path: Path) -> None:
+    # One worker of two threads: one may read a body still coming from its client.
+    server = start_server(tmp_path, workers=1, threads=2, env_extra={"MEMORY_BODY_TIMEOUT": "8"})
+    try:
+        secret = server.token("writer")
+        turn = http.client.HTTPConnection(*address(server), timeout=10)
+        turn.request("PUT", f"{BASE}/tasks/t/turns/0", body=b"{}", headers=auth_of(secret))
+        assert turn.getresponse().status == 200
+        turn.close()
+
+        size = 2 * READ_AHEAD_BYTES
+        first = Upload(server, secret, "first.bin", size, rate=size / 14)  # 14 s
+        first.start()
+        time.sleep(1)
+        waits_too_long = Upload(server, secret, "late.bin", size, rate=size / 14)
+        waits_too_long.start()
+        started = time.monotonic()
+        latencies = []
+        while time.monotonic() - started < 9:  # the second waits, the other thread serves
+            latencies.append(healthz_latency(server))
+            time.sleep(0.2)
+        assert max(latencies) < 1.0, max(latencies)
+        # Past MEMORY_BODY_TIMEOUT of waiting: 503, JSON, Retry-After.
+        assert waits_too_long.status() == 503
+        _, headers, body = parse_answer(waits_too_long.answer)
+        assert headers["retry-after"] == "1" and "retry shortly" in json.loads(body)["detail"]
+        # One that waits less is served once the first is done.
+        queued = Upload(server, secret, "queued.bin", size, rate=None)
+        queued.start()
+        assert healthz_latency(server) < 1.0
+        assert first.status() == 200 and queued.status() == 200
+    finally:
+        server.stop()
