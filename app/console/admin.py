@@ -7,7 +7,7 @@ secret is shown once, in the answer to the POST that made it (never stored, neve
 redirect, and, like every console page, ``Cache-Control: no-store``).
 
 Limits: the same document ``flask quota`` and ``flask ratelimit`` change
-(app/storage/limits.py), seen by a project's project_admins and set where the CLI sets
+(app/storage/core/limits.py), seen by a project's project_admins and set where the CLI sets
 them: a project's quota and rate limits by a tenant_admin of its tenant (or an admin), a
 tenant's own entry by an admin. Every worker applies a change within a second.
 """
@@ -39,7 +39,13 @@ from app.console.base import (
 )
 from app.services.usage_report import quota_json
 from app.storage import InvalidName
-from app.storage.core.limits import QuotaOverride, RateOverride, format_bytes, parse_bytes
+from app.storage.core.limits import (
+    InvalidLimit,
+    QuotaOverride,
+    RateOverride,
+    format_bytes,
+    parse_bytes,
+)
 from app.storage.core.tokens import ROLES, Token, role_rank
 from app.web.permissions import ADMIN_ROLE
 from app.web.ratelimit import Limiter, limits_of, resolve
@@ -426,7 +432,7 @@ def _apply(
 ) -> ResponseReturnValue:
     try:
         apply(tenant, project)
-    except FormError as exc:
+    except (FormError, InvalidLimit) as exc:  # InvalidLimit: out of the ranges the store keeps
         return _limits_page(tenant, project, str(exc)), 422
     back = purl("limits") if project else turl("tenant_limits")
     return see_other(back)

@@ -462,18 +462,33 @@ class Limiter:
     # -- limits and their overrides -------------------------------------------------------
     def _install(self, overrides: RateOverrides) -> None:
         default = limits_of(resolve(self.defaults, NO_OVERRIDES, "", ""))
-        by_tenant = {
-            tenant: limits_of(resolve(self.defaults, overrides, tenant, ""))
-            for tenant in overrides.tenants
-        }
-        by_project = {
-            key: limits_of(resolve(self.defaults, overrides, *key)) for key in overrides.projects
-        }
+        by_tenant: dict[str, Limits] = {}
+        by_project: dict[tuple[str, str], Limits] = {}
+        for tenant in overrides.tenants:
+            found = self._entry_limits(overrides, tenant, "")
+            if found is not None:
+                by_tenant[tenant] = found
+        for key in overrides.projects:
+            found = self._entry_limits(overrides, *key)
+            if found is not None:
+                by_project[key] = found
         everything_off = default.off and all(
             limits.off for limits in (*by_tenant.values(), *by_project.values())
         )
         # One attribute, replaced whole: threads reading it never see half an update.
         self._state = (everything_off, default, by_tenant, by_project)
+
+    def _entry_limits(self, overrides: RateOverrides, tenant: str, project: str) -> Limits | None:
+        """The limits of one entry; None, logged, when they cannot be computed. The document
+        checks every entry (app/storage/core/limits.py): this is the last line, so that an
+        entry no check foresaw fails its own project, falling back to the next level, and
+        never the worker's requests of every other project."""
+        try:
+            return limits_of(resolve(self.defaults, overrides, tenant, project))
+        except (ArithmeticError, ValueError) as exc:
+            where = f"project {tenant}/{project}" if project else f"tenant {tenant}"
+            log.error("rate limits of %s not applied (%r): the next level's apply", where, exc)
+            return None
 
     def _refresh(self, now: float) -> None:
         if not self._refresh_mutex.acquire(blocking=False):
@@ -489,6 +504,8 @@ class Limiter:
             except (StorageError, OSError) as exc:
                 log.error("rate limit overrides not applied, keeping the previous ones: %s", exc)
                 return
+            for fault in overrides.skipped:
+                log.error("rate limit override skipped, it limits nothing: %s", fault)
             self._install(overrides)
         finally:
             self._refresh_mutex.release()

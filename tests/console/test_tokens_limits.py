@@ -180,3 +180,24 @@ def test_limits_are_seen_by_project_admins_and_set_where_the_cli_sets_them(
     limits = app.extensions["storage"].limits()
     assert limits.quotas().tenants["acme"].bytes == 2 << 30
     assert limits.rates().tenants["acme"].rps == 50
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"rps": "1e-320"}, "refill within 86,400 s"),
+        ({"rps": "1e-300"}, "refill within 86,400 s"),
+        ({"rps": "0.001", "burst": "1000"}, "to refill"),
+        ({"rps": "5000000"}, "rps must be at most 1,000,000"),
+        ({"rps": "5", "burst": "9999999"}, "burst must be at most 1,000,000"),
+        ({"upload_bps": str(2 << 40)}, "upload_bps must be at most"),
+    ],
+)
+def test_a_rate_out_of_range_is_a_form_error_and_nothing_is_written(
+    app: Flask, console: Callable[[str], Browser], form: dict[str, str], message: str
+) -> None:
+    admin = console("tenant_admin")
+    refused = admin.post(f"{WEB}/limits/rate", form)
+    assert refused.status_code == 422 and message in text(refused), text(refused)[-2000:]
+    assert 'name="rps"' in text(refused)  # the form, shown again with its error
+    assert app.extensions["storage"].limits().rates().projects == {}
