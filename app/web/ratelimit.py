@@ -63,6 +63,10 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SLOTS = 1 << 14  # 24 bytes each: 384 KiB of shared memory
 PROBES = 8  # slots looked at per key: a key lives in one of the PROBES slots after its hash
 CHECK_EVERY = 1.0  # seconds between two looks at the overrides file's stat, per worker
+# Seconds of arrival time that rounding may add to a charge: ``now + 1000.0 - now`` is not
+# 1000.0 for most values of the monotonic clock, and a charge landing exactly on its limit
+# (the first request of a burst of 1) must be admitted whatever the clock reads.
+SLACK = 1e-6
 
 
 # -- the shared table --------------------------------------------------------------------------
@@ -209,7 +213,7 @@ class BucketTable:
                 else:
                     j, tat = self._slot(key, step, now, taken)
                 tat += units * step
-                if tat - now > limit:
+                if tat - now > limit + SLACK:
                     admitted = False
                 taken.append(j)
                 times.append(tat)
@@ -568,7 +572,7 @@ class Limiter:
         times = (self._table or self.table()).take(charges, now, keep)
         low = False
         for (_, _, _, limit), tat in zip(charges, times, strict=True):
-            if tat - now > limit:
+            if tat - now > limit + SLACK:
                 return self._refused(limits, names, rates, charges, times, now, tenant, project)
             if tat - now >= 0.5 * limit:
                 low = True
@@ -590,7 +594,7 @@ class Limiter:
         refused = [
             (name, tat - now - limit, rate)
             for name, rate, (*_, limit), tat in zip(names, rates, charges, times, strict=True)
-            if tat - now > limit
+            if tat - now > limit + SLACK
         ]
         wait = max(w for _, w, _ in refused)
         retry = max(1, math.ceil(wait))
@@ -614,7 +618,7 @@ class Limiter:
             return None
         charges = [(hash(("token", token_id)) or 1, requests.interval, 1.0, requests.window)]
         times = (self._table or self.table()).take(charges, now)
-        if times[0] - now > requests.window:
+        if times[0] - now > requests.window + SLACK:
             return self._refused(
                 limits, ("token",), (requests,), charges, times, now, tenant or "", ""
             )
@@ -638,7 +642,7 @@ class Limiter:
         now = self.clock()
         times = self.table().charge([(hash(key) or 1, step, received) for key in keys], now)
         limit = max(upload.window, mine * step)
-        if all(tat - now <= limit for tat in times):
+        if all(tat - now <= limit + SLACK for tat in times):
             return None
         charges = [(0, step, received, limit)] * 2
         return self._refused(

@@ -312,6 +312,19 @@ def test_a_broken_file_keeps_the_previous_overrides(
     assert "keeping the previous ones" in caplog.text
 
 
+@pytest.mark.parametrize("now", [1000.0, 3333.3333, 3800.77])
+def test_the_first_request_of_a_burst_of_one_is_admitted_whatever_the_clock_reads(
+    tmp_path: Path, now: float
+) -> None:
+    # One request per 1000 s: the charge lands exactly on the limit, and ``now + 1000 - now``
+    # rounds above 1000 for about half the clock values whose sum crosses a power of two
+    # (3333.3333 and 3800.77 do: a machine up for about an hour).
+    clock = Clock()
+    clock.now = now
+    limiter = limiter_for(tmp_path, clock, rps=0.001, burst=1)
+    assert [admitted(ask(limiter, f"t{i}")) for i in range(2)] == [True, False]
+
+
 def test_a_bad_entry_in_the_file_limits_nothing_and_stops_nothing_else(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
