@@ -9,7 +9,9 @@ redirect, and, like every console page, ``Cache-Control: no-store``).
 Limits: the same document ``flask quota`` and ``flask ratelimit`` change
 (app/storage/core/limits.py), seen by a project's project_admins and set where the CLI sets
 them: a project's quota and rate limits by a tenant_admin of its tenant (or an admin), a
-tenant's own entry by an admin. Every worker applies a change within a second.
+tenant's own entry by an admin. Every worker applies a change within a second. The limits
+pages are never rate limited for those who may change them (LIMITS_ENDPOINTS): a rate set
+too low must not lock out the one who can clear it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ PROJECT_ROLES = ("reader", "writer", "project_admin")
 TENANT_ROLES = (*PROJECT_ROLES, "tenant_admin")
 MAX_EXPIRY_DAYS = 3650.0
 MAX_NAME_CHARS = 200
+
+
+#: The pages that show and change a project's or a tenant's limits.
+LIMITS_ENDPOINTS = frozenset(
+    {
+        "console.limits",
+        "console.set_project_quota",
+        "console.set_project_rate",
+        "console.tenant_limits",
+        "console.set_tenant_quota",
+        "console.set_tenant_rate",
+    }
+)
 
 
 class FormError(ValueError):
