@@ -351,8 +351,12 @@ class EdgeWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is untyped
 
     def _on_readable(self, conn: EdgeConn, _sock: socket.socket) -> None:
         assert conn.head is not None
+        size = RECV_BYTES
+        if conn.body is not None and conn.body.length is not None:
+            # No further than the body: what follows it is the next request's, read with it.
+            size = max(1, conn.body.start + conn.body.length - len(conn.head))
         try:
-            data = conn.sock.recv(RECV_BYTES)
+            data = conn.sock.recv(size)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

@@ -266,6 +266,29 @@ def test_keep_alive_and_pipelined_requests_still_work(edge: Server) -> None:
     assert raw.count(b"HTTP/1.1 200 OK") == 4, raw
 
 
+def test_pipelined_requests_with_bodies_are_each_answered(edge: Server) -> None:
+    # Each body is read ahead up to its end, and no further: the next request is the next
+    # request, whole or in part.
+    secret = edge.token("writer")
+    one = (
+        f"PUT {BASE}/tasks/pipe/turns/{{n}} HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer {secret}"
+        "\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n{close}\r\n{body}"
+    )
+    sent = b""
+    for n in range(3):
+        body = json.dumps({"summary_md": f"turn {n} " + "p" * 3000})
+        close = "Connection: close\r\n" if n == 2 else ""
+        sent += one.format(n=n, length=len(body), close=close, body=body).encode()
+    with socket.create_connection(address(edge), timeout=10) as sock:
+        sock.sendall(sent[:5000])
+        time.sleep(0.3)
+        sock.sendall(sent[5000:])
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    assert raw.count(b"HTTP/1.1 200 OK") == 3, raw[:600]
+
+
 def test_a_body_at_an_ordinary_pace_is_stored(edge: Server) -> None:
     secret = edge.token("writer")
     head = (
