@@ -143,7 +143,9 @@ class SlowLoad:
         self.answers[outcome] += 1
 
 
-def timed_get(address: tuple[str, int], path: str, headers: dict[str, str], timeout: float) -> float:
+def timed_get(
+    address: tuple[str, int], path: str, headers: dict[str, str], timeout: float
+) -> float:
     """Seconds one GET on a new connection took; ``timeout`` when it failed or ran out."""
     started = time.perf_counter()
     conn = http.client.HTTPConnection(*address, timeout=timeout)
