@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Flask
 
-from app.storage.core.limits import parse_bytes
+from app.storage.core.limits import PAIRS, parse_bytes, rate_fault
 from app.storage.core.quota import parse_floor, parse_inode_floor
 from app.storage.core.record_rules import MAX_RETENTION_DAYS
 from app.web.origins import public_origin
@@ -281,3 +281,15 @@ def _validate_rate_limits(config: dict[str, Any]) -> None:
             raise ConfigError(f"{PREFIX}_{burst} must be >= 0")
         if config[burst] and not config[rate]:
             raise ConfigError(f"{PREFIX}_{burst} is set but {PREFIX}_{rate} is 0 (no limit)")
+    # The ranges an override in the limits document must keep (app/storage/core/limits.py).
+    for (rate, burst), (rate_field, burst_field) in zip(
+        (
+            ("RATE_LIMIT_RPS", "RATE_LIMIT_BURST"),
+            ("RATE_LIMIT_UPLOAD_BPS", "RATE_LIMIT_UPLOAD_BURST"),
+        ),
+        PAIRS,
+        strict=True,
+    ):
+        fault = rate_fault(rate_field, config[rate], burst_field, config[burst])
+        if fault:
+            raise ConfigError(f"{PREFIX}_{rate} / {PREFIX}_{burst}: {fault}")

@@ -34,7 +34,9 @@ from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
 from app.storage import StorageError
 from app.web.auth import Principal, resolve_principal
+from app.web.body import READ_AHEAD_BYTES
 from app.web.errors import ApiError, RequestValidationError, from_storage
+from app.web.permissions import may_write
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +99,15 @@ def _authenticate() -> None:
 
 @bp.errorhandler(413)
 def refuse_too_large(exc: Exception) -> ResponseReturnValue:
-    """A message over MAX_JSON_BYTES, answered as JSON-RPC: the SDK's client hands a JSON-RPC
+    """A message over its limit, answered as JSON-RPC: the SDK's client hands a JSON-RPC
     error at any status to the request that caused it, where a bare 413 reads as a failure
     of the server. Its id is null: the message was not read."""
-    limit = current_app.config["MAX_JSON_BYTES"]
-    _drain_body()
+    principal: Principal | None = g.get("principal")
+    limit = message_limit(principal)
+    if principal is not None and may_write(principal):
+        # A reader's refused message is not waited for: draining it would hold this thread
+        # for as long as the reader takes to send it.
+        _drain_body()
     message = (
         f"Invalid request: the message is larger than the {limit} bytes this endpoint takes."
         f" record_turn takes at most {MCP_ARTIFACT_BYTES} bytes of artifacts in one call;"
@@ -142,7 +148,7 @@ def post_mcp() -> ResponseReturnValue:
     _check_origin()
     if not _accepts_json(request.headers.get("Accept")):
         raise ApiError(406, "this endpoint answers application/json: send it in Accept")
-    request.max_content_length = current_app.config["MAX_JSON_BYTES"]
+    request.max_content_length = message_limit(g.principal)
     raw = request.get_data(cache=False)
     body: dict[str, Any] | None
     try:
@@ -169,6 +175,19 @@ def post_mcp() -> ResponseReturnValue:
     if body is None:
         return Response(status=status)
     return json_response(body, status)
+
+
+def message_limit(principal: Principal | None) -> int:
+    """The largest message ``principal`` may send.
+
+    A writer's message may carry a turn and its artifacts. A reader's calls take a few names
+    and a query, so its message is held to what the worker reads before a thread serves the
+    request (app/web/body.py): a reader trickling a large message holds no thread.
+    """
+    limit: int = current_app.config["MAX_JSON_BYTES"]
+    if principal is None or not may_write(principal):
+        return min(limit, READ_AHEAD_BYTES)
+    return limit
 
 
 def _check_origin() -> None:

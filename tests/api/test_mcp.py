@@ -21,6 +21,7 @@ from werkzeug.test import TestResponse
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
 from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
 from app.storage import Scope
+from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
 
 MODERN = "2026-07-28"
@@ -922,6 +923,24 @@ def test_a_message_over_the_body_limit_is_a_jsonrpc_error(mcp: Mcp, app: Any) ->
     assert "record_turn takes at most 1048576 bytes of artifacts" in message
     assert "project-memory turn put TASK N --artifact PATH" in message
     assert mcp.ok("list_tasks") == "This project has no tasks yet."
+
+
+def test_a_readers_message_is_held_to_what_the_worker_reads_ahead(mcp: Mcp) -> None:
+    # A reader's tools take a few names and a query; a larger message would be read by a
+    # thread waiting on the client, so it is refused unread.
+    query = "q" * READ_AHEAD_BYTES
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {"name": "search", "arguments": {"query": query}},
+    }
+    r = mcp.as_("reader").post(call)
+    assert r.status_code == 413 and r.json["id"] is None, r.get_data(as_text=True)
+    assert f"larger than the {READ_AHEAD_BYTES} bytes" in r.json["error"]["message"]
+    # The same message from a writer is read, and answered by the tool.
+    assert mcp.post(call).status_code == 200
+    assert mcp.as_("reader").ok("list_tasks") == "This project has no tasks yet."
 
 
 def test_the_artifact_schemas_are_exact(mcp: Mcp) -> None:
