@@ -8,7 +8,8 @@ For each index size (turns of ~80 words, as the listing holds them), interleaved
 * **new**: ``fts.purge``: one negative step, positive ones to finish, and a compaction once
   the structure has more than LEVEL_BOUND levels;
 
-each over ``--purges`` rounds of one write, one delete and its purge, on copies of one index.
+each over ``--purges`` rounds of one write, one delete and its purge, on two copies of one
+index, round by round in alternating order.
 Reported: the median and p95 of one purge, the mean over the rounds (compactions included),
 the levels at the end, and the longest single write transaction (what a writer may wait
 behind). Then one compaction against FTS5's 'rebuild' (one transaction) on the same index.
@@ -33,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from app.storage.tree.sqlite import fts
@@ -102,32 +102,39 @@ def new_purge(conn: sqlite3.Connection) -> None:
     fts.purge(conn, "bench", COLUMNS)
 
 
-def rounds(path: Path, purge: Callable[[sqlite3.Connection], None], n: int) -> dict[str, float]:
-    """``n`` rounds of a write, a delete of an older row and its purge."""
-    timed = Timed(path)
-    conn = timed.conn
+def rounds(paths: dict[str, Path], n: int) -> dict[str, dict[str, float]]:
+    """``n`` rounds of a write, a delete of an older row and its purge, on each copy in turn
+    (old, then new, then new, then old, ...): background load hits both alike."""
+    purges = {"old": old_purge, "new": new_purge}
+    timed = {name: Timed(path) for name, path in paths.items()}
     rng = random.Random(2)
-    (top,) = conn.execute(f"SELECT max(rowid) FROM {fts.TEXT}").fetchone()
-    times = []
+    (top,) = timed["old"].conn.execute(f"SELECT max(rowid) FROM {fts.TEXT}").fetchone()
+    times: dict[str, list[float]] = {name: [] for name in paths}
     for k in range(n):
-        conn.execute(
-            f"INSERT INTO {fts.TEXT} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?)",
-            (top + k + 1, f"new-{k}", "model", _text(rng, 80)),
-        )
-        conn.execute(f"DELETE FROM {fts.TEXT} WHERE rowid = ?", (k + 1,))
-        started = time.perf_counter()
-        purge(conn)
-        times.append(time.perf_counter() - started)
-    levels = fts.levels(conn)
-    conn.close()
-    times.sort()
-    return {
-        "median_ms": statistics.median(times) * 1e3,
-        "p95_ms": times[int(0.95 * (len(times) - 1))] * 1e3,
-        "mean_ms": statistics.fmean(times) * 1e3,
-        "levels": levels,
-        "longest_txn_ms": timed.longest * 1e3,
-    }
+        text = _text(rng, 80)
+        order = list(paths) if k % 2 == 0 else list(reversed(paths))
+        for name in order:
+            conn = timed[name].conn
+            conn.execute(
+                f"INSERT INTO {fts.TEXT} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?)",
+                (top + k + 1, f"new-{k}", "model", text),
+            )
+            conn.execute(f"DELETE FROM {fts.TEXT} WHERE rowid = ?", (k + 1,))
+            started = time.perf_counter()
+            purges[name](conn)
+            times[name].append(time.perf_counter() - started)
+    out = {}
+    for name, spent in times.items():
+        spent.sort()
+        out[name] = {
+            "median_ms": statistics.median(spent) * 1e3,
+            "p95_ms": spent[int(0.95 * (len(spent) - 1))] * 1e3,
+            "mean_ms": statistics.fmean(spent) * 1e3,
+            "levels": fts.levels(timed[name].conn),
+            "longest_txn_ms": timed[name].longest * 1e3,
+        }
+        timed[name].conn.close()
+    return out
 
 
 def compaction(path: Path) -> dict[str, float]:
@@ -196,10 +203,11 @@ def main() -> None:
             build(base, size)
             runs: dict[str, list[dict[str, float]]] = {"old": [], "new": [], "secure": []}
             for _ in range(args.reps):
-                for name, purge in (("old", old_purge), ("new", new_purge)):
-                    work = Path(scratch) / f"{name}.sqlite3"
-                    shutil.copy(base, work)
-                    runs[name].append(rounds(work, purge, args.purges))
+                paths = {name: Path(scratch) / f"{name}.sqlite3" for name in ("old", "new")}
+                for path in paths.values():
+                    shutil.copy(base, path)
+                for name, found in rounds(paths, args.purges).items():
+                    runs[name].append(found)
                 if args.sqlite3_dist:
                     work = Path(scratch) / "secure.sqlite3"
                     shutil.copy(base, work)
