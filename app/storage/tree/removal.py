@@ -14,7 +14,9 @@ it, never dropped): ``_project.md`` is compacted (a base that still holds a remo
 is rewritten without it), then the listing's search index is merged and its WAL truncated
 (app/storage/tree/sqlite/fts.py). A reader holding an old snapshot (a long search, a backup)
 stops the truncation; the listing keeps its purge owed until one succeeds, and the next
-write to the project, the sweep and ``fsck --repair`` try again.
+write to the project, the sweep and ``fsck --repair`` try again. The same upkeep first
+rebuilds a search index that is damaged from the records (TaskStore.heal_search), and a
+purge compacts one whose structure grew past its bound (fts.purge).
 """
 
 from __future__ import annotations
