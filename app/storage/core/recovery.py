@@ -36,9 +36,12 @@ class Report:
     repaired: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        if self.plan.clean:
-            return []
-        lines = [f"previous run did not shut down cleanly ({self.plan.reason})"]
+        lines = []
+        if not self.plan.clean:
+            lines.append(f"previous run did not shut down cleanly ({self.plan.reason})")
+        elif self.repaired:
+            # A worker killed under a server that then stopped cleanly.
+            lines.append("previous run stopped cleanly, after a process of it was killed")
         if self.repaired:
             lines.append(f"  repaired {len(self.repaired)} write(s) left in flight")
             lines += [f"    {key}" for key in self.repaired[:20]]

@@ -172,17 +172,24 @@ class TreeStorage:
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what an unclean stop left (the caller holds the root lock): the writes the
-        journals name at once; when unsynced data may have been lost, mark the full check
-        that :meth:`full_check` runs in the background."""
+        """Repair what the last server left (the caller holds the root lock): the writes the
+        journals name, also after a clean stop (a worker killed under a server that then
+        stopped cleanly leaves its slot set). When unsynced data may have been lost, mark the
+        full check that :meth:`full_check` runs in the background."""
         report = Report(plan)
-        if plan.clean:
-            return report
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report
+
+    def repair_dead_writers(self) -> list[str]:
+        """Repair the writes a process that died left in flight (a worker its master just
+        reaped), on every lock stripe no live process holds; the keys repaired."""
+        return [
+            f"{key.scope.tenant}/{key.scope.project}/{key.id}"
+            for key in (*self.tasks.txns.repair_dead(), *self.stores.txns.repair_dead())
+        ]
 
     def full_check(self) -> FsckReport | None:
         """Run the full check a possible loss of unsynced data asked for, if one is pending
