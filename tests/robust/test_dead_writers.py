@@ -9,7 +9,8 @@ listing rows. Then it is SIGKILLed.
   names, so the deleted text leaves ``project.md``, search and the task list at once, not
   at the next write that happens to take the same lock stripe;
 - a writer process killed there while no server runs: the next start repairs it, though
-  the last server stopped cleanly.
+  the last server stopped cleanly, and empties the trash it left (never following a link
+  planted there, and keeping an export's snapshot that may still be read).
 """
 
 from __future__ import annotations
@@ -175,5 +176,35 @@ def test_a_write_killed_after_a_clean_stop_is_repaired_by_the_next_start(tmp_pat
     try:
         assert _deleted_text_is_gone(server.url, secret) == []
         assert "repaired 1 write(s) left in flight" in server.log()
+    finally:
+        server.stop()
+
+
+def test_the_start_empties_the_trash_a_killed_delete_left(tmp_path: Path) -> None:
+    server = Live(tmp_path=tmp_path, root=tmp_path / "storage", workers=2).start()
+    secret = server.token("writer")
+    _seed(server, secret)
+    server.stop()
+    _killed_delete(server.root)
+    trash = server.root / ".trash"
+    [left] = [p.name for p in trash.iterdir()]
+    assert left.endswith("-gone")
+    # Also there: a link planted by hand, and the snapshot of an export running beside.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the service's")
+    (trash / "01J00000000000000000000000-planted").symlink_to(outside)
+    from ulid import ULID
+
+    snapshot = trash / f"{ULID()}-snapshot-kept"
+    snapshot.mkdir()
+    server.start()
+    try:
+        assert sorted(p.name for p in trash.iterdir()) == sorted(
+            ["01J00000000000000000000000-planted", snapshot.name]
+        )
+        assert (outside / "keep.txt").read_text() == "not the service's"
+        assert "emptied 1 deletion(s) left in the trash" in server.log()
+        assert ".trash/01J00000000000000000000000-planted is a symlink" in server.log()
     finally:
         server.stop()

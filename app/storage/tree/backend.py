@@ -47,7 +47,7 @@ from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
 from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
-from app.storage.tree.retention import sweep
+from app.storage.tree.retention import empty_trash_at_start, sweep
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
@@ -172,11 +172,16 @@ class TreeStorage:
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what the last server left (the caller holds the root lock): the writes the
-        journals name, also after a clean stop (a worker killed under a server that then
-        stopped cleanly leaves its slot set). When unsynced data may have been lost, mark the
+        """Repair what the last server left (the caller holds the root lock): the deletions a
+        killed process left in the trash (first: they free room), then the writes the
+        journals name. Both also after a clean stop: a worker killed under a server that then
+        stopped cleanly leaves them too. When unsynced data may have been lost, mark the
         full check that :meth:`full_check` runs in the background."""
         report = Report(plan)
+        report.trash, links = empty_trash_at_start(self.layout)
+        report.notes += [
+            f"{link.relative_to(self.layout.root)} is a symlink: left alone" for link in links
+        ]
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
         if plan.full:
