@@ -16,6 +16,7 @@ their last byte or inode by a filler beside the storage root. What must hold:
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import sqlite3
@@ -105,6 +106,26 @@ def test_traffic_of_a_fresh_process_is_read_at_0_bytes(seeded: Seeded, disk: Pat
         got = c.get(f"{PM}/usage", headers=seeded.headers)
         assert got.status_code == 200, got.data
     unfill(filler)
+
+
+@pytest.mark.parametrize("fill", [fill_inodes, fill_bytes], ids=["0 inodes", "0 bytes"])
+def test_traffic_not_written_at_a_full_disk_is_one_line(
+    seeded: Seeded, disk: Path, fill: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Counts the disk has no room for are kept for the next flush, and say so in one line
+    (every flush of every worker meets the same full disk: no traceback each time)."""
+    with seeded.client(**NO_FLOOR) as c:
+        for _ in range(3):
+            assert c.get(f"{PM}/tasks", headers=seeded.headers).status_code == 200
+        recorder = c.application.extensions["traffic"]
+        filler = fill(disk)  # type: ignore[operator]
+        with caplog.at_level(logging.WARNING, logger="app.traffic"):
+            assert recorder.flush() == 0
+        [line] = [r for r in caplog.records if r.name == "app.traffic"]
+        assert line.levelno == logging.WARNING and line.exc_info is None, line
+        assert "no space left" in line.getMessage() and "\n" not in line.getMessage()
+        unfill(filler)
+        assert recorder.flush() == 1  # the same hour, project and token: one row
 
 
 def test_the_floor_counts_inodes(tmp_path: Path) -> None:
