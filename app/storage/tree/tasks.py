@@ -93,6 +93,7 @@ from app.storage.tree.records import (
     write_json,
 )
 from app.storage.tree.removal import TaskRemovals
+from app.storage.tree.sqlite.db import check_write_room
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
@@ -494,6 +495,7 @@ class TaskStore:
                     raise NotFound(f"task {task_id} not found")
                 if only_owner is not None and index.owner != only_owner:
                     raise NotOwner(NOT_OWNER)
+                self.room_to_delete(scope)
                 txn.begin()
                 trashed = self.trash(task_dir)
                 self.listing(scope).set_task(task_id, [])
@@ -526,6 +528,17 @@ class TaskStore:
         self.removals.delete_artifact(
             scope, task_id, turn, name, only_owner=only_owner, if_match=if_match
         )
+
+    def room_to_delete(self, scope: Scope) -> None:
+        """Refuse now (InsufficientStorage, a 507) a delete in ``scope`` that the disk could
+        not let finish: its commit point (the rename into the trash, or the turn's new
+        ``meta.json``) comes before its listing write, which a disk of small blocks with
+        little room refuses (sqlite/db.py, _SHM_ROOM). A refusal must change nothing. The
+        trash directory is made here too, so that no full disk fails it after the commit."""
+        listing = self.layout.listing(scope)
+        if self.layout.tree.lstat(listing) is not None:
+            check_write_room(str(listing))
+        make_dirs(self.layout.check_inside(self.layout.trash_dir()), self.layout.root)
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
