@@ -636,6 +636,11 @@ class TaskStore:
         exists = tree.is_dir(task_dir)
         if exists:
             _remove_unfinished_turns(tree, task_dir)
+            if _never_committed(tree, task_dir):
+                # The first write of a new task died before its commit point: nothing of
+                # the task was ever acknowledged, and its directory goes as a failed one's.
+                tree.remove(task_dir)
+                exists = False
         index = rebuild_index(tree, task_dir, task_id) if exists else None
         if index is None:
             if exists:
@@ -680,6 +685,17 @@ def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
     for _, turn_dir in turn_dirs(tree, task_dir):
         if all(_unfinished(tree, e) for e in tree.entries(turn_dir)):
             tree.remove(turn_dir)
+
+
+def _never_committed(tree: Tree, task_dir: Path) -> bool:
+    """Whether ``task_dir`` holds no turn at all: only what a new task's first write makes
+    before its commit point (``task.json``, temp files) and its index. A link, or anything
+    else, is a person's to look at (fsck reports it)."""
+    return all(
+        entry.is_file
+        and (entry.name in (TASK_RECORD, TASK_INDEX) or entry.name.startswith(TMP_PREFIX))
+        for entry in tree.entries(task_dir)
+    )
 
 
 def _unfinished(tree: Tree, entry: Entry) -> bool:
