@@ -293,6 +293,24 @@ def startup_recovery(app: Flask) -> list[str]:
     return lines
 
 
+def worker_died(app: Flask) -> list[str]:
+    """Repair the writes a worker left in flight (gunicorn's ``child_exit``, in the master):
+    a worker killed mid-write leaves derived files stale, ``project.md`` and search included,
+    until the next write on its lock stripe. The lines worth logging."""
+    storage = storage_of(app)
+    try:
+        repaired = storage.repair_dead_writers()
+    except Exception as exc:  # noqa: BLE001 - the master must outlive a failed repair
+        return [f"a dead worker's writes in flight were not repaired: {exc}"]
+    finally:
+        storage.close()  # the master keeps no connection (the workers it forks make theirs)
+    if not repaired:
+        return []
+    return [
+        f"repaired {len(repaired)} write(s) a dead worker left in flight: {', '.join(repaired[:20])}"
+    ]
+
+
 def clean_shutdown(app: Flask) -> None:
     """Derived files are written without fsync: sync them all, then drop the sentinel."""
     storage = storage_of(app)

@@ -423,8 +423,13 @@ class StorageBackend(Protocol):
     def ready(self) -> tuple[bool, str]: ...
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what an unclean stop left (``plan``: :meth:`RecoveryState.plan`'s); what
+        """Repair what the last server left (``plan``: :meth:`RecoveryState.plan`'s); what
         needs a full check is marked for :meth:`full_check`."""
+        ...
+
+    def repair_dead_writers(self) -> list[str]:
+        """Repair what a process that died left half-written (a worker the master reaped);
+        never waits for a lock another process holds. What was repaired."""
         ...
 
     def full_check(self) -> FsckReport | None:

@@ -271,7 +271,8 @@ class Transcript:
 
     def _stamp(self) -> str:
         self.clock += 1
-        return f"2026-12-01T10:00:{self.clock:02d}.000Z"
+        minutes, seconds = divmod(self.clock, 60)
+        return f"2026-12-01T10:{minutes:02d}:{seconds:02d}.000Z"
 
     def _write(self, line: dict[str, Any]) -> None:
         line.setdefault("uuid", f"u-{self.clock}-{len(self.path.read_bytes())}")

@@ -8,8 +8,11 @@ real CLI write them.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import stat
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -286,3 +289,121 @@ def test_codex_context_stays_under_its_limit(memory_up: Memory, work: Work) -> N
     done, _ = run_hook(env, "session-start", work.start("cx"), agent="codex")
     context = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
     assert 5_000 < len(context) <= 10_000 and "## big-29" in context
+
+
+def _prompts(turn: dict[str, Any]) -> list[str]:
+    """The prompts a recorded turn's summary holds."""
+    parts = turn["summary_md"].split("## Prompt\n\n")[1:]
+    return [p.split("\n\n## ", 1)[0].split("\n\n", 1)[0].strip() for p in parts]
+
+
+def _slow_git(tmp_path: Path, seconds: float) -> str:
+    """A PATH whose ``git`` takes ``seconds`` before it runs the real one (git on a loaded
+    machine, a large repository or a network filesystem)."""
+    real = shutil.which("git")
+    assert real is not None
+    bin_dir = tmp_path / "slow-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "git"
+    script.write_text(f'#!/bin/sh\nsleep {seconds}\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_a_stop_hook_out_of_time_before_it_spools_loses_no_turn(
+    memory_up: Memory, work: Work, tmp_path: Path
+) -> None:
+    """The hook's time was gone before it spooled (git slow, a short limit): every turn of
+    the session, its first included, is spooled and arrives once, as its own turn."""
+    slow = work.task(
+        "slow-git",
+        PATH=f"{_slow_git(tmp_path, 0.4)}{os.pathsep}{work.env['PATH']}",
+        PROJECT_MEMORY_HOOK_TIMEOUT="0.5",
+    )
+    t = work.session("sg")
+    start = {**work.start("sg"), "transcript_path": str(t.path)}
+    assert run_hook(slow, "session-start", start)[0].returncode == 0
+    took = []
+    for n in range(3):
+        t.turn(f"slow prompt {n}", f"slow answer {n}")
+        done, seconds = run_hook(slow, "stop", t.stop())
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+        took.append(seconds)
+    flushed = cli(work.task("slow-git"), "agent", "flush", "--json")
+    assert flushed.returncode == 0, flushed.stdout + flushed.stderr
+    turns = memory_up.turns("slow-git")
+    assert [_prompts(turn) for turn in turns] == [[f"slow prompt {n}"] for n in range(3)]
+    assert [f"slow answer {n}" in turn["summary_md"] for n, turn in enumerate(turns)] == [True] * 3
+    assert work.spooled() == []
+    # Two git calls of 0.4 s each: the limit was gone before the turn was spooled, and the
+    # network part still had its MIN_WORK.
+    assert min(took) > 0.8, took
+
+
+def test_a_turn_whose_hook_never_ran_arrives_as_its_own_turn(memory_up: Memory, work: Work) -> None:
+    """A hook killed before it spooled (here: never run) loses nothing: the next hook of the
+    session reads that turn too, apart from its own; a session's first turn included."""
+    env = work.task("never-ran")
+    t = work.session("nr")
+    start = {**work.start("nr"), "transcript_path": str(t.path)}
+    assert run_hook(env, "session-start", start)[0].returncode == 0
+    t.turn("first prompt, its hook killed", "first answer")
+    t.turn("second prompt", "second answer")
+    assert run_hook(env, "stop", t.stop("second answer"))[0].returncode == 0
+    t.turn("third prompt, its hook killed", "third answer")
+    t.turn("fourth prompt", "fourth answer")
+    assert run_hook(env, "stop", t.stop("fourth answer"))[0].returncode == 0
+    turns = memory_up.turns("never-ran")
+    assert [_prompts(turn) for turn in turns] == [
+        ["first prompt, its hook killed"],
+        ["second prompt"],
+        ["third prompt, its hook killed"],
+        ["fourth prompt"],
+    ]
+    answers = ["first answer", "second answer", "third answer", "fourth answer"]
+    for turn, answer in zip(turns, answers, strict=True):
+        assert turn["summary_md"].endswith(f"## Answer\n\n{answer}\n"), turn["summary_md"]
+    # Each has its own record id, and the hooks that ran recorded nothing twice.
+    assert len({turn["meta"]["record_id"] for turn in turns}) == 4
+    assert run_hook(env, "stop", t.stop("fourth answer"))[0].returncode == 0
+    assert len(memory_up.turns("never-ran")) == 4
+
+
+def test_refused_entries_are_counted_and_logged_and_stray_temp_files_go(
+    memory_up: Memory, work: Work
+) -> None:
+    env = work.task("refusals")
+    state = Path(env["PROJECT_MEMORY_STATE_DIR"])
+    spool = state / "spool"
+    spool.mkdir(parents=True, mode=0o700)
+    # An entry the server refuses for good (a task id it cannot take) and one torn in two.
+    refused = {
+        "record_id": "r" * 32,
+        "agent": "claude-code",
+        "url": memory_up.url,
+        "tenant": None,
+        "project": None,
+        "task_id": "not a task id",
+        "meta": {},
+        "summary_md": "refused",
+    }
+    (spool / f"{'r' * 32}.json").write_text(json.dumps(refused))
+    (spool / f"{'t' * 32}.json").write_text('{"record_id": "tttt", "agent"')
+    # Temp files of writes a killed hook left, and one of a write in flight now.
+    for where in (spool, state / "sessions"):
+        where.mkdir(exist_ok=True, mode=0o700)
+        stale = where / ".tmp-0123456789ab"
+        stale.write_bytes(b"left by a killed hook")
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    (spool / ".tmp-ba9876543210").write_bytes(b"being written")
+    t = work.session("rf", ("a prompt", "an answer"))
+    assert run_hook(env, "stop", t.stop())[0].returncode == 0
+    [turn] = memory_up.turns("refusals")
+    assert _prompts(turn) == ["a prompt"]
+    log = (state / "hook.log").read_text()
+    assert "stop: 2 turn(s) refused for good, moved to" in log, log
+    assert "unreadable entry" in log and "422" in log, log
+    status = json.loads(cli(env, "agent", "status", "--json").stdout)["data"]
+    assert (status["spool"]["queued"], status["spool"]["rejected"]) == (0, 2)
+    left = sorted(p.name for p in [*spool.iterdir(), *(state / "sessions").iterdir()])
+    assert ".tmp-0123456789ab" not in left and ".tmp-ba9876543210" in left, left

@@ -122,6 +122,10 @@ class PgStorage:
         """Nothing to repair: a killed writer's transaction was rolled back by the database."""
         return Report(plan)
 
+    def repair_dead_writers(self) -> list[str]:
+        """Nothing to repair: a dead process's transaction was rolled back by the database."""
+        return []
+
     def full_check(self) -> FsckReport | None:
         return None
 

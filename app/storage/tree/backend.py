@@ -48,7 +48,7 @@ from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
 from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
-from app.storage.tree.retention import sweep
+from app.storage.tree.retention import empty_trash_at_start, sweep
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.search_health import heal_search_indexes
 from app.storage.tree.stores.engine import MemoryStoreEngine
@@ -183,20 +183,33 @@ class TreeStorage:
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what an unclean stop left (the caller holds the root lock): the writes the
-        journals name at once; when unsynced data may have been lost, mark the full check
-        that :meth:`full_check` runs in the background."""
+        """Repair what the last server left (the caller holds the root lock): the deletions a
+        killed process left in the trash (first: they free room), then the writes the
+        journals name. Both also after a clean stop: a worker killed under a server that then
+        stopped cleanly leaves them too. When unsynced data may have been lost, mark the
+        full check that :meth:`full_check` runs in the background."""
         report = Report(plan)
-        if plan.clean:
-            return report
+        report.trash, links = empty_trash_at_start(self.layout)
+        report.notes += [
+            f"{link.relative_to(self.layout.root)} is a symlink: left alone" for link in links
+        ]
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
-        # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
-        # structure against its segments): each gets FTS5's own check, within a budget.
-        report.search = heal_search_indexes(self.tasks, self.stores, thorough=True)
+        if not plan.clean:
+            # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
+            # structure against its segments): each gets FTS5's own check, within a budget.
+            report.search = heal_search_indexes(self.tasks, self.stores, thorough=True)
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report
+
+    def repair_dead_writers(self) -> list[str]:
+        """Repair the writes a process that died left in flight (a worker its master just
+        reaped), on every lock stripe no live process holds; the keys repaired."""
+        return [
+            f"{key.scope.tenant}/{key.scope.project}/{key.id}"
+            for key in (*self.tasks.txns.repair_dead(), *self.stores.txns.repair_dead())
+        ]
 
     def full_check(self) -> FsckReport | None:
         """Run the full check a possible loss of unsynced data asked for, if one is pending

@@ -78,6 +78,8 @@ class TaskParts(Protocol):
 
     def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int: ...
 
+    def room_to_delete(self, scope: Scope) -> None: ...
+
     def trash(self, directory: Path) -> Path: ...
 
     def repair_task(self, scope: Scope, task_id: str) -> None: ...
@@ -137,6 +139,7 @@ class TaskRemovals:
             with tasks.transaction(scope, task_id) as txn, os_errors():
                 task_dir, record, live = self._live_turn(scope, task_id, turn, only_owner)
                 check_preconditions(record.etag, if_match, False)
+                tasks.room_to_delete(scope)  # a refusal after the rename would be a lie
                 txn.begin()
                 if live == 1:
                     # Its last live turn: the task goes whole (expired turns the sweep has
@@ -179,6 +182,7 @@ class TaskRemovals:
                 retain_until=iso_us(updated_us + tasks.retention_us),
                 updated_us=updated_us,
             )
+            tasks.room_to_delete(scope)  # a refusal after meta.json would be a lie
             txn.begin()
             write_json(path.parent.parent / TURN_META, turn_to_json(record))
             commit_point()

@@ -96,6 +96,7 @@ from app.storage.tree.records import (
     write_json,
 )
 from app.storage.tree.removal import TaskRemovals
+from app.storage.tree.sqlite.db import check_write_room
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
@@ -498,6 +499,7 @@ class TaskStore:
                     raise NotFound(f"task {task_id} not found")
                 if only_owner is not None and index.owner != only_owner:
                     raise NotOwner(NOT_OWNER)
+                self.room_to_delete(scope)
                 txn.begin()
                 trashed = self.trash(task_dir)
                 self.listing(scope).set_task(task_id, [])
@@ -530,6 +532,17 @@ class TaskStore:
         self.removals.delete_artifact(
             scope, task_id, turn, name, only_owner=only_owner, if_match=if_match
         )
+
+    def room_to_delete(self, scope: Scope) -> None:
+        """Refuse now (InsufficientStorage, a 507) a delete in ``scope`` that the disk could
+        not let finish: its commit point (the rename into the trash, or the turn's new
+        ``meta.json``) comes before its listing write, which a disk of small blocks with
+        little room refuses (sqlite/db.py, _SHM_ROOM). A refusal must change nothing. The
+        trash directory is made here too, so that no full disk fails it after the commit."""
+        listing = self.layout.listing(scope)
+        if self.layout.tree.lstat(listing) is not None:
+            check_write_room(str(listing))
+        make_dirs(self.layout.check_inside(self.layout.trash_dir()), self.layout.root)
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
@@ -675,6 +688,11 @@ class TaskStore:
         exists = tree.is_dir(task_dir)
         if exists:
             _remove_unfinished_turns(tree, task_dir)
+            if _never_committed(tree, task_dir):
+                # The first write of a new task died before its commit point: nothing of
+                # the task was ever acknowledged, and its directory goes as a failed one's.
+                tree.remove(task_dir)
+                exists = False
         index = rebuild_index(tree, task_dir, task_id) if exists else None
         if index is None:
             if exists:
@@ -719,6 +737,17 @@ def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
     for _, turn_dir in turn_dirs(tree, task_dir):
         if all(_unfinished(tree, e) for e in tree.entries(turn_dir)):
             tree.remove(turn_dir)
+
+
+def _never_committed(tree: Tree, task_dir: Path) -> bool:
+    """Whether ``task_dir`` holds no turn at all: only what a new task's first write makes
+    before its commit point (``task.json``, temp files) and its index. A link, or anything
+    else, is a person's to look at (fsck reports it)."""
+    return all(
+        entry.is_file
+        and (entry.name in (TASK_RECORD, TASK_INDEX) or entry.name.startswith(TMP_PREFIX))
+        for entry in tree.entries(task_dir)
+    )
 
 
 def _unfinished(tree: Tree, entry: Entry) -> bool:

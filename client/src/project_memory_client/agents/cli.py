@@ -116,14 +116,7 @@ def _status(ctx: Context) -> Output:
     except ClientError as exc:
         server["detail"] = f"unreachable: {exc}"
     spool = Spool(state_dir())
-    rejected = spool.dir / "rejected"
-    queue = {
-        "queued": spool.count(),
-        "rejected": len([p for p in rejected.iterdir() if p.suffix == ".json"])
-        if rejected.is_dir()
-        else 0,
-        "dir": str(spool.dir),
-    }
+    queue = {"queued": spool.count(), "rejected": spool.rejected_count(), "dir": str(spool.dir)}
     warnings = []
     if any(a.get("mcp") for a in agents.values()) and "PROJECT_MEMORY_TOKEN" not in os.environ:
         warnings.append(
@@ -174,12 +167,17 @@ def _flush(ctx: Context) -> Output:
         "already_recorded": outcome.already,
         "rejected": outcome.rejected,
         "kept": outcome.kept,
+        "deferred": outcome.deferred,
         "errors": outcome.errors,
+        "rejections": outcome.rejections,
     }
     text = (
         f"sent {outcome.sent}, already recorded {outcome.already}, rejected {outcome.rejected},"
         f" still queued {outcome.kept}"
     )
+    if outcome.deferred:
+        text += f", left to the process sending their task's earlier turns {outcome.deferred}"
+    text += "".join(f"\nrejected (moved to {spool.dir}/rejected/): {r}" for r in outcome.rejections)
     if outcome.errors:
         text += f"\nlast error: {outcome.errors[-1]}"
     code = 3 if outcome.unreachable else 1 if outcome.kept or outcome.rejected else 0

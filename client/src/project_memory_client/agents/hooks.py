@@ -11,12 +11,23 @@ agent reads, and always exits 0: a hook never blocks or fails the agent's sessio
   its meta (agent, model, session, commit, times, tokens, cwd, branch) from the transcript,
   masked (agents/secrets.py). The turn is spooled first, then sent (agents/spool.py).
 
+Turns are never lost nor merged. The session's state (``sessions/``) says where the last
+recorded turn ended; it moves only once a turn is spooled or on the server, so a turn whose
+hook never got that far (killed, or with a full disk and no server) is read again by the
+next hook, as a turn of its own (transcripts.py cuts at each prompt after an answer).
+``session-start`` marks where a new session's transcript begins, so that this holds for a
+session's first turn too.
+
 The task is ``PROJECT_MEMORY_TASK`` when set, else the git branch made into a task id, else
 ``session-<session id>``.
 
-Time: the whole hook gives up after ``PROJECT_MEMORY_HOOK_TIMEOUT`` seconds (1.5 by
-default): a timer interrupts whatever is waiting on the network; what was not sent stays in
-the spool. Errors go to ``<state dir>/hook.log``, never to the agent.
+Time: nothing local is ever cut: the settings, the transcript's tail, git (with its own
+time limits) and the spool come first, with no clock running. Then the network part gives
+up once ``PROJECT_MEMORY_HOOK_TIMEOUT`` seconds (1.5 by default) have passed since the
+process started, or after MIN_WORK seconds when the local part took longer: a timer
+interrupts whatever is waiting on the network; what was not sent stays in the spool. When
+the spool cannot be written (a full disk), the turns are sent at once, each as its own.
+Errors go to ``<state dir>/hook.log``, never to the agent.
 """
 
 from __future__ import annotations
@@ -37,8 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .secrets import mask, mask_value
-from .spool import Entry, Spool, private_dir, state_dir, write_private
-from .transcripts import TurnFacts, claude_turn, codex_turn
+from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, write_private
+from .transcripts import TurnFacts, claude_turns, codex_turns
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -53,7 +64,7 @@ BUDGET_ENV = "PROJECT_MEMORY_CONTEXT_BYTES"
 TURNS_ENV = "PROJECT_MEMORY_CONTEXT_TURNS"
 ARTIFACTS_ENV = "PROJECT_MEMORY_ARTIFACTS"  # "transcript", "diff", or both, comma-separated
 DEFAULT_TIMEOUT = 1.5  # seconds from the process's start
-MIN_WORK = 0.3
+MIN_WORK = 0.3  # seconds the network part gets however long the local part took
 DEFAULT_BUDGET = 6_000
 DEFAULT_TURNS = 3
 TURN_CHARS = 1_000  # of each recent turn's summary in the context
@@ -78,6 +89,16 @@ class Deadline(BaseException):
 class Git:
     branch: str | None
     commit: str | None
+
+
+@dataclass
+class Recorded:
+    """What a stop hook read and spooled: each turn with its entry and artifacts, and how
+    many of them (the first ones) are in the spool."""
+
+    state_path: Path
+    turns: list[tuple[TurnFacts, Entry, dict[str, tuple[bytes, str]]]]
+    spooled: int = 0
 
 
 def git_info(cwd: str) -> Git:
@@ -199,6 +220,7 @@ class Hook:
         self.spool = Spool(self.root)
         self.started = process_started()
         self.limit = _float(env, TIMEOUT_ENV, DEFAULT_TIMEOUT)
+        self.ends: float | None = None  # when the network part must be done (start_clock)
         self._client: Client | None = None
         self._settings: Settings | None = None
 
@@ -211,7 +233,15 @@ class Hook:
         return str(self.data.get("cwd") or os.getcwd())
 
     def left(self) -> float:
+        if self.ends is not None:
+            return self.ends - time.monotonic()
         return self.limit - (time.monotonic() - self.started)
+
+    def start_clock(self) -> float:
+        """Start the network part's time: what is left of the hook's, at least MIN_WORK."""
+        budget = max(MIN_WORK, self.left())
+        self.ends = time.monotonic() + budget
+        return budget
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -250,8 +280,15 @@ class Hook:
             project=settings.project,
             deadline=deadline,
         )
-        for error in outcome.errors[:3]:
-            self.log.write(f"{self.event}: kept in the spool: {error}")
+        if outcome.rejected:
+            self.log.write(
+                f"{self.event}: {outcome.rejected} turn(s) refused for good, moved to"
+                f" {self.spool.dir / 'rejected'}: {'; '.join(outcome.rejections[:3])}"
+            )
+        if outcome.kept:
+            reasons = {r.split(": ", 1)[-1] for r in outcome.rejections}
+            for error in [e for e in outcome.errors if e not in reasons][:3]:
+                self.log.write(f"{self.event}: kept in the spool: {error}")
 
     # -- session start ------------------------------------------------------------------
     def session_start(self) -> str:
@@ -314,19 +351,109 @@ class Hook:
         )
 
     # -- a finished turn ----------------------------------------------------------------
-    def record(self) -> str:
+    def state_path(self) -> Path:
+        name = f"{self.agent}-{hashlib.sha256(self.session_id.encode()).hexdigest()[:24]}.json"
+        return self.root / "sessions" / name
+
+    def begin_session(self) -> None:
+        """Mark where a session's transcript begins (no clock running: local, milliseconds),
+        unless a turn of it was recorded already: a first turn whose hook never recorded it
+        is then read by the next, not lost."""
+        raw = self.data.get("transcript_path")
+        if not raw:
+            return
+        try:
+            path = self.state_path()
+            if path.exists():
+                return
+            transcript = Path(str(raw))
+            if self.agent == "codex":
+                # Turns are named, not placed: every turn after the last one started so far.
+                last = codex_turns(transcript, None, None, None) if transcript.is_file() else []
+                state: dict[str, Any] = {"end_key": last[-1].end_key if last else ""}
+            else:
+                state = {"offset": transcript.stat().st_size if transcript.is_file() else 0}
+            private_dir(path.parent)
+            write_private(path, json.dumps(state).encode(), replace=False)
+        except OSError as exc:
+            self.log.write(f"{self.event}: the session's start not recorded: {exc}")
+
+    def record(self) -> Recorded | None:
+        """Read every turn since the last one recorded and spool each, with no clock running
+        (all of it local); the session's state then moves past what was spooled."""
         settings = self.settings()
-        state_path = private_dir(self.root / "sessions") / (
-            f"{self.agent}-{hashlib.sha256(self.session_id.encode()).hexdigest()[:24]}.json"
-        )
-        state = _read_json(state_path)
-        facts = self._facts(state)
-        if facts is None:
-            return ""
+        state_path = self.state_path()
+        turns = self._facts(_read_json(state_path))
+        if not turns:
+            return None
         git = git_info(self.cwd)
+        secret = (settings.token,) if settings.token else ()
+        recorded = Recorded(state_path, [])
+        created = time.time()
+        for n, facts in enumerate(turns):
+            entry = self._entry(facts, git, secret, created + n * 1e-6)
+            # The diff is of the work tree now: the current turn's alone.
+            artifacts = self._artifacts(facts, secret, diff=n == len(turns) - 1)
+            recorded.turns.append((facts, entry, artifacts))
+        for _, entry, artifacts in recorded.turns:
+            try:
+                self.spool.add(entry, artifacts)
+            except OSError as exc:
+                left = len(recorded.turns) - recorded.spooled
+                self.log.write(
+                    f"{self.event}: the spool cannot be written ({exc}): {left} turn(s) are"
+                    " sent directly"
+                )
+                break
+            recorded.spooled += 1
+        if recorded.spooled:
+            self._save_state(state_path, recorded.turns[recorded.spooled - 1][0])
+        return recorded
+
+    def deliver(self, recorded: Recorded | None) -> None:
+        """Send, under the time limit: what the spool holds (oldest first), then the turns
+        the spool could not take, in order, each as its own; the state moves past each one
+        the server holds (or refused for good: nowhere to keep it)."""
+        self.flush()
+        if recorded is None or recorded.spooled == len(recorded.turns):
+            return
+        from ..client import Upload
+        from ..errors import ApiError, ClientError
+
+        client = self.client()
+        for facts, entry, artifacts in recorded.turns[recorded.spooled :]:
+            uploads = [Upload(name, data, kind) for name, (data, kind) in artifacts.items()]
+            try:
+                send(client, entry, uploads)
+            except ApiError as exc:
+                if exc.status not in FINAL_STATUSES:
+                    self.log.write(f"{self.event}: not sent, read again next time: {exc}")
+                    break
+                self.log.write(
+                    f"{self.event}: turn {entry.record_id} refused for good and not spooled"
+                    f" (the spool cannot be written): {exc.status} {exc.message}"
+                )
+            except (ClientError, RuntimeError) as exc:
+                self.log.write(f"{self.event}: not sent, read again next time: {exc}")
+                break
+            with no_deadline():
+                self._save_state(recorded.state_path, facts)
+
+    def _save_state(self, path: Path, facts: TurnFacts) -> None:
+        """The session's state: where the last turn recorded ends. Not written (a full disk):
+        the next hook reads that turn again, finds its record id on the server or in the
+        spool, and does not record it twice."""
+        state = {"offset": facts.end_offset, "end_key": facts.end_key}
+        try:
+            private_dir(path.parent)
+            write_private(path, json.dumps(state).encode())
+        except OSError as exc:
+            self.log.write(f"{self.event}: the session's state not written: {exc}")
+
+    def _entry(self, facts: TurnFacts, git: Git, secret: tuple[str, ...], created: float) -> Entry:
+        settings = self.settings()
         key = f"{self.agent}:{self.session_id}:{facts.end_key}"
         record_id = hashlib.sha256(key.encode()).hexdigest()[:32]
-        secret = (settings.token,) if settings.token else ()
         meta: dict[str, Any] = {
             "agent_id": self.agent,
             "model": facts.model or self.data.get("model"),
@@ -342,7 +469,7 @@ class Hook:
             self.session_id
         )
         meta = mask_value({k: v for k, v in meta.items() if v is not None}, secret)
-        entry = Entry(
+        return Entry(
             record_id=record_id,
             agent=self.agent,
             url=settings.url or "",
@@ -351,39 +478,36 @@ class Hook:
             task_id=task_id_for(self.env, git, self.session_id),
             meta=meta,
             summary_md=mask(summary_of(facts), secret),
+            created_at=created,
         )
-        artifacts = self._artifacts(facts, secret)
-        with no_deadline():
-            self.spool.add(entry, artifacts)
-            write_private(
-                state_path,
-                json.dumps({"offset": facts.end_offset, "end_key": facts.end_key}).encode(),
-            )
-        self.flush()
-        return ""
 
-    def _facts(self, state: dict[str, Any]) -> TurnFacts | None:
+    def _facts(self, state: dict[str, Any]) -> list[TurnFacts]:
         raw = self.data.get("transcript_path")
         if not raw:
-            return None
+            return []
         path = Path(str(raw))
         if not path.is_file():
-            return None
+            return []
         answer = self.data.get("last_assistant_message")
         answer = answer if isinstance(answer, str) and answer.strip() else None
         if self.agent == "codex":
             turn = self.data.get("turn_id")
-            return codex_turn(path, str(turn) if turn else None, answer)
+            after = state.get("end_key")
+            return codex_turns(
+                path, after if isinstance(after, str) else None, str(turn) if turn else None, answer
+            )
         offset = state.get("offset")
-        return claude_turn(path, offset if isinstance(offset, int) else None, answer)
+        return claude_turns(path, offset if isinstance(offset, int) else None, answer)
 
-    def _artifacts(self, facts: TurnFacts, secret: tuple[str, ...]) -> dict[str, tuple[bytes, str]]:
+    def _artifacts(
+        self, facts: TurnFacts, secret: tuple[str, ...], *, diff: bool
+    ) -> dict[str, tuple[bytes, str]]:
         wanted = {p.strip() for p in self.env.get(ARTIFACTS_ENV, "").split(",") if p.strip()}
         out: dict[str, tuple[bytes, str]] = {}
         if "transcript" in wanted and facts.lines:
             text = b"".join(facts.lines).decode("utf-8", "replace")
             out["transcript.jsonl"] = (mask(text, secret).encode(), "application/x-ndjson")
-        if "diff" in wanted:
+        if "diff" in wanted and diff:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 done = subprocess.run(
                     ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
@@ -393,8 +517,8 @@ class Hook:
                     check=False,
                 )
                 if done.returncode == 0 and done.stdout:
-                    diff = done.stdout[:DIFF_BYTES].decode("utf-8", "replace")
-                    out["diff.patch"] = (mask(diff, secret).encode(), "text/x-diff")
+                    diff_text = done.stdout[:DIFF_BYTES].decode("utf-8", "replace")
+                    out["diff.patch"] = (mask(diff_text, secret).encode(), "text/x-diff")
         return out
 
 
@@ -452,12 +576,19 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         data = {}
     hook = Hook(agent, event, data, env)
     try:
-        # At least MIN_WORK even after a slow start: the turn is spooled before anything
-        # is sent, and that takes milliseconds.
-        with deadline_after(max(MIN_WORK, hook.left())):
+        # The local part first, with no clock running: a turn is never lost because the
+        # machine was slow to start the process or to read the transcript.
+        recorded = None
+        if event == "session-start":
+            hook.begin_session()
+        else:
+            recorded = hook.record()
+        # Then the network part: what is left of the hook's time, at least MIN_WORK.
+        with deadline_after(hook.start_clock()):
             if event == "session-start":
                 return hook.session_start()
-            return hook.record()
+            hook.deliver(recorded)
+            return ""
     except Deadline:
         hook.log.write(f"{event}: gave up after {hook.limit}s; the spool keeps what was not sent")
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's session

@@ -19,6 +19,12 @@ Nothing is lost, nothing is doubled:
   next number.
 * A process sends an entry only while it holds a lock on the entry's file, so a hook and
   ``agent flush`` never send one entry at the same time.
+* Entries go oldest first: by the time their files were written, and for files of one
+  clock tick (a hook that spools several turns at once) by the time each entry records.
+* An entry the server refuses for good moves to ``rejected/`` with the reason; each is
+  counted in the flush's outcome (the hook logs them).
+* A temp file a killed process left (``.tmp-*``) is removed once it is older than any write
+  in flight can be.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from .._files import fsync_dir
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from ..client import Client, Upload
 
 try:  # POSIX; elsewhere entries are sent without the cross-process lock
     import fcntl
@@ -47,6 +53,10 @@ STATE_ENV = "PROJECT_MEMORY_STATE_DIR"
 ENTRY_SUFFIX = ".json"
 RECORD_KEY = "record_id"
 NEXT_TURN_ATTEMPTS = 64
+TEMP_PREFIX = ".tmp-"
+# A temp file is a write in flight for milliseconds; one this old was left by a process
+# that died between creating it and removing it.
+STALE_TEMP_SECONDS = 600.0
 # A refusal that sending again cannot change: the entry moves to spool/rejected/.
 FINAL_STATUSES = frozenset({400, 413, 415, 422})
 
@@ -72,7 +82,7 @@ def private_dir(path: Path) -> Path:
 def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
     """Write ``path`` (mode 0600) whole or not at all. ``replace=False`` writes it only if
     it does not exist (False then); a reader never sees a part."""
-    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}")
+    tmp = path.with_name(f"{TEMP_PREFIX}{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -117,15 +127,21 @@ class Entry:
         value = json.loads(data)
         return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
 
+    def task_key(self) -> tuple[str, str | None, str | None, str]:
+        """The task the turn goes to, on its server and in its scope."""
+        return (self.url.rstrip("/"), self.tenant, self.project, self.task_id)
+
 
 @dataclass
 class Outcome:
     sent: int = 0
     already: int = 0  # found on the server (sent before): removed, not written again
-    rejected: int = 0
+    rejected: int = 0  # refused for good: moved to spool/rejected/
     kept: int = 0  # still spooled (the server is down, busy, or refused the token)
+    deferred: int = 0  # left behind a turn of their task another process is sending
     unreachable: bool = False
     errors: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)  # "<file>: <why>", one per rejected
 
 
 class Spool:
@@ -139,30 +155,86 @@ class Spool:
 
     def add(self, entry: Entry, artifacts: dict[str, tuple[bytes, str]] | None = None) -> bool:
         """Spool ``entry`` with its artifacts (name → (bytes, content type)); False when an
-        entry of that record id is spooled already (it is the same turn)."""
+        entry of that record id is spooled already (it is the same turn). OSError (a full
+        disk) when it cannot be written: then nothing of it is left."""
         directory = self._ready()
-        for name, (data, content_type) in (artifacts or {}).items():
-            file = f"{entry.record_id}.{name}"
-            write_private(directory / file, data)
-            entry.artifacts.append({"name": name, "file": file, "content_type": content_type})
-        return write_private(
-            directory / f"{entry.record_id}{ENTRY_SUFFIX}", entry.to_json(), replace=False
-        )
+        self.remove_stale_temps()
+        written: list[Path] = []
+        try:
+            for name, (data, content_type) in (artifacts or {}).items():
+                file = f"{entry.record_id}.{name}"
+                write_private(directory / file, data)
+                written.append(directory / file)
+                entry.artifacts.append({"name": name, "file": file, "content_type": content_type})
+            return write_private(
+                directory / f"{entry.record_id}{ENTRY_SUFFIX}", entry.to_json(), replace=False
+            )
+        except OSError:
+            entry.artifacts.clear()
+            for path in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise
 
-    def paths(self) -> list[Path]:
-        """Spooled entries, oldest first."""
+    def remove_stale_temps(self) -> int:
+        """Remove the temp files a killed process left in the spool and the state directory
+        (older than STALE_TEMP_SECONDS: a write in flight is never one); how many went."""
+        removed = 0
+        limit = time.time() - STALE_TEMP_SECONDS
+        for directory in (self.root, self.root / "sessions", self.dir, self.dir / "rejected"):
+            try:
+                names = [n for n in os.listdir(directory) if n.startswith(TEMP_PREFIX)]
+            except OSError:
+                continue
+            for name in names:
+                with contextlib.suppress(OSError):
+                    st = os.stat(directory / name, follow_symlinks=False)
+                    if st.st_mtime < limit:
+                        os.unlink(directory / name)
+                        removed += 1
+        return removed
+
+    def _entry_files(self) -> list[Path]:
         if not self.dir.is_dir():
             return []
-        found = [p for p in self.dir.iterdir() if p.name.endswith(ENTRY_SUFFIX)]
-        return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+        return [
+            p
+            for p in self.dir.iterdir()
+            if p.name.endswith(ENTRY_SUFFIX) and not p.name.startswith(TEMP_PREFIX)
+        ]
+
+    def paths(self) -> list[Path]:
+        """Spooled entries, oldest first: by their files' times, and for files of one clock
+        tick (several turns one hook spooled) by the times the entries record."""
+        times: dict[Path, int] = {}
+        for path in self._entry_files():
+            with contextlib.suppress(FileNotFoundError):  # sent by another process meanwhile
+                times[path] = path.stat().st_mtime_ns
+        ticks: dict[int, int] = {}
+        for mtime in times.values():
+            ticks[mtime] = ticks.get(mtime, 0) + 1
+
+        def order(path: Path) -> tuple[int, float, str]:
+            mtime = times[path]
+            return (mtime, _created_at(path) if ticks[mtime] > 1 else 0.0, path.name)
+
+        return sorted(times, key=order)
 
     def count(self) -> int:
-        return len(self.paths())
+        return len(self._entry_files())
+
+    def rejected_count(self) -> int:
+        """Entries the server refused for good, kept in ``rejected/`` with the reason."""
+        rejected = self.dir / "rejected"
+        if not rejected.is_dir():
+            return 0
+        return len([p for p in rejected.iterdir() if p.name.endswith(ENTRY_SUFFIX)])
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[Entry | None]:
+    def _locked(self, path: Path) -> Iterator[Entry | str | None]:
         """The entry at ``path`` while this process holds its lock; None when another
-        process holds it, or it was sent and removed meanwhile."""
+        process holds it, or it was sent and removed meanwhile; why, when it could not be
+        read (it moved to ``rejected/``)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except (FileNotFoundError, OSError):
@@ -184,7 +256,7 @@ class Spool:
                 entry = Entry.from_json(data)
             except (ValueError, TypeError):
                 self._reject(path, "unreadable entry")
-                yield None
+                yield "unreadable entry"
                 return
             yield entry
         finally:
@@ -202,7 +274,9 @@ class Spool:
         rejected = private_dir(self.dir / "rejected")
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, rejected / path.name)
-            write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
+            # The reason is a help, the move is what counts: a full disk may refuse it.
+            with contextlib.suppress(OSError):
+                write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
 
     def flush(
         self,
@@ -215,16 +289,29 @@ class Spool:
     ) -> Outcome:
         """Send every entry for the server at ``url`` and the scope ``client`` acts in
         (``tenant``, ``project``: its settings), oldest first, until ``deadline``
-        (``time.monotonic()``); entries for another server or scope are left for it."""
+        (``time.monotonic()``); entries for another server or scope are left for it.
+
+        A task's turns keep their order: once an entry of a task is not sent (another
+        process is sending it, or it failed), its later entries wait for the next flush."""
         from ..errors import ApiError, ClientError, ServerUnreachable
 
         outcome = Outcome()
+        self.remove_stale_temps()
+        waiting: set[tuple[str, str | None, str | None, str]] = set()  # tasks held back
         for path in self.paths():
             if deadline is not None and time.monotonic() >= deadline:
                 outcome.kept += 1
                 continue
             with self._locked(path) as entry:
                 if entry is None:
+                    # Another process holds it (an entry is never changed: it reads whole).
+                    held = _peek(path)
+                    if held is not None:
+                        waiting.add(held.task_key())
+                    continue
+                if isinstance(entry, str):
+                    outcome.rejected += 1
+                    outcome.rejections.append(f"{path.name}: {entry}")
                     continue
                 if (entry.url.rstrip("/"), entry.tenant, entry.project) != (
                     url.rstrip("/"),
@@ -233,8 +320,11 @@ class Spool:
                 ):
                     outcome.kept += 1
                     continue
+                if entry.task_key() in waiting:
+                    outcome.deferred += 1
+                    continue
                 try:
-                    found = send(client, entry, self.dir)
+                    found = send(client, entry, spooled_uploads(entry, self.dir))
                 except ServerUnreachable as exc:
                     outcome.kept += 1
                     outcome.unreachable = True
@@ -245,12 +335,15 @@ class Spool:
                     if exc.status in FINAL_STATUSES:
                         self._reject(path, f"{exc.status} {exc.message}")
                         outcome.rejected += 1
+                        outcome.rejections.append(f"{path.name}: {exc.status} {exc.message}")
                     else:
                         outcome.kept += 1
+                        waiting.add(entry.task_key())
                     outcome.errors.append(f"{exc.status} {exc.message}")
                     continue
                 except (ClientError, RuntimeError) as exc:
                     outcome.kept += 1
+                    waiting.add(entry.task_key())
                     outcome.errors.append(str(exc))
                     continue
                 self._remove(path, entry)
@@ -261,23 +354,43 @@ class Spool:
         return outcome
 
 
-def send(client: Client, entry: Entry, directory: Path) -> bool:
-    """Put ``entry``'s turn on the server, once; True when it was there already.
+def _peek(path: Path) -> Entry | None:
+    try:
+        return Entry.from_json(path.read_bytes())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _created_at(path: Path) -> float:
+    try:
+        return float(json.loads(path.read_bytes()).get("created_at", 0.0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0.0
+
+
+def spooled_uploads(entry: Entry, directory: Path) -> list[Upload]:
+    """The artifacts of a spooled entry, from their files beside it."""
+    from ..client import Upload
+
+    return [
+        Upload(a["name"], directory / a["file"], a["content_type"])
+        for a in entry.artifacts
+        if (directory / a["file"]).is_file()
+    ]
+
+
+def send(client: Client, entry: Entry, uploads: list[Upload]) -> bool:
+    """Put ``entry``'s turn with ``uploads`` on the server, once; True when it was there
+    already.
 
     A turn not there yet goes with its artifacts in one request (all or nothing); one that
     is there gets each artifact it lacks (what a cut delivery of the seed's requests, or a
     file spooled after, left out).
     """
-    from ..client import Upload
     from ..errors import NotFound, PreconditionFailed
 
     task_id = entry.task_id
     meta = {**entry.meta, RECORD_KEY: entry.record_id}
-    uploads = [
-        Upload(a["name"], directory / a["file"], a["content_type"])
-        for a in entry.artifacts
-        if (directory / a["file"]).is_file()
-    ]
     for _ in range(NEXT_TURN_ATTEMPTS):
         try:
             index = client.get_task(task_id)
