@@ -13,7 +13,13 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from project_memory_client.agents.install import InstallError, install, installed, uninstall
+from project_memory_client.agents.install import (
+    READ_TOOLS,
+    InstallError,
+    install,
+    installed,
+    uninstall,
+)
 
 from tests.agents.conftest import git_repo
 
@@ -69,7 +75,10 @@ def test_claude_code_into_a_repository_that_has_settings(repo: Path) -> None:
     for event, name in (("SessionStart", "session-start"), ("PreCompact", "pre-compact")):
         assert settings["hooks"][event][0]["hooks"][0]["command"].endswith(f"agent hook {name}")
     local = json.loads((repo / ".claude" / "settings.local.json").read_text())
-    assert local["permissions"]["allow"] == ["Bash(make:*)", "mcp__project-memory"]
+    assert local["permissions"]["allow"] == [
+        "Bash(make:*)",
+        *(f"mcp__project-memory__{tool}" for tool in READ_TOOLS),
+    ]
     assert local["enabledMcpjsonServers"] == ["other", "project-memory"]
     server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
     assert server["other"] == USER_MCP["mcpServers"]["other"]
