@@ -407,3 +407,33 @@ def test_refused_entries_are_counted_and_logged_and_stray_temp_files_go(
     assert (status["spool"]["queued"], status["spool"]["rejected"]) == (0, 2)
     left = sorted(p.name for p in [*spool.iterdir(), *(state / "sessions").iterdir()])
     assert ".tmp-0123456789ab" not in left and ".tmp-ba9876543210" in left, left
+
+
+def test_deeply_nested_input_never_fails_the_agent(memory_up: Memory, work: Work) -> None:
+    """JSON nested past Python's recursion limit, on stdin or in a transcript line: the hook
+    exits 0 with nothing on stderr, and the turn around such a line is still recorded."""
+    env = work.task("deep-input")
+    for stdin in ("[" * 200_000, '{"a": ' * 100_000 + "1" + "}" * 100_000):
+        for event in ("session-start", "stop", "pre-compact"):
+            done = subprocess.run(
+                [CLI, "agent", "hook", event],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+            assert (done.returncode, done.stderr) == (0, ""), (event, done.stderr[-500:])
+            if event != "session-start":
+                assert done.stdout == ""
+    t = work.session("deep")
+    t.prompt("a prompt before a deep line")
+    with open(t.path, "a", encoding="utf-8") as fh:
+        fh.write("[" * 200_000 + "\n")
+    t.assistant("m-deep", [{"type": "text", "text": "the answer after it"}], {"output_tokens": 1})
+    done, _ = run_hook(env, "stop", t.stop())
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr[-500:]
+    [turn] = memory_up.turns("deep-input")
+    assert "a prompt before a deep line" in turn["summary_md"]
+    assert "the answer after it" in turn["summary_md"]

@@ -559,7 +559,7 @@ def _cut(text: str, limit: int) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -570,7 +570,7 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         return ""
     try:
         data = json.loads(stdin) if stdin.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not an event
         data = {}
     if not isinstance(data, dict):
         data = {}
@@ -604,8 +604,14 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
 
 
 def main(agent: str, event: str) -> int:
-    out = run(agent, event, sys.stdin.read(), os.environ)
-    if out:
-        sys.stdout.write(out + "\n")
-        sys.stdout.flush()
+    """Run the hook the agent started; always 0: whatever happens (an unreadable stdin, an
+    agent that closed our stdout), the agent's session goes on."""
+    try:
+        out = run(agent, event, sys.stdin.read(), os.environ)
+        if out:
+            sys.stdout.write(out + "\n")
+            sys.stdout.flush()
+    except BaseException:  # noqa: BLE001 - a hook never fails the agent's session
+        with contextlib.suppress(BaseException):
+            Log(state_dir(dict(os.environ))).write(f"{event}: {traceback.format_exc(limit=4)}")
     return 0

@@ -254,7 +254,7 @@ class Spool:
                 data = fh.read()
             try:
                 entry = Entry.from_json(data)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 self._reject(path, "unreadable entry")
                 yield "unreadable entry"
                 return
@@ -357,14 +357,14 @@ class Spool:
 def _peek(path: Path) -> Entry | None:
     try:
         return Entry.from_json(path.read_bytes())
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
 
 
 def _created_at(path: Path) -> float:
     try:
         return float(json.loads(path.read_bytes()).get("created_at", 0.0))
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return 0.0
 
 

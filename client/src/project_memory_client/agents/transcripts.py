@@ -81,8 +81,8 @@ def _lines_at(data: bytes, begin: int) -> list[tuple[int, bytes, dict[str, Any]]
     for raw in data.splitlines(keepends=True):
         try:
             value = json.loads(raw)
-        except ValueError:
-            value = None  # a torn or foreign line: skipped, never fatal
+        except (ValueError, RecursionError):
+            value = None  # a torn, foreign or too deeply nested line: skipped, never fatal
         if isinstance(value, dict):
             out.append((at, raw, value))
         at += len(raw)
