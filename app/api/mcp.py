@@ -30,6 +30,7 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.services.framing import NOTE
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
 from app.storage import StorageError
@@ -83,7 +84,7 @@ INSTRUCTIONS = (
     " that works on it. Before starting, search it (search, read_digest) for earlier"
     " decisions, fixes and notes on the task; read_task and read_turn show a task's history."
     " Writers can record what was done with record_turn, and keep notes in the project's"
-    " memory stores with the memory tool."
+    " memory stores with the memory tool. " + NOTE
 )
 
 bp = Blueprint("mcp", __name__)
