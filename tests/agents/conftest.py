@@ -221,14 +221,14 @@ def agent_env(tmp_path: Path, memory_up: Memory) -> dict[str, str]:
         "PROJECT_MEMORY_URL": memory_up.url,
         "PROJECT_MEMORY_TOKEN": memory_up.writer,
         "PROJECT_MEMORY_STATE_DIR": str(tmp_path / "state"),
-        # Time enough on a loaded machine for what a test checks was sent; the tests of
-        # giving up use the default (:func:`default_timeout`).
+        # The network part's time, for every event alike: the tests of giving up use the
+        # events' own defaults (:func:`default_timeout`).
         "PROJECT_MEMORY_HOOK_TIMEOUT": "8",
     }
 
 
 def default_timeout(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the hooks' own time limit (1.5 s from their start)."""
+    """``env`` with the hooks' own time limits (hooks.SESSION_START_TIMEOUT, STOP_TIMEOUT)."""
     return {k: v for k, v in env.items() if k != "PROJECT_MEMORY_HOOK_TIMEOUT"}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from project_memory_client.agents.hooks import AGENT_LIMIT, SESSION_START_TIMEOUT, STOP_TIMEOUT
 
 from tests.agents.conftest import CLI, Memory, Work, cli, default_timeout, git_repo, run_hook
 
@@ -100,22 +101,26 @@ def test_server_down_the_turn_waits_in_the_spool_and_arrives_once(
     assert "while the server is down" in turn["summary_md"]
 
 
-def test_a_hung_server_is_given_up_on_within_2_seconds(memory_up: Memory, work: Work) -> None:
+def test_a_hung_server_is_given_up_on_before_the_agent_gives_up(
+    memory_up: Memory, work: Work
+) -> None:
+    """The network part has its own time, counted from when its first request can start,
+    and the hook ends before the agent's 10 s are up."""
     env = default_timeout(work.task("slow-task"))
     t = work.session("sess-4", ("prompt", "answer"))
     memory_up.switch.set("slow")
-    for event, payload in (("stop", t.stop()), ("session-start", work.start("sess-4"))):
+    for event, payload, budget in (
+        ("stop", t.stop(), STOP_TIMEOUT),
+        ("session-start", work.start("sess-4"), SESSION_START_TIMEOUT),
+    ):
         done, took = run_hook(env, event, payload)
         assert done.returncode == 0 and done.stdout == "", done.stderr
-        assert took < 2.0, f"{event} took {took:.2f}s"
+        assert budget <= took < AGENT_LIMIT, f"{event} took {took:.2f}s"
     assert len(work.spooled()) == 1
     log = (Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log").read_text()
-    assert "gave up after 1.5s" in log
+    assert f"stop: gave up after {STOP_TIMEOUT:g}s" in log
+    assert f"session-start: gave up after {SESSION_START_TIMEOUT:g}s" in log
     memory_up.switch.set("up")
-    # Delivery once the server answers again, with the test's own time limit: under a loaded
-    # machine the default 1.5 s may run out before the spool's turn, which is then sent by the
-    # next hook (the spool tests check that); this test is about giving up, not delivery.
-    env = work.task("slow-task")
     assert run_hook(env, "session-start", work.start("sess-4"))[0].returncode == 0
     assert work.spooled() == [] and len(memory_up.turns("slow-task")) == 1
 
@@ -202,11 +207,14 @@ def test_session_start_gives_the_task_and_the_newest_digest(memory_up: Memory, w
     assert "Task `context-task`" in context
     assert context.index("turn 3 of") < context.index("turn 2 of") < context.index("turn 1 of")
     assert "turn 0 of" not in context  # the last three turns only
-    assert "### Step 3" in context  # its headings under the context's own
+    assert '<stored-text from="turn 3 of task context-task (claude-code, m)">\n# Step 3' in context
     digest = context.split("The newest sections of project.md", 1)[1]
     assert "## filler-19" in digest and "## filler-00" not in digest
-    assert len(digest.split("To look further back")[0].encode()) <= 1500 + 100
-    assert "mcp__project-memory__search" in context
+    assert len(context.encode()) <= 1500  # the whole context, the search line included
+    assert context.endswith(
+        "mcp__project-memory__search tool of the project-memory MCP server"
+        " (then read_task / read_turn for a task's history)."
+    )
 
 
 def test_hooks_off_do_nothing(memory_up: Memory, work: Work) -> None:
@@ -313,11 +321,12 @@ def _slow_git(tmp_path: Path, seconds: float) -> str:
 def test_a_stop_hook_out_of_time_before_it_spools_loses_no_turn(
     memory_up: Memory, work: Work, tmp_path: Path
 ) -> None:
-    """The hook's time was gone before it spooled (git slow, a short limit): every turn of
-    the session, its first included, is spooled and arrives once, as its own turn."""
+    """A local part slower than the network part's whole time (git slow, a short limit):
+    every turn of the session, its first included, is spooled and arrives once, as its own
+    turn."""
     slow = work.task(
         "slow-git",
-        PATH=f"{_slow_git(tmp_path, 0.4)}{os.pathsep}{work.env['PATH']}",
+        PATH=f"{_slow_git(tmp_path, 1.0)}{os.pathsep}{work.env['PATH']}",
         PROJECT_MEMORY_HOOK_TIMEOUT="0.5",
     )
     t = work.session("sg")
@@ -335,9 +344,9 @@ def test_a_stop_hook_out_of_time_before_it_spools_loses_no_turn(
     assert [_prompts(turn) for turn in turns] == [[f"slow prompt {n}"] for n in range(3)]
     assert [f"slow answer {n}" in turn["summary_md"] for n, turn in enumerate(turns)] == [True] * 3
     assert work.spooled() == []
-    # Two git calls of 0.4 s each: the limit was gone before the turn was spooled, and the
-    # network part still had its MIN_WORK.
-    assert min(took) > 0.8, took
+    # A git call of 1 s, twice the network part's whole time: the local part is never cut,
+    # and the network part's time starts after it.
+    assert min(took) > 1.0, took
 
 
 def test_a_turn_whose_hook_never_ran_arrives_as_its_own_turn(memory_up: Memory, work: Work) -> None:

@@ -1,4 +1,4 @@
-"""``project-memory``: the remote CLI.
+"""``project-memory``: the remote CLI, parsed and run (cli.py is its entry point).
 
 Exit status: 0 success; 1 the API refused (its message on one line), or the command failed
 (a mount's final sync that did not complete); 2 bad usage (arguments, settings, a local
@@ -133,6 +133,7 @@ def _usage_failure(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's) and run the command; the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
     try:
@@ -196,7 +197,3 @@ def run(ctx: Context, command: str) -> int:
         stream = ctx.stderr if output.exit_code else ctx.stdout
         show(stream, output.text.rstrip("\n") + "\n")
     return output.exit_code
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -3,9 +3,10 @@
 The agent sends the event as JSON on stdin; the hook answers on stdout in the form the
 agent reads, and always exits 0: a hook never blocks or fails the agent's session.
 
-* ``session-start`` (startup, resume, clear, compact): sends what the spool holds, then
-  prints context for the model: the current task's last turn summaries, the newest sections
-  of project.md up to a byte budget, and a line on searching with the MCP tool.
+* ``session-start`` (startup, resume, clear, compact): prints context for the model, which
+  the server assembles in one request within a byte budget (GET /context: the current
+  task's last turns, the newest sections of project.md, other mentions of the task, stored
+  text framed), and a line on searching with the MCP tool; then sends what the spool holds.
 * ``stop`` (each finished turn) and ``pre-compact`` (before the agent compacts its context):
   records the turn since the last one recorded: its prompt and last answer as the summary,
   its meta (agent, model, session, commit, times, tokens, cwd, branch) from the transcript,
@@ -22,12 +23,16 @@ The task is ``PROJECT_MEMORY_TASK`` when set, else the git branch made into a ta
 ``session-<session id>``.
 
 Time: nothing local is ever cut: the settings, the transcript's tail, git (with its own
-time limits) and the spool come first, with no clock running. Then the network part gives
-up once ``PROJECT_MEMORY_HOOK_TIMEOUT`` seconds (1.5 by default) have passed since the
-process started, or after MIN_WORK seconds when the local part took longer: a timer
+time limits) and the spool come first, with no clock running. The network part's time
+starts when its first request can: SESSION_START_TIMEOUT or STOP_TIMEOUT seconds (or
+``PROJECT_MEMORY_HOOK_TIMEOUT``), and by default never past AGENT_LIMIT less a margin after
+the process started, so that the hook ends before the agent stops waiting for it. A timer
 interrupts whatever is waiting on the network; what was not sent stays in the spool. When
 the spool cannot be written (a full disk), the turns are sent at once, each as its own.
 Errors go to ``<state dir>/hook.log``, never to the agent.
+
+The hook process imports what it uses and no more (no httpx, no argparse: cli.py hands
+``agent hook`` straight to :func:`main_argv`), and speaks HTTP through agents/wire.py.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, w
 from .transcripts import TurnFacts, claude_turns, codex_turns
 
 if TYPE_CHECKING:
-    from ..client import Client
     from ..settings import Settings
+    from .wire import HookClient
 
 EVENTS = ("session-start", "stop", "pre-compact")
 AGENTS = ("claude-code", "codex")
@@ -63,13 +68,19 @@ TIMEOUT_ENV = "PROJECT_MEMORY_HOOK_TIMEOUT"
 BUDGET_ENV = "PROJECT_MEMORY_CONTEXT_BYTES"
 TURNS_ENV = "PROJECT_MEMORY_CONTEXT_TURNS"
 ARTIFACTS_ENV = "PROJECT_MEMORY_ARTIFACTS"  # "transcript", "diff", or both, comma-separated
-DEFAULT_TIMEOUT = 1.5  # seconds from the process's start
+# The agents give a hook 10 s (the timeout install writes) and then kill it.
+AGENT_LIMIT = 10.0
+AGENT_MARGIN = 1.0  # seconds kept between the hook's end and the agent's limit
+# The network part's time, counted from when its first request can start (bench/README.md,
+# "Hooks": chosen from the hooks' wall times with the server up, slow and down, idle and
+# under load). A session waits for its start hook, so that one gives up sooner.
+SESSION_START_TIMEOUT = 6.0
+STOP_TIMEOUT = 8.0
 MIN_WORK = 0.3  # seconds the network part gets however long the local part took
-DEFAULT_BUDGET = 6_000
+DEFAULT_BUDGET = 9_000  # bytes of context: the server's own default (GET /context)
+MIN_BUDGET = 500
 DEFAULT_TURNS = 3
-TURN_CHARS = 1_000  # of each recent turn's summary in the context
-# The smallest section project.md can hold: "\n## x\n\nLatest turn: 0, updated <time>\n\n".
-SECTION_MIN = 50
+MAX_TURNS = 20
 # Codex 0.171's limit on a hook's additionalContext (characters; a longer one is cut).
 CODEX_CONTEXT_CHARS = 10_000
 PROMPT_CHARS = 16_000
@@ -219,9 +230,10 @@ class Hook:
         self.log = Log(self.root)
         self.spool = Spool(self.root)
         self.started = process_started()
-        self.limit = _float(env, TIMEOUT_ENV, DEFAULT_TIMEOUT)
+        self.limit = _float(env, TIMEOUT_ENV, 0.0) or None  # None: the event's default
         self.ends: float | None = None  # when the network part must be done (start_clock)
-        self._client: Client | None = None
+        self.budget = 0.0
+        self._client: HookClient | None = None
         self._settings: Settings | None = None
 
     @property
@@ -233,13 +245,19 @@ class Hook:
         return str(self.data.get("cwd") or os.getcwd())
 
     def left(self) -> float:
-        if self.ends is not None:
-            return self.ends - time.monotonic()
-        return self.limit - (time.monotonic() - self.started)
+        return (self.ends - time.monotonic()) if self.ends is not None else self.budget
 
     def start_clock(self) -> float:
-        """Start the network part's time: what is left of the hook's, at least MIN_WORK."""
-        budget = max(MIN_WORK, self.left())
+        """Start the network part's time, now that its first request can start: the given
+        limit, else the event's default, ended early enough for the agent's own limit
+        (counted from the process's start) and at least MIN_WORK."""
+        if self.limit is not None:
+            budget = self.limit
+        else:
+            default = SESSION_START_TIMEOUT if self.event == "session-start" else STOP_TIMEOUT
+            spent = time.monotonic() - self.started
+            budget = max(MIN_WORK, min(default, AGENT_LIMIT - AGENT_MARGIN - spent))
+        self.budget = budget
         self.ends = time.monotonic() + budget
         return budget
 
@@ -250,16 +268,13 @@ class Hook:
             self._settings = load_settings(env=self.env).require()
         return self._settings
 
-    def client(self) -> Client:
+    def client(self) -> HookClient:
         if self._client is None:
-            from ..client import Client
+            from .wire import HookClient
 
-            settings = self.settings()
             # Each request gets what is left of the hook's time; no waiting out a 429/503.
-            self._client = Client(
-                settings=settings.with_overrides(timeout=max(0.2, self.left())),
-                max_retries=0,
-            )
+            deadline = self.ends if self.ends is not None else time.monotonic() + self.left()
+            self._client = HookClient(self.settings(), deadline=deadline)
         return self._client
 
     def close(self) -> None:
@@ -291,64 +306,44 @@ class Hook:
                 self.log.write(f"{self.event}: kept in the spool: {error}")
 
     # -- session start ------------------------------------------------------------------
-    def session_start(self) -> str:
+    def session_start(self, task_id: str) -> str:
+        """The context, in one request to the server (GET /context), then the spool."""
         from ..errors import NotFound
 
-        self.flush(share=0.4)
-        client = self.client()
-        git = git_info(self.cwd)
-        task_id = task_id_for(self.env, git, self.session_id)
-        parts = ["# Project memory", ""]
-        wanted = int(_float(self.env, TURNS_ENV, DEFAULT_TURNS))
-        try:
-            index = client.get_task(task_id)
-        except NotFound:
-            index = None
-        if index is not None and index.turns:
-            parts.append(f"Task `{task_id}`: its last turns, newest first.")
-            for entry in list(reversed(index.turns))[:wanted]:
-                try:
-                    record = client.get_turn(task_id, entry.turn)
-                except NotFound:
-                    continue  # deleted or expired since the index was read
-                who = ", ".join(
-                    str(record.meta[k]) for k in ("agent_id", "model") if record.meta.get(k)
-                )
-                parts += [
-                    "",
-                    f"## Turn {entry.turn} ({record.updated_at}{', ' + who if who else ''})",
-                    "",
-                ]
-                parts.append(_nest(_cut(record.summary_md.strip(), TURN_CHARS)))
-        else:
-            parts.append(f"Task `{task_id}` has no turns yet.")
+        tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
+        line = (
+            f"To look further back, search this project's memory with the {tool} tool"
+            " of the project-memory MCP server (then read_task / read_turn for a task's"
+            " history)."
+        )
         budget = int(_float(self.env, BUDGET_ENV, DEFAULT_BUDGET))
         if self.agent == "codex":
             # Codex cuts a longer context to its head and tail: keep the whole under it.
-            used = sum(len(p) + 1 for p in parts) + 400
-            budget = max(0, min(budget, CODEX_CONTEXT_CHARS - used))
-        # No section is under SECTION_MIN bytes: asking for budget/SECTION_MIN sections
-        # lets the server stop where the budget ends.
-        wanted_sections = min(1000, max(1, budget // SECTION_MIN))
-        digest = (
-            digest_head(client.get_digest(max_bytes=budget, limit=wanted_sections))
-            if budget
-            else ""
-        )
-        if digest:
-            parts += ["", "The newest sections of project.md, the digest of every task:", ""]
-            parts.append(digest)
-        tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
-        parts += [
-            "",
-            f"To look further back, search this project's memory with the {tool} tool"
-            " of the project-memory MCP server (then read_task / read_turn for a task's"
-            " history).",
-        ]
-        context = "\n".join(parts)
-        return json.dumps(
-            {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
-        )
+            budget = min(budget, CODEX_CONTEXT_CHARS - 100)
+        budget = max(MIN_BUDGET, budget - len(line.encode()) - 2)
+        turns = min(MAX_TURNS, int(_float(self.env, TURNS_ENV, DEFAULT_TURNS)))
+        out = ""
+        try:
+            found = self.client().get_context(task_id, max_bytes=budget, turns=turns)
+        except NotFound:
+            self.log.write(
+                "session-start: the server gives no context (GET /context: 404); it is older"
+                " than this client"
+            )
+        else:
+            context = found["context"].rstrip("\n") + "\n\n" + line
+            out = json.dumps(
+                {
+                    "hookSpecificOutput": {
+                        "hookEventName": "SessionStart",
+                        "additionalContext": context,
+                    }
+                }
+            )
+        # What waits in the spool goes next, in the time left: the context comes first.
+        with contextlib.suppress(Deadline):
+            self.flush()
+        return out
 
     # -- a finished turn ----------------------------------------------------------------
     def state_path(self) -> Path:
@@ -417,8 +412,8 @@ class Hook:
         self.flush()
         if recorded is None or recorded.spooled == len(recorded.turns):
             return
-        from ..client import Upload
         from ..errors import ApiError, ClientError
+        from ..models import Upload
 
         client = self.client()
         for facts, entry, artifacts in recorded.turns[recorded.spooled :]:
@@ -534,24 +529,6 @@ def summary_of(facts: TurnFacts) -> str:
     return "\n".join(parts) + "\n"
 
 
-def digest_head(text: str) -> str:
-    """The whole sections of a digest that was cut at a line (all of it, when it holds one
-    section or part of one)."""
-    text = text.rstrip()
-    first, last = text.find("\n## "), text.rfind("\n## ")
-    if last > first >= 0:
-        text = text[:last].rstrip()
-    return text
-
-
-def _nest(markdown: str) -> str:
-    """Headings two levels down, under the context's own ``## Turn`` headings."""
-    return _HEADING.sub(lambda m: "#" * min(6, len(m.group(1)) + 2), markdown)
-
-
-_HEADING = re.compile(r"^(#{1,6})(?=\s)", re.M)
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
@@ -575,22 +552,27 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
     if not isinstance(data, dict):
         data = {}
     hook = Hook(agent, event, data, env)
+    out = ""
     try:
         # The local part first, with no clock running: a turn is never lost because the
         # machine was slow to start the process or to read the transcript.
         recorded = None
+        task_id = ""
         if event == "session-start":
             hook.begin_session()
+            task_id = task_id_for(env, git_info(hook.cwd), hook.session_id)
         else:
             recorded = hook.record()
-        # Then the network part: what is left of the hook's time, at least MIN_WORK.
+        # Then the network part, from when its first request can start.
         with deadline_after(hook.start_clock()):
             if event == "session-start":
-                return hook.session_start()
-            hook.deliver(recorded)
-            return ""
+                out = hook.session_start(task_id)
+            else:
+                hook.deliver(recorded)
     except Deadline:
-        hook.log.write(f"{event}: gave up after {hook.limit}s; the spool keeps what was not sent")
+        hook.log.write(
+            f"{event}: gave up after {hook.budget:g}s; the spool keeps what was not sent"
+        )
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's session
         from ..errors import ServerUnreachable, SettingsError
 
@@ -600,7 +582,23 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
             hook.log.write(f"{event}: {traceback.format_exc(limit=8)}")
     finally:
         hook.close()
-    return ""
+    return out
+
+
+def main_argv(argv: list[str]) -> int | None:
+    """``agent hook EVENT [--agent AGENT]`` as the agents run it, without argparse (its
+    import and parser cost start-up time in every hook); None when ``argv`` is another
+    form, which the full parser then reads (and refuses, if it must)."""
+    agent = "claude-code"
+    rest = list(argv)
+    if len(rest) == 3 and rest[1] == "--agent":
+        agent = rest.pop(2)
+        rest.pop(1)
+    elif len(rest) == 2 and rest[1].startswith("--agent="):
+        agent = rest.pop(1).split("=", 1)[1]
+    if len(rest) != 1 or rest[0] not in EVENTS or agent not in AGENTS:
+        return None
+    return main(agent, rest[0])
 
 
 def main(agent: str, event: str) -> int:

@@ -42,7 +42,30 @@ from typing import TYPE_CHECKING, Any
 from .._files import fsync_dir
 
 if TYPE_CHECKING:
-    from ..client import Client, Upload
+    from typing import Protocol
+
+    from ..models import TaskIndex, TurnRecord, Upload
+
+    class Sender(Protocol):
+        """What sends a spooled turn: the full client (``agent flush``) or the hooks' own
+        (agents/wire.py), which take the same calls and raise the same errors."""
+
+        def get_task(self, task_id: str) -> TaskIndex: ...
+
+        def put_turn(
+            self,
+            task_id: str,
+            turn: int,
+            *,
+            meta: dict[str, Any] | None = ...,
+            summary_md: str = ...,
+            if_none_match: Any = ...,
+            artifacts: Any = ...,
+        ) -> TurnRecord: ...
+
+        def put_artifact(
+            self, task_id: str, turn: int, name: str, source: Any, *, content_type: Any = ...
+        ) -> Any: ...
 
 try:  # POSIX; elsewhere entries are sent without the cross-process lock
     import fcntl
@@ -280,7 +303,7 @@ class Spool:
 
     def flush(
         self,
-        client: Client,
+        client: Sender,
         *,
         url: str,
         tenant: str | None = None,
@@ -370,7 +393,7 @@ def _created_at(path: Path) -> float:
 
 def spooled_uploads(entry: Entry, directory: Path) -> list[Upload]:
     """The artifacts of a spooled entry, from their files beside it."""
-    from ..client import Upload
+    from ..models import Upload
 
     return [
         Upload(a["name"], directory / a["file"], a["content_type"])
@@ -379,7 +402,7 @@ def spooled_uploads(entry: Entry, directory: Path) -> list[Upload]:
     ]
 
 
-def send(client: Client, entry: Entry, uploads: list[Upload]) -> bool:
+def send(client: Sender, entry: Entry, uploads: list[Upload]) -> bool:
     """Put ``entry``'s turn with ``uploads`` on the server, once; True when it was there
     already.
 

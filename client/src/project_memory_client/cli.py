@@ -1,0 +1,43 @@
+"""``project-memory``: the entry point of the remote CLI (command_line.py parses and runs it).
+
+Exit status: 0 success; 1 the API refused, or the command failed; 2 bad usage; 3 the server
+cannot be reached (docs/client.md).
+
+``agent hook EVENT`` (what Claude Code and Codex run at every hook, a new process each time)
+goes straight to the hook, without loading the parser and every command's options: the
+hook's start-up is time the agent waits for (agents/hooks.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["agent", "hook"]:
+        from .agents.hooks import main_argv
+
+        code = main_argv(argv[2:])
+        if code is not None:
+            return code
+    from .command_line import main as run_command_line
+
+    return run_command_line(argv)
+
+
+def __getattr__(name: str) -> Any:
+    """The command line's names (``build_parser``, ``run``, ``COMMANDS``, ...), loaded when
+    first asked for."""
+    from . import command_line
+
+    try:
+        return getattr(command_line, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
