@@ -46,18 +46,15 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .secrets import mask, mask_value
 from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, write_private
-from .transcripts import TurnFacts, claude_turns, codex_turns
 
 if TYPE_CHECKING:
     from ..settings import Settings
+    from .transcripts import TurnFacts
     from .wire import HookClient
 
 EVENTS = ("session-start", "stop", "pre-compact")
@@ -96,20 +93,24 @@ class Deadline(BaseException):
     ``except Exception`` takes it for an error of its own)."""
 
 
-@dataclass(frozen=True)
 class Git:
-    branch: str | None
-    commit: str | None
+    __slots__ = ("branch", "commit")
+
+    def __init__(self, branch: str | None, commit: str | None) -> None:
+        self.branch = branch
+        self.commit = commit
 
 
-@dataclass
 class Recorded:
     """What a stop hook read and spooled: each turn with its entry and artifacts, and how
     many of them (the first ones) are in the spool."""
 
-    state_path: Path
-    turns: list[tuple[TurnFacts, Entry, dict[str, tuple[bytes, str]]]]
-    spooled: int = 0
+    def __init__(
+        self, state_path: Path, turns: list[tuple[TurnFacts, Entry, dict[str, tuple[bytes, str]]]]
+    ) -> None:
+        self.state_path = state_path
+        self.turns = turns
+        self.spooled = 0
 
 
 def git_info(cwd: str) -> Git:
@@ -363,6 +364,8 @@ class Hook:
                 return
             transcript = Path(str(raw))
             if self.agent == "codex":
+                from .transcripts import codex_turns
+
                 # Turns are named, not placed: every turn after the last one started so far.
                 last = codex_turns(transcript, None, None, None) if transcript.is_file() else []
                 state: dict[str, Any] = {"end_key": last[-1].end_key if last else ""}
@@ -446,6 +449,8 @@ class Hook:
             self.log.write(f"{self.event}: the session's state not written: {exc}")
 
     def _entry(self, facts: TurnFacts, git: Git, secret: tuple[str, ...], created: float) -> Entry:
+        from .secrets import mask, mask_value
+
         settings = self.settings()
         key = f"{self.agent}:{self.session_id}:{facts.end_key}"
         record_id = hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -477,6 +482,8 @@ class Hook:
         )
 
     def _facts(self, state: dict[str, Any]) -> list[TurnFacts]:
+        from .transcripts import claude_turns, codex_turns
+
         raw = self.data.get("transcript_path")
         if not raw:
             return []
@@ -497,6 +504,8 @@ class Hook:
     def _artifacts(
         self, facts: TurnFacts, secret: tuple[str, ...], *, diff: bool
     ) -> dict[str, tuple[bytes, str]]:
+        from .secrets import mask
+
         wanted = {p.strip() for p in self.env.get(ARTIFACTS_ENV, "").split(",") if p.strip()}
         out: dict[str, tuple[bytes, str]] = {}
         if "transcript" in wanted and facts.lines:
@@ -579,6 +588,8 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         if isinstance(exc, ServerUnreachable | SettingsError):
             hook.log.write(f"{event}: {exc}")
         else:
+            import traceback
+
             hook.log.write(f"{event}: {traceback.format_exc(limit=8)}")
     finally:
         hook.close()
@@ -610,6 +621,8 @@ def main(agent: str, event: str) -> int:
             sys.stdout.write(out + "\n")
             sys.stdout.flush()
     except BaseException:  # noqa: BLE001 - a hook never fails the agent's session
+        import traceback
+
         with contextlib.suppress(BaseException):
             Log(state_dir(dict(os.environ))).write(f"{event}: {traceback.format_exc(limit=4)}")
     return 0

@@ -35,22 +35,36 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import fsync_dir
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Protocol
 
-    from ..models import TaskIndex, TurnRecord, Upload
+    from ..models import Upload
+
+    class IndexedTurn(Protocol):
+        @property
+        def turn(self) -> int: ...
+        @property
+        def meta(self) -> dict[str, Any]: ...
+        @property
+        def artifacts(self) -> Sequence[str]: ...
+
+    class Index(Protocol):
+        @property
+        def turns(self) -> Sequence[IndexedTurn]: ...
+        @property
+        def latest_turn(self) -> int | None: ...
 
     class Sender(Protocol):
         """What sends a spooled turn: the full client (``agent flush``) or the hooks' own
         (agents/wire.py), which take the same calls and raise the same errors."""
 
-        def get_task(self, task_id: str) -> TaskIndex: ...
+        def get_task(self, task_id: str) -> Index: ...
 
         def put_turn(
             self,
@@ -61,11 +75,12 @@ if TYPE_CHECKING:
             summary_md: str = ...,
             if_none_match: Any = ...,
             artifacts: Any = ...,
-        ) -> TurnRecord: ...
+        ) -> object: ...
 
         def put_artifact(
             self, task_id: str, turn: int, name: str, source: Any, *, content_type: Any = ...
-        ) -> Any: ...
+        ) -> object: ...
+
 
 try:  # POSIX; elsewhere entries are sent without the cross-process lock
     import fcntl
@@ -126,45 +141,74 @@ def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
     return True
 
 
-@dataclass
+ENTRY_FIELDS = (
+    "record_id",
+    "agent",
+    "url",
+    "tenant",
+    "project",
+    "task_id",
+    "meta",
+    "summary_md",
+    "created_at",
+    "artifacts",
+)
+
+
 class Entry:
     """A turn waiting to be sent. ``artifacts``: ``{"name", "file", "content_type"}``, the
-    file beside the entry in the spool."""
+    file beside the entry in the spool. (A plain class: hooks load it at every start.)"""
 
-    record_id: str
-    agent: str
-    url: str
-    tenant: str | None
-    project: str | None
-    task_id: str
-    meta: dict[str, Any]
-    summary_md: str
-    created_at: float = field(default_factory=time.time)
-    artifacts: list[dict[str, str]] = field(default_factory=list)
+    def __init__(
+        self,
+        record_id: str,
+        agent: str,
+        url: str,
+        tenant: str | None,
+        project: str | None,
+        task_id: str,
+        meta: dict[str, Any],
+        summary_md: str,
+        created_at: float | None = None,
+        artifacts: list[dict[str, str]] | None = None,
+    ) -> None:
+        self.record_id = record_id
+        self.agent = agent
+        self.url = url
+        self.tenant = tenant
+        self.project = project
+        self.task_id = task_id
+        self.meta = meta
+        self.summary_md = summary_md
+        self.created_at = time.time() if created_at is None else created_at
+        self.artifacts = [] if artifacts is None else artifacts
 
     def to_json(self) -> bytes:
-        return json.dumps(self.__dict__, ensure_ascii=False, indent=1).encode("utf-8")
+        value = {k: getattr(self, k) for k in ENTRY_FIELDS}
+        return json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes) -> Entry:
         value = json.loads(data)
-        return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
+        return cls(**{k: value[k] for k in ENTRY_FIELDS if k in value})
 
     def task_key(self) -> tuple[str, str | None, str | None, str]:
         """The task the turn goes to, on its server and in its scope."""
         return (self.url.rstrip("/"), self.tenant, self.project, self.task_id)
 
 
-@dataclass
 class Outcome:
-    sent: int = 0
-    already: int = 0  # found on the server (sent before): removed, not written again
-    rejected: int = 0  # refused for good: moved to spool/rejected/
-    kept: int = 0  # still spooled (the server is down, busy, or refused the token)
-    deferred: int = 0  # left behind a turn of their task another process is sending
-    unreachable: bool = False
-    errors: list[str] = field(default_factory=list)
-    rejections: list[str] = field(default_factory=list)  # "<file>: <why>", one per rejected
+    """What a flush did."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.already = 0  # found on the server (sent before): removed, not written again
+        self.rejected = 0  # refused for good: moved to spool/rejected/
+        self.kept = 0  # still spooled (the server is down, busy, or refused the token)
+        self.deferred = 0  # left behind a turn of their task another process is sending
+        self.unreachable = False
+        self.errors: list[str] = []
+        self.rejections: list[str] = []  # "<file>: <why>", one per rejected
 
 
 class Spool:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +30,22 @@ MAX_TAIL_BYTES = 8 * 1024 * 1024
 TOKEN_KEYS = ("input", "output", "cache_read", "cache_creation")
 
 
-@dataclass
 class TurnFacts:
     """One turn as a transcript tells it. ``end_key`` names the turn's last line (what makes
-    its record id), ``end_offset`` the byte after it (where the next turn starts)."""
+    its record id), ``end_offset`` the byte after it (where the next turn starts). (A plain
+    class: the Stop hook loads it at every start.)"""
 
-    prompts: list[str] = field(default_factory=list)
-    answer: str = ""
-    model: str | None = None
-    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
-    started_at: str | None = None
-    ended_at: str | None = None
-    end_key: str | None = None
-    end_offset: int = 0
-    model_calls: int = 0
-    lines: list[bytes] = field(default_factory=list)
+    def __init__(self, *, end_offset: int = 0, end_key: str | None = None) -> None:
+        self.prompts: list[str] = []
+        self.answer = ""
+        self.model: str | None = None
+        self.tokens: dict[str, int] = dict.fromkeys(TOKEN_KEYS, 0)
+        self.started_at: str | None = None
+        self.ended_at: str | None = None
+        self.end_key = end_key
+        self.end_offset = end_offset
+        self.model_calls = 0
+        self.lines: list[bytes] = []
 
 
 def _tail(path: Path, start: int | None) -> tuple[int, bytes]:

@@ -3,20 +3,22 @@
 A hook is a new process each time the agent calls it, often on a busy machine, inside the
 agent's 10 s: what it imports is time it spends before its first request. httpx (and the
 full client) cost about a third of a second of CPU; ``http.client`` pulls in the email
-package. So the hooks speak HTTP/1.1 themselves: one connection to the server, reused for
-each request (Content-Length bodies, chunked or Content-Length answers), ``ssl`` only for an
-https URL. Requests go to the server directly: the proxy variables are not read.
+package, and ``socket`` builds its enums at import. So the hooks speak HTTP/1.1 themselves
+on ``_socket``: one connection to the server, reused for each request (Content-Length
+bodies, chunked or Content-Length answers), ``socket`` and ``ssl`` only for an https URL.
+Requests go to the server directly: the proxy variables are not read.
 
 :class:`HookClient` has the methods of :class:`~project_memory_client.Client` that the spool
-(agents/spool.py) and the hooks call, with the same errors (project_memory_client.errors)
-and the same models; ``agent flush`` and the other commands use the full client.
+(agents/spool.py) and the hooks call, with the same errors (project_memory_client.errors);
+a task's index comes back as the few fields the spool reads (the models' dataclasses cost
+start-up time too). ``agent flush`` and the other commands use the full client.
 """
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -24,7 +26,6 @@ from urllib.parse import quote, urlsplit
 
 from .. import __version__
 from ..errors import ApiError, InvalidArgument, ServerUnreachable, api_error, turn_form_unknown
-from ..models import TaskIndex, TurnRecord, WhoAmI
 from ..settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings
 
 MAX_HEAD_BYTES = 64 * 1024  # a status line and headers
@@ -47,12 +48,12 @@ class Response:
 class _Reader:
     """Bytes of a socket, read as a status line, headers and a body."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Any) -> None:
         self.sock = sock
         self.buffer = b""
 
     def _more(self) -> bytes:
-        data = self.sock.recv(CHUNK)
+        data: bytes = self.sock.recv(CHUNK)
         if not data:
             raise ConnectionError("the server closed the connection")
         return data
@@ -78,7 +79,7 @@ class _Reader:
         size = len(self.buffer)
         self.buffer = b""
         while size <= MAX_BODY_BYTES:
-            data = self.sock.recv(CHUNK)
+            data: bytes = self.sock.recv(CHUNK)
             if not data:
                 return b"".join(parts)
             parts.append(data)
@@ -99,7 +100,7 @@ class Connection:
         default = parts.port is None
         name = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = name if default else f"{name}:{self.port}"
-        self.sock: socket.socket | None = None
+        self.sock: Any = None  # a _socket.socket (an ssl.SSLSocket for https)
         self.reader: _Reader | None = None
 
     def close(self) -> None:
@@ -107,13 +108,14 @@ class Connection:
             self.sock.close()
         self.sock = self.reader = None
 
-    def _open(self, timeout: float) -> tuple[socket.socket, _Reader]:
-        sock = socket.create_connection((self.host, self.port), timeout=timeout)
+    def _open(self, timeout: float) -> tuple[Any, _Reader]:
+        sock = _connect(self.host, self.port, timeout)
         if self.tls:
-            import ssl  # only for an https server: it costs start-up time
+            import socket  # only for an https server: they cost start-up time
+            import ssl
 
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            plain = socket.socket(fileno=sock.detach())
+            sock = ssl.create_default_context().wrap_socket(plain, server_hostname=self.host)
         self.sock, self.reader = sock, _Reader(sock)
         return sock, self.reader
 
@@ -202,6 +204,49 @@ class Connection:
                 raise ConnectionError("an answer's body is too large")
             parts.append(reader.exactly(length))
             reader.exactly(2)
+
+
+class TurnEntry:
+    """A turn as a task's index lists it: what the spool reads of it."""
+
+    __slots__ = ("turn", "meta", "artifacts")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.turn = int(data["turn"])
+        self.meta = dict(data.get("meta") or {})
+        self.artifacts = tuple(str(a) for a in data.get("artifacts") or [])
+
+
+class TaskEntries:
+    """A task's index: its turns and its latest turn's number."""
+
+    __slots__ = ("task_id", "turns", "latest_turn")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.task_id = str(data.get("task_id") or "")
+        self.turns = [TurnEntry(t) for t in data.get("turns") or []]
+        latest = data.get("latest_turn")
+        self.latest_turn = latest if isinstance(latest, int) else None
+
+
+def _connect(host: str, port: int, timeout: float) -> Any:
+    """A TCP connection to ``host``, each of its addresses tried in turn (what
+    ``socket.create_connection`` does)."""
+    # An ASCII name as bytes: a str would load the idna codec (and unicodedata) first.
+    name: str | bytes = host.encode("ascii") if host.isascii() else host
+    error: OSError | None = None
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        return sock
+    raise error or OSError(f"no address for {host}")
 
 
 class _Unanswered(Exception):
@@ -295,11 +340,11 @@ class HookClient:
             raise ServerUnreachable(f"{method} {path}: the answer is not JSON") from None
 
     # -- the calls ----------------------------------------------------------------------
-    def whoami(self) -> WhoAmI:
-        return WhoAmI.from_json(self._json("GET", "/whoami"))
-
-    def get_task(self, task_id: str) -> TaskIndex:
-        return TaskIndex.from_json(self._json("GET", f"/tasks/{segment(task_id)}"))
+    def get_task(self, task_id: str) -> TaskEntries:
+        found = self._json("GET", f"/tasks/{segment(task_id)}")
+        if not isinstance(found, dict):
+            raise ServerUnreachable(f"GET /tasks/{task_id}: the answer is not a task")
+        return TaskEntries(found)
 
     def get_context(self, task_id: str, *, max_bytes: int, turns: int) -> dict[str, Any]:
         query = f"?task_id={quote(task_id, safe='')}&max_bytes={max_bytes}&turns={turns}"
@@ -317,7 +362,7 @@ class HookClient:
         summary_md: str = "",
         if_none_match: str | None = None,
         artifacts: Iterable[Any] = (),
-    ) -> TurnRecord:
+    ) -> None:
         """Write one turn with its artifacts in one request (a multipart PUT, beyond the
         seed); a server that takes a turn only as JSON gets the turn, then each artifact."""
         path = f"/tasks/{segment(task_id)}/turns/{segment(turn)}"
@@ -326,13 +371,13 @@ class HookClient:
         uploads = [(u.name, u.content_type, _bytes_of(u.source)) for u in artifacts]
         if not uploads:
             headers["Content-Type"] = "application/json"
-            response = self.send("PUT", path, body=turn_json, headers=headers)
-            return TurnRecord.from_json(response.json(), response.headers.get("etag"))
+            self.send("PUT", path, body=turn_json, headers=headers)
+            return
         boundary = os.urandom(16).hex()
         body = _form(boundary, turn_json, uploads)
         headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
         try:
-            response = self.send("PUT", path, body=body, headers=headers)
+            self.send("PUT", path, body=body, headers=headers)
         except ApiError as exc:
             if not turn_form_unknown(exc):
                 raise
@@ -340,8 +385,6 @@ class HookClient:
             self.send("PUT", path, body=turn_json, headers=headers)
             for name, kind, data in uploads:
                 self.put_artifact(task_id, turn, name, data, content_type=kind)
-            return TurnRecord.from_json(self._json("GET", path))
-        return TurnRecord.from_json(response.json(), response.headers.get("etag"))
 
     def put_artifact(
         self,
