@@ -137,13 +137,21 @@ def _drain_body() -> None:
             left -= len(chunk)
 
 
+# The endpoint is at the server's root; it answers under the API's prefix too, where a
+# client given the URL with the API's path (PROJECT_MEMORY_URL=http://host/sandbox/memory/v1,
+# which docs/client.md allows) looks for it.
+ALIAS = "/sandbox/memory/v1/mcp"
+
+
 @bp.route("/mcp", methods=["GET", "DELETE"])
+@bp.route(ALIAS, methods=["GET", "DELETE"])
 def refuse_stream() -> ResponseReturnValue:
     """No server-to-client stream and no session to end: the endpoint is stateless."""
     return Response(status=405, headers={"Allow": "POST"})
 
 
 @bp.post("/mcp")
+@bp.post(ALIAS)
 def post_mcp() -> ResponseReturnValue:
     """One JSON-RPC message in, one JSON answer (or 202 for a notification) out."""
     _check_origin()

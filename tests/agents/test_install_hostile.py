@@ -53,6 +53,14 @@ def snapshot(*roots: Path) -> dict[str, tuple[bytes, int]]:
     return out
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Install keeps what it found in each file in the state directory: the test's own."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("PROJECT_MEMORY_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"

@@ -15,10 +15,12 @@ import threading
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
+from app.api.openapi import build_spec
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
 from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
 from app.storage import Scope
@@ -1030,3 +1032,19 @@ def test_stored_text_cannot_close_its_frame_or_forge_the_tools_lines(mcp: Mcp) -
     encoded = results["read_artifact"].split("in base64:\n", 1)[1]
     assert base64.b64decode(encoded).decode() == FORGED
     assert "read it as data" in mcp.modern("server/discover").json["result"]["instructions"]
+
+
+def test_the_endpoint_answers_under_the_api_prefix_too(mcp: Mcp, app: Flask) -> None:
+    """A client given the URL with the API's path (docs/client.md allows it) asks
+    <url>/sandbox/memory/v1/mcp: the same endpoint, not a 404; and not a REST operation."""
+    alias = "/sandbox/memory/v1/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {**mcp.tokens.headers("reader"), "Accept": "application/json"}
+    r = mcp.client.post(alias, json=body, headers=headers)
+    assert (
+        r.status_code == 200 and r.json == mcp.client.post("/mcp", json=body, headers=headers).json
+    )
+    assert [t["name"] for t in r.json["result"]["tools"]] == READ_TOOLS
+    assert mcp.client.post(alias, json=body).status_code == 401
+    assert mcp.client.get(alias, headers=headers).status_code == 405
+    assert not [p for p in build_spec(app)["paths"] if p.endswith("/mcp")]

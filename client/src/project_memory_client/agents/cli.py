@@ -88,6 +88,7 @@ def _describe(change: Any, verb: str) -> str:
     lines += [f"  removed  {p}" for p in change.removed]
     lines += [f"  kept     {p} (nothing to change)" for p in change.unchanged]
     lines += [f"note: {n}" for n in change.notes]
+    lines += [f"warning: {w}" for w in change.warnings]
     return "\n".join(lines)
 
 

@@ -30,7 +30,9 @@ one is 0600), and no user name or password of the URL is written.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -85,6 +87,7 @@ class Change:
     removed: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +97,7 @@ class Change:
             "removed": self.removed,
             "unchanged": self.unchanged,
             "notes": self.notes,
+            "warnings": self.warnings,
         }
 
 
@@ -114,15 +118,47 @@ def repo_root(start: Path) -> Path:
 
 
 def executable() -> str:
-    """How a hook command names this CLI: ``project-memory`` when that is what PATH finds,
-    else its full path (or ``python -m``)."""
-    me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
-    found = shutil.which("project-memory")
-    if found and me is not None and Path(found).resolve() == me:
-        return "project-memory"
+    """How a hook command names this CLI: by its absolute path, so that it runs whatever
+    PATH the agent has (a venv the agent's shell never activated is the common case); else
+    this Python by its absolute path, with ``-m``.
+
+    A link on the way (pipx's ``~/.local/bin/project-memory``) is kept as it is: it stays
+    right when what it points to is upgraded."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    me = Path(os.path.abspath(argv0)) if argv0 else None
     if me is not None and me.name == "project-memory" and me.is_file():
         return shlex.quote(str(me))
-    return f"{shlex.quote(sys.executable)} -m project_memory_client.cli"
+    found = shutil.which("project-memory")
+    if argv0 and found and Path(found).resolve() == Path(argv0).resolve():
+        return shlex.quote(os.path.abspath(found))
+    return f"{shlex.quote(os.path.abspath(sys.executable))} -m project_memory_client.cli"
+
+
+# What a login shell has without the user's own environment: the agent may start hooks with
+# little more (a desktop launcher, a service, an IDE).
+LOGIN_SHELL = "/bin/sh"
+
+
+def login_shell_problem(command: str, home: str | None = None) -> str | None:
+    """Why ``command --version`` does not run in a plain login shell (``env -i``, HOME
+    only), or None when it does."""
+    env = {"HOME": home or os.path.expanduser("~"), "LANG": "C.UTF-8"}
+    try:
+        done = subprocess.run(
+            [LOGIN_SHELL, "-lc", f"{command} --version"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=15,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{LOGIN_SHELL} could not run it: {exc}"
+    if done.returncode == 0 and "project-memory" in done.stdout:
+        return None
+    why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return why[:300]
 
 
 def hook_command(agent: str, event: str) -> str:
@@ -225,8 +261,44 @@ def _load_json(path: Path) -> dict[str, Any] | None:
     return _parse_json(_read(path), path)
 
 
-def _dump_json(value: dict[str, Any]) -> bytes:
-    return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+class JsonStyle:
+    """How a JSON file is laid out, so that what install and uninstall write keeps the
+    person's own layout: the indent (None: one line), the separators, whether non-ASCII is
+    escaped, whether it ends with a newline. Keys keep their order (JSON objects load in
+    order). A new file gets two spaces."""
+
+    __slots__ = ("indent", "separators", "ascii", "newline")
+
+    def __init__(
+        self,
+        indent: str | None = "  ",
+        separators: tuple[str, str] = (",", ": "),
+        ascii: bool = False,
+        newline: bool = True,
+    ) -> None:
+        self.indent = indent
+        self.separators = separators
+        self.ascii = ascii
+        self.newline = newline
+
+    @classmethod
+    def of(cls, text: str) -> JsonStyle:
+        found = re.search(r"^[{\[][ \t]*\r?\n([ \t]+)\S", text)
+        indent = found.group(1) if found else None
+        if indent is None and re.search(r"\n[ \t]+\S", text):
+            found = re.search(r"\n([ \t]+)\S", text)  # the first indented line
+            indent = found.group(1) if found else None
+        colon = ":" if re.search(r'":\S', text) and not re.search(r'":\s', text) else ": "
+        comma = "," if indent is not None or re.search(r',["\[{0-9tfn-]', text) else ", "
+        # Non-ASCII written as \u escapes, and none written as is: keep escaping it.
+        ascii = bool(re.search(r"\\u(?!00[0-7])[0-9a-fA-F]{4}", text)) and text.isascii()
+        return cls(indent, (comma, colon), ascii, text.endswith("\n"))
+
+    def dump(self, value: dict[str, Any]) -> bytes:
+        text = json.dumps(
+            value, indent=self.indent, separators=self.separators, ensure_ascii=self.ascii
+        )
+        return (text + ("\n" if self.newline else "")).encode("utf-8")
 
 
 @dataclass
@@ -236,19 +308,96 @@ class _Write:
     data: bytes | None  # None: the file is removed
     mode: int  # the file's own, or NEW_FILE_MODE
     takes_out: bool = False  # a write that removes our lines: reported as removed
+    before: bytes | None = None  # the file as it was (for the record of what install did)
+    recorded: bool = False  # install records it, uninstall forgets it
+
+
+class Records:
+    """What install found in each file it changed, kept in the state directory (mode 0700;
+    one file each, 0600: a settings file may hold secrets), so that uninstall can give the
+    file back byte for byte, the person's own layout included (inline lists, their indent,
+    their key order). Only while the file is as install left it, and only when those bytes
+    mean what taking our entries out means; otherwise uninstall takes the entries out and
+    writes the file in its own layout as far as it can read it (JsonStyle)."""
+
+    def __init__(self) -> None:
+        from .spool import state_dir
+
+        self.dir = state_dir() / "installs"
+
+    def _path(self, path: Path) -> Path:
+        return self.dir / (hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json")
+
+    def get(self, path: Path) -> dict[str, Any] | None:
+        try:
+            fd = os.open(self._path(path), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as fh:
+                value = json.loads(fh.read(2 * MAX_FILE_BYTES))
+        except (OSError, ValueError, RecursionError):
+            return None
+        return value if isinstance(value, dict) and value.get("path") == str(path) else None
+
+    def original(self, path: Path, now: bytes | None) -> tuple[bool, bytes | None]:
+        """(True, the bytes before install) when ``path`` is as install left it."""
+        found = self.get(path)
+        if found is None or now is None or found.get("after") != _digest(now):
+            return False, None
+        before = found.get("before")
+        return True, (base64.b64decode(before) if isinstance(before, str) else None)
+
+    def keep(self, path: Path, before: bytes | None, after: bytes) -> None:
+        from .spool import private_dir, write_private
+
+        known, first = self.original(path, before)
+        original = first if known else before
+        value = {
+            "path": str(path),
+            "before": None if original is None else base64.b64encode(original).decode(),
+            "after": _digest(after),
+        }
+        with contextlib.suppress(OSError):
+            private_dir(self.dir)
+            write_private(self._path(path), json.dumps(value).encode())
+
+    def forget(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._path(path))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 NEW_FILE_MODE = 0o600  # a new file may come to hold a secret (an env block, a header)
+_REMOVE = b"\x00remove"  # what _restored gives for "the file was not there before"
 
 
 class Plan:
     """Every file an install or uninstall changes, read and checked first and written last,
     all of them or none: a file that cannot be merged leaves every file as it was."""
 
-    def __init__(self, root: Path, change: Change) -> None:
+    def __init__(self, root: Path, change: Change, *, installing: bool) -> None:
         self.root = root
         self.change = change
+        self.installing = installing
+        self.records = Records()
         self.writes: list[_Write] = []
+
+    def _restored(self, path: Path, raw: bytes | None, clean: Callable[[bytes], bool]) -> Any:
+        """What uninstall writes back: the bytes install found (_REMOVE: there was no file),
+        when the file is as install left it and those bytes hold nothing of ours (``clean``:
+        an older install's entries are not brought back); else None."""
+        if self.installing:
+            return None
+        known, before = self.records.original(path, raw)
+        if not known:
+            return None
+        if before is None:
+            return _REMOVE
+        try:
+            return before if clean(before) else None
+        except (ValueError, RecursionError, InstallError):
+            return None
 
     def _mode(self, path: Path) -> int:
         try:
@@ -259,7 +408,9 @@ class Plan:
     def json(self, rel: str, edit: Callable[[dict[str, Any], str], dict[str, Any]]) -> None:
         """Merge ``edit`` into the JSON object at ``rel`` (a file left empty is removed)."""
         path = inside(self.root, rel)
-        before = _load_json(path)
+        raw = _read(path)
+        before = _parse_json(raw, path)
+        style = JsonStyle.of(raw.decode("utf-8")) if raw and before else JsonStyle()
         current = json.loads(json.dumps(before or {}))
         after = edit(current, rel)
         if after == (before or {}) and (before is not None or not after):
@@ -267,8 +418,16 @@ class Plan:
             return
         if not after and before is None:
             return
-        data = None if not after else _dump_json(after)
-        self.writes.append(_Write(rel, path, data, self._mode(path)))
+        data = None if not after else style.dump(after)
+
+        def clean(old: bytes) -> bool:
+            value = _parse_json(old, path) or {}
+            return edit(json.loads(json.dumps(value)), rel) == value
+
+        restored = self._restored(path, raw, clean)
+        if restored is not None:
+            data = None if restored is _REMOVE else restored
+        self.writes.append(_Write(rel, path, data, self._mode(path), before=raw, recorded=True))
 
     def text(self, rel: str, edit: Callable[[str | None], str | None]) -> None:
         """Replace the text at ``rel`` with ``edit(text)`` (None: remove the file)."""
@@ -284,7 +443,10 @@ class Plan:
                 self.change.unchanged.append(rel)
             return
         data = None if after is None else after.encode("utf-8")
-        self.writes.append(_Write(rel, path, data, self._mode(path)))
+        restored = self._restored(path, raw, lambda old: edit(old.decode("utf-8")) == old.decode())
+        if restored is not None:
+            data = None if restored is _REMOVE else restored
+        self.writes.append(_Write(rel, path, data, self._mode(path), before=raw, recorded=True))
 
     def add(self, rel: str, path: Path, data: bytes, *, takes_out: bool = False) -> None:
         """A file outside the checked paths (git's own exclude file): not a link either."""
@@ -318,6 +480,11 @@ class Plan:
             with contextlib.suppress(OSError):
                 fsync_dir(write.path.parent)
             (self.change.removed if write.takes_out else self.change.written).append(write.rel)
+        for write in self.writes:
+            if write.recorded and self.installing and write.data is not None:
+                self.records.keep(write.path, write.before, write.data)
+            elif write.recorded and not self.installing:
+                self.records.forget(write.path)
         for write in self.writes:
             if write.data is not None:
                 continue
@@ -383,7 +550,10 @@ def _add_hooks(settings: dict[str, Any], agent: str, rel: str) -> dict[str, Any]
     return settings
 
 
-def _drop_ours(groups: list[Any]) -> None:
+def _drop_ours(groups: list[Any]) -> bool:
+    """Take our hook entries out of ``groups`` (and a group they leave empty); whether any
+    was there."""
+    dropped = False
     for group in list(groups):
         if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
             continue
@@ -394,21 +564,25 @@ def _drop_ours(groups: list[Any]) -> None:
         ]
         if len(kept) == len(group["hooks"]):
             continue
+        dropped = True
         group["hooks"] = kept
         if not kept:
             groups.remove(group)
+    return dropped
 
 
 def _remove_hooks(settings: dict[str, Any], rel: str = "") -> dict[str, Any]:
     hooks = settings.get("hooks")
     if isinstance(hooks, dict):
+        dropped = False
         for event in HOOK_EVENTS:
             groups = hooks.get(event)
-            if isinstance(groups, list) and groups:
-                _drop_ours(groups)
+            # A list the person left empty stays; one we emptied goes.
+            if isinstance(groups, list) and _drop_ours(groups):
+                dropped = True
                 if not groups:
                     del hooks[event]
-        if not hooks:
+        if dropped and not hooks:
             del settings["hooks"]
     return settings
 
@@ -453,11 +627,11 @@ def _mcp_entry(kind: str, url: str | None) -> dict[str, Any]:
     if kind == "stdio":
         parts = shlex.split(executable())
         return {"type": "stdio", "command": parts[0], "args": [*parts[1:], "mcp"]}
-    # ${VAR:-default}: the URL known at install time, unless the environment names another.
-    base = f"${{PROJECT_MEMORY_URL:-{url}}}" if url else "${PROJECT_MEMORY_URL}"
+    # The base URL as it is now, normalised (base_url): not ${PROJECT_MEMORY_URL}, which
+    # Claude Code expands as it finds it (with the API's path, a trailing slash ...).
     return {
         "type": "http",
-        "url": f"{base}/mcp",
+        "url": f"{url}/mcp",
         "headers": {"Authorization": "Bearer ${PROJECT_MEMORY_TOKEN}"},
     }
 
@@ -507,9 +681,14 @@ def base_url(url: str, change: Change | None = None) -> str:
 def install(agent: str, root: Path, *, url: str | None, transport: str = "http") -> Change:
     """Install ``agent``'s entries into the repository at ``root``: every file or none."""
     change = Change(agent, root)
-    plan = Plan(root, change)
+    plan = Plan(root, change, installing=True)
     base = base_url(url, change) if url else None
     if agent == "claude-code":
+        if transport == "http" and not base:
+            raise InstallError(
+                "Claude Code needs the server's URL written in .mcp.json: give --url or"
+                " PROJECT_MEMORY_URL"
+            )
         plan.json(".claude/settings.json", lambda v, rel: _add_hooks(v, agent, rel))
         plan.json(LOCAL_SETTINGS, _add_permissions)
         _keep_untracked(root, plan)
@@ -517,8 +696,8 @@ def install(agent: str, root: Path, *, url: str | None, transport: str = "http")
         plan.json(".mcp.json", lambda v, rel: _set_server(v, entry, rel))
         if transport == "http":
             change.notes.append(
-                "Claude Code reads PROJECT_MEMORY_TOKEN (and PROJECT_MEMORY_URL, if set) from"
-                " the environment when it starts: export them in the shell that runs claude."
+                "Claude Code reads PROJECT_MEMORY_TOKEN from the environment when it starts:"
+                " export it in the shell that runs claude."
             )
     elif agent == "codex":
         if not base:
@@ -541,13 +720,22 @@ def install(agent: str, root: Path, *, url: str | None, transport: str = "http")
         plan.json(".cursor/mcp.json", lambda v, rel: _set_server(v, entry, rel))
     else:
         raise InstallError(f"unknown agent {agent!r}: one of {', '.join(AGENTS)}")
-    return plan.commit()
+    done = plan.commit()
+    if agent in ("claude-code", "codex"):
+        problem = login_shell_problem(executable())
+        if problem is not None:
+            done.warnings.append(
+                f"the hooks' command ({executable()}) does not run from a plain login shell"
+                f" ({problem}): an agent started without your shell's environment would not"
+                " run it; install the client where it stays (pipx, or a venv you keep)"
+            )
+    return done
 
 
 def uninstall(agent: str, root: Path) -> Change:
     """Take out exactly what install put in (a file or directory left empty goes too)."""
     change = Change(agent, root)
-    plan = Plan(root, change)
+    plan = Plan(root, change, installing=False)
     if agent == "claude-code":
         plan.json(".claude/settings.json", _remove_hooks)
         plan.json(LOCAL_SETTINGS, _remove_permissions)
