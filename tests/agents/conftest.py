@@ -377,3 +377,21 @@ def egress() -> Iterator[EgressProbe]:
     probe = EgressProbe()
     yield probe
     probe.close()
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test twice: as the machine is, and with CPU hogs (``yes > /dev/null``, one per
+    core, at least two) beside the agent, the load of a busy laptop."""
+    hogs: list[subprocess.Popen[bytes]] = []
+    if request.param == "loaded":
+        for _ in range(max(2, os.cpu_count() or 2)):
+            hogs.append(
+                subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+    try:
+        yield str(request.param)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

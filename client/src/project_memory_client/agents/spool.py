@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -289,6 +290,30 @@ class Spool:
 
     def count(self) -> int:
         return len(self._entry_files())
+
+    def backlog(self) -> tuple[int, int, float | None]:
+        """What waits: the entries, their bytes (their artifacts' files included), and the
+        oldest one's age in seconds (None when there is none)."""
+        entries = 0
+        size = 0
+        oldest: float | None = None
+        now = time.time()
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return 0, 0, None
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(self.dir / name, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                size += st.st_size
+                if name.endswith(ENTRY_SUFFIX):
+                    entries += 1
+                    oldest = max(oldest or 0.0, now - st.st_mtime)
+        return entries, size, oldest
 
     def rejected_count(self) -> int:
         """Entries the server refused for good, kept in ``rejected/`` with the reason."""
