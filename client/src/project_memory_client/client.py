@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mimetypes
 import os
 import random
 import re
@@ -50,6 +49,7 @@ from .models import (
     UsageReport,
     WhoAmI,
 )
+from .rules import guess_content_type
 from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
 
 __all__ = ["Client", "Progress", "Source", "Upload"]
@@ -186,7 +186,7 @@ class _Body(_Chunked):
 
 
 def _content_type(name: str, content_type: str | None) -> str:
-    return content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return content_type or guess_content_type(name)
 
 
 def _header_value(what: str, value: str) -> str:
@@ -564,8 +564,8 @@ class Client:
         """Store an artifact of a turn, streamed from ``source`` in constant memory.
 
         ``source``: a path (str or PathLike), bytes, a binary file object, or an iterable of
-        byte chunks. ``content_type`` defaults to the one the name suggests, else
-        ``application/octet-stream``. The size is sent ahead when it is known (everything but
+        byte chunks. ``content_type`` defaults to the one the name suggests (a text type for
+        .log, .txt, .md, .diff, .patch and .json), else ``application/octet-stream``. The size is sent ahead when it is known (everything but
         an iterable or an unseekable stream), so the server can refuse an artifact over its
         limit or quota before any byte is sent.
         """
