@@ -381,14 +381,16 @@ def egress() -> Iterator[EgressProbe]:
 
 @pytest.fixture(params=["idle", "loaded"])
 def load(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Runs a test twice: as the machine is, and with CPU hogs (``yes > /dev/null``, one per
-    core, at least two) beside the agent, the load of a busy laptop."""
-    hogs: list[subprocess.Popen[bytes]] = []
-    if request.param == "loaded":
-        for _ in range(max(2, os.cpu_count() or 2)):
-            hogs.append(
-                subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            )
+    """Runs a test as the machine is, and with CPU hogs (``yes > /dev/null``) beside the
+    agent: ``loaded``, one per core and at least two (a busy laptop); ``busy``, four per
+    core (the load average of 8 and more the hooks met on a shared machine), for a test
+    that asks for it with ``@pytest.mark.parametrize("load", [...], indirect=True)``."""
+    cores = os.cpu_count() or 2
+    count = {"idle": 0, "loaded": max(2, cores), "busy": 4 * cores}[str(request.param)]
+    hogs = [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
     try:
         yield str(request.param)
     finally:
