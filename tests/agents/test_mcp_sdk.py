@@ -134,7 +134,9 @@ def test_a_writer_calls_every_tool(served: tuple[Server, dict[str, str]]) -> Non
         "With run.log (text/plain, 9 bytes), core.bin (application/octet-stream, 4 bytes)"
         in (out["record_turn"][2][1])
     )
-    assert out["read_artifact"][0][1].endswith("Bytes 0-8 of 9, as UTF-8 text:\n2 passed\n")
+    assert out["read_artifact"][0][1].endswith(
+        'Bytes 0-8 of 9, as UTF-8 text:\n<stored-text from="artifact run.log">\n2 passed\n</stored-text>'
+    )
     assert out["read_artifact"][1][1].endswith("Bytes 0-3 of 4, in base64:\nAAEC/w==")
     got = requests.get(
         f"{server.url}/sandbox/memory/v1/tasks/sdk-task/turns/2/artifacts/core.bin",
