@@ -446,3 +446,11 @@ def test_deeply_nested_input_never_fails_the_agent(memory_up: Memory, work: Work
     [turn] = memory_up.turns("deep-input")
     assert "a prompt before a deep line" in turn["summary_md"]
     assert "the answer after it" in turn["summary_md"]
+
+
+def test_a_refused_token_is_one_line_in_the_log(memory_up: Memory, work: Work) -> None:
+    env = work.task("refused", PROJECT_MEMORY_TOKEN="pm_" + "r" * 40)
+    done, _ = run_hook(env, "session-start", work.start("rf"))
+    assert done.returncode == 0 and done.stdout == ""
+    log = (Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log").read_text().splitlines()
+    assert len(log) == 1 and "refused GET /context" in log[0] and "401" in log[0], log

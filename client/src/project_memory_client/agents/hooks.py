@@ -583,10 +583,12 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
             f"{event}: gave up after {hook.budget:g}s; the spool keeps what was not sent"
         )
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's session
-        from ..errors import ServerUnreachable, SettingsError
+        from ..errors import ApiError, ServerUnreachable, SettingsError
 
         if isinstance(exc, ServerUnreachable | SettingsError):
             hook.log.write(f"{event}: {exc}")
+        elif isinstance(exc, ApiError):  # a refusal is one line (agent doctor shows it)
+            hook.log.write(f"{event}: the server refused {exc.method} {exc.path}: {exc}")
         else:
             import traceback
 
