@@ -1,9 +1,9 @@
 """Hooks never drop nor merge a turn, whatever the server and the machine do (docs/agents.md).
 
 - 60 Stop hooks of 4 Claude Code sessions (one task), each a process of its own with the
-  hooks' own time limit, on a machine kept busy by two CPU hogs, while the server (a real
-  gunicorn) is up, stopped cleanly, frozen with SIGSTOP (it takes connections and never
-  answers) or SIGKILLed in the middle of the hooks' requests. Once it is back and the spool
+  hooks' own time limit and with a short one, on a machine kept busy by two CPU hogs, while
+  the server (a real gunicorn) is up, stopped cleanly, frozen with SIGSTOP (it takes
+  connections and never answers) or SIGKILLed in the middle of the hooks' requests. Once it is back and the spool
   is flushed, every turn is on the server once, as a turn of its own.
 - A Stop hook whose state directory is on a full disk (a loop-mounted ext4) sends its turn
   directly; one that can neither spool nor send leaves its turn to the next hook, which
@@ -121,13 +121,13 @@ def _env(tmp_path: Path, url: str, token: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("limit", ["", "8"], ids=["own limit", "8 s limit"])
+@pytest.mark.parametrize("limit", ["0.3", ""], ids=["0.3 s limit", "own limit"])
 def test_sixty_stop_hooks_through_stops_freezes_and_kills_under_load(
     tmp_path: Path, limit: str
 ) -> None:
-    """With the hooks' own limit (1.5 s from their start) a loaded machine leaves them
-    little or no time to send: every turn must be spooled, and arrive with the flush. With
-    8 s they send through the stops, freezes and kills themselves."""
+    """With 0.3 s to send, the hooks have little time for the network: every turn must be
+    spooled, and arrive with the flush. With their own limit (8 s from their first request)
+    they send through the stops, freezes and kills themselves."""
     server = Server(tmp_path)
     server.set("up")
     token = server.live.token("writer")
@@ -199,7 +199,7 @@ def test_sixty_stop_hooks_through_stops_freezes_and_kills_under_load(
         "duplicated": len(doubled),
         "merged": len(merged),
         "turns on the server": len(turns),
-        "hook limit": limit or "1.5 (default)",
+        "hook limit": limit or "own (8 s from the first request)",
         "spooled after the last hook": spooled,
         "hook seconds median / max": (round(statistics.median(took), 2), round(max(took), 2)),
         "load average 1 min, max": round(max(load), 1),
