@@ -11,9 +11,11 @@ PYTEST_ARGS ?=
 
 .PHONY: venv run test faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
-$(RUN_STAMP): pyproject.toml
+# The server, and the client distribution (client/: the project-memory CLI and the agents'
+# hooks), so that `make run` is all a first try needs.
+$(RUN_STAMP): pyproject.toml client/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q -e '.[server]'
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[server]' -e ./client
 	touch $@
 
 # The tests also import the client distribution (client/, docs/client.md): installed beside
@@ -25,7 +27,16 @@ $(DEV_STAMP): pyproject.toml client/pyproject.toml
 
 venv: $(DEV_STAMP)
 
+# Before the server starts: the lines to paste into the shell an agent runs in (the token is
+# the one the first start prints below, once).
 run: $(RUN_STAMP)
+	@bind="$${MEMORY_BIND:-127.0.0.1:8000}"; host="$${bind%:*}"; port="$${bind##*:}"; \
+	case "$$host" in 0.0.0.0|""|"[::]") host=127.0.0.1;; esac; \
+	printf '%s\n' "To use it from a shell (an agent's, your repository's), paste:" \
+	  "  export PATH=\"$(abspath $(BIN)):\$$PATH\"" \
+	  "  export PROJECT_MEMORY_URL=http://$$host:$$port" \
+	  "  export PROJECT_MEMORY_TOKEN=pm_...   # the token printed below on the first start" \
+	  "then, in your repository: project-memory agent install claude-code" ""
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
 # Two pytest workers (pytest-xdist): most tests wait on servers, subprocesses and the disk, so

@@ -35,6 +35,7 @@ umask = 0o027
 
 _created_metrics_dirs: list[str] = []
 _held: list[object] = []
+_app: list[object] = []  # the master's app (on_starting): child_exit repairs with its storage
 
 
 def _metrics_dir() -> None:
@@ -80,6 +81,7 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
     # The root lock lives as long as its descriptor: keep it for the master's lifetime.
     storage = storage_of(app)  # the StorageBackend (app/storage/interface.py)
     _held.append(storage.recovery)
+    _app.append(app)
     first_start(bind, app)
     for line in lines:
         server.log.warning(line)
@@ -114,7 +116,14 @@ def worker_exit(server, worker):  # noqa: ANN001, ANN201
 
 
 def child_exit(server, worker):  # noqa: ANN001, ANN201
-    """Drop a dead worker's live-gauge files (prometheus multiprocess mode)."""
+    """Repair the writes a dead worker left in flight (a worker killed mid-write leaves its
+    journal slots set, and derived files stale until the next write on the same lock stripe),
+    and drop its live-gauge files (prometheus multiprocess mode)."""
+    if _app:
+        from app.ops.sweeper import worker_died
+
+        for line in worker_died(_app[0]):
+            server.log.warning(line)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 

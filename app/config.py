@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Flask
 
-from app.storage.core.limits import parse_bytes
+from app.storage.core.limits import PAIRS, parse_bytes, rate_fault
 from app.storage.core.quota import parse_floor, parse_inode_floor
 from app.storage.core.record_rules import MAX_RETENTION_DAYS
 from app.web.origins import public_origin
@@ -84,12 +84,12 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "SWEEP_CLOCK_MARGIN_DAYS": (
         1.0,
         float,
-        "A sweep removes nothing while the clock is this many days ahead of the newest write and more than MEMORY_SWEEP_CLOCK_SHARE of the turns would expire at once (a clock stepped forward); 0 turns the guard off. `sweep --force` overrides.",
+        "A sweep removes nothing while the clock is more than this many days ahead of the last sweep and more than MEMORY_SWEEP_CLOCK_SHARE of the turns stored then would expire at once (a clock stepped forward); keep it above the time between two sweeps; 0 turns the guard off. `sweep --force` overrides.",
     ),
     "SWEEP_CLOCK_SHARE": (
         0.5,
         float,
-        "The share of the turns (0..1) one sweep may expire while the clock is past MEMORY_SWEEP_CLOCK_MARGIN_DAYS.",
+        "The share (0..1) of the turns stored at the last sweep that one sweep may expire while the clock is more than MEMORY_SWEEP_CLOCK_MARGIN_DAYS ahead of it.",
     ),
     "DEFAULT_TENANT": ("default", str, "Tenant of the first token `make run` creates."),
     "DEFAULT_PROJECT": ("default", str, "Project of the first token `make run` creates."),
@@ -148,7 +148,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "PUBLIC_URL": (
         "",
         str,
-        "The origin browsers reach the console at (https://memory.example.com): its forms are accepted from there only; empty: the request's own.",
+        "The origin browsers reach the service at (https://memory.example.com): console forms are accepted from there only, and pages calling /mcp from there or from localhost; empty: forms from the request's own origin, /mcp from localhost pages only.",
     ),
     "TRUSTED_PROXIES": (
         0,
@@ -281,3 +281,15 @@ def _validate_rate_limits(config: dict[str, Any]) -> None:
             raise ConfigError(f"{PREFIX}_{burst} must be >= 0")
         if config[burst] and not config[rate]:
             raise ConfigError(f"{PREFIX}_{burst} is set but {PREFIX}_{rate} is 0 (no limit)")
+    # The ranges an override in the limits document must keep (app/storage/core/limits.py).
+    for (rate, burst), (rate_field, burst_field) in zip(
+        (
+            ("RATE_LIMIT_RPS", "RATE_LIMIT_BURST"),
+            ("RATE_LIMIT_UPLOAD_BPS", "RATE_LIMIT_UPLOAD_BURST"),
+        ),
+        PAIRS,
+        strict=True,
+    ):
+        fault = rate_fault(rate_field, config[rate], burst_field, config[burst])
+        if fault:
+            raise ConfigError(f"{PREFIX}_{rate} / {PREFIX}_{burst}: {fault}")

@@ -35,6 +35,11 @@ def copy_checkout(dest: Path) -> Path:
     for name in ("Makefile", "pyproject.toml", "README.md", "wsgi.py", "gunicorn.conf.py"):
         shutil.copy2(REPO / name, dest / name)
     shutil.copytree(REPO / "app", dest / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "client",
+        dest / "client",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
+    )
     return dest
 
 
@@ -48,7 +53,9 @@ def installed(python: Path) -> set[str]:
     return {line.split("==")[0].lower().replace("_", "-") for line in out.splitlines() if line}
 
 
-def test_make_run_installs_the_server_without_test_or_lint_tools(tmp_path: Path) -> None:
+def test_make_run_installs_the_server_and_the_client_without_test_or_lint_tools(
+    tmp_path: Path,
+) -> None:
     checkout = copy_checkout(tmp_path / "checkout")
     port = free_port()
     env = {**os.environ, "MEMORY_BIND": f"127.0.0.1:{port}", "MEMORY_LOG_LEVEL": "WARNING"}
@@ -96,6 +103,19 @@ def test_make_run_installs_the_server_without_test_or_lint_tools(tmp_path: Path)
     packages = installed(checkout / ".venv" / "bin" / "python")
     assert {"flask", "gunicorn", "marshmallow", "project-memory"} <= packages
     assert packages & DEV_TOOLS == set()
+    # The client too, and the lines that point a shell (an agent's) at both.
+    assert "project-memory-client" in packages
+    log = log_path.read_text()
+    bin_dir = checkout / ".venv" / "bin"
+    assert f'  export PATH="{bin_dir}:$PATH"' in log, log
+    assert f"  export PROJECT_MEMORY_URL={url}\n" in log, log
+    shell = subprocess.run(
+        ["bash", "-c", f'export PATH="{bin_dir}:$PATH"; project-memory --version'],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shell.returncode == 0 and "project-memory" in shell.stdout, shell.stderr
 
 
 def copy_client(dest: Path) -> Path:

@@ -1,4 +1,5 @@
-"""The README documents every setting and the two set-up commands; its examples run."""
+"""The README documents every setting and the two set-up commands, and opens with a quick
+start whose commands run; docs/api.md's examples run too."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from app.config import SETTINGS
 from tests.conftest import Tokens
 from tests.e2e.conftest import VENV_BIN, start_server
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+API = (REPO / "docs" / "api.md").read_text()
 
 
 def test_every_setting_is_in_the_readme_table() -> None:
@@ -26,20 +29,20 @@ def test_readme_gives_the_two_commands() -> None:
     assert "make run" in README and "make test" in README
 
 
-def _sh_block_after(heading: str) -> str:
-    start = README.index("```sh\n", README.index(heading)) + len("```sh\n")
-    return README[start : README.index("```", start)]
+def _sh_block_after(heading: str, text: str = README) -> str:
+    start = text.index("```sh\n", text.index(heading)) + len("```sh\n")
+    return text[start : text.index("```", start)]
 
 
 @pytest.mark.e2e
 def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
-    """Every command of "Using the API", curl and the client's CLI, pasted with the first token
-    and this server's URL."""
+    """Every command of docs/api.md's "Using the API", curl and the client's CLI, pasted with
+    the first token and this server's URL."""
     srv = start_server(tmp_path, workers=1)
     try:
         secret = re.search(r"^\s+(pm_\S+)$", srv.log(), re.M)
         assert secret, srv.log()
-        script = _sh_block_after("## Using the API")
+        script = _sh_block_after("## Using the API", API)
         script = script.replace("pm_...", secret.group(1))
         script = script.replace("http://127.0.0.1:8000", srv.url)
         work = tmp_path / "work"
@@ -67,10 +70,53 @@ def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
     assert re.search(r"^deleted task fix-login\n.*\n404$", run.stdout, re.M)
 
 
+@pytest.mark.e2e
+def test_the_quick_start_runs_as_printed(tmp_path: Path) -> None:
+    """The README's first block, pasted into a shell after ``make run`` (a server here) with
+    the first token: install in a repository, and the doctor finds nothing wrong."""
+    block = _sh_block_after("## Claude Code in your repository")
+    assert "make run" in block and "\nclaude\n" in block
+    srv = start_server(tmp_path, workers=1)
+    try:
+        secret = re.search(r"^\s+(pm_\S+)$", srv.log(), re.M)
+        assert secret, srv.log()
+        repo = tmp_path / "my-repo"
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+        lines = [
+            line
+            for line in block.splitlines()
+            if line.strip() not in ("make run", "claude")  # the server here; no agent
+        ]
+        script = "\n".join(lines).replace("pm_...", secret.group(1))
+        script = script.replace("http://127.0.0.1:8000", srv.url)
+        script = script.replace("$HOME/src/project-memory/.venv/bin", str(VENV_BIN))
+        script = script.replace("~/src/my-repo", str(repo))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+        env.update(
+            HOME=str(tmp_path),
+            XDG_CONFIG_HOME=str(tmp_path / "config"),
+            PROJECT_MEMORY_STATE_DIR=str(tmp_path / "state"),
+        )
+        run = subprocess.run(
+            ["bash", "-c", "set -eu\n" + script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        srv.stop()
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "claude-code installed in" in run.stdout
+    assert "everything the agents need works" in run.stdout
+
+
 def test_the_memory_stores_section_says_content_is_null_unless_view_full(
     client: FlaskClient, tokens: Tokens
 ) -> None:
-    section = README[README.index("### Memory stores API") : README.index("## Console")]
+    section = API[API.index("### Memory stores API") :]
     assert '`"content": null`' in section and "`?view=full`" in section
     headers = tokens.headers("writer")
     store = client.post("/v1/memory_stores", json={"name": "doc"}, headers=headers).get_json()

@@ -112,6 +112,19 @@ def path_task_id(value: str) -> str:
         ) from None
 
 
+def query_task_id(name: str = "task_id") -> str:
+    """Query parameter ``name``, required, by the task-id rule (else 422)."""
+    raw = request.args.get(name)
+    if raw is None:
+        raise validation_error(["query", name], "Field required", "missing")
+    try:
+        return validate_id("task_id", raw)
+    except InvalidName as exc:
+        raise validation_error(
+            ["query", name], exc.message, "string_pattern_mismatch", raw[:200]
+        ) from None
+
+
 def strict_int(raw: str, *, signed: bool = False) -> int | None:
     """Parse ``raw`` as ASCII digits (a leading '-' only when ``signed``); None if it is not.
 

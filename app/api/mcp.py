@@ -30,11 +30,14 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.services.framing import NOTE
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
-from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput
+from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
 from app.storage import StorageError
 from app.web.auth import Principal, resolve_principal
+from app.web.body import READ_AHEAD_BYTES
 from app.web.errors import ApiError, RequestValidationError, from_storage
+from app.web.permissions import may_write
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,9 @@ NAME_HEADER = "Mcp-Name"
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+# Pages of these hosts may call /mcp whatever their port: a browser on the machine the
+# server runs on (an inspector, a local tool); a rebinding attacker cannot take these names.
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # A message over MAX_JSON_BYTES is read to its end, to this size, so that its answer arrives.
 MAX_DRAIN_BYTES = 16 << 20
 DRAIN_CHUNK = 64 << 10
@@ -78,7 +84,7 @@ INSTRUCTIONS = (
     " that works on it. Before starting, search it (search, read_digest) for earlier"
     " decisions, fixes and notes on the task; read_task and read_turn show a task's history."
     " Writers can record what was done with record_turn, and keep notes in the project's"
-    " memory stores with the memory tool."
+    " memory stores with the memory tool. " + NOTE
 )
 
 bp = Blueprint("mcp", __name__)
@@ -94,11 +100,15 @@ def _authenticate() -> None:
 
 @bp.errorhandler(413)
 def refuse_too_large(exc: Exception) -> ResponseReturnValue:
-    """A message over MAX_JSON_BYTES, answered as JSON-RPC: the SDK's client hands a JSON-RPC
+    """A message over its limit, answered as JSON-RPC: the SDK's client hands a JSON-RPC
     error at any status to the request that caused it, where a bare 413 reads as a failure
     of the server. Its id is null: the message was not read."""
-    limit = current_app.config["MAX_JSON_BYTES"]
-    _drain_body()
+    principal: Principal | None = g.get("principal")
+    limit = message_limit(principal)
+    if principal is not None and may_write(principal):
+        # A reader's refused message is not waited for: draining it would hold this thread
+        # for as long as the reader takes to send it.
+        _drain_body()
     message = (
         f"Invalid request: the message is larger than the {limit} bytes this endpoint takes."
         f" record_turn takes at most {MCP_ARTIFACT_BYTES} bytes of artifacts in one call;"
@@ -127,19 +137,27 @@ def _drain_body() -> None:
             left -= len(chunk)
 
 
+# The endpoint is at the server's root; it answers under the API's prefix too, where a
+# client given the URL with the API's path (PROJECT_MEMORY_URL=http://host/sandbox/memory/v1,
+# which docs/client.md allows) looks for it.
+ALIAS = "/sandbox/memory/v1/mcp"
+
+
 @bp.route("/mcp", methods=["GET", "DELETE"])
+@bp.route(ALIAS, methods=["GET", "DELETE"])
 def refuse_stream() -> ResponseReturnValue:
     """No server-to-client stream and no session to end: the endpoint is stateless."""
     return Response(status=405, headers={"Allow": "POST"})
 
 
 @bp.post("/mcp")
+@bp.post(ALIAS)
 def post_mcp() -> ResponseReturnValue:
     """One JSON-RPC message in, one JSON answer (or 202 for a notification) out."""
     _check_origin()
     if not _accepts_json(request.headers.get("Accept")):
         raise ApiError(406, "this endpoint answers application/json: send it in Accept")
-    request.max_content_length = current_app.config["MAX_JSON_BYTES"]
+    request.max_content_length = message_limit(g.principal)
     raw = request.get_data(cache=False)
     body: dict[str, Any] | None
     try:
@@ -147,6 +165,13 @@ def post_mcp() -> ResponseReturnValue:
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         status, body = 400, _error(None, PARSE_ERROR, f"Parse error: {exc}"[:300])
     else:
+        where = lone_surrogate_at(_envelope_only(message))
+        if where is not None:
+            # The answer may quote the id or the method, and no UTF-8 carries a lone
+            # surrogate: a message that holds one is not text. (A tool's arguments are the
+            # tool's to refuse, as an error result the model reads.)
+            why = f"Parse error: {where[:200]} holds an unpaired UTF-16 surrogate escape"
+            return json_response(_error(None, PARSE_ERROR, why), 400)
         principal: Principal = g.principal
         tools = McpTools(
             storage(), principal.scope, token_id=principal.token.id, role=principal.token.role
@@ -161,12 +186,68 @@ def post_mcp() -> ResponseReturnValue:
     return json_response(body, status)
 
 
+def message_limit(principal: Principal | None) -> int:
+    """The largest message ``principal`` may send.
+
+    A writer's message may carry a turn and its artifacts. A reader's calls take a few names
+    and a query, so its message is held to what the worker reads before a thread serves the
+    request (app/web/body.py): a reader trickling a large message holds no thread.
+    """
+    limit: int = current_app.config["MAX_JSON_BYTES"]
+    if principal is None or not may_write(principal):
+        return min(limit, READ_AHEAD_BYTES)
+    return limit
+
+
 def _check_origin() -> None:
-    # DNS rebinding: a page on another origin reaching a local server. Credentials are
-    # bearer tokens only (no cookie here), but a browser's request still names its origin.
+    """Refuse a browser page of any origin but ours (MEMORY_PUBLIC_URL's) and loopback's.
+
+    DNS rebinding: a page of the attacker's site, whose name it then points at this server's
+    address, sends a Host naming that site, so an Origin that matches Host proves nothing.
+    A request without Origin comes from no browser (the SDKs, curl, the agents): the MCP
+    specification leaves it to the credentials, as here."""
     origin = request.headers.get("Origin")
-    if origin is not None and urlsplit(origin).netloc != request.host:
-        raise ApiError(403, f"requests from origin {origin[:200]} are not accepted")
+    if origin is None or _allowed_origin(origin):
+        return
+    raise ApiError(
+        403,
+        f"requests from origin {origin[:200]} are not accepted: a browser page may call /mcp"
+        " from MEMORY_PUBLIC_URL's origin or from localhost only",
+    )
+
+
+def _allowed_origin(origin: str) -> bool:
+    found = _origin_parts(origin)
+    if found is None:
+        return False  # "null" (a sandboxed page, a file), or not an origin at all
+    if found[1] in LOOPBACK_HOSTS:
+        return True
+    public: str = current_app.config.get("PUBLIC_URL", "")
+    return bool(public) and found == _origin_parts(public)
+
+
+def _origin_parts(origin: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) origin, the port a default one if not given;
+    None for anything else."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if parts.path or parts.query or parts.fragment or parts.username is not None:
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+
+
+def _envelope_only(message: Any) -> Any:
+    """``message`` without a tools/call's arguments."""
+    params = message.get("params") if isinstance(message, dict) else None
+    if isinstance(params, dict) and "arguments" in params:
+        rest = {k: v for k, v in params.items() if k != "arguments"}
+        return {**message, "params": rest}
+    return message
 
 
 def _accepts_json(accept: str | None) -> bool:

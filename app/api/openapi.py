@@ -144,6 +144,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
         if not rule.rule.startswith(DOCUMENTED_PREFIXES) or rule.endpoint == "public.get_openapi":
             continue
+        if rule.endpoint.startswith("mcp."):
+            continue  # /mcp's alias under the API's prefix: JSON-RPC, not a REST operation
         view = app.view_functions[rule.endpoint]
         info = getattr(view, "__openapi__", None)
         if info is None:

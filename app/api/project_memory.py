@@ -28,11 +28,12 @@ from app.api.common import (
     path_task_id,
     path_turn,
     query_int,
+    query_task_id,
     storage,
 )
 from app.api.docs import doc, links
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import usage_report
+from app.services import session_context, usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
 from app.storage.core.models import ArtifactUpload, TurnRecord
@@ -128,6 +129,7 @@ artifact_out = s.ArtifactRecord()
 usage_out = us.UsageReport()
 search_out = s.SearchResults()
 whoami_out = s.WhoAmI()
+context_out = s.SessionContext()
 
 # Types a browser renders without running script; anything else is sent as a download.
 PASSIVE_TYPES = frozenset(
@@ -142,7 +144,7 @@ ARTIFACT_SECURITY_HEADERS = {
 
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
-    state.app.extensions.setdefault("openapi_schemas", []).append(s.WhoAmI)
+    state.app.extensions.setdefault("openapi_schemas", []).extend([s.WhoAmI, s.SessionContext])
 
 
 @bp.before_request
@@ -624,6 +626,67 @@ def search_project() -> ResponseReturnValue:
     cursor = request.args.get("cursor") or None
     page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
     return json_response(search_out.dump(page))
+
+
+@bp.get("/context")
+@doc(
+    params=[
+        {
+            "name": "task_id",
+            "in": "query",
+            "required": True,
+            "description": f"The task the session works on: {ID_PATTERN}",
+            "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+        },
+        {
+            "name": "max_bytes",
+            "in": "query",
+            "required": False,
+            "description": "The context's budget, in bytes of UTF-8.",
+            "schema": {
+                "type": "integer",
+                "minimum": session_context.MIN_BYTES,
+                "maximum": session_context.MAX_BYTES,
+                "default": session_context.DEFAULT_BYTES,
+            },
+        },
+        {
+            "name": "turns",
+            "in": "query",
+            "required": False,
+            "description": "How many of the task's last turns to show (each cut at"
+            f" {session_context.TURN_CHARS} characters).",
+            "schema": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": session_context.MAX_TURNS,
+                "default": session_context.DEFAULT_TURNS,
+            },
+        },
+    ],
+    responses={200: s.SessionContext, **ERRORS},
+    beyond_seed=True,
+)
+def get_context() -> ResponseReturnValue:
+    """A coding agent's session-start context in one request, within a byte budget
+
+    The task's last turns (newest first, at most half the budget), the newest whole sections
+    of project.md, and other turns and memories that mention the task (at most a quarter).
+    Stored text is framed between <stored-text> and </stored-text>, which it cannot close.
+    What a hook asks for when a session starts (docs/agents.md).
+    """
+    task_id = query_task_id()
+    max_bytes = query_int(
+        "max_bytes",
+        session_context.DEFAULT_BYTES,
+        session_context.MIN_BYTES,
+        session_context.MAX_BYTES,
+    )
+    turns = query_int("turns", session_context.DEFAULT_TURNS, 0, session_context.MAX_TURNS)
+    found = session_context.assemble(
+        storage(), current_principal().scope, task_id, max_bytes=max_bytes, turns=turns
+    )
+    return json_response(context_out.dump(found))
 
 
 @bp.get("/whoami")

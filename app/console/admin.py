@@ -7,9 +7,11 @@ secret is shown once, in the answer to the POST that made it (never stored, neve
 redirect, and, like every console page, ``Cache-Control: no-store``).
 
 Limits: the same document ``flask quota`` and ``flask ratelimit`` change
-(app/storage/limits.py), seen by a project's project_admins and set where the CLI sets
+(app/storage/core/limits.py), seen by a project's project_admins and set where the CLI sets
 them: a project's quota and rate limits by a tenant_admin of its tenant (or an admin), a
-tenant's own entry by an admin. Every worker applies a change within a second.
+tenant's own entry by an admin. Every worker applies a change within a second. The limits
+pages are never rate limited for those who may change them (LIMITS_ENDPOINTS): a rate set
+too low must not lock out the one who can clear it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from app.console.base import (
 )
 from app.services.usage_report import quota_json
 from app.storage import InvalidName
-from app.storage.core.limits import QuotaOverride, RateOverride, format_bytes, parse_bytes
+from app.storage.core.limits import (
+    InvalidLimit,
+    QuotaOverride,
+    RateOverride,
+    format_bytes,
+    parse_bytes,
+)
 from app.storage.core.tokens import ROLES, Token, role_rank
 from app.web.permissions import ADMIN_ROLE
 from app.web.ratelimit import Limiter, limits_of, resolve
@@ -48,6 +56,19 @@ PROJECT_ROLES = ("reader", "writer", "project_admin")
 TENANT_ROLES = (*PROJECT_ROLES, "tenant_admin")
 MAX_EXPIRY_DAYS = 3650.0
 MAX_NAME_CHARS = 200
+
+
+#: The pages that show and change a project's or a tenant's limits.
+LIMITS_ENDPOINTS = frozenset(
+    {
+        "console.limits",
+        "console.set_project_quota",
+        "console.set_project_rate",
+        "console.tenant_limits",
+        "console.set_tenant_quota",
+        "console.set_tenant_rate",
+    }
+)
 
 
 class FormError(ValueError):
@@ -426,7 +447,7 @@ def _apply(
 ) -> ResponseReturnValue:
     try:
         apply(tenant, project)
-    except FormError as exc:
+    except (FormError, InvalidLimit) as exc:  # InvalidLimit: out of the ranges the store keeps
         return _limits_page(tenant, project, str(exc)), 422
     back = purl("limits") if project else turl("tenant_limits")
     return see_other(back)

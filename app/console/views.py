@@ -24,7 +24,7 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
-from app.console import audit, base, charts, render, session as sessions
+from app.console import admin, audit, base, charts, render, session as sessions
 from app.services.usage_report import projects_overview
 from app.storage import Corrupt, InvalidName, Scope, StorageError, TaskSummary
 from app.storage.core.clock import parse_iso
@@ -155,7 +155,8 @@ def _guard() -> ResponseReturnValue | None:
         if request.method == "POST" and not may_write(g.principal):
             raise Forbidden(f"role {token.role} may only read")
         # The API's budgets, the same buckets: a page costs what an API request costs.
-        ratelimit.check_request()
+        if not _limits_page_of(token, scope.tenant):
+            ratelimit.check_request()
         return None
     tenant = view_args.get("tenant")
     if tenant is not None:
@@ -168,8 +169,16 @@ def _guard() -> ResponseReturnValue | None:
             raise Forbidden(f"this token may not manage tenant {tenant}")
         g.tenant = tenant
     # A page in no project costs the token's budget alone.
-    ratelimit.check_token_request(token.id, token.role, tenant or token.tenant)
+    if tenant is None or not _limits_page_of(token, tenant):
+        ratelimit.check_token_request(token.id, token.role, tenant or token.tenant)
     return None
+
+
+def _limits_page_of(token: Token, tenant: str) -> bool:
+    """Whether this request is to a limits page of ``tenant`` by a token that may change its
+    limits: those are never rate limited, so that a rate set too low (a project's or the
+    tenant's) cannot lock out the one who may clear it."""
+    return request.endpoint in admin.LIMITS_ENDPOINTS and base.covers_tenant(token, tenant)
 
 
 @bp.after_request

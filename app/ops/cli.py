@@ -124,7 +124,7 @@ def _parse_now(text: str | None) -> datetime | None:
 @click.option(
     "--force",
     is_flag=True,
-    help="Sweep even when the clock looks stepped forward past the newest write.",
+    help="Sweep even when the clock looks stepped forward past the last sweep.",
 )
 def sweep_command(now_text: str | None, dry_run: bool, as_json: bool, force: bool) -> None:
     """Delete expired turns, empty tasks, old versions and stale leftovers; print what went."""
@@ -358,6 +358,7 @@ def show_rate_limits(tenant: str | None, project: str | None, as_json: bool) -> 
             f"{t}/{p}": {"rate": rate.to_json(), **_applies(t, p, overrides)}
             for (t, p), rate in sorted(overrides.projects.items())
         }
+        out["skipped"] = list(overrides.skipped)
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -371,7 +372,9 @@ def show_rate_limits(tenant: str | None, project: str | None, as_json: bool) -> 
     for key, entry in out["projects"].items():
         t, _, p = key.partition("/")
         click.echo(f"project {key}: {_fields_text(overrides.projects[(t, p)])} -> {entry['text']}")
-    if not overrides.tenants and not overrides.projects:
+    for fault in overrides.skipped:
+        click.echo(f"skipped, limits nothing (clear or set it again): {fault}")
+    if not overrides.tenants and not overrides.projects and not overrides.skipped:
         click.echo(f"no overrides in {limiter.file.path}")
 
 

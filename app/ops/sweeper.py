@@ -283,8 +283,32 @@ def startup_recovery(app: Flask) -> list[str]:
         # cannot start): serve what is stored, and finish once there is room.
         if not is_no_space(exc):
             raise
-        lines += storage.serve_read_only(plan, exc)
+        return lines + storage.serve_read_only(plan, exc)
+    try:
+        # Before any request: a root no sweep has marked yet, whose clock steps forward
+        # before its first sweep, is guarded from its start.
+        storage.mark_sweep_clock(datetime.now(UTC))
+    except Exception:  # noqa: BLE001 - without it the first sweep compares with the newest write
+        log.warning("the sweep's clock was not kept at start", exc_info=True)
     return lines
+
+
+def worker_died(app: Flask) -> list[str]:
+    """Repair the writes a worker left in flight (gunicorn's ``child_exit``, in the master):
+    a worker killed mid-write leaves derived files stale, ``project.md`` and search included,
+    until the next write on its lock stripe. The lines worth logging."""
+    storage = storage_of(app)
+    try:
+        repaired = storage.repair_dead_writers()
+    except Exception as exc:  # noqa: BLE001 - the master must outlive a failed repair
+        return [f"a dead worker's writes in flight were not repaired: {exc}"]
+    finally:
+        storage.close()  # the master keeps no connection (the workers it forks make theirs)
+    if not repaired:
+        return []
+    return [
+        f"repaired {len(repaired)} write(s) a dead worker left in flight: {', '.join(repaired[:20])}"
+    ]
 
 
 def clean_shutdown(app: Flask) -> None:

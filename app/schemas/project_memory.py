@@ -159,6 +159,34 @@ class HTTPError(Schema):
     detail = fields.String(required=True)
 
 
+class SessionContext(Schema):
+    """A coding agent's session-start context, assembled within a byte budget."""
+
+    task_id = fields.String(required=True)
+    context = fields.String(
+        required=True,
+        metadata={
+            "description": "Markdown: the task's last turns, the newest sections of project.md"
+            " and other mentions of the task; stored text between <stored-text> and"
+            " </stored-text>."
+        },
+    )
+    bytes = fields.Integer(
+        required=True, metadata={"description": "The context's size in bytes of UTF-8."}
+    )
+    turns = fields.List(
+        fields.Integer(),
+        required=True,
+        metadata={"description": "The numbers of the task's turns it shows, newest first."},
+    )
+    sections = fields.Integer(
+        required=True, metadata={"description": "Sections of project.md it shows."}
+    )
+    hits = fields.Integer(
+        required=True, metadata={"description": "Mentions of the task elsewhere it shows."}
+    )
+
+
 class WhoAmI(Schema):
     """The token a request was made with (never its secret) and the scope it acts in."""
 

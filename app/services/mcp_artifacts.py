@@ -15,6 +15,7 @@ import mimetypes
 from dataclasses import dataclass
 from typing import IO, Any
 
+from app.services.framing import neutral
 from app.storage import InvalidName
 from app.storage.core.models import ArtifactUpload
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, validate_artifact_name
@@ -187,11 +188,13 @@ class Part:
 
 def read_part(file: IO[bytes], offset: int, total: int, text_bytes: int, binary_bytes: int) -> Part:
     """The part of ``file`` (``total`` bytes) from ``offset``: up to ``text_bytes`` as text
-    when they are text, else up to ``binary_bytes`` in base64."""
+    when they are text (and hold no stored-text tag), else up to ``binary_bytes`` in base64."""
     _skip(file, offset)
     chunk = _read_up_to(file, text_bytes)
     text = _as_text(chunk, at_end=offset + len(chunk) >= total)
-    if text is not None:
+    # Text that holds a stored-text tag goes in base64: exact, and unable to close the
+    # frame the result puts text in (app/services/framing.py).
+    if text is not None and neutral(text) == text:
         return Part(text, True, len(text.encode("utf-8")))
     used = min(len(chunk), binary_bytes)
     return Part(base64.b64encode(chunk[:used]).decode("ascii"), False, used)

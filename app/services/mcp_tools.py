@@ -5,6 +5,9 @@ same task-id, turn, query and cursor rules, the turn body's schema), makes its s
 and returns text written for the model to read. No result is longer than ``OUTPUT_CHARS``
 characters; when something is cut, the result says what and how to get the rest.
 
+Stored text (summaries, meta, snippets, the digest, artifacts' text, memories) is framed
+(app/services/framing.py): a teammate's summary cannot forge a line of the tool's own.
+
 A bad argument, or a write asked for by a reader, is a :class:`ToolFailure`: its message is
 the model's to read. Storage errors (not found, a busy lock, a full disk) propagate; the
 caller words them with the one storage-error mapping (app/web/errors.py).
@@ -21,6 +24,7 @@ from marshmallow import ValidationError
 
 from app.schemas.project_memory import PutTurnRequest
 from app.services import audit
+from app.services.framing import frame, frame_room, neutral
 from app.services.mcp_artifacts import (
     ARTIFACT_NAME_SCHEMA,
     ARTIFACT_SCHEMA,
@@ -57,7 +61,12 @@ SEARCH_MAX_LIMIT = 100  # the REST search's own bound
 LIST_DEFAULT_LIMIT = 20
 LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
 META_CHARS = 4_000  # a turn's meta as read_turn shows it
+# A turn's artifact list as read_turn shows it. With the meta's bound and the head's own
+# lines it leaves more than half of OUTPUT_CHARS to the summary, however many artifacts the
+# turn holds.
+ARTIFACT_LIST_CHARS = 4_000
 INDEX_META_CHARS = 300  # one turn's meta in read_task's list
+INDEX_ARTIFACT_CHARS = 600  # one turn's artifact names in read_task's list
 STORES_SCANNED = 1_000  # a store named by name is looked for among this many
 NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
 # UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
@@ -354,6 +363,14 @@ class _Args:
             arguments = {}
         if not isinstance(arguments, dict):
             raise ToolFailure(f"The arguments of {spec.name} must be a JSON object.")
+        where = lone_surrogate_at(arguments)
+        if where is not None:
+            # A tool's answer often quotes its arguments (a path, a name, a search), and
+            # storage keeps UTF-8: text no UTF-8 can carry is refused before either sees it.
+            raise ToolFailure(
+                f"{where[:200]} is not valid Unicode text: it holds an unpaired UTF-16"
+                " surrogate escape (such as \\ud800). Send the text as UTF-8."
+            )
         known = spec.input_schema["properties"]
         unknown = sorted(str(k) for k in arguments if k not in known)
         if unknown:
@@ -393,6 +410,38 @@ class _Args:
             raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
 
 
+def lone_surrogate_at(value: Any) -> str | None:
+    """Where in ``value`` (parsed JSON) a string, a key or a value, holds a lone surrogate,
+    as ``artifacts[0].content``; None when none does.
+
+    JSON's ``"\\ud800"`` parses to one, and no UTF-8 carries it. Walked without recursion:
+    the parser took any depth."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not _is_utf8(item):
+                return where or "the text"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if isinstance(key, str) and not _is_utf8(key):
+                    return f"a key of {where}" if where else "an argument's name"
+                stack.append((inner, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((inner, f"{where}[{i}]") for i, inner in enumerate(item))
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def clip(text: str, limit: int, note: str) -> str:
     """``text`` cut to ``limit`` characters at a line end, with ``note`` saying so."""
     if len(text) <= limit:
@@ -415,12 +464,26 @@ def _fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) ->
     return out
 
 
+def _listed(items: list[str], limit: int) -> str:
+    """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
+    many were left out."""
+    shown: list[str] = []
+    used = 0
+    for item in items:
+        if used + len(item) + 2 > limit:
+            return ", ".join(shown) + f" … and {len(items) - len(shown)} more not listed"
+        shown.append(item)
+        used += len(item) + 2
+    return ", ".join(shown)
+
+
 def _compact(value: Any, limit: int) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _snippet(hit: SearchHit) -> str:
+def search_snippet(hit: SearchHit) -> str:
+    """A hit's snippet on one line, its matches in **bold**."""
     return " ".join(hit.snippet.replace(MARK_START, "**").replace(MARK_END, "**").split())
 
 
@@ -513,13 +576,15 @@ class McpTools:
         items = []
         for i, hit in enumerate(page.hits, 1):
             if hit.kind == "turn":
-                where = f"turn {hit.turn} of task {hit.task_id} (read_turn reads it)"
+                source = f"turn {hit.turn} of task {hit.task_id}"
+                where = f"{source} (read_turn reads it)"
             else:
-                where = (
-                    f"memory /memories{hit.path} in store {hit.store_name!r}"
+                source = f"memory /memories{hit.path}"
+                where = neutral(
+                    f"{source} in store {hit.store_name!r}"
                     f" ({hit.memory_store_id}; the memory tool's view reads it)"
                 )
-            items.append(f"{i}. {where}\n   {_snippet(hit)}")
+            items.append(f"{i}. {where}\n   {frame(search_snippet(hit), source, inline=True)}")
         more = (
             [f"More hits: search again with the same query and cursor {page.next_cursor!r}."]
             if page.next_cursor
@@ -545,6 +610,7 @@ class McpTools:
         budget = args.integer("max_chars", DIGEST_DEFAULT_CHARS, 1, OUTPUT_CHARS)
         assert budget is not None
         text, more = read_digest_head(self.storage, self.scope, budget)
+        text = frame(text, "project.md")
         if more:
             text += (
                 f"\n(shown: the newest sections of project.md, up to {budget} characters;"
@@ -584,9 +650,9 @@ class McpTools:
         items = []
         for entry in turns:
             line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
-            line += _compact(entry.meta, INDEX_META_CHARS)
+            line += frame(_compact(entry.meta, INDEX_META_CHARS), inline=True)
             if entry.artifacts:
-                line += f"; artifacts: {', '.join(entry.artifacts)}"
+                line += f"; artifacts: {_listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
         text = _fit_lines(
             head,
@@ -606,15 +672,17 @@ class McpTools:
         offset = args.integer("offset", 0, 0, None)
         assert offset is not None
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = ", ".join(
-            f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts
+        artifacts = _listed(
+            [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
+            ARTIFACT_LIST_CHARS,
         )
         if artifacts:
             artifacts += " (read_artifact reads one)"
+        source = f"turn {turn} of task {task_id}"
         head = (
             f"Turn {turn} of task {task_id}: created {record.created_at}, updated"
             f" {record.updated_at}, kept until {record.retain_until}.\n"
-            f"meta: {_compact(record.meta, META_CHARS)}\n"
+            f"meta: {frame(_compact(record.meta, META_CHARS), inline=True)}\n"
             f"artifacts: {artifacts or 'none'}\n"
             "summary_md:\n"
         )
@@ -623,14 +691,19 @@ class McpTools:
         if offset:
             summary = summary[offset:]
             head += f"(from character {offset} of {total})\n"
-        room = OUTPUT_CHARS - len(head) - 200
-        if len(summary) > room:
-            summary = summary[:room]
-            summary += (
-                f"\n… summary cut at character {offset + room} of {total}: read_turn with"
-                f" offset={offset + room} reads on."
+        room = OUTPUT_CHARS - len(head) - frame_room(source) - 200
+        shown = summary[:room]
+        # A tag made inert grows by three characters: the part shown shrinks to match.
+        while len(neutral(shown)) > room:
+            shown = shown[: room - (len(neutral(shown)) - len(shown))]
+        out = head + frame(shown, source)
+        if len(shown) < len(summary):
+            end = offset + len(shown)
+            out += (
+                f"\n… summary cut at character {end} of {total}: read_turn with"
+                f" offset={end} reads on."
             )
-        return ToolOutput(head + summary)
+        return ToolOutput(out)
 
     def _record_turn(self, args: _Args) -> ToolOutput:
         task_id = args.task_id()
@@ -730,7 +803,9 @@ class McpTools:
             return ToolOutput(head + "It is empty.")
         form = "as UTF-8 text" if part.is_text else "in base64"
         end = offset + part.size
-        out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{part.shown}"
+        # Base64 holds no tag and no line of its own; text is stored text like any other.
+        shown = frame(part.shown, f"artifact {name}", exact=True) if part.is_text else part.shown
+        out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{shown}"
         if end < size:
             out += (
                 f"\n… cut at byte {end} of {size} to keep this result under {OUTPUT_CHARS}"
@@ -749,7 +824,7 @@ class McpTools:
     def _memory(self, args: _Args) -> ToolOutput:
         ref = args.text("store", required=True)
         assert ref is not None
-        command = args.values.get("command")
+        command = args.text("command", required=True)
         if command in MEMORY_WRITE_COMMANDS and not self.may_write:
             raise ToolFailure(
                 self._refusal(f"The memory command {command!r} changes the store")
@@ -766,13 +841,20 @@ class McpTools:
         change = audit_of(command_input, result)
         if change is not None:
             self._audit("memory", change[0], tool.store_id, change[1], store_id=tool.store_id)
-        text = clip(
-            result.content,
-            OUTPUT_CHARS,
-            "… cut to keep this result under"
-            f" {OUTPUT_CHARS} characters: view a subdirectory, or a file with view_range.",
+        note = (
+            f"… cut to keep this result under {OUTPUT_CHARS} characters: view a subdirectory,"
+            " or a file with view_range."
         )
-        return ToolOutput(text, is_error=result.is_error)
+        if command_input.get("command") != "view" or result.is_error:
+            return ToolOutput(clip(result.content, OUTPUT_CHARS, note), is_error=result.is_error)
+        # What a view shows (a file's lines, a directory's names) is stored text: framed,
+        # and the note that it was cut outside the frame.
+        source = f"memory store {tool.store_id}"
+        shown = neutral(result.content)
+        room = OUTPUT_CHARS - frame_room(source) - len(note) - 1
+        if len(shown) <= room:
+            return ToolOutput(frame(shown, source))
+        return ToolOutput(frame(clip(shown, room, ""), source) + "\n" + note)
 
     def _turn_of(self, args: _Args) -> tuple[str, int]:
         task_id = args.task_id()

@@ -410,7 +410,12 @@ class StorageBackend(Protocol):
 
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove what retention lets go; unless ``force``, nothing while the clock looks
-        stepped forward past the writes (``SweepOutcome.refused`` says why)."""
+        stepped forward past the last sweep (``SweepOutcome.refused`` says why)."""
+        ...
+
+    def mark_sweep_clock(self, now: datetime) -> None:
+        """At a server's start, keep the clock the sweep's guard compares with, when no sweep
+        has kept one yet (core/sweep.py SweepClock)."""
         ...
 
     def fsck(self, *, repair: bool = False, grace: timedelta = ...) -> FsckReport: ...
@@ -418,8 +423,13 @@ class StorageBackend(Protocol):
     def ready(self) -> tuple[bool, str]: ...
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what an unclean stop left (``plan``: :meth:`RecoveryState.plan`'s); what
+        """Repair what the last server left (``plan``: :meth:`RecoveryState.plan`'s); what
         needs a full check is marked for :meth:`full_check`."""
+        ...
+
+    def repair_dead_writers(self) -> list[str]:
+        """Repair what a process that died left half-written (a worker the master reaped);
+        never waits for a lock another process holds. What was repaired."""
         ...
 
     def full_check(self) -> FsckReport | None:

@@ -1,8 +1,10 @@
 """The request body as the app reads it: bytes counted, a pace the client must keep, and
 what the worker knows of the request its thread serves.
 
-The gunicorn worker (app/ops/serving.py) paces each body read (:class:`BodyPace`) and records
-its request here (:data:`worker_request`); the app counts what it read (:class:`CountingInput`)
+The gunicorn worker (app/ops/serving.py) reads a body of up to :data:`READ_AHEAD_BYTES` in its
+event loop, before any thread serves the request, paces every body read (:class:`BodyPace`) and
+records its request here (:data:`worker_request`); the app counts what it read
+(:class:`CountingInput`), reads a larger body only for a client it knows (:func:`count_body`),
 and asks, when a read failed, whether the client was cut off for being too slow.
 """
 
@@ -15,13 +17,24 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from flask import request as _flask_request
+from flask import g, request as _flask_request
+from werkzeug.exceptions import ExpectationFailed, RequestEntityTooLarge
 
 from app.config import SETTINGS
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: The largest body the worker reads in its event loop, where a slow client holds no thread,
+#: before a thread serves the request. A larger body is left on the socket for the app: the
+#: thread reading it waits on the client, so the app reads it only once it knows the sender.
+READ_AHEAD_BYTES = 64 * 1024
+#: Why some of a request's body is still on the socket when a thread serves it: it is over
+#: READ_AHEAD_BYTES, or its client waits for "100 Continue" before sending it.
+PENDING_LARGE = "large"
+PENDING_CONTINUE = "continue"
 #: The request this worker thread serves: its gunicorn request (``req``), its body's pace
-#: (``pace``) and the start of its head (``head``), set by the worker around each request.
+#: (``pace``), the start of its head (``head``), and why some of its body is still to be read
+#: from the client (``body_pending``: "", PENDING_LARGE or PENDING_CONTINUE), set by the worker
+#: around each request.
 worker_request = threading.local()
 
 
@@ -46,6 +59,13 @@ class CountingInput:
         # Told of the bytes of each read (the upload budgets: app/web/ratelimit.py); it may
         # refuse the rest of the body by raising.
         self.meter: Callable[[int], None] | None = None
+        # Asked before the first read; it may refuse the whole body by raising.
+        self.guard: Callable[[], None] | None = None
+
+    def _check(self) -> None:
+        if self.guard is not None:
+            guard, self.guard = self.guard, None
+            guard()
 
     def _got(self, data: bytes) -> None:
         self.received += len(data)
@@ -53,6 +73,7 @@ class CountingInput:
             self.meter(len(data))
 
     def read(self, size: int = -1) -> bytes:
+        self._check()
         data: bytes = self.stream.read(size)
         if size is None or size < 0 or (size and not data):
             self.ended = True
@@ -60,6 +81,7 @@ class CountingInput:
         return data
 
     def readline(self, size: int = -1) -> bytes:
+        self._check()
         data: bytes = self.stream.readline(size)
         if not data and size != 0:
             self.ended = True
@@ -67,6 +89,7 @@ class CountingInput:
         return data
 
     def __iter__(self) -> Iterator[bytes]:
+        self._check()
         for line in self.stream:
             self._got(line)
             yield line
@@ -81,10 +104,37 @@ class CountingInput:
 
 def count_body() -> None:
     """Read the body of the current request (if it has one) through a CountingInput: an app
-    hook, which runs before any blueprint's, so every read is counted."""
+    hook, which runs before any blueprint's, so every read is counted, and a body the worker
+    left on the socket is read only for a known sender."""
     environ = _flask_request.environ
     if environ.get("CONTENT_LENGTH") or environ.get("HTTP_TRANSFER_ENCODING"):
-        environ["wsgi.input"] = environ[COUNTED_INPUT] = CountingInput(environ["wsgi.input"])
+        counted = CountingInput(environ["wsgi.input"])
+        if getattr(worker_request, "body_pending", ""):
+            counted.guard = _sender_known
+        environ["wsgi.input"] = environ[COUNTED_INPUT] = counted
+
+
+def _sender_known() -> None:
+    """Refuse to read a body still on the socket for a client no credential names.
+
+    Reading it holds this thread for as long as the client takes to send it: anonymous
+    clients trickling bodies would hold every thread. A credential is checked before any read
+    on every route but the console's sign-in form (``g.token_id`` is set where it is:
+    app/web/auth.py, the console's guard), whose form is small and sent without asking.
+    """
+    if g.get("token_id") is not None:
+        return
+    if worker_request.body_pending == PENDING_CONTINUE:
+        # A client told 417 sends the request again without the expectation (RFC 9110
+        # 10.1.1), and the worker then reads its small body before a thread serves it.
+        raise ExpectationFailed(
+            "this body is read without a credential only when sent without 'Expect: 100-continue'"
+        )
+    exc = RequestEntityTooLarge(
+        f"a request body over {READ_AHEAD_BYTES} bytes is read only with a credential"
+    )
+    exc.limit = READ_AHEAD_BYTES  # type: ignore[attr-defined]  # the APIs' 413 names it
+    raise exc
 
 
 def body_bytes_read(environ: Mapping[str, Any]) -> int:
@@ -168,16 +218,26 @@ class BodyPace:
         # "100 Continue" owed to a client that asked for it, sent when the body is first read.
         self.continue_owed = False
 
+    def due(self, since: float) -> tuple[float, str]:
+        """When the client is cut off if no more bytes come, waiting from ``since``, and why.
+
+        The worker's event loop, which reads small bodies, asks it with the time of the last
+        bytes; a thread asks it as it starts each read."""
+        deadline, reason = since + self.gap, f"no request body bytes for {self.gap:g} s"
+        if self.min_rate:
+            floor = self.started + self.gap + self.received / self.min_rate
+            if floor < deadline:
+                deadline, reason = floor, f"request body slower than {self.min_rate} bytes/s"
+        return deadline, reason
+
     def recv(self, size: int) -> bytes:
         if self.continue_owed:
             self.continue_owed = False
             self.sock.sendall(CONTINUE)
-        wait = self.gap
-        reason: str | None = f"no request body bytes for {self.gap:g} s"
-        if self.min_rate:
-            left = self.started + self.gap + self.received / self.min_rate - time.monotonic()
-            if left < wait:
-                wait, reason = left, f"request body slower than {self.min_rate} bytes/s"
+        now = time.monotonic()
+        deadline, why = self.due(now)
+        wait = deadline - now
+        reason: str | None = why
         if self.cap is not None and self.cap < wait:
             # gunicorn's own bound (draining an unread body before keep-alive): not the client's
             # fault, so no 408.

@@ -236,7 +236,7 @@ def from_storage(exc: se.StorageError) -> HTTPException:
         return ApiError(409, str(exc))
     if isinstance(exc, se.PayloadTooLarge):
         return ApiError(413, f"{exc} (limit {exc.limit} bytes)")
-    if isinstance(exc, se.LockTimeout | se.SearchTimeout):
+    if isinstance(exc, se.LockTimeout | se.SearchTimeout | se.SearchRebuilding):
         return ApiError(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
     if isinstance(exc, QuotaExceeded):
         # 507: the request is fine and the server cannot store it; retrying will not help

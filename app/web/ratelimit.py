@@ -63,6 +63,10 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 SLOTS = 1 << 14  # 24 bytes each: 384 KiB of shared memory
 PROBES = 8  # slots looked at per key: a key lives in one of the PROBES slots after its hash
 CHECK_EVERY = 1.0  # seconds between two looks at the overrides file's stat, per worker
+# Seconds of arrival time that rounding may add to a charge: ``now + 1000.0 - now`` is not
+# 1000.0 for most values of the monotonic clock, and a charge landing exactly on its limit
+# (the first request of a burst of 1) must be admitted whatever the clock reads.
+SLACK = 1e-6
 
 
 # -- the shared table --------------------------------------------------------------------------
@@ -209,7 +213,7 @@ class BucketTable:
                 else:
                     j, tat = self._slot(key, step, now, taken)
                 tat += units * step
-                if tat - now > limit:
+                if tat - now > limit + SLACK:
                     admitted = False
                 taken.append(j)
                 times.append(tat)
@@ -462,18 +466,33 @@ class Limiter:
     # -- limits and their overrides -------------------------------------------------------
     def _install(self, overrides: RateOverrides) -> None:
         default = limits_of(resolve(self.defaults, NO_OVERRIDES, "", ""))
-        by_tenant = {
-            tenant: limits_of(resolve(self.defaults, overrides, tenant, ""))
-            for tenant in overrides.tenants
-        }
-        by_project = {
-            key: limits_of(resolve(self.defaults, overrides, *key)) for key in overrides.projects
-        }
+        by_tenant: dict[str, Limits] = {}
+        by_project: dict[tuple[str, str], Limits] = {}
+        for tenant in overrides.tenants:
+            found = self._entry_limits(overrides, tenant, "")
+            if found is not None:
+                by_tenant[tenant] = found
+        for key in overrides.projects:
+            found = self._entry_limits(overrides, *key)
+            if found is not None:
+                by_project[key] = found
         everything_off = default.off and all(
             limits.off for limits in (*by_tenant.values(), *by_project.values())
         )
         # One attribute, replaced whole: threads reading it never see half an update.
         self._state = (everything_off, default, by_tenant, by_project)
+
+    def _entry_limits(self, overrides: RateOverrides, tenant: str, project: str) -> Limits | None:
+        """The limits of one entry; None, logged, when they cannot be computed. The document
+        checks every entry (app/storage/core/limits.py): this is the last line, so that an
+        entry no check foresaw fails its own project, falling back to the next level, and
+        never the worker's requests of every other project."""
+        try:
+            return limits_of(resolve(self.defaults, overrides, tenant, project))
+        except (ArithmeticError, ValueError) as exc:
+            where = f"project {tenant}/{project}" if project else f"tenant {tenant}"
+            log.error("rate limits of %s not applied (%r): the next level's apply", where, exc)
+            return None
 
     def _refresh(self, now: float) -> None:
         if not self._refresh_mutex.acquire(blocking=False):
@@ -489,6 +508,8 @@ class Limiter:
             except (StorageError, OSError) as exc:
                 log.error("rate limit overrides not applied, keeping the previous ones: %s", exc)
                 return
+            for fault in overrides.skipped:
+                log.error("rate limit override skipped, it limits nothing: %s", fault)
             self._install(overrides)
         finally:
             self._refresh_mutex.release()
@@ -551,7 +572,7 @@ class Limiter:
         times = (self._table or self.table()).take(charges, now, keep)
         low = False
         for (_, _, _, limit), tat in zip(charges, times, strict=True):
-            if tat - now > limit:
+            if tat - now > limit + SLACK:
                 return self._refused(limits, names, rates, charges, times, now, tenant, project)
             if tat - now >= 0.5 * limit:
                 low = True
@@ -573,7 +594,7 @@ class Limiter:
         refused = [
             (name, tat - now - limit, rate)
             for name, rate, (*_, limit), tat in zip(names, rates, charges, times, strict=True)
-            if tat - now > limit
+            if tat - now > limit + SLACK
         ]
         wait = max(w for _, w, _ in refused)
         retry = max(1, math.ceil(wait))
@@ -597,7 +618,7 @@ class Limiter:
             return None
         charges = [(hash(("token", token_id)) or 1, requests.interval, 1.0, requests.window)]
         times = (self._table or self.table()).take(charges, now)
-        if times[0] - now > requests.window:
+        if times[0] - now > requests.window + SLACK:
             return self._refused(
                 limits, ("token",), (requests,), charges, times, now, tenant or "", ""
             )
@@ -621,7 +642,7 @@ class Limiter:
         now = self.clock()
         times = self.table().charge([(hash(key) or 1, step, received) for key in keys], now)
         limit = max(upload.window, mine * step)
-        if all(tat - now <= limit for tat in times):
+        if all(tat - now <= limit + SLACK for tat in times):
             return None
         charges = [(0, step, received, limit)] * 2
         return self._refused(

@@ -21,6 +21,7 @@ from werkzeug.wrappers import Response
 
 from app.services.usage_report import hour_now
 from app.storage.core.audit import KEEP_DAYS as AUDIT_KEEP_DAYS
+from app.storage.core.files import is_no_space
 from app.storage.core.traffic import TrafficRow
 from app.web.body import body_bytes_read
 
@@ -110,8 +111,13 @@ class TrafficRecorder:
                 # same hourly round.
                 self.storage.audit_log.prune((hour - AUDIT_KEEP_DAYS * 24) * 3600 * 1_000_000)
                 self._pruned_hour = hour
-        except Exception:  # noqa: BLE001 - counts are kept for the next flush, never lost here
-            log.exception("traffic counts not written; kept for the next flush")
+        except Exception as exc:  # noqa: BLE001 - counts are kept for the next flush, never lost here
+            if is_no_space(exc):
+                # Every flush of every worker meets the same full disk: one line each, the
+                # 507s of the writes say the rest.
+                log.warning("traffic counts not written (%s); kept for the next flush", exc)
+            else:
+                log.exception("traffic counts not written; kept for the next flush")
             with self._lock:
                 for key, values in counts.items():
                     mine = self._counts.setdefault(key, [0, 0, 0])

@@ -221,14 +221,14 @@ def agent_env(tmp_path: Path, memory_up: Memory) -> dict[str, str]:
         "PROJECT_MEMORY_URL": memory_up.url,
         "PROJECT_MEMORY_TOKEN": memory_up.writer,
         "PROJECT_MEMORY_STATE_DIR": str(tmp_path / "state"),
-        # Time enough on a loaded machine for what a test checks was sent; the tests of
-        # giving up use the default (:func:`default_timeout`).
+        # The network part's time, for every event alike: the tests of giving up use the
+        # events' own defaults (:func:`default_timeout`).
         "PROJECT_MEMORY_HOOK_TIMEOUT": "8",
     }
 
 
 def default_timeout(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the hooks' own time limit (1.5 s from their start)."""
+    """``env`` with the hooks' own time limits (hooks.SESSION_START_TIMEOUT, STOP_TIMEOUT)."""
     return {k: v for k, v in env.items() if k != "PROJECT_MEMORY_HOOK_TIMEOUT"}
 
 
@@ -271,7 +271,8 @@ class Transcript:
 
     def _stamp(self) -> str:
         self.clock += 1
-        return f"2026-12-01T10:00:{self.clock:02d}.000Z"
+        minutes, seconds = divmod(self.clock, 60)
+        return f"2026-12-01T10:{minutes:02d}:{seconds:02d}.000Z"
 
     def _write(self, line: dict[str, Any]) -> None:
         line.setdefault("uuid", f"u-{self.clock}-{len(self.path.read_bytes())}")
@@ -376,3 +377,23 @@ def egress() -> Iterator[EgressProbe]:
     probe = EgressProbe()
     yield probe
     probe.close()
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test as the machine is, and with CPU hogs (``yes > /dev/null``) beside the
+    agent: ``loaded``, one per core and at least two (a busy laptop); ``busy``, four per
+    core (the load average of 8 and more the hooks met on a shared machine), for a test
+    that asks for it with ``@pytest.mark.parametrize("load", [...], indirect=True)``."""
+    cores = os.cpu_count() or 2
+    count = {"idle": 0, "loaded": max(2, cores), "busy": 4 * cores}[str(request.param)]
+    hogs = [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
+    try:
+        yield str(request.param)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

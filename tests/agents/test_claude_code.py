@@ -9,6 +9,7 @@ attempt to reach beyond 127.0.0.1 goes to a probe that refuses and records it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.conftest import Memory, Work, cli, default_timeout
+from tests.agents.conftest import VENV_BIN, Memory, Work, cli, default_timeout
 from tests.agents.harness import AnthropicStub, EgressProbe, pinned, stream_events
 
 pytestmark = pytest.mark.e2e
@@ -168,3 +169,64 @@ def test_with_the_server_stopped_a_session_ends_and_its_turn_arrives_once(
     assert cli(env, "agent", "flush", "--json").returncode == 0
     assert len(memory_up.turns("offline-task")) == 2
     assert egress.attempts == []
+
+
+# -- under load, as installed, with the URL as people give it ------------------------------
+SESSIONS_UNDER_LOAD = 10
+
+
+def _first_request_has(run: Session, mark: str) -> bool:
+    first = json.dumps(run.model_calls()[0])
+    return "SessionStart hook additional context" in first and mark in first
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded", "busy"], indirect=True)
+def test_the_digest_reaches_the_first_request_in_every_session(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe, load: str
+) -> None:
+    """The hooks' own time limits (the defaults), a machine busy or not: in each of ten
+    sessions the context, digest included, is in the model's first request."""
+    env = default_timeout(installed.task(f"ten-{load}"))
+    missed = []
+    for n in range(SESSIONS_UNDER_LOAD):
+        mark = f"DIGEST_{load.upper()}_{n}_{time.monotonic_ns()}"
+        body = {"summary_md": f"Decided the cache key: {mark}."}
+        assert memory_up.api("PUT", f"/tasks/other-{load}-{n}/turns/0", json=body).ok
+        run = Session(claude, installed, env, egress, {"steps": [], "final": "ok"}, f"Session {n}.")
+        if not _first_request_has(run, mark):
+            missed.append(n)
+    assert missed == [], f"no digest in the first request of sessions {missed} ({load})"
+    assert len(memory_up.turns(f"ten-{load}")) == SESSIONS_UNDER_LOAD  # and each recorded
+    assert egress.attempts == []
+
+
+def test_the_hooks_run_without_the_clients_venv_on_path(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe, load: str
+) -> None:
+    """Installed from a shell with the venv on PATH; the agent started without it."""
+    env = default_timeout(installed.task(f"no-venv-{load}"))
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
+    mark = f"NO_VENV_MARK_{load}"
+    assert memory_up.api("PUT", f"/tasks/no-venv-{load}-earlier/turns/0",
+                         json={"summary_md": mark}).ok  # fmt: skip
+    run = Session(claude, installed, env, egress, {"steps": [], "final": "done"}, "Go.")
+    assert _first_request_has(run, mark)
+    [turn] = memory_up.turns(f"no-venv-{load}")
+    assert turn["meta"]["claude_session_id"] == run.event("result")["session_id"]
+
+
+def test_mcp_tools_work_with_the_url_given_with_the_api_path(
+    claude: Path, memory_up: Memory, work: Work, egress: EgressProbe, load: str
+) -> None:
+    """PROJECT_MEMORY_URL with the API's path, as docs/client.md allows, at install and when
+    the agent runs."""
+    env = {**work.env, "PROJECT_MEMORY_URL": memory_up.url + "/sandbox/memory/v1/"}
+    done = cli(env, "agent", "install", "claude-code", cwd=work.repo)
+    assert done.returncode == 0, done.stderr
+    mark = f"API_PATH_MARK_{load}"
+    assert memory_up.api("PUT", f"/tasks/api-path-{load}/turns/0", json={"summary_md": mark}).ok
+    script = {"steps": [{"tool": "mcp__project-memory__search", "input": {"query": mark}}],
+              "final": "Found."}  # fmt: skip
+    run = Session(claude, work, default_timeout(env), egress, script, "Search for it.")
+    assert {"name": "project-memory", "status": "connected", "source": "project"} in run.servers()
+    assert f"turn 0 of task api-path-{load}" in run.event("result")["result"]

@@ -10,14 +10,22 @@ isolated CODEX_HOME's config.toml, with plugins and analytics off (else it calls
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import re
+import select
+import struct
 import subprocess
+import termios
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agents.conftest import Memory, cli, git_repo
+from tests.agents.conftest import Memory, cli, default_timeout, git_repo
 from tests.agents.harness import EgressProbe, ResponsesStub, pinned, stream_events
 
 pytestmark = pytest.mark.e2e
@@ -110,4 +118,114 @@ def test_a_codex_session_gets_context_searches_and_is_recorded(
     assert (
         "What about the parser?" in turn["summary_md"] and "Codex found it." in turn["summary_md"]
     )
+    assert egress.attempts == []
+
+
+def _codex_home(env: dict[str, str], stub: ResponsesStub) -> Path:
+    codex_home = Path(env["HOME"]) / ".codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model = "gpt-stub"\nmodel_provider = "stub"\ncheck_for_update_on_startup = false\n\n'
+        '[model_providers.stub]\nname = "stub"\n'
+        f'base_url = "{stub.url}/v1"\nwire_api = "responses"\nenv_key = "STUB_API_KEY"\n'
+        "\n[features]\nplugins = false\n\n[analytics]\nenabled = false\n"
+    )
+    return codex_home
+
+
+# Codex's TUI asks the terminal what it is before it draws; these are a terminal's answers.
+_ANSWERS = {
+    b"\x1b[6n": b"\x1b[1;1R",
+    b"]10;?": b"\x1b]10;rgb:ffff/ffff/ffff\x1b\\",
+    b"]11;?": b"\x1b]11;rgb:0000/0000/0000\x1b\\",
+    b"[?1007$p": b"\x1b[?1007;2$y",
+    b"[?u": b"\x1b[?0u",
+}
+
+
+def trust_hooks_in_the_tui(codex: Path, repo: Path, env: dict[str, str]) -> None:
+    """What a person does once: start ``codex`` in the repository and, asked about its new
+    hooks, choose "Trust all and continue" (the second choice)."""
+    config = Path(env["CODEX_HOME"]) / "config.toml"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: codex in the repository, on a terminal
+        os.chdir(repo)
+        os.execve(str(codex), [str(codex)], {**env, "TERM": "xterm-256color"})  # noqa: S606 - the pinned binary
+    # A terminal of 40 x 120: a TUI on a terminal of no size draws no dialog.
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    screen = b""
+    chose = False
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and "[hooks.state" not in config.read_text():
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if not ready:
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            for asked, answer in _ANSWERS.items():
+                if asked in data:
+                    os.write(fd, answer)
+            screen += data
+            plain = b" ".join(re.sub(rb"\x1b\[[0-9;?>]*[a-zA-Z$]", b" ", screen).split())
+            if not chose and b"Trust all and continue" in plain:
+                time.sleep(0.5)
+                os.write(fd, b"\x1b[B")  # down, to "Trust all and continue"
+                time.sleep(0.5)
+                os.write(fd, b"\r")
+                chose = True
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    assert "[hooks.state" in config.read_text(), screen[-2000:]
+
+
+def _doctor(env: dict[str, str], repo: Path) -> tuple[int, list[str]]:
+    done = cli(env, "agent", "doctor", cwd=repo)
+    lines = (done.stdout + done.stderr).splitlines()
+    return done.returncode, [line for line in lines if line.startswith("problem ")]
+
+
+def test_hooks_codex_has_not_trusted_do_not_run_and_the_doctor_says_so(
+    codex: Path, memory_up: Memory, agent_env: dict[str, str], tmp_path: Path, egress: EgressProbe,
+    load: str,
+) -> None:  # fmt: skip
+    """``codex exec --trust`` trusts the project, not its hooks: they do not run, and the
+    doctor exits 1 naming them. Trusted once in the TUI, they run, and it exits 0."""
+    repo = tmp_path / "repo"
+    git_repo(repo, "codex-trust")
+    assert cli(agent_env, "agent", "install", "codex", cwd=repo).returncode == 0
+    mark = f"TRUST_MARK_{load}"
+    assert memory_up.api("PUT", f"/tasks/trust-{load}/turns/0", json={"summary_md": mark}).ok
+    stub = ResponsesStub({"steps": [], "final": "ok"})
+    codex_home = _codex_home(agent_env, stub)
+    env = {**default_timeout(agent_env), "CODEX_HOME": str(codex_home), "STUB_API_KEY": "stub",
+           **egress.env()}  # fmt: skip
+
+    def session() -> str:
+        done = subprocess.run(
+            [str(codex), "exec", "--json", "--trust", "Hello."],
+            cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        calls = [r["body"] for r in stub.requests if r["method"] == "POST"]
+        return json.dumps(calls[-1]["input"])
+
+    try:
+        assert mark not in session()  # the project trusted, the hooks not: no context
+        code, problems = _doctor(env, repo)
+        assert code == 1 and [p for p in problems if "codex hook trust" in p], problems
+        assert not [p for p in problems if "codex trust:" in p], problems
+        assert egress.attempts == []
+        # The person's step: the TUI also asks GitHub for a tip of the day (refused here).
+        trust_hooks_in_the_tui(codex, repo, env)
+        egress.attempts.clear()
+        code, problems = _doctor(env, repo)
+        assert (code, problems) == (0, []), problems
+        assert mark in session()  # the hooks run now
+    finally:
+        stub.close()
     assert egress.attempts == []

@@ -8,13 +8,17 @@ real CLI write them.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import stat
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from project_memory_client.agents.hooks import AGENT_LIMIT, SESSION_START_TIMEOUT, STOP_TIMEOUT
 
 from tests.agents.conftest import CLI, Memory, Work, cli, default_timeout, git_repo, run_hook
 
@@ -97,22 +101,26 @@ def test_server_down_the_turn_waits_in_the_spool_and_arrives_once(
     assert "while the server is down" in turn["summary_md"]
 
 
-def test_a_hung_server_is_given_up_on_within_2_seconds(memory_up: Memory, work: Work) -> None:
+def test_a_hung_server_is_given_up_on_before_the_agent_gives_up(
+    memory_up: Memory, work: Work
+) -> None:
+    """The network part has its own time, counted from when its first request can start,
+    and the hook ends before the agent's 10 s are up."""
     env = default_timeout(work.task("slow-task"))
     t = work.session("sess-4", ("prompt", "answer"))
     memory_up.switch.set("slow")
-    for event, payload in (("stop", t.stop()), ("session-start", work.start("sess-4"))):
+    for event, payload, budget in (
+        ("stop", t.stop(), STOP_TIMEOUT),
+        ("session-start", work.start("sess-4"), SESSION_START_TIMEOUT),
+    ):
         done, took = run_hook(env, event, payload)
         assert done.returncode == 0 and done.stdout == "", done.stderr
-        assert took < 2.0, f"{event} took {took:.2f}s"
+        assert budget <= took < AGENT_LIMIT, f"{event} took {took:.2f}s"
     assert len(work.spooled()) == 1
     log = (Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log").read_text()
-    assert "gave up after 1.5s" in log
+    assert f"stop: gave up after {STOP_TIMEOUT:g}s" in log
+    assert f"session-start: gave up after {SESSION_START_TIMEOUT:g}s" in log
     memory_up.switch.set("up")
-    # Delivery once the server answers again, with the test's own time limit: under a loaded
-    # machine the default 1.5 s may run out before the spool's turn, which is then sent by the
-    # next hook (the spool tests check that); this test is about giving up, not delivery.
-    env = work.task("slow-task")
     assert run_hook(env, "session-start", work.start("sess-4"))[0].returncode == 0
     assert work.spooled() == [] and len(memory_up.turns("slow-task")) == 1
 
@@ -199,11 +207,14 @@ def test_session_start_gives_the_task_and_the_newest_digest(memory_up: Memory, w
     assert "Task `context-task`" in context
     assert context.index("turn 3 of") < context.index("turn 2 of") < context.index("turn 1 of")
     assert "turn 0 of" not in context  # the last three turns only
-    assert "### Step 3" in context  # its headings under the context's own
+    assert '<stored-text from="turn 3 of task context-task (claude-code, m)">\n# Step 3' in context
     digest = context.split("The newest sections of project.md", 1)[1]
     assert "## filler-19" in digest and "## filler-00" not in digest
-    assert len(digest.split("To look further back")[0].encode()) <= 1500 + 100
-    assert "mcp__project-memory__search" in context
+    assert len(context.encode()) <= 1500  # the whole context, the search line included
+    assert context.endswith(
+        "mcp__project-memory__search tool of the project-memory MCP server"
+        " (then read_task / read_turn for a task's history)."
+    )
 
 
 def test_hooks_off_do_nothing(memory_up: Memory, work: Work) -> None:
@@ -286,3 +297,160 @@ def test_codex_context_stays_under_its_limit(memory_up: Memory, work: Work) -> N
     done, _ = run_hook(env, "session-start", work.start("cx"), agent="codex")
     context = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
     assert 5_000 < len(context) <= 10_000 and "## big-29" in context
+
+
+def _prompts(turn: dict[str, Any]) -> list[str]:
+    """The prompts a recorded turn's summary holds."""
+    parts = turn["summary_md"].split("## Prompt\n\n")[1:]
+    return [p.split("\n\n## ", 1)[0].split("\n\n", 1)[0].strip() for p in parts]
+
+
+def _slow_git(tmp_path: Path, seconds: float) -> str:
+    """A PATH whose ``git`` takes ``seconds`` before it runs the real one (git on a loaded
+    machine, a large repository or a network filesystem)."""
+    real = shutil.which("git")
+    assert real is not None
+    bin_dir = tmp_path / "slow-bin"
+    bin_dir.mkdir()
+    script = bin_dir / "git"
+    script.write_text(f'#!/bin/sh\nsleep {seconds}\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return str(bin_dir)
+
+
+def test_a_stop_hook_out_of_time_before_it_spools_loses_no_turn(
+    memory_up: Memory, work: Work, tmp_path: Path
+) -> None:
+    """A local part slower than the network part's whole time (git slow, a short limit):
+    every turn of the session, its first included, is spooled and arrives once, as its own
+    turn."""
+    slow = work.task(
+        "slow-git",
+        PATH=f"{_slow_git(tmp_path, 1.0)}{os.pathsep}{work.env['PATH']}",
+        PROJECT_MEMORY_HOOK_TIMEOUT="0.5",
+    )
+    t = work.session("sg")
+    start = {**work.start("sg"), "transcript_path": str(t.path)}
+    assert run_hook(slow, "session-start", start)[0].returncode == 0
+    took = []
+    for n in range(3):
+        t.turn(f"slow prompt {n}", f"slow answer {n}")
+        done, seconds = run_hook(slow, "stop", t.stop())
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+        took.append(seconds)
+    flushed = cli(work.task("slow-git"), "agent", "flush", "--json")
+    assert flushed.returncode == 0, flushed.stdout + flushed.stderr
+    turns = memory_up.turns("slow-git")
+    assert [_prompts(turn) for turn in turns] == [[f"slow prompt {n}"] for n in range(3)]
+    assert [f"slow answer {n}" in turn["summary_md"] for n, turn in enumerate(turns)] == [True] * 3
+    assert work.spooled() == []
+    # A git call of 1 s, twice the network part's whole time: the local part is never cut,
+    # and the network part's time starts after it.
+    assert min(took) > 1.0, took
+
+
+def test_a_turn_whose_hook_never_ran_arrives_as_its_own_turn(memory_up: Memory, work: Work) -> None:
+    """A hook killed before it spooled (here: never run) loses nothing: the next hook of the
+    session reads that turn too, apart from its own; a session's first turn included."""
+    env = work.task("never-ran")
+    t = work.session("nr")
+    start = {**work.start("nr"), "transcript_path": str(t.path)}
+    assert run_hook(env, "session-start", start)[0].returncode == 0
+    t.turn("first prompt, its hook killed", "first answer")
+    t.turn("second prompt", "second answer")
+    assert run_hook(env, "stop", t.stop("second answer"))[0].returncode == 0
+    t.turn("third prompt, its hook killed", "third answer")
+    t.turn("fourth prompt", "fourth answer")
+    assert run_hook(env, "stop", t.stop("fourth answer"))[0].returncode == 0
+    turns = memory_up.turns("never-ran")
+    assert [_prompts(turn) for turn in turns] == [
+        ["first prompt, its hook killed"],
+        ["second prompt"],
+        ["third prompt, its hook killed"],
+        ["fourth prompt"],
+    ]
+    answers = ["first answer", "second answer", "third answer", "fourth answer"]
+    for turn, answer in zip(turns, answers, strict=True):
+        assert turn["summary_md"].endswith(f"## Answer\n\n{answer}\n"), turn["summary_md"]
+    # Each has its own record id, and the hooks that ran recorded nothing twice.
+    assert len({turn["meta"]["record_id"] for turn in turns}) == 4
+    assert run_hook(env, "stop", t.stop("fourth answer"))[0].returncode == 0
+    assert len(memory_up.turns("never-ran")) == 4
+
+
+def test_refused_entries_are_counted_and_logged_and_stray_temp_files_go(
+    memory_up: Memory, work: Work
+) -> None:
+    env = work.task("refusals")
+    state = Path(env["PROJECT_MEMORY_STATE_DIR"])
+    spool = state / "spool"
+    spool.mkdir(parents=True, mode=0o700)
+    # An entry the server refuses for good (a task id it cannot take) and one torn in two.
+    refused = {
+        "record_id": "r" * 32,
+        "agent": "claude-code",
+        "url": memory_up.url,
+        "tenant": None,
+        "project": None,
+        "task_id": "not a task id",
+        "meta": {},
+        "summary_md": "refused",
+    }
+    (spool / f"{'r' * 32}.json").write_text(json.dumps(refused))
+    (spool / f"{'t' * 32}.json").write_text('{"record_id": "tttt", "agent"')
+    # Temp files of writes a killed hook left, and one of a write in flight now.
+    for where in (spool, state / "sessions"):
+        where.mkdir(exist_ok=True, mode=0o700)
+        stale = where / ".tmp-0123456789ab"
+        stale.write_bytes(b"left by a killed hook")
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    (spool / ".tmp-ba9876543210").write_bytes(b"being written")
+    t = work.session("rf", ("a prompt", "an answer"))
+    assert run_hook(env, "stop", t.stop())[0].returncode == 0
+    [turn] = memory_up.turns("refusals")
+    assert _prompts(turn) == ["a prompt"]
+    log = (state / "hook.log").read_text()
+    assert "stop: 2 turn(s) refused for good, moved to" in log, log
+    assert "unreadable entry" in log and "422" in log, log
+    status = json.loads(cli(env, "agent", "status", "--json").stdout)["data"]
+    assert (status["spool"]["queued"], status["spool"]["rejected"]) == (0, 2)
+    left = sorted(p.name for p in [*spool.iterdir(), *(state / "sessions").iterdir()])
+    assert ".tmp-0123456789ab" not in left and ".tmp-ba9876543210" in left, left
+
+
+def test_deeply_nested_input_never_fails_the_agent(memory_up: Memory, work: Work) -> None:
+    """JSON nested past Python's recursion limit, on stdin or in a transcript line: the hook
+    exits 0 with nothing on stderr, and the turn around such a line is still recorded."""
+    env = work.task("deep-input")
+    for stdin in ("[" * 200_000, '{"a": ' * 100_000 + "1" + "}" * 100_000):
+        for event in ("session-start", "stop", "pre-compact"):
+            done = subprocess.run(
+                [CLI, "agent", "hook", event],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+                check=False,
+            )
+            assert (done.returncode, done.stderr) == (0, ""), (event, done.stderr[-500:])
+            if event != "session-start":
+                assert done.stdout == ""
+    t = work.session("deep")
+    t.prompt("a prompt before a deep line")
+    with open(t.path, "a", encoding="utf-8") as fh:
+        fh.write("[" * 200_000 + "\n")
+    t.assistant("m-deep", [{"type": "text", "text": "the answer after it"}], {"output_tokens": 1})
+    done, _ = run_hook(env, "stop", t.stop())
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr[-500:]
+    [turn] = memory_up.turns("deep-input")
+    assert "a prompt before a deep line" in turn["summary_md"]
+    assert "the answer after it" in turn["summary_md"]
+
+
+def test_a_refused_token_is_one_line_in_the_log(memory_up: Memory, work: Work) -> None:
+    env = work.task("refused", PROJECT_MEMORY_TOKEN="pm_" + "r" * 40)
+    done, _ = run_hook(env, "session-start", work.start("rf"))
+    assert done.returncode == 0 and done.stdout == ""
+    log = (Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log").read_text().splitlines()
+    assert len(log) == 1 and "refused GET /context" in log[0] and "401" in log[0], log

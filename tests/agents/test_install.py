@@ -13,7 +13,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from project_memory_client.agents.install import InstallError, install, installed, uninstall
+from project_memory_client.agents import install as installer
+from project_memory_client.agents.install import (
+    READ_TOOLS,
+    InstallError,
+    install,
+    installed,
+    uninstall,
+)
 
 from tests.agents.conftest import git_repo
 
@@ -38,6 +45,14 @@ def files(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".git" not in p.relative_to(root).parts
     }
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Install keeps what it found in each file in the state directory: the test's own."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("PROJECT_MEMORY_STATE_DIR", str(state))
+    return state
 
 
 @pytest.fixture
@@ -69,13 +84,16 @@ def test_claude_code_into_a_repository_that_has_settings(repo: Path) -> None:
     for event, name in (("SessionStart", "session-start"), ("PreCompact", "pre-compact")):
         assert settings["hooks"][event][0]["hooks"][0]["command"].endswith(f"agent hook {name}")
     local = json.loads((repo / ".claude" / "settings.local.json").read_text())
-    assert local["permissions"]["allow"] == ["Bash(make:*)", "mcp__project-memory"]
+    assert local["permissions"]["allow"] == [
+        "Bash(make:*)",
+        *(f"mcp__project-memory__{tool}" for tool in READ_TOOLS),
+    ]
     assert local["enabledMcpjsonServers"] == ["other", "project-memory"]
     server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
     assert server["other"] == USER_MCP["mcpServers"]["other"]
     assert server["project-memory"] == {
         "type": "http",
-        "url": "${PROJECT_MEMORY_URL:-http://127.0.0.1:8123}/mcp",
+        "url": "http://127.0.0.1:8123/mcp",
         "headers": {"Authorization": "Bearer ${PROJECT_MEMORY_TOKEN}"},
     }
     ignored = subprocess.run(
@@ -98,9 +116,11 @@ def test_claude_code_into_a_repository_that_has_settings(repo: Path) -> None:
 
 def test_claude_code_into_an_empty_repository_and_out_leaves_nothing(repo: Path) -> None:
     exclude = (repo / ".git" / "info" / "exclude").read_text()
-    install("claude-code", repo, url=None)
+    with pytest.raises(InstallError, match="needs the server's URL"):
+        install("claude-code", repo, url=None)
+    install("claude-code", repo, url=URL)
     server = json.loads((repo / ".mcp.json").read_text())["mcpServers"]["project-memory"]
-    assert server["url"] == "${PROJECT_MEMORY_URL}/mcp"
+    assert server["url"] == f"{URL}/mcp"
     change = uninstall("claude-code", repo)
     assert sorted(change.removed) == [
         "(git) info/exclude: /.claude/settings.local.json",
@@ -209,3 +229,121 @@ def test_the_cli_installs_in_the_current_repository(repo: Path, tmp_path: Path) 
         check=False,
     )
     assert bad.returncode == 2 and "does not hold a JSON object" in bad.stderr
+
+
+# -- what install writes is what will run -------------------------------------------------
+@pytest.mark.parametrize(
+    "given",
+    [
+        URL,
+        URL + "/",
+        URL + "/sandbox/memory/v1",
+        URL + "/sandbox/memory/v1/",
+        "  http://127.0.0.1:8123/sandbox/memory/v1?x=1#y ",
+    ],
+)
+def test_the_url_written_is_the_base_url_normalised(repo: Path, given: str) -> None:
+    for agent in ("claude-code", "codex", "cursor"):
+        install(agent, repo, url=given)
+    assert (
+        json.loads((repo / ".mcp.json").read_text())["mcpServers"]["project-memory"]["url"]
+        == f"{URL}/mcp"
+    )
+    assert (
+        json.loads((repo / ".cursor" / "mcp.json").read_text())["mcpServers"]["project-memory"][
+            "url"
+        ]
+        == f"{URL}/mcp"
+    )
+    toml = tomllib.loads((repo / ".codex" / "config.toml").read_text())
+    assert toml["mcp_servers"]["project-memory"]["url"] == f"{URL}/mcp"
+
+
+def test_hook_commands_name_the_client_by_its_full_path(repo: Path, tmp_path: Path) -> None:
+    """The venv the client is in is on this shell's PATH, not necessarily on the agent's:
+    the hooks name the client by its absolute path, and run from a plain login shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+    env.update(
+        HOME=str(tmp_path),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+        PROJECT_MEMORY_URL=URL,
+        PROJECT_MEMORY_STATE_DIR=str(tmp_path / "state"),
+        PATH=f"{Path(CLI).parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    for agent, rel in (("claude-code", ".claude/settings.json"), ("codex", ".codex/hooks.json")):
+        done = subprocess.run(
+            [CLI, "agent", "install", agent, "--json"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["data"]["warnings"] == []
+        hooks = json.loads((repo / rel).read_text())["hooks"]
+        for event in ("SessionStart", "Stop", "PreCompact"):
+            command = hooks[event][0]["hooks"][0]["command"]
+            assert command.startswith(CLI + " agent hook "), command
+        # As an agent started without this shell's environment runs it: no PATH at all.
+        run = subprocess.run(
+            ["/bin/sh", "-c", hooks["Stop"][0]["hooks"][0]["command"]],
+            input="{}",
+            env={"HOME": str(tmp_path), "PROJECT_MEMORY_HOOKS": "off"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (run.returncode, run.stderr) == (0, ""), run.stderr
+
+
+def test_a_command_that_would_not_run_is_named(tmp_path: Path) -> None:
+    assert installer.login_shell_problem(CLI) is None
+    problem = installer.login_shell_problem(str(tmp_path / "gone" / "project-memory"))
+    assert problem is not None and "not found" in problem
+
+
+# Layouts people keep their files in: four spaces with lists on one line (Prettier's), tabs,
+# one line, minified; keys in their own order.
+LAYOUTS = {
+    ".claude/settings.json": (
+        '{\n    "model": "opus",\n    "permissions": {"allow": ["Bash(ls:*)"], "deny": []},\n'
+        '    "hooks": {\n        "Stop": [{"hooks": [{"type": "command", "command": "notify"}]}]'
+        "\n    }\n}\n"
+    ),
+    ".claude/settings.local.json": '{\n\t"permissions": {\n\t\t"allow": ["Bash(make:*)"]\n\t}\n}',
+    ".mcp.json": '{"mcpServers": {"other": {"command": "other-mcp", "args": ["--x"]}}}\n',
+    ".cursor/mcp.json": '{"zeta":1,"mcpServers":{"other":{"url":"http://o/mcp"}},"alpha":[]}',
+    ".codex/hooks.json": '{\n  "hooks": {"Stop": []},\n  "note": "caf\\u00e9"\n}\n',
+    ".codex/config.toml": 'model = "o5"   # mine\n\n\n[mcp_servers.other]\ncommand = "x"',
+}
+
+
+def test_uninstall_gives_the_users_files_back_byte_for_byte(repo: Path) -> None:
+    for rel, text in LAYOUTS.items():
+        (repo / rel).parent.mkdir(exist_ok=True)
+        (repo / rel).write_text(text)
+    before = files(repo)
+    for agent in ("claude-code", "codex", "cursor"):
+        install(agent, repo, url=URL)
+    assert files(repo) != before
+    assert files(repo)[".mcp.json"].startswith('{"mcpServers": {"other": {"command"')  # one line
+    assert "\n\t\t" in files(repo)[".claude/settings.local.json"]  # its tabs
+    for agent in ("claude-code", "codex", "cursor"):
+        uninstall(agent, repo)
+    assert files(repo) == before
+
+
+def test_a_file_changed_since_install_keeps_its_layout_and_the_change(repo: Path) -> None:
+    settings = repo / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{\n    "model": "opus"\n}\n')
+    install("claude-code", repo, url=URL)
+    value = json.loads(settings.read_text())
+    value["env"] = {"A": "1"}  # the person edits it after install, in its own layout
+    settings.write_text(json.dumps(value, indent=4) + "\n")
+    uninstall("claude-code", repo)
+    assert (
+        settings.read_text()
+        == '{\n    "model": "opus",\n    "env": {\n        "A": "1"\n    }\n}\n'
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -44,11 +45,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, d
         server.stop()
 
 
-def run(url: str, token: str, mode: str, body: Any) -> Any:
-    """Connect the SDK's client with ``token`` and run ``body(client)``."""
+def run(url: str, token: str, mode: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    """Connect the SDK's client with ``token`` (and ``headers``) and run ``body(client)``."""
 
     async def main() -> Any:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+        sent = {"Authorization": f"Bearer {token}", **(headers or {})}
+        async with httpx2.AsyncClient(headers=sent) as http:
             transport = streamable_http_client(f"{url}/mcp", http_client=http)
             async with Client(transport, mode=mode) as client:
                 return client.protocol_version, await body(client)
@@ -132,7 +134,9 @@ def test_a_writer_calls_every_tool(served: tuple[Server, dict[str, str]]) -> Non
         "With run.log (text/plain, 9 bytes), core.bin (application/octet-stream, 4 bytes)"
         in (out["record_turn"][2][1])
     )
-    assert out["read_artifact"][0][1].endswith("Bytes 0-8 of 9, as UTF-8 text:\n2 passed\n")
+    assert out["read_artifact"][0][1].endswith(
+        'Bytes 0-8 of 9, as UTF-8 text:\n<stored-text from="artifact run.log">\n2 passed\n</stored-text>'
+    )
     assert out["read_artifact"][1][1].endswith("Bytes 0-3 of 4, in base64:\nAAEC/w==")
     got = requests.get(
         f"{server.url}/sandbox/memory/v1/tasks/sdk-task/turns/2/artifacts/core.bin",
@@ -237,3 +241,31 @@ def test_artifacts_over_the_bounds_are_clear_errors(served: tuple[Server, dict[s
         timeout=10,
     )
     assert listed.status_code == 404  # nothing was written
+
+
+def test_a_page_of_a_rebound_name_is_refused_and_a_loopback_page_is_served(
+    served: tuple[Server, dict[str, str]],
+) -> None:
+    """DNS rebinding over real HTTP: the attacker's name resolves to the server, so its page's
+    Origin and the request's Host agree, and the request is still refused."""
+    server, secrets = served
+    port = urlsplit(server.url).port
+
+    async def session(client: Client) -> list[str]:
+        return [t.name for t in (await client.list_tools()).tools]
+
+    rebound = {"Host": f"rebind.example:{port}", "Origin": f"http://rebind.example:{port}"}
+    raw = requests.post(
+        f"{server.url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={**rebound, "Authorization": f"Bearer {secrets['reader']}"},
+        timeout=10,
+    )
+    assert raw.status_code == 403 and "rebind.example" in raw.json()["detail"]
+    for mode in ("auto", "legacy"):
+        with pytest.raises(ExceptionGroup) as refused:
+            run(server.url, secrets["reader"], mode, session, rebound)
+        assert refused.group_contains(MCPError, depth=None)
+        local = {"Origin": f"http://localhost:{port}"}
+        _, names = run(server.url, secrets["reader"], mode, session, local)
+        assert names == [t.name for t in TOOLS if not t.writes]

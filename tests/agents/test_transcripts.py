@@ -127,3 +127,55 @@ def test_a_codex_turn(tmp_path: Path) -> None:
     latest = codex_turn(path, None, "said")
     assert latest is not None and latest.end_key == "turn-b" and latest.answer == "said"
     assert codex_turn(path, "turn-z", None) is None
+
+
+def test_claude_turns_since_the_last_one_recorded_are_read_each_apart(tmp_path: Path) -> None:
+    t = Transcript(tmp_path / "t.jsonl", "s", tmp_path)
+    t.turn("zero", "answer 0")
+    recorded = claude_turn(t.path, 0, None)
+    assert recorded is not None
+    for n in (1, 2, 3):
+        t.turn(f"prompt {n}", f"answer {n}")
+    t.prompt("four, no answer yet")
+    turns = transcripts.claude_turns(t.path, recorded.end_offset, "answer 3, as the hook said")
+    assert [f.prompts for f in turns] == [["prompt 1"], ["prompt 2"], ["prompt 3"]]
+    assert [f.answer for f in turns] == ["answer 1", "answer 2", "answer 3"]  # not the last line's
+    assert [f.tokens["output"] for f in turns] == [30, 30, 30]
+    assert len({f.end_key for f in turns}) == 3
+    # Each ends where the next begins; the prompt with no answer is left for the next hook.
+    again = transcripts.claude_turns(t.path, turns[0].end_offset, None)
+    assert [f.prompts for f in again] == [["prompt 2"], ["prompt 3"]]
+    assert [f.end_key for f in again] == [f.end_key for f in turns[1:]]
+    assert transcripts.claude_turns(t.path, turns[-1].end_offset, None) == []
+    t.assistant("m4", [{"type": "text", "text": "answer 4"}], {"output_tokens": 1})
+    [last] = transcripts.claude_turns(t.path, turns[-1].end_offset, "answer 4")
+    assert last.prompts == ["four, no answer yet"] and last.answer == "answer 4"
+    assert last.end_offset == t.path.stat().st_size
+
+
+def test_prompts_with_no_answer_between_them_stay_one_turn(tmp_path: Path) -> None:
+    t = Transcript(tmp_path / "t.jsonl", "s", tmp_path)
+    t.prompt("first try")
+    t._write(
+        {"type": "user", "message": {"role": "user", "content": "[Request interrupted by user]"}}
+    )
+    t.prompt("second try")
+    t.assistant("m1", [{"type": "text", "text": "done"}], {"output_tokens": 1})
+    [turn] = transcripts.claude_turns(t.path, 0, None)
+    assert turn.prompts == ["first try", "second try"] and turn.answer == "done"
+
+
+def test_codex_turns_after_the_last_one_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.jsonl"
+    for turn_id in ("turn-a", "turn-b", "turn-c", "turn-d"):
+        rollout(path, turn_id, f"prompt {turn_id}", f"answer {turn_id}", 1)
+    turns = transcripts.codex_turns(path, "turn-a", "turn-d", "said")
+    assert [f.end_key for f in turns] == ["turn-b", "turn-c", "turn-d"]
+    assert [f.answer for f in turns] == ["answer turn-b", "answer turn-c", "said"]
+    assert [f.end_key for f in transcripts.codex_turns(path, "", "turn-b", None)] == [
+        "turn-a",
+        "turn-b",
+    ]
+    # Not in the rollout's tail: the hook's own turn only.
+    assert [f.end_key for f in transcripts.codex_turns(path, "gone", "turn-c", None)] == ["turn-c"]
+    assert [f.end_key for f in transcripts.codex_turns(path, None, None, None)] == ["turn-d"]

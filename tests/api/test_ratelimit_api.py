@@ -246,3 +246,34 @@ def test_an_override_through_the_file_applies_within_a_second(limited: Client) -
     statuses = [limited.get(f"{API}/tasks").status_code for _ in range(6)]
     assert statuses == [200] * 5 + [429]
     assert '"project";q=5;w=1' in limited.get(f"{API}/tasks").headers["RateLimit-Policy"]
+
+
+@pytest.mark.all_backends
+def test_a_bad_entry_in_the_stored_limits_never_fails_another_projects_requests(
+    app: Flask, client: FlaskClient, tokens: Any
+) -> None:
+    """One entry no change could have written (the stored document edited by hand): its own
+    project falls back to the settings, and every other request is answered as before."""
+    limits = app.extensions["storage"].limits()
+    with limits._held() as (_, write):  # noqa: SLF001 - the store's own primitive
+        write(
+            b'{"version": 1, "tenants": {}, "projects": {"acme/web": {"rate": {"rps": 1e-320}},'
+            b' "globex/web": {"rate": {"rps": 1, "burst": 1}}}}'
+        )
+    limiter: Limiter = app.extensions["rate_limiter"]
+    limiter.check_every = 0  # every request looks at the document
+    for who in ("writer", "other_project", "writer", "other_project"):
+        r = client.get(f"{API}/tasks", headers=tokens.headers(who))
+        assert r.status_code == 200, (who, r.get_data(as_text=True))
+    outsider = tokens.headers("other_tenant")
+    assert [client.get(f"{API}/tasks", headers=outsider).status_code for _ in range(2)] == [
+        200,
+        429,
+    ]
+    # A later change applies, everywhere.
+    limits.set_rate("acme", "mobile", RateOverride(rps=1, burst=1))
+    mobile = tokens.headers("other_project")
+    assert [client.get(f"{API}/tasks", headers=mobile).status_code for _ in range(2)] == [
+        200,
+        429,
+    ]

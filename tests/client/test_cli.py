@@ -256,10 +256,10 @@ def test_turn_put_with_artifacts_and_back(cli: Cli) -> None:
     assert ran.code == 0, ran.stdout + ran.stderr
     stored = {a["name"]: (a["content_type"], a["size"]) for a in ran.json()["data"]["artifacts"]}
     assert stored == {
-        "run.log": ("application/octet-stream", 27),  # mimetypes knows no .log
+        "run.log": ("text/plain; charset=utf-8", 27),  # what agents upload most
         "report.html": ("text/html", 13),
         "ab.bin": ("application/vnd.test+json; charset=utf-8", 16384),
-        "notes.md": ("text/markdown", 8),
+        "notes.md": ("text/markdown; charset=utf-8", 8),
     }
     turn = cli("turn", "get", "x-art", "0")
     assert turn.code == 0 and re.search(r"^report\.html\s+text/html\s+13\s", turn.stdout, re.M)
@@ -276,7 +276,7 @@ def test_turn_put_with_artifacts_and_back(cli: Cli) -> None:
     (work / "run.log").write_text("4 passed\n")
     again = cli("turn", "put", "x-art", "0", "--summary", "redone", "--artifact", "run.log")
     assert again.code == 0, again.stderr
-    assert again.stdout.endswith("\nwith run.log (9 bytes, application/octet-stream)\n")
+    assert again.stdout.endswith("\nwith run.log (9 bytes, text/plain; charset=utf-8)\n")
     names = [
         a["name"] for a in cli("turn", "get", "x-art", "0", "--json").json()["data"]["artifacts"]
     ]
@@ -349,3 +349,31 @@ def test_next_turn_racers_each_send_their_files_again(cli: Cli) -> None:
         got = cli("artifact", "get", "x-race", str(turn), "who.txt", "-o", f"got-{turn}.txt")
         assert got.code == 0, got.stderr
         assert (cli.cwd / f"got-{turn}.txt").read_text() == f"{summary}\n" * 5000
+
+
+TEXT_TYPES = {
+    "run.log": "text/plain; charset=utf-8",
+    "notes.txt": "text/plain; charset=utf-8",
+    "README.md": "text/markdown; charset=utf-8",
+    "fix.diff": "text/x-diff; charset=utf-8",
+    "fix.patch": "text/x-diff; charset=utf-8",
+    "data.json": "application/json",
+}
+
+
+def test_the_files_agents_upload_most_get_a_text_type(cli: Cli) -> None:
+    """So that the console previews them, instead of offering application/octet-stream."""
+    assert cli("turn", "put", "x-types", "0", "--summary", "types").code == 0
+    for name, kind in TEXT_TYPES.items():
+        (cli.cwd / name).write_text("{}\n" if name.endswith(".json") else "text\n")
+        put = cli("artifact", "put", "x-types", "0", name, "--json")
+        assert put.code == 0 and put.json()["data"]["content_type"] == kind, (name, put.stdout)
+    args = [a for name in TEXT_TYPES for a in ("--artifact", name)]
+    ran = cli("turn", "put", "x-types", "1", "--summary", "again", *args, "--json")
+    stored = {a["name"]: a["content_type"] for a in ran.json()["data"]["artifacts"]}
+    assert stored == TEXT_TYPES
+    explicit = cli("artifact", "put", "x-types", "0", "run.log", "--content-type", "text/x-log")
+    assert explicit.code == 0 and "text/x-log" in explicit.stdout
+    helps = cli("artifact", "put", "--help").stdout + cli("turn", "put", "--help").stdout
+    flat = " ".join(helps.split()).replace("- ", "-")  # as argparse wraps it
+    assert flat.count(".log, .txt, .md, .diff, .patch, .json") == 2, helps

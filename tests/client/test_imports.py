@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
 import pkgutil
+import socket
 import subprocess
 import sys
 
@@ -60,3 +62,39 @@ def test_the_cli_starts_without_httpx() -> None:
         )
         loaded = _loaded(code)
         assert "httpx" not in loaded and "project_memory_client.client" not in loaded, argv
+
+
+def test_a_hook_loads_only_what_it_uses(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A hook is a new process at every event, often on a busy machine: it imports what it
+    uses, and speaks HTTP through agents/wire.py (it reaches the server here: a refused
+    port, which it logs)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(tmp_path),
+        "PROJECT_MEMORY_URL": f"http://127.0.0.1:{port}",
+        "PROJECT_MEMORY_TOKEN": "pm_" + "x" * 24,
+        "PROJECT_MEMORY_STATE_DIR": str(tmp_path / "state"),
+    }
+    code = (
+        "import json, sys\nfrom project_memory_client import cli\n"
+        "code = cli.main(['agent', 'hook', 'session-start'])\n"
+        "print(json.dumps([code, sorted(sys.modules)]))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        input="{}",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    )
+    code_, loaded = json.loads(run.stdout.splitlines()[-1])
+    assert code_ == 0
+    assert "Connection refused" in (tmp_path / "state" / "hook.log").read_text()
+    heavy = {"httpx", "argparse", "email", "http", "ssl", "socket", "dataclasses"}
+    heavy |= {"project_memory_client.client", "project_memory_client.models"}
+    assert sorted(m for m in loaded if m.split(".")[0] in heavy or m in heavy) == []

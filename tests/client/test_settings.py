@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from project_memory_client import Client, Settings, SettingsError, load_settings
 from project_memory_client.settings import default_config_path, normalise_url
+
+from tests.client.conftest import CLI
 
 
 def _config(path: Path, text: str, mode: int = 0o600) -> Path:
@@ -104,3 +108,50 @@ def test_the_token_never_shows_in_a_repr() -> None:
     assert "pm_hidden" not in repr(s)
     with Client(settings=s) as client:
         assert "pm_hidden" not in repr(client)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("token", "pm_sécret"),
+        ("token", "pm_secret\n"),
+        ("token", "pm_se cret"),
+        ("tenant", "acmé"),
+        ("project", "web\x1b[2J"),
+    ],
+)
+def test_a_value_no_header_can_carry_is_a_settings_error(
+    tmp_path: Path, key: str, value: str
+) -> None:
+    """The token, tenant and project go in headers, which carry printable ASCII only: any other
+    character is a SettingsError naming where the value came from (never the token), for the
+    Python client and for the CLI, whose --json prints its envelope, not a traceback."""
+    env = {"PROJECT_MEMORY_URL": "http://127.0.0.1:9", "PROJECT_MEMORY_TOKEN": "pm_fine"}
+    env[f"PROJECT_MEMORY_{key.upper()}"] = value
+    with pytest.raises(SettingsError) as refused:
+        Client(settings=load_settings(env=env, config_path=tmp_path / "none.toml"))
+    message = str(refused.value)
+    assert f"(from env PROJECT_MEMORY_{key.upper()}) holds a character other than" in message
+    if key == "token":
+        assert "cret" not in message
+    cli_env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+    cli_env.update(env, XDG_CONFIG_HOME=str(tmp_path))
+    for json_mode in (True, False):
+        ran = subprocess.run(
+            [CLI, "whoami", *(["--json"] if json_mode else [])],
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert ran.returncode == 2, ran.stderr
+        if json_mode:
+            assert ran.stderr == ""
+            error = json.loads(ran.stdout)["error"]
+            assert error["kind"] == "settings" and error["message"] == message
+        else:
+            assert ran.stdout == "" and ran.stderr.count("\n") == 1
+            assert "Traceback" not in ran.stderr and "holds a character" in ran.stderr
+        if key == "token":
+            assert "cret" not in ran.stdout + ran.stderr

@@ -85,7 +85,7 @@ def test_a_turn_and_its_artifacts_go_in_one_request(
         kinds = {a.name: a.content_type for a in record.artifacts}
         assert sorted(kinds) == ["f.bin", "kept.txt", "notes.md", "run.log"]
         assert kinds["notes.md"].startswith("text/markdown")
-        assert kinds["run.log"] == "application/octet-stream"
+        assert kinds["run.log"] == "text/plain; charset=utf-8"
         assert _bytes_of(pm, "cf-one", 0, "run.log") == src.read_bytes()
         assert _bytes_of(pm, "cf-one", 0, "kept.txt") == b"kept\n"
         assert pm.get_turn("cf-one", 0) == record

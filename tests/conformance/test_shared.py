@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from app.storage import NotFound, Scope
-from app.storage.core.limits import LimitsFileError, RateOverride
+from app.storage.core.limits import InvalidLimit, LimitsFileError, RateOverride
 from app.storage.interface import StorageBackend
 from tests.conformance.conftest import Factory, assert_views_agree
 from tests.conftest import FixedClock
@@ -53,6 +53,35 @@ def test_limit_overrides(backend: StorageBackend, make_backend: Factory) -> None
     assert limits.clear_rate("acme", "web") and not limits.clear_rate("acme", "web")
     with pytest.raises(LimitsFileError):
         limits.set_rate("acme", "../x", RateOverride(rps=1))
+
+
+def test_limits_out_of_range_are_refused_and_a_bad_stored_entry_limits_nothing(
+    backend: StorageBackend, make_backend: Factory
+) -> None:
+    limits = backend.limits()
+    for change in (RateOverride(rps=1e-320), RateOverride(rps=1e-300), RateOverride(rps=1e7)):
+        with pytest.raises(InvalidLimit):
+            limits.set_rate("acme", "web", change)
+    assert limits.rates().projects == {}
+    # The stored document edited by hand (the tree's file, the database's row): one entry
+    # no change could have written, beside a good one.
+    with limits._held() as (_, write):  # noqa: SLF001 - the store's own primitive
+        write(
+            b'{"version": 1, "tenants": {}, "projects": {"acme/bad": {"rate": {"rps": 1e-320},'
+            b' "quota": {"tasks": 2}}, "acme/good": {"rate": {"rps": 2, "burst": 4}}}}'
+        )
+    seen = make_backend().limits()  # another node's view
+    rates = seen.rates()
+    assert rates.projects == {("acme", "good"): RateOverride(rps=2, burst=4)}
+    assert len(rates.skipped) == 1 and "projects.acme/bad" in rates.skipped[0]
+    assert seen.quotas().projects[("acme", "bad")].tasks == 2  # its other section still holds
+    # Other entries still change; the bad section is replaced by a change to it.
+    seen.set_rate("acme", "web", RateOverride(rps=1))
+    seen.set_rate("acme", "bad", RateOverride(rps=3))
+    rates = limits.rates()
+    assert rates.skipped == ()
+    assert rates.projects[("acme", "bad")] == RateOverride(rps=3)
+    assert rates.projects[("acme", "web")] == RateOverride(rps=1)
 
 
 def test_keys_are_made_once_and_shared(backend: StorageBackend, make_backend: Factory) -> None:

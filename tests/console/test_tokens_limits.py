@@ -180,3 +180,44 @@ def test_limits_are_seen_by_project_admins_and_set_where_the_cli_sets_them(
     limits = app.extensions["storage"].limits()
     assert limits.quotas().tenants["acme"].bytes == 2 << 30
     assert limits.rates().tenants["acme"].rps == 50
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"rps": "1e-320"}, "refill within 86,400 s"),
+        ({"rps": "1e-300"}, "refill within 86,400 s"),
+        ({"rps": "0.001", "burst": "1000"}, "to refill"),
+        ({"rps": "5000000"}, "rps must be at most 1,000,000"),
+        ({"rps": "5", "burst": "9999999"}, "burst must be at most 1,000,000"),
+        ({"upload_bps": str(2 << 40)}, "upload_bps must be at most"),
+    ],
+)
+def test_a_rate_out_of_range_is_a_form_error_and_nothing_is_written(
+    app: Flask, console: Callable[[str], Browser], form: dict[str, str], message: str
+) -> None:
+    admin = console("tenant_admin")
+    refused = admin.post(f"{WEB}/limits/rate", form)
+    assert refused.status_code == 422 and message in text(refused), text(refused)[-2000:]
+    assert 'name="rps"' in text(refused)  # the form, shown again with its error
+    assert app.extensions["storage"].limits().rates().projects == {}
+
+
+def test_the_limits_page_stays_reachable_to_whoever_may_clear_it(
+    app: Flask, client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    app.extensions["rate_limiter"].check_every = 0  # a change applies at the next request
+    # A valid rate, and as low as the rules allow with its burst: one request per 1000 s.
+    admin = console("tenant_admin")
+    assert admin.post(f"{WEB}/limits/rate", {"rps": "0.001", "burst": "1"}).status_code == 303
+    w = tokens.headers("writer")
+    assert client.get(f"{API}/tasks", headers=w).status_code == 200
+    assert client.get(f"{API}/tasks", headers=w).status_code == 429  # the project's budget
+    assert admin.get(f"{WEB}/tokens").status_code == 429  # other pages of the project too
+    for _ in range(5):
+        assert admin.get(f"{WEB}/limits").status_code == 200
+    assert admin.post(f"{WEB}/limits/rate", {"clear": "1"}).status_code == 303
+    assert client.get(f"{API}/tasks", headers=w).status_code == 200
+    # A project_admin, who may not clear it, is limited there as anywhere.
+    assert admin.post(f"{WEB}/limits/rate", {"rps": "0.001", "burst": "1"}).status_code == 303
+    assert console("project_admin").get(f"{WEB}/limits").status_code == 429

@@ -201,6 +201,27 @@ def test_startup_recovery_repairs_after_an_unclean_shutdown(
     assert sentinel.exists() and app.extensions["storage"].ready()[0]
 
 
+def test_the_first_start_keeps_the_newest_write_as_the_last_sweeps_clock(
+    app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
+) -> None:
+    """Until a sweep runs, the clock guard compares with what the first start kept: a start
+    under a clock stepped forward, and a write after it, leave it as it was."""
+    from app.ops.sweeper import startup_recovery
+    from app.storage.core.clock import to_us
+
+    fill(store, scope, clock)
+    storage = app.extensions["storage"]
+    startup_recovery(app)
+    newest = store.get_task(scope, "young").turns[0].updated_at
+    assert storage.sweep_clock.last_us() == to_us(datetime.fromisoformat(newest))
+    clock.advance(days=31)
+    startup_recovery(app)  # a restart under the stepped clock
+    store.put_turn(scope, "next", 0, meta={}, summary_md="")
+    assert storage.sweep_clock.last_us() == to_us(datetime.fromisoformat(newest))
+    refused = storage.sweep(now=clock())
+    assert "ahead of the last sweep" in refused.refused and refused.tasks.turns == 0
+
+
 def test_startup_recovery_after_lost_unsynced_writes_runs_a_full_check(
     app: Flask, store: TaskStore, scope: Scope, clock: FixedClock
 ) -> None:

@@ -90,6 +90,8 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path: Path) -> None:
     assert code == 1 and "burst needs rps" in out
     code, out = run(app, "set", "--tenant", "../x", "--rps", "1")
     assert code == 1 and "tenant" in out
+    code, out = run(app, "set", "--tenant", "acme", "--project", "web", "--rps", "1e-320")
+    assert code == 1 and "refill within 86,400 s" in out
     code, out = run(app, "show", "--project", "web")
     assert code == 2 and "--project needs --tenant" in out
     assert not (tmp_path / "root" / LIMITS_FILE).exists()
@@ -103,3 +105,18 @@ def test_a_broken_file_is_reported_not_overwritten(tmp_path: Path) -> None:
     assert code == 1 and "not valid JSON" in out
     code, out = run(app, "set", "--tenant", "acme", "--rps", "1")
     assert code == 1 and (tmp_path / "root" / LIMITS_FILE).read_text() == "{oops"
+
+
+def test_show_names_an_entry_that_limits_nothing(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    (tmp_path / "root").mkdir(exist_ok=True)
+    (tmp_path / "root" / LIMITS_FILE).write_text(
+        '{"version": 1, "projects": {"acme/web": {"rate": {"rps": 1e-320}},'
+        ' "acme/ok": {"rate": {"rps": 2}}}}'
+    )
+    code, out = run(app, "show")
+    assert code == 0 and "project acme/ok: rps=2" in out, out
+    assert "skipped, limits nothing" in out and "projects.acme/web" in out, out
+    code, out = run(app, "set", "--tenant", "acme", "--project", "web", "--rps", "1")
+    assert code == 0, out  # a change replaces the bad section
+    assert "skipped" not in run(app, "show")[1]

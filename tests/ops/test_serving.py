@@ -1,4 +1,5 @@
-"""The pieces of the gunicorn worker that need no server: the body floor and the error answers."""
+"""The pieces of the gunicorn worker that need no server: the body floor, how far a body is read
+ahead in the event loop, and the error answers."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.ops.serving import error_response, target_path
-from app.web.body import BodyPace, ClientTooSlow, Limits
+from app.ops.serving import ChunkScan, ReadAhead, body_framing, error_response, target_path
+from app.web.body import READ_AHEAD_BYTES, BodyPace, ClientTooSlow, Limits
 
 
 @pytest.fixture
@@ -133,3 +134,104 @@ def test_error_answers_are_json_in_each_apis_shape() -> None:
     for path in ("/sandbox/memory/v1/tasks", None):
         plain = error_response(431, "Request Header Fields Too Large", "big", path)
         assert json.loads(plain.partition(b"\r\n\r\n")[2]) == {"detail": "big"}
+
+
+def test_the_loop_and_a_thread_keep_the_same_floor(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    server, _ = pair
+    pace = BodyPace(server, gap=10, min_rate=100)
+    pace.received = 500  # 5 s of floor earned
+    deadline, reason = pace.due(pace.started)
+    assert deadline == pytest.approx(pace.started + 10) and reason.startswith("no request body")
+    deadline, reason = pace.due(pace.started + 8)
+    assert deadline == pytest.approx(pace.started + 15)
+    assert reason == "request body slower than 100 bytes/s"
+
+
+def head(*fields: str, line: str = "POST /console/signin HTTP/1.1") -> bytes:
+    return "\r\n".join([line, "Host: h", *fields, "", ""]).encode()
+
+
+@pytest.mark.parametrize(
+    ("request_head", "framing"),
+    [
+        (head(), None),
+        (head("Content-Length: 0"), None),
+        (head("Content-Length: 12"), (12, False)),
+        (head("content-length:\t70000 "), (70000, False)),
+        (head("Transfer-Encoding: chunked"), (None, False)),
+        (head("Transfer-Encoding: gzip, Chunked"), (None, False)),
+        (head("Content-Length: 5", "Expect: 100-Continue"), (5, True)),
+        (head("Content-Length: 5", "Expect: 100-continue", line="POST / HTTP/1.0"), (5, False)),
+        (b"\r\n" + head("Content-Length: 3"), (3, False)),
+    ],
+)
+def test_body_framing_reads_the_length_or_chunks(
+    request_head: bytes, framing: tuple[int | None, bool] | None
+) -> None:
+    assert body_framing(request_head) == framing
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        head("Content-Length: 5", "Content-Length: 5"),
+        head("Content-Length: +5"),
+        head("Content-Length: 5", "Transfer-Encoding: chunked"),
+        head("Transfer-Encoding: chunked, gzip"),
+        head("Transfer-Encoding: chunked", line="POST / HTTP/1.0"),
+        head("Content-Length: 5", "Expect: something"),
+        head("No colon here"),
+        b"POST / HTTP/1.1\r\nHost: h\nContent-Length: 5\r\n\r\n",
+    ],
+)
+def test_a_framing_gunicorn_refuses_is_not_read_ahead(request_head: bytes) -> None:
+    with pytest.raises(ValueError):
+        body_framing(request_head)
+
+
+CHUNKED = b"5;ext=1\r\nhello\r\n1a\r\n" + b"z" * 26 + b"\r\n0\r\nX-Trailer: t\r\n\r\n"
+
+
+@pytest.mark.parametrize("step", [1, 2, 7, len(CHUNKED)])
+def test_a_chunked_body_ends_where_its_last_chunk_and_trailers_do(step: int) -> None:
+    data = bytearray(b"HEAD")
+    scan = ChunkScan(len(data))
+    for at in range(0, len(CHUNKED), step):
+        assert scan.ended(data) is False
+        data += CHUNKED[at : at + step]
+    assert scan.ended(data) is True and scan.pos == len(data)
+
+
+def test_the_chunk_scan_resumes_where_it_stopped() -> None:
+    # A size line trickled a byte at a time is searched once, not once per byte.
+    data = bytearray()
+    scan = ChunkScan(0)
+    for byte in b"0" * 5000:
+        data.append(byte)
+        assert scan.ended(data) is False
+        assert scan.searched == len(data)
+    data += b"\r\n\r\n"
+    assert scan.ended(data) is True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabc\r\n0\r\n\r\n", b"-1\r\n", b"\r\n"],
+)
+def test_a_malformed_chunked_body_stops_the_read_ahead(body: bytes) -> None:
+    ahead = ReadAhead(0, None)
+    assert ahead.ended(bytearray(body)) is None
+
+
+def test_a_read_ahead_stops_at_its_bound() -> None:
+    ahead = ReadAhead(4, 10)
+    assert ahead.ended(bytearray(b"HEADshort")) is False
+    assert ahead.ended(bytearray(b"HEAD0123456789")) is True
+    chunks = ReadAhead(0, None)
+    body = bytearray(b"%x\r\n" % (2 * READ_AHEAD_BYTES))
+    while len(body) <= READ_AHEAD_BYTES:
+        assert chunks.ended(body) is False
+        body += b"c" * 4096
+    assert chunks.ended(body) is None  # handed on: the thread reads the rest

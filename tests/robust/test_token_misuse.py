@@ -138,9 +138,10 @@ def test_other_tenant_and_other_project_never_see_acme_web(
 
 def test_reader_cannot_write_anywhere(client: FlaskClient, tokens: Tokens, setup) -> None:  # noqa: ANN001
     for method, url in setup:
-        # Every MCP call is a POST, readers' too: /mcp refuses a reader's write tool in the
-        # tool's result, naming the role (tests/api/test_mcp.py, tests/agents/test_mcp_sdk.py).
-        if method in WRITE and url != "/mcp":
+        # Every MCP call is a POST, readers' too: /mcp (and its alias under the API prefix)
+        # refuses a reader's write tool in the tool's result, naming the role
+        # (tests/api/test_mcp.py, tests/agents/test_mcp_sdk.py).
+        if method in WRITE and not url.endswith("/mcp"):
             resp = _send(client, method, url, tokens.headers("reader"))
             assert resp.status_code == 403, (method, url, resp.status_code)
 

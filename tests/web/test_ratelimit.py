@@ -15,7 +15,7 @@ import pytest
 
 from app import create_app
 from app.config import ConfigError
-from app.storage.core.limits import RateOverride
+from app.storage.core.limits import RateOverride, RateOverrides
 from app.storage.core.names import LIMITS_FILE
 from app.storage.tree.limits import LimitsFile
 from app.web import ratelimit
@@ -305,11 +305,73 @@ def test_a_broken_file_keeps_the_previous_overrides(
     limiter = limiter_for(tmp_path, clock)
     limiter.file.set_rate("acme", "web", RateOverride(rps=1, burst=1))
     assert admitted(ask(limiter)) and not admitted(ask(limiter))
-    (tmp_path / "root" / LIMITS_FILE).write_text('{"version": 1, "projects": {"a": 1}}')
+    (tmp_path / "root" / LIMITS_FILE).write_text('{"version": 1, "projects": [1]}')
     clock.advance(60)
     with caplog.at_level(logging.ERROR, logger="app.ratelimit"):
         assert admitted(ask(limiter)) and not admitted(ask(limiter))
     assert "keeping the previous ones" in caplog.text
+
+
+@pytest.mark.parametrize("now", [1000.0, 3333.3333, 3800.77])
+def test_the_first_request_of_a_burst_of_one_is_admitted_whatever_the_clock_reads(
+    tmp_path: Path, now: float
+) -> None:
+    # One request per 1000 s: the charge lands exactly on the limit, and ``now + 1000 - now``
+    # rounds above 1000 for about half the clock values whose sum crosses a power of two
+    # (3333.3333 and 3800.77 do: a machine up for about an hour).
+    clock = Clock()
+    clock.now = now
+    limiter = limiter_for(tmp_path, clock, rps=0.001, burst=1)
+    assert [admitted(ask(limiter, f"t{i}")) for i in range(2)] == [True, False]
+
+
+def test_a_bad_entry_in_the_file_limits_nothing_and_stops_nothing_else(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry no change could write (a file edited by hand) is skipped and logged; every
+    other project is limited as the file says, and later changes still apply."""
+    clock = Clock()
+    limiter = limiter_for(tmp_path, clock, rps=1000, burst=1000)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / LIMITS_FILE).write_text(
+        '{"version": 1, "projects": {"acme/bad": {"rate": {"rps": 1e-320}},'
+        ' "acme/worse": {"rate": {"rps": 1e-300}}, "acme/p1": {"rate": {"rps": 1, "burst": 1}}}}'
+    )
+    with caplog.at_level(logging.ERROR, logger="app.ratelimit"):
+        assert [admitted(ask(limiter, "a", "p1")) for _ in range(2)] == [True, False]
+        for project in ("bad", "worse", "other"):  # the settings' limits
+            assert all(admitted(ask(limiter, "b", project)) for _ in range(5)), project
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 2 and all("refill" in m for m in skipped), skipped
+    limiter.file.set_rate("acme", "p2", RateOverride(rps=1, burst=2))
+    clock.advance(5.0)
+    assert [admitted(ask(limiter, "c", "p2")) for _ in range(3)] == [True, True, False]
+    limiter.file.set_rate("acme", "bad", RateOverride(rps=1, burst=1))  # replaces the bad one
+    clock.advance(5.0)
+    assert [admitted(ask(limiter, "d", "bad")) for _ in range(2)] == [True, False]
+
+
+def test_limits_that_cannot_be_computed_fall_back_for_their_project_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last line: overrides that got past every check of the document (here built by
+    hand) fail only their own project, which falls back to the next level."""
+    clock = Clock()
+    limiter = limiter_for(tmp_path, clock, rps=1000, burst=1000)
+    assert admitted(ask(limiter, "z"))  # the file (none) is read now, not over what follows
+    overrides = RateOverrides(
+        {"acme": RateOverride(rps=2, burst=2)},
+        {
+            ("acme", "bad"): RateOverride(rps=1e-320),
+            ("acme", "web"): RateOverride(rps=1, burst=1),
+        },
+    )
+    with caplog.at_level(logging.ERROR, logger="app.ratelimit"):
+        limiter._install(overrides)
+    assert "project acme/bad not applied" in caplog.text
+    assert limiter.limits("acme", "bad").describe() == "2 requests/s, burst 2"  # the tenant's
+    assert limiter.limits("acme", "web").describe() == "1 requests/s, burst 1"
+    assert [admitted(ask(limiter, "e", "bad")) for _ in range(3)] == [True, True, False]
 
 
 # -- the table -------------------------------------------------------------------------------
@@ -509,6 +571,8 @@ def test_settings_from_the_environment(tmp_path: Path, monkeypatch: pytest.Monke
         ("RATE_LIMIT_RPS", "-1"),
         ("RATE_LIMIT_RPS", "fast"),
         ("RATE_LIMIT_RPS", "Infinity"),
+        ("RATE_LIMIT_RPS", "1e-320"),  # the ranges of an override: it would never refill
+        ("RATE_LIMIT_RPS", "2e6"),
         ("RATE_LIMIT_BURST", "-3"),
         ("RATE_LIMIT_UPLOAD_BPS", "10XB"),
         ("RATE_LIMIT_UPLOAD_BURST", "-1"),

@@ -57,6 +57,13 @@ class SearchTimeout(StorageError):
     retry_after = 1
 
 
+class SearchRebuilding(StorageError):
+    """A search index is being rebuilt from the records (it was found damaged): searches of
+    its project answer again once it holds every row."""
+
+    retry_after = 5
+
+
 class InsufficientStorage(StorageError):
     """The disk (or quota) is full: ENOSPC / EDQUOT."""
 

@@ -17,19 +17,27 @@ own section and keeps every other section (and every other top-level key) as it 
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
 inode, size or mtime changes (:meth:`LimitsFile.stamp`).
 
-Rate fields, all optional and all >= 0: ``rps`` (requests per second, fractions allowed),
-``burst`` (requests at once), ``upload_bps`` (request body bytes per second of writes),
-``upload_burst`` (body bytes at once). A rate of 0 means no limit; a burst needs the rate of
-its pair in the same entry.
+Rate fields, all optional and all >= 0: ``rps`` (requests per second, fractions allowed, at
+most 1,000,000), ``burst`` (requests at once, at most 1,000,000), ``upload_bps`` (request body
+bytes per second of writes, at most 1 TiB) and ``upload_burst`` (body bytes at once, at most
+1 TiB). A rate of 0 means no limit; a burst of 0 means one second's worth (at least one); a
+burst needs the rate of its pair in the same entry; and an empty budget refills within a day
+(burst / rate <= 86,400 s), so a refusal never asks a client to wait longer than that.
 
 Quota fields, both optional, both whole numbers >= 0: ``bytes`` (what the project or the
 tenant may store) and ``tasks`` (how many tasks it may hold). A project's entry limits that
 project and a tenant's entry limits the sum of its projects: both apply to every write. A
 quota of 0 lets nothing more be stored; a field that is absent sets no limit.
+
+A change that breaks these rules is refused (:class:`InvalidLimit`). An entry of the stored
+document that breaks them (a file edited by hand, a rule made stricter since it was written)
+limits nothing: readers leave it out and name it in ``skipped``, so it never changes how
+another project is limited, and a change to it replaces it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -44,6 +52,16 @@ from app.storage.core.names import validate_id
 VERSION = 1
 RATE = "rate"
 QUOTA = "quota"
+#: Upper bounds of the rate fields, and the longest an empty budget may take to refill.
+MAX_RPS = 1_000_000
+MAX_BURST = 1_000_000
+MAX_UPLOAD_BYTES = 1 << 40
+MAX_REFILL_SECONDS = 86_400
+_MAXIMA = {"rps": MAX_RPS, "burst": MAX_BURST, "upload_bps": MAX_UPLOAD_BYTES}
+_MAXIMA["upload_burst"] = MAX_UPLOAD_BYTES
+PAIRS = (("rps", "burst"), ("upload_bps", "upload_burst"))
+
+log = logging.getLogger("app.storage.limits")
 
 _UNITS = {
     "": 1,
@@ -63,6 +81,10 @@ _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 class LimitsFileError(StorageError):
     """The limits file, or a change asked of it, breaks the rules above."""
+
+
+class InvalidLimit(LimitsFileError):
+    """A change asked of the limits breaks the rules above: the asker's mistake."""
 
 
 def parse_bytes(value: object) -> int:
@@ -127,10 +149,12 @@ class RateOverride:
 
 @dataclass(frozen=True, slots=True)
 class RateOverrides:
-    """Every ``"rate"`` section of the file, by tenant and by (tenant, project)."""
+    """Every ``"rate"`` section of the file, by tenant and by (tenant, project); ``skipped``:
+    why each entry that breaks the rules was left out."""
 
     tenants: Mapping[str, RateOverride]
     projects: Mapping[tuple[str, str], RateOverride]
+    skipped: tuple[str, ...] = ()
 
 
 NO_OVERRIDES = RateOverrides({}, {})
@@ -160,10 +184,12 @@ class QuotaOverride:
 
 @dataclass(frozen=True, slots=True)
 class Quotas:
-    """Every ``"quota"`` section of the file, by tenant and by (tenant, project)."""
+    """Every ``"quota"`` section of the file, by tenant and by (tenant, project); ``skipped``:
+    why each entry that breaks the rules was left out."""
 
     tenants: Mapping[str, QuotaOverride]
     projects: Mapping[tuple[str, str], QuotaOverride]
+    skipped: tuple[str, ...] = ()
 
     def of(self, tenant: str, project: str) -> tuple[QuotaOverride | None, QuotaOverride | None]:
         """The quotas a write in ``tenant/project`` answers to: the project's, the tenant's."""
@@ -191,10 +217,31 @@ def rate_from_json(obj: object, where: str) -> RateOverride:
                 raise LimitsFileError(f"{where}: {name} must be a whole number")
             value = int(value)
         values[name] = value
-    for burst, rate in (("burst", "rps"), ("upload_burst", "upload_bps")):
+    for rate, burst in PAIRS:
         if burst in values and rate not in values:
             raise LimitsFileError(f"{where}: {burst} needs {rate} in the same entry")
+        fault = rate_fault(rate, values.get(rate, 0), burst, values.get(burst, 0))
+        if fault:
+            raise LimitsFileError(f"{where}: {fault}")
     return RateOverride(**values)  # type: ignore[arg-type]
+
+
+def rate_fault(rate_name: str, rate: float, burst_name: str, burst: float) -> str | None:
+    """Why a rate and its burst are out of range (the module's rules), or None. Also checks
+    the MEMORY_RATE_LIMIT_* settings (app/config.py)."""
+    for name, value in ((rate_name, rate), (burst_name, burst)):
+        if value > _MAXIMA[name]:
+            return f"{name} must be at most {_MAXIMA[name]:,}"
+    if rate <= 0:
+        return None
+    refill = (burst or max(1, math.ceil(rate))) / rate
+    if refill > MAX_REFILL_SECONDS:
+        return (
+            f"{rate_name} {rate:g} with {burst_name} {burst or 'of one second'} takes"
+            f" {refill:.3g} s to refill; it must refill within {MAX_REFILL_SECONDS:,} s"
+            f" ({rate_name} >= {burst_name} / {MAX_REFILL_SECONDS:,})"
+        )
+    return None
 
 
 def quota_from_json(obj: object, where: str) -> QuotaOverride:
@@ -221,52 +268,119 @@ def _entries(doc: dict[str, Any], section: str) -> dict[str, Any]:
     return entries
 
 
-def check_document(doc: object) -> RateOverrides:
-    """Validate a whole file's content; return its rate sections."""
-    rates, _ = check_sections(doc)
-    return rates
-
-
-def quotas_of(doc: object) -> Quotas:
-    """Validate a whole file's content; return its quota sections."""
-    _, quotas = check_sections(doc)
-    return quotas
-
-
-def check_sections(doc: object) -> tuple[RateOverrides, Quotas]:
-    """Validate a whole file's content; return its rate and quota sections."""
+def check_document(doc: object) -> None:
+    """Check what a whole document must be for any of it to be read: an object of this
+    version whose ``tenants`` and ``projects`` are objects (its entries are checked one by
+    one, by :func:`check_sections` and by each change)."""
     if not isinstance(doc, dict):
         raise LimitsFileError("the file must hold a JSON object")
     if doc.get("version") != VERSION:
         raise LimitsFileError(f"unsupported version {doc.get('version')!r} (expected {VERSION})")
-    tenants: dict[str, RateOverride] = {}
-    projects: dict[tuple[str, str], RateOverride] = {}
-    tenant_quotas: dict[str, QuotaOverride] = {}
-    project_quotas: dict[tuple[str, str], QuotaOverride] = {}
+    _entries(doc, "tenants")
+    _entries(doc, "projects")
+
+
+def quotas_of(doc: object) -> Quotas:
+    """A whole document's quota sections (entries that break the rules left out)."""
+    _, quotas = check_sections(doc)
+    return quotas
+
+
+def _entry_key(section: str, key: str) -> tuple[str, str] | str:
+    """The tenant, or (tenant, project), an entry's key names; LimitsFileError when none."""
     try:
-        for key, entry in _entries(doc, "tenants").items():
-            if not isinstance(entry, dict):
-                raise LimitsFileError(f"tenants.{key}: must be an object")
-            validate_id("tenant", key)
-            if RATE in entry:
-                tenants[key] = rate_from_json(entry[RATE], f"tenants.{key}")
-            if QUOTA in entry:
-                tenant_quotas[key] = quota_from_json(entry[QUOTA], f"tenants.{key}")
-        for key, entry in _entries(doc, "projects").items():
-            if not isinstance(entry, dict):
-                raise LimitsFileError(f"projects.{key}: must be an object")
-            tenant, slash, project = key.partition("/")
-            if not slash:
-                raise LimitsFileError(f"projects.{key}: the key must be 'tenant/project'")
-            validate_id("tenant", tenant)
-            validate_id("project", project)
-            if RATE in entry:
-                projects[(tenant, project)] = rate_from_json(entry[RATE], f"projects.{key}")
-            if QUOTA in entry:
-                project_quotas[(tenant, project)] = quota_from_json(entry[QUOTA], f"projects.{key}")
+        if section == "tenants":
+            return validate_id("tenant", key)
+        tenant, slash, project = key.partition("/")
+        if not slash:
+            raise LimitsFileError(f"projects.{key}: the key must be 'tenant/project'")
+        return validate_id("tenant", tenant), validate_id("project", project)
     except InvalidName as exc:
         raise LimitsFileError(f"bad name in the limits file: {exc}") from None
-    return RateOverrides(tenants, projects), Quotas(tenant_quotas, project_quotas)
+
+
+def check_sections(doc: object, *, strict: bool = False) -> tuple[RateOverrides, Quotas]:
+    """A whole document's rate and quota sections.
+
+    Each section that breaks the rules is left out and named in its kind's ``skipped`` (an
+    entry whose key or shape is wrong, in both): one bad entry must not change how any other
+    project is limited, nor keep the others from being read. ``strict``: raise
+    LimitsFileError naming the first one instead.
+    """
+    check_document(doc)
+    assert isinstance(doc, dict)
+    rates: dict[str | tuple[str, str], RateOverride] = {}
+    quotas: dict[str | tuple[str, str], QuotaOverride] = {}
+    rates_skipped: list[str] = []
+    quotas_skipped: list[str] = []
+
+    def skip(exc: LimitsFileError, *lists: list[str]) -> None:
+        if strict:
+            raise exc
+        for skipped in lists:
+            skipped.append(str(exc))
+
+    for section in ("tenants", "projects"):
+        for key, entry in _entries(doc, section).items():
+            where = f"{section}.{key}"
+            try:
+                if not isinstance(entry, dict):
+                    raise LimitsFileError(f"{where}: must be an object")
+                name = _entry_key(section, key)
+            except LimitsFileError as exc:
+                skip(exc, rates_skipped, quotas_skipped)
+                continue
+            if RATE in entry:
+                try:
+                    rates[name] = rate_from_json(entry[RATE], where)
+                except LimitsFileError as exc:
+                    skip(exc, rates_skipped)
+            if QUOTA in entry:
+                try:
+                    quotas[name] = quota_from_json(entry[QUOTA], where)
+                except LimitsFileError as exc:
+                    skip(exc, quotas_skipped)
+
+    def split(found: dict[str | tuple[str, str], Any]) -> tuple[dict[str, Any], dict[Any, Any]]:
+        tenants = {k: v for k, v in found.items() if isinstance(k, str)}
+        return tenants, {k: v for k, v in found.items() if isinstance(k, tuple)}
+
+    return (
+        RateOverrides(*split(rates), tuple(rates_skipped)),
+        Quotas(*split(quotas), tuple(quotas_skipped)),
+    )
+
+
+def _entry_of(doc: dict[str, Any], section: str, key: str) -> dict[str, Any]:
+    """The entry ``doc[section][key]`` for a change, made when absent; one that is not an
+    object limits nothing, and the change replaces it."""
+    entries = doc.setdefault(section, {})
+    entry = entries.get(key)
+    if isinstance(entry, dict):
+        return entry
+    made: dict[str, Any] = {}
+    entries[key] = made
+    return made
+
+
+def _stored(
+    parse: Callable[[object, str], Any], entry: dict[str, Any], kind: str, where: str
+) -> Any:
+    """The section ``kind`` of ``entry`` as stored, or None when it breaks the rules (a change
+    replaces it rather than failing on it)."""
+    try:
+        return parse(entry.get(kind, {}), where)
+    except LimitsFileError as exc:
+        log.warning("limits: replacing a section that breaks the rules: %s", exc)
+        return None
+
+
+def _asked(parse: Callable[[object, str], Any], obj: object, where: str) -> Any:
+    """The section a change asks for, checked: InvalidLimit naming the fault."""
+    try:
+        return parse(obj, where)
+    except LimitsFileError as exc:
+        raise InvalidLimit(str(exc)) from None
 
 
 def set_quota_in(
@@ -275,9 +389,9 @@ def set_quota_in(
     """Set the fields ``change`` gives in the quota section of ``doc[section][key]``; return
     the section as it now is (the caller writes ``doc`` back)."""
     where = f"{section}.{key}"
-    entry = doc.setdefault(section, {}).setdefault(key, {})
-    current = quota_from_json(entry.get(QUOTA, {}), where)
-    updated = quota_from_json(current.merged(change).to_json(), where)
+    entry = _entry_of(doc, section, key)
+    current = _stored(quota_from_json, entry, QUOTA, where) or QuotaOverride()
+    updated: QuotaOverride = _asked(quota_from_json, current.merged(change).to_json(), where)
     entry[QUOTA] = updated.to_json()
     return updated
 
@@ -287,10 +401,12 @@ def clear_quota_in(doc: dict[str, Any], section: str, key: str, names: tuple[str
     goes when it is left empty, the entry when nothing else is in it); False when none was set."""
     entries = doc.get(section, {})
     entry = entries.get(key)
-    if entry is None or QUOTA not in entry:
+    if not isinstance(entry, dict):  # an entry that is no object limits nothing: it goes
+        return entries.pop(key, None) is not None
+    if QUOTA not in entry:
         return False
-    current = quota_from_json(entry[QUOTA], f"{section}.{key}")
-    kept = current.without(names)
+    current = _stored(quota_from_json, entry, QUOTA, f"{section}.{key}")
+    kept = QuotaOverride() if current is None else current.without(names)
     if kept == current:
         return False
     if kept.empty:
@@ -324,11 +440,14 @@ class LimitEdits:
         raise NotImplementedError
 
     def rates(self) -> RateOverrides:
-        """Every rate override of the document (none when there is none)."""
-        return check_document(self.document())
+        """Every rate override of the document (none when there is none), the entries that
+        break the rules left out (``skipped``)."""
+        rates, _ = check_sections(self.document())
+        return rates
 
     def quotas(self) -> Quotas:
-        """Every quota of the document (none when there is none)."""
+        """Every quota of the document (none when there is none), the entries that break the
+        rules left out (``skipped``)."""
         return quotas_of(self.document())
 
     @contextmanager
@@ -351,7 +470,7 @@ class LimitEdits:
                 return "tenants", tenant
             validate_id("project", project)
         except InvalidName as exc:
-            raise LimitsFileError(str(exc)) from None
+            raise InvalidLimit(str(exc)) from None
         return "projects", project_key(tenant, project)
 
     def set_rate(self, tenant: str, project: str | None, change: RateOverride) -> RateOverride:
@@ -360,10 +479,9 @@ class LimitEdits:
         section, key = self._entry_path(tenant, project)
         where = f"{section}.{key}"
         with self._changing() as doc:
-            entries = doc.setdefault(section, {})
-            entry = entries.setdefault(key, {})
-            current = rate_from_json(entry.get(RATE, {}), where)
-            updated = rate_from_json(current.merged(change).to_json(), where)
+            entry = _entry_of(doc, section, key)
+            current = _stored(rate_from_json, entry, RATE, where) or RateOverride()
+            updated: RateOverride = _asked(rate_from_json, current.merged(change).to_json(), where)
             entry[RATE] = updated.to_json()
         return updated
 
@@ -373,7 +491,9 @@ class LimitEdits:
         with self._changing() as doc:
             entries = doc.get(section, {})
             entry = entries.get(key)
-            if entry is None or RATE not in entry:
+            if not isinstance(entry, dict):  # an entry that is no object limits nothing: it goes
+                return entries.pop(key, None) is not None
+            if RATE not in entry:
                 return False
             del entry[RATE]
             if not entry:  # other kinds of limit keep the entry alive

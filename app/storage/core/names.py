@@ -46,6 +46,9 @@ MEMORIES_DIR = "memories"
 STORE_INDEX = "index.sqlite3"
 LOCKS_DIR = ".locks"
 TRASH_DIR = ".trash"
+# An export's snapshot in the trash, "<ULID>-snapshot-<task or store id>": read while the export
+# runs, it is never removed before its grace period.
+TRASH_SNAPSHOT = "snapshot-"
 CURSOR_KEY = ".cursor-key"
 CONSOLE_KEY = ".console-key"
 SENTINEL = ".server-running"

@@ -74,6 +74,8 @@ class QuotaSource:
                 # (`quota show` names the fault), as the rate limiter does.
                 self._quotas = self.document.quotas()
                 self._stamp = stamp
+                for fault in self._quotas.skipped:
+                    log.warning("quota skipped, it limits nothing: %s", fault)
         except (StorageError, OSError) as exc:
             # The quotas this process read last stay in force (none before its first good
             # look): a planted link or a bad disk must not stop every write.

@@ -34,14 +34,27 @@ class Plan:
 class Report:
     plan: Plan
     repaired: list[str] = field(default_factory=list)
+    trash: int = 0  # deletions a killed process left in the trash, emptied
+    notes: list[str] = field(default_factory=list)  # what was found and left alone
+    # What the check of the search indexes found and did (tree/search_health.py).
+    search: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        if self.plan.clean:
-            return []
-        lines = [f"previous run did not shut down cleanly ({self.plan.reason})"]
+        lines = []
+        if not self.plan.clean:
+            lines.append(f"previous run did not shut down cleanly ({self.plan.reason})")
+        elif self.repaired or self.trash or self.notes:
+            # A worker killed under a server that then stopped cleanly.
+            lines.append("previous run stopped cleanly, after a process of it was killed")
         if self.repaired:
             lines.append(f"  repaired {len(self.repaired)} write(s) left in flight")
             lines += [f"    {key}" for key in self.repaired[:20]]
+        if self.trash:
+            lines.append(f"  emptied {self.trash} deletion(s) left in the trash")
+        lines += [f"  {note}" for note in self.notes]
+        if self.search:
+            lines.append("  search indexes:")
+            lines += [f"    {line}" for line in self.search[:20]]
         if self.plan.full:
             lines.append(
                 "  unsynced data may have been lost: a full check (fsck --repair) runs in the"

@@ -4,7 +4,12 @@ their retention) and the two together, as the CLI prints them and the sweeper re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from app.storage.core.clock import iso_us
+from app.storage.core.files import is_no_space
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,11 +140,21 @@ class SweepOutcome:
 # -- a clock that jumped -------------------------------------------------------------------------
 DAY_US = 86_400_000_000
 
+# The backend's shared state (StorageBackend.load_state) that keeps the last sweep's clock:
+# the tree's <root>/.sweep-clock.json, a row on PostgreSQL.
+SWEEP_CLOCK = "sweep-clock"
+
 
 @dataclass(frozen=True, slots=True)
 class Census:
-    """What the turns of a whole backend say about the clock: the newest write (µs since the
-    epoch, 0 for none), how many turns there are, and how many expire at ``now``."""
+    """What the turns of a whole backend say about the clock at ``now``, against ``since``
+    (the clock of the last sweep): the newest write at or before ``since`` (µs since the
+    epoch, 0 for none), the turns that were stored by then or expire at ``now``, and how
+    many expire at ``now``.
+
+    A live turn written after ``since`` is not counted: under a clock stepped forward it is
+    a write made after the step, and enough of them would make the expiring share look
+    small."""
 
     newest_us: int = 0
     turns: int = 0
@@ -155,31 +170,106 @@ class Census:
 
 @dataclass(frozen=True, slots=True)
 class ClockGuard:
-    """The sweep refuses to remove more than ``share`` of the turns while the clock is more
-    than ``margin_days`` ahead of the newest write (``MEMORY_SWEEP_CLOCK_MARGIN_DAYS``,
-    ``MEMORY_SWEEP_CLOCK_SHARE``; a margin of 0 turns it off).
+    """The sweep removes nothing when the clock is more than ``margin_days`` ahead of the
+    last sweep and more than ``share`` of the turns stored then would expire at once
+    (``MEMORY_SWEEP_CLOCK_MARGIN_DAYS``, ``MEMORY_SWEEP_CLOCK_SHARE``; a margin of 0 turns
+    it off).
 
     Nothing else compares the clock with what is stored: a clock stepped forward past the
-    retention would have the next sweep delete everything, for good. Turns written every
-    day expire a few at a time; most of them at once, with nothing written for days, is
-    what a jumped clock looks like (or a root nobody wrote to since: ``sweep --force``)."""
+    retention would have the next sweep delete everything, for good. The reference is the
+    clock of the last sweep the guard let through (:class:`SweepClock`), never a write:
+    the first write after a step is stamped with the stepped clock, and would vouch for it.
+    A server in use sweeps every hour, so the clock never gets far ahead of its last sweep
+    and turns expire as they come due, a few or many at once; a clock far ahead of the last
+    sweep with most of what was stored expiring at once is what a step looks like (or a
+    root no sweep ran on for longer than the retention: ``sweep --force``). A root no sweep
+    has marked yet compares with its newest write."""
 
     margin_days: float = 1.0
     share: float = 0.5
 
-    def refusal(self, census: Census, now_us: int) -> str:
-        """Why a sweep at ``now_us`` must not run ("" when it may)."""
-        if self.margin_days <= 0 or not census.turns or not census.newest_us:
+    def refusal(self, census: Census, now_us: int, last_sweep_us: int | None) -> str:
+        """Why a sweep at ``now_us`` must not run ("" when it may); ``census`` counted
+        against ``last_sweep_us`` (against ``now_us`` when no sweep left its clock)."""
+        if self.margin_days <= 0 or not census.turns:
             return ""
-        ahead_us = now_us - census.newest_us
+        if last_sweep_us is not None:
+            since, what = last_sweep_us, "the last sweep"
+        elif census.newest_us:
+            since, what = census.newest_us, "the newest write"
+        else:
+            return ""
+        ahead_us = now_us - since
         if ahead_us <= self.margin_days * DAY_US or census.expiring <= self.share * census.turns:
             return ""
         return (
-            f"the clock is {ahead_us / DAY_US:.1f} day(s) ahead of the newest write, and"
-            f" {census.expiring} of {census.turns} turn(s) would expire at once (more than"
-            f" {self.share:.0%}): a clock stepped forward looks like this. Check the clock;"
-            " if it is right, run `flask --app wsgi sweep --force`"
+            f"the clock is {ahead_us / DAY_US:.1f} day(s) ahead of {what} ({iso_us(since)}),"
+            f" and {census.expiring} of {census.turns} turn(s) would expire at once (more than"
+            f" {self.share:.0%}): a clock stepped forward looks like this. Check the clock; if"
+            " it is right, run `flask --app wsgi sweep --force`"
         )
 
 
 DEFAULT_CLOCK_GUARD = ClockGuard()
+
+
+# A backend's census: (now_us, since_us) -> Census.
+CensusOf = Callable[[int, int], Census]
+
+
+class SweepClock:
+    """The clock of the last sweep the guard let through, kept in the backend's shared
+    state (every node, worker and CLI run reads the same one): the guard's reference.
+
+    Only a sweep that passed the guard moves it: a refused sweep is no evidence of the
+    clock, a forced one or a dry run is a person's choice (after a forced sweep nothing
+    expired is left, so the next sweep passes and moves it). A server's start keeps the
+    newest write, or its clock on an empty root, when nothing is kept yet: a root written
+    by a server and then stepped before its first sweep is guarded too."""
+
+    def __init__(
+        self,
+        load: Callable[[str], dict[str, Any] | None],
+        save: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self._load = load
+        self._save = save
+
+    def last_us(self) -> int | None:
+        """The clock of the last sweep (µs since the epoch), or None when none is kept."""
+        state = self._load(SWEEP_CLOCK) or {}
+        found = state.get("last_us")
+        # bool is an int: a hand-edited `true` is not a time.
+        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            return found
+        return None
+
+    def record(self, now_us: int) -> None:
+        self._save(SWEEP_CLOCK, {"last_us": now_us, "last": iso_us(now_us)})
+
+    def admit(
+        self, guard: ClockGuard, census: CensusOf, now_us: int, *, dry_run: bool, force: bool
+    ) -> str:
+        """Why a sweep at ``now_us`` must not run (``guard``'s refusal), or "" after keeping
+        ``now_us`` as the last sweep's clock (not for a dry run, nor a forced sweep)."""
+        if force:
+            return ""
+        last = self.last_us()
+        if guard.margin_days > 0:
+            why = guard.refusal(census(now_us, now_us if last is None else last), now_us, last)
+            if why:
+                return why
+        if not dry_run:
+            try:
+                self.record(now_us)
+            except Exception as exc:
+                # A full disk is when a sweep is needed most: the next sweep keeps the clock.
+                if not is_no_space(exc):
+                    raise
+        return ""
+
+    def start(self, now_us: int, census: CensusOf) -> None:
+        """At a server's start: keep the newest write (``now_us`` on an empty root) when no
+        sweep left its clock yet."""
+        if self.last_us() is None:
+            self.record(census(now_us, now_us).newest_us or now_us)

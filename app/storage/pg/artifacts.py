@@ -73,6 +73,13 @@ class TaskRows(TaskLock, Protocol):
     def blob_key(self, scope: Scope, task_id: str, turn: int, name: str) -> str: ...
 
 
+# How long an artifact's superseded object stays listed for its delete. The sweeper's orphan
+# pass removes any object no row names once it is older than its grace (hourly by default),
+# so a listing older than a day names an object long gone; dropping it keeps the list of a
+# much-replaced artifact to a day of uploads.
+SUPERSEDED_LISTED_US = 24 * 3600 * 1_000_000
+
+
 def name_artifact(
     conn: psycopg.Connection[Any],
     scope: Scope,
@@ -82,7 +89,23 @@ def name_artifact(
     updated_us: int,
     blob: str,
 ) -> None:
-    """Make ``blob`` the bytes of artifact ``info`` of the turn (its row created or replaced)."""
+    """Make ``blob`` the bytes of artifact ``info`` of the turn (its row created or replaced).
+
+    The object a replacement supersedes stays for a download that is reading it, until the
+    sweeper's orphan pass, and is listed (superseded_blobs), so that a delete of the
+    artifact, its turn or its task removes it with the rest (:func:`forget_superseded`)."""
+    key = task_key(scope, task_id, turn=turn, name=info.name, now=updated_us)
+    where = f"{KEY} AND turn = %(turn)s AND name = %(name)s"
+    conn.execute(
+        "INSERT INTO superseded_blobs (tenant, project, task_id, turn, name, blob,"
+        " superseded_us) SELECT tenant, project, task_id, turn, name, blob, %(now)s"
+        f" FROM artifacts WHERE {where} ON CONFLICT (blob) DO NOTHING",
+        key,
+    )
+    conn.execute(
+        f"DELETE FROM superseded_blobs WHERE {where} AND superseded_us < %(listed_since)s",
+        {**key, "listed_since": updated_us - SUPERSEDED_LISTED_US},
+    )
     conn.execute(
         "INSERT INTO artifacts (tenant, project, task_id, turn, name, content_type,"
         " size, sha256, updated_at, updated_us, blob) VALUES (%(tenant)s,"
@@ -105,6 +128,33 @@ def name_artifact(
             blob=blob,
         ),
     )
+
+
+def forget_superseded(
+    conn: psycopg.Connection[Any],
+    scope: Scope,
+    task_id: str,
+    turn: int | None = None,
+    name: str | None = None,
+) -> list[str]:
+    """Unlist the superseded objects of a task's artifacts (of one turn, of one artifact) and
+    return their keys, for the caller to delete after its commit with the artifacts' own.
+
+    Called by every delete before it deletes the artifact rows (which would drop the list
+    with them, the objects left to the sweeper): a delete removes all the bytes an artifact
+    ever had, also those a racing upload replaced a moment before."""
+    where = KEY
+    if turn is not None:
+        where += " AND turn = %(turn)s"
+    if name is not None:
+        where += " AND name = %(name)s"
+    return [
+        str(r[0])
+        for r in conn.execute(
+            f"DELETE FROM superseded_blobs WHERE {where} RETURNING blob",
+            task_key(scope, task_id, turn=turn, name=name),
+        )
+    ]
 
 
 class PgArtifacts:
@@ -212,7 +262,6 @@ class PgArtifacts:
             limit=self.tasks.max_artifact_bytes,
             content_type=content_type,
         )
-        replaced: list[str] = []
         try:
             with self.tasks.transaction(scope, task_id) as conn:
                 now_us = self.tasks.now_us()
@@ -258,16 +307,14 @@ class PgArtifacts:
                 )
                 self.tasks.recompute(conn, scope, task_id)
                 pgu.add(conn, scope, artifacts=int(current is None), artifact_bytes=added)
-                if current is not None:
-                    replaced.append(current[1])
             ticket.settled()
         except BaseException:
             self.tasks.forget_blobs([written.key])
             raise
-        # The replaced bytes stay until the sweeper's orphan pass (after the grace period):
-        # a download that began before this commit keeps reading them, as an open file
-        # keeps a replaced file's bytes in the tree.
-        del replaced
+        # The replaced bytes stay until the sweeper's orphan pass (after the grace period), or
+        # a delete of the artifact (name_artifact lists them): a download that began before
+        # this commit keeps reading them, as an open file keeps a replaced file's bytes in
+        # the tree.
         return info
 
     def open_artifact(self, scope: Scope, task_id: str, turn: int, name: str) -> ArtifactStream:

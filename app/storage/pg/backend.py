@@ -28,6 +28,7 @@ from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
     ClockGuard,
+    SweepClock,
     SweepOutcome,
     SweepReport,
     VersionSweep,
@@ -82,6 +83,7 @@ class PgStorage:
     ) -> None:
         self.database_url = database_url
         self.clock_guard = clock_guard
+        self.sweep_clock = SweepClock(self.load_state, self.save_state)
         self.db = Database(database_url, lock_timeout=lock_timeout, pool_size=pool_size)
         self.blobs = BlobStore(blob_url, endpoint_url=s3_endpoint_url)
         self.blobs.check_bucket()
@@ -119,6 +121,10 @@ class PgStorage:
     def recover(self, plan: Plan) -> Report:
         """Nothing to repair: a killed writer's transaction was rolled back by the database."""
         return Report(plan)
+
+    def repair_dead_writers(self) -> list[str]:
+        """Nothing to repair: a dead process's transaction was rolled back by the database."""
+        return []
 
     def full_check(self) -> FsckReport | None:
         return None
@@ -231,12 +237,18 @@ class PgStorage:
     ) -> SweepOutcome:
         """Remove expired turns, versions past their retention and orphaned bytes; unless
         ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
-        if not force:
-            now_us = to_us(now)
-            why = self.clock_guard.refusal(self.retention.census(now_us), now_us)
-            if why:
-                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
+        now_us = to_us(now)
+        why = self.sweep_clock.admit(
+            self.clock_guard, self.retention.census, now_us, dry_run=dry_run, force=force
+        )
+        if why:
+            return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         return self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+
+    def mark_sweep_clock(self, now: datetime) -> None:
+        """A server's start: the clock the sweep's guard compares with, when none is kept yet
+        (core/sweep.py SweepClock)."""
+        self.sweep_clock.start(to_us(now), self.retention.census)
 
     def serve_read_only(self, plan: Plan, exc: BaseException) -> list[str]:
         # Nothing of the start-up recovery writes to a disk of this server's.

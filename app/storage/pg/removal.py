@@ -3,7 +3,8 @@
 Each is one transaction under the task's lock, as every task mutation: the rows go, the
 task's listing row and project.md section are recomputed from the turns that are left (the
 last live turn takes its task with it, as a task delete), the counters follow, and the
-artifacts' objects are deleted after the commit. The database's own words (the generated
+artifacts' objects are deleted after the commit: their current bytes and those earlier
+uploads of the same artifact left (artifacts.py ``forget_superseded``). The database's own words (the generated
 search columns) go with their rows; their bytes stay in dead rows until vacuum and in the
 WAL until it is recycled (docs/guarantees.md).
 """
@@ -22,7 +23,7 @@ from app.storage.core.models import TurnRecord, artifact_etag
 from app.storage.core.names import Scope, validate_artifact_name, validate_id, validate_turn
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions, next_updated_us
 from app.storage.pg import usage as pgu
-from app.storage.pg.artifacts import TaskLock
+from app.storage.pg.artifacts import TaskLock, forget_superseded
 from app.storage.pg.listing import KEY, task_key
 
 
@@ -90,7 +91,7 @@ class PgRemovals:
             else:
                 key = task_key(scope, task_id, turn=turn)
                 gone = pgu.task_sums(conn, key, [turn])
-                blobs = [
+                blobs = forget_superseded(conn, scope, task_id, turn) + [
                     r[0]
                     for r in conn.execute(
                         f"DELETE FROM artifacts WHERE {KEY} AND turn = %(turn)s RETURNING blob",
@@ -130,6 +131,7 @@ class PgRemovals:
             updated_us = next_updated_us(
                 tasks.task_updated_us(conn, scope, task_id), tasks.now_us()
             )
+            blobs = [str(current[1]), *forget_superseded(conn, scope, task_id, turn, name)]
             conn.execute(
                 f"DELETE FROM artifacts WHERE {KEY} AND turn = %(turn)s AND name = %(name)s", key
             )
@@ -151,4 +153,4 @@ class PgRemovals:
             )
             tasks.recompute(conn, scope, task_id)
             pgu.add(conn, scope, artifacts=-1, artifact_bytes=-int(current[2]))
-        tasks.forget_blobs([str(current[1])])
+        tasks.forget_blobs(blobs)

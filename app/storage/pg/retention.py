@@ -49,13 +49,15 @@ class PgRetention:
         self.tasks = tasks
         self.stores = stores
 
-    def census(self, now_us: int) -> Census:
-        """The newest write, and how many turns there are and expire at ``now_us``."""
+    def census(self, now_us: int, since_us: int) -> Census:
+        """What the turns say about the clock at ``now_us`` against the last sweep's
+        ``since_us`` (core/sweep.py Census)."""
         with self.db.snapshot("retention") as conn:
             row = conn.execute(
-                "SELECT coalesce(max(updated_us), 0), count(*),"
-                " count(*) FILTER (WHERE retain_until_us <= %s) FROM turns",
-                (now_us,),
+                "SELECT coalesce(max(updated_us) FILTER (WHERE updated_us <= %(since)s), 0),"
+                " count(*) FILTER (WHERE updated_us <= %(since)s OR retain_until_us <= %(now)s),"
+                " count(*) FILTER (WHERE retain_until_us <= %(now)s) FROM turns",
+                {"now": now_us, "since": since_us},
             ).fetchone()
         newest, turns, expiring = row if row is not None else (0, 0, 0)
         return Census(int(newest), int(turns), int(expiring))

@@ -423,6 +423,23 @@ CREATE INDEX audit_events_by_project ON audit_events (tenant, project, at_us DES
 CREATE INDEX audit_events_by_age ON audit_events (at_us);
 """,
     ),
+    (
+        8,
+        "the objects an artifact's earlier uploads left, so that deleting it removes them",
+        """
+CREATE TABLE superseded_blobs (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    name text COLLATE "C" NOT NULL,
+    blob text COLLATE "C" PRIMARY KEY,
+    superseded_us bigint NOT NULL,
+    FOREIGN KEY (tenant, project, task_id, turn, name) REFERENCES artifacts ON DELETE CASCADE
+);
+CREATE INDEX superseded_blobs_of ON superseded_blobs (tenant, project, task_id, turn, name);
+""",
+    ),
 )
 
 

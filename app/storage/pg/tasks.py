@@ -62,7 +62,7 @@ from app.storage.core.task_rules import (
 )
 from app.storage.core.usage import Ticket
 from app.storage.pg import digest as pgd, usage as pgu
-from app.storage.pg.artifacts import PgArtifacts, name_artifact
+from app.storage.pg.artifacts import PgArtifacts, forget_superseded, name_artifact
 from app.storage.pg.blobs import BlobStore, Written
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
 from app.storage.pg.listing import (
@@ -311,7 +311,7 @@ class PgTaskStore:
             if previous is not None and alive is None:
                 # The old turn expired: it is gone for every reader, so its artifacts must
                 # not come back with the new write.
-                stale = [
+                stale = forget_superseded(conn, scope, task_id, turn) + [
                     r[0]
                     for r in conn.execute(
                         f"DELETE FROM artifacts WHERE {KEY} AND turn = %(turn)s RETURNING blob",
@@ -371,7 +371,8 @@ class PgTaskStore:
             )
             if isinstance(ticket, pgu.PgTicket):
                 ticket.settle_in(conn)
-        # Replaced bytes stay for the sweeper's orphan pass, as put_artifact leaves them.
+        # Replaced bytes stay for the sweeper's orphan pass or a delete, as put_artifact
+        # leaves them (name_artifact).
         self.forget_blobs(stale)
         return record
 
@@ -530,7 +531,8 @@ class PgTaskStore:
         """Delete the task's rows and take them off the counters (in the caller's
         transaction, under the task's lock); return the object keys its artifacts had."""
         key = task_key(scope, task_id)
-        blobs = [r[0] for r in conn.execute(f"SELECT blob FROM artifacts WHERE {KEY}", key)]
+        blobs = forget_superseded(conn, scope, task_id)
+        blobs += [r[0] for r in conn.execute(f"SELECT blob FROM artifacts WHERE {KEY}", key)]
         gone = pgu.task_sums(conn, key)
         conn.execute(f"DELETE FROM tasks WHERE {KEY}", key)
         self.add_tasks(conn, scope, -1)

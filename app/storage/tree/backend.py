@@ -29,6 +29,7 @@ from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
     Census,
     ClockGuard,
+    SweepClock,
     SweepOutcome,
     SweepReport,
     VersionSweep,
@@ -47,8 +48,9 @@ from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
 from app.storage.tree.limits import LimitsFile
 from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
-from app.storage.tree.retention import sweep
+from app.storage.tree.retention import empty_trash_at_start, sweep
 from app.storage.tree.search import TreeSearch
+from app.storage.tree.search_health import heal_search_indexes
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
 from app.storage.tree.tasks import TaskStore
@@ -76,6 +78,7 @@ class TreeStorage:
         search_slots: int = 4,
     ) -> None:
         self.clock_guard = clock_guard
+        self.sweep_clock = SweepClock(self.load_state, self.save_state)
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
@@ -111,16 +114,17 @@ class TreeStorage:
         self.recovery = Recovery(self.layout)
         self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only
 
-    def census(self, now_us: int) -> Census:
-        """The newest write, and how many turns there are and expire at ``now_us``, over
-        every project's listing (one that cannot be read counts nothing)."""
+    def census(self, now_us: int, since_us: int) -> Census:
+        """What the turns of every project's listing say about the clock at ``now_us``
+        against the last sweep's ``since_us`` (core/sweep.py Census; a listing that cannot
+        be read counts nothing)."""
         total = Census()
         for scope in self.layout.projects([]):
             st = self.layout.tree.lstat(self.layout.listing(scope))
             if st is None or not stat.S_ISREG(st.st_mode):
                 continue
             try:
-                total += Census(*self.tasks.listing(scope).census(now_us))
+                total += Census(*self.tasks.listing(scope).census(now_us, since_us))
             except (StorageError, sqlite3.Error):
                 continue
         return total
@@ -128,17 +132,23 @@ class TreeStorage:
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines); unless
         ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
-        if not force:
-            now_us = to_us(now)
-            why = self.clock_guard.refusal(self.census(now_us), now_us)
-            if why:
-                return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
+        now_us = to_us(now)
+        why = self.sweep_clock.admit(
+            self.clock_guard, self.census, now_us, dry_run=dry_run, force=force
+        )
+        if why:
+            return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
             self.stores.sweep_versions(now=now, dry_run=dry_run),
         )
         self.usage_counters.freed()
         return outcome
+
+    def mark_sweep_clock(self, now: datetime) -> None:
+        """A server's start: the clock the sweep's guard compares with, when none is kept yet
+        (core/sweep.py SweepClock)."""
+        self.sweep_clock.start(to_us(now), self.census)
 
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check (and with ``repair`` rebuild) every derived file of both engines."""
@@ -163,6 +173,7 @@ class TreeStorage:
                 done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
         done += upgrade_store_search(self.stores)
         done += upgrade_usage(self.tasks, self.stores)
+        done += heal_search_indexes(self.tasks, self.stores)
         return done
 
     def search(
@@ -175,17 +186,33 @@ class TreeStorage:
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:
-        """Repair what an unclean stop left (the caller holds the root lock): the writes the
-        journals name at once; when unsynced data may have been lost, mark the full check
-        that :meth:`full_check` runs in the background."""
+        """Repair what the last server left (the caller holds the root lock): the deletions a
+        killed process left in the trash (first: they free room), then the writes the
+        journals name. Both also after a clean stop: a worker killed under a server that then
+        stopped cleanly leaves them too. When unsynced data may have been lost, mark the
+        full check that :meth:`full_check` runs in the background."""
         report = Report(plan)
-        if plan.clean:
-            return report
+        report.trash, links = empty_trash_at_start(self.layout)
+        report.notes += [
+            f"{link.relative_to(self.layout.root)} is a symlink: left alone" for link in links
+        ]
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
+        if not plan.clean:
+            # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
+            # structure against its segments): each gets FTS5's own check, within a budget.
+            report.search = heal_search_indexes(self.tasks, self.stores, thorough=True)
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report
+
+    def repair_dead_writers(self) -> list[str]:
+        """Repair the writes a process that died left in flight (a worker its master just
+        reaped), on every lock stripe no live process holds; the keys repaired."""
+        return [
+            f"{key.scope.tenant}/{key.scope.project}/{key.id}"
+            for key in (*self.tasks.txns.repair_dead(), *self.stores.txns.repair_dead())
+        ]
 
     def full_check(self) -> FsckReport | None:
         """Run the full check a possible loss of unsynced data asked for, if one is pending

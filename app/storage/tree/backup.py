@@ -36,6 +36,7 @@ from app.storage.core.names import (
     STORE_ID_RE,
     STORE_RECORD,
     TASK_RECORD,
+    TRASH_SNAPSHOT,
     TURN_DIR_RE,
     TURN_META,
     VERSION_ID_RE,
@@ -127,7 +128,7 @@ class _Taken:
         if self.dir is None:
             trash = self.storage.layout.check_inside(self.storage.layout.trash_dir())
             os.makedirs(trash, DIR_MODE, exist_ok=True)
-            self.dir = trash / f"{ULID()}-snapshot-{self.tag}"
+            self.dir = trash / f"{ULID()}-{TRASH_SNAPSHOT}{self.tag}"
             os.mkdir(self.dir, DIR_MODE)
         target = self.dir / tail
         target.parent.mkdir(DIR_MODE, parents=True, exist_ok=True)

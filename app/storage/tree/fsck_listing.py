@@ -184,21 +184,30 @@ class ListingCheck:
     # -- the turns' search rows (tree/sqlite/turn_search.py) ------------------
     def search_ready(self, scope: Scope, listing: Listing, names: Iterable[str]) -> bool:
         """Whether the turns' search rows can be compared task by task: built, and passing
-        FTS5's integrity check (else reported, and rebuilt whole on repair)."""
+        FTS5's integrity check (else reported, and rebuilt whole from the records on repair,
+        however damaged: fts.drop_table)."""
         where = self.check.rel(listing.path)
         try:
-            if listing.search_needs_backfill():
+            marks = listing.search_upkeep()
+            if marks.backfill and not marks.damaged:
                 self.check.fault(
-                    f"{where}: search index not built yet (a listing from before search)",
+                    f"{where}: search index not built yet (being filled from the records)",
                     partial(self.search_backfill, scope, listing, names),
                 )
                 return False
-            with listing.search_write() as conn:
-                damage = fts.damage(conn)
+            damage = listing.search_damage()
             if damage is not None:
                 self.check.fault(
                     f"{where}: search index damaged ({damage})",
-                    partial(self.search_write, listing, fts.rebuild_index),
+                    partial(self.search_rebuild, scope, listing, damage),
+                )
+                return False
+            levels = listing.search_levels()
+            if levels > fts.LEVEL_BOUND + 2:
+                self.check.fault(
+                    f"{where}: search index structure has {levels} levels (a purge keeps at"
+                    f" most {fts.LEVEL_BOUND + 2})",
+                    partial(self.search_write_purge, listing),
                 )
             with listing.search_read() as conn:
                 orphans = fts.orphans(conn)
@@ -209,10 +218,20 @@ class ListingCheck:
                 f"{where}: {orphans} search row(s) belong to no turn",
                 partial(self.search_write, listing, fts.drop_orphans),
             )
-        if listing.purge_owed():
+        if listing.purge_owed():  # the repairs above may have removed text
             self.check.fault(f"{where}: {fts.REMOVED_TEXT}", partial(self.purge, scope))
         self.search_repaired = len(self.check.report.repaired)
         return True
+
+    def search_rebuild(self, scope: Scope, listing: Listing, damage: str) -> None:
+        """Drop the index however damaged and fill it again from the records."""
+        listing.mark_search_damaged(sqlite3.DatabaseError(damage))
+        if self.check.store.rebuild_search(scope) is None and listing.search_upkeep().damaged:
+            raise LockTimeout("another process is rebuilding it; try again")
+        self.purge(scope)  # the dropped index leaves the WAL too
+
+    def search_write_purge(self, listing: Listing) -> None:
+        listing.purge_search()  # compacts an index past its bound (fts.purge)
 
     def purge(self, scope: Scope) -> None:
         if not self.check.store.removals.purge(scope):

@@ -46,7 +46,8 @@ class LimitsFile(LimitEdits):
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def document(self) -> dict[str, Any]:
-        """The whole file, checked; an empty document when there is none."""
+        """The whole file, its shape checked (core/limits.py checks each entry as it is read
+        or changed); an empty document when there is none."""
         # A planted symlink would make the server read limits from outside the root.
         self.layout.check_inside(self.path)
         try:

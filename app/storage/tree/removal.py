@@ -14,7 +14,9 @@ it, never dropped): ``_project.md`` is compacted (a base that still holds a remo
 is rewritten without it), then the listing's search index is merged and its WAL truncated
 (app/storage/tree/sqlite/fts.py). A reader holding an old snapshot (a long search, a backup)
 stops the truncation; the listing keeps its purge owed until one succeeds, and the next
-write to the project, the sweep and ``fsck --repair`` try again.
+write to the project, the sweep and ``fsck --repair`` try again. The same upkeep first
+rebuilds a search index that is damaged from the records (TaskStore.heal_search), and a
+purge compacts one whose structure grew past its bound (fts.purge).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from app.storage.core.names import (
     validate_artifact_name,
     validate_turn,
 )
+from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_to_json
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions
 from app.storage.tree.background import Later
@@ -75,11 +78,15 @@ class TaskParts(Protocol):
 
     def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int: ...
 
+    def room_to_delete(self, scope: Scope) -> None: ...
+
     def trash(self, directory: Path) -> Path: ...
 
     def repair_task(self, scope: Scope, task_id: str) -> None: ...
 
     def compact_digest(self, scope: Scope, *, wait: bool = True) -> bool: ...
+
+    def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None: ...
 
     def write_derived(
         self,
@@ -132,6 +139,7 @@ class TaskRemovals:
             with tasks.transaction(scope, task_id) as txn, os_errors():
                 task_dir, record, live = self._live_turn(scope, task_id, turn, only_owner)
                 check_preconditions(record.etag, if_match, False)
+                tasks.room_to_delete(scope)  # a refusal after the rename would be a lie
                 txn.begin()
                 if live == 1:
                     # Its last live turn: the task goes whole (expired turns the sweep has
@@ -174,6 +182,7 @@ class TaskRemovals:
                 retain_until=iso_us(updated_us + tasks.retention_us),
                 updated_us=updated_us,
             )
+            tasks.room_to_delete(scope)  # a refusal after meta.json would be a lie
             txn.begin()
             write_json(path.parent.parent / TURN_META, turn_to_json(record))
             commit_point()
@@ -207,20 +216,32 @@ class TaskRemovals:
             f"purging removed text from the files of {scope.tenant}/{scope.project}",
         )
 
-    def purge(self, scope: Scope, *, patience: float = 1.0) -> bool:
+    def purge(self, scope: Scope, *, patience: float = 1.0, only_pending: bool = False) -> bool:
         """Make text removed from the project leave ``_project.md`` and the listing (its
-        search index and WAL); True when nothing of it is left on disk."""
+        search index and WAL); True when nothing of it is left on disk. A search index that
+        is damaged (marked by a write, found so by this purge, or not opening) is rebuilt
+        from the records first; one whose structure grew past its bound is compacted
+        (fts.purge). ``only_pending``: the sweep's, which also purges replaced text."""
         tasks = self.tasks
         listing_path = tasks.layout.listing(scope)
         if tasks.layout.tree.lstat(listing_path) is None:
             return True
+        tasks.heal_search(scope)
         listing = tasks.listing(scope)
-        if not listing.purge_owed():
+        marks = listing.search_upkeep()
+        if not (only_pending or marks.owed or marks.compacting):
             return True
-        # The base file may hold a section that is gone: rewritten without it first, and its
-        # rows' writes then leave the WAL with the rest.
-        tasks.compact_digest(scope)
-        return listing.purge_search(patience=patience)
+        if marks.owed:
+            # The base file may hold a section that is gone: rewritten without it first, and
+            # its rows' writes then leave the WAL with the rest.
+            tasks.compact_digest(scope)
+        try:
+            return listing.purge_search(patience=patience, only_pending=only_pending)
+        except sqlite3.DatabaseError:
+            # The purge found the index damaged and marked it: rebuilt (which drops the old
+            # one, text and all), then purged.
+            tasks.heal_search(scope)
+            return listing.purge_search(patience=patience, only_pending=only_pending)
 
     def purge_owed(self, scope: Scope) -> None:
         """Retry a purge a held reader stopped (a write to the project calls this)."""
@@ -228,11 +249,11 @@ class TaskRemovals:
         if tasks.layout.tree.lstat(tasks.layout.listing(scope)) is None:
             return  # a project with no listing yet owes nothing
         try:
-            owed = tasks.listing(scope).purge_owed()
+            due = tasks.listing(scope).search_upkeep().due
         except (StorageError, OSError, sqlite3.Error) as exc:
             log.warning(
                 "cannot read the purge state of %s/%s: %s", scope.tenant, scope.project, exc
             )
             return
-        if owed:
+        if due:
             self.purge_later(scope)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -34,12 +34,14 @@ from app.storage.core.names import (
     ARTIFACTS_DIR,
     PROJECT_LISTING,
     TMP_PREFIX,
+    TRASH_SNAPSHOT,
     TURN_DIR_RE,
     TURN_META,
     Scope,
     is_id,
 )
 from app.storage.core.sweep import ProjectSweep, SweepReport
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
 from app.storage.tree.fsck import age_seconds, entry_is_artifact, trash_age_seconds
@@ -183,12 +185,14 @@ class _Sweep:
         return ProjectSweep(scope.tenant, scope.project, turns, tasks, size)
 
     def purge_search(self, scope: Scope) -> None:
-        """Expired, deleted and replaced text leaves the search index's file (fts.py)."""
+        """Expired, deleted and replaced text leaves the search index's file (fts.py); an
+        index that is damaged is rebuilt from the records, one grown past its bound is
+        compacted (TaskRemovals.purge)."""
         listing_path = self.layout.project_dir(scope) / PROJECT_LISTING
         if self.tree.lstat(listing_path) is None:
             return
         try:
-            if not self.store.listing(scope).purge_search(only_pending=True):
+            if not self.store.removals.purge(scope, only_pending=True):
                 self.error(listing_path, StorageError("WAL not truncated: a reader held it"))
         except (sqlite3.Error, StorageError) as exc:
             self.error(listing_path, exc)
@@ -215,21 +219,13 @@ class _Sweep:
     # -- trash and leftovers -----------------------------------------------------------------
     def trash(self) -> int:
         """Empty the trash a killed sweep (or delete) left behind."""
-        count = 0
-        try:
-            entries = self.tree.entries(self.layout.trash_dir())
-        except UnsafePath:
-            self.links.append(self.layout.trash_dir())
-            return 0
-        for entry in entries:
-            if entry.is_link:
-                self.links.append(entry.path)
-                continue
-            if trash_age_seconds(self.tree, entry.path, self.wall_now) < self.grace:
-                continue  # a deletion in progress, or an export's snapshot in use
-            count += 1
-            if not self.dry_run:
-                self.tree.remove(entry.path)
+
+        def young(path: Path) -> bool:
+            # A deletion in progress, or an export's snapshot in use.
+            return trash_age_seconds(self.tree, path, self.wall_now) < self.grace
+
+        count, links = empty_trash(self.layout, keep=young, dry_run=self.dry_run)
+        self.links += links
         return count
 
     def stale(self, path: Path) -> bool:
@@ -340,6 +336,46 @@ class _Sweep:
             return found  # fsck's job
         listed = {a.name for a in record.artifacts} if record else set()
         return found + [(e.path, False) for e in files if e.name not in listed]
+
+
+def empty_trash(
+    layout: Layout, *, keep: Callable[[Path], bool], dry_run: bool = False
+) -> tuple[int, list[Path]]:
+    """Remove every entry of the trash but those ``keep`` names (and links, which are never
+    followed nor removed: a person put them there); how many went (or would go), and the
+    links found."""
+    tree = layout.tree
+    try:
+        entries = tree.entries(layout.trash_dir())
+    except UnsafePath:
+        return 0, [layout.trash_dir()]
+    count, links = 0, []
+    for entry in entries:
+        if entry.is_link:
+            links.append(entry.path)
+            continue
+        if keep(entry.path):
+            continue
+        count += 1
+        if not dry_run:
+            tree.remove(entry.path)
+    return count, links
+
+
+def empty_trash_at_start(
+    layout: Layout, grace: timedelta = DEFAULT_GRACE
+) -> tuple[int, list[Path]]:
+    """Empty the trash when a server starts (it holds the root lock, and none of its
+    processes is deleting yet): what is there is a deletion a killed process did not finish,
+    or an export's snapshot. An export may run beside the server, so a snapshot younger than
+    ``grace`` is kept for the sweeper."""
+    tree, wall_now = layout.tree, time.time()
+
+    def in_use(path: Path) -> bool:
+        snapshot = path.name.partition("-")[2].startswith(TRASH_SNAPSHOT)  # <ULID>-snapshot-
+        return snapshot and trash_age_seconds(tree, path, wall_now) < grace.total_seconds()
+
+    return empty_trash(layout, keep=in_use)
 
 
 def sweep(

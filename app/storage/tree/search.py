@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from app.storage.core import snippets
-from app.storage.core.errors import NotFound, SearchTimeout, StorageError
+from app.storage.core.errors import NotFound, SearchRebuilding, SearchTimeout, StorageError
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
@@ -48,7 +48,6 @@ from app.storage.core.query import (
     parse_query,
 )
 from app.storage.tree.sqlite import fts, turn_search
-from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.store_index import IndexReader
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.tasks import TaskStore
@@ -129,15 +128,34 @@ Answer = tuple[_Stats, list[_Hit]] | None
 class _Turns:
     source = TURNS
 
-    def __init__(self, listing: Listing, now_us: int) -> None:
-        self.listing = listing
-        self.now_us = now_us
+    def __init__(self, tasks: TaskStore, scope: Scope) -> None:
+        self.tasks = tasks
+        self.scope = scope
+        self.listing = tasks.listing(scope)
+        self.now_us = tasks.now_us()
 
     def ask(self, ask: _Ask) -> Answer:
+        try:
+            return self._ask(ask)
+        except sqlite3.DatabaseError as exc:
+            if not fts.index_error(exc):
+                raise
+            # An index no write has found damaged yet: the upkeep checks it and rebuilds it.
+            log.warning("search of %s/%s: %s", self.scope.tenant, self.scope.project, exc)
+            raise self._rebuilding() from None
+
+    def _rebuilding(self) -> SearchRebuilding:
+        self.tasks.removals.purge_later(self.scope)
+        return SearchRebuilding(
+            "the project's search index is being rebuilt from the records; retry shortly"
+        )
+
+    def _ask(self, ask: _Ask) -> Answer:
         with self.listing.search_read() as conn, fts.bounded(conn, ask.budget):
             found = fts.stats(conn, ask.terms)
             if found is None:
-                return None  # a listing from before search, until the start-up upgrade
+                # Damaged, or being filled from the records: it cannot answer for every turn.
+                raise self._rebuilding()
             own = _Stats(*_pair(found))
             if not all(own.counts):
                 return own, []  # a term no row has: nothing matches all of them
@@ -176,7 +194,8 @@ class _Store:
 
     def _read(self, fn: Callable[[IndexReader], T | None], budget: SearchBudget) -> T | None:
         """``fn`` over the store's index; None when the store went away meanwhile, or its
-        index cannot be searched (fsck reports it; the other indexes still answer)."""
+        index cannot be read for a reason of the store's own (fsck reports it; the other
+        indexes still answer). An index that is damaged or being rebuilt: SearchRebuilding."""
 
         def read(store_dir: Any) -> T | None:
             with (
@@ -188,19 +207,34 @@ class _Store:
         budget.check()
         try:
             return self.engine.read(self.scope, self.store_id, read)
-        except SearchTimeout:
+        except (SearchTimeout, SearchRebuilding):
             raise
         except NotFound:
             return None
-        except (sqlite3.Error, StorageError) as exc:
+        except sqlite3.DatabaseError as exc:
+            if not fts.index_error(exc):
+                log.warning("search skipped store %s: %s", self.store_id, exc)
+                return None
+            # An index no write has found damaged yet: the rebuild checks it first.
+            log.warning("search of store %s: %s", self.store_id, exc)
+            raise self._rebuilding() from None
+        except StorageError as exc:
             log.warning("search skipped store %s: %s", self.store_id, exc)
             return None
+
+    def _rebuilding(self) -> SearchRebuilding:
+        self.engine.rebuild_search_later(self.scope, self.store_id)
+        return SearchRebuilding(
+            f"the search index of memory store {self.store_id} is being rebuilt from its"
+            " records; retry shortly"
+        )
 
     def ask(self, ask: _Ask) -> Answer:
         def run(reader: IndexReader) -> tuple[_Stats, list[_Hit]] | None:
             found = reader.search_stats(ask.terms)
             if found is None:
-                return None  # a store from before search, until the start-up upgrade
+                # Damaged, or being filled from the records: it cannot answer for every memory.
+                raise self._rebuilding()
             own = _Stats(*_pair(found))
             if not all(own.counts):
                 return own, []
@@ -300,7 +334,7 @@ class TreeSearch:
         sources: list[_Source] = []
         listing_path = self.tasks.layout.listing(scope)
         if self.tasks.layout.tree.lstat(listing_path) is not None:
-            sources.append(_Turns(self.tasks.listing(scope), self.tasks.now_us()))
+            sources.append(_Turns(self.tasks, scope))
         entries = self.stores.tree.entries(self.stores.layout.stores_dir(scope))
         ids = sorted(e.name for e in entries if e.is_dir and STORE_ID_RE.fullmatch(e.name))
         ids.reverse()  # ULIDs: newest first

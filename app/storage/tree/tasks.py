@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sqlite3
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from app.storage.core import digest as digest_mod, task_list, task_rules
 from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
-from app.storage.core.errors import Corrupt, NotFound, NotOwner
+from app.storage.core.errors import Corrupt, LockTimeout, NotFound, NotOwner
 from app.storage.core.files import os_errors
 from app.storage.core.models import (
     ArtifactInfo,
@@ -54,6 +55,7 @@ from app.storage.core.names import (
     turn_dirname,
     validate_id,
 )
+from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
@@ -70,6 +72,7 @@ from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
 from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, write_atomic
 from app.storage.tree.fs.layout import Layout
+from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
     commit_point,
@@ -93,6 +96,7 @@ from app.storage.tree.records import (
     write_json,
 )
 from app.storage.tree.removal import TaskRemovals
+from app.storage.tree.sqlite.db import check_write_room
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 from app.storage.tree.usage import TreeUsage, settling
@@ -199,8 +203,9 @@ class TaskStore:
             usage = turn_usage(record)
         listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
-        if listing.purge_owed():
-            # A purge a reader's snapshot stopped: this write is the next chance.
+        if listing.search_upkeep().due:
+            # A purge a reader's snapshot stopped (this write is the next chance), an index
+            # this write found damaged, a rebuild or compaction to finish.
             self.removals.purge_later(scope)
 
     def section(
@@ -494,6 +499,7 @@ class TaskStore:
                     raise NotFound(f"task {task_id} not found")
                 if only_owner is not None and index.owner != only_owner:
                     raise NotOwner(NOT_OWNER)
+                self.room_to_delete(scope)
                 txn.begin()
                 trashed = self.trash(task_dir)
                 self.listing(scope).set_task(task_id, [])
@@ -526,6 +532,17 @@ class TaskStore:
         self.removals.delete_artifact(
             scope, task_id, turn, name, only_owner=only_owner, if_match=if_match
         )
+
+    def room_to_delete(self, scope: Scope) -> None:
+        """Refuse now (InsufficientStorage, a 507) a delete in ``scope`` that the disk could
+        not let finish: its commit point (the rename into the trash, or the turn's new
+        ``meta.json``) comes before its listing write, which a disk of small blocks with
+        little room refuses (sqlite/db.py, _SHM_ROOM). A refusal must change nothing. The
+        trash directory is made here too, so that no full disk fails it after the commit."""
+        listing = self.layout.listing(scope)
+        if self.layout.tree.lstat(listing) is not None:
+            check_write_room(str(listing))
+        make_dirs(self.layout.check_inside(self.layout.trash_dir()), self.layout.root)
 
     def trash(self, directory: Path) -> Path:
         """Rename ``directory`` into the trash (atomic, same filesystem) and return its new path."""
@@ -602,14 +619,62 @@ class TaskStore:
             or listing.usage_needs_backfill()
         ):
             return 0
-        task_ids = sorted(listing.all_tasks()[0])
-        for task_id in task_ids:
-            with self.txns.locked(Key(scope, task_id)):
-                self.repair_task(scope, task_id)
+        count = self._repair_tasks(scope, listing)
         listing.backfilled()
         listing.search_backfilled()
         listing.usage_backfilled()
-        return len(task_ids)
+        return count
+
+    def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None:
+        """Rebuild the project's search index from the records if it is marked damaged, does
+        not open (or, with ``budget``, fails FTS5's integrity check within it: a check that
+        runs out of it raises SearchTimeout), or has a rebuild to finish. Return how many
+        tasks the rebuild filled; None when nothing was done."""
+        if self.layout.tree.lstat(self.layout.listing(scope)) is None:
+            return None
+        listing = self.listing(scope)
+        marks = listing.search_upkeep()
+        if not (marks.damaged or marks.backfill):
+            why = listing.search_opens() if budget is None else listing.search_damage(budget)
+            if why is None:
+                return None
+            listing.mark_search_damaged(sqlite3.DatabaseError(why))
+        return self.rebuild_search(scope)
+
+    def rebuild_search(self, scope: Scope) -> int | None:
+        """Rebuild the project's search index from the records when it is marked damaged,
+        or finish a rebuild a killed process left: the index is dropped and started empty,
+        then every task's rows are written again from its records under its lock, while
+        writes go on (each writes its own rows into the new index). Searches answer 503
+        until it is full (fts.stats). One process at a time rebuilds a project's index (its
+        search lock); return how many tasks it filled, None when there was nothing to do or
+        another process is at it."""
+        lock = self.layout.check_inside(self.layout.search_lock(scope))
+        try:
+            with locked(lock, 0.0):
+                listing = self.listing(scope)
+                token = listing.start_search_rebuild()
+                if token is None:
+                    return None
+                count = self._repair_tasks(scope, listing)
+                listing.search_filled(token)
+                # The dropped index's pages were zeroed; their old images leave the WAL.
+                listing.purge_search()
+                return count
+        except LockTimeout:
+            return None
+
+    def _repair_tasks(self, scope: Scope, listing: Listing, batch: int = 500) -> int:
+        """repair_task of every task the listing holds, one task lock at a time, reading
+        their ids in short reads (no snapshot held across the walk)."""
+        count, after = 0, ""
+        while task_ids := listing.task_id_page(after, batch):
+            for task_id in task_ids:
+                with self.txns.locked(Key(scope, task_id)):
+                    self.repair_task(scope, task_id)
+            count += len(task_ids)
+            after = task_ids[-1]
+        return count
 
     # -- repair ------------------------------------------------------------------------------
     def repair_task(self, scope: Scope, task_id: str) -> None:
@@ -623,6 +688,11 @@ class TaskStore:
         exists = tree.is_dir(task_dir)
         if exists:
             _remove_unfinished_turns(tree, task_dir)
+            if _never_committed(tree, task_dir):
+                # The first write of a new task died before its commit point: nothing of
+                # the task was ever acknowledged, and its directory goes as a failed one's.
+                tree.remove(task_dir)
+                exists = False
         index = rebuild_index(tree, task_dir, task_id) if exists else None
         if index is None:
             if exists:
@@ -667,6 +737,17 @@ def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
     for _, turn_dir in turn_dirs(tree, task_dir):
         if all(_unfinished(tree, e) for e in tree.entries(turn_dir)):
             tree.remove(turn_dir)
+
+
+def _never_committed(tree: Tree, task_dir: Path) -> bool:
+    """Whether ``task_dir`` holds no turn at all: only what a new task's first write makes
+    before its commit point (``task.json``, temp files) and its index. A link, or anything
+    else, is a person's to look at (fsck reports it)."""
+    return all(
+        entry.is_file
+        and (entry.name in (TASK_RECORD, TASK_INDEX) or entry.name.startswith(TMP_PREFIX))
+        for entry in tree.entries(task_dir)
+    )
 
 
 def _unfinished(tree: Tree, entry: Entry) -> bool:

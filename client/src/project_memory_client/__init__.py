@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Client": "client",
-    "Upload": "client",
+    "Upload": "models",
     "Settings": "settings",
     "load_settings": "settings",
     "ApiError": "errors",
@@ -46,7 +46,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
-    from .client import Client as Client, Upload as Upload
+    from .client import Client as Client
     from .errors import (
         ApiError as ApiError,
         ClientError as ClientError,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         TaskSummary as TaskSummary,
         TaskTurn as TaskTurn,
         TurnRecord as TurnRecord,
+        Upload as Upload,
         UsageReport as UsageReport,
         WhoAmI as WhoAmI,
     )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mimetypes
 import os
 import random
 import re
@@ -19,7 +18,6 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Literal, overload
 from urllib.parse import quote
@@ -35,19 +33,23 @@ from .errors import (
     PreconditionFailed,
     ServerUnreachable,
     api_error,
+    turn_form_unknown,
 )
 from .models import (
     ArtifactInfo,
     ArtifactRecord,
     SearchHit,
     SearchResults,
+    Source,
     TaskIndex,
     TaskList,
     TaskSummary,
     TurnRecord,
+    Upload,
     UsageReport,
     WhoAmI,
 )
+from .rules import guess_content_type
 from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
 
 __all__ = ["Client", "Progress", "Source", "Upload"]
@@ -62,8 +64,6 @@ _SHA256_ETAG = re.compile(r'"?([0-9a-f]{64})"?')
 
 Progress = Callable[[int, int | None], None]
 """Called as ``progress(bytes_done, bytes_total_or_None)`` after each chunk."""
-Source = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
-"""An artifact body: a file path, bytes, a binary file object, or an iterable of chunks."""
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -185,19 +185,8 @@ class _Body(_Chunked):
             yield block
 
 
-@dataclass(frozen=True)
-class Upload:
-    """An artifact written with its turn (:meth:`Client.put_turn`): its name, its body (any
-    :data:`Source`) and its Content-Type (None: the one the name suggests, else
-    ``application/octet-stream``)."""
-
-    name: str
-    source: Source
-    content_type: str | None = None
-
-
 def _content_type(name: str, content_type: str | None) -> str:
-    return content_type or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return content_type or guess_content_type(name)
 
 
 def _header_value(what: str, value: str) -> str:
@@ -262,22 +251,6 @@ class _Form(_Chunked):
             yield from body.chunks()
             yield b"\r\n"
         yield self._end
-
-
-def _form_unknown(exc: ApiError) -> bool:
-    """Whether a refusal of a form says the server takes a turn only as JSON (one older than
-    the form answers 415, or 422 at the body for JSON it cannot decode)."""
-    if exc.status == 415:
-        return True
-    detail = exc.detail
-    return (
-        exc.status == 422
-        and isinstance(detail, list)
-        and len(detail) == 1
-        and isinstance(detail[0], dict)
-        and detail[0].get("loc") == ["body"]
-        and detail[0].get("type") == "json_invalid"
-    )
 
 
 class Client:
@@ -537,7 +510,7 @@ class Client:
                     "PUT", path, body=form, headers={**headers, "Content-Type": form.content_type}
                 )
             except ApiError as exc:
-                if not (_form_unknown(exc) and form.replayable):
+                if not (turn_form_unknown(exc) and form.replayable):
                     raise
                 return self._put_turn_and_artifacts(task_id, turn, body, headers, form)
         return TurnRecord.from_json(response.json(), response.headers.get("ETag"))
@@ -591,8 +564,8 @@ class Client:
         """Store an artifact of a turn, streamed from ``source`` in constant memory.
 
         ``source``: a path (str or PathLike), bytes, a binary file object, or an iterable of
-        byte chunks. ``content_type`` defaults to the one the name suggests, else
-        ``application/octet-stream``. The size is sent ahead when it is known (everything but
+        byte chunks. ``content_type`` defaults to the one the name suggests (a text type for
+        .log, .txt, .md, .diff, .patch and .json), else ``application/octet-stream``. The size is sent ahead when it is known (everything but
         an iterable or an unseekable stream), so the server can refuse an artifact over its
         limit or quota before any byte is sent.
         """

@@ -107,3 +107,20 @@ def api_error(status: int, detail: Any, **kwargs: Any) -> ApiError:
     """The :class:`ApiError` subclass for ``status``."""
     cls = {404: NotFound, 412: PreconditionFailed}.get(status, ApiError)
     return cls(status, detail, **kwargs)
+
+
+def turn_form_unknown(exc: ApiError) -> bool:
+    """Whether a refusal of a turn sent as a form (multipart, beyond the seed) says the
+    server takes a turn only as JSON: one older than the form answers 415, or 422 at the
+    body for JSON it cannot decode. The turn then goes as JSON and each artifact apart."""
+    if exc.status == 415:
+        return True
+    detail = exc.detail
+    return (
+        exc.status == 422
+        and isinstance(detail, list)
+        and len(detail) == 1
+        and isinstance(detail[0], dict)
+        and detail[0].get("loc") == ["body"]
+        and detail[0].get("type") == "json_invalid"
+    )

@@ -8,8 +8,25 @@ gives the body back (the CLI's ``--json`` prints it). Keys a newer server adds a
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import IO, Any
+
+Source = str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes] | Iterable[bytes]
+"""An artifact body: a file path, bytes, a binary file object, or an iterable of chunks."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An artifact written with its turn (:meth:`Client.put_turn`): its name, its body (any
+    :data:`Source`) and its Content-Type (None: the one the name suggests, else
+    ``application/octet-stream``)."""
+
+    name: str
+    source: Source
+    content_type: str | None = None
+
 
 __all__ = [
     "ArtifactInfo",

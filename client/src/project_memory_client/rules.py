@@ -26,6 +26,31 @@ _CONTENT_TYPE_RE = re.compile(
     r"[A-Za-z0-9!#$&^_.+-]{1,127}/[A-Za-z0-9!#$&^_.+-]{1,127}(\s*;[ -~]*)?", re.ASCII
 )
 
+# The files agents upload most, which Python's mimetypes names application/octet-stream or
+# not at all: a text type, so that the console shows them rather than offering a download.
+TEXT_TYPES = {
+    ".log": "text/plain; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    ".diff": "text/x-diff; charset=utf-8",
+    ".patch": "text/x-diff; charset=utf-8",
+    ".json": "application/json",
+}
+TEXT_TYPES_HELP = ", ".join(TEXT_TYPES)  # ".log, .txt, .md, .diff, .patch, .json"
+
+
+def guess_content_type(name: str) -> str:
+    """An artifact's Content-Type from its name: TEXT_TYPES, else what mimetypes says, else
+    ``application/octet-stream``."""
+    dot = name.rfind(".")
+    found = TEXT_TYPES.get(name[dot:].lower()) if dot > 0 else None
+    if found is not None:
+        return found
+    import mimetypes
+
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
 _ULID = r"[0-9A-HJKMNP-TV-Z]{26}"
 _STORE_ID_RE = re.compile(rf"memstore_{_ULID}")
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")

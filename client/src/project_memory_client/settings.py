@@ -22,7 +22,6 @@ import os
 import stat
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +43,59 @@ PROJECT_HEADER = "X-Sandbox-Project-Id"
 _KEYS = ("url", "token", "tenant", "project", "timeout")
 
 
-@dataclass(frozen=True)
 class Settings:
-    """What a :class:`~project_memory_client.Client` needs; ``token`` is hidden from repr."""
+    """What a :class:`~project_memory_client.Client` needs; ``token`` is hidden from repr.
 
-    url: str | None = None
-    token: str | None = field(default=None, repr=False)
-    tenant: str | None = None
-    project: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
+    Immutable. A plain class, not a dataclass: every hook process loads it, and the
+    dataclasses module and a dataclass's generated code cost start-up time (agents/hooks.py).
+    """
+
+    __slots__ = ("url", "token", "tenant", "project", "timeout", "sources")
+    url: str | None
+    token: str | None
+    tenant: str | None
+    project: str | None
+    timeout: float
     # Where each value came from ("flag", "env PROJECT_MEMORY_URL", "config <path>"): for
     # messages that say what to fix.
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    sources: Mapping[str, str]
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        tenant: str | None = None,
+        project: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        sources: Mapping[str, str] | None = None,
+    ) -> None:
+        for name, value in (
+            ("url", url),
+            ("token", token),
+            ("tenant", tenant),
+            ("project", project),
+            ("timeout", timeout),
+            ("sources", dict(sources or {})),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Settings are immutable: use with_overrides() to change {name}")
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.url, self.token, self.tenant, self.project, self.timeout)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Settings(url={self.url!r}, tenant={self.tenant!r}, project={self.project!r},"
+            f" timeout={self.timeout!r})"
+        )
 
     def require(self) -> Settings:
         """These settings, or SettingsError naming what is missing and how to give it."""
@@ -68,13 +108,30 @@ class Settings:
             raise SettingsError(
                 f"missing {' and '.join(missing)}; or put them in {default_config_path()}"
             )
+        for key, what in (
+            ("token", "the token"),
+            ("tenant", "the tenant"),
+            ("project", "the project"),
+        ):
+            value: str | None = getattr(self, key)
+            # Each goes in a header: printable ASCII, and tokens and ids hold no space.
+            if value and not (value.isascii() and value.isprintable() and " " not in value):
+                shown = "" if key == "token" else f" {value!r}"  # a token is never shown
+                source = self.sources.get(key, "the arguments")
+                source = f"the --{key} flag or argument" if source == "flag" else source
+                raise SettingsError(
+                    f"{what}{shown} (from {source}) holds a character other than printable"
+                    " ASCII (letters, digits, punctuation; no spaces), so it cannot be sent:"
+                    " check it was copied whole"
+                )
         return self
 
     def with_overrides(self, **values: Any) -> Settings:
         """A copy with the given non-None values put in, as flags would."""
         given = {k: v for k, v in values.items() if v is not None}
         sources = {**self.sources, **dict.fromkeys(given, "flag")}
-        return replace(self, **given, sources=sources)
+        values = {k: getattr(self, k) for k in _KEYS}
+        return Settings(**{**values, **given}, sources=sources)
 
 
 def default_config_path(env: Mapping[str, str] | None = None) -> Path:

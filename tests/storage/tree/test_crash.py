@@ -371,6 +371,33 @@ def test_a_writer_killed_after_its_commit_is_repaired_by_the_next_writer(
     assert_consistent(store, SCOPE)
 
 
+def test_a_new_tasks_first_write_killed_before_its_commit_leaves_no_task(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    """Killed after task.json and its turn's directory, before meta.json: nothing of the
+    task was acknowledged, so its repair (the next writer's, or the start's) takes the
+    directory back, as a failed write does; fsck is clean (the whole-server kill test under
+    group commit met it)."""
+    from app.storage.tree.fsck import fsck
+    from app.storage.tree.records import write_json
+
+    store = _base(tmp_path / "r", clock)
+    key = Key(SCOPE, "t3")
+    task_dir = store.layout.task_dir(SCOPE, "t3")
+    store.txns.mark(key)
+    task_dir.mkdir()
+    write_json(task_dir / "task.json", {"version": 1, "task_id": "t3", "owner": None})
+    (task_dir / "0000-turn").mkdir()
+    assert [str(k.id) for k in store.txns.recover()] == ["t3"]
+    assert not task_dir.exists()
+    assert fsck(store).clean
+    with pytest.raises(NotFound):
+        store.get_task(SCOPE, "t3")
+    store.put_turn(SCOPE, "t3", 0, meta={}, summary_md="written again")
+    assert store.get_turn(SCOPE, "t3", 0).summary_md == "written again"
+    assert_consistent(store, SCOPE)
+
+
 def _durability_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Record renames, directory fsyncs and listing writes in the order they happen."""
     log: list[tuple[str, str]] = []

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from app.storage.core.errors import LockTimeout, UnsafePath
-from app.storage.core.limits import LimitsFileError, Quotas, RateOverride, format_bytes, parse_bytes
+from app.storage.core.limits import (
+    InvalidLimit,
+    LimitsFileError,
+    Quotas,
+    RateOverride,
+    format_bytes,
+    parse_bytes,
+)
 from app.storage.core.names import LIMITS_FILE, Scope
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.limits import LimitsFile
@@ -130,19 +137,11 @@ def test_a_change_that_writes_nothing_new_leaves_the_file_alone(tmp_path: Path) 
         ("not json", "not valid JSON"),
         ("[]", "JSON object"),
         ('{"version": 2}', "unsupported version"),
-        ('{"version": 1, "projects": {"acme": {"rate": {}}}}', "tenant/project"),
-        ('{"version": 1, "projects": {"acme/../x": {"rate": {}}}}', "bad name"),
-        ('{"version": 1, "projects": {"a/b": {"rate": {"rsp": 1}}}}', "unknown rate field"),
-        ('{"version": 1, "projects": {"a/b": {"rate": {"rps": -1}}}}', ">= 0"),
-        ('{"version": 1, "projects": {"a/b": {"rate": {"rps": true}}}}', "number"),
-        ('{"version": 1, "projects": {"a/b": {"rate": {"burst": 1.5, "rps": 1}}}}', "whole"),
-        ('{"version": 1, "projects": {"a/b": {"rate": {"burst": 5}}}}', "burst needs rps"),
-        ('{"version": 1, "tenants": {"a": {"rate": {"upload_burst": 5}}}}', "needs upload_bps"),
-        ('{"version": 1, "tenants": {"a": 3}}', "must be an object"),
         ('{"version": 1, "tenants": []}', "must be an object"),
+        ('{"version": 1, "projects": "a/b"}', "must be an object"),
     ],
 )
-def test_a_bad_file_is_refused_with_a_message_naming_the_fault(
+def test_a_file_that_cannot_be_read_is_refused_with_a_message_naming_the_fault(
     tmp_path: Path, content: str, message: str
 ) -> None:
     root = tmp_path / "root"
@@ -155,6 +154,102 @@ def test_a_bad_file_is_refused_with_a_message_naming_the_fault(
     with pytest.raises(LimitsFileError):
         limits.set_rate("acme", "web", RateOverride(rps=1))
     assert (root / LIMITS_FILE).read_text() == content
+
+
+BAD_ENTRIES = [
+    ('"projects": {"acme": {"rate": {}}}', "tenant/project"),
+    ('"projects": {"acme/../x": {"rate": {}}}', "bad name"),
+    ('"projects": {"a/b": {"rate": {"rsp": 1}}}', "unknown rate field"),
+    ('"projects": {"a/b": {"rate": {"rps": -1}}}', ">= 0"),
+    ('"projects": {"a/b": {"rate": {"rps": true}}}', "number"),
+    ('"projects": {"a/b": {"rate": {"burst": 1.5, "rps": 1}}}', "whole"),
+    ('"projects": {"a/b": {"rate": {"burst": 5}}}', "burst needs rps"),
+    ('"projects": {"a/b": {"rate": {"rps": 1e-320}}}', "refill within 86,400 s"),
+    ('"projects": {"a/b": {"rate": {"rps": 1e-300}}}', "refill within 86,400 s"),
+    ('"projects": {"a/b": {"rate": {"rps": 1e300}}}', "at most 1,000,000"),
+    ('"projects": {"a/b": {"rate": {"rps": 0.5, "burst": 50000}}}', "refill"),
+    ('"tenants": {"a": {"rate": {"upload_burst": 5}}}', "needs upload_bps"),
+    ('"tenants": {"a": {"rate": {"upload_bps": 2e12}}}', "at most 1,099,511,627,776"),
+    ('"tenants": {"a": 3}', "must be an object"),
+]
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD_ENTRIES)
+def test_an_entry_that_breaks_the_rules_is_skipped_and_named(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    """One bad entry, edited in by hand, limits nothing and keeps no other entry from being
+    read or changed."""
+    root = tmp_path / "root"
+    root.mkdir()
+    section = entry.split('"')[1]
+    other = "tenants" if section == "projects" else "projects"
+    good = '"ok"' if other == "tenants" else '"ok/web"'
+    content = f'{{"version": 1, {entry}, "{other}": {{{good}: {{"rate": {{"rps": 2}}}}}}}}'
+    (root / LIMITS_FILE).write_text(content)
+    limits = LimitsFile(root)
+    rates = limits.rates()
+    assert len(rates.skipped) == 1 and message in rates.skipped[0], rates.skipped
+    assert {**rates.tenants, **rates.projects} == {
+        ("ok" if other == "tenants" else ("ok", "web")): RateOverride(rps=2)
+    }
+    assert ("a", "b") not in rates.projects and "a" not in rates.tenants
+    # Another entry changes; the bad one is kept as it was, for whoever clears it.
+    limits.set_rate("acme", "web", RateOverride(rps=1))
+    doc = json.loads((root / LIMITS_FILE).read_text())
+    for key, kept in json.loads(content)[section].items():
+        assert json.dumps(doc[section][key]) == json.dumps(kept)
+    assert limits.rates().projects[("acme", "web")] == RateOverride(rps=1)
+
+
+def test_a_change_replaces_a_section_that_breaks_the_rules(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / LIMITS_FILE).write_text(
+        '{"version": 1, "projects": {"a/b": {"rate": {"rps": 1e-300}, "quota": {"tasks": 3}},'
+        ' "c/d": 7}}'
+    )
+    limits = LimitsFile(root)
+    assert limits.set_rate("a", "b", RateOverride(rps=5)) == RateOverride(rps=5)
+    assert limits.clear_rate("c", "d") is True
+    doc = json.loads((root / LIMITS_FILE).read_text())
+    assert doc["projects"] == {"a/b": {"rate": {"rps": 5}, "quota": {"tasks": 3}}}
+    assert limits.rates().skipped == ()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (RateOverride(rps=1e-320), "refill within 86,400 s"),
+        (RateOverride(rps=1e-300), "refill within 86,400 s"),
+        (RateOverride(rps=0.001, burst=100), "takes 1e\\+05 s to refill"),
+        (RateOverride(rps=2e6), "rps must be at most 1,000,000"),
+        (RateOverride(rps=10, burst=2_000_000), "burst must be at most 1,000,000"),
+        (RateOverride(upload_bps=1 << 41), "upload_bps must be at most"),
+        (RateOverride(upload_bps=1, upload_burst=1 << 20), "to refill"),
+    ],
+)
+def test_a_rate_out_of_range_is_refused_and_nothing_is_written(
+    tmp_path: Path, change: RateOverride, message: str
+) -> None:
+    limits = LimitsFile(tmp_path / "root")
+    with pytest.raises(InvalidLimit, match=message):
+        limits.set_rate("acme", "web", change)
+    assert not (tmp_path / "root" / LIMITS_FILE).exists()
+
+
+def test_the_edges_of_the_ranges_are_kept(tmp_path: Path) -> None:
+    limits = LimitsFile(tmp_path / "root")
+    for change in (
+        RateOverride(rps=1 / 86_400),  # one request a day
+        RateOverride(rps=0.001, burst=86),
+        RateOverride(rps=1_000_000, burst=1_000_000),
+        RateOverride(upload_bps=1 << 40, upload_burst=1 << 40),
+        RateOverride(rps=0),  # no limit
+    ):
+        assert limits.set_rate("acme", "web", change) == change
+        assert limits.rates().projects[("acme", "web")] == change
+        limits.clear_rate("acme", "web")
 
 
 def test_set_refuses_bad_names_and_a_burst_without_its_rate(tmp_path: Path) -> None:

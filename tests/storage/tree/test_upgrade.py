@@ -12,12 +12,15 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flask import Flask
 
 from app import create_app
 from app.storage import Scope
+from app.storage.core.errors import SearchRebuilding
 from app.storage.core.models import FsckReport
 from tests.conftest import BufferedClient
+from tests.storage._helpers import upkeep_done
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "legacy-root"
 
@@ -72,14 +75,17 @@ def test_an_older_root_is_upgraded_and_answers_as_before(tmp_path: Path) -> None
 
 def test_an_older_root_is_searchable_once_upgraded(tmp_path: Path) -> None:
     """Turns and memories written before search are found once the start-up upgrade has
-    built their search rows; until then fsck says so."""
+    built their search rows; until then a search answers that the index is being built
+    (503), not an empty page, and fsck says so."""
     app = _app(_root(tmp_path), tmp_path)
     storage = app.extensions["storage"]
     scope = Scope("acme", "web")
-    assert storage.search(scope, "ttl").hits == ()
     report = storage.fsck()
     assert any("search index not built yet" in p for p in report.problems), report.problems
+    with pytest.raises(SearchRebuilding):
+        storage.search(scope, "ttl")
     storage.upgrade()
+    upkeep_done(storage.tasks)
     found = {(h.kind, h.task_id or h.path) for h in storage.search(scope, "ttl").hits}
     assert found == {("turn", "fix-login"), ("memory", "/notes.md")}
     assert storage.fsck().clean

@@ -17,6 +17,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/_tasks/NNNN.lock, _stores/NNNN.lock     lock stripes, never deleted
     <root>/.locks/_tasks.inflight, _stores.inflight       the write in flight on each stripe
     <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
+    <root>/.locks/<tenant>/<project>/search.lock          held by the rebuild of its search index
     <root>/.locks/_server.lock, _canary, _recovering      the root lock and the recovery's state
     <root>/.server-running                                the running sentinel (tree/recovery.py)
     <root>/.trash/                                        deletions in progress
@@ -173,6 +174,10 @@ class Layout:
 
     def project_lock(self, scope: Scope) -> Path:
         return self.locks_dir() / scope.tenant / scope.project / "project.lock"
+
+    def search_lock(self, scope: Scope) -> Path:
+        """Held by the one process rebuilding the project's search index from the records."""
+        return self.locks_dir() / scope.tenant / scope.project / "search.lock"
 
     def tenant_usage_lock(self, tenant: str) -> Path:
         """Held while a write checks and reserves against its tenant's quota."""

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.storage.core.errors import StorageError, UnsafePath
+from app.storage.core.errors import LockTimeout, StorageError, UnsafePath
 from app.storage.core.files import DIR_MODE
 from app.storage.core.names import LOCK_STRIPES, Scope, validate_id
 from app.storage.core.quota import FloorReached
@@ -184,13 +184,16 @@ class Transactions:
         return self.layout.check_inside(self.layout.stripe_lock(self.kind, key.stripe))
 
     @contextlib.contextmanager
-    def locked(self, key: Key, *, repair: bool = True) -> Iterator[None]:
+    def locked(
+        self, key: Key, *, repair: bool = True, timeout: float | None = None
+    ) -> Iterator[None]:
         """Hold ``key``'s stripe, with any write a dead holder left on it repaired first
-        (``repair=False``: left as it is, for a check that only reports)."""
+        (``repair=False``: left as it is, for a check that only reports); LockTimeout after
+        ``timeout`` seconds (the engine's lock timeout by default)."""
         if getattr(self._held, "key", None) is not None:
             raise NestedTransaction(f"{self.kind}: {key} requested while holding {self._held.key}")
         self.layout.own_file(self.journal.path)
-        with locked(self.lock_path(key), self.timeout):
+        with locked(self.lock_path(key), self.timeout if timeout is None else timeout):
             self._held.key = key
             try:
                 if repair:
@@ -228,10 +231,12 @@ class Transactions:
             if txn.dirty:
                 self.journal.clear(key.stripe)
 
-    def _repair_pending(self, stripe: int) -> None:
+    def _repair_pending(self, stripe: int) -> Key | None:
+        """Repair the write the stripe's slot names, if any (the caller holds the stripe);
+        the key it named."""
         pending = self.journal.get(stripe)
         if pending is None:
-            return
+            return None
         try:
             self.repair(pending)
         except UnsafePath as exc:
@@ -240,6 +245,7 @@ class Transactions:
             # every key of its stripe.
             log.warning("write in flight on %s left unrepaired: %s", pending, exc)
         self.journal.clear(stripe)
+        return pending
 
     def is_pending(self, key: Key) -> bool:
         """Whether ``key``'s stripe names it as a write a dead writer left unfinished."""
@@ -258,7 +264,29 @@ class Transactions:
     def recover(self) -> list[Key]:
         """Repair every write the journal names as in flight; return the keys repaired."""
         repaired = []
-        for _, key in self.journal.pending():
-            with self.locked(key):  # taking the stripe repairs what its slot names by then
-                repaired.append(key)
+        for stripe, key in self.journal.pending():
+            with self.locked(key, repair=False):
+                done = self._repair_pending(stripe)  # what its slot names by then
+            if done is not None:
+                repaired.append(done)
+        return repaired
+
+    def repair_dead(self) -> list[Key]:
+        """Repair the writes in flight on every stripe no process holds now: a slot is set
+        only while its writer holds the stripe, so such a slot is a dead writer's (a worker
+        its master just reaped). A stripe that is held is left to its holder, which repaired
+        the slot when it took the stripe; a repair that fails (a full disk) leaves its slot
+        for the next holder. Never waits for a lock: the caller is a server's master."""
+        repaired = []
+        for stripe, key in self.journal.pending():
+            try:
+                with self.locked(key, repair=False, timeout=0):
+                    done = self._repair_pending(stripe)
+            except LockTimeout:
+                continue
+            except Exception as exc:  # noqa: BLE001 - one failed repair must not stop the rest
+                log.warning("write in flight on %s left for the next writer: %s", key, exc)
+                continue
+            if done is not None:
+                repaired.append(done)
         return repaired

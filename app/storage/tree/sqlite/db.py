@@ -113,6 +113,15 @@ def _shm_check(path: str) -> tuple[bool, bool]:
     return small, room or _shm_whole(path)
 
 
+def check_write_room(path: str) -> None:
+    """InsufficientStorage when :func:`write_txn` would refuse a write to the index at
+    ``path`` for want of room for its shared memory: for a caller that must refuse before
+    it changes anything else (a delete whose rename comes before its index write)."""
+    small, room = _room(path)
+    if small and not room:
+        raise _no_shm_room(path)
+
+
 def _no_shm_room(path: str) -> InsufficientStorage:
     return InsufficientStorage(
         f"no space left on the storage device (index {path}: less than "
@@ -203,8 +212,8 @@ def write_txn(conn: sqlite3.Connection, what: str) -> Iterator[sqlite3.Connectio
     after the busy timeout is LockTimeout (HTTP 503)."""
     # A WAL growing past its -shm's first 32 KiB grows the -shm too (see _SHM_ROOM).
     small = getattr(conn, "small_blocks_path", "")
-    if small and not _room(small)[1]:
-        raise _no_shm_room(small)
+    if small:
+        check_write_room(small)
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:

@@ -1,12 +1,18 @@
 """What the two search indexes share: an FTS5 table beside the rows it belongs to, how removed
-text leaves the database file, and bm25's inverse document frequency.
+text leaves the database file, how the index stays within FTS5's limits, and bm25's inverse
+document frequency.
 
 Each index (the turns' in a project's listing, the memories' in each store's index) has::
 
     search_docs   doc INTEGER PRIMARY KEY -> what the text belongs to (a turn, a memory)
     search_text   FTS5 (rowid = doc): the searchable text, stored, so snippets need no file
     search_state  name -> value: 'pending' (text removed or replaced since the last purge),
-                  'owed' (text a delete removed since then: its purge is due now), 'backfill'
+                  'owed' (text a delete removed since then: its purge is due now),
+                  'backfill' (nonzero: the index is being filled from the records),
+                  'damaged' (a write could not update the index: it is rebuilt from the
+                  records), 'copied' (present while a compaction runs: see below)
+
+Every change to ``search_text`` goes through :func:`put_text` and :func:`delete_text`.
 
 **Removed text leaves the file.** Deleting an FTS5 row removes it from every match at once,
 but FTS5 (SQLite 3.40 here; its ``secure-delete`` option needs 3.42) only records the
@@ -15,16 +21,40 @@ leaves freed bytes in the file and old page images in the WAL. So:
 
 * every connection runs with ``PRAGMA secure_delete=ON`` (tree/sqlite/db.py): deleted
   rows and freed pages are overwritten with zeros;
-* :func:`purge` merges the index into one segment ('merge' with a negative page budget, in
-  short transactions so writers are never held up for long), which drops every deleted
+* :func:`purge` merges every segment the index has into one, which drops every deleted
   entry, then checkpoints the WAL with TRUNCATE, so no page image with the old bytes stays
-  in the WAL either. Deletes purge at once; a replaced text is counted as 'pending' and
-  the next retention sweep purges it.
+  in the WAL either. Deletes purge at once; a replaced text is counted as 'pending' and the
+  next retention sweep purges it.
 
 Both marks are cleared only once a TRUNCATE checkpoint succeeded after the last merge step,
 by the count the purge saw then (a removal made meanwhile keeps its mark): a reader holding
 an old snapshot stops the truncation, and its purge is tried again by the next write, the
 sweep and fsck --repair, which also reports an 'owed' purge as text that should be gone.
+
+**A bounded structure.** FTS5 keeps its segments in levels, listed in one structure record.
+A full merge of segments that lie on different levels (any write since the last purge puts
+one on level 0) moves them all to a new level above the others and writes the result one
+higher still: two more levels, empty below, which FTS5 never takes back. SQLite 3.40 reads a
+structure of at most 2,000 levels; past that every statement on the table fails ("database
+disk image is malformed"), and the table no longer opens. (Newer FTS5 caps the count at 64.)
+So:
+
+* a purge starts its merge with one step of 'merge' with a negative page count (all
+  segments into one merge) and finishes it with positive ones, which carry on the merge
+  under way instead of starting another: writers that commit between two steps cannot make
+  a purge add more than two levels, nor keep it from ending;
+* a purge that finds more than :data:`LEVEL_BOUND` levels compacts the index instead: it
+  copies the rows into a fresh table in short write transactions (a writer mirrors its
+  change into the copy once the copy is past its row), puts the copy in the old table's
+  place in one short transaction (the old one is dropped: its pages are zeroed) and merges
+  it. Between two purges an index has at most LEVEL_BOUND + 2 levels.
+
+**Damage never takes a write down.** A write changes the index inside a savepoint of its
+transaction (:func:`guarded`): when that fails for any reason of the index's own (not a full
+disk, not a busy database), only the index's part is undone, the index is marked 'damaged'
+and the write goes on. A damaged index is never written again; it is dropped however it is
+damaged (:func:`drop_table`) and rebuilt from the records, and searches answer 503 until it
+is whole again.
 
 The filesystem's free blocks are not wiped (as for any file the service removes).
 """
@@ -33,25 +63,41 @@ The filesystem's free blocks are not wiped (as for any file the service removes)
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from app.storage.core.query import SearchBudget
-from app.storage.tree.sqlite.db import is_busy, write_txn
+from app.storage.tree.sqlite.db import full_disk, is_busy, write_txn
+
+log = logging.getLogger("app.storage.search")
 
 DOCS = "search_docs"
 TEXT = "search_text"
 STATE = "search_state"
+# The compaction's copy, renamed to TEXT once it holds every row.
+NEXT = "search_next"
+# The ordinary tables an FTS5 table named T keeps its data in: T_data, T_idx, ...
+SHADOW_TABLES = ("data", "idx", "content", "docsize", "config")
 TOKENIZER = "unicode61 remove_diacritics 2"
 # Pages one merge step may write (4 KiB each): ~10 ms of work per short write transaction.
 PURGE_STEP_PAGES = 256
+# Levels a purge lets the structure keep before it compacts the index instead of merging it:
+# FTS5's own cap in the versions that have one, far below the 2,000 SQLite 3.40 can read.
+LEVEL_BOUND = 64
+# Rows a compaction copies per write transaction (a few milliseconds each), fewer when they
+# hold more than COPY_CHARS of text (a summary may be a megabyte).
+COPY_ROWS = 200
+COPY_CHARS = 4 << 20
+# The id of the structure record in T_data (FTS5_STRUCTURE_ROWID).
+_STRUCTURE_ROW = 10
 STATE_SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {STATE} (name TEXT PRIMARY KEY, value INTEGER NOT NULL)"
     " WITHOUT ROWID"
 )
-_MERGE = f"INSERT INTO {TEXT} ({TEXT}, rank) VALUES ('merge', ?)"
 _REBUILD = f"INSERT INTO {TEXT} ({TEXT}) VALUES ('rebuild')"
 _INTEGRITY = f"INSERT INTO {TEXT} ({TEXT}) VALUES ('integrity-check')"
 _SET = f"INSERT OR REPLACE INTO {STATE} VALUES (?, ?)"
@@ -66,6 +112,7 @@ REMOVED_TEXT = (
     " purges it)"
 )
 _SETTLE = f"UPDATE {STATE} SET value = max(0, value - ?) WHERE name = ?"
+_MARKS = f"SELECT name, value FROM {STATE} WHERE name IN ('damaged', 'backfill', 'owed', 'copied')"
 
 
 def has_schema(conn: sqlite3.Connection) -> bool:
@@ -74,15 +121,23 @@ def has_schema(conn: sqlite3.Connection) -> bool:
     return row.fetchone() is not None
 
 
+def _create_text(conn: sqlite3.Connection, table: str, columns: str) -> None:
+    conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({columns}, tokenize = '{TOKENIZER}')")
+
+
 def create_schema(conn: sqlite3.Connection, docs: str, columns: str, *, backfill: bool) -> None:
     """Create the three tables (inside the caller's write transaction)."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {DOCS} ({docs})")
-    conn.execute(
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS {TEXT} USING fts5({columns}, tokenize = '{TOKENIZER}')"
-    )
+    if not _exists(conn, TEXT):
+        _create_text(conn, TEXT, columns)
     conn.execute(STATE_SCHEMA)
     conn.execute(_SET, ("pending", 0))
     conn.execute(_SET, ("backfill", int(backfill)))
+
+
+def _exists(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    return row is not None
 
 
 def state(conn: sqlite3.Connection, name: str) -> int:
@@ -94,6 +149,112 @@ def set_state(conn: sqlite3.Connection, name: str, value: int) -> None:
     conn.execute(_SET, (name, value))
 
 
+@dataclass(frozen=True, slots=True)
+class Upkeep:
+    """What an index is owed after a write: a rebuild from the records (damaged, or being
+    filled), a purge of removed text, a compaction under way."""
+
+    damaged: bool = False
+    backfill: int = 0
+    owed: bool = False
+    compacting: bool = False
+
+    @property
+    def due(self) -> bool:
+        return self.damaged or bool(self.backfill) or self.owed or self.compacting
+
+
+def upkeep(conn: sqlite3.Connection) -> Upkeep:
+    """The marks of an index, one read (nothing when it has no search tables yet)."""
+    if not has_schema(conn):
+        return Upkeep()
+    marks = dict(conn.execute(_MARKS).fetchall())
+    return Upkeep(
+        damaged=bool(marks.get("damaged")),
+        backfill=int(marks.get("backfill") or 0),
+        owed=bool(marks.get("owed")),
+        compacting="copied" in marks,
+    )
+
+
+# -- writes ----------------------------------------------------------------------------------
+_DAMAGED = "%s: search index damaged (%s); it is rebuilt from the records"
+
+
+def index_error(exc: sqlite3.Error) -> bool:
+    """Whether an error met reading the index may be the index's own (damage), not a busy
+    database or an interrupted statement."""
+    return not (
+        isinstance(exc, sqlite3.OperationalError) and (is_busy(exc) or "interrupt" in str(exc))
+    )
+
+
+def _passes_through(exc: sqlite3.Error, conn: sqlite3.Connection) -> bool:
+    """Whether an error met writing the index is the write's as a whole, not the index's: a
+    full disk (507), a busy database (503), an interrupted statement."""
+    return not index_error(exc) or full_disk(exc, conn)
+
+
+def guarded(conn: sqlite3.Connection, write: Callable[[], object]) -> bool:
+    """Run ``write``, the index's part of the caller's write transaction, unless the index
+    is marked damaged. When it fails for a reason of the index's own, undo just it, mark the
+    index damaged and return False: the rest of the transaction goes on, and the index is
+    rebuilt from the records (what the caller's upkeep does once :func:`upkeep` says so)."""
+    if state(conn, "damaged"):
+        return False
+    conn.execute("SAVEPOINT search_write")
+    try:
+        write()
+        # FTS5 writes what it buffered when the savepoint is released: it can fail here too.
+        conn.execute("RELEASE search_write")
+    except sqlite3.DatabaseError as exc:
+        if not conn.in_transaction:
+            raise  # SQLite rolled the whole transaction back: the write failed
+        try:
+            conn.execute("ROLLBACK TO search_write")
+            conn.execute("RELEASE search_write")
+        except sqlite3.OperationalError as gone:
+            # A RELEASE that failed took the savepoint with it (the transaction goes on):
+            # what the index part wrote stays, in an index that is rebuilt anyway.
+            if "no such savepoint" not in str(gone):
+                raise exc from None
+        if _passes_through(exc, conn):
+            raise
+        set_state(conn, "damaged", 1)
+        log.warning(_DAMAGED, conn.execute("PRAGMA database_list").fetchone()[2], exc)
+        return False
+    return True
+
+
+def _copied(conn: sqlite3.Connection) -> int | None:
+    """The last row a compaction under way has copied (None: none is under way)."""
+    row = conn.execute(_GET, ("copied",)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _tables(conn: sqlite3.Connection, doc: int) -> tuple[str, ...]:
+    """Where a change of row ``doc`` goes: the index, and the compaction's copy once the
+    copy is past the row (the copy takes later rows from the index itself)."""
+    copied = _copied(conn)
+    return (TEXT,) if copied is None or doc > copied else (TEXT, NEXT)
+
+
+def put_text(
+    conn: sqlite3.Connection, doc: int, columns: Sequence[str], values: Sequence[str]
+) -> None:
+    """Index ``values`` (of ``columns``) as row ``doc``, which holds no text."""
+    names = ", ".join(columns)
+    marks = ", ".join("?" * len(columns))
+    for table in _tables(conn, doc):
+        conn.execute(f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (doc, *values))
+
+
+def delete_text(conn: sqlite3.Connection, doc: int) -> None:
+    """Remove row ``doc``'s text (its purge is the caller's to count: :func:`removed`)."""
+    for table in _tables(conn, doc):
+        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (doc,))
+
+
 def removed(conn: sqlite3.Connection, *, owed: bool = True) -> None:
     """Count text removed from the index (inside the write transaction that removed it);
     ``owed`` False: replaced by new text, purged by the next sweep."""
@@ -103,7 +264,7 @@ def removed(conn: sqlite3.Connection, *, owed: bool = True) -> None:
 
 
 def delete_doc(conn: sqlite3.Connection, doc: int) -> None:
-    conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
+    delete_text(conn, doc)
     conn.execute(f"DELETE FROM {DOCS} WHERE doc = ?", (doc,))
     removed(conn)
 
@@ -113,37 +274,190 @@ def owed(conn: sqlite3.Connection) -> bool:
     return state(conn, "owed") > 0
 
 
+def drop_table(conn: sqlite3.Connection, table: str) -> None:
+    """Drop the FTS5 table ``table`` however damaged (inside a write transaction; its freed
+    pages are zeroed). DROP TABLE opens the table first; one that no longer opens (a
+    structure record FTS5 cannot read, a lost config) is taken apart instead: its shadow
+    tables, then its row in the schema."""
+    try:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        return
+    except sqlite3.DatabaseError as exc:
+        if _passes_through(exc, conn):
+            raise
+        log.warning("search table %s does not open (%s): dropped by its parts", table, exc)
+    for suffix in SHADOW_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
+    (version,) = conn.execute("PRAGMA schema_version").fetchone()
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        conn.execute("DELETE FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
+    # Every connection reads the schema again, without the table.
+    conn.execute(f"PRAGMA schema_version = {int(version) + 1}")
+
+
+def mark_damaged(conn: sqlite3.Connection, what: str, exc: Exception) -> None:
+    """Mark the index damaged after ``exc`` (a write transaction of its own)."""
+    with write_txn(conn, what):
+        set_state(conn, "damaged", 1)
+    log.warning(_DAMAGED, conn.execute("PRAGMA database_list").fetchone()[2], exc)
+
+
+def start_rebuild(conn: sqlite3.Connection, columns: str) -> int | None:
+    """Inside a write transaction: when the index is marked damaged, drop it, start an empty
+    one and mark it as being filled; return the fill's token (nonzero). Otherwise the token of
+    a fill still to finish (one a killed process left, or the backfill of an index made
+    before search), or None: the index is whole."""
+    marks = upkeep(conn)
+    if marks.damaged:
+        recreate(conn, columns)
+        token = marks.backfill + 1
+        set_state(conn, "backfill", token)
+        return token
+    return marks.backfill or None
+
+
+def filled(conn: sqlite3.Connection, token: int) -> None:
+    """The fill ``token`` is done: searches use the index again, unless a rebuild started
+    after it (which has a fill of its own to finish)."""
+    conn.execute(f"UPDATE {STATE} SET value = 0 WHERE name = 'backfill' AND value = ?", (token,))
+
+
 def recreate(conn: sqlite3.Connection, columns: str) -> None:
-    """Drop every row and the index itself, however damaged, and start an empty one (its
-    freed pages are zeroed; the caller purges the WAL)."""
-    conn.execute(f"DROP TABLE IF EXISTS {TEXT}")
+    """Drop every row and the index itself, however damaged, with any compaction under way,
+    and start an empty, sound one (inside a write transaction; its freed pages are zeroed,
+    the caller purges the WAL)."""
+    drop_table(conn, TEXT)
+    drop_table(conn, NEXT)
+    conn.execute(f"DELETE FROM {STATE} WHERE name = 'copied'")
     conn.execute(f"DELETE FROM {DOCS}")
-    conn.execute(f"CREATE VIRTUAL TABLE {TEXT} USING fts5({columns}, tokenize = '{TOKENIZER}')")
+    _create_text(conn, TEXT, columns)
+    set_state(conn, "damaged", 0)
     removed(conn)
 
 
-def purge(
-    conn: sqlite3.Connection, what: str, *, only_pending: bool = False, patience: float = 1.0
-) -> bool:
-    """Merge the index until no removed entry is left in it, then empty the WAL.
+# -- the structure ---------------------------------------------------------------------------
+def _varint(blob: bytes, at: int) -> tuple[int, int]:
+    """SQLite's varint at ``at`` (big-endian, 7 bits a byte, the ninth byte whole)."""
+    value = 0
+    for i in range(9):
+        byte = blob[at]
+        at += 1
+        if i == 8:
+            return (value << 8) | byte, at
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, at
+    return value, at
 
-    Each merge step is its own short write transaction. Returns whether the WAL could be
-    truncated; the marks are cleared only then (a reader holding an old snapshot for longer
-    than ``patience`` stops it, and the next purge tries again).
-    """
-    if only_pending and not (state(conn, "pending") or state(conn, "owed")):
-        return True
+
+def levels(conn: sqlite3.Connection, table: str = TEXT) -> int:
+    """How many levels the FTS5 structure record of ``table`` lists: a 4-byte cookie, the
+    4-byte marker of the second format (SQLite 3.44+ with secure-delete), then varints, the
+    first the level count (fts5_index.c). A record that is missing or cannot be read is a
+    DatabaseError, as FTS5 itself would say."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?", (_STRUCTURE_ROW,))
+    found = row.fetchone()
+    blob = found[0] if found is not None else None
+    if not isinstance(blob, bytes) or len(blob) < 5:
+        raise sqlite3.DatabaseError(f"{table}: no readable FTS5 structure record")
+    at = 8 if blob[4:8] == b"\xff\x00\x00\x01" else 4
+    try:
+        return _varint(blob, at)[0]
+    except IndexError:
+        raise sqlite3.DatabaseError(f"{table}: FTS5 structure record cut short") from None
+
+
+def compaction_due(conn: sqlite3.Connection) -> bool:
+    """Whether a compaction is under way, or the structure has more than LEVEL_BOUND levels."""
+    return _copied(conn) is not None or levels(conn) > LEVEL_BOUND
+
+
+def _merge(conn: sqlite3.Connection, what: str) -> tuple[int, int]:
+    """Merge every segment the index has into one, in short write transactions; the marks
+    ('pending', 'owed') as the last step saw them."""
     seen = (0, 0)
+    pages = -PURGE_STEP_PAGES  # the first step starts the merge of every segment
     while True:
         with write_txn(conn, what):
             before = conn.total_changes
-            conn.execute(_MERGE, (-PURGE_STEP_PAGES,))
+            conn.execute(f"INSERT INTO {TEXT} ({TEXT}, rank) VALUES ('merge', ?)", (pages,))
             # A merge that found nothing to do changes (almost) nothing: FTS5's documented test.
             done = conn.total_changes - before < 2
             if done:
                 seen = (state(conn, "pending"), state(conn, "owed"))
         if done:
-            break
+            return seen
+        # Carry on the merge under way: another negative step would start a new one over the
+        # segments writers added since, two more levels each time, and might never end.
+        pages = PURGE_STEP_PAGES
+
+
+def compact(conn: sqlite3.Connection, what: str, columns: str) -> None:
+    """Copy the index into a fresh table, :data:`COPY_ROWS` rows (or :data:`COPY_CHARS` of
+    text) per write transaction, then put the copy in its place: its structure starts again with a few levels. Resumes a
+    compaction a killed process left; another process may share the copying."""
+    parts = [c.strip() for c in columns.split(",")]
+    names = ", ".join(parts)
+    marks = ", ".join("?" * (len(parts) + 1))
+    with write_txn(conn, what):
+        if _copied(conn) is None:
+            drop_table(conn, NEXT)  # a copy no compaction owns (it cannot be trusted)
+            _create_text(conn, NEXT, columns)
+            set_state(conn, "copied", 0)
+    while True:
+        with write_txn(conn, what):
+            copied = _copied(conn)
+            if copied is None:
+                return  # another process put its copy in place meanwhile
+            rows, size = [], 0
+            cursor = conn.execute(
+                f"SELECT rowid, {names} FROM {TEXT} WHERE rowid > ? ORDER BY rowid", (copied,)
+            )
+            for row in cursor:
+                rows.append(row)
+                size += sum(len(v) for v in row[1:] if isinstance(v, str))
+                if len(rows) >= COPY_ROWS or size >= COPY_CHARS:
+                    break
+            cursor.close()
+            if not rows:
+                drop_table(conn, TEXT)
+                conn.execute(f"ALTER TABLE {NEXT} RENAME TO {TEXT}")
+                conn.execute(f"DELETE FROM {STATE} WHERE name = 'copied'")
+                return
+            conn.executemany(f"INSERT INTO {NEXT} (rowid, {names}) VALUES ({marks})", rows)
+            set_state(conn, "copied", int(rows[-1][0]))
+
+
+def purge(
+    conn: sqlite3.Connection,
+    what: str,
+    columns: str,
+    *,
+    only_pending: bool = False,
+    patience: float = 1.0,
+) -> bool:
+    """Merge the index until no removed entry is left in it (compacting it first when its
+    structure has grown past LEVEL_BOUND levels), then empty the WAL.
+
+    Each step is its own short write transaction. Returns whether the WAL could be
+    truncated; the marks are cleared only then (a reader holding an old snapshot for longer
+    than ``patience`` stops it, and the next purge tries again).
+    """
+    try:
+        due = compaction_due(conn)
+        if only_pending and not (due or state(conn, "pending") or state(conn, "owed")):
+            return True
+        if due:
+            compact(conn, what, columns)
+        seen = _merge(conn, what)
+    except sqlite3.DatabaseError as exc:
+        if _passes_through(exc, conn):
+            raise
+        mark_damaged(conn, what, exc)
+        raise
     if not checkpoint(conn, patience=patience):
         return False
     if any(seen):
@@ -185,11 +499,32 @@ def checkpoint(conn: sqlite3.Connection, *, patience: float = 1.0) -> bool:
         conn.execute(f"PRAGMA busy_timeout = {int(before)}")
 
 
-def damage(conn: sqlite3.Connection) -> str | None:
-    """What FTS5's integrity check says of the index (None: it matches its stored text)."""
+def damage(conn: sqlite3.Connection, budget: SearchBudget | None = None) -> str | None:
+    """What is wrong with the index, by its mark, FTS5's integrity check (which opens the
+    table first) and its structure record; None: sound. With ``budget``, a check that runs
+    out of it raises SearchTimeout (the index is not known to be sound or not)."""
+    if _exists(conn, STATE) and state(conn, "damaged"):
+        return "a write could not update it"
     try:
-        conn.execute(_INTEGRITY)
+        with bounded(conn, budget) if budget is not None else contextlib.nullcontext():
+            conn.execute(_INTEGRITY)
+        levels(conn)
     except sqlite3.DatabaseError as exc:
+        if _passes_through(exc, conn):
+            raise
+        return str(exc)
+    return None
+
+
+def opens(conn: sqlite3.Connection) -> str | None:
+    """Whether the index opens and its structure can be read (a cheap check: one row of
+    each); the error when not."""
+    try:
+        conn.execute(f"SELECT rowid FROM {TEXT} LIMIT 1").fetchall()
+        levels(conn)
+    except sqlite3.DatabaseError as exc:
+        if _passes_through(exc, conn):
+            raise
         return str(exc)
     return None
 
@@ -210,7 +545,10 @@ def orphans(conn: sqlite3.Connection) -> int:
 
 
 def drop_orphans(conn: sqlite3.Connection) -> None:
-    conn.execute(f"DELETE FROM {TEXT} WHERE rowid NOT IN (SELECT doc FROM {DOCS})")
+    for (doc,) in conn.execute(
+        f"SELECT rowid FROM {TEXT} WHERE rowid NOT IN (SELECT doc FROM {DOCS})"
+    ).fetchall():
+        delete_text(conn, int(doc))
     conn.execute(f"DELETE FROM {DOCS} WHERE doc NOT IN (SELECT rowid FROM {TEXT})")
     removed(conn)
 
@@ -218,12 +556,14 @@ def drop_orphans(conn: sqlite3.Connection) -> None:
 # -- queries ---------------------------------------------------------------------------------
 def stats(conn: sqlite3.Connection, terms: list[str]) -> tuple[int, list[int]] | None:
     """The number of indexed rows, and of rows each term (an FTS5 expression) matches: what
-    bm25 computes its inverse document frequencies from. None when the index is waiting for
-    its backfill (or has no tables yet). One statement: a search asks this of every store."""
+    bm25 computes its inverse document frequencies from. None when the index cannot answer
+    for every row: it is being filled from the records, or marked damaged (or has no tables
+    yet). One statement: a search asks this of every store."""
     counts = f", (SELECT count(*) FROM {TEXT} WHERE {TEXT} MATCH ?)" * len(terms)
     try:
-        backfill, rows, *found = conn.execute(
+        backfill, damaged, rows, *found = conn.execute(
             f"SELECT (SELECT value FROM {STATE} WHERE name = 'backfill'),"
+            f" (SELECT value FROM {STATE} WHERE name = 'damaged'),"
             f" (SELECT count(*) FROM {DOCS}){counts}",
             terms,
         ).fetchone()
@@ -231,7 +571,7 @@ def stats(conn: sqlite3.Connection, terms: list[str]) -> tuple[int, list[int]] |
         if "no such table" in str(exc):
             return None
         raise
-    return None if backfill else (int(rows), [int(c) for c in found])
+    return None if backfill or damaged else (int(rows), [int(c) for c in found])
 
 
 def idf(rows: int, hits: int) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import LockTimeout
 from app.storage.core.models import TaskFilter
+from app.storage.core.query import SearchBudget
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
 from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
@@ -107,14 +108,16 @@ class Listing:
             conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
             yield conn
 
-    def census(self, now_us: int) -> tuple[int, int, int]:
-        """(newest turn write, turns, turns expired at ``now_us``): what the sweep's clock
-        guard weighs (core/sweep.py)."""
+    def census(self, now_us: int, since_us: int) -> tuple[int, int, int]:
+        """(newest turn write at or before ``since_us``, turns written by then or expired at
+        ``now_us``, turns expired at ``now_us``): what the sweep's clock guard weighs
+        (core/sweep.py Census)."""
         with self.read() as conn:
             newest, turns, expiring = conn.execute(
-                "SELECT coalesce(max(updated_us), 0), count(*),"
-                " coalesce(sum(retain_until_us <= ?), 0) FROM turns",
-                (now_us,),
+                "SELECT coalesce(max(CASE WHEN updated_us <= :since THEN updated_us END), 0),"
+                " coalesce(sum(updated_us <= :since OR retain_until_us <= :now), 0),"
+                " coalesce(sum(retain_until_us <= :now), 0) FROM turns",
+                {"now": now_us, "since": since_us},
             ).fetchone()
         return int(newest), int(turns), int(expiring)
 
@@ -305,12 +308,51 @@ class Listing:
     def purge_search(self, *, only_pending: bool = False, patience: float = 1.0) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
         with self._use() as conn:
-            return fts.purge(conn, "listing index", only_pending=only_pending, patience=patience)
+            return fts.purge(
+                conn,
+                "listing index",
+                turn_search.TEXT_COLUMNS,
+                only_pending=only_pending,
+                patience=patience,
+            )
 
     def purge_owed(self) -> bool:
         """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""
+        return self.search_upkeep().owed
+
+    def search_upkeep(self) -> fts.Upkeep:
+        """What the search index is owed: a rebuild, a purge, a compaction (one read)."""
         with self._use() as conn:
-            return fts.has_schema(conn) and fts.owed(conn)
+            return fts.upkeep(conn)
+
+    def start_search_rebuild(self) -> int | None:
+        """A damaged search index is dropped and started empty, to be filled from the records
+        (fts.start_rebuild): the fill's token, None when there is nothing to fill."""
+        with self.maintain() as conn:
+            return fts.start_rebuild(conn, turn_search.TEXT_COLUMNS)
+
+    def search_filled(self, token: int) -> None:
+        with self.maintain() as conn:
+            fts.filled(conn, token)
+
+    def search_damage(self, budget: SearchBudget | None = None) -> str | None:
+        """What is wrong with the search index (fts.damage), None when it is sound."""
+        with self._use() as conn:
+            return fts.damage(conn, budget)
+
+    def search_opens(self) -> str | None:
+        """The cheap check of fts.opens: whether the search index opens and reads."""
+        with self._use() as conn:
+            return fts.opens(conn)
+
+    def mark_search_damaged(self, why: Exception) -> None:
+        with self._use() as conn:
+            fts.mark_damaged(conn, "listing index", why)
+
+    def search_levels(self) -> int:
+        """The level count of the search index's structure (fts.levels)."""
+        with self._use() as conn:
+            return fts.levels(conn)
 
     def search_task_ids(self) -> Iterator[str]:
         """Every task id with search rows, in id order (streamed)."""
@@ -478,6 +520,15 @@ class Listing:
         return None if row is None else int(row[0])
 
     # -- maintenance (fsck, retention sweeper) ----------------------------------------------
+    def task_id_page(self, after: str, limit: int) -> list[str]:
+        """Up to ``limit`` task ids after ``after``, in id order (a walk in short reads)."""
+        with self._use() as conn:
+            rows = conn.execute(
+                "SELECT task_id FROM tasks WHERE task_id > ? ORDER BY task_id LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def expired_task_ids(self, *, now_us: int, limit: int, after: str = "") -> list[str]:
         """Tasks with at least one turn past ``retain_until`` (keyset-paged by task id)."""
         with self._use() as conn:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.storage.core.query import SearchBudget
 from app.storage.core.store_models import VersionFilter
 from app.storage.core.store_paging import filter_clause
 from app.storage.core.store_records import (
@@ -97,6 +98,7 @@ VERSION_COLUMNS = (
 SEARCH_WEIGHTS = "3.0, 1.0"
 _SEARCH_DOCS = "doc INTEGER PRIMARY KEY, memory_id TEXT NOT NULL UNIQUE"
 _SEARCH_COLUMNS = "path, content"
+_TEXT_COLUMNS = ("path", "content")
 _SEARCH_HITS = fts.ranked_sql(
     "m.id, m.path",
     SEARCH_WEIGHTS,
@@ -234,8 +236,12 @@ class IndexReader:
 
     # -- search -------------------------------------------------------------------------
     def search_ready(self) -> bool:
-        """Whether the search index holds every live memory (not one to be backfilled)."""
-        return fts.has_schema(self.conn) and not fts.state(self.conn, "backfill")
+        """Whether the search index holds every live memory: built, not being filled from the
+        records, not marked damaged."""
+        if not fts.has_schema(self.conn):
+            return False
+        marks = fts.upkeep(self.conn)
+        return not (marks.backfill or marks.damaged)
 
     def search_stats(self, terms: list[str]) -> tuple[int, list[int]] | None:
         """fts.stats: None when the search index is not built yet."""
@@ -315,8 +321,9 @@ def _memory_values(m: MemoryRow) -> tuple[Any, ...]:
 class IndexWriter(IndexReader):
     """The writes, for the holder of the store lock, inside one write transaction."""
 
-    def purge_owed(self) -> bool:
-        return fts.has_schema(self.conn) and fts.owed(self.conn)
+    def upkeep(self) -> fts.Upkeep:
+        """What the search index is owed after this write (fts.upkeep)."""
+        return fts.upkeep(self.conn)
 
     def owe_purge(self) -> None:
         """Mark text removed here as due to leave the file now (a redaction: fts.py)."""
@@ -331,11 +338,12 @@ class IndexWriter(IndexReader):
         self.conn.execute(_INSERT_VERSION, _version_values(version_row(record)))
         if record.operation == "deleted":
             self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
-            self._search_drop(record.memory_id)
+            fts.guarded(self.conn, lambda: self._search_drop(record.memory_id))
         elif record.redacted_at is None:
             self.conn.execute("DELETE FROM memories WHERE id = ?", (record.memory_id,))
             self.conn.execute(_INSERT_MEMORY, _memory_values(memory_row(record)))
-            self._search_put(record.memory_id, str(record.path), str(record.content))
+            path, content = str(record.path), str(record.content)
+            fts.guarded(self.conn, lambda: self._search_put(record.memory_id, path, content))
         self._set_state(record.id, record.created_us)
         new_memory = self._size("memories", record.memory_id)
         self._count(
@@ -362,9 +370,9 @@ class IndexWriter(IndexReader):
     def _search_put(self, memory_id: str, path: str, content: str) -> None:
         doc = self._search_doc(memory_id)
         if doc is None:
-            doc = self.conn.execute(
-                f"INSERT INTO {DOCS} (memory_id) VALUES (?)", (memory_id,)
-            ).lastrowid
+            (doc,) = self.conn.execute(
+                f"INSERT INTO {DOCS} (memory_id) VALUES (?) RETURNING doc", (memory_id,)
+            ).fetchone()
         else:
             old = self.conn.execute(
                 f"SELECT path, content FROM {TEXT} WHERE rowid = ?", (doc,)
@@ -372,11 +380,24 @@ class IndexWriter(IndexReader):
             if old == (path, content):
                 return
             if old is not None:
-                self.conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
+                fts.delete_text(self.conn, doc)
                 fts.removed(self.conn, owed=False)  # replaced: the next sweep purges it
-        self.conn.execute(
-            f"INSERT INTO {TEXT} (rowid, path, content) VALUES (?, ?, ?)", (doc, path, content)
-        )
+        fts.put_text(self.conn, doc, _TEXT_COLUMNS, (path, content))
+
+    def memories_after(self, after: str, limit: int) -> list[MemoryRow]:
+        """Up to ``limit`` live memories with ids after ``after``, in id order."""
+        rows = self.conn.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id > ? ORDER BY id LIMIT ?",
+            (after, limit),
+        ).fetchall()
+        return [MemoryRow(*r) for r in rows]
+
+    def fill_search(self, memory_id: str, path: str, content: str) -> None:
+        """The search row of one live memory (a rebuild's fill, under the store lock)."""
+        self._search_put(memory_id, path, content)
+
+    def search_filled(self, token: int) -> None:
+        fts.filled(self.conn, token)
 
     def _search_drop(self, memory_id: str) -> None:
         doc = self._search_doc(memory_id)
@@ -495,31 +516,51 @@ class StoreIndex:
         with self._use(create=False) as conn, read_txn(conn):
             yield IndexReader(conn)
 
+    def _own(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """A connection of its own to the index as it is (upkeep: purges, checks, rebuilds)."""
+        return contextlib.closing(self._connect(create=False))
+
     def purge(self, *, only_pending: bool = False) -> bool:
         """Make removed search text leave the file and its WAL (fts.purge)."""
-        conn = self._connect(create=False)
-        try:
+        with self._own() as conn:
             if not fts.has_schema(conn):
                 return True  # nothing indexed yet, nothing to purge
-            return fts.purge(conn, "memory store index", only_pending=only_pending)
-        finally:
-            conn.close()
+            return fts.purge(conn, "memory store index", _SEARCH_COLUMNS, only_pending=only_pending)
 
     def purge_owed(self) -> bool:
         """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""
-        conn = self._connect(create=False)
-        try:
-            return fts.has_schema(conn) and fts.owed(conn)
-        finally:
-            conn.close()
+        return self.search_upkeep().owed
 
-    def search_damage(self) -> str | None:
-        """FTS5's integrity check of the search index (None: sound)."""
-        conn = self._connect(create=False)
-        try:
-            return fts.damage(conn) if fts.has_schema(conn) else None
-        finally:
-            conn.close()
+    def search_upkeep(self) -> fts.Upkeep:
+        """What the search index is owed: a rebuild, a purge, a compaction (one read)."""
+        with self._own() as conn:
+            return fts.upkeep(conn)
+
+    def search_damage(self, budget: SearchBudget | None = None) -> str | None:
+        """What is wrong with the search index (fts.damage), None when it is sound."""
+        with self._own() as conn:
+            return fts.damage(conn, budget) if fts.has_schema(conn) else None
+
+    def search_opens(self) -> str | None:
+        """The cheap check of fts.opens: whether the search index opens and reads."""
+        with self._own() as conn:
+            return fts.opens(conn) if fts.has_schema(conn) else None
+
+    def mark_search_damaged(self, why: Exception) -> None:
+        with self._own() as conn:
+            fts.mark_damaged(conn, "memory store index", why)
+
+    def start_search_rebuild(self) -> int | None:
+        """A damaged search index is dropped and started empty, to be filled from the records
+        (fts.start_rebuild): the fill's token, None when there is nothing to fill. The caller
+        holds the store lock."""
+        with self.write(create=False) as writer:
+            return fts.start_rebuild(writer.conn, _SEARCH_COLUMNS)
+
+    def search_levels(self) -> int:
+        """The level count of the search index's structure (fts.levels)."""
+        with self._own() as conn:
+            return fts.levels(conn)
 
     @contextlib.contextmanager
     def write(self, *, create: bool = True) -> Iterator[IndexWriter]:

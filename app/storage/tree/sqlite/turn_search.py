@@ -30,7 +30,8 @@ SNIPPET_COLUMNS = ("summary", "meta", "task_id")
 _DOCS_COLUMNS = (
     "doc INTEGER PRIMARY KEY, task_id TEXT NOT NULL, turn INTEGER NOT NULL, UNIQUE (task_id, turn)"
 )
-_TEXT_COLUMNS = "task_id, meta, summary"
+TEXT_COLUMNS = "task_id, meta, summary"
+_COLUMNS = ("task_id", "meta", "summary")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +61,10 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         if fts.has_schema(conn):
             return  # another process created them while this one waited
         has_tasks = conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone() is not None
-        fts.create_schema(conn, _DOCS_COLUMNS, _TEXT_COLUMNS, backfill=has_tasks)
+        fts.create_schema(conn, _DOCS_COLUMNS, TEXT_COLUMNS, backfill=has_tasks)
 
 
-# -- writes (inside the listing's write transaction) -----------------------------------------
+# -- writes (inside the listing's write transaction, guarded: fts.guarded) --------------------
 def _doc(conn: sqlite3.Connection, task_id: str, turn: int) -> int | None:
     row = conn.execute(
         f"SELECT doc FROM {DOCS} WHERE task_id = ? AND turn = ?", (task_id, turn)
@@ -74,11 +75,15 @@ def _doc(conn: sqlite3.Connection, task_id: str, turn: int) -> int | None:
 def put(conn: sqlite3.Connection, turn: int, text: TurnText) -> None:
     """Make the text of (``text.task_id``, ``turn``) ``text``; nothing is written when it is
     unchanged (an artifact upload, a retried write)."""
+    fts.guarded(conn, lambda: _put(conn, turn, text))
+
+
+def _put(conn: sqlite3.Connection, turn: int, text: TurnText) -> None:
     doc = _doc(conn, text.task_id, turn)
     if doc is None:
-        doc = conn.execute(
-            f"INSERT INTO {DOCS} (task_id, turn) VALUES (?, ?)", (text.task_id, turn)
-        ).lastrowid
+        (doc,) = conn.execute(
+            f"INSERT INTO {DOCS} (task_id, turn) VALUES (?, ?) RETURNING doc", (text.task_id, turn)
+        ).fetchone()
     else:
         old = conn.execute(
             f"SELECT task_id, meta, summary FROM {TEXT} WHERE rowid = ?", (doc,)
@@ -86,12 +91,9 @@ def put(conn: sqlite3.Connection, turn: int, text: TurnText) -> None:
         if old == (text.task_id, text.meta, text.summary):
             return
         if old is not None:
-            conn.execute(f"DELETE FROM {TEXT} WHERE rowid = ?", (doc,))
+            fts.delete_text(conn, doc)
             fts.removed(conn, owed=False)  # replaced: the next sweep purges it
-    conn.execute(
-        f"INSERT INTO {TEXT} (rowid, task_id, meta, summary) VALUES (?, ?, ?, ?)",
-        (doc, text.task_id, text.meta, text.summary),
-    )
+    fts.put_text(conn, doc, _COLUMNS, (text.task_id, text.meta, text.summary))
 
 
 def set_task(
@@ -102,7 +104,12 @@ def set_task(
 ) -> None:
     """Keep the rows of ``task_id``'s ``turns`` only; write ``texts`` (None: leave the kept
     rows as they are)."""
-    keep = set(turns)
+    fts.guarded(conn, lambda: _set_task(conn, task_id, set(turns), texts))
+
+
+def _set_task(
+    conn: sqlite3.Connection, task_id: str, keep: set[int], texts: Mapping[int, TurnText] | None
+) -> None:
     for doc, turn in conn.execute(
         f"SELECT doc, turn FROM {DOCS} WHERE task_id = ?", (task_id,)
     ).fetchall():
@@ -110,7 +117,7 @@ def set_task(
             fts.delete_doc(conn, int(doc))
     for turn, text in (texts or {}).items():
         if turn in keep:
-            put(conn, turn, text)
+            _put(conn, turn, text)
 
 
 # -- reads -----------------------------------------------------------------------------------

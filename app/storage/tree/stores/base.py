@@ -35,10 +35,12 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import Corrupt, InvalidName, NotFound, StorageError, UnsafePath
 from app.storage.core.names import STORE_LOCKS, TMP_PREFIX, VERSION_ID_RE, Scope
+from app.storage.core.query import SearchBudget
 from app.storage.core.record_rules import check_version_record
 from app.storage.core.store_records import MemoryRow, StoreRecord, VersionRecord
 from app.storage.core.store_rules import DEFAULT_KEEP_RECENT, DEFAULT_MAX_MEMORIES
 from app.storage.core.usage import NO_TICKET, StoreUsage, Ticket
+from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.fs.atomic import make_dirs, write_atomic, write_new
 from app.storage.tree.fs.layout import Layout
@@ -48,6 +50,8 @@ from app.storage.tree.sqlite.store_index import IndexContent, StoreIndex, rows_f
 from app.storage.tree.usage import TreeUsage
 
 _READ_ATTEMPTS = 5
+# Memories a search rebuild writes per hold of the store's lock.
+FILL_BATCH = 200
 
 T = TypeVar("T")
 
@@ -104,6 +108,8 @@ class StoresBase:
         self.keep_recent_versions = max(1, keep_recent_versions)
         self.max_memories = max_memories
         self.cursors = CursorCodec(load_key(self.layout))
+        # Upkeep a request asks for but need not wait for: search index rebuilds.
+        self.later = Later()
         self.txns = Transactions(
             self.layout,
             STORE_LOCKS,
@@ -202,8 +208,9 @@ class StoresBase:
             with self.index(txn.dir).write() as writer:
                 writer.put_version(record)
                 usage = writer.store_usage()
-                # A purge a reader's snapshot stopped: this write is the next chance.
-                owed = writer.purge_owed()
+                # A purge a reader's snapshot stopped (this write is the next chance), a
+                # compaction to finish, an index this write found damaged.
+                due = writer.upkeep()
         except Exception:
             with contextlib.suppress(OSError):
                 with contextlib.suppress(FileNotFoundError):
@@ -218,8 +225,10 @@ class StoresBase:
             make_dirs(target.parent, self.layout.memories_dir(txn.dir))
             # Derived from the version record just written: not fsynced (atomic_file).
             write_atomic(target, str(record.content).encode("utf-8"), durable=False)
-        if record.operation == "deleted" or owed:
-            self.purge_search(txn.dir)
+        if record.operation == "deleted" or due.owed or due.compacting:
+            self.purge_search(txn)
+        if due.damaged or due.backfill:
+            self.rebuild_search_later(txn.scope, txn.store_id)
 
     def publish_usage(self, txn: StoreTxn, usage: StoreUsage, ticket: Ticket = NO_TICKET) -> None:
         """Copy the store's counters to its project's listing (the holder of its lock does)."""
@@ -233,12 +242,69 @@ class StoresBase:
                 usage = writer.store_usage()
             self.publish_usage(txn, usage)
 
-    def purge_search(self, store_dir: Path) -> None:
+    def purge_search(self, txn: StoreTxn) -> None:
         """Removed text leaves the search index's file too (tree/sqlite/fts.py), not only its
         answers. The write is done whatever happens here: an index that cannot be purged now
-        stays 'pending' for the next sweep."""
+        stays 'pending' for the next sweep, one the purge found damaged is rebuilt."""
+        try:
+            self.index(txn.dir).purge()
+        except sqlite3.DatabaseError:
+            self.rebuild_search_later(txn.scope, txn.store_id)  # fts.purge marked it damaged
+        except (StorageError, sqlite3.Error):
+            pass
+
+    # -- the search index's rebuild ----------------------------------------------------
+    def rebuild_search_later(self, scope: Scope, store_id: str) -> None:
+        """Run :meth:`heal_search` in the background (one run per store at a time)."""
+        self.later.run(
+            ("store-search", scope, store_id),
+            lambda: self.heal_search(scope, store_id),
+            f"rebuilding the search index of memory store {store_id}",
+        )
+
+    def heal_search(
+        self, scope: Scope, store_id: str, budget: SearchBudget | None = None
+    ) -> int | None:
+        """Rebuild a store's search index from its records if it is marked damaged, does not
+        open (or, with ``budget``, fails FTS5's integrity check within it: one that runs out
+        raises SearchTimeout), or has a rebuild to finish: under the store's lock the index is
+        dropped and started empty, then filled :data:`FILL_BATCH` memories per hold of the
+        lock, each from its head version, while writes go on in between (each writes its own
+        row); searches answer 503 until it is full. Return how many memories it filled, None
+        when nothing was done."""
+        store_dir = self.store_dir(scope, store_id)
+        key = Key(scope, store_id)
+        index = self.index(store_dir)
+        with self.txns.locked(key):
+            if not self.tree.is_dir(store_dir):
+                return None
+            marks = index.search_upkeep()
+            if not (marks.damaged or marks.backfill):
+                why = index.search_opens() if budget is None else index.search_damage(budget)
+                if why is None:
+                    return None
+                index.mark_search_damaged(sqlite3.DatabaseError(why))
+            token = index.start_search_rebuild()
+        if token is None:
+            return None
+        count, after = 0, ""
+        while True:
+            with self.txns.locked(key):
+                if not self.tree.is_dir(store_dir):
+                    return None  # deleted meanwhile
+                with index.write(create=False) as writer:
+                    rows = writer.memories_after(after, FILL_BATCH)
+                    for row in rows:
+                        writer.fill_search(row.id, row.path, self.head_content(store_dir, row))
+                    if not rows:
+                        writer.search_filled(token)
+                        break
+            count += len(rows)
+            after = rows[-1].id
+        # The dropped index's pages were zeroed; their old images leave the WAL.
         with contextlib.suppress(StorageError, sqlite3.Error):
-            self.index(store_dir).purge()
+            index.purge()
+        return count
 
     def write_version_in_place(self, path: Path, record: VersionRecord) -> None:
         """Rewrite a version record (redaction, the one change a version ever sees)."""

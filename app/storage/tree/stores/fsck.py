@@ -281,10 +281,11 @@ class StoresFsck:
         try:
             with index.read() as reader:
                 if not reader.search_ready():
-                    return [f"{where}: search index not built yet (a store from before search)"]
+                    return [f"{where}: search index not built yet (or damaged: rebuilt)"]
                 actual = reader.search_rows()
                 orphans = reader.search_orphans()
             damage = index.search_damage()
+            levels = index.search_levels()
         except sqlite3.Error as exc:
             return [f"{where}: search index unreadable ({exc})"]
         tree = engine.expected_tree(store_dir, expected)
@@ -292,6 +293,11 @@ class StoresFsck:
         problems = []
         if damage is not None:
             problems.append(f"{where}: search index damaged ({damage})")
+        elif levels > fts.LEVEL_BOUND + 2:
+            problems.append(
+                f"{where}: search index structure has {levels} levels (a purge keeps at most"
+                f" {fts.LEVEL_BOUND + 2})"
+            )
         if actual != want or orphans:
             problems.append(f"{where}: search rows differ from the live memories")
         if index.purge_owed():

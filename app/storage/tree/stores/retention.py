@@ -39,6 +39,9 @@ def sweep_versions(
     errors: list[str] = []
     for scope, store_id in stores:
         try:
+            if not dry_run:
+                # A damaged search index is rebuilt from the records (a no-op when sound).
+                engine.heal_search(scope, store_id)
             with engine.transaction(scope, store_id) as txn:
                 scanned += 1
                 if not dry_run:

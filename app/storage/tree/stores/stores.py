@@ -22,6 +22,7 @@ from app.storage.core.usage import StoreUsage
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.fs.txn import Key
+from app.storage.tree.sqlite.db import check_write_room
 from app.storage.tree.stores.base import StoresBase
 
 
@@ -170,6 +171,8 @@ class StoreOps(StoresBase):
             trash = self.layout.check_inside(self.layout.trash_dir())
             make_dirs(trash, self.root)
             target = trash / f"{ULID()}-{store_id}"
+            # Its usage row is written after the rename: a refusal must come before it.
+            check_write_room(str(self.layout.listing(scope)))
             txn.begin()  # a crash after the rename is repaired: the usage row goes too
             self.tree.rename(txn.dir, target)
             fsync_dir(txn.dir.parent)

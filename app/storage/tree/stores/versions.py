@@ -90,5 +90,5 @@ class VersionOps(MemoryOps):
             self.publish_usage(txn, usage)
             # An older content of a live memory may still sit in the search index's merged-away
             # entries: redaction is how a secret is removed, so it leaves that file too.
-            self.purge_search(txn.dir)
+            self.purge_search(txn)
         return redacted.view(True)

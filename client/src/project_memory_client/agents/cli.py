@@ -1,4 +1,5 @@
-"""``project-memory agent install|uninstall|status|flush|hook``: coding agents plugged in.
+"""``project-memory agent install|uninstall|status|doctor|flush|hook``: coding agents
+plugged in.
 
 docs/agents.md is the guide; the modules here: install.py (the repository's config files),
 hooks.py (what the hooks do), spool.py (turns not sent yet), transcripts.py, secrets.py.
@@ -42,6 +43,18 @@ def register(parser: argparse.ArgumentParser) -> None:
         sub, "status", _status, help="what is installed, whether the server answers, the spool"
     )
     status.add_argument("--dir", type=Path, default=None)
+    doctor = leaf(
+        sub,
+        "doctor",
+        _doctor,
+        help="check everything the agents need, end to end: exit 1 with one line per problem",
+        description="Check the agent path the way the agents run it: the settings, the token"
+        " (whoami), each installed agent's hook commands (run as the agent runs them) and MCP"
+        " server (tools/list with the headers the agent expands), Codex's trust of the"
+        " project and the hooks, and the spool. Exit status 0: nothing wrong; 1: one line per"
+        " problem.",
+    )
+    doctor.add_argument("--dir", type=Path, default=None)
     leaf(sub, "flush", _flush, help="send the turns the spool holds")
     hook = sub.add_parser("hook", help="run a hook (the agents call this; JSON on stdin)")
     hook.add_argument("event", choices=("session-start", "stop", "pre-compact"))
@@ -88,6 +101,7 @@ def _describe(change: Any, verb: str) -> str:
     lines += [f"  removed  {p}" for p in change.removed]
     lines += [f"  kept     {p} (nothing to change)" for p in change.unchanged]
     lines += [f"note: {n}" for n in change.notes]
+    lines += [f"warning: {w}" for w in change.warnings]
     return "\n".join(lines)
 
 
@@ -116,12 +130,12 @@ def _status(ctx: Context) -> Output:
     except ClientError as exc:
         server["detail"] = f"unreachable: {exc}"
     spool = Spool(state_dir())
-    rejected = spool.dir / "rejected"
+    count, size, oldest = spool.backlog()
     queue = {
-        "queued": spool.count(),
-        "rejected": len([p for p in rejected.iterdir() if p.suffix == ".json"])
-        if rejected.is_dir()
-        else 0,
+        "queued": count,
+        "bytes": size,
+        "oldest_seconds": None if oldest is None else round(oldest, 1),
+        "rejected": spool.rejected_count(),
         "dir": str(spool.dir),
     }
     warnings = []
@@ -151,14 +165,31 @@ def _status(ctx: Context) -> Output:
         )
     answer = "answers" if server["answers"] else "does not answer"
     pairs.append(("server", f"{server['url'] or '(no URL)'} {answer}: {server['detail']}"))
+    from .doctor import age
+
+    oldest_text = f", oldest {age(oldest)}" if count else ""
     pairs.append(
         (
             "spool",
-            f"{queue['queued']} turn(s) queued, {queue['rejected']} rejected ({queue['dir']})",
+            f"{count} turn(s) queued ({size} bytes{oldest_text}), {queue['rejected']} rejected"
+            f" ({queue['dir']})",
         )
     )
     text = fields(pairs) + "".join(f"\nwarning: {w}" for w in warnings)
     return Output(data, text)
+
+
+def _doctor(ctx: Context) -> Output:
+    from .doctor import diagnose, report
+
+    checks = diagnose(_root(ctx))
+    problems = [c for c in checks if not c.ok]
+    data = {
+        "ok": not problems,
+        "checks": [c.to_dict() for c in checks],
+        "problems": [f"{c.name}: {c.detail}" for c in problems],
+    }
+    return Output(data, report(checks), exit_code=1 if problems else 0)
 
 
 def _flush(ctx: Context) -> Output:
@@ -174,12 +205,17 @@ def _flush(ctx: Context) -> Output:
         "already_recorded": outcome.already,
         "rejected": outcome.rejected,
         "kept": outcome.kept,
+        "deferred": outcome.deferred,
         "errors": outcome.errors,
+        "rejections": outcome.rejections,
     }
     text = (
         f"sent {outcome.sent}, already recorded {outcome.already}, rejected {outcome.rejected},"
         f" still queued {outcome.kept}"
     )
+    if outcome.deferred:
+        text += f", left to the process sending their task's earlier turns {outcome.deferred}"
+    text += "".join(f"\nrejected (moved to {spool.dir}/rejected/): {r}" for r in outcome.rejections)
     if outcome.errors:
         text += f"\nlast error: {outcome.errors[-1]}"
     code = 3 if outcome.unreachable else 1 if outcome.kept or outcome.rejected else 0

@@ -3,20 +3,36 @@
 The agent sends the event as JSON on stdin; the hook answers on stdout in the form the
 agent reads, and always exits 0: a hook never blocks or fails the agent's session.
 
-* ``session-start`` (startup, resume, clear, compact): sends what the spool holds, then
-  prints context for the model: the current task's last turn summaries, the newest sections
-  of project.md up to a byte budget, and a line on searching with the MCP tool.
+* ``session-start`` (startup, resume, clear, compact): prints context for the model, which
+  the server assembles in one request within a byte budget (GET /context: the current
+  task's last turns, the newest sections of project.md, other mentions of the task, stored
+  text framed), and a line on searching with the MCP tool; then sends what the spool holds.
 * ``stop`` (each finished turn) and ``pre-compact`` (before the agent compacts its context):
   records the turn since the last one recorded: its prompt and last answer as the summary,
   its meta (agent, model, session, commit, times, tokens, cwd, branch) from the transcript,
   masked (agents/secrets.py). The turn is spooled first, then sent (agents/spool.py).
 
+Turns are never lost nor merged. The session's state (``sessions/``) says where the last
+recorded turn ended; it moves only once a turn is spooled or on the server, so a turn whose
+hook never got that far (killed, or with a full disk and no server) is read again by the
+next hook, as a turn of its own (transcripts.py cuts at each prompt after an answer).
+``session-start`` marks where a new session's transcript begins, so that this holds for a
+session's first turn too.
+
 The task is ``PROJECT_MEMORY_TASK`` when set, else the git branch made into a task id, else
 ``session-<session id>``.
 
-Time: the whole hook gives up after ``PROJECT_MEMORY_HOOK_TIMEOUT`` seconds (1.5 by
-default): a timer interrupts whatever is waiting on the network; what was not sent stays in
-the spool. Errors go to ``<state dir>/hook.log``, never to the agent.
+Time: nothing local is ever cut: the settings, the transcript's tail, git (with its own
+time limits) and the spool come first, with no clock running. The network part's time
+starts when its first request can: SESSION_START_TIMEOUT or STOP_TIMEOUT seconds (or
+``PROJECT_MEMORY_HOOK_TIMEOUT``), and by default never past AGENT_LIMIT less a margin after
+the process started, so that the hook ends before the agent stops waiting for it. A timer
+interrupts whatever is waiting on the network; what was not sent stays in the spool. When
+the spool cannot be written (a full disk), the turns are sent at once, each as its own.
+Errors go to ``<state dir>/hook.log``, never to the agent.
+
+The hook process imports what it uses and no more (no httpx, no argparse: cli.py hands
+``agent hook`` straight to :func:`main_argv`), and speaks HTTP through agents/wire.py.
 """
 
 from __future__ import annotations
@@ -30,19 +46,16 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .secrets import mask, mask_value
-from .spool import Entry, Spool, private_dir, state_dir, write_private
-from .transcripts import TurnFacts, claude_turn, codex_turn
+from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, write_private
 
 if TYPE_CHECKING:
-    from ..client import Client
     from ..settings import Settings
+    from .transcripts import TurnFacts
+    from .wire import HookClient
 
 EVENTS = ("session-start", "stop", "pre-compact")
 AGENTS = ("claude-code", "codex")
@@ -52,13 +65,19 @@ TIMEOUT_ENV = "PROJECT_MEMORY_HOOK_TIMEOUT"
 BUDGET_ENV = "PROJECT_MEMORY_CONTEXT_BYTES"
 TURNS_ENV = "PROJECT_MEMORY_CONTEXT_TURNS"
 ARTIFACTS_ENV = "PROJECT_MEMORY_ARTIFACTS"  # "transcript", "diff", or both, comma-separated
-DEFAULT_TIMEOUT = 1.5  # seconds from the process's start
-MIN_WORK = 0.3
-DEFAULT_BUDGET = 6_000
+# The agents give a hook 10 s (the timeout install writes) and then kill it.
+AGENT_LIMIT = 10.0
+AGENT_MARGIN = 1.0  # seconds kept between the hook's end and the agent's limit
+# The network part's time, counted from when its first request can start (bench/README.md,
+# "Hooks": chosen from the hooks' wall times with the server up, slow and down, idle and
+# under load). A session waits for its start hook, so that one gives up sooner.
+SESSION_START_TIMEOUT = 6.0
+STOP_TIMEOUT = 8.0
+MIN_WORK = 0.3  # seconds the network part gets however long the local part took
+DEFAULT_BUDGET = 9_000  # bytes of context: the server's own default (GET /context)
+MIN_BUDGET = 500
 DEFAULT_TURNS = 3
-TURN_CHARS = 1_000  # of each recent turn's summary in the context
-# The smallest section project.md can hold: "\n## x\n\nLatest turn: 0, updated <time>\n\n".
-SECTION_MIN = 50
+MAX_TURNS = 20
 # Codex 0.171's limit on a hook's additionalContext (characters; a longer one is cut).
 CODEX_CONTEXT_CHARS = 10_000
 PROMPT_CHARS = 16_000
@@ -74,10 +93,24 @@ class Deadline(BaseException):
     ``except Exception`` takes it for an error of its own)."""
 
 
-@dataclass(frozen=True)
 class Git:
-    branch: str | None
-    commit: str | None
+    __slots__ = ("branch", "commit")
+
+    def __init__(self, branch: str | None, commit: str | None) -> None:
+        self.branch = branch
+        self.commit = commit
+
+
+class Recorded:
+    """What a stop hook read and spooled: each turn with its entry and artifacts, and how
+    many of them (the first ones) are in the spool."""
+
+    def __init__(
+        self, state_path: Path, turns: list[tuple[TurnFacts, Entry, dict[str, tuple[bytes, str]]]]
+    ) -> None:
+        self.state_path = state_path
+        self.turns = turns
+        self.spooled = 0
 
 
 def git_info(cwd: str) -> Git:
@@ -198,8 +231,10 @@ class Hook:
         self.log = Log(self.root)
         self.spool = Spool(self.root)
         self.started = process_started()
-        self.limit = _float(env, TIMEOUT_ENV, DEFAULT_TIMEOUT)
-        self._client: Client | None = None
+        self.limit = _float(env, TIMEOUT_ENV, 0.0) or None  # None: the event's default
+        self.ends: float | None = None  # when the network part must be done (start_clock)
+        self.budget = 0.0
+        self._client: HookClient | None = None
         self._settings: Settings | None = None
 
     @property
@@ -211,7 +246,21 @@ class Hook:
         return str(self.data.get("cwd") or os.getcwd())
 
     def left(self) -> float:
-        return self.limit - (time.monotonic() - self.started)
+        return (self.ends - time.monotonic()) if self.ends is not None else self.budget
+
+    def start_clock(self) -> float:
+        """Start the network part's time, now that its first request can start: the given
+        limit, else the event's default, ended early enough for the agent's own limit
+        (counted from the process's start) and at least MIN_WORK."""
+        if self.limit is not None:
+            budget = self.limit
+        else:
+            default = SESSION_START_TIMEOUT if self.event == "session-start" else STOP_TIMEOUT
+            spent = time.monotonic() - self.started
+            budget = max(MIN_WORK, min(default, AGENT_LIMIT - AGENT_MARGIN - spent))
+        self.budget = budget
+        self.ends = time.monotonic() + budget
+        return budget
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -220,16 +269,13 @@ class Hook:
             self._settings = load_settings(env=self.env).require()
         return self._settings
 
-    def client(self) -> Client:
+    def client(self) -> HookClient:
         if self._client is None:
-            from ..client import Client
+            from .wire import HookClient
 
-            settings = self.settings()
             # Each request gets what is left of the hook's time; no waiting out a 429/503.
-            self._client = Client(
-                settings=settings.with_overrides(timeout=max(0.2, self.left())),
-                max_retries=0,
-            )
+            deadline = self.ends if self.ends is not None else time.monotonic() + self.left()
+            self._client = HookClient(self.settings(), deadline=deadline)
         return self._client
 
     def close(self) -> None:
@@ -250,83 +296,164 @@ class Hook:
             project=settings.project,
             deadline=deadline,
         )
-        for error in outcome.errors[:3]:
-            self.log.write(f"{self.event}: kept in the spool: {error}")
+        if outcome.rejected:
+            self.log.write(
+                f"{self.event}: {outcome.rejected} turn(s) refused for good, moved to"
+                f" {self.spool.dir / 'rejected'}: {'; '.join(outcome.rejections[:3])}"
+            )
+        if outcome.kept:
+            reasons = {r.split(": ", 1)[-1] for r in outcome.rejections}
+            for error in [e for e in outcome.errors if e not in reasons][:3]:
+                self.log.write(f"{self.event}: kept in the spool: {error}")
 
     # -- session start ------------------------------------------------------------------
-    def session_start(self) -> str:
+    def session_start(self, task_id: str) -> str:
+        """The context, in one request to the server (GET /context), then the spool."""
         from ..errors import NotFound
 
-        self.flush(share=0.4)
-        client = self.client()
-        git = git_info(self.cwd)
-        task_id = task_id_for(self.env, git, self.session_id)
-        parts = ["# Project memory", ""]
-        wanted = int(_float(self.env, TURNS_ENV, DEFAULT_TURNS))
-        try:
-            index = client.get_task(task_id)
-        except NotFound:
-            index = None
-        if index is not None and index.turns:
-            parts.append(f"Task `{task_id}`: its last turns, newest first.")
-            for entry in list(reversed(index.turns))[:wanted]:
-                try:
-                    record = client.get_turn(task_id, entry.turn)
-                except NotFound:
-                    continue  # deleted or expired since the index was read
-                who = ", ".join(
-                    str(record.meta[k]) for k in ("agent_id", "model") if record.meta.get(k)
-                )
-                parts += [
-                    "",
-                    f"## Turn {entry.turn} ({record.updated_at}{', ' + who if who else ''})",
-                    "",
-                ]
-                parts.append(_nest(_cut(record.summary_md.strip(), TURN_CHARS)))
-        else:
-            parts.append(f"Task `{task_id}` has no turns yet.")
+        tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
+        line = (
+            f"To look further back, search this project's memory with the {tool} tool"
+            " of the project-memory MCP server (then read_task / read_turn for a task's"
+            " history)."
+        )
         budget = int(_float(self.env, BUDGET_ENV, DEFAULT_BUDGET))
         if self.agent == "codex":
             # Codex cuts a longer context to its head and tail: keep the whole under it.
-            used = sum(len(p) + 1 for p in parts) + 400
-            budget = max(0, min(budget, CODEX_CONTEXT_CHARS - used))
-        # No section is under SECTION_MIN bytes: asking for budget/SECTION_MIN sections
-        # lets the server stop where the budget ends.
-        wanted_sections = min(1000, max(1, budget // SECTION_MIN))
-        digest = (
-            digest_head(client.get_digest(max_bytes=budget, limit=wanted_sections))
-            if budget
-            else ""
-        )
-        if digest:
-            parts += ["", "The newest sections of project.md, the digest of every task:", ""]
-            parts.append(digest)
-        tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
-        parts += [
-            "",
-            f"To look further back, search this project's memory with the {tool} tool"
-            " of the project-memory MCP server (then read_task / read_turn for a task's"
-            " history).",
-        ]
-        context = "\n".join(parts)
-        return json.dumps(
-            {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
-        )
+            budget = min(budget, CODEX_CONTEXT_CHARS - 100)
+        budget = max(MIN_BUDGET, budget - len(line.encode()) - 2)
+        turns = min(MAX_TURNS, int(_float(self.env, TURNS_ENV, DEFAULT_TURNS)))
+        out = ""
+        try:
+            found = self.client().get_context(task_id, max_bytes=budget, turns=turns)
+        except NotFound:
+            self.log.write(
+                "session-start: the server gives no context (GET /context: 404); it is older"
+                " than this client"
+            )
+        else:
+            context = found["context"].rstrip("\n") + "\n\n" + line
+            out = json.dumps(
+                {
+                    "hookSpecificOutput": {
+                        "hookEventName": "SessionStart",
+                        "additionalContext": context,
+                    }
+                }
+            )
+        # What waits in the spool goes next, in the time left: the context comes first.
+        with contextlib.suppress(Deadline):
+            self.flush()
+        return out
 
     # -- a finished turn ----------------------------------------------------------------
-    def record(self) -> str:
+    def state_path(self) -> Path:
+        name = f"{self.agent}-{hashlib.sha256(self.session_id.encode()).hexdigest()[:24]}.json"
+        return self.root / "sessions" / name
+
+    def begin_session(self) -> None:
+        """Mark where a session's transcript begins (no clock running: local, milliseconds),
+        unless a turn of it was recorded already: a first turn whose hook never recorded it
+        is then read by the next, not lost."""
+        raw = self.data.get("transcript_path")
+        if not raw:
+            return
+        try:
+            path = self.state_path()
+            if path.exists():
+                return
+            transcript = Path(str(raw))
+            if self.agent == "codex":
+                from .transcripts import codex_turns
+
+                # Turns are named, not placed: every turn after the last one started so far.
+                last = codex_turns(transcript, None, None, None) if transcript.is_file() else []
+                state: dict[str, Any] = {"end_key": last[-1].end_key if last else ""}
+            else:
+                state = {"offset": transcript.stat().st_size if transcript.is_file() else 0}
+            private_dir(path.parent)
+            write_private(path, json.dumps(state).encode(), replace=False)
+        except OSError as exc:
+            self.log.write(f"{self.event}: the session's start not recorded: {exc}")
+
+    def record(self) -> Recorded | None:
+        """Read every turn since the last one recorded and spool each, with no clock running
+        (all of it local); the session's state then moves past what was spooled."""
         settings = self.settings()
-        state_path = private_dir(self.root / "sessions") / (
-            f"{self.agent}-{hashlib.sha256(self.session_id.encode()).hexdigest()[:24]}.json"
-        )
-        state = _read_json(state_path)
-        facts = self._facts(state)
-        if facts is None:
-            return ""
+        state_path = self.state_path()
+        turns = self._facts(_read_json(state_path))
+        if not turns:
+            return None
         git = git_info(self.cwd)
+        secret = (settings.token,) if settings.token else ()
+        recorded = Recorded(state_path, [])
+        created = time.time()
+        for n, facts in enumerate(turns):
+            entry = self._entry(facts, git, secret, created + n * 1e-6)
+            # The diff is of the work tree now: the current turn's alone.
+            artifacts = self._artifacts(facts, secret, diff=n == len(turns) - 1)
+            recorded.turns.append((facts, entry, artifacts))
+        for _, entry, artifacts in recorded.turns:
+            try:
+                self.spool.add(entry, artifacts)
+            except OSError as exc:
+                left = len(recorded.turns) - recorded.spooled
+                self.log.write(
+                    f"{self.event}: the spool cannot be written ({exc}): {left} turn(s) are"
+                    " sent directly"
+                )
+                break
+            recorded.spooled += 1
+        if recorded.spooled:
+            self._save_state(state_path, recorded.turns[recorded.spooled - 1][0])
+        return recorded
+
+    def deliver(self, recorded: Recorded | None) -> None:
+        """Send, under the time limit: what the spool holds (oldest first), then the turns
+        the spool could not take, in order, each as its own; the state moves past each one
+        the server holds (or refused for good: nowhere to keep it)."""
+        self.flush()
+        if recorded is None or recorded.spooled == len(recorded.turns):
+            return
+        from ..errors import ApiError, ClientError
+        from ..models import Upload
+
+        client = self.client()
+        for facts, entry, artifacts in recorded.turns[recorded.spooled :]:
+            uploads = [Upload(name, data, kind) for name, (data, kind) in artifacts.items()]
+            try:
+                send(client, entry, uploads)
+            except ApiError as exc:
+                if exc.status not in FINAL_STATUSES:
+                    self.log.write(f"{self.event}: not sent, read again next time: {exc}")
+                    break
+                self.log.write(
+                    f"{self.event}: turn {entry.record_id} refused for good and not spooled"
+                    f" (the spool cannot be written): {exc.status} {exc.message}"
+                )
+            except (ClientError, RuntimeError) as exc:
+                self.log.write(f"{self.event}: not sent, read again next time: {exc}")
+                break
+            with no_deadline():
+                self._save_state(recorded.state_path, facts)
+
+    def _save_state(self, path: Path, facts: TurnFacts) -> None:
+        """The session's state: where the last turn recorded ends. Not written (a full disk):
+        the next hook reads that turn again, finds its record id on the server or in the
+        spool, and does not record it twice."""
+        state = {"offset": facts.end_offset, "end_key": facts.end_key}
+        try:
+            private_dir(path.parent)
+            write_private(path, json.dumps(state).encode())
+        except OSError as exc:
+            self.log.write(f"{self.event}: the session's state not written: {exc}")
+
+    def _entry(self, facts: TurnFacts, git: Git, secret: tuple[str, ...], created: float) -> Entry:
+        from .secrets import mask, mask_value
+
+        settings = self.settings()
         key = f"{self.agent}:{self.session_id}:{facts.end_key}"
         record_id = hashlib.sha256(key.encode()).hexdigest()[:32]
-        secret = (settings.token,) if settings.token else ()
         meta: dict[str, Any] = {
             "agent_id": self.agent,
             "model": facts.model or self.data.get("model"),
@@ -342,7 +469,7 @@ class Hook:
             self.session_id
         )
         meta = mask_value({k: v for k, v in meta.items() if v is not None}, secret)
-        entry = Entry(
+        return Entry(
             record_id=record_id,
             agent=self.agent,
             url=settings.url or "",
@@ -351,39 +478,40 @@ class Hook:
             task_id=task_id_for(self.env, git, self.session_id),
             meta=meta,
             summary_md=mask(summary_of(facts), secret),
+            created_at=created,
         )
-        artifacts = self._artifacts(facts, secret)
-        with no_deadline():
-            self.spool.add(entry, artifacts)
-            write_private(
-                state_path,
-                json.dumps({"offset": facts.end_offset, "end_key": facts.end_key}).encode(),
-            )
-        self.flush()
-        return ""
 
-    def _facts(self, state: dict[str, Any]) -> TurnFacts | None:
+    def _facts(self, state: dict[str, Any]) -> list[TurnFacts]:
+        from .transcripts import claude_turns, codex_turns
+
         raw = self.data.get("transcript_path")
         if not raw:
-            return None
+            return []
         path = Path(str(raw))
         if not path.is_file():
-            return None
+            return []
         answer = self.data.get("last_assistant_message")
         answer = answer if isinstance(answer, str) and answer.strip() else None
         if self.agent == "codex":
             turn = self.data.get("turn_id")
-            return codex_turn(path, str(turn) if turn else None, answer)
+            after = state.get("end_key")
+            return codex_turns(
+                path, after if isinstance(after, str) else None, str(turn) if turn else None, answer
+            )
         offset = state.get("offset")
-        return claude_turn(path, offset if isinstance(offset, int) else None, answer)
+        return claude_turns(path, offset if isinstance(offset, int) else None, answer)
 
-    def _artifacts(self, facts: TurnFacts, secret: tuple[str, ...]) -> dict[str, tuple[bytes, str]]:
+    def _artifacts(
+        self, facts: TurnFacts, secret: tuple[str, ...], *, diff: bool
+    ) -> dict[str, tuple[bytes, str]]:
+        from .secrets import mask
+
         wanted = {p.strip() for p in self.env.get(ARTIFACTS_ENV, "").split(",") if p.strip()}
         out: dict[str, tuple[bytes, str]] = {}
         if "transcript" in wanted and facts.lines:
             text = b"".join(facts.lines).decode("utf-8", "replace")
             out["transcript.jsonl"] = (mask(text, secret).encode(), "application/x-ndjson")
-        if "diff" in wanted:
+        if "diff" in wanted and diff:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 done = subprocess.run(
                     ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
@@ -393,8 +521,8 @@ class Hook:
                     check=False,
                 )
                 if done.returncode == 0 and done.stdout:
-                    diff = done.stdout[:DIFF_BYTES].decode("utf-8", "replace")
-                    out["diff.patch"] = (mask(diff, secret).encode(), "text/x-diff")
+                    diff_text = done.stdout[:DIFF_BYTES].decode("utf-8", "replace")
+                    out["diff.patch"] = (mask(diff_text, secret).encode(), "text/x-diff")
         return out
 
 
@@ -410,24 +538,6 @@ def summary_of(facts: TurnFacts) -> str:
     return "\n".join(parts) + "\n"
 
 
-def digest_head(text: str) -> str:
-    """The whole sections of a digest that was cut at a line (all of it, when it holds one
-    section or part of one)."""
-    text = text.rstrip()
-    first, last = text.find("\n## "), text.rfind("\n## ")
-    if last > first >= 0:
-        text = text[:last].rstrip()
-    return text
-
-
-def _nest(markdown: str) -> str:
-    """Headings two levels down, under the context's own ``## Turn`` headings."""
-    return _HEADING.sub(lambda m: "#" * min(6, len(m.group(1)) + 2), markdown)
-
-
-_HEADING = re.compile(r"^(#{1,6})(?=\s)", re.M)
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
@@ -435,7 +545,7 @@ def _cut(text: str, limit: int) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -446,35 +556,75 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         return ""
     try:
         data = json.loads(stdin) if stdin.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: not an event
         data = {}
     if not isinstance(data, dict):
         data = {}
     hook = Hook(agent, event, data, env)
+    out = ""
     try:
-        # At least MIN_WORK even after a slow start: the turn is spooled before anything
-        # is sent, and that takes milliseconds.
-        with deadline_after(max(MIN_WORK, hook.left())):
+        # The local part first, with no clock running: a turn is never lost because the
+        # machine was slow to start the process or to read the transcript.
+        recorded = None
+        task_id = ""
+        if event == "session-start":
+            hook.begin_session()
+            task_id = task_id_for(env, git_info(hook.cwd), hook.session_id)
+        else:
+            recorded = hook.record()
+        # Then the network part, from when its first request can start.
+        with deadline_after(hook.start_clock()):
             if event == "session-start":
-                return hook.session_start()
-            return hook.record()
+                out = hook.session_start(task_id)
+            else:
+                hook.deliver(recorded)
     except Deadline:
-        hook.log.write(f"{event}: gave up after {hook.limit}s; the spool keeps what was not sent")
+        hook.log.write(
+            f"{event}: gave up after {hook.budget:g}s; the spool keeps what was not sent"
+        )
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the agent's session
-        from ..errors import ServerUnreachable, SettingsError
+        from ..errors import ApiError, ServerUnreachable, SettingsError
 
         if isinstance(exc, ServerUnreachable | SettingsError):
             hook.log.write(f"{event}: {exc}")
+        elif isinstance(exc, ApiError):  # a refusal is one line (agent doctor shows it)
+            hook.log.write(f"{event}: the server refused {exc.method} {exc.path}: {exc}")
         else:
+            import traceback
+
             hook.log.write(f"{event}: {traceback.format_exc(limit=8)}")
     finally:
         hook.close()
-    return ""
+    return out
+
+
+def main_argv(argv: list[str]) -> int | None:
+    """``agent hook EVENT [--agent AGENT]`` as the agents run it, without argparse (its
+    import and parser cost start-up time in every hook); None when ``argv`` is another
+    form, which the full parser then reads (and refuses, if it must)."""
+    agent = "claude-code"
+    rest = list(argv)
+    if len(rest) == 3 and rest[1] == "--agent":
+        agent = rest.pop(2)
+        rest.pop(1)
+    elif len(rest) == 2 and rest[1].startswith("--agent="):
+        agent = rest.pop(1).split("=", 1)[1]
+    if len(rest) != 1 or rest[0] not in EVENTS or agent not in AGENTS:
+        return None
+    return main(agent, rest[0])
 
 
 def main(agent: str, event: str) -> int:
-    out = run(agent, event, sys.stdin.read(), os.environ)
-    if out:
-        sys.stdout.write(out + "\n")
-        sys.stdout.flush()
+    """Run the hook the agent started; always 0: whatever happens (an unreadable stdin, an
+    agent that closed our stdout), the agent's session goes on."""
+    try:
+        out = run(agent, event, sys.stdin.read(), os.environ)
+        if out:
+            sys.stdout.write(out + "\n")
+            sys.stdout.flush()
+    except BaseException:  # noqa: BLE001 - a hook never fails the agent's session
+        import traceback
+
+        with contextlib.suppress(BaseException):
+            Log(state_dir(dict(os.environ))).write(f"{event}: {traceback.format_exc(limit=4)}")
     return 0

@@ -19,6 +19,12 @@ Nothing is lost, nothing is doubled:
   next number.
 * A process sends an entry only while it holds a lock on the entry's file, so a hook and
   ``agent flush`` never send one entry at the same time.
+* Entries go oldest first: by the time their files were written, and for files of one
+  clock tick (a hook that spools several turns at once) by the time each entry records.
+* An entry the server refuses for good moves to ``rejected/`` with the reason; each is
+  counted in the flush's outcome (the hook logs them).
+* A temp file a killed process left (``.tmp-*``) is removed once it is older than any write
+  in flight can be.
 """
 
 from __future__ import annotations
@@ -27,16 +33,55 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import fsync_dir
 
 if TYPE_CHECKING:
-    from ..client import Client
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    from ..models import Upload
+
+    class IndexedTurn(Protocol):
+        @property
+        def turn(self) -> int: ...
+        @property
+        def meta(self) -> dict[str, Any]: ...
+        @property
+        def artifacts(self) -> Sequence[str]: ...
+
+    class Index(Protocol):
+        @property
+        def turns(self) -> Sequence[IndexedTurn]: ...
+        @property
+        def latest_turn(self) -> int | None: ...
+
+    class Sender(Protocol):
+        """What sends a spooled turn: the full client (``agent flush``) or the hooks' own
+        (agents/wire.py), which take the same calls and raise the same errors."""
+
+        def get_task(self, task_id: str) -> Index: ...
+
+        def put_turn(
+            self,
+            task_id: str,
+            turn: int,
+            *,
+            meta: dict[str, Any] | None = ...,
+            summary_md: str = ...,
+            if_none_match: Any = ...,
+            artifacts: Any = ...,
+        ) -> object: ...
+
+        def put_artifact(
+            self, task_id: str, turn: int, name: str, source: Any, *, content_type: Any = ...
+        ) -> object: ...
+
 
 try:  # POSIX; elsewhere entries are sent without the cross-process lock
     import fcntl
@@ -47,6 +92,10 @@ STATE_ENV = "PROJECT_MEMORY_STATE_DIR"
 ENTRY_SUFFIX = ".json"
 RECORD_KEY = "record_id"
 NEXT_TURN_ATTEMPTS = 64
+TEMP_PREFIX = ".tmp-"
+# A temp file is a write in flight for milliseconds; one this old was left by a process
+# that died between creating it and removing it.
+STALE_TEMP_SECONDS = 600.0
 # A refusal that sending again cannot change: the entry moves to spool/rejected/.
 FINAL_STATUSES = frozenset({400, 413, 415, 422})
 
@@ -72,7 +121,7 @@ def private_dir(path: Path) -> Path:
 def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
     """Write ``path`` (mode 0600) whole or not at all. ``replace=False`` writes it only if
     it does not exist (False then); a reader never sees a part."""
-    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}")
+    tmp = path.with_name(f"{TEMP_PREFIX}{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -93,39 +142,74 @@ def write_private(path: Path, data: bytes, *, replace: bool = True) -> bool:
     return True
 
 
-@dataclass
+ENTRY_FIELDS = (
+    "record_id",
+    "agent",
+    "url",
+    "tenant",
+    "project",
+    "task_id",
+    "meta",
+    "summary_md",
+    "created_at",
+    "artifacts",
+)
+
+
 class Entry:
     """A turn waiting to be sent. ``artifacts``: ``{"name", "file", "content_type"}``, the
-    file beside the entry in the spool."""
+    file beside the entry in the spool. (A plain class: hooks load it at every start.)"""
 
-    record_id: str
-    agent: str
-    url: str
-    tenant: str | None
-    project: str | None
-    task_id: str
-    meta: dict[str, Any]
-    summary_md: str
-    created_at: float = field(default_factory=time.time)
-    artifacts: list[dict[str, str]] = field(default_factory=list)
+    def __init__(
+        self,
+        record_id: str,
+        agent: str,
+        url: str,
+        tenant: str | None,
+        project: str | None,
+        task_id: str,
+        meta: dict[str, Any],
+        summary_md: str,
+        created_at: float | None = None,
+        artifacts: list[dict[str, str]] | None = None,
+    ) -> None:
+        self.record_id = record_id
+        self.agent = agent
+        self.url = url
+        self.tenant = tenant
+        self.project = project
+        self.task_id = task_id
+        self.meta = meta
+        self.summary_md = summary_md
+        self.created_at = time.time() if created_at is None else created_at
+        self.artifacts = [] if artifacts is None else artifacts
 
     def to_json(self) -> bytes:
-        return json.dumps(self.__dict__, ensure_ascii=False, indent=1).encode("utf-8")
+        value = {k: getattr(self, k) for k in ENTRY_FIELDS}
+        return json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes) -> Entry:
         value = json.loads(data)
-        return cls(**{k: value[k] for k in cls.__dataclass_fields__ if k in value})
+        return cls(**{k: value[k] for k in ENTRY_FIELDS if k in value})
+
+    def task_key(self) -> tuple[str, str | None, str | None, str]:
+        """The task the turn goes to, on its server and in its scope."""
+        return (self.url.rstrip("/"), self.tenant, self.project, self.task_id)
 
 
-@dataclass
 class Outcome:
-    sent: int = 0
-    already: int = 0  # found on the server (sent before): removed, not written again
-    rejected: int = 0
-    kept: int = 0  # still spooled (the server is down, busy, or refused the token)
-    unreachable: bool = False
-    errors: list[str] = field(default_factory=list)
+    """What a flush did."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.already = 0  # found on the server (sent before): removed, not written again
+        self.rejected = 0  # refused for good: moved to spool/rejected/
+        self.kept = 0  # still spooled (the server is down, busy, or refused the token)
+        self.deferred = 0  # left behind a turn of their task another process is sending
+        self.unreachable = False
+        self.errors: list[str] = []
+        self.rejections: list[str] = []  # "<file>: <why>", one per rejected
 
 
 class Spool:
@@ -139,30 +223,110 @@ class Spool:
 
     def add(self, entry: Entry, artifacts: dict[str, tuple[bytes, str]] | None = None) -> bool:
         """Spool ``entry`` with its artifacts (name → (bytes, content type)); False when an
-        entry of that record id is spooled already (it is the same turn)."""
+        entry of that record id is spooled already (it is the same turn). OSError (a full
+        disk) when it cannot be written: then nothing of it is left."""
         directory = self._ready()
-        for name, (data, content_type) in (artifacts or {}).items():
-            file = f"{entry.record_id}.{name}"
-            write_private(directory / file, data)
-            entry.artifacts.append({"name": name, "file": file, "content_type": content_type})
-        return write_private(
-            directory / f"{entry.record_id}{ENTRY_SUFFIX}", entry.to_json(), replace=False
-        )
+        self.remove_stale_temps()
+        written: list[Path] = []
+        try:
+            for name, (data, content_type) in (artifacts or {}).items():
+                file = f"{entry.record_id}.{name}"
+                write_private(directory / file, data)
+                written.append(directory / file)
+                entry.artifacts.append({"name": name, "file": file, "content_type": content_type})
+            return write_private(
+                directory / f"{entry.record_id}{ENTRY_SUFFIX}", entry.to_json(), replace=False
+            )
+        except OSError:
+            entry.artifacts.clear()
+            for path in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise
 
-    def paths(self) -> list[Path]:
-        """Spooled entries, oldest first."""
+    def remove_stale_temps(self) -> int:
+        """Remove the temp files a killed process left in the spool and the state directory
+        (older than STALE_TEMP_SECONDS: a write in flight is never one); how many went."""
+        removed = 0
+        limit = time.time() - STALE_TEMP_SECONDS
+        for directory in (self.root, self.root / "sessions", self.dir, self.dir / "rejected"):
+            try:
+                names = [n for n in os.listdir(directory) if n.startswith(TEMP_PREFIX)]
+            except OSError:
+                continue
+            for name in names:
+                with contextlib.suppress(OSError):
+                    st = os.stat(directory / name, follow_symlinks=False)
+                    if st.st_mtime < limit:
+                        os.unlink(directory / name)
+                        removed += 1
+        return removed
+
+    def _entry_files(self) -> list[Path]:
         if not self.dir.is_dir():
             return []
-        found = [p for p in self.dir.iterdir() if p.name.endswith(ENTRY_SUFFIX)]
-        return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+        return [
+            p
+            for p in self.dir.iterdir()
+            if p.name.endswith(ENTRY_SUFFIX) and not p.name.startswith(TEMP_PREFIX)
+        ]
+
+    def paths(self) -> list[Path]:
+        """Spooled entries, oldest first: by their files' times, and for files of one clock
+        tick (several turns one hook spooled) by the times the entries record."""
+        times: dict[Path, int] = {}
+        for path in self._entry_files():
+            with contextlib.suppress(FileNotFoundError):  # sent by another process meanwhile
+                times[path] = path.stat().st_mtime_ns
+        ticks: dict[int, int] = {}
+        for mtime in times.values():
+            ticks[mtime] = ticks.get(mtime, 0) + 1
+
+        def order(path: Path) -> tuple[int, float, str]:
+            mtime = times[path]
+            return (mtime, _created_at(path) if ticks[mtime] > 1 else 0.0, path.name)
+
+        return sorted(times, key=order)
 
     def count(self) -> int:
-        return len(self.paths())
+        return len(self._entry_files())
+
+    def backlog(self) -> tuple[int, int, float | None]:
+        """What waits: the entries, their bytes (their artifacts' files included), and the
+        oldest one's age in seconds (None when there is none)."""
+        entries = 0
+        size = 0
+        oldest: float | None = None
+        now = time.time()
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return 0, 0, None
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(self.dir / name, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                size += st.st_size
+                if name.endswith(ENTRY_SUFFIX):
+                    entries += 1
+                    oldest = max(oldest or 0.0, now - st.st_mtime)
+        return entries, size, oldest
+
+    def rejected_count(self) -> int:
+        """Entries the server refused for good, kept in ``rejected/`` with the reason."""
+        rejected = self.dir / "rejected"
+        if not rejected.is_dir():
+            return 0
+        return len([p for p in rejected.iterdir() if p.name.endswith(ENTRY_SUFFIX)])
 
     @contextlib.contextmanager
-    def _locked(self, path: Path) -> Iterator[Entry | None]:
+    def _locked(self, path: Path) -> Iterator[Entry | str | None]:
         """The entry at ``path`` while this process holds its lock; None when another
-        process holds it, or it was sent and removed meanwhile."""
+        process holds it, or it was sent and removed meanwhile; why, when it could not be
+        read (it moved to ``rejected/``)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except (FileNotFoundError, OSError):
@@ -182,9 +346,9 @@ class Spool:
                 data = fh.read()
             try:
                 entry = Entry.from_json(data)
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 self._reject(path, "unreadable entry")
-                yield None
+                yield "unreadable entry"
                 return
             yield entry
         finally:
@@ -202,11 +366,13 @@ class Spool:
         rejected = private_dir(self.dir / "rejected")
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, rejected / path.name)
-            write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
+            # The reason is a help, the move is what counts: a full disk may refuse it.
+            with contextlib.suppress(OSError):
+                write_private(rejected / f"{path.name}.why", why.encode("utf-8"))
 
     def flush(
         self,
-        client: Client,
+        client: Sender,
         *,
         url: str,
         tenant: str | None = None,
@@ -215,16 +381,29 @@ class Spool:
     ) -> Outcome:
         """Send every entry for the server at ``url`` and the scope ``client`` acts in
         (``tenant``, ``project``: its settings), oldest first, until ``deadline``
-        (``time.monotonic()``); entries for another server or scope are left for it."""
+        (``time.monotonic()``); entries for another server or scope are left for it.
+
+        A task's turns keep their order: once an entry of a task is not sent (another
+        process is sending it, or it failed), its later entries wait for the next flush."""
         from ..errors import ApiError, ClientError, ServerUnreachable
 
         outcome = Outcome()
+        self.remove_stale_temps()
+        waiting: set[tuple[str, str | None, str | None, str]] = set()  # tasks held back
         for path in self.paths():
             if deadline is not None and time.monotonic() >= deadline:
                 outcome.kept += 1
                 continue
             with self._locked(path) as entry:
                 if entry is None:
+                    # Another process holds it (an entry is never changed: it reads whole).
+                    held = _peek(path)
+                    if held is not None:
+                        waiting.add(held.task_key())
+                    continue
+                if isinstance(entry, str):
+                    outcome.rejected += 1
+                    outcome.rejections.append(f"{path.name}: {entry}")
                     continue
                 if (entry.url.rstrip("/"), entry.tenant, entry.project) != (
                     url.rstrip("/"),
@@ -233,8 +412,11 @@ class Spool:
                 ):
                     outcome.kept += 1
                     continue
+                if entry.task_key() in waiting:
+                    outcome.deferred += 1
+                    continue
                 try:
-                    found = send(client, entry, self.dir)
+                    found = send(client, entry, spooled_uploads(entry, self.dir))
                 except ServerUnreachable as exc:
                     outcome.kept += 1
                     outcome.unreachable = True
@@ -245,12 +427,15 @@ class Spool:
                     if exc.status in FINAL_STATUSES:
                         self._reject(path, f"{exc.status} {exc.message}")
                         outcome.rejected += 1
+                        outcome.rejections.append(f"{path.name}: {exc.status} {exc.message}")
                     else:
                         outcome.kept += 1
+                        waiting.add(entry.task_key())
                     outcome.errors.append(f"{exc.status} {exc.message}")
                     continue
                 except (ClientError, RuntimeError) as exc:
                     outcome.kept += 1
+                    waiting.add(entry.task_key())
                     outcome.errors.append(str(exc))
                     continue
                 self._remove(path, entry)
@@ -261,23 +446,43 @@ class Spool:
         return outcome
 
 
-def send(client: Client, entry: Entry, directory: Path) -> bool:
-    """Put ``entry``'s turn on the server, once; True when it was there already.
+def _peek(path: Path) -> Entry | None:
+    try:
+        return Entry.from_json(path.read_bytes())
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+
+
+def _created_at(path: Path) -> float:
+    try:
+        return float(json.loads(path.read_bytes()).get("created_at", 0.0))
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
+        return 0.0
+
+
+def spooled_uploads(entry: Entry, directory: Path) -> list[Upload]:
+    """The artifacts of a spooled entry, from their files beside it."""
+    from ..models import Upload
+
+    return [
+        Upload(a["name"], directory / a["file"], a["content_type"])
+        for a in entry.artifacts
+        if (directory / a["file"]).is_file()
+    ]
+
+
+def send(client: Sender, entry: Entry, uploads: list[Upload]) -> bool:
+    """Put ``entry``'s turn with ``uploads`` on the server, once; True when it was there
+    already.
 
     A turn not there yet goes with its artifacts in one request (all or nothing); one that
     is there gets each artifact it lacks (what a cut delivery of the seed's requests, or a
     file spooled after, left out).
     """
-    from ..client import Upload
     from ..errors import NotFound, PreconditionFailed
 
     task_id = entry.task_id
     meta = {**entry.meta, RECORD_KEY: entry.record_id}
-    uploads = [
-        Upload(a["name"], directory / a["file"], a["content_type"])
-        for a in entry.artifacts
-        if (directory / a["file"]).is_file()
-    ]
     for _ in range(NEXT_TURN_ATTEMPTS):
         try:
             index = client.get_task(task_id)

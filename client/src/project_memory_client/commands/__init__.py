@@ -1,10 +1,11 @@
 """What every CLI command is built with: the shared options, the run context, the output.
 
-A command module has a ``register(parser)`` function (named in ``cli.COMMANDS``) that adds
-its arguments, or its sub-commands with :func:`subcommands` and :func:`leaf`. Each leaf
+A command module has a ``register(parser)`` function (named in
+``command_line.COMMANDS``) that adds its arguments, or its sub-commands with
+:func:`subcommands` and :func:`leaf`. Each leaf
 runs as ``run(ctx) -> Output``: ``Output.data`` is what ``--json`` prints inside the
 envelope, ``Output.text`` the human form. A command raises instead of printing errors;
-``cli.main`` turns the exception into the message, the envelope and the exit code.
+``command_line.run`` turns the exception into the message, the envelope and the exit code.
 
 Import nothing heavy at module level (no httpx, no client): ``--help`` and the start-up of
 every command import these modules. ``ctx.client()`` loads the client when a command needs it.
@@ -110,7 +111,9 @@ class ProgressBar:
     WIDTH = 24
 
     def __init__(self, label: str, out: TextIO) -> None:
-        self.label = label
+        from ..terminal import visible
+
+        self.label = visible(label)  # drawn with a "\r" of its own, so not through show()
         self.out = out
         self.last = 0.0
         self.shown = False

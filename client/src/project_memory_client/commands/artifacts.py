@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import rules
 from . import Context, Output, UsageError, conditions, leaf, subcommands, task_and_turn
 
 
@@ -27,7 +28,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     put.add_argument(
         "--content-type",
         metavar="TYPE",
-        help="default: from the name, else application/octet-stream",
+        help="default: from the name (a text type for"
+        f" {rules.TEXT_TYPES_HELP}), else application/octet-stream",
     )
     conditions(put, "the artifact")
 

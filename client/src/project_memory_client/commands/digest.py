@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .._files import atomic_file
+from ..terminal import show_stream
 from . import Context, Output, add_common_options, configure
 
 
@@ -41,9 +41,5 @@ def show_digest(ctx: Context) -> Output:
                 fh.write(block)
                 size += len(block)
         return Output({"bytes": size, "path": a.output}, f"wrote {a.output} ({size} bytes)")
-    out = sys.stdout.buffer
-    for block in client.iter_digest():
-        out.write(block)
-        size += len(block)
-    out.flush()
+    size = show_stream(ctx.stdout, client.iter_digest())
     return Output({"bytes": size}, None)

@@ -75,7 +75,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="store file PATH with the turn, in the same request (repeat, at most"
         f" {rules.MAX_ARTIFACTS_PER_WRITE}; each at most 50 MiB, streamed from disk). NAME: the"
         " artifact's name (default: PATH's file name; needed when PATH has a ':'); TYPE: its"
-        " Content-Type (default: guessed from NAME, else application/octet-stream)",
+        f" Content-Type (default: guessed from NAME, a text type for {rules.TEXT_TYPES_HELP};"
+        " else application/octet-stream)",
     )
     conditions(put, "the turn")
 

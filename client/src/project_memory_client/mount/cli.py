@@ -81,6 +81,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     configure(parser, run)
 
 
+class _ShownFormatter(logging.Formatter):
+    """Log lines name memory paths and quote the server: written as every other line the
+    CLI prints for people is (terminal.py)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from ..terminal import shown_on
+
+        return shown_on(sys.stderr, super().format(record))
+
+
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None:
@@ -100,9 +110,9 @@ def run(ctx: Context) -> Output:
     level = args.log_level.upper()
     if not isinstance(logging.getLevelName(level), int):
         raise _cannot_start(f"--log-level: not a level: {args.log_level}")
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_ShownFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
         settings = ctx.settings().require()
     except SettingsError as exc:

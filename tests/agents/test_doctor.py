@@ -1,0 +1,161 @@
+"""``project-memory agent doctor``: each way the agent path breaks is found, in one line, and
+makes it exit 1; a working set-up exits 0. Idle and under CPU load.
+
+The doctor runs as a user runs it, a process in the repository with the user's environment,
+against a real server behind the switch (tests/agents/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.conftest import CLI, VENV_BIN, Memory, Work, cli
+
+pytestmark = pytest.mark.e2e
+
+
+def doctor(env: dict[str, str], repo: Path) -> tuple[int, list[str], dict[str, Any]]:
+    """The doctor's exit status, its problem lines, and its --json data."""
+    text = cli(env, "agent", "doctor", cwd=repo)
+    lines = (text.stdout + text.stderr).splitlines()
+    problems = [line for line in lines if line.startswith("problem ")]
+    as_json = cli(env, "agent", "doctor", "--json", cwd=repo)
+    assert as_json.returncode == text.returncode, as_json.stdout + as_json.stderr
+    data = json.loads(as_json.stdout)["data"]
+    assert len(data["problems"]) == len(problems), (data, lines)
+    return text.returncode, problems, data
+
+
+@pytest.fixture
+def installed(work: Work) -> Work:
+    for agent in ("claude-code", "cursor"):
+        done = cli(work.env, "agent", "install", agent, cwd=work.repo)
+        assert done.returncode == 0, done.stderr
+    return work
+
+
+def test_a_working_set_up_has_no_problem(installed: Work, load: str) -> None:
+    code, problems, data = doctor(installed.env, installed.repo)
+    assert (code, problems) == (0, []), data
+    names = {c["name"] for c in data["checks"]}
+    assert {"settings", "token", "claude-code hooks", "claude-code mcp", "cursor mcp"} <= names
+    assert any("tools at" in c["detail"] for c in data["checks"] if c["name"] == "claude-code mcp")
+
+
+def _one(problems: list[str], name: str, *words: str) -> None:
+    mine = [p for p in problems if p.startswith(f"problem {name}:")]
+    assert len(mine) == 1, problems
+    for word in words:
+        assert word in mine[0], (word, mine[0])
+
+
+def test_a_hook_command_not_on_path(installed: Work, load: str) -> None:
+    """An older install named the client bare; the agent's PATH has no venv."""
+    settings = installed.repo / ".claude" / "settings.json"
+    value = json.loads(settings.read_text())
+    for groups in value["hooks"].values():
+        for hook in groups[0]["hooks"]:
+            hook["command"] = hook["command"].replace(CLI, "project-memory")
+    settings.write_text(json.dumps(value))
+    path = os.pathsep.join(
+        p for p in installed.env["PATH"].split(os.pathsep) if Path(p) != VENV_BIN
+    )
+    code, problems, _ = doctor({**installed.env, "PATH": path}, installed.repo)
+    assert code == 1
+    _one(problems, "claude-code hooks", "project-memory agent hook", "not found")
+
+
+def test_a_wrong_url(installed: Work, memory_up: Memory, load: str) -> None:
+    env = {**installed.env, "PROJECT_MEMORY_URL": memory_up.url + "/elsewhere"}
+    code, problems, _ = doctor(env, installed.repo)
+    assert code == 1
+    _one(problems, "url", "answered 404", "not a Project Memory server")
+
+
+def test_a_wrong_token(installed: Work, load: str) -> None:
+    env = {**installed.env, "PROJECT_MEMORY_TOKEN": "pm_" + "w" * 40}
+    code, problems, _ = doctor(env, installed.repo)
+    assert code == 1
+    _one(problems, "token", "refused the token", "401")
+    _one(problems, "claude-code mcp", "refused the token")
+
+
+def test_the_server_down(installed: Work, memory_up: Memory, load: str) -> None:
+    memory_up.switch.set("down")
+    code, problems, _ = doctor(installed.env, installed.repo)
+    assert code == 1
+    _one(problems, "server", "cannot reach", memory_up.url)
+
+
+def test_a_token_the_agent_cannot_expand(installed: Work, load: str) -> None:
+    """The token is in the config file, not the environment: the hooks have it, Claude
+    Code's header expands to 'Bearer '."""
+    config = Path(installed.env["XDG_CONFIG_HOME"]) / "project-memory" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'token = "{installed.env["PROJECT_MEMORY_TOKEN"]}"\n')
+    config.chmod(0o600)
+    env = {k: v for k, v in installed.env.items() if k != "PROJECT_MEMORY_TOKEN"}
+    code, problems, _ = doctor(env, installed.repo)
+    assert code == 1
+    _one(problems, "claude-code mcp", "PROJECT_MEMORY_TOKEN is not set")
+
+
+def test_a_spool_backlog(installed: Work, memory_up: Memory, load: str) -> None:
+    spool = Path(installed.env["PROJECT_MEMORY_STATE_DIR"]) / "spool"
+    spool.mkdir(parents=True, mode=0o700)
+    entry = spool / ("b" * 32 + ".json")
+    entry.write_text(
+        json.dumps(
+            {
+                "record_id": "b" * 32,
+                "agent": "claude-code",
+                "url": memory_up.url,
+                "tenant": None,
+                "project": None,
+                "task_id": "t",
+                "meta": {},
+                "summary_md": "waiting",
+            }
+        )  # fmt: skip
+    )
+    hour_ago = time.time() - 3600
+    os.utime(entry, (hour_ago, hour_ago))
+    code, problems, data = doctor(installed.env, installed.repo)
+    assert code == 1
+    _one(problems, "spool", "1 turn(s)", "60 min", "agent flush")
+    status = json.loads(cli(installed.env, "agent", "status", "--json", cwd=installed.repo).stdout)
+    assert status["data"]["spool"]["queued"] == 1
+    assert status["data"]["spool"]["oldest_seconds"] >= 3600
+    assert status["data"]["spool"]["bytes"] == entry.stat().st_size
+    assert cli(installed.env, "agent", "flush").returncode == 0
+    assert doctor(installed.env, installed.repo)[0] == 0
+
+
+def test_nothing_installed(work: Work) -> None:
+    code, problems, _ = doctor(work.env, work.repo)
+    assert code == 1
+    _one(problems, "install", "no agent is installed")
+
+
+def test_the_last_hook_error_is_shown(installed: Work, memory_up: Memory) -> None:
+    memory_up.switch.set("down")
+    subprocess.run(
+        [CLI, "agent", "hook", "session-start"],
+        input="{}",
+        env=installed.env,
+        cwd=installed.repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    memory_up.switch.set("up")
+    code, _, data = doctor(installed.env, installed.repo)
+    last = [c for c in data["checks"] if c["name"] == "last hook error"]
+    assert code == 0 and last and "Connection refused" in last[0]["detail"], data
