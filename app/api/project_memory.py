@@ -636,7 +636,7 @@ def search_project() -> ResponseReturnValue:
             "in": "query",
             "required": True,
             "description": f"The task the session works on: {ID_PATTERN}",
-            "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+            "schema": rules.identifier(),
         },
         {
             "name": "max_bytes",
