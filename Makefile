@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test faults soak powerloss lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
+.PHONY: venv run test faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
 # The server, and the client distribution (client/: the project-memory CLI and the agents'
 # hooks), so that `make run` is all a first try needs.
@@ -65,6 +65,11 @@ powerloss: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m powerloss tests/powerloss $(PYTEST_ARGS)
 	$(BIN)/python -m tests.powerloss.harness --cycles $(POWERLOSS_CYCLES)
 	$(BIN)/python -m tests.powerloss.harness --cycles $(POWERLOSS_CYCLES) --group-commit
+
+# schemathesis against a real gunicorn on each backend, every phase (coverage too), 30 examples
+# per operation: the long form of tests/e2e/test_schemathesis.py, which `make test` runs bounded.
+conformance: $(DEV_STAMP)
+	MEMORY_SCHEMATHESIS_FULL=1 $(BIN)/python -m pytest -q -n 0 tests/e2e/test_schemathesis.py $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .

@@ -6,16 +6,15 @@ Errors use the envelope ``{"type": "error", "error": {"type", "message"}, "reque
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, request
 from marshmallow import Schema
 
 from app.api.common import audit, json_body, json_response, storage, strict_int
-from app.api.docs import doc
-from app.schemas import memory_stores as s
-from app.storage.core.clock import to_us
+from app.api.docs import doc, links
+from app.schemas import memory_stores as s, rules
+from app.storage.core.clock import parse_time_us
 from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
 from app.storage.core.store_models import Memory, MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
@@ -48,10 +47,19 @@ STORE_ID = _path_param("memory_store_id", STORE_ID_PATTERN)
 MEMORY_ID = _path_param("memory_id", MEMORY_ID_PATTERN)
 VERSION_ID = _path_param("memory_version_id", VERSION_ID_PATTERN)
 LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
-PAGE = _query("page", {"type": "string"}, "The next_page value of the previous response.")
+PAGE = _query(
+    "page",
+    {"type": "string"},
+    "The next_page value of the previous response, as it was given (anything else is a 400);"
+    " absent or empty: the first page.",
+)
+TIME_RULE = (
+    "An RFC 3339 time (a date alone, or one without an offset (UTC), too; an unencoded '+'"
+    " that arrives as a space is read as '+')."
+)
 CREATED_RANGE = [
-    _query("created_at[gte]", {"type": "string", "format": "date-time"}, "Inclusive."),
-    _query("created_at[lte]", {"type": "string", "format": "date-time"}, "Inclusive."),
+    _query(bound, {"type": "string", **rules.time(query=True)}, f"Inclusive. {TIME_RULE}")
+    for bound in ("created_at[gte]", "created_at[lte]")
 ]
 
 
@@ -156,12 +164,9 @@ def _time_us(name: str) -> int | None:
     if raw is None:
         return None
     try:
-        moment = datetime.fromisoformat(raw.strip().replace(" ", "+"))
+        return parse_time_us(raw, query=True)
     except ValueError:
         raise _bad_query(name, "must be an RFC 3339 timestamp") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return to_us(moment)
 
 
 def _optional_body(schema: Schema) -> Any:
@@ -187,10 +192,40 @@ def _memory_page(page: Page) -> dict[str, Any]:
 
 
 # -- stores --------------------------------------------------------------------------------
+STORE_LINKS = links(
+    "get_memory_store",
+    "update_memory_store",
+    "delete_memory_store",
+    "archive_memory_store",
+    "create_memory",
+    "list_memories",
+    "list_memory_versions",
+    "run_memory_tool",
+    memory_store_id="/id",
+)
+MEMORY_LINKS = {
+    **links(
+        "get_memory",
+        "update_memory",
+        "patch_memory",
+        "delete_memory",
+        memory_store_id="/memory_store_id",
+        memory_id="/id",
+    ),
+    **links(
+        "get_memory_version",
+        "redact_memory_version",
+        memory_store_id="/memory_store_id",
+        memory_version_id="/memory_version_id",
+    ),
+}
+
+
 @bp.post("")
 @doc(
     body=s.MemoryStoreCreateRequest,
     responses={200: s.MemoryStore, **ERRORS, 507: "MemoryStoresError"},
+    links={200: STORE_LINKS},
     tags=TAGS,
 )
 def create_memory_store() -> Response:
@@ -304,6 +339,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
     params=[STORE_ID, _view_param("basic")],
     body=s.MemoryCreateRequest,
     responses={200: s.Memory, **FULL},
+    links={200: MEMORY_LINKS},
     tags=TAGS,
 )
 def create_memory(memory_store_id: str) -> Response:
@@ -336,7 +372,11 @@ def _memory_event(action: str, memory: Memory) -> None:
 @doc(
     params=[
         STORE_ID,
-        _query("path_prefix", {"type": "string", "default": "/"}, "Ends with '/'."),
+        lambda app: _query(
+            "path_prefix",
+            {**rules.path_prefix(), "default": "/"},
+            "'/', or a memory path followed by '/' (segment-aligned).",
+        ),
         _query("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
         LIMIT,
         PAGE,
@@ -399,6 +439,7 @@ UPDATE_DOC = doc(
     params=[STORE_ID, MEMORY_ID, _view_param("basic")],
     body=s.MemoryUpdateRequest,
     responses={200: s.Memory, **FULL},
+    links={200: MEMORY_LINKS},
     tags=TAGS,
 )
 
@@ -424,7 +465,7 @@ def patch_memory(memory_store_id: str, memory_id: str) -> Response:
         MEMORY_ID,
         _query(
             "expected_content_sha256",
-            {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            {"type": "string", **rules.sha256()},
             "Delete only if the memory's content_sha256 equals this (409 otherwise).",
         ),
     ],

@@ -10,12 +10,37 @@ import yaml
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Flask
+from marshmallow import Schema
 
-from app.schemas import project_memory as pm
+from app.schemas import memory_stores as ms, project_memory as pm, rules
+from app.web.requestlog import CORRELATION_RULE
 
 _CONVERTER = re.compile(r"<(?:[a-z]+:)?([a-zA-Z_]+)>")
 DOCUMENTED_PREFIXES = ("/sandbox/memory/v1", "/v1/memory_stores")
 _SKIP_METHODS = {"HEAD", "OPTIONS"}
+
+
+def _rule_of(converter: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
+    """A body field's rule (app/schemas/rules.py), given as ``metadata["rule"]``, merged into
+    its property: the constraints the server checks the field's value by."""
+    rule = field.metadata.get("rule")
+    if rule is None:
+        return {}
+    # A callable: the patterns are spelled from Unicode's tables, which takes a moment, when
+    # the document is built rather than at every import.
+    found: dict[str, Any] = rule() if callable(rule) else rule
+    return found
+
+
+def _scope_header(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "schema": rules.identifier(),
+        "description": description,
+    }
+
 
 COMMON_HEADERS = [
     {
@@ -23,22 +48,21 @@ COMMON_HEADERS = [
         "in": "header",
         "required": False,
         "schema": {"type": "string"},
-        "description": "End-to-end correlation id; echoed on the response, generated (ULID) when omitted.",
+        # Not a pattern: a value beyond the rule is replaced, never refused.
+        "description": "End-to-end correlation id, echoed verbatim on the response (and as"
+        f" the memory-stores API's request-id, prefixed req_) when it is {CORRELATION_RULE};"
+        " when it is omitted or anything else, the server generates a ULID in its place (and"
+        " logs the one it replaced).",
     },
-    {
-        "name": "X-Sandbox-Project-Id",
-        "in": "header",
-        "required": False,
-        "schema": {"type": ["string", "null"]},
-        "description": "Project for this request; a project-scoped token may only name its own (403).",
-    },
-    {
-        "name": "X-Sandbox-Tenant-Id",
-        "in": "header",
-        "required": False,
-        "schema": {"type": ["string", "null"]},
-        "description": "Tenant for this request; must match the credential's tenant (403).",
-    },
+    _scope_header(
+        "X-Sandbox-Project-Id",
+        "Project for this request, an id like a task's; a project-scoped token may only name"
+        " its own (403).",
+    ),
+    _scope_header(
+        "X-Sandbox-Tenant-Id",
+        "Tenant for this request, an id like a task's; must match the credential's tenant (403).",
+    ),
 ]
 
 ERROR_RESPONSES = {
@@ -74,16 +98,19 @@ def _response(spec: APISpec, status: int, target: Any) -> dict[str, Any]:
 
 
 def build_spec(app: Flask) -> dict[str, Any]:
+    plugin = MarshmallowPlugin()
     spec = APISpec(
         title="Project Memory",
         version="1.0.0",
         openapi_version="3.1.0",
-        plugins=[MarshmallowPlugin()],
+        plugins=[plugin],
         info={
             "description": "Durable per-task turn history (meta, summary, artifacts) and a project "
             "digest, scoped to tenant/project, plus memory stores. Every request needs a credential."
         },
     )
+    assert plugin.converter is not None
+    plugin.converter.add_attribute_function(_rule_of)  # type: ignore[no-untyped-call]
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     spec.components.security_scheme(
         "apiKey", {"type": "apiKey", "in": "header", "name": "x-api-key"}
@@ -107,6 +134,11 @@ def build_spec(app: Flask) -> dict[str, Any]:
     for extra in app.extensions.get("openapi_schemas", []):
         if extra.__name__ not in spec.components.schemas:
             spec.components.schema(extra.__name__, schema=extra)
+    # A schema's rule across its fields (app/schemas/: OPENAPI_RULE), e.g. "content or path".
+    classes = _schema_classes(app)
+    for name, component in spec.components.schemas.items():
+        if name in classes:
+            component.update(getattr(classes[name], "OPENAPI_RULE", {}))
 
     paths: dict[str, dict[str, Any]] = {}
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
@@ -121,10 +153,13 @@ def build_spec(app: Flask) -> dict[str, Any]:
         path = _path_of(rule.rule)
         for method in sorted((rule.methods or set()) - _SKIP_METHODS):
             lines = (view.__doc__ or "").strip().splitlines()
+            # A callable parameter reads the app's settings (hours: the retention) or takes a
+            # moment to spell (patterns from Unicode's tables): built with the document.
+            params = [p(app) if callable(p) else p for p in info["params"]]
             operation: dict[str, Any] = {
                 "operationId": view.__name__,
                 "summary": lines[0] if lines else "",
-                "parameters": [*info["params"], *COMMON_HEADERS],
+                "parameters": [*params, *COMMON_HEADERS],
                 "responses": {},
                 "security": [{"bearerAuth": []}, {"apiKey": []}],
             }
@@ -154,6 +189,8 @@ def build_spec(app: Flask) -> dict[str, Any]:
                 operation["responses"][str(status)] = _response(spec, status, target)
                 if status in info["headers"]:
                     operation["responses"][str(status)]["headers"] = info["headers"][status]
+                if status in info["links"]:
+                    operation["responses"][str(status)]["links"] = info["links"][status]
             paths.setdefault(path, {})[method.lower()] = operation
     for path, operations in paths.items():
         spec.path(path=path, operations=operations)
@@ -164,6 +201,18 @@ def build_spec(app: Flask) -> dict[str, Any]:
 def _cached_yaml(app_id: int, app: Flask) -> str:
     text: str = yaml.safe_dump(build_spec(app), sort_keys=False, allow_unicode=True)
     return text
+
+
+def _schema_classes(app: Flask) -> dict[str, type]:
+    """The schema classes of the document, by component name."""
+    found: dict[str, type] = {}
+    for module in (pm, ms):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Schema):
+                found.setdefault(value.__name__, value)
+    for extra in app.extensions.get("openapi_schemas", []):
+        found.setdefault(extra.__name__, extra)
+    return found
 
 
 def spec_yaml(app: Flask) -> str:

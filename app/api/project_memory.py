@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, Flask, current_app, request
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -31,14 +31,14 @@ from app.api.common import (
     query_task_id,
     storage,
 )
-from app.api.docs import doc
-from app.schemas import project_memory as s, usage as us
+from app.api.docs import doc, links
+from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, usage_report
 from app.storage import PayloadTooLarge, PreconditionFailed
-from app.storage.core.clock import parse_iso_us
+from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
-from app.storage.core.query import MAX_QUERY_CHARS
+from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
 from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
 from app.web.auth import current_principal, require_principal
@@ -56,22 +56,36 @@ TASK_ID = {
     "in": "path",
     "required": True,
     "description": f"Task id: {ID_PATTERN}",
-    "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+    "schema": rules.identifier(),
 }
 TURN = {
     "name": "turn",
     "in": "path",
     "required": True,
     "description": f"Turn number (stored zero-padded, 0000-{MAX_TURN})",
-    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_TURN},
+    "schema": rules.turn(),
 }
 NAME = {
     "name": "name",
     "in": "path",
     "required": True,
-    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN}",
-    "schema": {"type": "string", "pattern": f"^{ARTIFACT_NAME_PATTERN}$"},
+    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN} ('.' and '..' alone excepted)",
+    "schema": rules.artifact_name(),
 }
+
+
+def cursor_param(what: str) -> dict[str, Any]:
+    """A page cursor: opaque, only ever one the server gave (a 422 otherwise)."""
+    return {
+        "name": "cursor",
+        "in": "query",
+        "required": False,
+        "description": f"The {what} of the previous page, as it was given (anything else is"
+        " a 422); absent or empty: the first page.",
+        "schema": {"type": "string"},
+    }
+
+
 CONDITIONAL = [
     {
         "name": "If-Match",
@@ -88,6 +102,8 @@ CONDITIONAL = [
         "description": "'*': write only if the resource does not exist yet (412 otherwise).",
     },
 ]
+# A write's preconditions: 412 when one does not hold, 400 for an If-None-Match other than '*'.
+CONDITIONAL_ERRORS: dict[int, object] = {400: "HTTPError", 412: "HTTPError"}
 IF_MATCH = {
     **CONDITIONAL[0],
     "description": "Delete only if the current ETag matches (412 otherwise).",
@@ -183,14 +199,15 @@ def _not_modified(etag: str) -> Response:
             "schema": {"type": "integer", "minimum": 1, "maximum": DIGEST_MAX_LIMIT},
             "x-beyond-seed": True,
         },
-        {
+        lambda app: {
             "name": "since",
             "in": "query",
             "required": False,
             "description": "Beyond the seed's API: only the sections of tasks updated at"
-            " this time or later: ISO 8601 (UTC when it names no offset; encode '+' as %2B)"
-            " or seconds since the epoch.",
-            "schema": {"type": "string"},
+            " this time or later: an RFC 3339 time (a date alone, or one without an offset"
+            " (UTC), too; an unencoded '+' that arrives as a space is read as '+') or seconds"
+            " since the epoch.",
+            "schema": {"type": "string", **rules.time(query=True, epoch=True)},
             "x-beyond-seed": True,
         },
     ],
@@ -222,21 +239,24 @@ def get_project_md() -> ResponseReturnValue:
     return response
 
 
-_EPOCH = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
+_EPOCH = re.compile(EPOCH_SECONDS_PATTERN, re.ASCII)
 
 
 def _since_us(raw: str | None) -> int | None:
-    """``since`` as microseconds since the epoch: ISO 8601 or epoch seconds (else 422)."""
+    """``since`` as microseconds since the epoch: an RFC 3339 time or epoch seconds (else
+    422)."""
     if raw is None:
         return None
     if _EPOCH.fullmatch(raw):
-        return int(round(float(raw) * 1_000_000))
+        whole, _, fraction = raw.partition(".")
+        return int(whole) * 1_000_000 + int(fraction.ljust(6, "0"))
     try:
-        return parse_iso_us(raw)
-    except (ValueError, OverflowError):
+        return parse_time_us(raw, query=True)
+    except ValueError:
         raise validation_error(
             ["query", "since"],
-            "Input should be an ISO 8601 time or seconds since the epoch",
+            "Input should be an RFC 3339 time (UTC when it names no offset) or seconds since"
+            " the epoch",
             "value_error",
             raw[:200],
         ) from None
@@ -251,14 +271,10 @@ def _since_us(raw: str | None) -> int | None:
             "required": False,
             "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
         },
-        {
-            "name": "cursor",
-            "in": "query",
-            "required": False,
-            "schema": {"type": ["string", "null"]},
-        },
+        cursor_param("next_cursor"),
     ],
     responses={200: s.TaskList, **ERRORS},
+    links={200: links("get_task", task_id="/tasks/0/task_id")},
 )
 def list_tasks() -> ResponseReturnValue:
     """List tasks in project memory (most recently updated first)"""
@@ -372,8 +388,20 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     params=[TASK_ID, TURN, *CONDITIONAL],
     body=s.PutTurnRequest,
     other_bodies={"multipart/form-data": turn_form.OPENAPI_FORM},
-    responses={200: s.TurnRecord, 412: "HTTPError", 413: "HTTPError", **FULL, **ERRORS},
+    responses={
+        200: s.TurnRecord,
+        **CONDITIONAL_ERRORS,
+        413: "HTTPError",
+        **FULL,
+        **ERRORS,
+    },
     headers=ETAG_HEADER,
+    links={
+        200: {
+            **links("get_turn", "delete_turn", task_id="/task_id", turn="/turn"),
+            **links("get_task", "delete_task", task_id="/task_id"),
+        }
+    },
 )
 def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """Upsert one turn's meta + summary; refreshes the task index and project.md
@@ -482,12 +510,17 @@ _DECIDED_HERE = frozenset(
     responses={
         200: s.ArtifactRecord,
         404: "HTTPError",
-        412: "HTTPError",
+        **CONDITIONAL_ERRORS,
         413: "HTTPError",
         **FULL,
         **ERRORS,
     },
     headers=ETAG_HEADER,
+    links={
+        200: links(
+            "get_artifact", "delete_artifact", task_id="/task_id", turn="/turn", name="/name"
+        )
+    },
 )
 def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     """Store a turn artifact (raw body, Content-Type kept, max 50 MiB)"""
@@ -517,15 +550,26 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     return json_response(payload, headers={"ETag": info.etag})
 
 
+def max_usage_hours(app: Flask) -> int:
+    """The most hours of traffic a usage report gives: what the retention period keeps."""
+    return max(1, int(app.config["RETENTION_DAYS"] * 24))
+
+
 @bp.get("/usage")
 @doc(
     params=[
-        {
+        lambda app: {
             "name": "hours",
             "in": "query",
             "required": False,
-            "description": "Hours of traffic to return, the current one included.",
-            "schema": {"type": "integer", "minimum": 1, "default": 24},
+            "description": "Hours of traffic to return, the current one included, up to the"
+            " retention period's (MEMORY_RETENTION_DAYS).",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": max_usage_hours(app),
+                "default": 24,
+            },
         }
     ],
     responses={200: us.UsageReport, **ERRORS},
@@ -536,7 +580,7 @@ def get_usage() -> ResponseReturnValue:
     Counters kept by every write, never a walk of what is stored; quotas from
     `flask --app wsgi quota`. A write that would go over a quota answers 507.
     """
-    hours = query_int("hours", 24, 1, max(1, int(current_app.config["RETENTION_DAYS"] * 24)))
+    hours = query_int("hours", 24, 1, max_usage_hours(current_app))
     principal = current_principal()
     body = usage_report.report(
         storage(), principal.scope, whole_tenant=principal.at_least("tenant_admin"), hours=hours
@@ -549,13 +593,15 @@ def get_usage() -> ResponseReturnValue:
 @bp.get("/search")
 @doc(
     params=[
-        {
+        lambda app: {
             "name": "q",
             "in": "query",
             "required": True,
             "description": 'Words that must all match; "a quoted phrase"; prefix* (2+ letters).'
-            " Case and diacritics are ignored. OR/NOT/NEAR and other operators are refused.",
-            "schema": {"type": "string", "maxLength": MAX_QUERY_CHARS},
+            " Case and diacritics are ignored. OR/NOT/NEAR and other operators are refused."
+            f" At most {MAX_TERMS} terms and {MAX_QUERY_CHARS} characters; no control"
+            " character but tab, newline and carriage return.",
+            "schema": rules.search_query(),
         },
         {
             "name": "limit",
@@ -563,12 +609,7 @@ def get_usage() -> ResponseReturnValue:
             "required": False,
             "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
         },
-        {
-            "name": "cursor",
-            "in": "query",
-            "required": False,
-            "schema": {"type": ["string", "null"]},
-        },
+        cursor_param("next_cursor (of the same q)"),
     ],
     responses={200: s.SearchResults, 501: "HTTPError", **ERRORS},
 )
@@ -595,7 +636,7 @@ def search_project() -> ResponseReturnValue:
             "in": "query",
             "required": True,
             "description": f"The task the session works on: {ID_PATTERN}",
-            "schema": {"type": "string", "pattern": f"^{ID_PATTERN}$"},
+            "schema": rules.identifier(),
         },
         {
             "name": "max_bytes",

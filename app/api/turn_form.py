@@ -33,14 +33,16 @@ OPENAPI_FORM = {
     "schema": {
         "type": "object",
         "required": [TURN_PART],
+        "additionalProperties": False,
         "properties": {
             TURN_PART: {"$ref": "#/components/schemas/PutTurnRequest"},
             ARTIFACT_PART: {
                 "type": "array",
                 "maxItems": MAX_ARTIFACTS_PER_WRITE,
                 "items": {"type": "string", "format": "binary"},
-                "description": "One part per artifact: its name as the part's filename, its"
-                " Content-Type kept (application/octet-stream when none).",
+                "description": "One part per artifact, after the turn: its name as the"
+                " part's filename (no two alike), its Content-Type kept"
+                " (application/octet-stream when none).",
             },
         },
     },

@@ -99,7 +99,7 @@ def confirm_archive_store(tenant: str, project: str, store_id: str) -> ResponseR
     return _confirm(
         title=f"Archive {found.name}?",
         text="An archived store is read-only: its memories and versions stay, no one can"
-        " change them. Archiving cannot be undone.",
+        " change them (a memory may still be deleted). Archiving cannot be undone.",
         action=purl("archive_store", store_id=store_id),
         button="Archive store",
         danger=False,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Any
 
 from marshmallow import Schema, ValidationError, fields
+
+from app.storage.core.clock import is_time
 
 # marshmallow reports messages, not codes: map the ones our fields raise to FastAPI types.
 _TYPES = {
@@ -46,20 +47,15 @@ def _is_number(value: Any) -> bool:
 
 
 class TimeValue(fields.Field):  # type: ignore[type-arg]
-    """ISO 8601 text or a number of seconds since the epoch."""
+    """An RFC 3339 time (core/clock.py ``time_pattern``: a date alone, or without an offset,
+    too) or a number of seconds since the epoch; kept as sent."""
 
     default_error_messages = {
-        "invalid": "Not an ISO 8601 timestamp or an epoch number.",
+        "invalid": "Not an RFC 3339 time (e.g. 2026-01-01T12:00:00Z) or an epoch number.",
     }
 
     def _deserialize(self, value: Any, attr: Any, data: Any, **kwargs: Any) -> Any:
-        if _is_number(value):
-            return value
-        if isinstance(value, str):
-            try:
-                datetime.fromisoformat(value)
-            except ValueError:
-                raise self.make_error("invalid") from None
+        if _is_number(value) or is_time(value):
             return value
         raise self.make_error("invalid")
 

@@ -2,13 +2,15 @@
 
 Request schemas refuse unknown fields (the spec's bodies are ``additionalProperties:
 false``) and wrong JSON types; the value rules (path, sizes, metadata limits) live in the
-storage engine, which enforces them whoever calls it.
+storage engine, which enforces them whoever calls it. Each field names its rule
+(app/schemas/rules.py) for the OpenAPI document.
 """
 
 from __future__ import annotations
 
 from marshmallow import RAISE, Schema, fields, validate
 
+from app.schemas import rules
 from app.schemas.common import StrictString
 
 
@@ -17,27 +19,47 @@ class _Strict(Schema):
         unknown = RAISE
 
 
+NAME_RULE = "1 to 255 characters, no control character."
+
+
 class MemoryStoreCreateRequest(_Strict):
-    name = StrictString(required=True, metadata={"description": "1 to 255 characters."})
+    name = StrictString(
+        required=True, metadata={"description": NAME_RULE, "rule": rules.store_name}
+    )
     description = StrictString(
-        allow_none=True, metadata={"description": "Up to 1,024 characters; default empty."}
+        allow_none=True,
+        metadata={
+            "description": "Up to 1,024 characters; default empty.",
+            "rule": rules.description,
+        },
     )
     metadata = fields.Dict(
         keys=StrictString(),
         values=StrictString(),
         allow_none=True,
-        metadata={"description": "Up to 16 pairs; keys 1-64, values up to 512 characters."},
+        metadata={
+            "description": "Up to 16 pairs; keys 1-64, values up to 512 characters.",
+            "rule": lambda: rules.metadata(patch=False),
+        },
     )
 
 
 class MemoryStoreUpdateRequest(_Strict):
-    name = StrictString(allow_none=True)
-    description = StrictString(allow_none=True, metadata={"description": "'' clears it."})
+    name = StrictString(
+        allow_none=True, metadata={"description": NAME_RULE, "rule": rules.store_name}
+    )
+    description = StrictString(
+        allow_none=True, metadata={"description": "'' clears it.", "rule": rules.description}
+    )
     metadata = fields.Dict(
         keys=StrictString(),
         values=StrictString(allow_none=True),
         allow_none=True,
-        metadata={"description": "A patch: a string upserts a key, null deletes it."},
+        metadata={
+            "description": "A patch: a string upserts a key, null deletes it; the store keeps"
+            " at most 16 pairs.",
+            "rule": lambda: rules.metadata(patch=True),
+        },
     )
 
 
@@ -45,19 +67,50 @@ class EmptyRequest(_Strict):
     """No fields: archive and redact take no body (``{}`` is accepted)."""
 
 
+PATH_RULE = (
+    "Starts with '/'; at most 1,024 bytes of UTF-8 and 20 segments, each 1 to 255 bytes;"
+    " no empty, '.' or '..' segment, none starting with '.~tmp-'; no control or format"
+    " character, U+2028 or U+2029; NFC."
+)
+CONTENT_RULE = "UTF-8, at most 102,400 bytes."
+
+
 class MemoryPrecondition(_Strict):
     type = StrictString(required=True, validate=validate.OneOf(["content_sha256"]))
-    content_sha256 = StrictString(required=True)
+    content_sha256 = StrictString(
+        required=True,
+        metadata={"description": "64 lowercase hexadecimal characters.", "rule": rules.sha256},
+    )
 
 
 class MemoryCreateRequest(_Strict):
-    path = StrictString(required=True)
-    content = StrictString(required=True, metadata={"description": "UTF-8, <= 102,400 bytes."})
+    path = StrictString(
+        required=True, metadata={"description": PATH_RULE, "rule": rules.memory_path}
+    )
+    content = StrictString(
+        required=True, metadata={"description": CONTENT_RULE, "rule": rules.content}
+    )
 
 
 class MemoryUpdateRequest(_Strict):
-    content = StrictString(allow_none=True)
-    path = StrictString(allow_none=True)
+    """At least one of content and path (a string each); an update that changes nothing
+    writes no version."""
+
+    # A rule across the fields, which the OpenAPI document states (app/api/openapi.py).
+    OPENAPI_RULE = {
+        "anyOf": [
+            {"required": ["content"], "properties": {"content": {"type": "string"}}},
+            {"required": ["path"], "properties": {"path": {"type": "string"}}},
+        ]
+    }
+
+    content = StrictString(
+        allow_none=True, metadata={"description": CONTENT_RULE, "rule": rules.content}
+    )
+    path = StrictString(
+        allow_none=True,
+        metadata={"description": f"A rename. {PATH_RULE}", "rule": rules.memory_path},
+    )
     precondition = fields.Nested(MemoryPrecondition, allow_none=True)
 
 

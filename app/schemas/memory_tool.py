@@ -1,7 +1,9 @@
 """Schemas of the memory-tool endpoint: a ``memory_20250818`` tool input in, its result out.
 
 The input is what the model produced, so its fields are checked by the tool itself and a
-bad one becomes an error *result* the model can read, not an HTTP error.
+bad one becomes an error *result* the model can read, not an HTTP error. The OpenAPI
+document therefore gives each field's type in words only: any JSON object is a request the
+endpoint answers with 200 (what a value of the wrong type gets is an error result).
 """
 
 from __future__ import annotations
@@ -16,27 +18,33 @@ class MemoryToolInput(Schema):
         unknown = INCLUDE
 
     command = fields.Raw(
+        allow_none=True,
         metadata={
-            "description": "Required; a missing or unknown command is an error result.",
-            "type": "string",
-            "enum": ["view", "create", "str_replace", "insert", "delete", "rename"],
+            "description": "Required: view, create, str_replace, insert, delete or rename; a"
+            " missing or unknown command is an error result.",
         },
     )
-    path = fields.Raw(metadata={"type": "string", "description": "Starts with /memories."})
-    view_range = fields.Raw(
-        metadata={
-            "type": "array",
-            "items": {"type": "integer"},
-            "description": "view: [start_line, end_line]; end_line -1 means to the end.",
-        }
+    path = fields.Raw(
+        allow_none=True, metadata={"description": "A string starting with /memories."}
     )
-    file_text = fields.Raw(metadata={"type": "string", "description": "create"})
-    old_str = fields.Raw(metadata={"type": "string", "description": "str_replace"})
-    new_str = fields.Raw(metadata={"type": "string", "description": "str_replace (optional)"})
-    insert_line = fields.Raw(metadata={"type": "integer", "description": "insert: 0 = start"})
-    insert_text = fields.Raw(metadata={"type": "string", "description": "insert"})
-    old_path = fields.Raw(metadata={"type": "string", "description": "rename"})
-    new_path = fields.Raw(metadata={"type": "string", "description": "rename"})
+    view_range = fields.Raw(
+        allow_none=True,
+        metadata={
+            "description": "view: [start_line, end_line], two integers; end_line -1 means to"
+            " the end.",
+        },
+    )
+    file_text = fields.Raw(allow_none=True, metadata={"description": "create: a string"})
+    old_str = fields.Raw(allow_none=True, metadata={"description": "str_replace: a string"})
+    new_str = fields.Raw(
+        allow_none=True, metadata={"description": "str_replace: a string (optional)"}
+    )
+    insert_line = fields.Raw(
+        allow_none=True, metadata={"description": "insert: an integer, 0 = start"}
+    )
+    insert_text = fields.Raw(allow_none=True, metadata={"description": "insert: a string"})
+    old_path = fields.Raw(allow_none=True, metadata={"description": "rename: a string"})
+    new_path = fields.Raw(allow_none=True, metadata={"description": "rename: a string"})
 
 
 class MemoryToolResult(Schema):

@@ -13,8 +13,16 @@ from marshmallow import (
     post_load,
 )
 
+from app.schemas import rules
 from app.schemas.common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
 from app.storage import MAX_SUMMARY_BYTES
+
+TIME_METADATA = {
+    "description": "ISO 8601 or epoch: an RFC 3339 time (a date alone, or one without an offset"
+    " (UTC), too; e.g. 2026-01-01T12:00:00.5+02:00), or seconds since the epoch.",
+    "type": ["string", "number"],
+    "rule": lambda: rules.time(query=False),
+}
 
 
 class TurnMeta(Schema):
@@ -29,12 +37,8 @@ class TurnMeta(Schema):
     sandbox_id = StrictString(allow_none=True)
     commit = StrictString(allow_none=True)
     exit_code = StrictInteger(allow_none=True)
-    started_at = TimeValue(
-        allow_none=True, metadata={"description": "ISO 8601 or epoch", "type": ["string", "number"]}
-    )
-    ended_at = TimeValue(
-        allow_none=True, metadata={"description": "ISO 8601 or epoch", "type": ["string", "number"]}
-    )
+    started_at = TimeValue(allow_none=True, metadata=TIME_METADATA)
+    ended_at = TimeValue(allow_none=True, metadata=TIME_METADATA)
     tokens = IntOrObject(allow_none=True, metadata={"type": ["integer", "object"]})
     cost = NumberOrObject(allow_none=True, metadata={"type": ["number", "object"]})
     claude_session_id = StrictString(allow_none=True)
@@ -61,7 +65,11 @@ class PutTurnRequest(Schema):
         allow_none=True,
         load_default="",
         validate=_check_summary_size,
-        metadata={"description": 'Markdown summary of the turn (max 1 MiB). Default: "".'},
+        metadata={
+            "description": 'Markdown summary of the turn (max 1 MiB). Default: "".',
+            # In characters; the server counts the limit in bytes of UTF-8.
+            "rule": {"maxLength": MAX_SUMMARY_BYTES},
+        },
     )
 
     @post_load

@@ -212,6 +212,8 @@ def from_storage(exc: se.StorageError) -> HTTPException:
         )
     if isinstance(exc, ms.ContentPreconditionFailed):
         return ApiError(409, str(exc), error_type="memory_precondition_failed_error")
+    if isinstance(exc, ms.ArchivedStoreUpdate):
+        return ApiError(400, str(exc), error_type="invalid_request_error")
     if isinstance(exc, ms.StoreArchived | ms.HeadVersion):
         return ApiError(409, str(exc), error_type="conflict_error")
     if isinstance(exc, ms.StoreFull):

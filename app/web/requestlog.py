@@ -22,7 +22,15 @@ def request_id(correlation: str) -> str:
     return correlation if correlation.startswith("req_") else f"req_{correlation}"
 
 
-_CORRELATION_RE = re.compile(r"[A-Za-z0-9._:/+=@-]{1,128}")
+# A client's x-correlation-id is echoed and logged verbatim, as the seed says, when it is at
+# most this many characters of printable ASCII (space to tilde). Anything else (a control
+# character, a byte beyond ASCII, a megabyte) could forge or bloat log lines and cannot go back
+# in a response header as sent: it is replaced by a new ULID, and one log line says so.
+MAX_CORRELATION_CHARS = 128
+CORRELATION_PATTERN = rf"[\x20-\x7e]{{1,{MAX_CORRELATION_CHARS}}}"
+CORRELATION_RULE = f"at most {MAX_CORRELATION_CHARS} characters of printable ASCII (space to '~')"
+_CORRELATION_RE = re.compile(CORRELATION_PATTERN)
+_SHOWN_CHARS = 64  # of a refused id, in its log line
 
 log = logging.getLogger("app.request")
 
@@ -30,12 +38,28 @@ log = logging.getLogger("app.request")
 def _start() -> None:
     g.started = time.perf_counter()
     supplied = request.headers.get(CORRELATION_HEADER)
-    # Honoured verbatim when it is a sane token; anything else (newlines, 1 MB) is replaced
-    # so it can neither forge log lines nor bloat them.
     if supplied and _CORRELATION_RE.fullmatch(supplied):
         g.correlation_id = supplied
-    else:
-        g.correlation_id = str(ULID())
+        return
+    g.correlation_id = str(ULID())
+    if supplied:
+        _log_replaced(supplied, g.correlation_id)
+
+
+def _log_replaced(supplied: str, replacement: str) -> None:
+    """One line naming the id a request got in place of the one it sent, and why."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    record = {
+        "time": _utc_second(),
+        "correlation_id": replacement,
+        "event": "correlation_id_replaced",
+        "reason": f"the x-correlation-id sent is not {CORRELATION_RULE}",
+        "length": len(supplied),
+        # JSON escapes the control characters: the line stays one line.
+        "supplied": supplied[:_SHOWN_CHARS],
+    }
+    log.info(dumps_compact(record).decode())
 
 
 _second: tuple[int, str] = (-1, "")

@@ -527,7 +527,7 @@ BAD_ARTIFACTS: list[tuple[Any, str]] = [
     (["a.txt"], "artifacts[0] must be an object"),
     ([{"content": "x"}], "artifacts[0].name: must be a string"),
     ([{"name": "../a", "content": "x"}], "artifacts[0].name: must match"),
-    ([{"name": "a.", "content": "x"}], "must not end with '.'"),
+    ([{"name": "..", "content": "x"}], "'.' and '..' are not artifact names"),
     ([{"name": "a", "content": 5}], "artifacts[0].content must be a string"),
     ([{"name": "a"}], "artifacts[0].content must be a string"),
     ([{"name": "a", "content": "x", "encoding": "hex"}], "encoding must be 'text' or"),

@@ -314,8 +314,7 @@ def test_archive_is_one_way_and_makes_the_store_read_only(api: Api, clock: Fixed
     for r in (
         api.post(f"{BASE}/{sid}/memories", json={"path": "/new.md", "content": ""}),
         api.post(f"{BASE}/{sid}/memories/{mem['id']}", json={"content": "v2"}),
-        api.delete(f"{BASE}/{sid}/memories/{mem['id']}"),
-        api.post(f"{BASE}/{sid}", json={"name": "renamed"}),
+        api.post(f"{BASE}/{sid}/memories/{mem['id']}", json={"path": "/moved.md"}),
     ):
         assert_error(r, 409, "conflict_error")
     # Reads still work and nothing changed.
@@ -323,6 +322,36 @@ def test_archive_is_one_way_and_makes_the_store_read_only(api: Api, clock: Fixed
     assert len(api.versions(sid)) == 1
     # Deleting an archived store is allowed.
     assert api.delete(f"{BASE}/{sid}").status_code == 200
+
+
+def test_an_archived_store_as_the_sdk_documents_it(api: Api, clock: FixedClock) -> None:
+    """Archiving is a change of the store (updated_at moves); the archived store's own fields
+    never change again (400, as for any invalid request); its memories can still be deleted,
+    each with its ``deleted`` version."""
+    sid = api.store("kept", description="d", metadata={"k": "v"})["id"]
+    mem = api.memory(sid, "/secret.md", "v1")
+    clock.advance(minutes=1)
+    archived = api.post(f"{BASE}/{sid}/archive").json
+    assert archived["archived_at"] == archived["updated_at"] == "2026-01-01T00:01:00.000000Z"
+    assert api.get(f"{BASE}/{sid}").json["updated_at"] == archived["archived_at"]
+    clock.advance(minutes=1)
+    for body in (
+        {"name": "renamed"},
+        {"description": ""},
+        {"metadata": {"k": None}},
+        {"name": "kept"},  # a change that changes nothing is refused alike
+    ):
+        error = assert_error(api.post(f"{BASE}/{sid}", json=body), 400, "invalid_request_error")
+        assert "archived" in error["error"]["message"]
+    assert api.get(f"{BASE}/{sid}").json == archived
+    gone = api.delete(f"{BASE}/{sid}/memories/{mem['id']}")
+    assert gone.status_code == 200, gone.json
+    assert gone.json == {"id": mem["id"], "type": "memory_deleted"}
+    assert_error(api.get(f"{BASE}/{sid}/memories/{mem['id']}"), 404, "not_found_error")
+    assert [v["operation"] for v in api.versions(sid)] == ["deleted", "created"]
+    assert api.get(f"{BASE}/{sid}/memories").json["data"] == []
+    # Deleting a memory does not change the store itself.
+    assert api.get(f"{BASE}/{sid}").json == archived
 
 
 def test_archive_refuses_a_body_with_fields(api: Api) -> None:

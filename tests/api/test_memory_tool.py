@@ -505,14 +505,16 @@ def test_transport_errors_use_the_envelope(tool: Tool, api: Api, client: FlaskCl
 
 def test_an_archived_store_refuses_changes_but_can_be_viewed(tool: Tool, api: Api) -> None:
     tool.ok(command="create", path="/memories/a.md", file_text="a")
+    tool.ok(command="create", path="/memories/b.md", file_text="b")
     assert api.post(f"{BASE}/{tool.store_id}/archive").status_code == 200
-    assert tool.err(command="create", path="/memories/b.md", file_text="b") == (
-        "Error: The memory store is archived and read-only; /memories/b.md was not changed"
+    assert tool.err(command="create", path="/memories/c.md", file_text="c") == (
+        "Error: The memory store is archived and read-only; /memories/c.md was not changed"
     )
-    assert tool.err(command="delete", path="/memories/a.md").startswith(
-        "Error: The memory store is archived"
-    )
+    assert tool.err(command="rename", old_path="/memories/a.md", new_path="/memories/d.md")
     assert "1B\t/memories/a.md" in tool.ok(command="view", path="/memories")
+    # What must go can still go: a delete is allowed in an archived store.
+    tool.ok(command="delete", path="/memories/b.md")
+    assert "/memories/b.md" not in tool.ok(command="view", path="/memories")
 
 
 def test_the_endpoint_is_in_the_openapi_document(client: FlaskClient) -> None:

@@ -134,7 +134,7 @@ def test_deeply_nested_meta_is_refused(client: FlaskClient, tokens: Tokens) -> N
 
 @pytest.mark.parametrize(
     "task_id",
-    ["-lead", ".hidden", "a" * 129, "trailing.", "sp ace", "naïve", "a%00b", "‥", "．．"],
+    ["-lead", ".hidden", "a" * 129, "sp ace", "naïve", "a%00b", "‥", "．．"],
 )
 def test_invalid_task_id_in_path(client: FlaskClient, tokens: Tokens, task_id: str) -> None:
     resp = client.get(f"{BASE}/tasks/{task_id}", headers=tokens.headers("reader"))
@@ -167,7 +167,7 @@ def test_turn_bounds_and_zero_padding(client: FlaskClient, tokens: Tokens) -> No
     )
 
 
-@pytest.mark.parametrize("name", [".", "..", "a" * 129, "sp ace", "x.", "naïve"])
+@pytest.mark.parametrize("name", [".", "..", "a" * 129, "sp ace", "naïve"])
 def test_invalid_artifact_name(client: FlaskClient, tokens: Tokens, name: str) -> None:
     client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=tokens.headers("writer"))
     resp = client.put(

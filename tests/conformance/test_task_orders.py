@@ -160,6 +160,30 @@ def test_model_and_agent_match_substrings_in_any_ascii_case(
 
 
 @pytest.mark.all_backends
+def test_a_nul_in_a_model_or_agent_is_kept_by_the_turn_and_found_by_the_filters(
+    tasks: TaskBackend, scope: Scope, clock: FixedClock
+) -> None:
+    """The turn keeps its meta as sent; the listing keeps each NUL of a model or agent as
+    U+FFFD (PostgreSQL's text holds no NUL), and a filter looks for it the same way."""
+    meta = {"model": "Claude\x00x", "agent_id": "\x00"}
+    tasks.put_turn(scope, "nul", 0, meta=meta, summary_md="")
+    clock.advance(seconds=1)
+    tasks.put_turn(scope, "plain", 0, meta={"model": "claude"}, summary_md="")
+    assert tasks.get_turn(scope, "nul", 0).meta == meta
+    row = tasks.task_summary(scope, "nul")
+    assert (row.model, row.agent_id) == ("Claude\ufffdx", "\ufffd")
+    for filters, found in (
+        ({"model": "claude\x00"}, ["nul"]),
+        ({"model": "\ufffdX"}, ["nul"]),
+        ({"model": "claude"}, ["plain", "nul"]),
+        ({"agent_id": "\x00"}, ["nul"]),
+        ({"model": "\x00\x00"}, []),
+    ):
+        page = tasks.list_tasks(scope, **filters)  # type: ignore[arg-type]
+        assert [t.task_id for t in page.tasks] == found, filters
+
+
+@pytest.mark.all_backends
 def test_a_cursor_of_another_order_or_project_is_refused(
     tasks: TaskBackend, scope: Scope, planned: dict[str, int]
 ) -> None:

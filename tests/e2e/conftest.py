@@ -126,9 +126,9 @@ def start_server(
         try:
             if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
                 break
-        except (requests.ConnectionError, requests.Timeout):
-            # Timeout: the socket is bound, but on a loaded machine no worker has finished
-            # loading the app within the second.
+        except requests.RequestException:
+            # Not listening yet, or a busy machine answering after the timeout: ask again (a
+            # server that died is caught by poll() above).
             time.sleep(0.1)
     else:
         proc.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +103,59 @@ def test_a_refused_scope_logs_the_tokens_tenant_and_the_requested_project(
     assert record["status"] == 403 and record["token_id"] == tokens.ids[who]
     assert (record["tenant"], record["project"]) == (tenant, project)
     assert tokens.secrets[who] not in line
+
+
+PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F))
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        "run-42",
+        'eval run #7: "a" {b} <c> \\ ~',
+        PRINTABLE,  # 95 characters: every one the rule allows
+        "x" * 128,
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # a W3C traceparent
+    ],
+)
+def test_a_correlation_id_within_the_rule_is_echoed_and_logged_verbatim(
+    client: FlaskClient, tokens: Tokens, log_lines: list[str], sent: str
+) -> None:
+    headers = tokens.headers("writer", **{"x-correlation-id": sent})
+    r = client.get(f"{API}/tasks", headers=headers)
+    assert r.headers["x-correlation-id"] == sent
+    missing = client.get("/v1/memory_stores/memstore_00000000000000000000000000", headers=headers)
+    assert missing.status_code == 404
+    assert missing.headers["x-correlation-id"] == sent
+    assert missing.get_json()["request_id"] == missing.headers["request-id"] == f"req_{sent}"
+    assert [json.loads(line)["correlation_id"] for line in log_lines] == [sent, sent]
+
+
+@pytest.mark.parametrize(
+    "sent",
+    ["x" * 129, "a\x7fb", "tab\there", "caf\u00e9", "\u00ff" * 3, "a" * 5000],
+)
+def test_a_correlation_id_beyond_the_rule_is_replaced_and_the_replacement_logged(
+    client: FlaskClient, tokens: Tokens, log_lines: list[str], sent: str
+) -> None:
+    r = client.get(f"{API}/tasks", headers=tokens.headers("writer", **{"x-correlation-id": sent}))
+    assert r.status_code == 200
+    new = r.headers["x-correlation-id"]
+    assert new != sent and re.fullmatch("[0-9A-HJKMNP-TV-Z]{26}", new)
+    replaced, request = (json.loads(line) for line in log_lines)
+    assert replaced["event"] == "correlation_id_replaced"
+    assert replaced["correlation_id"] == request["correlation_id"] == new
+    assert replaced["length"] == len(sent) and replaced["supplied"] == sent[:64]
+    assert "128 characters of printable ASCII" in replaced["reason"]
+
+
+def test_no_correlation_id_gets_a_new_one_without_a_line_about_it(
+    client: FlaskClient, tokens: Tokens, log_lines: list[str]
+) -> None:
+    for headers in ({}, {"x-correlation-id": ""}):
+        r = client.get(f"{API}/tasks", headers=tokens.headers("writer", **headers))
+        assert len(r.headers["x-correlation-id"]) == 26
+    assert [json.loads(line).get("event") for line in log_lines] == [None, None]
 
 
 def test_metrics_are_off_by_default(client: FlaskClient, tokens: Tokens) -> None:

@@ -82,12 +82,11 @@ def _check_common(field: str, value: object) -> str:
 def validate_id(field: str, value: object) -> str:
     """Return ``value`` if it is a valid tenant, project or task id, else raise InvalidName."""
     text = _check_common(field, value)
+    # The seed's pattern, whole: it starts with a letter or digit, so an id is never "." or
+    # "..", and never one of the tree's own names beside it (they start with "." or "_"). A
+    # trailing dot is an ordinary character on the Linux filesystems the tree runs on.
     if not _ID_RE.fullmatch(text):
         raise InvalidName(field, value, f"must match {ID_PATTERN}")
-    # A trailing dot is legal on Linux but silently dropped by Windows and SMB, so a tree
-    # copied there would merge two tasks; refuse it rather than store something fragile.
-    if text.endswith("."):
-        raise InvalidName(field, value, "must not end with '.'")
     return text
 
 
@@ -96,10 +95,11 @@ def validate_artifact_name(value: object) -> str:
     text = _check_common("name", value)
     if not _ARTIFACT_RE.fullmatch(text):
         raise InvalidName("name", value, f"must match {ARTIFACT_NAME_PATTERN}")
+    # The seed's pattern allows "." and "..", which name a directory, never a file in it.
+    # Any other name is a file of its own in the turn's artifacts/ directory: one ending in
+    # "." included, and none can take the server's temp names there, which hold a "~".
     if text in (".", ".."):
         raise InvalidName("name", value, "'.' and '..' are not artifact names")
-    if text.endswith("."):
-        raise InvalidName("name", value, "must not end with '.'")
     return text
 
 

@@ -31,9 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.storage.core.errors import InvalidName, SearchTimeout
+from app.storage.core.models import SearchPage
+from app.storage.core.patterns import char_class
 from app.storage.core.task_rules import scope_tag
 
 if TYPE_CHECKING:
@@ -74,6 +77,67 @@ class SearchQuery:
         return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
+def is_refused_control(ch: str) -> bool:
+    """A control character no query may hold (tab, newline and carriage return are spaces)."""
+    return ord(ch) < 0x20 and ch not in "\t\n\r" or ord(ch) == 0x7F
+
+
+def _is_space(ch: str) -> bool:
+    return ch.isspace() and not is_refused_control(ch)
+
+
+def _in_word(ch: str) -> bool:
+    """A character a word may hold before its end: not a space, not syntax."""
+    return not (ch.isspace() or ch in '"*' or is_refused_control(ch))
+
+
+def _in_phrase(ch: str) -> bool:
+    return ch != '"' and not is_refused_control(ch)
+
+
+def is_content(ch: str) -> bool:
+    """A character that makes a word or phrase a term of the query: an ASCII letter or digit,
+    or any character beyond ASCII that is not a space. (Punctuation of ASCII alone makes no
+    term: ``- &`` asks for nothing.) Among them only letters and digits are searched for (the
+    text's words are made of those): a term without one finds nothing by itself and is left
+    out of the search, so a query of such terms alone finds nothing."""
+    if ord(ch) < 0x80:
+        return ch.isalnum()
+    return not ch.isspace()
+
+
+def _count(text: str, test: Callable[[str], bool]) -> int:
+    return sum(1 for ch in text if test(ch))
+
+
+@lru_cache(maxsize=1)
+def query_pattern() -> str:
+    """The syntax :func:`parse_query` accepts, as one regular expression (anchored; its length,
+    at most MAX_QUERY_CHARS, is the OpenAPI document's maxLength). Built from the same
+    character tests and constants as the parser (tests/storage/core/test_query_pattern.py
+    pins the two to each other): 1 to MAX_TERMS terms, each a word with a character of
+    content (:func:`is_content`; not an operator), a prefix (at least MIN_PREFIX_CHARS of them,
+    then ``*``) or a quoted phrase with one, and words of ASCII punctuation in between. Every
+    class in it is small, or the complement of a small one: generators of matching text
+    (schemathesis, hypothesis) spell out each code point a class lists, and draw past a
+    lookahead (then filter), so the one left (the operators) rarely refuses a draw."""
+    space = char_class(_is_space)
+    char = char_class(_in_word)
+    content = char_class(lambda ch: _in_word(ch) and is_content(ch))
+    inner = char_class(_in_phrase)
+    operators = "|".join(sorted(OPERATORS))
+    word = f"(?!(?:{operators})(?:{space}|$)){char}*{content}{char}*"
+    prefix = f"{char}*" + f"{content}{char}*" * MIN_PREFIX_CHARS + r"\*"
+    phrase = f'"{inner}*{content}{inner}*"'
+    term = f"(?:{phrase}|{prefix}|{word})"
+    skip = char_class(lambda ch: _in_word(ch) and not is_content(ch)) + "+"
+    return (
+        f"^{space}*(?:{skip}{space}+)*{term}"
+        f"(?:{space}+(?:{skip}{space}+)*{term}){{0,{MAX_TERMS - 1}}}"
+        f"(?:{space}+{skip})*{space}*$"
+    )
+
+
 def _refuse(text: str, message: str) -> InvalidName:
     return InvalidName(FIELD, text, message)
 
@@ -89,9 +153,10 @@ def parse_query(text: object) -> SearchQuery:
         raise InvalidName(FIELD, text, "must be a string")
     if len(text) > MAX_QUERY_CHARS:
         raise _refuse(text, f"is longer than {MAX_QUERY_CHARS} characters")
-    if any(ord(ch) < 0x20 and ch not in "\t\n\r" or ord(ch) == 0x7F for ch in text):
+    if any(is_refused_control(ch) for ch in text):
         raise _refuse(text, "contains control characters")
     terms: list[QueryTerm] = []
+    counted = 0  # terms of the syntax, those left out (nothing to search for) included
     i, end = 0, len(text)
     while i < end:
         ch = text[i]
@@ -108,9 +173,11 @@ def parse_query(text: object) -> SearchQuery:
                 raise _refuse(text, "a * (prefix) ends one word, not a quoted phrase")
             if i < end and not text[i].isspace():
                 raise _refuse(text, 'needs a space after the " that ends a phrase')
-            if not _words(inner):
+            if not _count(inner, is_content):
                 raise _refuse(text, "has a quoted phrase without any word in it")
-            terms.append(QueryTerm(" ".join(inner.split()), phrase=True))
+            counted += 1
+            if _words(inner):
+                terms.append(QueryTerm(" ".join(inner.split()), phrase=True))
             continue
         start = i
         while i < end and not text[i].isspace() and text[i] != '"':
@@ -128,18 +195,34 @@ def parse_query(text: object) -> SearchQuery:
         core = word[:-1] if prefix else word
         if "*" in core:
             raise _refuse(text, "a * may only end a word (a prefix search: migrat*)")
-        if prefix and _words(core) < MIN_PREFIX_CHARS:
+        if prefix and _count(core, is_content) < MIN_PREFIX_CHARS:
             raise _refuse(
                 text, f"a prefix needs at least {MIN_PREFIX_CHARS} letters or digits before *"
             )
-        if not _words(core):
+        if not _count(core, is_content):
             continue  # punctuation alone ("-", "&"): nothing to look for
-        terms.append(QueryTerm(core, prefix=prefix))
-    if not terms:
+        counted += 1
+        if _words(core):
+            # A prefix counts only the letters and digits it is searched by: 'a«*' is the word
+            # a, since a one-letter prefix would read half the index.
+            terms.append(QueryTerm(core, prefix=prefix and _words(core) >= MIN_PREFIX_CHARS))
+    if not counted:
         raise _refuse(text, "has no word to search for")
-    if len(terms) > MAX_TERMS:
+    if counted > MAX_TERMS:
         raise _refuse(text, f"has more than {MAX_TERMS} terms")
+    # Empty when every term lacks a letter or digit: such a query finds nothing (backends
+    # answer it without searching).
     return SearchQuery(tuple(terms))
+
+
+def nothing_to_find(query: object, limit: object) -> SearchPage | None:
+    """The answer to a query none of whose terms holds a letter or digit (``"🚀"``): no
+    hits, without searching (an empty page whatever the cursor); None for any other query.
+    Both backends ask this first, so their engines only ever get terms to look for."""
+    check_limit(limit)
+    if parse_query(query).terms:
+        return None
+    return SearchPage(hits=(), next_cursor=None)
 
 
 def fts5_term(term: QueryTerm) -> str:

@@ -98,7 +98,13 @@ class ContentPreconditionFailed(PreconditionFailed):
 
 
 class StoreArchived(Conflict):
-    """The store is archived, which makes it read-only."""
+    """The store is archived, which makes its memories read-only (they may still be deleted)."""
+
+
+class ArchivedStoreUpdate(StoreArchived):
+    """An archived store's name, description and metadata never change again: the request
+    itself is invalid (the reference API answers 400 ``invalid_request_error``), where a memory
+    write into the store is a conflict with its state."""
 
 
 class StoreFull(StorageError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Any
 
 from app.storage.core.errors import InvalidName
@@ -16,6 +17,7 @@ from app.storage.core.names import (
     STORE_ID_RE,
     TMP_PREFIX,
 )
+from app.storage.core.patterns import char_class
 
 MAX_PATH_BYTES = 1024
 MAX_PATH_SEGMENTS = 20
@@ -27,7 +29,8 @@ MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+SHA256_PATTERN = "[0-9a-f]{64}"
+_SHA256_RE = re.compile(SHA256_PATTERN)
 _SLUG_RUN = re.compile(r"[^a-z0-9]+")
 _SEPARATORS = {"\u2028", "\u2029"}
 
@@ -42,6 +45,36 @@ def _bad_char(ch: str) -> bool:
     # Cc: control, Cf: format (bidi overrides, zero-width), Cs: lone surrogates, which
     # cannot be written as UTF-8; U+2028/U+2029 are forbidden by the newer spec.
     return unicodedata.category(ch) in ("Cc", "Cf", "Cs") or ch in _SEPARATORS
+
+
+def _segment_char(ch: str) -> bool:
+    """A character a path segment may hold: not '/', not refused, and NFC on its own (a
+    character NFC always replaces, such as U+212B ANGSTROM SIGN, is in no NFC path)."""
+    return ch != "/" and not _bad_char(ch) and unicodedata.is_normalized("NFC", ch)
+
+
+@lru_cache(maxsize=1)
+def memory_path_pattern() -> str:
+    """The path rules as one regular expression (unanchored), built from the same checks as
+    :func:`validate_memory_path`: '/' then 1 to MAX_PATH_SEGMENTS segments, none empty, '.' or
+    '..', none starting with the temp prefix, of characters a path may hold. What no regular
+    expression states: the byte limits (the OpenAPI document gives MAX_PATH_BYTES as
+    maxLength, in characters) and NFC across characters (a letter then a combining mark NFC
+    composes)."""
+    char = char_class(_segment_char)
+    segment = rf"(?!\.\.?(?:/|$))(?!{re.escape(TMP_PREFIX)}){char}{{1,{MAX_SEGMENT_BYTES}}}"
+    return f"(?:/{segment}){{1,{MAX_PATH_SEGMENTS}}}"
+
+
+def _name_char(ch: str) -> bool:
+    return unicodedata.category(ch) not in ("Cc", "Cs")
+
+
+@lru_cache(maxsize=1)
+def store_name_pattern() -> str:
+    """:func:`validate_name`'s characters as a regular expression (anchored; the length,
+    1 to MAX_NAME_CHARS, is the OpenAPI document's minLength and maxLength)."""
+    return f"^{char_class(_name_char)}*$"
 
 
 def validate_memory_path(value: object, field: str = "path") -> str:
@@ -108,7 +141,7 @@ def validate_name(value: object) -> str:
     text = _text("name", value)
     if not 1 <= len(text) <= MAX_NAME_CHARS:
         raise InvalidName("name", value, f"must be 1 to {MAX_NAME_CHARS} characters")
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in text):
+    if not all(_name_char(ch) for ch in text):
         raise InvalidName("name", value, "must not contain control characters")
     return text
 

@@ -22,6 +22,7 @@ from app.storage.core.clock import iso_us
 from app.storage.core.errors import InvalidName, NotFound, NotOwner
 from app.storage.core.names import MEMORY_ID_RE, Scope
 from app.storage.core.store_models import (
+    ArchivedStoreUpdate,
     ContentPreconditionFailed,
     HeadVersion,
     PathConflict,
@@ -74,7 +75,9 @@ def check_creator(record: StoreRecord, only_creator: str | None) -> None:
 
 
 def check_writable(record: StoreRecord) -> None:
-    """Refuse a write into an archived store (archiving is one-way: it stays read-only)."""
+    """Refuse a memory create or update in an archived store (archiving is one-way). A delete
+    is no such write: an archived store's memories may still be deleted, as the reference
+    API allows, so that what must go can go without deleting the whole store."""
     if record.archived_at:
         raise StoreArchived(f"memory store {record.id} is archived and read-only")
 
@@ -92,7 +95,10 @@ def check_updatable(record: StoreRecord, store_id: str, only_creator: str | None
     store."""
     check_creator(record, only_creator)
     if record.archived_at:
-        raise StoreArchived(f"memory store {store_id} is archived and read-only")
+        raise ArchivedStoreUpdate(
+            f"memory store {store_id} is archived: its name, description and metadata can no"
+            " longer change"
+        )
 
 
 def changed_store(
@@ -119,8 +125,10 @@ def changed_store(
 
 
 def archived_store(record: StoreRecord, now_us: int) -> StoreRecord:
-    """``record`` archived now (never before its creation)."""
-    return replace(record, archived_at=iso_us(max(now_us, record.created_us)))
+    """``record`` archived now (never before its creation). Archiving changes the store, so
+    its ``updated_at`` is the archive time too."""
+    at = iso_us(max(now_us, record.created_us))
+    return replace(record, archived_at=at, updated_at=at)
 
 
 # -- memories ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import InvalidName
 from app.storage.core.models import TaskFilter, TaskPage, TaskSummary
 from app.storage.core.names import Scope, validate_id
-from app.storage.core.task_rules import scope_tag
+from app.storage.core.task_rules import listed_text, scope_tag
 
 CURSOR_VERSION = 2
 # The sort key of each order, as columns of the listing row (both engines name them alike).
@@ -41,8 +41,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 
 def needle(value: str | None) -> str | None:
-    """What a substring filter looks for: its ASCII letters lowercased; None for nothing."""
-    return value.translate(_ASCII_LOWER) if value else None
+    """What a substring filter looks for: its ASCII letters lowercased, a NUL as the listing
+    keeps it (task_rules.listed_text); None for nothing."""
+    return listed_text(value).translate(_ASCII_LOWER) if value else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,18 +190,29 @@ def scope_tag(scope: Scope) -> str:
 
 
 _INT64 = (1 << 63) - 1
+# What the task listing holds for a NUL of a meta value (and a filter looks for): U+FFFD, the
+# replacement character. A turn keeps its meta as sent, NUL and all (JSON escapes it); the
+# listing keeps two of its values as text columns to filter and sort by, which PostgreSQL's
+# text cannot hold a NUL in. Both engines keep the same text, so a filter finds the same tasks.
+LISTED_NUL = "\ufffd"
+
+
+def listed_text(value: str) -> str:
+    """``value`` as the task listing keeps it: each NUL as U+FFFD."""
+    return value.replace("\x00", LISTED_NUL) if "\x00" in value else value
 
 
 def meta_facts(meta: dict[str, Any]) -> tuple[str | None, str | None, int | None]:
     """The model, agent_id and exit_code a listing row keeps of a turn's meta.
 
-    Only strings and integers are kept (meta is free-form JSON); an exit code beyond 64 bits
-    is clamped, which keeps "non-zero" true.
+    Only strings and integers are kept (meta is free-form JSON), the strings as
+    :func:`listed_text` gives them; an exit code beyond 64 bits is clamped, which keeps
+    "non-zero" true.
     """
     model, agent, code = meta.get("model"), meta.get("agent_id"), meta.get("exit_code")
     return (
-        model if isinstance(model, str) else None,
-        agent if isinstance(agent, str) else None,
+        listed_text(model) if isinstance(model, str) else None,
+        listed_text(agent) if isinstance(agent, str) else None,
         max(-_INT64, min(_INT64, code))
         if isinstance(code, int) and not isinstance(code, bool)
         else None,

@@ -22,7 +22,7 @@ from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
-from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
+from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
 from app.storage.core.quota import QuotaSource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import (
@@ -184,6 +184,9 @@ class PgStorage:
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         """Search the project's live turns and memories (pg/search.py)."""
+        nothing = nothing_to_find(query, limit)
+        if nothing is not None:
+            return nothing
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:

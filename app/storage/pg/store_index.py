@@ -180,6 +180,18 @@ def version_filter(filters: VersionFilter) -> tuple[list[str], list[object]]:
     ``filter_clause`` names, in PostgreSQL's placeholders)."""
     where: list[str] = ["1 = 1"]
     args: list[object] = []
+    texts = (
+        filters.memory_id,
+        filters.operation,
+        filters.api_key_id,
+        filters.session_id,
+        filters.service_account_id,
+    )
+    if any(value is not None and "\x00" in value for value in texts):
+        # PostgreSQL refuses a NUL in a text value, and no stored id holds one (text cannot):
+        # such a filter matches nothing, as it does on the tree, rather than failing. Its
+        # values are not bound at all: the driver would refuse them before the query runs.
+        return ["false"], []
     if filters.memory_id is not None:
         where.append("memory_id = %s")
         args.append(filters.memory_id)

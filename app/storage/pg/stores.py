@@ -409,10 +409,10 @@ class PgMemoryStores:
         expected_sha256: object = None,
         actor: dict[str, Any] | None,
     ) -> Deleted:
-        """Delete a live memory (writes a ``deleted`` version; history stays)."""
+        """Delete a live memory (writes a ``deleted`` version; history stays), in an archived
+        store too."""
         expected = semantics.delete_request(expected_sha256)
-        with self.transaction(scope, store_id) as (conn, store, state):
-            semantics.check_writable(store)
+        with self.transaction(scope, store_id) as (conn, _, state):
             row, record = semantics.deleted_version(
                 StoreReader(conn, store_id, state),
                 self.now_us,

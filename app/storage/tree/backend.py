@@ -22,7 +22,7 @@ from app.storage.core.errors import StorageError
 from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
-from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
+from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
 from app.storage.core.quota import DEFAULT_MIN_FREE_INODES, FreeSpace, QuotaSource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import (
@@ -180,6 +180,9 @@ class TreeStorage:
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         """Search the project's turns and memories (tree/search.py)."""
+        nothing = nothing_to_find(query, limit)
+        if nothing is not None:
+            return nothing
         return self.searcher.search(scope, query, limit=limit, cursor=cursor)
 
     def recover(self, plan: Plan) -> Report:

@@ -71,8 +71,6 @@ def artifact_name_fault(name: str) -> str | None:
         return f"must match {ARTIFACT_NAME_PATTERN}"
     if name in (".", ".."):
         return "'.' and '..' are not artifact names"
-    if name.endswith("."):
-        return "must not end with '.'"
     return None
 
 

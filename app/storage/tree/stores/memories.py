@@ -126,10 +126,10 @@ class MemoryOps(StoreOps):
         expected_sha256: object = None,
         actor: dict[str, Any] | None,
     ) -> Deleted:
-        """Delete a live memory (writes a ``deleted`` version; history stays)."""
+        """Delete a live memory (writes a ``deleted`` version; history stays), in an archived
+        store too."""
         expected = semantics.delete_request(expected_sha256)
         with self.transaction(scope, store_id) as txn:
-            self._check_writable(txn.dir)
             with self.index(txn.dir).read() as reader:
                 row, record = semantics.deleted_version(
                     reader, self.now_us, store_id, memory_id, expected, actor=actor
