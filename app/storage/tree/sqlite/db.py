@@ -25,6 +25,13 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
 # again stay in the kernel's page cache besides.
 PAGE_CACHE_KIB = 256
 
+# Prepared statements one connection keeps (Python's default is 128). A worker keeps dozens of
+# connections open (pool.py), and each statement of the listing holds kilobytes: at 128 they
+# outweigh the page caches several times over, mostly with the shapes of one-off searches and
+# the statements that opened the file. A request uses fewer than this many; the rest are
+# prepared again when they come back, which costs microseconds.
+STATEMENT_CACHE = 32
+
 _SQLITE_FULL = 13
 # SQLite reports a full disk met writing its -wal or -shm as an I/O error (or "unable to
 # open"), not as SQLITE_FULL: those are a full disk when the disk has no room left.
@@ -176,6 +183,7 @@ def open_index(target: str, *, timeout: float, uri: bool = False) -> sqlite3.Con
         isolation_level=None,
         factory=IndexConnection,
         check_same_thread=False,
+        cached_statements=STATEMENT_CACHE,
     )
     deadline = time.monotonic() + timeout
     try:
