@@ -123,6 +123,7 @@ class Seeded:
         """The API in process on this root (a test client that reads every body)."""
         from app import create_app
         from tests.conftest import BufferedClient
+        from tests.storage._helpers import upkeep_done
 
         app = create_app(
             {
@@ -137,6 +138,10 @@ class Seeded:
         try:
             yield app.test_client()
         finally:
+            # The upkeep the requests started after their answers (a purge, a compaction)
+            # runs in threads of this process: it ends before the client does, or it would
+            # write into the root while a test fills its disk or runs fsck on it.
+            upkeep_done(getattr(app.extensions["storage"], "tasks", None))
             app.extensions["traffic"].close()
             app.extensions["storage"].close()
 
