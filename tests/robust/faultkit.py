@@ -401,6 +401,11 @@ def _sleep_shim(workdir: Path) -> Path:
     return built
 
 
+# How long a process under libfaketime keeps the offset it read from its file: a step is seen
+# by every process at its first reading of the clock after that long.
+FAKETIME_CACHE_SECONDS = 1
+
+
 class SteppedClock:
     """libfaketime for a child process, its offset read from a file the test rewrites
     (:meth:`step`: the process sees it within a second).
@@ -425,7 +430,7 @@ class SteppedClock:
         return {
             "LD_PRELOAD": f"{self.shim} {LIBFAKETIME}",
             "FAKETIME_TIMESTAMP_FILE": str(self.file),
-            "FAKETIME_CACHE_DURATION": "1",
+            "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_SECONDS),
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
             "NO_FAKE_STAT": "1",
         }

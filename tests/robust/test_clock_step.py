@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from app.storage.backends import open_backend
-from tests.robust.faultkit import PM, Seeded, SteppedClock, flask, seed
+from tests.robust.faultkit import FAKETIME_CACHE_SECONDS, PM, Seeded, SteppedClock, flask, seed
 from tests.robust.helpers import Live
 
 pytestmark = pytest.mark.e2e
@@ -184,10 +184,15 @@ class Deployment:
 
     def step(self, days: float) -> None:
         """Step the server's clock to ``days`` from the real one, and wait for a sweep that
-        started after it saw the step (the housekeeper runs every second)."""
+        started after it saw the step (the housekeeper runs every second). Every process
+        sees the step by then: the housekeeper seeing it says nothing of a worker, whose
+        libfaketime may still hold the old offset for its cache's length, so the wait is at
+        least that long."""
         self.clock.step(days)
+        stepped = time.monotonic()
         self.offset_days = days
         self.sweeps_after(time.time() + days * DAY)
+        time.sleep(max(0.0, stepped + FAKETIME_CACHE_SECONDS + 0.2 - time.monotonic()))
 
     def runs(self) -> list[dict[str, Any]]:
         """The housekeeper's runs so far (turns, tasks and bytes each removed): its state
