@@ -130,6 +130,9 @@ class MemoryOps(StoreOps):
         store too."""
         expected = semantics.delete_request(expected_sha256)
         with self.transaction(scope, store_id) as txn:
+            # Archived or not, the store must be whole: its record read as every write
+            # reads it (a link planted in its place is refused, never followed).
+            self.store_record(txn.dir)
             with self.index(txn.dir).read() as reader:
                 row, record = semantics.deleted_version(
                     reader, self.now_us, store_id, memory_id, expected, actor=actor
