@@ -20,6 +20,20 @@ README = (REPO / "README.md").read_text()
 API = (REPO / "docs" / "api.md").read_text()
 
 
+def _bash(
+    script: str, cwd: Path, env: dict[str, str], *, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a README block as a user pastes it, stopping at its first failing line."""
+    return subprocess.run(
+        ["bash", "-c", "set -eu\n" + script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def test_every_setting_is_in_the_readme_table() -> None:
     for name, (default, _, _) in SETTINGS.items():
         assert f"| `MEMORY_{name}` | `{default}` |" in README, name
@@ -50,14 +64,7 @@ def test_the_api_examples_run_as_printed(tmp_path: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # project-memory
         env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-        run = subprocess.run(
-            ["bash", "-c", "set -eu\n" + script],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = _bash(script, work, env, timeout=60)
     finally:
         srv.stop()
     assert run.returncode == 0, run.stderr
@@ -98,14 +105,7 @@ def test_the_quick_start_runs_as_printed(tmp_path: Path) -> None:
             XDG_CONFIG_HOME=str(tmp_path / "config"),
             PROJECT_MEMORY_STATE_DIR=str(tmp_path / "state"),
         )
-        run = subprocess.run(
-            ["bash", "-c", "set -eu\n" + script],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        run = _bash(script, tmp_path, env, timeout=120)
     finally:
         srv.stop()
     assert run.returncode == 0, run.stdout + run.stderr

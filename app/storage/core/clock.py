@@ -80,17 +80,13 @@ def time_pattern(*, query: bool = False) -> str:
     )
 
 
-_TIME_RE = re.compile(time_pattern(query=True), re.ASCII)
+# By ``query``: the rule in a query string, and in a body.
+_TIME_RES = {q: re.compile(time_pattern(query=q), re.ASCII) for q in (True, False)}
 
 
 def is_time(text: object, *, query: bool = False) -> bool:
     """Whether ``text`` follows :func:`time_pattern`."""
-    if not isinstance(text, str):
-        return False
-    return (_TIME_RE if query else _BODY_TIME_RE).fullmatch(text) is not None
-
-
-_BODY_TIME_RE = re.compile(time_pattern(), re.ASCII)
+    return isinstance(text, str) and _TIME_RES[query].fullmatch(text) is not None
 
 
 def parse_time_us(text: str, *, query: bool = False) -> int:
