@@ -12,12 +12,10 @@ from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
 from app.schemas.common import load
-from app.services import audit as audit_service
 from app.storage import InvalidName
 from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
 from app.storage.core.task_rules import check_content_type, entity_tags
 from app.storage.interface import StorageBackend
-from app.web.auth import current_principal
 from app.web.errors import ApiError, validation_error
 
 MAX_JSON_DEPTH = 64
@@ -49,29 +47,6 @@ def storage() -> StorageBackend:
     """The storage backend the app was built with (app/storage/interface.py)."""
     found: StorageBackend = current_app.extensions["storage"]
     return found
-
-
-def audit(
-    kind: str,
-    action: str,
-    subject: str,
-    detail: dict[str, Any] | None = None,
-    *,
-    store_id: str | None = None,
-) -> None:
-    """Record, for the audit log, that this request's principal did ``action``."""
-    principal = current_principal()
-    audit_service.record(
-        storage(),
-        principal.scope.tenant,
-        principal.scope.project,
-        actor=principal.token.id,
-        kind=kind,
-        action=action,
-        subject=subject,
-        store_id=store_id,
-        detail=detail,
-    )
 
 
 def json_body(schema: Schema) -> Any:

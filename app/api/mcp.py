@@ -30,14 +30,14 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.services.access import Principal, may_write
 from app.services.framing import NOTE
 from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
 from app.storage import StorageError
-from app.web.auth import Principal, resolve_principal
+from app.web.auth import resolve_principal
 from app.web.body import READ_AHEAD_BYTES
 from app.web.errors import ApiError, RequestValidationError, from_storage
-from app.web.permissions import may_write
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import Schema
 
-from app.api.common import audit, json_body, json_response, storage, strict_int
+from app.api.common import json_body, json_response, storage, strict_int
 from app.api.docs import doc, links
 from app.schemas import memory_stores as s, rules
+from app.services import stores
 from app.storage.core.clock import parse_time_us
 from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
-from app.storage.core.store_models import Memory, MemoryPrefix, Page, VersionFilter
+from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
 from app.web.errors import ApiError
-from app.web.permissions import only_owner, require_redact
 
 PREFIX = "/v1/memory_stores"
 TAGS = ["memory-stores"]
@@ -177,10 +177,6 @@ def _optional_body(schema: Schema) -> Any:
     return json_body(schema)
 
 
-def _actor() -> dict[str, Any]:
-    return {"type": "api_actor", "api_key_id": current_principal().token.id}
-
-
 def _memory_page(page: Page) -> dict[str, Any]:
     return {
         "data": [
@@ -231,15 +227,13 @@ MEMORY_LINKS = {
 def create_memory_store() -> Response:
     """Create a memory store"""
     data = json_body(store_create_in)
-    principal = current_principal()
-    store = engine().create_store(
-        principal.scope,
+    store = stores.create_store(
+        storage(),
+        current_principal(),
         name=data["name"],
         description=data.get("description") or "",
         metadata=data.get("metadata") or {},
-        creator=principal.token.id,
     )
-    audit("store", "created", store.id, {"name": store.name}, store_id=store.id)
     return json_response(store_out.dump(store))
 
 
@@ -289,16 +283,14 @@ def update_memory_store(memory_store_id: str) -> Response:
     Its creator, or a project_admin and above (403 otherwise).
     """
     data = json_body(store_update_in)
-    principal = current_principal()
-    store = engine().update_store(
-        principal.scope,
+    store = stores.update_store(
+        storage(),
+        current_principal(),
         memory_store_id,
         name=data.get("name"),
         description=data.get("description"),
         metadata=data.get("metadata"),
-        only_creator=only_owner(principal),
     )
-    audit("store", "modified", store.id, {"name": store.name}, store_id=store.id)
     return json_response(store_out.dump(store))
 
 
@@ -309,11 +301,7 @@ def delete_memory_store(memory_store_id: str) -> Response:
 
     Its creator, or a project_admin and above (403 otherwise).
     """
-    principal = current_principal()
-    deleted = engine().delete_store(
-        principal.scope, memory_store_id, only_creator=only_owner(principal)
-    )
-    audit("store", "deleted", memory_store_id, store_id=memory_store_id)
+    deleted = stores.delete_store(storage(), current_principal(), memory_store_id)
     return json_response(deleted_store_out.dump(deleted))
 
 
@@ -325,11 +313,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
     Its creator, or a project_admin and above (403 otherwise).
     """
     _optional_body(empty_in)
-    principal = current_principal()
-    store = engine().archive_store(
-        principal.scope, memory_store_id, only_creator=only_owner(principal)
-    )
-    audit("store", "archived", store.id, store_id=store.id)
+    store = stores.archive_store(storage(), current_principal(), memory_store_id)
     return json_response(store_out.dump(store))
 
 
@@ -346,26 +330,15 @@ def create_memory(memory_store_id: str) -> Response:
     """Create a memory at an unoccupied path"""
     full = _view("basic")
     data = json_body(memory_create_in)
-    memory = engine().create_memory(
-        current_principal().scope,
+    memory = stores.create_memory(
+        storage(),
+        current_principal(),
         memory_store_id,
         path=data["path"],
         content=data["content"],
-        actor=_actor(),
         full=full,
     )
-    _memory_event("created", memory)
     return json_response(memory_out.dump(memory))
-
-
-def _memory_event(action: str, memory: Memory) -> None:
-    audit(
-        "memory",
-        action,
-        memory.id,
-        {"path": memory.path, "version_id": memory.memory_version_id},
-        store_id=memory.memory_store_id,
-    )
 
 
 @bp.get("/<memory_store_id>/memories")
@@ -421,17 +394,16 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
     full = _view("basic")
     data = json_body(memory_update_in)
     precondition = data.get("precondition")
-    memory = engine().update_memory(
-        current_principal().scope,
+    memory = stores.update_memory(
+        storage(),
+        current_principal(),
         memory_store_id,
         memory_id,
         content=data.get("content"),
         path=data.get("path"),
         precondition_sha256=precondition["content_sha256"] if precondition else None,
-        actor=_actor(),
         full=full,
     )
-    _memory_event("modified", memory)
     return json_response(memory_out.dump(memory))
 
 
@@ -474,14 +446,13 @@ def patch_memory(memory_store_id: str, memory_id: str) -> Response:
 )
 def delete_memory(memory_store_id: str, memory_id: str) -> Response:
     """Delete a memory (its versions stay, subject to retention)"""
-    deleted = engine().delete_memory(
-        current_principal().scope,
+    deleted = stores.delete_memory(
+        storage(),
+        current_principal(),
         memory_store_id,
         memory_id,
         expected_sha256=request.args.get("expected_content_sha256"),
-        actor=_actor(),
     )
-    audit("memory", "deleted", memory_id, store_id=memory_store_id)
     return json_response(deleted_memory_out.dump(deleted))
 
 
@@ -553,16 +524,7 @@ def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Respo
     A project_admin and above (403 otherwise).
     """
     _optional_body(empty_in)
-    principal = current_principal()
-    require_redact(principal)
-    version = engine().redact_version(
-        principal.scope, memory_store_id, memory_version_id, actor=_actor()
-    )
-    audit(
-        "memory",
-        "redacted",
-        version.memory_id,
-        {"version_id": memory_version_id},
-        store_id=memory_store_id,
+    version = stores.redact_version(
+        storage(), current_principal(), memory_store_id, memory_version_id
     )
     return json_response(version_out.dump(version))

@@ -10,11 +10,11 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app
 from flask.blueprints import BlueprintSetupState
 
-from app.api.common import audit, json_body
+from app.api.common import json_body, storage
 from app.api.docs import doc
-from app.api.memory_stores import ERRORS, STORE_ID, TAGS, engine
+from app.api.memory_stores import ERRORS, STORE_ID, TAGS
 from app.schemas import memory_tool as s
-from app.services.memory_tool import MemoryTool, audit_of
+from app.services import stores
 from app.web.auth import current_principal, require_principal
 
 bp = Blueprint("memory_tool", __name__)
@@ -45,17 +45,7 @@ def run_memory_tool(memory_store_id: str) -> Response:
     A write over a quota, or at the disk's free-space floor, is a 507 (nothing was written).
     """
     data = json_body(tool_input)
-    principal = current_principal()
-    tool = MemoryTool(
-        engine(),
-        principal.scope,
-        memory_store_id,
-        actor={"type": "api_actor", "api_key_id": principal.token.id},
-    )
-    result = tool.run(data)
-    change = audit_of(data, result)
-    if change is not None:
-        audit("memory", change[0], memory_store_id, change[1], store_id=memory_store_id)
+    result = stores.run_memory_tool(storage(), current_principal(), memory_store_id, data)
     response: Response = current_app.json.response(  # type: ignore[assignment]
         tool_result_out.dump(result)
     )

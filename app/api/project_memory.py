@@ -16,7 +16,6 @@ from werkzeug.wsgi import wrap_file
 
 from app.api import turn_form
 from app.api.common import (
-    audit,
     body_stream,
     content_type,
     if_match,
@@ -33,7 +32,8 @@ from app.api.common import (
 )
 from app.api.docs import doc, links
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import session_context, usage_report
+from app.services import session_context, tasks, usage_report
+from app.services.access import sees_everything, sees_tenant
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
 from app.storage.core.models import ArtifactUpload, TurnRecord
@@ -43,7 +43,6 @@ from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
-from app.web.permissions import only_owner
 
 PREFIX = "/sandbox/memory/v1"
 DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
@@ -306,9 +305,7 @@ def list_tasks() -> ResponseReturnValue:
 def delete_task(task_id: str) -> ResponseReturnValue:
     """Delete a task's memory (owner, or project_admin and above)"""
     task_id = path_task_id(task_id)
-    principal = current_principal()
-    store().delete_task(principal.scope, task_id, only_owner=only_owner(principal))
-    audit("task", "deleted", task_id)
+    tasks.delete_task(storage(), current_principal(), task_id)
     return Response(status=204)
 
 
@@ -325,11 +322,7 @@ def delete_turn(task_id: str, turn: str) -> ResponseReturnValue:
     removed text leaves the stored files too. Deleting a task's last turn deletes the task.
     """
     task_id, turn_no = path_task_id(task_id), path_turn(turn)
-    principal = current_principal()
-    store().delete_turn(
-        principal.scope, task_id, turn_no, only_owner=only_owner(principal), if_match=if_match()
-    )
-    audit("turn", "deleted", task_id, {"turn": turn_no})
+    tasks.delete_turn(storage(), current_principal(), task_id, turn_no, if_match=if_match())
     return Response(status=204)
 
 
@@ -345,16 +338,9 @@ def delete_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     A write of the turn: its updated_at and ETag change. The bytes leave the store.
     """
     task_id, turn_no, name = path_task_id(task_id), path_turn(turn), path_artifact_name(name)
-    principal = current_principal()
-    store().delete_artifact(
-        principal.scope,
-        task_id,
-        turn_no,
-        name,
-        only_owner=only_owner(principal),
-        if_match=if_match(),
+    tasks.delete_artifact(
+        storage(), current_principal(), task_id, turn_no, name, if_match=if_match()
     )
-    audit("artifact", "deleted", task_id, {"turn": turn_no, "name": name})
     return Response(status=204)
 
 
@@ -419,21 +405,18 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         data = json_body(put_turn_in)
     else:
         data, uploads = turn_form.turn_form(boundary, put_turn_in)
-    principal = current_principal()
-    record = store().put_turn(
-        principal.scope,
+    record = tasks.record_turn(
+        storage(),
+        current_principal(),
         task_id,
         turn_no,
         meta=data["meta"],
         summary_md=data["summary_md"],
-        actor=principal.token.id,
         if_match=if_match(),
         if_none_match=if_none_match_star(),
         artifacts=uploads,
         size=request.content_length if boundary is not None else None,
     )
-    if record.task_created:
-        audit("task", "created", task_id)
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
@@ -534,8 +517,9 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     # One above the limit: werkzeug refuses a read once the limit is reached, which would
     # turn a body of exactly the limit into a 413; stage_stream counts the bytes itself.
     request.max_content_length = limit + 1
-    info = task_store.put_artifact(
-        current_principal().scope,
+    info = tasks.put_artifact(
+        storage(),
+        current_principal(),
         task_id,
         turn_no,
         name,
@@ -583,9 +567,9 @@ def get_usage() -> ResponseReturnValue:
     hours = query_int("hours", 24, 1, max_usage_hours(current_app))
     principal = current_principal()
     body = usage_report.report(
-        storage(), principal.scope, whole_tenant=principal.at_least("tenant_admin"), hours=hours
+        storage(), principal.scope, whole_tenant=sees_tenant(principal), hours=hours
     )
-    if not principal.at_least("admin"):
+    if not sees_everything(principal):
         body["disk"] = None  # the disk is every tenant's
     return json_response(usage_out.dump(body))
 

@@ -39,6 +39,7 @@ from app.console.base import (
     storage,
     turl,
 )
+from app.services.access import MANAGER, may_manage
 from app.services.usage_report import quota_json
 from app.storage import InvalidName
 from app.storage.core.limits import (
@@ -49,7 +50,6 @@ from app.storage.core.limits import (
     parse_bytes,
 )
 from app.storage.core.tokens import ROLES, Token, role_rank
-from app.web.permissions import ADMIN_ROLE
 from app.web.ratelimit import Limiter, limits_of, resolve
 
 PROJECT_ROLES = ("reader", "writer", "project_admin")
@@ -75,9 +75,9 @@ class FormError(ValueError):
     """A form field the console refuses (422), with the sentence the form shows."""
 
 
-def _require(role: str) -> None:
-    if not principal().at_least(role):
-        raise Forbidden(f"this page needs the {role} role or above")
+def _require_manager() -> None:
+    if not may_manage(principal()):
+        raise Forbidden(f"this page needs the {MANAGER} role or above")
 
 
 def _require_tenant_admin() -> None:
@@ -141,7 +141,7 @@ def _made(token: Token, secret: str, back: str) -> str:
 @bp.get("/p/<tenant>/<project>/tokens")
 def tokens(tenant: str, project: str) -> ResponseReturnValue:
     """The tokens of this project (project_admin and above)."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     here = scope()
     return _tokens_page(
         tokens=_project_tokens(here.tenant, here.project),
@@ -154,7 +154,7 @@ def tokens(tenant: str, project: str) -> ResponseReturnValue:
 @bp.get("/p/<tenant>/<project>/tokens/new")
 def new_token_form(tenant: str, project: str) -> ResponseReturnValue:
     """The form of a new token of this project."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     return _token_form(purl("create_token"), _offered(PROJECT_ROLES), None, purl("tokens"))
 
 
@@ -208,7 +208,7 @@ def _form_error(form: Callable[[], str], message: str) -> str:
 @bp.post("/p/<tenant>/<project>/tokens/new")
 def create_token(tenant: str, project: str) -> ResponseReturnValue:
     """Create a token of this project and show its secret, once."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     here = scope()
     asked = field("project", 128)
     if asked and asked != here.project:
@@ -239,7 +239,7 @@ def _revocable_in_project(token_id: str) -> Token:
 @bp.get("/p/<tenant>/<project>/tokens/<token_id>/revoke")
 def confirm_revoke_token(tenant: str, project: str, token_id: str) -> ResponseReturnValue:
     """The confirmation of a token's revocation."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     found = _revocable_in_project(token_id)
     return _confirm_revoke(found, purl("revoke_token", token_id=token_id), purl("tokens"))
 
@@ -261,7 +261,7 @@ def _confirm_revoke(found: Token, action: str, back: str) -> str:
 @bp.post("/p/<tenant>/<project>/tokens/<token_id>/revoke")
 def revoke_token(tenant: str, project: str, token_id: str) -> ResponseReturnValue:
     """Revoke a token of this project."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     registry().revoke(_revocable_in_project(token_id).id)
     audit.record("token", "revoked", token_id)
     return see_other(purl("tokens"))
@@ -378,7 +378,7 @@ def _limits_page(tenant: str, project: str | None, error: str = "") -> str:
 @bp.get("/p/<tenant>/<project>/limits")
 def limits(tenant: str, project: str) -> ResponseReturnValue:
     """This project's quotas and rate limits (project_admin and above)."""
-    _require(ADMIN_ROLE)
+    _require_manager()
     return _limits_page(scope().tenant, scope().project)
 
 

@@ -16,9 +16,9 @@ from werkzeug.exceptions import Forbidden
 
 from app.console.base import arg, bp, int_arg, principal, purl, scope, signed_in, storage
 from app.services import audit as audit_service
+from app.services.access import MANAGER, may_manage
 from app.storage import InvalidName
 from app.storage.core.audit import KEEP_DAYS, KINDS
-from app.web.permissions import ADMIN_ROLE
 
 PER_PAGE = 50
 
@@ -51,8 +51,8 @@ def record(
 @bp.get("/p/<tenant>/<project>/audit")
 def audit(tenant: str, project: str) -> ResponseReturnValue:
     """Who did what in this project, newest first."""
-    if not principal().at_least(ADMIN_ROLE):
-        raise Forbidden(f"the audit view needs the {ADMIN_ROLE} role or above")
+    if not may_manage(principal()):
+        raise Forbidden(f"the audit view needs the {MANAGER} role or above")
     actor = arg("actor", 64) or None
     kind = arg("kind", 32) or None
     per_page = int_arg("per_page", PER_PAGE, highest=200)

@@ -13,10 +13,10 @@ from typing import Any
 from flask import Blueprint, current_app, g, redirect, request, url_for
 from werkzeug.wrappers import Response
 
+from app.services.access import Principal
 from app.storage import Scope
 from app.storage.core.tokens import Token
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
-from app.web.auth import Principal
 
 bp = Blueprint(
     "console",

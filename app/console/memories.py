@@ -20,6 +20,7 @@ from werkzeug.exceptions import Forbidden
 
 from app.console import audit, render
 from app.console.base import actor, bp, field, principal, purl, scope, see_other, stores
+from app.services.access import may_write, only_owner
 from app.storage import InvalidName, NotFound
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
@@ -28,7 +29,6 @@ from app.storage.core.store_models import (
     PathConflict,
     StoreArchived,
 )
-from app.web.permissions import may_write, only_owner
 
 MAX_FORM_CONTENT = 200_000  # characters kept of a textarea: past any memory's byte limit
 

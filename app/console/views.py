@@ -25,6 +25,15 @@ from werkzeug.wsgi import wrap_file
 
 from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.console import admin, audit, base, charts, render, session as sessions
+from app.services.access import (
+    Principal,
+    covers,
+    may_delete_task,
+    may_manage,
+    may_redact,
+    may_write,
+    only_owner,
+)
 from app.services.usage_report import projects_overview
 from app.storage import Corrupt, InvalidName, Scope, StorageError, TaskSummary
 from app.storage.core.clock import parse_iso
@@ -33,16 +42,7 @@ from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.storage.core.tokens import Token
 from app.storage.interface import TaskBackend
 from app.web import ratelimit
-from app.web.auth import Principal
 from app.web.errors import ApiError, RequestValidationError, from_storage
-from app.web.permissions import (
-    ADMIN_ROLE,
-    covers,
-    may_delete_task,
-    may_redact_version,
-    may_write,
-    only_owner,
-)
 
 log = logging.getLogger("app.console")
 
@@ -207,7 +207,7 @@ def _template_context() -> dict[str, Any]:
         "me": g.get("console_token"),
         "scope": principal.scope if principal is not None else None,
         "can_write": principal is not None and may_write(principal),
-        "can_admin": principal is not None and principal.at_least(ADMIN_ROLE),
+        "can_admin": principal is not None and may_manage(principal),
         "tenant_page": g.get("tenant") if principal is None else None,
         "manages_tenant": _manages_tenant(g.get("console_token")),
         "many_projects": _covers_many(g.get("console_token")),
@@ -893,7 +893,7 @@ def version(tenant: str, project: str, store_id: str, version_id: str) -> Respon
         "console/version.html",
         store=found,
         version=item,
-        may_redact=may_redact_version(_principal()) and not is_head,
+        may_redact=may_redact(_principal()) and not is_head,
         is_head=is_head,
     )
 
@@ -924,7 +924,7 @@ def confirm_redact_version(
     tenant: str, project: str, store_id: str, version_id: str
 ) -> ResponseReturnValue:
     """The confirmation of a memory version's redaction (project_admin and above)."""
-    if not may_redact_version(_principal()):
+    if not may_redact(_principal()):
         raise Forbidden("only a project_admin may redact a memory version")
     engine = _stores()
     found = engine.get_store(_scope(), store_id)
@@ -937,7 +937,7 @@ def redact_version(
     tenant: str, project: str, store_id: str, version_id: str
 ) -> ResponseReturnValue:
     """Redact a memory version (project_admin and above)."""
-    if not may_redact_version(_principal()):
+    if not may_redact(_principal()):
         raise Forbidden("only a project_admin may redact a memory version")
     done = _stores().redact_version(_scope(), store_id, version_id, actor=_actor())
     audit.record(

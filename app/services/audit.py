@@ -1,5 +1,6 @@
-"""Recording what was done for the audit log (app/storage/core/audit.py): called by the APIs
-and the console once a change has succeeded, with the principal that made it.
+"""Recording what was done for the audit log (app/storage/core/audit.py): called by the use
+cases (tasks.py, stores.py, admin.py) once a change has succeeded, with the principal that made
+it; no door records an event of its own.
 
 The change is what matters: an event that cannot be written (a full disk, a database gone)
 is logged and the answer stays the change's, never a failure of something already done.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from app.services.access import Principal
 from app.storage.core.errors import StorageError
 from app.storage.interface import StorageBackend
 
@@ -46,3 +48,29 @@ def record(
         log.error("audit event refused (%s): %s %s %s", exc, kind, action, subject)
     except Exception:  # noqa: BLE001 - the change happened; a log it cannot reach must not undo it
         log.exception("audit event not recorded: %s %s %s", kind, action, subject)
+
+
+def event(
+    storage: StorageBackend,
+    principal: Principal,
+    kind: str,
+    action: str,
+    subject: str,
+    detail: dict[str, Any] | None = None,
+    *,
+    store_id: str | None = None,
+    project: str | None = None,
+) -> None:
+    """Record that ``principal`` did ``action`` in its scope (``project``: another project
+    of its tenant, which an admin change named)."""
+    record(
+        storage,
+        principal.scope.tenant,
+        project or principal.scope.project,
+        actor=principal.actor,
+        kind=kind,
+        action=action,
+        subject=subject,
+        store_id=store_id,
+        detail=detail,
+    )

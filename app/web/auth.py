@@ -7,28 +7,18 @@ covers. Only ``admin`` tokens may name any tenant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from flask import current_app, g, request
 
+from app.services.access import Principal, may_write
 from app.storage import InvalidName, Scope
 from app.storage.core.names import validate_id
-from app.storage.core.tokens import Token, role_rank
+from app.storage.core.tokens import Token
 from app.storage.interface import TokenStore
 from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
 PROJECT_HEADER = "X-Sandbox-Project-Id"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    token: Token
-    scope: Scope
-
-    def at_least(self, role: str) -> bool:
-        return role_rank(self.token.role) >= role_rank(role)
 
 
 def registry() -> TokenStore:
@@ -122,7 +112,7 @@ def require_principal() -> Principal:
     """Authenticate, resolve the scope and check the method against the role; store on g."""
     principal = resolve_principal()
     token = principal.token
-    if request.method not in READ_METHODS and not principal.at_least("writer"):
+    if request.method not in READ_METHODS and not may_write(principal):
         raise ApiError(403, f"role {token.role} may only read")
     g.principal = principal
     return principal

@@ -228,7 +228,7 @@ def from_storage(exc: se.StorageError) -> HTTPException:
             log.warning("refused unsafe path: %s", exc)
             return ApiError(404, "not found")
         return ApiError(404, str(exc))
-    if isinstance(exc, se.NotOwner):
+    if isinstance(exc, se.NotOwner | se.Forbidden):
         return ApiError(403, str(exc))
     if isinstance(exc, se.PreconditionFailed):
         return ApiError(412, str(exc))

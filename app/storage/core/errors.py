@@ -1,4 +1,5 @@
-"""Errors raised by the storage engine; app/web/errors.py maps them to HTTP."""
+"""Errors raised by the storage engine and the use cases over it (app/services/);
+app/web/errors.py maps them to HTTP."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ class UnsafePath(StorageError):
 
 class NotOwner(StorageError):
     """Only the task's owner (or a project admin) may do this."""
+
+
+class Forbidden(StorageError):
+    """The principal's role does not allow this change (app/services/access.py)."""
 
 
 class Conflict(StorageError):

@@ -1,0 +1,213 @@
+"""The changes to a project's memory stores, whichever door they come by (the REST API, the
+memory-tool endpoint, the console, the MCP tools): each checks access, makes one storage call
+and records one audit event. Reads need no use case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.services import access, audit
+from app.services.access import Principal
+from app.services.memory_tool import AUDITED, MemoryTool, ToolResult, audit_of
+from app.storage.core.store_models import Deleted, Memory, MemoryStore, MemoryVersion
+from app.storage.interface import StorageBackend
+
+
+def _store_event(
+    storage: StorageBackend, principal: Principal, action: str, store: MemoryStore | str
+) -> None:
+    store_id = store if isinstance(store, str) else store.id
+    detail = None if isinstance(store, str) or action == "archived" else {"name": store.name}
+    audit.event(storage, principal, "store", action, store_id, detail, store_id=store_id)
+
+
+def _memory_event(
+    storage: StorageBackend,
+    principal: Principal,
+    action: str,
+    subject: str,
+    store_id: str,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    audit.event(storage, principal, "memory", action, subject, detail, store_id=store_id)
+
+
+def _version_detail(memory: Memory) -> dict[str, Any]:
+    return {"path": memory.path, "version_id": memory.memory_version_id}
+
+
+# -- stores ----------------------------------------------------------------------------------
+def create_store(
+    storage: StorageBackend,
+    principal: Principal,
+    *,
+    name: object,
+    description: object = "",
+    metadata: object = None,
+) -> MemoryStore:
+    """A new store, created by this principal (who may then manage it)."""
+    access.require_write(principal)
+    store = storage.stores.create_store(
+        principal.scope,
+        name=name,
+        description=description,
+        metadata=metadata,
+        creator=principal.actor,
+    )
+    _store_event(storage, principal, "created", store)
+    return store
+
+
+def update_store(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    *,
+    name: object = None,
+    description: object = None,
+    metadata: object = None,
+) -> MemoryStore:
+    """A patch of the store's name, description or metadata: its creator, or a manager."""
+    access.require_write(principal)
+    store = storage.stores.update_store(
+        principal.scope,
+        store_id,
+        name=name,
+        description=description,
+        metadata=metadata,
+        only_creator=access.only_owner(principal),
+    )
+    _store_event(storage, principal, "modified", store)
+    return store
+
+
+def archive_store(storage: StorageBackend, principal: Principal, store_id: str) -> MemoryStore:
+    """Archive the store (one-way; it becomes read-only): its creator, or a manager."""
+    access.require_write(principal)
+    store = storage.stores.archive_store(
+        principal.scope, store_id, only_creator=access.only_owner(principal)
+    )
+    _store_event(storage, principal, "archived", store)
+    return store
+
+
+def delete_store(storage: StorageBackend, principal: Principal, store_id: str) -> Deleted:
+    """Delete the store with its memories and versions: its creator, or a manager."""
+    access.require_write(principal)
+    deleted = storage.stores.delete_store(
+        principal.scope, store_id, only_creator=access.only_owner(principal)
+    )
+    _store_event(storage, principal, "deleted", store_id)
+    return deleted
+
+
+# -- memories --------------------------------------------------------------------------------
+def create_memory(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    *,
+    path: object,
+    content: object,
+    full: bool = False,
+) -> Memory:
+    access.require_write(principal)
+    memory = storage.stores.create_memory(
+        principal.scope,
+        store_id,
+        path=path,
+        content=content,
+        actor=principal.store_actor,
+        full=full,
+    )
+    _memory_event(storage, principal, "created", memory.id, store_id, _version_detail(memory))
+    return memory
+
+
+def update_memory(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    memory_id: str,
+    *,
+    content: object = None,
+    path: object = None,
+    precondition_sha256: object = None,
+    full: bool = False,
+) -> Memory:
+    access.require_write(principal)
+    memory = storage.stores.update_memory(
+        principal.scope,
+        store_id,
+        memory_id,
+        content=content,
+        path=path,
+        precondition_sha256=precondition_sha256,
+        actor=principal.store_actor,
+        full=full,
+    )
+    _memory_event(storage, principal, "modified", memory.id, store_id, _version_detail(memory))
+    return memory
+
+
+def delete_memory(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    memory_id: str,
+    *,
+    expected_sha256: object = None,
+) -> Deleted:
+    """Delete a memory (its versions stay, subject to retention)."""
+    access.require_write(principal)
+    deleted = storage.stores.delete_memory(
+        principal.scope,
+        store_id,
+        memory_id,
+        expected_sha256=expected_sha256,
+        actor=principal.store_actor,
+    )
+    _memory_event(storage, principal, "deleted", memory_id, store_id)
+    return deleted
+
+
+def redact_version(
+    storage: StorageBackend, principal: Principal, store_id: str, version_id: str
+) -> MemoryVersion:
+    """Redact a version (never the head of a live memory): a project_admin and above."""
+    access.require_redact(principal)
+    version = storage.stores.redact_version(
+        principal.scope, store_id, version_id, actor=principal.store_actor
+    )
+    _memory_event(
+        storage, principal, "redacted", version.memory_id, store_id, {"version_id": version_id}
+    )
+    return version
+
+
+def run_memory_tool(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    command_input: object,
+    *,
+    tool: MemoryTool | None = None,
+) -> ToolResult:
+    """Run one memory-tool command (a view, or a change) against a store.
+
+    A reader may only view: a command that changes the store is refused (Forbidden) before
+    it runs. A change
+    that succeeded is recorded with the command and its path. ``tool``: one built with other
+    view limits (the MCP tool's), for this principal and store.
+    """
+    command = command_input.get("command") if isinstance(command_input, dict) else None
+    if command in AUDITED:
+        access.require_write(principal)
+    if tool is None:
+        tool = MemoryTool(storage.stores, principal.scope, store_id, actor=principal.store_actor)
+    result = tool.run(command_input)
+    change = audit_of(command_input, result)
+    if change is not None:
+        _memory_event(storage, principal, change[0], store_id, store_id, change[1])
+    return result
