@@ -80,7 +80,7 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 typecheck: $(DEV_STAMP)
-	$(BIN)/mypy app/storage app/api app/web app/ops
+	$(BIN)/mypy app
 	cd client && $(abspath $(BIN))/mypy
 
 # Benchmarks (bench/README.md): never part of `make test`, never an assertion on time. Each
