@@ -50,7 +50,7 @@ from .models import (
     WhoAmI,
 )
 from .rules import guess_content_type
-from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
+from .settings import API_PREFIX, Settings, load_settings
 
 __all__ = ["Client", "Progress", "Source", "Upload"]
 
@@ -288,23 +288,14 @@ class Client:
         self.url = self.settings.url
         self.max_retries = max(0, max_retries)
         self.max_retry_wait = max_retry_wait
-        headers = {
-            "Authorization": f"Bearer {self.settings.token}",
-            "User-Agent": f"project-memory-client/{__version__}",
-            "Accept": "application/json",
-        }
-        if self.settings.tenant:
-            headers[TENANT_HEADER] = self.settings.tenant
-        if self.settings.project:
-            headers[PROJECT_HEADER] = self.settings.project
+        headers = {"Accept": "application/json"}
         if correlation_id:
             headers[CORRELATION_HEADER] = correlation_id
-        self._http = httpx.Client(
+        self._http = self.settings.http(
+            f"project-memory-client/{__version__}",
             base_url=self.url + API_PREFIX,
             headers=headers,
-            timeout=self.settings.timeout,
             transport=transport,
-            follow_redirects=False,
         )
 
     def __repr__(self) -> str:
