@@ -30,7 +30,6 @@ from .errors import (
     ApiError,
     ClientError,
     InvalidArgument,
-    PreconditionFailed,
     ServerUnreachable,
     api_error,
     turn_form_unknown,
@@ -49,6 +48,7 @@ from .models import (
     UsageReport,
     WhoAmI,
 )
+from .next_turn import put_next_turn
 from .rules import guess_content_type
 from .settings import API_PREFIX, Settings, load_settings
 
@@ -57,9 +57,6 @@ __all__ = ["Client", "Progress", "Source", "Upload"]
 CORRELATION_HEADER = "x-correlation-id"
 RETRY_STATUSES = frozenset({429, 503})
 CHUNK = 256 * 1024
-# put_turn(task, "next"): a writer that loses the race for a number tries the next one; this
-# many losses in a row means something else is wrong (or 9999 turns are taken).
-NEXT_TURN_ATTEMPTS = 64
 _SHA256_ETAG = re.compile(r'"?([0-9a-f]{64})"?')
 
 Progress = Callable[[int, int | None], None]
@@ -462,21 +459,16 @@ class Client:
         try:
             if turn != "next":
                 return self._put_turn(task_id, turn, body, if_match, if_none_match, form)
-            candidate = self._next_free_turn(task_id)
-            for _ in range(NEXT_TURN_ATTEMPTS):
-                try:
-                    return self._put_turn(task_id, candidate, body, None, "*", form)
-                except PreconditionFailed:
-                    if form is not None and not form.replayable:
-                        raise  # its artifacts were read once, and cannot be sent again
-                    candidate = max(candidate + 1, self._next_free_turn(task_id))
+            return put_next_turn(
+                task_id,
+                lambda: self._task_or_none(task_id),
+                lambda _, number: self._put_turn(task_id, number, body, None, "*", form),
+                # Artifacts read once from their source cannot be sent for another number.
+                resend=form is None or form.replayable,
+            )
         finally:
             if form is not None:
                 form.close()
-        raise ClientError(
-            f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries; last tried"
-            f" {candidate}"
-        )
 
     def _put_turn(
         self,
@@ -527,17 +519,13 @@ class Client:
             )
         return self.get_turn(task_id, int(turn))
 
-    def _next_free_turn(self, task_id: str) -> int:
+    def _task_or_none(self, task_id: str) -> TaskIndex | None:
         try:
-            index = self.get_task(task_id)
+            return self.get_task(task_id)
         except ApiError as exc:
             if exc.status == 404:
-                return 0
+                return None
             raise
-        numbers = [t.turn for t in index.turns]
-        if index.latest_turn is not None:
-            numbers.append(index.latest_turn)
-        return max(numbers) + 1 if numbers else 0
 
     # -- artifacts -----------------------------------------------------------------------
     def put_artifact(
