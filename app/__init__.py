@@ -1,4 +1,4 @@
-"""Project Memory: durable memory for AI coding agents, over a plain filesystem tree."""
+"""Project Memory: durable memory for AI coding agents, in a filesystem tree or PostgreSQL + S3."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ nothing or by a bare equivalent, **in this process only**: the filelock task loc
 flock, the fsyncs, the index.json rewrite, the listing row, the containment walks, the dirty
 flag. Each variant runs in a fresh process and storage root under $TMPDIR, the variants
 interleaved round after round; it prints the median user and system CPU per record. This
-is how bench/README.md prices the parts a record cannot do without: none of the variants is
-a configuration of the service.
+is how bench/HISTORY.md ("What a recorded turn's parts cost") prices the parts a record
+cannot do without: none of the variants is a configuration of the service.
 """
 
 from __future__ import annotations

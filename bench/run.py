@@ -52,8 +52,9 @@ def machine() -> dict[str, Any]:
 def storage_fs(path: Path) -> str:
     """Where the servers' storage roots live ($TMPDIR): mount point, type, device, options.
 
-    Write throughput depends on it more than on anything in app/ (bench/README.md, "Where the
-    storage root lives"), so every result file says which filesystem it measured.
+    Write throughput depends on it more than on anything in app/ (bench/README.md, Method,
+    "Storage roots"; bench/HISTORY.md, "Where the storage roots live"), so every result file
+    says which filesystem it measured.
     """
     best = ("", "?", "?", "")
     try:

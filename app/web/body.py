@@ -56,8 +56,8 @@ class CountingInput:
         self.stream = stream
         self.received = 0
         self.ended = False
-        # Told of the bytes of each read (the upload budgets: app/web/ratelimit.py); it may
-        # refuse the rest of the body by raising.
+        # Told of the bytes of each read (the upload budgets: app/web/ratelimit/hooks.py's
+        # UploadMeter); it may refuse the rest of the body by raising.
         self.meter: Callable[[int], None] | None = None
         # Asked before the first read; it may refuse the whole body by raising.
         self.guard: Callable[[], None] | None = None

@@ -19,7 +19,7 @@ from app.storage.core.limits import RateOverride, RateOverrides
 from app.storage.core.names import LIMITS_FILE
 from app.storage.tree.limits import LimitsFile
 from app.web import ratelimit
-from app.web.ratelimit import PROBES, BucketTable, Limiter, Outcome
+from app.web.ratelimit import PROBES, BucketTable, Limiter, Outcome, table as buckets
 
 
 class Clock:
@@ -485,7 +485,7 @@ def test_a_worker_killed_holding_the_lock_does_not_stop_the_others() -> None:
 def test_apps_made_after_share_across_workers_share_its_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ratelimit, "_shared", None)
+    monkeypatch.setattr(buckets, "_shared", None)
     ratelimit.share_across_workers()
     config = {
         "STORAGE_ROOT": str(tmp_path / "root"),
@@ -495,7 +495,7 @@ def test_apps_made_after_share_across_workers_share_its_table(
     }
     first, second = create_app(config), create_app(config)
     one, two = first.extensions["rate_limiter"], second.extensions["rate_limiter"]
-    assert one.table() is two.table() is ratelimit._shared
+    assert one.table() is two.table() is buckets._shared
     assert admitted(one.check("tok_a", "writer", "acme", "web", None))
     assert not admitted(two.check("tok_a", "writer", "acme", "web", None))
 

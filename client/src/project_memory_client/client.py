@@ -30,7 +30,6 @@ from .errors import (
     ApiError,
     ClientError,
     InvalidArgument,
-    PreconditionFailed,
     ServerUnreachable,
     api_error,
     turn_form_unknown,
@@ -49,17 +48,15 @@ from .models import (
     UsageReport,
     WhoAmI,
 )
+from .next_turn import put_next_turn
 from .rules import guess_content_type
-from .settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings, load_settings
+from .settings import API_PREFIX, Settings, load_settings
 
 __all__ = ["Client", "Progress", "Source", "Upload"]
 
 CORRELATION_HEADER = "x-correlation-id"
 RETRY_STATUSES = frozenset({429, 503})
 CHUNK = 256 * 1024
-# put_turn(task, "next"): a writer that loses the race for a number tries the next one; this
-# many losses in a row means something else is wrong (or 9999 turns are taken).
-NEXT_TURN_ATTEMPTS = 64
 _SHA256_ETAG = re.compile(r'"?([0-9a-f]{64})"?')
 
 Progress = Callable[[int, int | None], None]
@@ -288,23 +285,14 @@ class Client:
         self.url = self.settings.url
         self.max_retries = max(0, max_retries)
         self.max_retry_wait = max_retry_wait
-        headers = {
-            "Authorization": f"Bearer {self.settings.token}",
-            "User-Agent": f"project-memory-client/{__version__}",
-            "Accept": "application/json",
-        }
-        if self.settings.tenant:
-            headers[TENANT_HEADER] = self.settings.tenant
-        if self.settings.project:
-            headers[PROJECT_HEADER] = self.settings.project
+        headers = {"Accept": "application/json"}
         if correlation_id:
             headers[CORRELATION_HEADER] = correlation_id
-        self._http = httpx.Client(
+        self._http = self.settings.http(
+            f"project-memory-client/{__version__}",
             base_url=self.url + API_PREFIX,
             headers=headers,
-            timeout=self.settings.timeout,
             transport=transport,
-            follow_redirects=False,
         )
 
     def __repr__(self) -> str:
@@ -471,21 +459,16 @@ class Client:
         try:
             if turn != "next":
                 return self._put_turn(task_id, turn, body, if_match, if_none_match, form)
-            candidate = self._next_free_turn(task_id)
-            for _ in range(NEXT_TURN_ATTEMPTS):
-                try:
-                    return self._put_turn(task_id, candidate, body, None, "*", form)
-                except PreconditionFailed:
-                    if form is not None and not form.replayable:
-                        raise  # its artifacts were read once, and cannot be sent again
-                    candidate = max(candidate + 1, self._next_free_turn(task_id))
+            return put_next_turn(
+                task_id,
+                lambda: self._task_or_none(task_id),
+                lambda _, number: self._put_turn(task_id, number, body, None, "*", form),
+                # Artifacts read once from their source cannot be sent for another number.
+                resend=form is None or form.replayable,
+            )
         finally:
             if form is not None:
                 form.close()
-        raise ClientError(
-            f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries; last tried"
-            f" {candidate}"
-        )
 
     def _put_turn(
         self,
@@ -536,17 +519,13 @@ class Client:
             )
         return self.get_turn(task_id, int(turn))
 
-    def _next_free_turn(self, task_id: str) -> int:
+    def _task_or_none(self, task_id: str) -> TaskIndex | None:
         try:
-            index = self.get_task(task_id)
+            return self.get_task(task_id)
         except ApiError as exc:
             if exc.status == 404:
-                return 0
+                return None
             raise
-        numbers = [t.turn for t in index.turns]
-        if index.latest_turn is not None:
-            numbers.append(index.latest_turn)
-        return max(numbers) + 1 if numbers else 0
 
     # -- artifacts -----------------------------------------------------------------------
     def put_artifact(

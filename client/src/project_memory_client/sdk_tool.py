@@ -33,7 +33,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
-from .settings import PROJECT_HEADER, TENANT_HEADER, load_settings
+from .settings import Settings, load_settings
 
 __all__ = ["AsyncProjectMemoryTool", "MemoryServerError", "ProjectMemoryTool"]
 
@@ -64,22 +64,16 @@ def _result(response: httpx.Response) -> str:
     return content
 
 
-def _endpoint(
-    server: str | None,
-    token: str | None,
-    store_id: str,
-    tenant: str | None,
-    project: str | None,
-) -> tuple[str, dict[str, str]]:
-    """The tool endpoint's URL and the request headers, from the arguments, else the
-    settings (PROJECT_MEMORY_URL, PROJECT_MEMORY_TOKEN, ..., the config file)."""
-    settings = load_settings(url=server, token=token, tenant=tenant, project=project).require()
-    headers = {"Authorization": f"Bearer {settings.token}"}
-    if settings.tenant:
-        headers[TENANT_HEADER] = settings.tenant
-    if settings.project:
-        headers[PROJECT_HEADER] = settings.project
-    return f"{settings.url}/v1/memory_stores/{store_id}/memory_tool", headers
+def _settings(
+    server: str | None, token: str | None, tenant: str | None, project: str | None
+) -> Settings:
+    """The arguments, else the settings (PROJECT_MEMORY_URL, PROJECT_MEMORY_TOKEN, ..., the
+    config file)."""
+    return load_settings(url=server, token=token, tenant=tenant, project=project).require()
+
+
+def _endpoint(settings: Settings, store_id: str) -> str:
+    return f"{settings.url}/v1/memory_stores/{store_id}/memory_tool"
 
 
 class ProjectMemoryTool(BetaAbstractMemoryTool):
@@ -101,9 +95,12 @@ class ProjectMemoryTool(BetaAbstractMemoryTool):
         http_client: httpx.Client | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.url, self._headers = _endpoint(server, token, store_id, tenant, project)
+        settings = _settings(server, token, tenant, project)
+        self.url = _endpoint(settings, store_id)
+        # On each request too: a client given in ``http_client`` has none of them.
+        self._headers = settings.headers()
         self._owns_client = http_client is None
-        self._http = http_client or httpx.Client(timeout=timeout)
+        self._http = http_client or settings.http(timeout=timeout)
 
     def close(self) -> None:
         if self._owns_client:
@@ -166,9 +163,11 @@ class AsyncProjectMemoryTool(BetaAsyncAbstractMemoryTool):
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(cache_control=cache_control)
-        self.url, self._headers = _endpoint(server, token, store_id, tenant, project)
+        settings = _settings(server, token, tenant, project)
+        self.url = _endpoint(settings, store_id)
+        self._headers = settings.headers()
         self._owns_client = http_client is None
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._http = http_client or settings.http(timeout=timeout, asynchronous=True)
 
     async def aclose(self) -> None:
         if self._owns_client:

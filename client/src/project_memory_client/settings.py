@@ -23,9 +23,12 @@ import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .errors import SettingsError
+
+if TYPE_CHECKING:
+    import httpx
 
 URL_ENV = "PROJECT_MEMORY_URL"
 # The mount's name for the URL since before the client had one: still read, after URL_ENV.
@@ -125,6 +128,71 @@ class Settings:
                     " check it was copied whole"
                 )
         return self
+
+    def headers(self, user_agent: str | None = None) -> dict[str, str]:
+        """The headers every request to the server carries: the token, the tenant and project
+        (for a token that covers several) and, when given, the ``User-Agent``."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if user_agent:
+            headers["User-Agent"] = user_agent
+        if self.tenant:
+            headers[TENANT_HEADER] = self.tenant
+        if self.project:
+            headers[PROJECT_HEADER] = self.project
+        return headers
+
+    @overload
+    def http(
+        self,
+        user_agent: str | None = None,
+        *,
+        base_url: str = "",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        transport: httpx.BaseTransport | None = None,
+        asynchronous: Literal[False] = False,
+    ) -> httpx.Client: ...
+
+    @overload
+    def http(
+        self,
+        user_agent: str | None = None,
+        *,
+        base_url: str = "",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        asynchronous: Literal[True],
+    ) -> httpx.AsyncClient: ...
+
+    def http(
+        self,
+        user_agent: str | None = None,
+        *,
+        base_url: str = "",
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        transport: httpx.BaseTransport | None = None,
+        asynchronous: bool = False,
+    ) -> httpx.Client | httpx.AsyncClient:
+        """An HTTP client for the server: the one place the distribution makes one.
+
+        It sends :meth:`headers` (with ``headers`` added) on every request, waits
+        ``timeout`` seconds (these settings' by default) and follows no redirect.
+        ``asynchronous``: an ``httpx.AsyncClient`` instead.
+        """
+        # Imported here: the hooks and the CLI's start-up load this module, and httpx costs
+        # them a third of a second (agents/wire.py).
+        import httpx
+
+        options: dict[str, Any] = {
+            "base_url": base_url,
+            "headers": {**self.headers(user_agent), **(headers or {})},
+            "timeout": self.timeout if timeout is None else timeout,
+            "follow_redirects": False,
+        }
+        if asynchronous:
+            return httpx.AsyncClient(**options)
+        return httpx.Client(**options, transport=transport)
 
     def with_overrides(self, **values: Any) -> Settings:
         """A copy with the given non-None values put in, as flags would."""

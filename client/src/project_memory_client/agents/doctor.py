@@ -218,14 +218,14 @@ def tools_list(url: str, headers: dict[str, str]) -> tuple[list[str] | None, str
     """The tool names ``url`` answers ``tools/list`` with (None and why, when it does not)."""
     import httpx
 
+    from ..settings import Settings
+
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    # The agent's own URL and headers, none of ours: what the agent will send is checked.
+    accept = {"Accept": "application/json, text/event-stream"}
     try:
-        response = httpx.post(
-            url,
-            json=message,
-            headers={**headers, "Accept": "application/json, text/event-stream"},
-            timeout=HTTP_TIMEOUT,
-        )
+        with Settings().http(headers={**headers, **accept}, timeout=HTTP_TIMEOUT) as http:
+            response = http.post(url, json=message)
     except httpx.HTTPError as exc:
         return None, f"cannot reach {url}: {exc or type(exc).__name__}"
     if response.status_code == 404:

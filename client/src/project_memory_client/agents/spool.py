@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._files import fsync_dir
+from ..next_turn import put_next_turn
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -91,7 +92,6 @@ except ImportError:  # pragma: no cover
 STATE_ENV = "PROJECT_MEMORY_STATE_DIR"
 ENTRY_SUFFIX = ".json"
 RECORD_KEY = "record_id"
-NEXT_TURN_ATTEMPTS = 64
 TEMP_PREFIX = ".tmp-"
 # A temp file is a write in flight for milliseconds; one this old was left by a process
 # that died between creating it and removing it.
@@ -479,43 +479,41 @@ def send(client: Sender, entry: Entry, uploads: list[Upload]) -> bool:
     is there gets each artifact it lacks (what a cut delivery of the seed's requests, or a
     file spooled after, left out).
     """
-    from ..errors import NotFound, PreconditionFailed
+    from ..errors import NotFound
 
     task_id = entry.task_id
     meta = {**entry.meta, RECORD_KEY: entry.record_id}
-    for _ in range(NEXT_TURN_ATTEMPTS):
+
+    def read_index() -> Index | None:
         try:
-            index = client.get_task(task_id)
+            return client.get_task(task_id)
         except NotFound:
-            index = None
-        if index is not None:
-            mine = [t for t in index.turns if t.meta.get(RECORD_KEY) == entry.record_id]
-            if mine:
-                names = set(mine[0].artifacts)
-                for upload in uploads:
-                    if upload.name not in names:
-                        client.put_artifact(
-                            task_id,
-                            mine[0].turn,
-                            upload.name,
-                            upload.source,
-                            content_type=upload.content_type,
-                        )
-                return True
-        numbers = [t.turn for t in index.turns] if index is not None else []
-        if index is not None and index.latest_turn is not None:
-            numbers.append(index.latest_turn)
-        number = max(numbers) + 1 if numbers else 0
-        try:
-            client.put_turn(
-                task_id,
-                number,
-                meta=meta,
-                summary_md=entry.summary_md,
-                if_none_match="*",
-                artifacts=uploads,
-            )
-        except PreconditionFailed:
-            continue  # another writer took the number: read the index again
+            return None
+
+    def put(index: Index | None, number: int) -> bool:
+        # A turn that carries this entry's record id is this entry, sent before.
+        turns = index.turns if index is not None else ()
+        mine = [t for t in turns if t.meta.get(RECORD_KEY) == entry.record_id]
+        if mine:
+            names = set(mine[0].artifacts)
+            for upload in uploads:
+                if upload.name not in names:
+                    client.put_artifact(
+                        task_id,
+                        mine[0].turn,
+                        upload.name,
+                        upload.source,
+                        content_type=upload.content_type,
+                    )
+            return True
+        client.put_turn(
+            task_id,
+            number,
+            meta=meta,
+            summary_md=entry.summary_md,
+            if_none_match="*",
+            artifacts=uploads,
+        )
         return False
-    raise RuntimeError(f"no free turn of task {task_id} after {NEXT_TURN_ATTEMPTS} tries")
+
+    return put_next_turn(task_id, read_index, put)

@@ -26,7 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from .. import __version__
 from ..errors import ApiError, InvalidArgument, ServerUnreachable, api_error, turn_form_unknown
-from ..settings import API_PREFIX, PROJECT_HEADER, TENANT_HEADER, Settings
+from ..settings import API_PREFIX, Settings
 
 MAX_HEAD_BYTES = 64 * 1024  # a status line and headers
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -273,15 +273,9 @@ class HookClient:
         self.url = settings.url
         self.deadline = deadline
         self.connection = Connection(settings.url)
-        self.headers = {
-            "Authorization": f"Bearer {settings.token}",
-            "User-Agent": f"project-memory-client/{__version__} (hook)",
-            "Accept": "application/json",
-        }
-        if settings.tenant:
-            self.headers[TENANT_HEADER] = settings.tenant
-        if settings.project:
-            self.headers[PROJECT_HEADER] = settings.project
+        # The headers of Settings.http(), on the hooks' own connection (no httpx: see above).
+        self.headers = settings.headers(f"project-memory-client/{__version__} (hook)")
+        self.headers["Accept"] = "application/json"
 
     def close(self) -> None:
         self.connection.close()

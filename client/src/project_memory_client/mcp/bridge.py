@@ -24,7 +24,7 @@ from typing import IO, Any
 import httpx
 
 from .. import __version__
-from ..settings import PROJECT_HEADER, TENANT_HEADER, Settings
+from ..settings import Settings
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 RELAY_ERROR = -32000  # JSON-RPC's "server error" range: the relay could not get an answer
@@ -37,18 +37,12 @@ class Bridge:
         self, settings: Settings, out: IO[str], *, transport: httpx.BaseTransport | None = None
     ):
         settings.require()
-        headers = {
-            "Authorization": f"Bearer {settings.token}",
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-            "User-Agent": f"project-memory-mcp/{__version__}",
-        }
-        if settings.tenant:
-            headers[TENANT_HEADER] = settings.tenant
-        if settings.project:
-            headers[PROJECT_HEADER] = settings.project
         self.url = f"{(settings.url or '').rstrip('/')}/mcp"
-        self.http = httpx.Client(headers=headers, timeout=settings.timeout, transport=transport)
+        self.http = settings.http(
+            f"project-memory-mcp/{__version__}",
+            headers={"Accept": "application/json", "Content-Type": "application/json"},
+            transport=transport,
+        )
         self.out = out
         self.lock = threading.Lock()
         self.version: str | None = None  # what initialize agreed on

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from .. import __version__
-from ..settings import PROJECT_HEADER, TENANT_HEADER
+from ..settings import Settings
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -52,15 +52,9 @@ class StoreClient:
     ) -> None:
         self.base = server.rstrip("/") + "/v1/memory_stores"
         self.timeout = timeout
-        headers = {
-            "Authorization": f"Bearer {token}",
-            "User-Agent": f"project-memory-mount/{__version__}",
-        }
-        if tenant:
-            headers[TENANT_HEADER] = tenant
-        if project:
-            headers[PROJECT_HEADER] = project
-        self.session = httpx.Client(headers=headers, follow_redirects=False)
+        settings = Settings(url=server, token=token, tenant=tenant, project=project)
+        # Each call sets its own timeout, from the caller's deadline.
+        self.session = settings.http(f"project-memory-mount/{__version__}", timeout=timeout)
         self.calls: Counter[str] = Counter()
 
     def close(self) -> None:
