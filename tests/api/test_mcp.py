@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
 from app.api.openapi import build_spec
-from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
-from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
+from app.services.mcp.artifacts import MCP_ARTIFACT_BYTES
+from app.services.mcp.text import OUTPUT_CHARS
+from app.services.mcp.tools import TOOLS
 from app.storage import Scope
 from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
@@ -762,7 +763,7 @@ def test_a_turn_with_many_artifacts_keeps_its_summary_in_bound(mcp: Mcp) -> None
 def test_the_service_imports_no_flask() -> None:
     import subprocess
 
-    code = "import sys, app.services.mcp_tools; print('flask' in sys.modules)"
+    code = "import sys, app.services.mcp.tools; print('flask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -15,8 +15,7 @@ caller words them with the one storage-error mapping (app/web/errors.py).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,8 @@ from marshmallow import ValidationError
 from app.schemas.project_memory import PutTurnRequest
 from app.services import audit
 from app.services.framing import frame, frame_room, neutral
-from app.services.mcp_artifacts import (
+from app.services.mcp.arguments import Arguments, ToolFailure, messages
+from app.services.mcp.artifacts import (
     ARTIFACT_NAME_SCHEMA,
     ARTIFACT_SCHEMA,
     MCP_ARTIFACT_BYTES,
@@ -36,25 +36,25 @@ from app.services.mcp_artifacts import (
     read_part,
     uploads,
 )
+from app.services.mcp.text import (
+    OUTPUT_CHARS,
+    clip,
+    compact,
+    fit_lines,
+    listed,
+    read_digest_head,
+    search_snippet,
+)
 from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool, audit_of
 from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
-from app.storage.core.models import SearchHit, TurnRecord
-from app.storage.core.names import (
-    ID_PATTERN,
-    MAX_TURN,
-    STORE_ID_RE,
-    validate_artifact_name,
-    validate_id,
-)
-from app.storage.core.query import MARK_END, MARK_START, MAX_QUERY_CHARS
+from app.storage.core.models import TurnRecord
+from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_artifact_name
+from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.store_models import MemoryStore
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE
 from app.storage.core.tokens import role_rank
 from app.storage.interface import StorageBackend
 
-# Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
-# (about 5,000 tokens) leave room for several calls in one context.
-OUTPUT_CHARS = 20_000
 DIGEST_DEFAULT_CHARS = 6_000
 SEARCH_DEFAULT_LIMIT = 10
 SEARCH_MAX_LIMIT = 100  # the REST search's own bound
@@ -69,14 +69,6 @@ INDEX_META_CHARS = 300  # one turn's meta in read_task's list
 INDEX_ARTIFACT_CHARS = 600  # one turn's artifact names in read_task's list
 STORES_SCANNED = 1_000  # a store named by name is looked for among this many
 NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
-# UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
-# character asked for bounds the read, whatever the digest's size.
-UTF8_MAX = 4
-# The smallest section project.md can hold ("\n## x\n\nLatest turn: 0, updated <time>\n\n")
-# and the most a head gives.
-SECTION_MIN = 50
-DIGEST_MAX_SECTIONS = 1000
-TAIL_ROOM = 300  # kept free for the line that says what was left out
 # What one read_artifact result holds: bytes of text, or bytes sent as base64 (4 characters
 # for 3), leaving room for the lines around them.
 READ_TEXT_BYTES = OUTPUT_CHARS - 1_000
@@ -94,10 +86,6 @@ _TURN = {"type": "integer", "minimum": 0, "maximum": MAX_TURN}
 
 
 _TURN_BODY = PutTurnRequest()  # the REST API's PUT turn body: the same meta and size rules
-
-
-class ToolFailure(Exception):
-    """The call cannot be made as asked; the message tells the model why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,174 +343,6 @@ TOOLS: tuple[ToolSpec, ...] = (
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
-class _Args:
-    """A tool's arguments, checked one by one against its input schema's names."""
-
-    def __init__(self, spec: ToolSpec, arguments: object) -> None:
-        if arguments is None:
-            arguments = {}
-        if not isinstance(arguments, dict):
-            raise ToolFailure(f"The arguments of {spec.name} must be a JSON object.")
-        where = lone_surrogate_at(arguments)
-        if where is not None:
-            # A tool's answer often quotes its arguments (a path, a name, a search), and
-            # storage keeps UTF-8: text no UTF-8 can carry is refused before either sees it.
-            raise ToolFailure(
-                f"{where[:200]} is not valid Unicode text: it holds an unpaired UTF-16"
-                " surrogate escape (such as \\ud800). Send the text as UTF-8."
-            )
-        known = spec.input_schema["properties"]
-        unknown = sorted(str(k) for k in arguments if k not in known)
-        if unknown:
-            raise ToolFailure(
-                f"Unknown argument(s) for {spec.name}: {', '.join(unknown)}."
-                f" It takes: {', '.join(known)}."
-            )
-        self.values: dict[str, Any] = arguments
-
-    def text(self, name: str, *, required: bool = False) -> str | None:
-        value = self.values.get(name)
-        if value is None:
-            if required:
-                raise ToolFailure(f"{name} is required.")
-            return None
-        if not isinstance(value, str):
-            raise ToolFailure(f"{name} must be a string.")
-        return value
-
-    def integer(self, name: str, default: int | None, low: int, high: int | None) -> int | None:
-        value = self.values.get(name)
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ToolFailure(f"{name} must be an integer.")
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise ToolFailure(f"{name} must be {bound} (got {value}).")
-        return value
-
-    def task_id(self) -> str:
-        value = self.text("task_id", required=True)
-        assert value is not None
-        try:
-            return validate_id("task_id", value)
-        except InvalidName as exc:
-            raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
-
-
-def lone_surrogate_at(value: Any) -> str | None:
-    """Where in ``value`` (parsed JSON) a string, a key or a value, holds a lone surrogate,
-    as ``artifacts[0].content``; None when none does.
-
-    JSON's ``"\\ud800"`` parses to one, and no UTF-8 carries it. Walked without recursion:
-    the parser took any depth."""
-    stack: list[tuple[Any, str]] = [(value, "")]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, str):
-            if not _is_utf8(item):
-                return where or "the text"
-        elif isinstance(item, dict):
-            for key, inner in item.items():
-                if isinstance(key, str) and not _is_utf8(key):
-                    return f"a key of {where}" if where else "an argument's name"
-                stack.append((inner, f"{where}.{key}" if where else str(key)))
-        elif isinstance(item, list):
-            stack.extend((inner, f"{where}[{i}]") for i, inner in enumerate(item))
-    return None
-
-
-def _is_utf8(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def clip(text: str, limit: int, note: str) -> str:
-    """``text`` cut to ``limit`` characters at a line end, with ``note`` saying so."""
-    if len(text) <= limit:
-        return text
-    room = max(0, limit - len(note) - 2)
-    cut = text.rfind("\n", 0, room)
-    if cut < room // 2:
-        cut = room
-    return text[:cut].rstrip() + "\n" + note
-
-
-def _fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) -> str:
-    """``head`` then as many ``items`` as fit in OUTPUT_CHARS; when some are left out,
-    ``tail(shown)`` says so."""
-    out = "\n".join(head)
-    for shown, item in enumerate(items):
-        if len(out) + 1 + len(item) + TAIL_ROOM > OUTPUT_CHARS:
-            return out + "\n" + tail(shown)
-        out += "\n" + item
-    return out
-
-
-def _listed(items: list[str], limit: int) -> str:
-    """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
-    many were left out."""
-    shown: list[str] = []
-    used = 0
-    for item in items:
-        if used + len(item) + 2 > limit:
-            return ", ".join(shown) + f" … and {len(items) - len(shown)} more not listed"
-        shown.append(item)
-        used += len(item) + 2
-    return ", ".join(shown)
-
-
-def _compact(value: Any, limit: int) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def search_snippet(hit: SearchHit) -> str:
-    """A hit's snippet on one line, its matches in **bold**."""
-    return " ".join(hit.snippet.replace(MARK_START, "**").replace(MARK_END, "**").split())
-
-
-def read_digest_head(storage: StorageBackend, scope: Scope, max_chars: int) -> tuple[str, bool]:
-    """The start of ``scope``'s project.md, at most ``max_chars`` characters of whole
-    sections (a part of the first when not even that fits), and whether more is left.
-
-    Asks for no more sections than could fit (each is SECTION_MIN bytes at least) and reads
-    at most UTF8_MAX bytes a character: a 100 MB digest costs what a small one does.
-    """
-    sections = min(DIGEST_MAX_SECTIONS, max(1, max_chars // SECTION_MIN))
-    file, _ = storage.tasks.open_digest_head(scope, limit=sections)
-    want = max_chars * UTF8_MAX
-    chunks: list[bytes] = []
-    got = 0
-    ended = False
-    try:
-        while got < want:
-            chunk = file.read(want - got)
-            if not chunk:
-                ended = True
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        ended = ended or not file.read(1)
-    finally:
-        file.close()
-    # A cut can split a character: drop the broken tail, not the text.
-    text = b"".join(chunks).decode("utf-8", errors="ignore")
-    count = text.count("\n## ")
-    if ended and len(text) <= max_chars:
-        return text, count >= sections  # as many as asked for: there may be more
-    text = text[:max_chars]
-    first, last = text.find("\n## "), text.rfind("\n## ")
-    if last > first >= 0:
-        text = text[:last]  # whole sections only, once at least one fits
-    return text.rstrip("\n") + "\n", True
-
-
 class McpTools:
     """The tools as one principal sees them: its scope, and whether it may write."""
 
@@ -546,8 +366,8 @@ class McpTools:
             raise ToolFailure(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS_BY_NAME)}.")
         if spec.writes and not self.may_write:
             raise ToolFailure(self._refusal(f"{spec.name} writes to project memory"))
-        args = _Args(spec, arguments)
-        handler: Callable[[_Args], ToolOutput] = getattr(self, "_" + spec.name)
+        args = Arguments(spec.name, spec.input_schema["properties"], arguments)
+        handler: Callable[[Arguments], ToolOutput] = getattr(self, "_" + spec.name)
         return handler(args)
 
     def _refusal(self, what: str) -> str:
@@ -557,7 +377,7 @@ class McpTools:
         )
 
     # -- the tools -----------------------------------------------------------------------
-    def _search(self, args: _Args) -> ToolOutput:
+    def _search(self, args: Arguments) -> ToolOutput:
         query = args.text("query", required=True)
         assert query is not None
         limit = args.integer("limit", SEARCH_DEFAULT_LIMIT, 1, SEARCH_MAX_LIMIT)
@@ -596,7 +416,7 @@ class McpTools:
                 " per-search bound; the newest are searched)."
             )
         head = [f"{len(page.hits)} hit(s) for {query!r}, best first:"]
-        text = _fit_lines(
+        text = fit_lines(
             head,
             items,
             lambda shown: (
@@ -606,7 +426,7 @@ class McpTools:
         )
         return ToolOutput("\n".join([text, *more]))
 
-    def _read_digest(self, args: _Args) -> ToolOutput:
+    def _read_digest(self, args: Arguments) -> ToolOutput:
         budget = args.integer("max_chars", DIGEST_DEFAULT_CHARS, 1, OUTPUT_CHARS)
         assert budget is not None
         text, more = read_digest_head(self.storage, self.scope, budget)
@@ -618,7 +438,7 @@ class McpTools:
             )
         return ToolOutput(text)
 
-    def _list_tasks(self, args: _Args) -> ToolOutput:
+    def _list_tasks(self, args: Arguments) -> ToolOutput:
         limit = args.integer("limit", LIST_DEFAULT_LIMIT, 1, LIST_MAX_LIMIT)
         assert limit is not None
         cursor = args.text("cursor")
@@ -638,7 +458,7 @@ class McpTools:
             items.append(f"More: call list_tasks with cursor {page.next_cursor!r}.")
         return ToolOutput("\n".join(head + items))
 
-    def _read_task(self, args: _Args) -> ToolOutput:
+    def _read_task(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
         index = self.storage.tasks.get_task(self.scope, task_id)
         head = [
@@ -650,11 +470,11 @@ class McpTools:
         items = []
         for entry in turns:
             line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
-            line += frame(_compact(entry.meta, INDEX_META_CHARS), inline=True)
+            line += frame(compact(entry.meta, INDEX_META_CHARS), inline=True)
             if entry.artifacts:
-                line += f"; artifacts: {_listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
+                line += f"; artifacts: {listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
-        text = _fit_lines(
+        text = fit_lines(
             head,
             items,
             lambda shown: (
@@ -664,7 +484,7 @@ class McpTools:
         )
         return ToolOutput(text)
 
-    def _read_turn(self, args: _Args) -> ToolOutput:
+    def _read_turn(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
         turn = args.integer("turn", None, 0, MAX_TURN)
         if turn is None:
@@ -672,7 +492,7 @@ class McpTools:
         offset = args.integer("offset", 0, 0, None)
         assert offset is not None
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = _listed(
+        artifacts = listed(
             [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
             ARTIFACT_LIST_CHARS,
         )
@@ -682,7 +502,7 @@ class McpTools:
         head = (
             f"Turn {turn} of task {task_id}: created {record.created_at}, updated"
             f" {record.updated_at}, kept until {record.retain_until}.\n"
-            f"meta: {frame(_compact(record.meta, META_CHARS), inline=True)}\n"
+            f"meta: {frame(compact(record.meta, META_CHARS), inline=True)}\n"
             f"artifacts: {artifacts or 'none'}\n"
             "summary_md:\n"
         )
@@ -705,7 +525,7 @@ class McpTools:
             )
         return ToolOutput(out)
 
-    def _record_turn(self, args: _Args) -> ToolOutput:
+    def _record_turn(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
         turn = args.integer("turn", None, 0, MAX_TURN)
         args.text("summary_md", required=True)
@@ -714,7 +534,7 @@ class McpTools:
                 {"meta": args.values.get("meta"), "summary_md": args.values.get("summary_md")}
             )
         except ValidationError as exc:
-            raise ToolFailure("; ".join(_messages(exc.messages))) from None
+            raise ToolFailure("; ".join(messages(exc.messages))) from None
         try:
             files = decode_artifacts(args.values.get("artifacts"))
         except ArtifactFault as exc:
@@ -779,7 +599,7 @@ class McpTools:
             f"Other writers kept taking task {task_id}'s next turn number; try again."
         )
 
-    def _read_artifact(self, args: _Args) -> ToolOutput:
+    def _read_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         name = self._artifact_name(args)
         offset = args.integer("offset", 0, 0, None)
@@ -813,7 +633,7 @@ class McpTools:
             )
         return ToolOutput(out)
 
-    def _artifact_name(self, args: _Args) -> str:
+    def _artifact_name(self, args: Arguments) -> str:
         name = args.text("name", required=True)
         assert name is not None
         try:
@@ -821,7 +641,7 @@ class McpTools:
         except InvalidName as exc:
             raise ToolFailure(f"name: {exc.message} (got {name[:200]!r}).") from None
 
-    def _memory(self, args: _Args) -> ToolOutput:
+    def _memory(self, args: Arguments) -> ToolOutput:
         ref = args.text("store", required=True)
         assert ref is not None
         command = args.text("command", required=True)
@@ -856,20 +676,20 @@ class McpTools:
             return ToolOutput(frame(shown, source))
         return ToolOutput(frame(clip(shown, room, ""), source) + "\n" + note)
 
-    def _turn_of(self, args: _Args) -> tuple[str, int]:
+    def _turn_of(self, args: Arguments) -> tuple[str, int]:
         task_id = args.task_id()
         turn = args.integer("turn", None, 0, MAX_TURN)
         if turn is None:
             raise ToolFailure("turn is required.")
         return task_id, turn
 
-    def _delete_turn(self, args: _Args) -> ToolOutput:
+    def _delete_turn(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         self.storage.tasks.delete_turn(self.scope, task_id, turn, only_owner=self.only_owner)
         self._audit("turn", "deleted", task_id, {"turn": turn})
         return ToolOutput(f"Deleted turn {turn} of task {task_id}, with its artifacts.")
 
-    def _delete_artifact(self, args: _Args) -> ToolOutput:
+    def _delete_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         name = self._artifact_name(args)
         self.storage.tasks.delete_artifact(
@@ -931,15 +751,3 @@ class McpTools:
             + (" …" if len(names) > 20 else "")
             + "."
         )
-
-
-def _messages(messages: Any, where: str = "") -> list[str]:
-    """marshmallow's nested messages as ``field.sub: message`` lines."""
-    if isinstance(messages, Mapping):
-        out: list[str] = []
-        for key, value in messages.items():
-            out += _messages(value, f"{where}.{key}" if where else str(key))
-        return out
-    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
-        return [f"{where}: {m}" if where else m for m in messages]
-    return [f"{where}: {messages}"]

@@ -1,5 +1,5 @@
 """record_turn's and read_artifact's artifacts: the argument's schema, its checks and
-decoding, and reading a stored artifact a part at a time (app/services/mcp_tools.py).
+decoding, and reading a stored artifact a part at a time.
 
 The rules are the REST API's: the artifact-name pattern, the Content-Type rule, at most
 MAX_ARTIFACTS_PER_WRITE in one write; and one of MCP's own, MCP_ARTIFACT_BYTES in one call.
