@@ -174,9 +174,7 @@ def post_mcp() -> ResponseReturnValue:
             why = f"Parse error: {where[:200]} holds an unpaired UTF-16 surrogate escape"
             return json_response(_error(None, PARSE_ERROR, why), 400)
         principal: Principal = g.principal
-        tools = McpTools(
-            storage(), principal.scope, token_id=principal.token.id, role=principal.token.role
-        )
+        tools = McpTools(storage(), principal)
         version = request.headers.get(VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_VERSIONS:
             status, body = _modern(message, tools)

@@ -13,7 +13,7 @@ import binascii
 import io
 import mimetypes
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from app.services.framing import neutral
 from app.storage import InvalidName
@@ -166,14 +166,15 @@ def _artifact_type(where: str, value: object, name: str, encoding: str) -> str:
     return guessed or "application/octet-stream"
 
 
-def uploads(files: list[ArtifactFile]) -> dict[str, Any]:
-    """put_turn's ``artifacts`` and ``size`` for ``files``, each a stream of its own."""
-    if not files:
-        return {}
-    return {
-        "artifacts": [ArtifactUpload(f.name, f.content_type, io.BytesIO(f.data)) for f in files],
-        "size": sum(len(f.data) for f in files),
-    }
+def uploads(files: list[ArtifactFile]) -> list[ArtifactUpload]:
+    """put_turn's ``artifacts`` for ``files``, each a fresh stream of its own."""
+    return [ArtifactUpload(f.name, f.content_type, io.BytesIO(f.data)) for f in files]
+
+
+def size_of(files: list[ArtifactFile]) -> int | None:
+    """put_turn's ``size``: the bytes of ``files`` in all, admitted before any is read (None:
+    no artifact)."""
+    return sum(len(f.data) for f in files) if files else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ def fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) -> 
     return out
 
 
-def listed(items: list[str], limit: int) -> str:
+def joined(items: list[str], limit: int) -> str:
     """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
     many were left out."""
     shown: list[str] = []

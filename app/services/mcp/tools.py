@@ -1,16 +1,19 @@
-"""The tools of the MCP endpoint (``/mcp``), over the storage interface and the memory tool.
+"""The tools of the MCP endpoint (``/mcp``): reads over the storage interface, changes through
+the use cases (app/services/tasks.py, stores.py), as every door makes them.
 
 Each tool takes the arguments a model produced, checks them by the REST API's rules (the
-same task-id, turn, query and cursor rules, the turn body's schema), makes its storage calls
-and returns text written for the model to read. No result is longer than ``OUTPUT_CHARS``
+same task-id, turn, query and cursor rules, the turn body's schema), reads or calls one use
+case and returns text written for the model to read. No result is longer than ``OUTPUT_CHARS``
 characters; when something is cut, the result says what and how to get the rest.
 
 Stored text (summaries, meta, snippets, the digest, artifacts' text, memories) is framed
 (app/services/framing.py): a teammate's summary cannot forge a line of the tool's own.
 
 A bad argument, or a write asked for by a reader, is a :class:`ToolFailure`: its message is
-the model's to read. Storage errors (not found, a busy lock, a full disk) propagate; the
-caller words them with the one storage-error mapping (app/web/errors.py).
+the model's to read. A reader is refused before the call, in words that say what its role
+lacks; the use case checks the role again all the same. Storage errors (not found, a busy
+lock, a full disk, a Conflict of the use case) propagate; the caller words them with the one
+storage-error mapping (app/web/errors.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 from marshmallow import ValidationError
 
 from app.schemas.project_memory import PutTurnRequest
-from app.services import audit
+from app.services import access, stores, tasks
+from app.services.access import Principal
 from app.services.framing import frame, frame_room, neutral
 from app.services.mcp.arguments import Arguments, ToolFailure, messages
 from app.services.mcp.artifacts import (
@@ -31,9 +35,9 @@ from app.services.mcp.artifacts import (
     MCP_ARTIFACT_BYTES,
     UPLOAD_HINT,
     ArtifactFault,
-    ArtifactFile,
     decode_artifacts,
     read_part,
+    size_of,
     uploads,
 )
 from app.services.mcp.text import (
@@ -41,18 +45,16 @@ from app.services.mcp.text import (
     clip,
     compact,
     fit_lines,
-    listed,
+    joined,
     read_digest_head,
     search_snippet,
 )
-from app.services.memory_tool import COMMANDS as MEMORY_COMMANDS, MemoryTool, audit_of
-from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
-from app.storage.core.models import TurnRecord
+from app.services.memory_tool import AUDITED as CHANGES_A_STORE, COMMANDS as MEMORY_COMMANDS
+from app.storage import InvalidName
 from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_artifact_name
 from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.store_models import MemoryStore
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE
-from app.storage.core.tokens import role_rank
 from app.storage.interface import StorageBackend
 
 DIGEST_DEFAULT_CHARS = 6_000
@@ -68,14 +70,10 @@ ARTIFACT_LIST_CHARS = 4_000
 INDEX_META_CHARS = 300  # one turn's meta in read_task's list
 INDEX_ARTIFACT_CHARS = 600  # one turn's artifact names in read_task's list
 STORES_SCANNED = 1_000  # a store named by name is looked for among this many
-NEXT_TURN_ATTEMPTS = 50  # writers racing for the next turn number of one task
 # What one read_artifact result holds: bytes of text, or bytes sent as base64 (4 characters
 # for 3), leaving room for the lines around them.
 READ_TEXT_BYTES = OUTPUT_CHARS - 1_000
 READ_BINARY_BYTES = READ_TEXT_BYTES // 4 * 3
-MEMORY_WRITE_COMMANDS = frozenset(MEMORY_COMMANDS) - {"view"}
-WRITER = "writer"
-ADMIN = "project_admin"  # deletes any task's turns and artifacts, not only its own
 
 _TASK_ID = {
     "type": "string",
@@ -346,14 +344,11 @@ TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 class McpTools:
     """The tools as one principal sees them: its scope, and whether it may write."""
 
-    def __init__(self, storage: StorageBackend, scope: Scope, *, token_id: str, role: str):
+    def __init__(self, storage: StorageBackend, principal: Principal):
         self.storage = storage
-        self.scope = scope
-        self.token_id = token_id
-        self.role = role
-        self.may_write = role_rank(role) >= role_rank(WRITER)
-        # Whose tasks' turns this principal may delete: any (None), or its own.
-        self.only_owner = None if role_rank(role) >= role_rank(ADMIN) else token_id
+        self.principal = principal
+        self.scope = principal.scope
+        self.may_write = access.may_write(principal)
 
     def listed(self) -> list[dict[str, Any]]:
         """``tools/list``: a reader is not offered the tools only writers may call."""
@@ -372,7 +367,8 @@ class McpTools:
 
     def _refusal(self, what: str) -> str:
         return (
-            f"{what} and needs the {WRITER} role or above; this token's role is {self.role}."
+            f"{what} and needs the {access.WRITER} role or above; this token's role is"
+            f" {self.principal.token.role}."
             " Ask for a writer token, or use the read tools."
         )
 
@@ -472,7 +468,7 @@ class McpTools:
             line = f"- turn {entry.turn} (updated {entry.updated_at}): meta "
             line += frame(compact(entry.meta, INDEX_META_CHARS), inline=True)
             if entry.artifacts:
-                line += f"; artifacts: {listed(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
+                line += f"; artifacts: {joined(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
         text = fit_lines(
             head,
@@ -492,7 +488,7 @@ class McpTools:
         offset = args.integer("offset", 0, 0, None)
         assert offset is not None
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = listed(
+        artifacts = joined(
             [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
             ARTIFACT_LIST_CHARS,
         )
@@ -540,19 +536,26 @@ class McpTools:
         except ArtifactFault as exc:
             raise ToolFailure(str(exc)) from None
         if turn is None:
-            record = self._put_next(task_id, body["meta"], body["summary_md"], files)
+            record = tasks.append_turn(
+                self.storage,
+                self.principal,
+                task_id,
+                meta=body["meta"],
+                summary_md=body["summary_md"],
+                artifacts=lambda: uploads(files),  # a lost race has read the last streams
+                size=size_of(files),
+            )
         else:
-            record = self.storage.tasks.put_turn(
-                self.scope,
+            record = tasks.record_turn(
+                self.storage,
+                self.principal,
                 task_id,
                 turn,
                 meta=body["meta"],
                 summary_md=body["summary_md"],
-                actor=self.token_id,
-                **uploads(files),
+                artifacts=uploads(files),
+                size=size_of(files),
             )
-        if record.task_created:
-            self._audit("task", "created", task_id)
         text = (
             f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
             f" kept until {record.retain_until})."
@@ -565,39 +568,6 @@ class McpTools:
             )
             text += "."
         return ToolOutput(text)
-
-    def _put_next(
-        self, task_id: str, meta: dict[str, Any], summary_md: str, files: list[ArtifactFile]
-    ) -> TurnRecord:
-        """Write the task's next free turn; If-None-Match semantics, so never over another."""
-        tasks = self.storage.tasks
-        for _ in range(NEXT_TURN_ATTEMPTS):
-            try:
-                latest = tasks.get_task(self.scope, task_id).latest_turn
-            except NotFound:
-                latest = None
-            number = 0 if latest is None else latest + 1
-            if number > MAX_TURN:
-                raise ToolFailure(
-                    f"Task {task_id} has used every turn number (0-{MAX_TURN});"
-                    " record under another task id."
-                )
-            try:
-                return tasks.put_turn(
-                    self.scope,
-                    task_id,
-                    number,
-                    meta=meta,
-                    summary_md=summary_md,
-                    actor=self.token_id,
-                    if_none_match=True,
-                    **uploads(files),  # fresh streams: a lost race read the last ones
-                )
-            except PreconditionFailed:
-                continue  # another writer took that number first: take the next
-        raise ToolFailure(
-            f"Other writers kept taking task {task_id}'s next turn number; try again."
-        )
 
     def _read_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
@@ -645,22 +615,14 @@ class McpTools:
         ref = args.text("store", required=True)
         assert ref is not None
         command = args.text("command", required=True)
-        if command in MEMORY_WRITE_COMMANDS and not self.may_write:
+        if command in CHANGES_A_STORE and not self.may_write:
             raise ToolFailure(
                 self._refusal(f"The memory command {command!r} changes the store")
                 + " view needs no more than a reader."
             )
-        tool = MemoryTool(
-            self.storage.stores,
-            self.scope,
-            self._store_id(ref),
-            actor={"type": "api_actor", "api_key_id": self.token_id},
-        )
+        store_id = self._store_id(ref)
         command_input = {k: v for k, v in args.values.items() if k != "store"}
-        result = tool.run(command_input)
-        change = audit_of(command_input, result)
-        if change is not None:
-            self._audit("memory", change[0], tool.store_id, change[1], store_id=tool.store_id)
+        result = stores.run_memory_tool(self.storage, self.principal, store_id, command_input)
         note = (
             f"… cut to keep this result under {OUTPUT_CHARS} characters: view a subdirectory,"
             " or a file with view_range."
@@ -669,7 +631,7 @@ class McpTools:
             return ToolOutput(clip(result.content, OUTPUT_CHARS, note), is_error=result.is_error)
         # What a view shows (a file's lines, a directory's names) is stored text: framed,
         # and the note that it was cut outside the frame.
-        source = f"memory store {tool.store_id}"
+        source = f"memory store {store_id}"
         shown = neutral(result.content)
         room = OUTPUT_CHARS - frame_room(source) - len(note) - 1
         if len(shown) <= room:
@@ -685,40 +647,14 @@ class McpTools:
 
     def _delete_turn(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
-        self.storage.tasks.delete_turn(self.scope, task_id, turn, only_owner=self.only_owner)
-        self._audit("turn", "deleted", task_id, {"turn": turn})
+        tasks.delete_turn(self.storage, self.principal, task_id, turn)
         return ToolOutput(f"Deleted turn {turn} of task {task_id}, with its artifacts.")
 
     def _delete_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         name = self._artifact_name(args)
-        self.storage.tasks.delete_artifact(
-            self.scope, task_id, turn, name, only_owner=self.only_owner
-        )
-        self._audit("artifact", "deleted", task_id, {"turn": turn, "name": name})
+        tasks.delete_artifact(self.storage, self.principal, task_id, turn, name)
         return ToolOutput(f"Deleted artifact {name} of turn {turn} of task {task_id}.")
-
-    def _audit(
-        self,
-        kind: str,
-        action: str,
-        subject: str,
-        detail: dict[str, Any] | None = None,
-        *,
-        store_id: str | None = None,
-    ) -> None:
-        """Record a change this principal made, as the REST API records its own."""
-        audit.record(
-            self.storage,
-            self.scope.tenant,
-            self.scope.project,
-            actor=self.token_id,
-            kind=kind,
-            action=action,
-            subject=subject,
-            store_id=store_id,
-            detail=detail,
-        )
 
     def _store_id(self, ref: str) -> str:
         """The id of the store ``ref`` names: its id, or its name among the project's stores."""
