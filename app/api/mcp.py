@@ -30,10 +30,10 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.schemas.mcp import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.access import Principal, may_write
 from app.services.framing import NOTE
 from app.services.mcp.arguments import ToolFailure, lone_surrogate_at
-from app.services.mcp.artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.mcp.tools import McpTools, ToolOutput
 from app.storage import StorageError
 from app.web.auth import resolve_principal

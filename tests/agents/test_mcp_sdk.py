@@ -16,7 +16,7 @@ import anyio
 import pytest
 import requests
 
-from app.services.mcp.text import OUTPUT_CHARS
+from app.schemas.mcp import OUTPUT_CHARS
 from app.services.mcp.tools import TOOLS
 from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, start_server

@@ -21,8 +21,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
 from app.api.openapi import build_spec
-from app.services.mcp.artifacts import MCP_ARTIFACT_BYTES
-from app.services.mcp.text import OUTPUT_CHARS
+from app.schemas import mcp as mcp_schemas
+from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
+from app.schemas.memory_tool import MemoryToolInput
+from app.services.mcp.schemas import input_schema
 from app.services.mcp.tools import TOOLS
 from app.storage import Scope
 from app.web.body import READ_AHEAD_BYTES
@@ -970,6 +972,28 @@ def test_the_artifact_schemas_are_exact(mcp: Mcp) -> None:
     read = listed["read_artifact"]
     assert read["inputSchema"]["required"] == ["task_id", "turn", "name"]
     assert read["annotations"]["readOnlyHint"] and "read_artifact" in READ_TOOLS
+
+
+# -- input schemas ------------------------------------------------------------------------
+def test_each_input_schema_is_generated_from_its_arguments_schema_self_contained() -> None:
+    for tool in TOOLS:
+        schema, fields = tool.input_schema, tool.arguments().fields
+        assert schema == input_schema(tool.arguments)
+        assert schema["type"] == "object" and schema["additionalProperties"] is False
+        assert list(schema["properties"]) == list(fields)
+        assert schema["required"] == [name for name, field in fields.items() if field.required]
+        assert '"$ref"' not in json.dumps(schema), tool.name  # no client resolves one
+
+
+def test_record_turns_meta_is_the_put_turn_bodys(app: Flask) -> None:
+    (record,) = (t for t in TOOLS if t.name == "record_turn")
+    meta = record.input_schema["properties"]["meta"]
+    assert meta == build_spec(app)["components"]["schemas"]["TurnMeta"]
+    assert meta["additionalProperties"] is True and "started_at" in meta["properties"]
+
+
+def test_the_memory_tool_takes_the_memory_tool_endpoints_fields_and_a_store() -> None:
+    assert list(mcp_schemas.Memory().fields) == ["store", *MemoryToolInput().fields]
 
 
 # -- stored text is framed ----------------------------------------------------------------

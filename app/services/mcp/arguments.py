@@ -19,9 +19,10 @@ class ToolFailure(Exception):
 
 
 class Arguments:
-    """A tool's arguments, checked one by one against its input schema's names."""
+    """A tool's arguments, checked one by one against its input schema: the names it lists,
+    each integer's bounds and default."""
 
-    def __init__(self, tool: str, known: Mapping[str, Any], arguments: object) -> None:
+    def __init__(self, tool: str, schema: Mapping[str, Any], arguments: object) -> None:
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
@@ -34,42 +35,63 @@ class Arguments:
                 f"{where[:200]} is not valid Unicode text: it holds an unpaired UTF-16"
                 " surrogate escape (such as \\ud800). Send the text as UTF-8."
             )
+        known: Mapping[str, Any] = schema["properties"]
         unknown = sorted(str(k) for k in arguments if k not in known)
         if unknown:
             raise ToolFailure(
                 f"Unknown argument(s) for {tool}: {', '.join(unknown)}."
                 f" It takes: {', '.join(known)}."
             )
+        self.properties = known
         self.values: dict[str, Any] = arguments
 
-    def text(self, name: str, *, required: bool = False) -> str | None:
-        value = self.values.get(name)
+    def text(self, name: str) -> str:
+        value = self.optional_text(name)
         if value is None:
-            if required:
-                raise ToolFailure(f"{name} is required.")
-            return None
-        if not isinstance(value, str):
+            raise ToolFailure(f"{name} is required.")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        value = self.values.get(name)
+        if value is not None and not isinstance(value, str):
             raise ToolFailure(f"{name} must be a string.")
         return value
 
-    def integer(self, name: str, default: int | None, low: int, high: int | None) -> int | None:
+    def integer(self, name: str) -> int:
+        """The integer given, else the schema's default."""
+        value = self.optional_integer(name)
+        if value is None:
+            value = self.properties[name].get("default")
+        if value is None:
+            raise ToolFailure(f"{name} is required.")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
         value = self.values.get(name)
         if value is None:
-            return default
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
             raise ToolFailure(f"{name} must be an integer.")
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-            raise ToolFailure(f"{name} must be {bound} (got {value}).")
+        bounds = self.properties[name]
+        low, high = bounds.get("minimum"), bounds.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ToolFailure(f"{name} must be {_range(low, high)} (got {value}).")
         return value
 
     def task_id(self) -> str:
-        value = self.text("task_id", required=True)
-        assert value is not None
+        value = self.text("task_id")
         try:
             return validate_id("task_id", value)
         except InvalidName as exc:
             raise ToolFailure(f"task_id: {exc.message} (got {value[:200]!r}).") from None
+
+
+def _range(low: int | None, high: int | None) -> str:
+    if low is None:
+        return f"at most {high}"
+    if high is None:
+        return f"at least {low}"
+    return f"between {low} and {high}"
 
 
 def lone_surrogate_at(value: Any) -> str | None:

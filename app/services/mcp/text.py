@@ -9,14 +9,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from app.schemas.mcp import OUTPUT_CHARS
 from app.storage import Scope
 from app.storage.core.models import SearchHit
 from app.storage.core.query import MARK_END, MARK_START
 from app.storage.interface import StorageBackend
 
-# Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
-# (about 5,000 tokens) leave room for several calls in one context.
-OUTPUT_CHARS = 20_000
 # UTF-8 takes at most 4 bytes a character: reading this many bytes of project.md per
 # character asked for bounds the read, whatever the digest's size.
 UTF8_MAX = 4

@@ -19,49 +19,27 @@ storage-error mapping (app/web/errors.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from marshmallow import ValidationError
+from marshmallow import Schema, ValidationError
 
+from app.schemas import mcp as inputs
+from app.schemas.mcp import OUTPUT_CHARS
 from app.schemas.project_memory import PutTurnRequest
 from app.services import access, stores, tasks
 from app.services.access import Principal
 from app.services.framing import frame, frame_room, neutral
 from app.services.mcp.arguments import Arguments, ToolFailure, messages
-from app.services.mcp.artifacts import (
-    ARTIFACT_NAME_SCHEMA,
-    ARTIFACT_SCHEMA,
-    MCP_ARTIFACT_BYTES,
-    UPLOAD_HINT,
-    ArtifactFault,
-    decode_artifacts,
-    read_part,
-    size_of,
-    uploads,
-)
-from app.services.mcp.text import (
-    OUTPUT_CHARS,
-    clip,
-    compact,
-    fit_lines,
-    joined,
-    read_digest_head,
-    search_snippet,
-)
-from app.services.memory_tool import AUDITED as CHANGES_A_STORE, COMMANDS as MEMORY_COMMANDS
+from app.services.mcp.artifacts import ArtifactFault, decode_artifacts, read_part, size_of, uploads
+from app.services.mcp.schemas import input_schema
+from app.services.mcp.text import clip, compact, fit_lines, joined, read_digest_head, search_snippet
+from app.services.memory_tool import AUDITED as CHANGES_A_STORE
 from app.storage import InvalidName
-from app.storage.core.names import ID_PATTERN, MAX_TURN, STORE_ID_RE, validate_artifact_name
-from app.storage.core.query import MAX_QUERY_CHARS
+from app.storage.core.names import STORE_ID_RE, validate_artifact_name
 from app.storage.core.store_models import MemoryStore
-from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE
 from app.storage.interface import StorageBackend
 
-DIGEST_DEFAULT_CHARS = 6_000
-SEARCH_DEFAULT_LIMIT = 10
-SEARCH_MAX_LIMIT = 100  # the REST search's own bound
-LIST_DEFAULT_LIMIT = 20
-LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
 META_CHARS = 4_000  # a turn's meta as read_turn shows it
 # A turn's artifact list as read_turn shows it. With the meta's bound and the head's own
 # lines it leaves more than half of OUTPUT_CHARS to the summary, however many artifacts the
@@ -74,14 +52,6 @@ STORES_SCANNED = 1_000  # a store named by name is looked for among this many
 # for 3), leaving room for the lines around them.
 READ_TEXT_BYTES = OUTPUT_CHARS - 1_000
 READ_BINARY_BYTES = READ_TEXT_BYTES // 4 * 3
-
-_TASK_ID = {
-    "type": "string",
-    "pattern": f"^{ID_PATTERN}$",
-    "description": "A task id as list_tasks or search shows it, e.g. fix-login.",
-}
-_TURN = {"type": "integer", "minimum": 0, "maximum": MAX_TURN}
-
 
 _TURN_BODY = PutTurnRequest()  # the REST API's PUT turn body: the same meta and size rules
 
@@ -99,10 +69,15 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    input_schema: dict[str, Any]
+    arguments: type[Schema]  # app/schemas/mcp.py
     writes: bool = False
     read_only: bool = True
     destructive: bool = False
+    # Generated from ``arguments`` as the table is built, at import: once per process.
+    input_schema: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_schema", input_schema(self.arguments))
 
     def listing(self) -> dict[str, Any]:
         return {
@@ -120,15 +95,6 @@ class ToolSpec:
         }
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "search",
@@ -140,22 +106,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " letters). Case and accents are ignored; OR/NOT are not supported. Hits come best"
         " first with a snippet in which matches are **bold**; read_turn or the memory tool"
         " reads a hit in full.",
-        _schema(
-            {
-                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS},
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": SEARCH_MAX_LIMIT,
-                    "default": SEARCH_DEFAULT_LIMIT,
-                },
-                "cursor": {
-                    "type": "string",
-                    "description": "From a previous result's 'more hits' line (same query).",
-                },
-            },
-            ["query"],
-        ),
+        inputs.Search,
     ),
     ToolSpec(
         "read_digest",
@@ -163,17 +114,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read project.md, the project's digest: one section per task with its latest"
         " summary, the most recently updated tasks first. Shows the newest sections that fit"
         " in max_chars characters; use it for an overview of what the team worked on lately.",
-        _schema(
-            {
-                "max_chars": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": OUTPUT_CHARS,
-                    "default": DIGEST_DEFAULT_CHARS,
-                }
-            },
-            [],
-        ),
+        inputs.ReadDigest,
     ),
     ToolSpec(
         "list_tasks",
@@ -181,44 +122,21 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List the project's tasks, most recently updated first: id, latest turn number,"
         " number of turns and when each was last updated. Pass the cursor a result gives to"
         " see the next page.",
-        _schema(
-            {
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": LIST_MAX_LIMIT,
-                    "default": LIST_DEFAULT_LIMIT,
-                },
-                "cursor": {"type": "string"},
-            },
-            [],
-        ),
+        inputs.ListTasks,
     ),
     ToolSpec(
         "read_task",
         "Read a task's index",
         "Read one task's index: its turns, newest first, with each turn's meta (agent,"
         " model, commit, tokens, times) and artifact names. read_turn gives a turn's summary.",
-        _schema({"task_id": _TASK_ID}, ["task_id"]),
+        inputs.ReadTask,
     ),
     ToolSpec(
         "read_turn",
         "Read a turn",
         "Read one turn of a task: its meta, its artifact list and its Markdown summary. A"
         " long summary is cut; the result then says which offset reads the rest.",
-        _schema(
-            {
-                "task_id": _TASK_ID,
-                "turn": _TURN,
-                "offset": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": 0,
-                    "description": "Characters of the summary to skip (to read a long one).",
-                },
-            },
-            ["task_id", "turn"],
-        ),
+        inputs.ReadTurn,
     ),
     ToolSpec(
         "read_artifact",
@@ -226,20 +144,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read one artifact of a turn (read_turn lists a turn's artifacts): text as it is,"
         " any other bytes in base64. A large artifact comes a part at a time; the result"
         " then gives the offset that reads on.",
-        _schema(
-            {
-                "task_id": _TASK_ID,
-                "turn": _TURN,
-                "name": ARTIFACT_NAME_SCHEMA,
-                "offset": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": 0,
-                    "description": "Bytes of the artifact to skip (to read a large one).",
-                },
-            },
-            ["task_id", "turn", "name"],
-        ),
+        inputs.ReadArtifact,
     ),
     ToolSpec(
         "record_turn",
@@ -252,22 +157,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " (a log, a diff, a report): all of them or none, the turn's other artifacts kept."
         " read_turn lists a turn's artifacts and read_artifact reads one. Needs the writer"
         " role.",
-        _schema(
-            {
-                "task_id": _TASK_ID,
-                "summary_md": {"type": "string", "description": "At most 1 MiB of UTF-8."},
-                "meta": {"type": "object"},
-                "turn": {**_TURN, "description": "Omit to take the next free turn number."},
-                "artifacts": {
-                    "type": "array",
-                    "items": ARTIFACT_SCHEMA,
-                    "maxItems": MAX_ARTIFACTS_PER_WRITE,
-                    "description": f"At most {MCP_ARTIFACT_BYTES} bytes (1 MiB) in all, counted"
-                    f" after base64 decoding; {UPLOAD_HINT}.",
-                },
-            },
-            ["task_id", "summary_md"],
-        ),
+        inputs.RecordTurn,
         writes=True,
         read_only=False,
     ),
@@ -280,28 +170,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " /memories (view /memories lists the store). store is the store's id (memstore_...)"
         " or its name. Every change is kept as a version. Commands other than view need the"
         " writer role.",
-        _schema(
-            {
-                "store": {"type": "string", "description": "memstore_... id, or the name."},
-                "command": {"type": "string", "enum": list(MEMORY_COMMANDS)},
-                "path": {"type": "string", "description": "view, create, str_replace, insert"},
-                "view_range": {
-                    "type": "array",
-                    "items": {"type": "integer"},
-                    "minItems": 2,
-                    "maxItems": 2,
-                    "description": "view: [first line, last line]; -1 is the end.",
-                },
-                "file_text": {"type": "string", "description": "create"},
-                "old_str": {"type": "string", "description": "str_replace: unique text"},
-                "new_str": {"type": "string", "description": "str_replace"},
-                "insert_line": {"type": "integer", "description": "insert: 0 = the top"},
-                "insert_text": {"type": "string", "description": "insert"},
-                "old_path": {"type": "string", "description": "rename"},
-                "new_path": {"type": "string", "description": "rename"},
-            },
-            ["store", "command"],
-        ),
+        inputs.Memory,
         read_only=False,
         destructive=True,
     ),
@@ -314,7 +183,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " task); record_turn with the same turn number corrects a summary instead. Deleting"
         " a task's last turn deletes the task. Only the task's owner (the token that created"
         " it) or a project_admin may delete.",
-        _schema({"task_id": _TASK_ID, "turn": _TURN}, ["task_id", "turn"]),
+        inputs.DeleteTurn,
         writes=True,
         read_only=False,
         destructive=True,
@@ -325,14 +194,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Delete one artifact of a turn for good (read_turn lists a turn's artifacts), e.g. a"
         " log that holds a secret; the turn itself stays. Only the task's owner or a"
         " project_admin may delete.",
-        _schema(
-            {
-                "task_id": _TASK_ID,
-                "turn": _TURN,
-                "name": {"type": "string", "minLength": 1, "maxLength": 255},
-            },
-            ["task_id", "turn", "name"],
-        ),
+        inputs.DeleteArtifact,
         writes=True,
         read_only=False,
         destructive=True,
@@ -361,7 +223,7 @@ class McpTools:
             raise ToolFailure(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS_BY_NAME)}.")
         if spec.writes and not self.may_write:
             raise ToolFailure(self._refusal(f"{spec.name} writes to project memory"))
-        args = Arguments(spec.name, spec.input_schema["properties"], arguments)
+        args = Arguments(spec.name, spec.input_schema, arguments)
         handler: Callable[[Arguments], ToolOutput] = getattr(self, "_" + spec.name)
         return handler(args)
 
@@ -374,16 +236,14 @@ class McpTools:
 
     # -- the tools -----------------------------------------------------------------------
     def _search(self, args: Arguments) -> ToolOutput:
-        query = args.text("query", required=True)
-        assert query is not None
-        limit = args.integer("limit", SEARCH_DEFAULT_LIMIT, 1, SEARCH_MAX_LIMIT)
-        assert limit is not None
-        cursor = args.text("cursor")
+        query = args.text("query")
+        limit = args.integer("limit")
+        cursor = args.optional_text("cursor")
         try:
             page = self.storage.search(self.scope, query, limit=limit, cursor=cursor)
         except InvalidName as exc:
-            field = "query" if exc.field == "q" else exc.field
-            raise ToolFailure(f"{field}: {exc.message}") from None
+            where = "query" if exc.field == "q" else exc.field
+            raise ToolFailure(f"{where}: {exc.message}") from None
         if not page.hits:
             return ToolOutput(
                 f"No hits for {query!r}. Every word must match: try fewer or other words, or"
@@ -423,8 +283,7 @@ class McpTools:
         return ToolOutput("\n".join([text, *more]))
 
     def _read_digest(self, args: Arguments) -> ToolOutput:
-        budget = args.integer("max_chars", DIGEST_DEFAULT_CHARS, 1, OUTPUT_CHARS)
-        assert budget is not None
+        budget = args.integer("max_chars")
         text, more = read_digest_head(self.storage, self.scope, budget)
         text = frame(text, "project.md")
         if more:
@@ -435,9 +294,8 @@ class McpTools:
         return ToolOutput(text)
 
     def _list_tasks(self, args: Arguments) -> ToolOutput:
-        limit = args.integer("limit", LIST_DEFAULT_LIMIT, 1, LIST_MAX_LIMIT)
-        assert limit is not None
-        cursor = args.text("cursor")
+        limit = args.integer("limit")
+        cursor = args.optional_text("cursor")
         try:
             page = self.storage.tasks.list_tasks(self.scope, limit=limit, cursor=cursor)
         except InvalidName as exc:
@@ -481,12 +339,8 @@ class McpTools:
         return ToolOutput(text)
 
     def _read_turn(self, args: Arguments) -> ToolOutput:
-        task_id = args.task_id()
-        turn = args.integer("turn", None, 0, MAX_TURN)
-        if turn is None:
-            raise ToolFailure("turn is required.")
-        offset = args.integer("offset", 0, 0, None)
-        assert offset is not None
+        task_id, turn = self._turn_of(args)
+        offset = args.integer("offset")
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
         artifacts = joined(
             [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
@@ -523,8 +377,8 @@ class McpTools:
 
     def _record_turn(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
-        turn = args.integer("turn", None, 0, MAX_TURN)
-        args.text("summary_md", required=True)
+        turn = args.optional_integer("turn")
+        args.text("summary_md")
         try:
             body = _TURN_BODY.load(
                 {"meta": args.values.get("meta"), "summary_md": args.values.get("summary_md")}
@@ -572,8 +426,7 @@ class McpTools:
     def _read_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         name = self._artifact_name(args)
-        offset = args.integer("offset", 0, 0, None)
-        assert offset is not None
+        offset = args.integer("offset")
         opened = self.storage.tasks.open_artifact(self.scope, task_id, turn, name)
         try:
             info, size = opened.info, opened.size
@@ -604,17 +457,15 @@ class McpTools:
         return ToolOutput(out)
 
     def _artifact_name(self, args: Arguments) -> str:
-        name = args.text("name", required=True)
-        assert name is not None
+        name = args.text("name")
         try:
             return validate_artifact_name(name)
         except InvalidName as exc:
             raise ToolFailure(f"name: {exc.message} (got {name[:200]!r}).") from None
 
     def _memory(self, args: Arguments) -> ToolOutput:
-        ref = args.text("store", required=True)
-        assert ref is not None
-        command = args.text("command", required=True)
+        ref = args.text("store")
+        command = args.text("command")
         if command in CHANGES_A_STORE and not self.may_write:
             raise ToolFailure(
                 self._refusal(f"The memory command {command!r} changes the store")
@@ -639,11 +490,7 @@ class McpTools:
         return ToolOutput(frame(clip(shown, room, ""), source) + "\n" + note)
 
     def _turn_of(self, args: Arguments) -> tuple[str, int]:
-        task_id = args.task_id()
-        turn = args.integer("turn", None, 0, MAX_TURN)
-        if turn is None:
-            raise ToolFailure("turn is required.")
-        return task_id, turn
+        return args.task_id(), args.integer("turn")
 
     def _delete_turn(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
