@@ -6,12 +6,14 @@ a real gunicorn.
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
 import re
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
+import app.services.mcp.tools as tools_module
 from app.api.openapi import build_spec
 from app.schemas import mcp as mcp_schemas
 from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
@@ -27,6 +30,7 @@ from app.schemas.memory_tool import MemoryToolInput
 from app.services.mcp.schemas import input_schema
 from app.services.mcp.tools import TOOLS
 from app.storage import Scope
+from app.storage.core.names import MAX_TURN
 from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
 
@@ -974,6 +978,12 @@ def test_the_artifact_schemas_are_exact(mcp: Mcp) -> None:
     assert read["annotations"]["readOnlyHint"] and "read_artifact" in READ_TOOLS
 
 
+def test_a_task_whose_turn_numbers_are_used_up_takes_no_next_turn(mcp: Mcp) -> None:
+    mcp.ok("record_turn", task_id="full", turn=MAX_TURN, summary_md="the last")
+    text = mcp.err("record_turn", task_id="full", summary_md="one more")
+    assert f"has used every turn number (0-{MAX_TURN})" in text and "another task id" in text
+
+
 # -- input schemas ------------------------------------------------------------------------
 def test_each_input_schema_is_generated_from_its_arguments_schema_self_contained() -> None:
     for tool in TOOLS:
@@ -994,6 +1004,18 @@ def test_record_turns_meta_is_the_put_turn_bodys(app: Flask) -> None:
 
 def test_the_memory_tool_takes_the_memory_tool_endpoints_fields_and_a_store() -> None:
     assert list(mcp_schemas.Memory().fields) == ["store", *MemoryToolInput().fields]
+
+
+def test_the_tools_leave_roles_and_audit_events_to_the_use_cases() -> None:
+    # app/services/access.py alone compares roles; the use cases alone record events.
+    for path in Path(tools_module.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = {alias.name for alias in node.names}
+                if isinstance(node, ast.ImportFrom):
+                    names.add(node.module or "")
+                assert "role_rank" not in names, path
+                assert not any(name.rsplit(".", 1)[-1] == "audit" for name in names), path
 
 
 # -- stored text is framed ----------------------------------------------------------------
