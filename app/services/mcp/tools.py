@@ -242,8 +242,8 @@ class McpTools:
         try:
             page = self.storage.search(self.scope, query, limit=limit, cursor=cursor)
         except InvalidName as exc:
-            where = "query" if exc.field == "q" else exc.field
-            raise ToolFailure(f"{where}: {exc.message}") from None
+            argument = "query" if exc.field == "q" else exc.field
+            raise ToolFailure(f"{argument}: {exc.message}") from None
         if not page.hits:
             return ToolOutput(
                 f"No hits for {query!r}. Every word must match: try fewer or other words, or"
