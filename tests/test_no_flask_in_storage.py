@@ -13,7 +13,7 @@ import pytest
     "modules",
     [
         "app.storage, app.storage.core.tokens, app.storage.tree.backend",
-        "app.services.memory_tool, app.services.mcp_tools",
+        "app.services.memory_tool, app.services.mcp.tools",
     ],
 )
 def test_imports_no_flask(modules: str) -> None:

@@ -11,7 +11,7 @@ handshake revision takes the 2026-07-28 path, which refuses it when it names non
 Stateless: no ``Mcp-Session-Id``, nothing kept between requests, so any worker answers any
 request. ``GET`` (a server-to-client stream) and ``DELETE`` (a session's end) answer 405.
 The credentials, roles and scope are the REST API's (app/web/auth.py); the tools are
-app/services/mcp_tools.py. A tool that fails is an error *result* (``isError``), the
+app/services/mcp/. A tool that fails is an error *result* (``isError``), the
 model's to read; only a malformed message is a JSON-RPC error.
 """
 
@@ -30,10 +30,11 @@ from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
 from app.api.common import json_response, storage
+from app.schemas.mcp import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.access import Principal, may_write
 from app.services.framing import NOTE
-from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES, UPLOAD_HINT
-from app.services.mcp_tools import McpTools, ToolFailure, ToolOutput, lone_surrogate_at
+from app.services.mcp.arguments import ToolFailure, lone_surrogate_at
+from app.services.mcp.tools import McpTools, ToolOutput
 from app.storage import StorageError
 from app.web.auth import resolve_principal
 from app.web.body import READ_AHEAD_BYTES
@@ -173,9 +174,7 @@ def post_mcp() -> ResponseReturnValue:
             why = f"Parse error: {where[:200]} holds an unpaired UTF-16 surrogate escape"
             return json_response(_error(None, PARSE_ERROR, why), 400)
         principal: Principal = g.principal
-        tools = McpTools(
-            storage(), principal.scope, token_id=principal.token.id, role=principal.token.role
-        )
+        tools = McpTools(storage(), principal)
         version = request.headers.get(VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_VERSIONS:
             status, body = _modern(message, tools)

@@ -20,18 +20,6 @@ DOCUMENTED_PREFIXES = ("/sandbox/memory/v1", "/v1/memory_stores")
 _SKIP_METHODS = {"HEAD", "OPTIONS"}
 
 
-def _rule_of(converter: Any, field: Any, **kwargs: Any) -> dict[str, Any]:
-    """A body field's rule (app/schemas/rules.py), given as ``metadata["rule"]``, merged into
-    its property: the constraints the server checks the field's value by."""
-    rule = field.metadata.get("rule")
-    if rule is None:
-        return {}
-    # A callable: the patterns are spelled from Unicode's tables, which takes a moment, when
-    # the document is built rather than at every import.
-    found: dict[str, Any] = rule() if callable(rule) else rule
-    return found
-
-
 def _scope_header(name: str, description: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -110,7 +98,7 @@ def build_spec(app: Flask) -> dict[str, Any]:
         },
     )
     assert plugin.converter is not None
-    plugin.converter.add_attribute_function(_rule_of)  # type: ignore[no-untyped-call]
+    plugin.converter.add_attribute_function(rules.field_rule)  # type: ignore[no-untyped-call]
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer"})
     spec.components.security_scheme(
         "apiKey", {"type": "apiKey", "in": "header", "name": "x-api-key"}

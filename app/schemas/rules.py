@@ -1,11 +1,11 @@
 """The JSON Schema of every value a request names, built from the rules the server checks it by.
 
 Each function below states one rule of app/storage/core (an id, a name, a path, a time, a
-search query, a hash) from that rule's own constants and patterns, for the OpenAPI document:
-path, query and header parameters take them as their ``schema``, request bodies through a
-field's ``metadata["rule"]`` (app/api/openapi.py merges it into the field's property). The
-server keeps checking with the core functions themselves; nothing here is a second copy to
-keep in step.
+search query, a hash) from that rule's own constants and patterns, for the OpenAPI document
+and the MCP tools' input schemas: path, query and header parameters take them as their
+``schema``, request bodies and tool arguments through a field's ``metadata["rule"]``
+(field_rule merges it into the field's property). The server keeps checking with the core
+functions themselves; nothing here is a second copy to keep in step.
 
 Where JSON Schema cannot say a rule whole, the description does: lengths the server counts in
 bytes of UTF-8 are given as ``maxLength`` in characters (exact for ASCII), and a memory path
@@ -33,6 +33,19 @@ from app.storage.core.store_rules import (
 )
 
 Rule = dict[str, Any]
+
+
+def field_rule(converter: Any, field: Any, **kwargs: Any) -> Rule:
+    """A body field's rule, given as ``metadata["rule"]``, merged into its property: the
+    constraints the server checks the field's value by. An attribute function of apispec's
+    marshmallow converter, for the OpenAPI document and the MCP tools' input schemas alike."""
+    rule = field.metadata.get("rule")
+    if rule is None:
+        return {}
+    # A callable: the patterns are spelled from Unicode's tables, which takes a moment, when
+    # the schema is built rather than at every import.
+    found: Rule = rule() if callable(rule) else rule
+    return found
 
 
 def identifier() -> Rule:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.services.framing import NOTE, frame, neutral
-from app.services.mcp_tools import SECTION_MIN, read_digest_head, search_snippet
+from app.services.mcp.text import SECTION_MIN, read_digest_head, search_snippet
 from app.storage import InvalidName, NotFound, Scope
 from app.storage.core.errors import NotSupported, SearchRebuilding, SearchTimeout
 from app.storage.interface import StorageBackend

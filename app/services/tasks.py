@@ -61,13 +61,15 @@ def append_turn(
     meta: dict[str, Any],
     summary_md: str,
     artifacts: Callable[[], Iterable[ArtifactUpload]] = tuple,
+    size: int | None = None,
 ) -> TurnRecord:
     """Record the task's next free turn (0 for a new task), never over another writer's.
 
     Each try reads the latest turn and writes the one after it with If-None-Match; a writer
     that took that number first sends it to the next. ``artifacts`` makes fresh uploads for
-    each try (a lost race has read the last ones). Conflict when the task has used every
-    number, or when other writers kept winning for NEXT_TURN_ATTEMPTS tries.
+    each try (a lost race has read the last ones); ``size``, when known, is their bytes in
+    all (TaskBackend.put_turn). Conflict when the task has used every number, or when other
+    writers kept winning for NEXT_TURN_ATTEMPTS tries.
     """
     access.require_write(principal)
     for _ in range(NEXT_TURN_ATTEMPTS):
@@ -91,6 +93,7 @@ def append_turn(
                 summary_md=summary_md,
                 if_none_match=True,
                 artifacts=artifacts(),
+                size=size,
             )
         except PreconditionFailed:
             continue

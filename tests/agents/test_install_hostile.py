@@ -21,7 +21,7 @@ import pytest
 from project_memory_client.agents import install as installer
 from project_memory_client.agents.install import InstallError, install, installed, uninstall
 
-from app.services.mcp_tools import TOOLS
+from app.services.mcp.tools import TOOLS
 from tests.agents.conftest import git_repo
 
 CLI = str(Path(sys.executable).parent / "project-memory")

@@ -16,7 +16,8 @@ import anyio
 import pytest
 import requests
 
-from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
+from app.schemas.mcp import OUTPUT_CHARS
+from app.services.mcp.tools import TOOLS
 from app.storage.tree.tokens import TokenRegistry
 from tests.e2e.conftest import Server, start_server
 

@@ -6,12 +6,14 @@ a real gunicorn.
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
 import re
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +22,15 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
+import app.services.mcp.tools as tools_module
 from app.api.openapi import build_spec
-from app.services.mcp_artifacts import MCP_ARTIFACT_BYTES
-from app.services.mcp_tools import OUTPUT_CHARS, TOOLS
+from app.schemas import mcp as mcp_schemas
+from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
+from app.schemas.memory_tool import MemoryToolInput
+from app.services.mcp.schemas import input_schema
+from app.services.mcp.tools import TOOLS
 from app.storage import Scope
+from app.storage.core.names import MAX_TURN
 from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
 
@@ -762,7 +769,7 @@ def test_a_turn_with_many_artifacts_keeps_its_summary_in_bound(mcp: Mcp) -> None
 def test_the_service_imports_no_flask() -> None:
     import subprocess
 
-    code = "import sys, app.services.mcp_tools; print('flask' in sys.modules)"
+    code = "import sys, app.services.mcp.tools; print('flask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -969,6 +976,46 @@ def test_the_artifact_schemas_are_exact(mcp: Mcp) -> None:
     read = listed["read_artifact"]
     assert read["inputSchema"]["required"] == ["task_id", "turn", "name"]
     assert read["annotations"]["readOnlyHint"] and "read_artifact" in READ_TOOLS
+
+
+def test_a_task_whose_turn_numbers_are_used_up_takes_no_next_turn(mcp: Mcp) -> None:
+    mcp.ok("record_turn", task_id="full", turn=MAX_TURN, summary_md="the last")
+    text = mcp.err("record_turn", task_id="full", summary_md="one more")
+    assert f"has used every turn number (0-{MAX_TURN})" in text and "another task id" in text
+
+
+# -- input schemas ------------------------------------------------------------------------
+def test_each_input_schema_is_generated_from_its_arguments_schema_self_contained() -> None:
+    for tool in TOOLS:
+        schema, fields = tool.input_schema, tool.arguments().fields
+        assert schema == input_schema(tool.arguments)
+        assert schema["type"] == "object" and schema["additionalProperties"] is False
+        assert list(schema["properties"]) == list(fields)
+        assert schema["required"] == [name for name, field in fields.items() if field.required]
+        assert '"$ref"' not in json.dumps(schema), tool.name  # no client resolves one
+
+
+def test_record_turns_meta_is_the_put_turn_bodys(app: Flask) -> None:
+    (record,) = (t for t in TOOLS if t.name == "record_turn")
+    meta = record.input_schema["properties"]["meta"]
+    assert meta == build_spec(app)["components"]["schemas"]["TurnMeta"]
+    assert meta["additionalProperties"] is True and "started_at" in meta["properties"]
+
+
+def test_the_memory_tool_takes_the_memory_tool_endpoints_fields_and_a_store() -> None:
+    assert list(mcp_schemas.Memory().fields) == ["store", *MemoryToolInput().fields]
+
+
+def test_the_tools_leave_roles_and_audit_events_to_the_use_cases() -> None:
+    # app/services/access.py alone compares roles; the use cases alone record events.
+    for path in Path(tools_module.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = {alias.name for alias in node.names}
+                if isinstance(node, ast.ImportFrom):
+                    names.add(node.module or "")
+                assert "role_rank" not in names, path
+                assert not any(name.rsplit(".", 1)[-1] == "audit" for name in names), path
 
 
 # -- stored text is framed ----------------------------------------------------------------

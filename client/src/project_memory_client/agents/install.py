@@ -51,7 +51,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .._files import fsync_dir
 
 SERVER = "project-memory"
-# The server's tools that only read (app/services/mcp_tools.py: read_only, no writes). Only
+# The server's tools that only read (app/services/mcp/tools.py: read_only, no writes). Only
 # these are allowed without asking: a delete, a rename or a write is the person's to approve.
 READ_TOOLS = ("search", "read_digest", "list_tasks", "read_task", "read_turn", "read_artifact")
 PERMISSIONS = tuple(f"mcp__{SERVER}__{tool}" for tool in READ_TOOLS)

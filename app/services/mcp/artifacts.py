@@ -1,5 +1,5 @@
-"""record_turn's and read_artifact's artifacts: the argument's schema, its checks and
-decoding, and reading a stored artifact a part at a time (app/services/mcp_tools.py).
+"""record_turn's and read_artifact's artifacts: the argument's checks and decoding (its
+schema is app/schemas/mcp.py's Artifact), and reading a stored artifact a part at a time.
 
 The rules are the REST API's: the artifact-name pattern, the Content-Type rule, at most
 MAX_ARTIFACTS_PER_WRITE in one write; and one of MCP's own, MCP_ARTIFACT_BYTES in one call.
@@ -13,68 +13,27 @@ import binascii
 import io
 import mimetypes
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
+from app.schemas.mcp import BASE64, MCP_ARTIFACT_BYTES, TEXT, UPLOAD_HINT, Artifact
 from app.services.framing import neutral
 from app.storage import InvalidName
 from app.storage.core.models import ArtifactUpload
-from app.storage.core.names import ARTIFACT_NAME_PATTERN, validate_artifact_name
-from app.storage.core.task_rules import (
-    MAX_ARTIFACTS_PER_WRITE,
-    MAX_CONTENT_TYPE_CHARS,
-    check_content_type,
-)
+from app.storage.core.names import validate_artifact_name
+from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, check_content_type
 
-# record_turn's artifacts travel inside the JSON-RPC message (at most MAX_JSON_BYTES, 4 MiB
-# by default): 1 MiB of them in all, as base64 (4/3 of it) beside a summary of up to
-# 1 MiB, stays well inside it. A larger file goes up with the CLI or the REST API.
-MCP_ARTIFACT_BYTES = 1 << 20
 SKIP_CHUNK = 256 * 1024
-TEXT = "text"
-BASE64 = "base64"
 # C0 controls that text (a log with colours, a form feed) may hold; any other, or a NUL,
 # makes bytes binary.
 _TEXT_CONTROLS = frozenset(b"\t\n\r\x0b\x0c\x1b")
 _BINARY_BYTES = frozenset(range(32)) - _TEXT_CONTROLS
-UPLOAD_HINT = (
-    "a larger file goes up with the CLI (project-memory turn put TASK N --artifact PATH) or"
-    " the REST API"
-)
 
 
 class ArtifactFault(ValueError):
     """An artifact argument that cannot be stored as given; the message says why."""
 
 
-ARTIFACT_NAME_SCHEMA = {
-    "type": "string",
-    "pattern": f"^{ARTIFACT_NAME_PATTERN}$",
-    "description": "An artifact name, e.g. test.log (letters, digits, '.', '_', '-').",
-}
-ARTIFACT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {
-            **ARTIFACT_NAME_SCHEMA,
-            "description": "e.g. test.log; replaces the turn's artifact of that name.",
-        },
-        "content": {
-            "type": "string",
-            "description": "The file's text; with encoding base64, its bytes in base64.",
-        },
-        "encoding": {"type": "string", "enum": [TEXT, BASE64], "default": TEXT},
-        "content_type": {
-            "type": "string",
-            "maxLength": MAX_CONTENT_TYPE_CHARS,
-            "description": "A media type, e.g. text/x-diff. Default: from the name's"
-            " extension, else text/plain; charset=utf-8 for text and"
-            " application/octet-stream for base64.",
-        },
-    },
-    "required": ["name", "content"],
-    "additionalProperties": False,
-}
-ARTIFACT_KEYS = ("name", "content", "encoding", "content_type")
+ARTIFACT_KEYS = tuple(Artifact().fields)  # what one artifact argument may hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,14 +125,15 @@ def _artifact_type(where: str, value: object, name: str, encoding: str) -> str:
     return guessed or "application/octet-stream"
 
 
-def uploads(files: list[ArtifactFile]) -> dict[str, Any]:
-    """put_turn's ``artifacts`` and ``size`` for ``files``, each a stream of its own."""
-    if not files:
-        return {}
-    return {
-        "artifacts": [ArtifactUpload(f.name, f.content_type, io.BytesIO(f.data)) for f in files],
-        "size": sum(len(f.data) for f in files),
-    }
+def uploads(files: list[ArtifactFile]) -> list[ArtifactUpload]:
+    """put_turn's ``artifacts`` for ``files``, each a fresh stream of its own."""
+    return [ArtifactUpload(f.name, f.content_type, io.BytesIO(f.data)) for f in files]
+
+
+def size_of(files: list[ArtifactFile]) -> int | None:
+    """put_turn's ``size``: the bytes of ``files`` in all, admitted before any is read (None:
+    no artifact)."""
+    return sum(len(f.data) for f in files) if files else None
 
 
 @dataclass(frozen=True, slots=True)

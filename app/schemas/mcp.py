@@ -1,0 +1,183 @@
+"""Schemas of the MCP tools' arguments (app/services/mcp/), one per tool: the source of each
+tool's ``inputSchema`` (app/services/mcp/schemas.py turns them into JSON Schema as the
+OpenAPI document turns the REST bodies), and of the bounds and defaults the tools read.
+
+Where a tool takes what a REST endpoint takes, it takes it by the same fields and rules:
+record_turn's meta is the PUT turn body's TurnMeta, a task id and a turn follow the path's
+rules, the memory tool's fields are the memory-tool endpoint's (app/schemas/memory_tool.py)
+with their types. The tools still check each argument themselves, so that a fault reaches
+the model as a sentence (app/services/mcp/arguments.py); an unknown argument is refused, as
+``additionalProperties: false`` says.
+"""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from app.schemas import rules
+from app.schemas.common import StrictInteger, StrictString
+from app.schemas.project_memory import TurnMeta
+from app.services.memory_tool import COMMANDS
+from app.storage.core.names import ARTIFACT_NAME_PATTERN, MAX_TURN
+from app.storage.core.query import MAX_QUERY_CHARS
+from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, MAX_CONTENT_TYPE_CHARS
+
+# Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
+# (about 5,000 tokens) leave room for several calls in one context.
+OUTPUT_CHARS = 20_000
+DIGEST_DEFAULT_CHARS = 6_000
+SEARCH_DEFAULT_LIMIT = 10
+SEARCH_MAX_LIMIT = 100  # the REST search's own bound
+LIST_DEFAULT_LIMIT = 20
+LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
+# record_turn's artifacts travel inside the JSON-RPC message (at most MAX_JSON_BYTES, 4 MiB
+# by default): 1 MiB of them in all, as base64 (4/3 of it) beside a summary of up to
+# 1 MiB, stays well inside it. A larger file goes up with the CLI or the REST API.
+MCP_ARTIFACT_BYTES = 1 << 20
+UPLOAD_HINT = (
+    "a larger file goes up with the CLI (project-memory turn put TASK N --artifact PATH) or"
+    " the REST API"
+)
+TEXT = "text"
+BASE64 = "base64"
+
+
+def _task_id() -> StrictString:
+    return StrictString(
+        required=True,
+        metadata={
+            "description": "A task id as list_tasks or search shows it, e.g. fix-login.",
+            "rule": rules.identifier,
+        },
+    )
+
+
+def _turn(*, required: bool = True, description: str | None = None) -> StrictInteger:
+    metadata = {} if description is None else {"description": description}
+    return StrictInteger(
+        required=required, validate=validate.Range(min=0, max=MAX_TURN), metadata=metadata
+    )
+
+
+def _offset(description: str) -> StrictInteger:
+    return StrictInteger(
+        load_default=0, validate=validate.Range(min=0), metadata={"description": description}
+    )
+
+
+def _artifact_name(description: str) -> StrictString:
+    return StrictString(
+        required=True,
+        metadata={"pattern": f"^{ARTIFACT_NAME_PATTERN}$", "description": description},
+    )
+
+
+def _cursor(description: str | None = None) -> StrictString:
+    return StrictString(metadata={} if description is None else {"description": description})
+
+
+class Search(Schema):
+    query = StrictString(required=True, validate=validate.Length(min=1, max=MAX_QUERY_CHARS))
+    limit = StrictInteger(
+        load_default=SEARCH_DEFAULT_LIMIT, validate=validate.Range(min=1, max=SEARCH_MAX_LIMIT)
+    )
+    cursor = _cursor("From a previous result's 'more hits' line (same query).")
+
+
+class ReadDigest(Schema):
+    max_chars = StrictInteger(
+        load_default=DIGEST_DEFAULT_CHARS, validate=validate.Range(min=1, max=OUTPUT_CHARS)
+    )
+
+
+class ListTasks(Schema):
+    limit = StrictInteger(
+        load_default=LIST_DEFAULT_LIMIT, validate=validate.Range(min=1, max=LIST_MAX_LIMIT)
+    )
+    cursor = _cursor()
+
+
+class ReadTask(Schema):
+    task_id = _task_id()
+
+
+class ReadTurn(Schema):
+    task_id = _task_id()
+    turn = _turn()
+    offset = _offset("Characters of the summary to skip (to read a long one).")
+
+
+class ReadArtifact(Schema):
+    task_id = _task_id()
+    turn = _turn()
+    name = _artifact_name("An artifact name, e.g. test.log (letters, digits, '.', '_', '-').")
+    offset = _offset("Bytes of the artifact to skip (to read a large one).")
+
+
+class Artifact(Schema):
+    """One of record_turn's artifacts: a file's text, or its bytes in base64."""
+
+    name = _artifact_name("e.g. test.log; replaces the turn's artifact of that name.")
+    content = StrictString(
+        required=True,
+        metadata={"description": "The file's text; with encoding base64, its bytes in base64."},
+    )
+    encoding = StrictString(load_default=TEXT, validate=validate.OneOf([TEXT, BASE64]))
+    content_type = StrictString(
+        validate=validate.Length(max=MAX_CONTENT_TYPE_CHARS),
+        metadata={
+            "description": "A media type, e.g. text/x-diff. Default: from the name's"
+            " extension, else text/plain; charset=utf-8 for text and"
+            " application/octet-stream for base64."
+        },
+    )
+
+
+class RecordTurn(Schema):
+    """The PUT turn body (its meta is the same TurnMeta), the task and turn the REST API
+    takes in its path, and artifacts sent with the turn."""
+
+    task_id = _task_id()
+    summary_md = StrictString(required=True, metadata={"description": "At most 1 MiB of UTF-8."})
+    meta = fields.Nested(TurnMeta)
+    turn = _turn(required=False, description="Omit to take the next free turn number.")
+    artifacts = fields.List(
+        fields.Nested(Artifact),
+        validate=validate.Length(max=MAX_ARTIFACTS_PER_WRITE),
+        metadata={
+            "description": f"At most {MCP_ARTIFACT_BYTES} bytes (1 MiB) in all, counted"
+            f" after base64 decoding; {UPLOAD_HINT}."
+        },
+    )
+
+
+class Memory(Schema):
+    """A memory-tool command (app/schemas/memory_tool.py's MemoryToolInput, each field with
+    its type) and the store it runs against."""
+
+    store = StrictString(required=True, metadata={"description": "memstore_... id, or the name."})
+    command = StrictString(required=True, validate=validate.OneOf(COMMANDS))
+    path = StrictString(metadata={"description": "view, create, str_replace, insert"})
+    view_range = fields.List(
+        StrictInteger(),
+        validate=validate.Length(equal=2),
+        metadata={"description": "view: [first line, last line]; -1 is the end."},
+    )
+    file_text = StrictString(metadata={"description": "create"})
+    old_str = StrictString(metadata={"description": "str_replace: unique text"})
+    new_str = StrictString(metadata={"description": "str_replace"})
+    insert_line = StrictInteger(metadata={"description": "insert: 0 = the top"})
+    insert_text = StrictString(metadata={"description": "insert"})
+    old_path = StrictString(metadata={"description": "rename"})
+    new_path = StrictString(metadata={"description": "rename"})
+
+
+class DeleteTurn(Schema):
+    task_id = _task_id()
+    turn = _turn()
+
+
+class DeleteArtifact(Schema):
+    task_id = _task_id()
+    turn = _turn()
+    name = StrictString(required=True, validate=validate.Length(min=1, max=255))
