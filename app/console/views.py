@@ -23,7 +23,6 @@ from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from app.api.project_memory import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.console import admin, audit, base, charts, render, session as sessions
 from app.services.access import (
     Principal,
@@ -42,6 +41,7 @@ from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.storage.core.tokens import Token
 from app.storage.interface import TaskBackend
 from app.web import ratelimit
+from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.web.errors import ApiError, RequestValidationError, from_storage
 
 log = logging.getLogger("app.console")
