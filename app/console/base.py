@@ -1,9 +1,9 @@
 """The console's blueprint and what every page module reaches through it: the storage
 interface, the signed-in principal, links within the project, the small request helpers.
 
-The page modules (views.py, memories.py, admin.py, usage.py, audit.py) register their routes
-on :data:`bp`; views.py holds the guard every request passes first (the session, the scope,
-the POST checks and the rate limits).
+The page modules (views.py, signin.py, tasks.py, stores.py, memories.py, admin.py, usage.py,
+audit.py) register their routes on :data:`bp`; views.py holds the guard every request passes
+first (the session, the scope, the POST checks and the rate limits).
 """
 
 from __future__ import annotations

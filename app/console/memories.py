@@ -20,7 +20,7 @@ from werkzeug.exceptions import Forbidden
 
 from app.console import audit, render
 from app.console.base import actor, bp, field, principal, purl, scope, see_other, stores
-from app.services.access import may_write, only_owner
+from app.services.access import may_redact, may_write, only_owner
 from app.storage import InvalidName, NotFound
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
@@ -412,3 +412,31 @@ def restore_version(
         )
     _memory_event("restored", made)
     return see_other(purl("memory", store_id=store_id, memory_id=made.id))
+
+
+# -- redacting a version --------------------------------------------------------------------
+@bp.get("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def confirm_redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """The confirmation of a memory version's redaction (project_admin and above)."""
+    if not may_redact(principal()):
+        raise Forbidden("only a project_admin may redact a memory version")
+    engine = stores()
+    found = engine.get_store(scope(), store_id)
+    item = engine.get_version(scope(), store_id, version_id, full=False)
+    return render_template("console/redact.html", store=found, version=item)
+
+
+@bp.post("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """Redact a memory version (project_admin and above)."""
+    if not may_redact(principal()):
+        raise Forbidden("only a project_admin may redact a memory version")
+    done = stores().redact_version(scope(), store_id, version_id, actor=actor())
+    audit.record(
+        "memory", "redacted", done.memory_id, {"version_id": version_id}, store_id=store_id
+    )
+    return see_other(purl("version", store_id=store_id, version_id=version_id))
