@@ -54,11 +54,6 @@ def scope() -> Scope:
     return principal().scope
 
 
-def actor() -> dict[str, Any]:
-    """Who did it, as the memory-stores API records it: the same audit trail."""
-    return {"type": "api_actor", "api_key_id": principal().token.id}
-
-
 def covers_tenant(token: Token, tenant: str) -> bool:
     """Whether ``token`` manages ``tenant`` as a whole: an admin, or its tenant_admin."""
     if token.role == "admin":

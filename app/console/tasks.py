@@ -19,8 +19,9 @@ from werkzeug.exceptions import Forbidden, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from app.console import audit, base, render
-from app.services.access import may_delete_task, only_owner
+from app.console import base, render
+from app.services import tasks as task_service
+from app.services.access import may_delete_task
 from app.storage import Corrupt, InvalidName, StorageError, TaskSummary
 from app.storage.core.clock import parse_iso
 from app.storage.interface import TaskBackend
@@ -223,8 +224,7 @@ def confirm_delete_task(tenant: str, project: str, task_id: str) -> ResponseRetu
 def delete_task(tenant: str, project: str, task_id: str) -> ResponseReturnValue:
     """Delete a task: its owner, or project_admin and above (the storage checks the owner
     under the task's lock)."""
-    _tasks().delete_task(_scope(), task_id, only_owner=only_owner(_principal()))
-    audit.record("task", "deleted", task_id)
+    task_service.delete_task(base.storage(), _principal(), task_id)
     return _redirect(_purl("tasks", deleted=task_id))
 
 
@@ -274,16 +274,14 @@ def confirm_delete_turn(tenant: str, project: str, task_id: str, turn: int) -> R
 @bp.post("/p/<tenant>/<project>/tasks/<task_id>/turns/<int:turn>/delete")
 def delete_turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnValue:
     """Delete one turn, if it is still the version the confirmation showed (its ETag)."""
-    store = _tasks()
-    store.delete_turn(
-        _scope(),
+    task_service.delete_turn(
+        base.storage(),
+        _principal(),
         task_id,
         turn,
-        only_owner=only_owner(_principal()),
         if_match=request.form.get("if_match") or None,
     )
-    audit.record("turn", "deleted", task_id, {"turn": turn})
-    if _summary_or_none(store, task_id) is None:  # its last turn: the task went too
+    if _summary_or_none(_tasks(), task_id) is None:  # its last turn: the task went too
         return _redirect(_purl("tasks", deleted=task_id))
     return _redirect(_purl("task", task_id=task_id))
 
@@ -346,15 +344,14 @@ def delete_artifact(
     tenant: str, project: str, task_id: str, turn: int, name: str
 ) -> ResponseReturnValue:
     """Delete one artifact, if it is still the one the confirmation showed (its ETag)."""
-    _tasks().delete_artifact(
-        _scope(),
+    task_service.delete_artifact(
+        base.storage(),
+        _principal(),
         task_id,
         turn,
         name,
-        only_owner=only_owner(_principal()),
         if_match=request.form.get("if_match") or None,
     )
-    audit.record("artifact", "deleted", task_id, {"turn": turn, "name": name})
     return _redirect(_purl("turn", task_id=task_id, turn=turn))
 
 
