@@ -54,13 +54,6 @@ def scope() -> Scope:
     return principal().scope
 
 
-def covers_tenant(token: Token, tenant: str) -> bool:
-    """Whether ``token`` manages ``tenant`` as a whole: an admin, or its tenant_admin."""
-    if token.role == "admin":
-        return True
-    return token.tenant == tenant and token.project is None and token.role == "tenant_admin"
-
-
 def signed_in() -> Token:
     found: Token = g.console_token
     return found

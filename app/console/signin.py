@@ -7,16 +7,15 @@ up again, so a revoked or expired one, or a sign-out, ends it at once.
 
 from __future__ import annotations
 
-import contextlib
 from urllib.parse import urlsplit
 
 from flask import g, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
-from app.console import audit, session as sessions
-from app.console.base import bp, registry, see_other
-from app.storage import StorageError
+from app.console import session as sessions
+from app.console.base import bp, registry, see_other, storage
+from app.services import admin as admin_service
 from app.storage.core.tokens import Token
 
 
@@ -67,7 +66,7 @@ def signin() -> ResponseReturnValue:
 @bp.post("/signin")
 def signin_post() -> ResponseReturnValue:
     secret = request.form.get("token", "").strip()
-    token = registry().authenticate(secret)
+    token = admin_service.sign_in(storage(), registry(), secret)
     target = safe_next(request.form.get("next"))
     if token is None:
         g.console_new_session = sessions.new(None)
@@ -80,7 +79,6 @@ def signin_post() -> ResponseReturnValue:
         return Response(body, status=403, mimetype="text/html")
     g.console_new_session = sessions.new(token.id)
     g.token_id, g.tenant, g.console_token = token.id, token.tenant, token
-    audit.record("session", "signed_in", token.id, project=token.project)
     return see_other(target or url_for("console.index"))
 
 
@@ -89,11 +87,9 @@ def signout() -> ResponseReturnValue:
     """Sign out: this session, and any copy of its cookie, end here."""
     current = g.console_session
     if current is not None and current.token_id is not None:
-        with contextlib.suppress(StorageError):  # a token removed since: nothing to end
-            registry().end_console_sessions(current.token_id)
-        token = g.console_token
-        g.tenant = token.tenant
-        audit.record("session", "signed_out", token.id, project=token.project)
+        token: Token = g.console_token
+        g.tenant = token.tenant  # for the request log line
+        admin_service.sign_out(storage(), registry(), token)
     response = see_other(url_for("console.signin", out="1"))
     sessions.clear(response)
     return response

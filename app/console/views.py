@@ -26,7 +26,14 @@ from werkzeug.wsgi import wrap_file
 
 from app.console import admin, base, charts, render, session as sessions
 from app.console.signin import safe_next, signed_in_token
-from app.services.access import Principal, covers, may_manage, may_write
+from app.services.access import (
+    Principal,
+    covers,
+    manages_tenant,
+    may_manage,
+    may_write,
+    sees_everything,
+)
 from app.services.usage_report import projects_overview
 from app.storage import InvalidName, Scope, StorageError
 from app.storage.core.names import validate_id
@@ -119,7 +126,7 @@ def _guard() -> ResponseReturnValue | None:
             validate_id("tenant", tenant)
         except InvalidName:
             raise NotFound("no such tenant") from None
-        if not base.covers_tenant(token, tenant):
+        if not manages_tenant(token, tenant):
             raise Forbidden(f"this token may not manage tenant {tenant}")
         g.tenant = tenant
     # A page in no project costs the token's budget alone.
@@ -132,7 +139,7 @@ def _limits_page_of(token: Token, tenant: str) -> bool:
     """Whether this request is to a limits page of ``tenant`` by a token that may change its
     limits: those are never rate limited, so that a rate set too low (a project's or the
     tenant's) cannot lock out the one who may clear it."""
-    return request.endpoint in admin.LIMITS_ENDPOINTS and base.covers_tenant(token, tenant)
+    return request.endpoint in admin.LIMITS_ENDPOINTS and manages_tenant(token, tenant)
 
 
 @bp.after_request
@@ -175,13 +182,11 @@ def _template_context() -> dict[str, Any]:
 
 
 def _manages_tenant(token: Token | None) -> bool:
-    return (
-        token is not None and token.tenant is not None and base.covers_tenant(token, token.tenant)
-    )
+    return token is not None and token.tenant is not None and manages_tenant(token, token.tenant)
 
 
 def _covers_many(token: Token | None) -> bool:
-    return token is not None and (token.role == "admin" or token.project is None)
+    return token is not None and (sees_everything(token) or token.project is None)
 
 
 def _token_label(token_id: Any) -> Markup:
@@ -270,7 +275,8 @@ def index() -> ResponseReturnValue:
 def projects() -> ResponseReturnValue:
     """Projects this token covers."""
     token: Token = g.console_token
-    tenants = None if token.role == "admin" else [token.tenant or ""]
+    every_tenant = sees_everything(token)
+    tenants = None if every_tenant else [token.tenant or ""]
     found = [s for s in _storage().projects(tenants) if covers(token, s)]
     if token.tenant and token.project:
         own = Scope(token.tenant, token.project)
@@ -280,6 +286,7 @@ def projects() -> ResponseReturnValue:
     return render_template(
         "console/projects.html",
         rows=rows,
+        every_tenant=every_tenant,
         spark=lambda row: charts.sparkline(
             [d.label for d in row.days],
             [d.requests for d in row.days],
