@@ -14,7 +14,11 @@ two modules together. The rules:
 * the layers above storage (``api``, ``web``, ``console``, ``services``, ``ops``,
   ``schemas``) import the interface, ``core/`` and the ``app.storage`` package, never a
   backend module, and ``app/storage/backends.py`` (which builds the configured backend, the
-  one place that names both) is imported by the app factory (``app/__init__.py``) only.
+  one place that names both) is imported by the app factory (``app/__init__.py``) only;
+* a door imports no other door: ``console`` nothing of ``api``; and ``web`` (the plumbing
+  both share) neither;
+* the audit log is written by the use cases: nothing outside ``services`` imports
+  ``app.services.audit``.
 """
 
 from __future__ import annotations
@@ -147,6 +151,12 @@ def broken_rules(name: str, target: str) -> list[str]:
         rules.append("above storage, only the interface and core/ (never a backend)")
     if target == "app.storage.backends" and name != "app":
         rules.append("backends.py is the app factory's (app/__init__.py) alone")
+    if _within(name, "app.console", "app.web") and _within(target, "app.api"):
+        rules.append("a door imports no other door")
+    if _within(name, "app.web") and _within(target, "app.console"):
+        rules.append("a door imports no other door")
+    if target == "app.services.audit" and not _within(name, "app.services"):
+        rules.append("only the use cases (services/) record audit events")
     return rules
 
 
@@ -216,6 +226,9 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function_or_type_checking(
         ("console/x.py", "from app.storage import backends\n", "never a backend"),
         ("storage/core/x.py", "from app.storage import backends\n", "core/ imports no backend"),
         ("storage/x.py", "from app.storage.backends import open_backend\n", "factory"),
+        ("console/x.py", "from app.api.common import storage\n", "no other door"),
+        ("web/x.py", "from app.console import base\n", "no other door"),
+        ("console/x.py", "from app.services import audit\n", "use cases"),
     ],
 )
 def test_the_boundary_check_finds_each_kind_of_crossing(
@@ -232,6 +245,9 @@ def test_the_boundary_check_finds_each_kind_of_crossing(
             "storage/pg/db.py": "",
             "storage/pg/backend.py": "",
             "web/errors.py": "",
+            "api/common.py": "",
+            "console/base.py": "",
+            "services/audit.py": "",
         },
     )
     found = violations(graph(top))

@@ -41,14 +41,12 @@ from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
 from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
+from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
 
 PREFIX = "/sandbox/memory/v1"
 DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
-# project.md with changes spliced in is copied through the worker (an unchanged one goes
-# by sendfile): in pieces this big, the per-piece overhead is noise next to the copy.
-DIGEST_CHUNK = 256 * 1024
 
 TASK_ID = {
     "name": "task_id",
@@ -134,11 +132,6 @@ context_out = s.SessionContext()
 PASSIVE_TYPES = frozenset(
     {"text/plain", "application/json", "image/png", "image/jpeg", "image/gif", "image/webp"}
 )
-ARTIFACT_SECURITY_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Content-Security-Policy": "sandbox; default-src 'none'",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
 
 
 @bp.record_once

@@ -1,17 +1,22 @@
 """Tokens, quotas and rate limits, for the admins of a project and of a tenant.
 
 Tokens: a project_admin lists, creates and revokes the tokens of its project (roles up to
-project_admin); a tenant_admin does the same across its tenant (roles up to tenant_admin,
-bound to one project or to the whole tenant); an admin does it for any tenant. A new token's
-secret is shown once, in the answer to the POST that made it (never stored, never in a
-redirect, and, like every console page, ``Cache-Control: no-store``).
+project_admin); a tenant_admin does the same across its tenant, for one of its projects or
+for the whole tenant (a tenant_admin token only for the whole tenant); an admin does it for
+any tenant. A new token's secret is shown once, in the answer to the POST that made it (never
+stored, never in a redirect, and, like every console page, ``Cache-Control: no-store``).
 
-Limits: the same document ``flask quota`` and ``flask ratelimit`` change
-(app/storage/core/limits.py), seen by a project's project_admins and set where the CLI sets
-them: a project's quota and rate limits by a tenant_admin of its tenant (or an admin), a
-tenant's own entry by an admin. Every worker applies a change within a second. The limits
-pages are never rate limited for those who may change them (LIMITS_ENDPOINTS): a rate set
-too low must not lock out the one who can clear it.
+Limits: the backend's limits document, the one ``flask quota`` and ``flask ratelimit``
+change (core/limits.py says what it holds; the tree keeps it in ``.limits.json``, PostgreSQL
+in a row), seen by a project's project_admins and set where the CLI sets them: a project's
+quota and rate limits by a tenant_admin of its tenant (or an admin), a tenant's own entry by
+an admin. Every worker applies a change within a second. The limits pages are never rate
+limited for those who may change them (LIMITS_ENDPOINTS): a rate set too low must not lock
+out the one who can clear it.
+
+Every change is a use case of app/services/admin.py, which checks who may make it
+(services/access.py) and records it in the audit log. A page asks the same rules first only
+to refuse a form with its own sentence before reading the form's fields.
 """
 
 from __future__ import annotations
@@ -25,10 +30,8 @@ from flask import current_app, g, render_template
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import Forbidden, NotFound
 
-from app.console import audit
 from app.console.base import (
     bp,
-    covers_tenant,
     field,
     principal,
     purl,
@@ -39,7 +42,18 @@ from app.console.base import (
     storage,
     turl,
 )
-from app.services.access import MANAGER, may_manage
+from app.services import admin as admin_service
+from app.services.access import (
+    MANAGER,
+    PROJECT_ROLES,
+    TENANT_ROLES,
+    grantable_roles,
+    may_grant,
+    may_manage,
+    may_set_limits,
+    require_manage_tenant,
+    require_set_limits,
+)
 from app.services.usage_report import quota_json
 from app.storage import InvalidName
 from app.storage.core.limits import (
@@ -49,11 +63,9 @@ from app.storage.core.limits import (
     format_bytes,
     parse_bytes,
 )
-from app.storage.core.tokens import ROLES, Token, role_rank
+from app.storage.core.tokens import ROLES, Token
 from app.web.ratelimit import Limiter, limits_of, resolve
 
-PROJECT_ROLES = ("reader", "writer", "project_admin")
-TENANT_ROLES = (*PROJECT_ROLES, "tenant_admin")
 MAX_EXPIRY_DAYS = 3650.0
 MAX_NAME_CHARS = 200
 
@@ -81,8 +93,7 @@ def _require_manager() -> None:
 
 
 def _require_tenant_admin() -> None:
-    if not covers_tenant(signed_in(), g.tenant):
-        raise Forbidden("only a tenant_admin of this tenant or an admin may do this")
+    require_manage_tenant(signed_in(), g.tenant)
 
 
 # -- tokens ----------------------------------------------------------------------------------
@@ -125,7 +136,7 @@ def _expiry(raw: str) -> timedelta | None:
 def _role(raw: str, allowed: tuple[str, ...]) -> str:
     if raw not in ROLES:
         raise FormError(f"role: one of {', '.join(allowed)}")
-    if raw not in allowed or role_rank(raw) > role_rank(signed_in().role):
+    if raw not in allowed or not may_grant(signed_in(), raw):
         raise PermissionError(f"a token made here may not be {raw}")
     return raw
 
@@ -159,8 +170,7 @@ def new_token_form(tenant: str, project: str) -> ResponseReturnValue:
 
 
 def _offered(roles: tuple[str, ...]) -> list[str]:
-    mine = role_rank(signed_in().role)
-    return [r for r in roles if role_rank(r) <= mine]
+    return grantable_roles(signed_in(), roles)
 
 
 def _token_form(
@@ -181,12 +191,19 @@ def _create(
 ) -> ResponseReturnValue:
     try:
         role = _role(field("role", 64), roles)
-        if role == "tenant_admin" and project is not None:
+        if project is not None and role not in PROJECT_ROLES:
             raise FormError("a tenant_admin token covers the whole tenant: leave project empty")
         expires = _expiry(field("expires_in_days", 32))
         name = _name(field("name", MAX_NAME_CHARS + 1))
-        made, secret = registry().create(
-            role=role, tenant=tenant, project=project, name=name, expires_in=expires
+        made, secret = admin_service.create_token(
+            storage(),
+            registry(),
+            signed_in(),
+            tenant,
+            project,
+            role=role,
+            name=name,
+            expires_in=expires,
         )
     except PermissionError as exc:
         raise Forbidden(str(exc)) from None
@@ -194,9 +211,6 @@ def _create(
         return _form_error(form, f"{exc.field}: {exc.message}"), 422
     except ValueError as exc:  # FormError, and what the registry's own rules refuse
         return _form_error(form, str(exc)), 422
-    audit.record(
-        "token", "created", made.id, {"role": made.role, "name": made.name}, project=made.project
-    )
     return _made(made, secret, back)
 
 
@@ -231,7 +245,7 @@ def _revocable_in_project(token_id: str) -> Token:
     found = registry().get(token_id)
     if found is None or found.tenant != here.tenant or found.project != here.project:
         raise NotFound("no such token in this project")
-    if role_rank(found.role) > role_rank(signed_in().role):
+    if not may_grant(signed_in(), found.role):
         raise Forbidden("this token's role is above yours")
     return found
 
@@ -262,8 +276,8 @@ def _confirm_revoke(found: Token, action: str, back: str) -> str:
 def revoke_token(tenant: str, project: str, token_id: str) -> ResponseReturnValue:
     """Revoke a token of this project."""
     _require_manager()
-    registry().revoke(_revocable_in_project(token_id).id)
-    audit.record("token", "revoked", token_id)
+    found = _revocable_in_project(token_id)
+    admin_service.revoke_token(storage(), registry(), signed_in(), found)
     return see_other(purl("tokens"))
 
 
@@ -317,7 +331,7 @@ def _revocable_in_tenant(token_id: str) -> Token:
     found = registry().get(token_id)
     if found is None or found.tenant != g.tenant:
         raise NotFound("no such token in this tenant")
-    if role_rank(found.role) > role_rank(signed_in().role):
+    if not may_grant(signed_in(), found.role):
         raise Forbidden("this token's role is above yours")
     return found
 
@@ -337,8 +351,7 @@ def revoke_tenant_token(tenant: str, token_id: str) -> ResponseReturnValue:
     """Revoke a token of the tenant."""
     _require_tenant_admin()
     found = _revocable_in_tenant(token_id)
-    registry().revoke(found.id)
-    audit.record("token", "revoked", token_id, project=found.project)
+    admin_service.revoke_token(storage(), registry(), signed_in(), found)
     return see_other(turl("tenant_tokens"))
 
 
@@ -369,7 +382,7 @@ def _limits_page(tenant: str, project: str | None, error: str = "") -> str:
         project_quota=quota_json(quotas.projects.get((tenant, project))) if project else None,
         tenant_quota=quota_json(quotas.tenants.get(tenant)),
         rates=_rates_shown(tenant, project),
-        may_set=covers_tenant(signed_in(), tenant) if project else signed_in().role == "admin",
+        may_set=may_set_limits(signed_in(), tenant, project),
         format_bytes=format_bytes,
         error=error,
     )
@@ -415,20 +428,17 @@ def _rate(raw: str) -> float:
 def _set_quota(tenant: str, project: str | None) -> None:
     """Apply the quota form (FormError for what it refuses)."""
     if field("clear", 1) == "1":
-        storage().limits().clear_quota(tenant, project)
-        audit.record("limits", "cleared", "quota", project=project)
+        admin_service.clear_quota(storage(), signed_in(), tenant, project)
         return
     change = QuotaOverride(bytes=_optional("bytes", parse_bytes), tasks=_optional("tasks", _count))
     if change.empty:
         raise FormError("give bytes, tasks, or both")
-    storage().limits().set_quota(tenant, project, change)
-    audit.record("limits", "set", "quota", change.to_json(), project=project)
+    admin_service.set_quota(storage(), signed_in(), tenant, project, change)
 
 
 def _set_rate(tenant: str, project: str | None) -> None:
     if field("clear", 1) == "1":
-        storage().limits().clear_rate(tenant, project)
-        audit.record("limits", "cleared", "rate", project=project)
+        admin_service.clear_rate(storage(), signed_in(), tenant, project)
         return
     change = RateOverride(
         rps=_optional("rps", _rate),
@@ -438,13 +448,13 @@ def _set_rate(tenant: str, project: str | None) -> None:
     )
     if change.empty:
         raise FormError("give at least one of rps, burst, upload_bps, upload_burst")
-    storage().limits().set_rate(tenant, project, change)
-    audit.record("limits", "set", "rate", change.to_json(), project=project)
+    admin_service.set_rate(storage(), signed_in(), tenant, project, change)
 
 
 def _apply(
     tenant: str, project: str | None, apply: Callable[[str, str | None], object]
 ) -> ResponseReturnValue:
+    require_set_limits(signed_in(), tenant, project)  # before the form: 403, not 422
     try:
         apply(tenant, project)
     except (FormError, InvalidLimit) as exc:  # InvalidLimit: out of the ranges the store keeps
@@ -456,31 +466,22 @@ def _apply(
 @bp.post("/p/<tenant>/<project>/limits/quota")
 def set_project_quota(tenant: str, project: str) -> ResponseReturnValue:
     """Set or clear this project's quota (a tenant_admin of its tenant, or an admin)."""
-    _require_tenant_admin()
     return _apply(scope().tenant, scope().project, _set_quota)
 
 
 @bp.post("/p/<tenant>/<project>/limits/rate")
 def set_project_rate(tenant: str, project: str) -> ResponseReturnValue:
     """Set or clear this project's rate limits (a tenant_admin of its tenant, or an admin)."""
-    _require_tenant_admin()
     return _apply(scope().tenant, scope().project, _set_rate)
-
-
-def _require_admin() -> None:
-    if signed_in().role != "admin":
-        raise Forbidden("only an admin sets a tenant's own limits")
 
 
 @bp.post("/t/<tenant>/limits/quota")
 def set_tenant_quota(tenant: str) -> ResponseReturnValue:
     """Set or clear the tenant's quota (admin)."""
-    _require_admin()
     return _apply(tenant, None, _set_quota)
 
 
 @bp.post("/t/<tenant>/limits/rate")
 def set_tenant_rate(tenant: str) -> ResponseReturnValue:
     """Set or clear the default rate limits of the tenant's projects (admin)."""
-    _require_admin()
     return _apply(tenant, None, _set_rate)

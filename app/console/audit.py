@@ -1,51 +1,25 @@
 """The audit view of a project: who created, changed, redacted or deleted what, and when.
 
-The events the APIs and the console record as they act (app/services/audit.py): creations,
-changes, redactions and deletions, sign-ins, token and limit changes, each with the token
-that made it. Newest first, filtered by actor and kind, paged both ways; project_admin and
-above only, for it names tokens.
+The events the use cases record as they act, whichever door they came by
+(app/services/audit.py): creations, changes, redactions and deletions, sign-ins, token and
+limit changes, each with the token that made it. Newest first, filtered by actor and kind,
+paged both ways; project_admin and above only, for it names tokens.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import g, render_template, request
+from flask import render_template, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import Forbidden
 
-from app.console.base import arg, bp, int_arg, principal, purl, scope, signed_in, storage
-from app.services import audit as audit_service
+from app.console.base import arg, bp, int_arg, principal, purl, scope, storage
 from app.services.access import MANAGER, may_manage
 from app.storage import InvalidName
 from app.storage.core.audit import KEEP_DAYS, KINDS
 
 PER_PAGE = 50
-
-
-def record(
-    kind: str,
-    action: str,
-    subject: str,
-    detail: dict[str, Any] | None = None,
-    *,
-    store_id: str | None = None,
-    project: str | None | Any = ...,
-) -> None:
-    """Record that the signed-in token did ``action`` to ``subject`` (of ``kind``), in the
-    current project (``project``: another project of the tenant, or None for the tenant)."""
-    where = g.get("project") if project is ... else project
-    audit_service.record(
-        storage(),
-        g.get("tenant"),
-        where,
-        actor=signed_in().id,
-        kind=kind,
-        action=action,
-        subject=subject,
-        store_id=store_id,
-        detail=detail,
-    )
 
 
 @bp.get("/p/<tenant>/<project>/audit")

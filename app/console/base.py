@@ -1,9 +1,9 @@
 """The console's blueprint and what every page module reaches through it: the storage
 interface, the signed-in principal, links within the project, the small request helpers.
 
-The page modules (views.py, memories.py, admin.py, usage.py, audit.py) register their routes
-on :data:`bp`; views.py holds the guard every request passes first (the session, the scope,
-the POST checks and the rate limits).
+The page modules (views.py, signin.py, tasks.py, stores.py, memories.py, admin.py, usage.py,
+audit.py) register their routes on :data:`bp`; views.py holds the guard every request passes
+first (the session, the scope, the POST checks and the rate limits).
 """
 
 from __future__ import annotations
@@ -52,18 +52,6 @@ def principal() -> Principal:
 
 def scope() -> Scope:
     return principal().scope
-
-
-def actor() -> dict[str, Any]:
-    """Who did it, as the memory-stores API records it: the same audit trail."""
-    return {"type": "api_actor", "api_key_id": principal().token.id}
-
-
-def covers_tenant(token: Token, tenant: str) -> bool:
-    """Whether ``token`` manages ``tenant`` as a whole: an admin, or its tenant_admin."""
-    if token.role == "admin":
-        return True
-    return token.tenant == tenant and token.project is None and token.role == "tenant_admin"
 
 
 def signed_in() -> Token:

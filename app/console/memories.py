@@ -2,8 +2,8 @@
 rename and delete a memory; restore an old version by writing its content back.
 
 Every change is a POST (the guard in views.py checked its origin, its CSRF token and the
-role) that makes the memory-stores API's own storage call with the same actor and the same
-preconditions: an edit and a rename carry the ``content_sha256`` the form was shown with, so
+role) that calls the memory-stores API's own use case (app/services/stores.py), with the same
+actor and the same preconditions: an edit and a rename carry the ``content_sha256`` the form was shown with, so
 a change saved meanwhile by anyone is never overwritten unseen. A refused form comes back
 with what was typed still in it (a conflict also shows what was saved meanwhile): nothing
 typed is lost. Each form's GET page asks the POST's permission, so no link leads to a form
@@ -18,9 +18,10 @@ from flask import render_template, request
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import Forbidden
 
-from app.console import audit, render
-from app.console.base import actor, bp, field, principal, purl, scope, see_other, stores
-from app.services.access import may_write, only_owner
+from app.console import render
+from app.console.base import bp, field, principal, purl, scope, see_other, storage, stores
+from app.services import stores as store_service
+from app.services.access import may_redact, may_write
 from app.storage import InvalidName, NotFound
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
@@ -72,8 +73,8 @@ def create_store(tenant: str, project: str) -> ResponseReturnValue:
     """Create a memory store (writer and above); its creator may archive and delete it."""
     name, description = field("name", 1000), typed("description")
     try:
-        made = stores().create_store(
-            scope(), name=name, description=description, creator=principal().token.id
+        made = store_service.create_store(
+            storage(), principal(), name=name, description=description
         )
     except InvalidName as exc:
         body = render_template(
@@ -83,7 +84,6 @@ def create_store(tenant: str, project: str) -> ResponseReturnValue:
             error=f"{exc.field}: {exc.message}",
         )
         return body, 422
-    audit.record("store", "created", made.id, {"name": made.name}, store_id=made.id)
     return see_other(purl("store", store_id=made.id))
 
 
@@ -111,8 +111,7 @@ def confirm_archive_store(tenant: str, project: str, store_id: str) -> ResponseR
 @bp.post("/p/<tenant>/<project>/stores/<store_id>/archive")
 def archive_store(tenant: str, project: str, store_id: str) -> ResponseReturnValue:
     """Archive a store: its creator, or project_admin and above."""
-    stores().archive_store(scope(), store_id, only_creator=only_owner(principal()))
-    audit.record("store", "archived", store_id, store_id=store_id)
+    store_service.archive_store(storage(), principal(), store_id)
     return see_other(purl("store", store_id=store_id))
 
 
@@ -136,8 +135,7 @@ def confirm_delete_store(tenant: str, project: str, store_id: str) -> ResponseRe
 @bp.post("/p/<tenant>/<project>/stores/<store_id>/delete")
 def delete_store(tenant: str, project: str, store_id: str) -> ResponseReturnValue:
     """Delete a store: its creator, or project_admin and above."""
-    stores().delete_store(scope(), store_id, only_creator=only_owner(principal()))
-    audit.record("store", "deleted", store_id, store_id=store_id)
+    store_service.delete_store(storage(), principal(), store_id)
     return see_other(purl("stores"))
 
 
@@ -186,27 +184,15 @@ def new_memory_form(tenant: str, project: str, store_id: str) -> ResponseReturnV
 def create_memory(tenant: str, project: str, store_id: str) -> ResponseReturnValue:
     """Create a memory (writer and above)."""
     path, content = field("path"), typed()
-    engine = stores()
     try:
-        made = engine.create_memory(
-            scope(), store_id, path=path, content=content, actor=actor(), full=False
+        made = store_service.create_memory(
+            storage(), principal(), store_id, path=path, content=content
         )
     except _FORM_ERRORS as exc:
         code, message = _problem(exc)
-        found = engine.get_store(scope(), store_id)
+        found = stores().get_store(scope(), store_id)
         return _form(found, mode="create", path=path, content=content, error=message), code
-    _memory_event("created", made)
     return see_other(purl("memory", store_id=store_id, memory_id=made.id))
-
-
-def _memory_event(action: str, item: Memory) -> None:
-    audit.record(
-        "memory",
-        action,
-        item.id,
-        {"path": item.path, "version_id": item.memory_version_id},
-        store_id=item.memory_store_id,
-    )
 
 
 @bp.get("/p/<tenant>/<project>/stores/<store_id>/memories/<memory_id>/edit")
@@ -232,19 +218,12 @@ def edit_memory_form(
 def update_memory(tenant: str, project: str, store_id: str, memory_id: str) -> ResponseReturnValue:
     """Save a memory's new content, if it is still the version the form was shown with."""
     content, sha = typed(), field("content_sha256", 64)
-    engine = stores()
     try:
-        saved = engine.update_memory(
-            scope(),
-            store_id,
-            memory_id,
-            content=content,
-            precondition_sha256=sha,
-            actor=actor(),
+        store_service.update_memory(
+            storage(), principal(), store_id, memory_id, content=content, precondition_sha256=sha
         )
     except _FORM_ERRORS as exc:
         return _refused_edit(store_id, memory_id, content, sha, exc)
-    _memory_event("modified", saved)
     return see_other(purl("memory", store_id=store_id, memory_id=memory_id))
 
 
@@ -296,20 +275,19 @@ def rename_memory_form(
 def rename_memory(tenant: str, project: str, store_id: str, memory_id: str) -> ResponseReturnValue:
     """Move a memory to another path, if it is still the version the form was shown with."""
     path, sha = field("path"), field("content_sha256", 64)
-    engine = stores()
     try:
-        moved = engine.update_memory(
-            scope(), store_id, memory_id, path=path, precondition_sha256=sha, actor=actor()
+        store_service.rename_memory(
+            storage(), principal(), store_id, memory_id, path=path, precondition_sha256=sha
         )
     except _FORM_ERRORS as exc:
         code, message = _problem(exc)
+        engine = stores()
         found = engine.get_store(scope(), store_id)
         item = engine.get_memory(scope(), store_id, memory_id, full=False)
         body = render_template(
             "console/rename.html", store=found, memory=item, path=path, error=message
         )
         return body, code
-    _memory_event("renamed", moved)
     return see_other(purl("memory", store_id=store_id, memory_id=memory_id))
 
 
@@ -337,14 +315,13 @@ def confirm_delete_memory(
 @bp.post("/p/<tenant>/<project>/stores/<store_id>/memories/<memory_id>/delete")
 def delete_memory(tenant: str, project: str, store_id: str, memory_id: str) -> ResponseReturnValue:
     """Delete a memory, if it is still the version the confirmation was shown with."""
-    stores().delete_memory(
-        scope(),
+    store_service.delete_memory(
+        storage(),
+        principal(),
         store_id,
         memory_id,
         expected_sha256=field("content_sha256", 64) or None,
-        actor=actor(),
     )
-    audit.record("memory", "deleted", memory_id, store_id=store_id)
     return see_other(purl("store", store_id=store_id))
 
 
@@ -392,23 +369,34 @@ def restore_version(
     """Write an old version's content back: over its memory if it is still the version the
     confirmation was shown with, or as the memory again at the version's path if it was
     deleted."""
-    engine = stores()
-    old = engine.get_version(scope(), store_id, version_id, full=True)
-    if old.content is None or old.path is None:
-        raise Forbidden("a redacted or deleted version has no content to restore")
-    sha = field("content_sha256", 64)
-    if sha:
-        made = engine.update_memory(
-            scope(),
-            store_id,
-            old.memory_id,
-            content=old.content,
-            precondition_sha256=sha,
-            actor=actor(),
-        )
-    else:
-        made = engine.create_memory(
-            scope(), store_id, path=old.path, content=old.content, actor=actor(), full=False
-        )
-    _memory_event("restored", made)
+    made = store_service.restore_version(
+        storage(),
+        principal(),
+        store_id,
+        version_id,
+        precondition_sha256=field("content_sha256", 64) or None,
+    )
     return see_other(purl("memory", store_id=store_id, memory_id=made.id))
+
+
+# -- redacting a version --------------------------------------------------------------------
+@bp.get("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def confirm_redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """The confirmation of a memory version's redaction (project_admin and above)."""
+    if not may_redact(principal()):
+        raise Forbidden("only a project_admin may redact a memory version")
+    engine = stores()
+    found = engine.get_store(scope(), store_id)
+    item = engine.get_version(scope(), store_id, version_id, full=False)
+    return render_template("console/redact.html", store=found, version=item)
+
+
+@bp.post("/p/<tenant>/<project>/stores/<store_id>/versions/<version_id>/redact")
+def redact_version(
+    tenant: str, project: str, store_id: str, version_id: str
+) -> ResponseReturnValue:
+    """Redact a memory version (project_admin and above)."""
+    store_service.redact_version(storage(), principal(), store_id, version_id)
+    return see_other(purl("version", store_id=store_id, version_id=version_id))

@@ -10,7 +10,12 @@ every change needs writer. On top of that:
 * a store is managed (updated, archived, deleted) by its creator or a project_admin and
   above; creating stores and writing memories needs writer;
 * tokens and limits are managed by a project_admin and above, who grants at most its own
-  role; the whole tenant's usage is a tenant_admin's, every tenant's an admin's.
+  role; the whole tenant's usage is a tenant_admin's, every tenant's an admin's;
+* a tenant as a whole (its tokens, its projects' limits) is managed by its tenant_admins
+  (bound to no project) and the admins; a tenant's own limits by the admins alone.
+
+The role rules read the token's role alone, so each takes a principal or a bare token (a
+tenant's own pages act in no project, and have no principal).
 
 The storage calls take ``only_owner`` / ``only_creator``: None lets anyone through, a token
 id limits the change to what that token created (NotOwner otherwise). The storage checks it
@@ -32,6 +37,11 @@ from app.storage.core.tokens import ROLES, Token, role_rank
 READER, WRITER, PROJECT_ADMIN, TENANT_ADMIN, ADMIN = ROLES
 # Who manages a project: its tokens, its limits, its audit log, other tokens' tasks.
 MANAGER = PROJECT_ADMIN
+# The roles a token made by another token may have: bound to one project, up to its
+# project_admin; for the whole tenant, up to tenant_admin (which is never bound to a project).
+# Admin tokens are the operator's to make (flask tokens create).
+PROJECT_ROLES = (READER, WRITER, PROJECT_ADMIN)
+TENANT_ROLES = (*PROJECT_ROLES, TENANT_ADMIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +75,17 @@ def covers(token: Token, scope: Scope) -> bool:
     return token.project is None or token.project == scope.project
 
 
-def _at_least(principal: Principal, role: str) -> bool:
-    return role_rank(principal.token.role) >= role_rank(role)
+# Whom a role rule is asked about: a principal, or a token acting in no project.
+Who = Principal | Token
+
+
+def token_of(who: Who) -> Token:
+    """The token a principal acts with (a token: itself)."""
+    return who.token if isinstance(who, Principal) else who
+
+
+def _at_least(who: Who, role: str) -> bool:
+    return role_rank(token_of(who).role) >= role_rank(role)
 
 
 def may_write(principal: Principal) -> bool:
@@ -78,24 +97,38 @@ def require_write(principal: Principal) -> None:
         raise Forbidden(f"role {principal.token.role} may only read")
 
 
-def may_manage(principal: Principal) -> bool:
+def may_manage(who: Who) -> bool:
     """A project_admin and above: tokens, limits, the audit log, anyone's tasks and stores."""
-    return _at_least(principal, MANAGER)
+    return _at_least(who, MANAGER)
 
 
-def require_manage(principal: Principal, what: str) -> None:
-    if not may_manage(principal):
+def require_manage(who: Who, what: str) -> None:
+    if not may_manage(who):
         raise Forbidden(f"{what} needs the {MANAGER} role or above")
 
 
-def sees_tenant(principal: Principal) -> bool:
+def sees_tenant(who: Who) -> bool:
     """Whether usage and reports may cover the principal's whole tenant (tenant_admin+)."""
-    return _at_least(principal, TENANT_ADMIN)
+    return _at_least(who, TENANT_ADMIN)
 
 
-def sees_everything(principal: Principal) -> bool:
+def sees_everything(who: Who) -> bool:
     """An admin: every tenant."""
-    return _at_least(principal, ADMIN)
+    return _at_least(who, ADMIN)
+
+
+def manages_tenant(who: Who, tenant: str) -> bool:
+    """Whether ``who`` manages ``tenant`` as a whole (its tokens, its projects' limits): an
+    admin, or a tenant_admin of that tenant bound to no project."""
+    token = token_of(who)
+    if sees_everything(token):
+        return True
+    return token.tenant == tenant and token.project is None and token.role == TENANT_ADMIN
+
+
+def require_manage_tenant(who: Who, tenant: str) -> None:
+    if not manages_tenant(who, tenant):
+        raise Forbidden("only a tenant_admin of this tenant or an admin may do this")
 
 
 def only_owner(principal: Principal) -> str | None:
@@ -120,21 +153,60 @@ def require_redact(principal: Principal) -> None:
         raise Forbidden(f"redacting a memory version needs the {MANAGER} role or above")
 
 
-def may_grant(principal: Principal, role: str) -> bool:
-    """Whether ``principal`` may create (or revoke) a token of ``role``: a manager, up to
-    its own role."""
-    return (
-        may_manage(principal)
-        and role in ROLES
-        and role_rank(role) <= role_rank(principal.token.role)
-    )
+def may_grant(who: Who, role: str) -> bool:
+    """Whether ``who`` may create (or revoke) a token of ``role``: a manager, up to its own
+    role."""
+    return may_manage(who) and role in ROLES and role_rank(role) <= role_rank(token_of(who).role)
 
 
-def grantable_roles(principal: Principal, roles: tuple[str, ...] = ROLES) -> list[str]:
-    """The roles of ``roles`` that ``principal`` may grant, lowest first."""
-    return [role for role in roles if may_grant(principal, role)]
+def grantable_roles(who: Who, roles: tuple[str, ...] = ROLES) -> list[str]:
+    """The roles of ``roles`` that ``who`` may grant, lowest first."""
+    return [role for role in roles if may_grant(who, role)]
 
 
-def require_grant(principal: Principal, role: str) -> None:
-    if not may_grant(principal, role):
-        raise Forbidden(f"role {principal.token.role} may not grant or revoke a {role} token")
+def require_grant(who: Who, role: str) -> None:
+    if not may_grant(who, role):
+        raise Forbidden(f"role {token_of(who).role} may not grant or revoke a {role} token")
+
+
+def may_manage_tokens(who: Who, tenant: str | None, project: str | None) -> bool:
+    """Whether ``who`` may create and revoke the tokens bound to ``tenant`` / ``project``
+    (None: the whole tenant): the tenant's managers (manages_tenant), and for a project's
+    tokens also the managers acting in it. Tokens of no tenant are an admin's."""
+    if sees_everything(who):
+        return True
+    if tenant is None:
+        return False
+    if manages_tenant(who, tenant):
+        return True
+    return project is not None and may_manage(who) and covers(token_of(who), Scope(tenant, project))
+
+
+def require_manage_tokens(who: Who, tenant: str | None, project: str | None) -> None:
+    if not may_manage_tokens(who, tenant, project):
+        where = tenant if project is None else f"{tenant}/{project}"
+        raise Forbidden(f"this token may not manage the tokens of {where}")
+
+
+def require_binding(role: str, project: str | None) -> None:
+    """A token bound to a project is at most its project_admin; one for the whole tenant at
+    most a tenant_admin (PROJECT_ROLES, TENANT_ROLES)."""
+    allowed = TENANT_ROLES if project is None else PROJECT_ROLES
+    if role not in allowed:
+        where = "for a whole tenant" if project is None else "bound to a project"
+        raise Forbidden(f"a token {where} is one of {', '.join(allowed)}, not {role}")
+
+
+def may_set_limits(who: Who, tenant: str, project: str | None) -> bool:
+    """A project's quota and rate limits are set by its tenant's managers (manages_tenant); a
+    tenant's own (``project`` None), which bound what its tenant_admins may use, by an admin."""
+    if project is None:
+        return sees_everything(who)
+    return manages_tenant(who, tenant)
+
+
+def require_set_limits(who: Who, tenant: str, project: str | None) -> None:
+    if not may_set_limits(who, tenant, project):
+        if project is None:
+            raise Forbidden("only an admin sets a tenant's own limits")
+        raise Forbidden("only a tenant_admin of this tenant or an admin may do this")

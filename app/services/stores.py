@@ -10,6 +10,7 @@ from typing import Any
 from app.services import access, audit
 from app.services.access import Principal
 from app.services.memory_tool import AUDITED, MemoryTool, ToolResult, audit_of
+from app.storage.core.errors import Forbidden
 from app.storage.core.store_models import Deleted, Memory, MemoryStore, MemoryVersion
 from app.storage.interface import StorageBackend
 
@@ -170,6 +171,70 @@ def delete_memory(
     )
     _memory_event(storage, principal, "deleted", memory_id, store_id)
     return deleted
+
+
+def rename_memory(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    memory_id: str,
+    *,
+    path: object,
+    precondition_sha256: object = None,
+) -> Memory:
+    """Move a memory to another path, its content unchanged: recorded as a rename, so the
+    audit log tells a move from an edit."""
+    access.require_write(principal)
+    memory = storage.stores.update_memory(
+        principal.scope,
+        store_id,
+        memory_id,
+        path=path,
+        precondition_sha256=precondition_sha256,
+        actor=principal.store_actor,
+    )
+    _memory_event(storage, principal, "renamed", memory.id, store_id, _version_detail(memory))
+    return memory
+
+
+def restore_version(
+    storage: StorageBackend,
+    principal: Principal,
+    store_id: str,
+    version_id: str,
+    *,
+    precondition_sha256: str | None = None,
+) -> Memory:
+    """Write an old version's content back as a new version: over its memory while that is
+    still at ``precondition_sha256``, or, with none, as the memory again at the version's
+    path (it was deleted). Forbidden for a redacted or deleted version: it has no content.
+
+    The version is read first: a restore writes what it holds, so one storage read comes
+    before the one write.
+    """
+    access.require_write(principal)
+    old = storage.stores.get_version(principal.scope, store_id, version_id, full=True)
+    if old.content is None or old.path is None:
+        raise Forbidden("a redacted or deleted version has no content to restore")
+    if precondition_sha256:
+        memory = storage.stores.update_memory(
+            principal.scope,
+            store_id,
+            old.memory_id,
+            content=old.content,
+            precondition_sha256=precondition_sha256,
+            actor=principal.store_actor,
+        )
+    else:
+        memory = storage.stores.create_memory(
+            principal.scope,
+            store_id,
+            path=old.path,
+            content=old.content,
+            actor=principal.store_actor,
+        )
+    _memory_event(storage, principal, "restored", memory.id, store_id, _version_detail(memory))
+    return memory
 
 
 def redact_version(

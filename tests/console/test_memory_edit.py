@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
+from app.storage import Scope
 from tests.conftest import Tokens
 
 from .conftest import Browser, hidden, text
@@ -141,7 +143,11 @@ def test_hostile_content_stays_text_in_the_editor(
 
 
 def test_rename_delete_and_restore(
-    client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser], store: dict[str, str]
+    app: Flask,
+    client: FlaskClient,
+    tokens: Tokens,
+    console: Callable[[str], Browser],
+    store: dict[str, str],
 ) -> None:
     browser = console("writer")
     base = f"{WEB}/stores/{store['sid']}/memories/{store['mid']}"
@@ -193,6 +199,14 @@ def test_rename_delete_and_restore(
         if m.get("path") == "/a.md"
     ]
     assert back["content"] == "v1\n"
+
+    # The audit log tells a rename and a restore from an edit; a refused change leaves none.
+    events = app.extensions["storage"].audit_log.page(Scope("acme", "web")).events
+    assert [(e.kind, e.action, e.actor) for e in events[:6]] == [
+        ("memory", action, tokens.ids["writer"])
+        for action in ("restored", "deleted", "restored", "modified", "created", "renamed")
+    ]
+    assert events[0].subject == back["id"] and events[0].detail["path"] == "/a.md"
 
 
 def test_archive_and_delete_a_store_follow_the_api_roles(

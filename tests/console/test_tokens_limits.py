@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -221,3 +222,54 @@ def test_the_limits_page_stays_reachable_to_whoever_may_clear_it(
     # A project_admin, who may not clear it, is limited there as anywhere.
     assert admin.post(f"{WEB}/limits/rate", {"rps": "0.001", "burst": "1"}).status_code == 303
     assert console("project_admin").get(f"{WEB}/limits").status_code == 429
+
+
+def test_each_token_limit_and_session_change_is_recorded_where_it_applies(
+    app: Flask, tokens: Tokens, console: Callable[[str], Browser], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant's own change (a token for the whole tenant, its own limits, a sign-in with a
+    token of no project) is the tenant's event; one of a project is that project's; a token
+    of no tenant leaves none."""
+    log = app.extensions["storage"].audit_log
+    record = log.record
+    seen: list[tuple[Any, ...]] = []
+
+    def spy(tenant: str, project: str | None, **event: Any) -> Any:
+        seen.append((tenant, project, event["kind"], event["action"], event["subject"]))
+        seen.append((event["actor"], event.get("store_id"), event.get("detail")))
+        return record(tenant, project, **event)
+
+    monkeypatch.setattr(log, "record", spy)
+    ta, ids = tokens.ids["tenant_admin"], tokens.ids
+    admin = console("tenant_admin")
+    wide = admin.post(f"{TENANT}/tokens/new", {"role": "reader", "name": "wide"})
+    (wide_id,) = token_ids(text(wide)) - set(ids.values())
+    bound = admin.post(f"{TENANT}/tokens/new", {"role": "writer", "project": "mobile"})
+    (bound_id,) = token_ids(text(bound)) - set(ids.values()) - {wide_id}
+    assert admin.post(f"{TENANT}/tokens/{ids['other_project']}/revoke").status_code == 303
+    assert admin.post(f"{WEB}/limits/quota", {"bytes": "1KiB"}).status_code == 303
+    assert admin.post(f"{WEB}/limits/rate", {"clear": "1"}).status_code == 303
+    root = console("admin")  # of no tenant: its sign-in is no tenant's event
+    assert root.post(f"{TENANT}/limits/quota", {"tasks": "7"}).status_code == 303
+    assert root.post(f"{TENANT}/limits/rate", {"clear": "1"}).status_code == 303
+    assert admin.post("/console/signout").status_code == 303
+    assert seen == [
+        ("acme", None, "session", "signed_in", ta),
+        (ta, None, None),
+        ("acme", None, "token", "created", wide_id),
+        (ta, None, {"role": "reader", "name": "wide"}),
+        ("acme", "mobile", "token", "created", bound_id),
+        (ta, None, {"role": "writer", "name": ""}),
+        ("acme", "mobile", "token", "revoked", ids["other_project"]),
+        (ta, None, None),
+        ("acme", "web", "limits", "set", "quota"),
+        (ta, None, {"bytes": 1024}),
+        ("acme", "web", "limits", "cleared", "rate"),
+        (ta, None, None),
+        ("acme", None, "limits", "set", "quota"),
+        (ids["admin"], None, {"tasks": 7}),
+        ("acme", None, "limits", "cleared", "rate"),
+        (ids["admin"], None, None),
+        ("acme", None, "session", "signed_out", ta),
+        (ta, None, None),
+    ]
