@@ -198,7 +198,7 @@ class IndexReader:
         self, filters: VersionFilter, before: str | None, limit: int
     ) -> list[VersionRow]:
         """Versions matching ``filters``, newest first, with ids below ``before``."""
-        where, args = filter_clause(filters)
+        where, args = filter_clause(filters, "?")
         if before is not None:
             where.append("id < ?")
             args.append(before)
