@@ -35,7 +35,7 @@ class SearchUpkeep:
         try:
             self.files.index(store_dir).purge()
         except sqlite3.DatabaseError:
-            self.rebuild_later(scope, store_id)  # fts.purge marked it damaged
+            self.rebuild_later(scope, store_id)  # fts_purge.purge marked it damaged
         except (StorageError, sqlite3.Error):
             pass
 
