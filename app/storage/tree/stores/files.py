@@ -30,7 +30,7 @@ class Retry(Exception):
 
 
 class StoreFiles:
-    """The records and live files of every memory store under one root."""
+    """The records, index and live files of every memory store under one root."""
 
     def __init__(self, layout: Layout, *, lock_timeout: float) -> None:
         self.layout = layout
@@ -138,11 +138,12 @@ class StoreFiles:
             if not entry.is_dir or not STORE_ID_RE.fullmatch(entry.name):
                 continue
             try:
-                yield self.store_record(entry.path)
+                record = self.store_record(entry.path)
             except (Corrupt, UnsafePath, NotFound):
                 # Damaged, linked (fsck reports both) or deleted while we looked: the list
                 # stays usable.
                 continue
+            yield record
 
     # -- the live tree -----------------------------------------------------------------
     def live_path(self, store_dir: Path, path: str) -> Path:
