@@ -5,7 +5,7 @@ For each index size (turns of ~80 words, as the listing holds them), interleaved
 
 * **old**: the purge of be2183b, inlined: 'merge' with -256 pages until a step changes
   nothing (its level count grows by about two per purge, without bound);
-* **new**: ``fts.purge``: one negative step, positive ones to finish, and a compaction once
+* **new**: ``fts_purge.purge``: one negative step, positive ones to finish, and a compaction once
   the structure has more than LEVEL_BOUND levels;
 
 each over ``--purges`` rounds of one write, one delete and its purge, on two copies of one
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage.tree.sqlite import fts
+from app.storage.tree.sqlite import fts, fts_purge
 
 COLUMNS = "task_id, meta, summary"
 WORDS = [f"w{n:05d}" for n in range(30_000)]
@@ -95,11 +95,11 @@ def old_purge(conn: sqlite3.Connection) -> None:
         conn.execute("COMMIT")
         if done:
             break
-    fts.checkpoint(conn)
+    fts_purge.checkpoint(conn)
 
 
 def new_purge(conn: sqlite3.Connection) -> None:
-    fts.purge(conn, "bench", COLUMNS)
+    fts_purge.purge(conn, "bench", COLUMNS)
 
 
 def rounds(paths: dict[str, Path], n: int) -> dict[str, dict[str, float]]:
@@ -143,7 +143,7 @@ def compaction(path: Path) -> dict[str, float]:
     shutil.copy(path, copy)
     timed = Timed(path)
     started = time.perf_counter()
-    fts.compact(timed.conn, "bench", COLUMNS)
+    fts_purge.compact(timed.conn, "bench", COLUMNS)
     compact_s = time.perf_counter() - started
     compact_longest = timed.longest
     timed.conn.close()

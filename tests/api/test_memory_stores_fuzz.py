@@ -12,6 +12,7 @@ from openapi_spec_validator import validate
 
 from app.api.openapi import build_spec
 from app.storage.core.models import FsckReport
+from app.storage.tree.stores.fsck import fsck_stores
 from tests.conftest import Tokens
 
 BASE = "/v1/memory_stores"
@@ -92,7 +93,7 @@ def test_random_bodies_never_500_and_never_corrupt(
     if target != 1:
         assert got.json == kept
     report = FsckReport()
-    app.extensions["storage"].stores.fsck(report)
+    fsck_stores(app.extensions["storage"].stores, report)
     assert report.clean, report.problems
 
 

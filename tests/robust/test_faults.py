@@ -32,6 +32,7 @@ from flask.testing import FlaskClient
 from app.storage.core.models import FsckReport
 from app.storage.tree.fs import sync
 from app.storage.tree.fsck import fsck
+from app.storage.tree.stores.fsck import fsck_stores
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import Tokens
 from tests.robust.helpers import BASE, Fault, temp_files
@@ -502,7 +503,7 @@ def run_store_case(
         assert again.status_code == 200, (where, again.status_code, again.data)
         assert sb.state() == after, where
     report = FsckReport()
-    sb.bench.app.extensions["storage"].stores.fsck(report)
+    fsck_stores(sb.bench.app.extensions["storage"].stores, report)
     assert report.clean, (where, report.problems)
     return True
 

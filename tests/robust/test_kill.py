@@ -39,6 +39,7 @@ from app.storage import NotFound, Scope
 from app.storage.core.models import FsckReport
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
+from app.storage.tree.stores.fsck import fsck_stores
 from tests.robust.helpers import BASE, Live, auth, json_files_parse, store_for, temp_files
 
 pytestmark = pytest.mark.e2e
@@ -277,11 +278,11 @@ def check_after(root: Path, run: Run) -> None:
     )
     if stores is not None:
         before_repair = FsckReport()
-        stores.fsck(before_repair)
+        fsck_stores(stores, before_repair)
         assert [p for p in before_repair.problems if "leftover temp file" not in p] == []
-        stores.fsck(FsckReport(), repair=True)
+        fsck_stores(stores, FsckReport(), repair=True)
         after_repair = FsckReport()
-        stores.fsck(after_repair)
+        fsck_stores(stores, after_repair)
         assert after_repair.clean, after_repair.problems
     assert temp_files(root) == []
     # Repair changed only derived files: what readers see is what they saw before.

@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from app.storage.core import store_rules as rules
 from app.storage.core.cursor import CursorCodec, cut_page
@@ -100,7 +100,8 @@ def versions_query(
     if filters.operation is not None and filters.operation not in OPERATIONS:
         raise InvalidName("operation", filters.operation, f"must be one of {OPERATIONS}")
     limit = view_limit(limit, full)
-    fp = fingerprint("versions", store_id, *filter_clause(filters))
+    # The filter's '?' form whichever backend serves it: a cursor is the same bytes on each.
+    fp = fingerprint("versions", store_id, *filter_clause(filters, "?"))
     before = None
     if page is not None:
         before = decode_page(cursors, page, fp).get("k")
@@ -203,15 +204,20 @@ def memories_page(
     return Page(data, next_page)
 
 
-def filter_clause(filters: VersionFilter) -> tuple[list[str], list[object]]:
-    """The WHERE terms and arguments of a version filter (also its cursor fingerprint)."""
+def filter_clause(
+    filters: VersionFilter, mark: Literal["?", "%s"]
+) -> tuple[list[str], list[object]]:
+    """The WHERE terms and arguments of a version filter, each value bound at ``mark``, the
+    driver's placeholder (``?`` for sqlite3, ``%s`` for psycopg). Written once for both
+    backends, so a filter selects the same versions on each; its ``?`` form is also the
+    filter's part of a cursor's fingerprint, so a cursor is the same bytes on either."""
     where: list[str] = ["1 = 1"]
     args: list[object] = []
     if filters.memory_id is not None:
-        where.append("memory_id = ?")
+        where.append(f"memory_id = {mark}")
         args.append(filters.memory_id)
     if filters.operation is not None:
-        where.append("operation = ?")
+        where.append(f"operation = {mark}")
         args.append(filters.operation)
     for kind, value in (
         ("api_actor", filters.api_key_id),
@@ -219,12 +225,12 @@ def filter_clause(filters: VersionFilter) -> tuple[list[str], list[object]]:
         ("service_account_actor", filters.service_account_id),
     ):
         if value is not None:
-            where.append("actor_type = ? AND actor_id = ?")
+            where.append(f"actor_type = {mark} AND actor_id = {mark}")
             args.extend([kind, value])
     if filters.created_gte_us is not None:
-        where.append("created_us >= ?")
+        where.append(f"created_us >= {mark}")
         args.append(filters.created_gte_us)
     if filters.created_lte_us is not None:
-        where.append("created_us <= ?")
+        where.append(f"created_us <= {mark}")
         args.append(filters.created_lte_us)
     return where, args

@@ -1,7 +1,8 @@
 """The rows of a memory store on PostgreSQL, as its engine and the backup read and write them
 (the tree's store index is tree/sqlite/store_index.py): the columns of memories and versions,
 a version row to its record and back, the queries the paging rules ask of a store
-(:class:`StoreReader`), and the version list's filter in PostgreSQL's own SQL."""
+(:class:`StoreReader`), and the version list's filter (the shared one, in psycopg's
+placeholders)."""
 
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
 
@@ -12,9 +13,8 @@ from typing import Any
 
 import psycopg
 
-from app.storage.core.store_models import (
-    VersionFilter,
-)
+from app.storage.core.store_models import VersionFilter
+from app.storage.core.store_paging import filter_clause
 from app.storage.core.store_records import (
     MemoryRow,
     VersionRecord,
@@ -176,10 +176,8 @@ def marks(columns: str) -> str:
 
 
 def version_filter(filters: VersionFilter) -> tuple[list[str], list[object]]:
-    """The WHERE terms and arguments of a version filter (the terms core/store_paging.py's
-    ``filter_clause`` names, in PostgreSQL's placeholders)."""
-    where: list[str] = ["1 = 1"]
-    args: list[object] = []
+    """The WHERE terms and arguments of a version filter: core/store_paging.py's
+    ``filter_clause`` in psycopg's placeholders."""
     texts = (
         filters.memory_id,
         filters.operation,
@@ -192,24 +190,4 @@ def version_filter(filters: VersionFilter) -> tuple[list[str], list[object]]:
         # such a filter matches nothing, as it does on the tree, rather than failing. Its
         # values are not bound at all: the driver would refuse them before the query runs.
         return ["false"], []
-    if filters.memory_id is not None:
-        where.append("memory_id = %s")
-        args.append(filters.memory_id)
-    if filters.operation is not None:
-        where.append("operation = %s")
-        args.append(filters.operation)
-    for kind, value in (
-        ("api_actor", filters.api_key_id),
-        ("session_actor", filters.session_id),
-        ("service_account_actor", filters.service_account_id),
-    ):
-        if value is not None:
-            where.append("actor_type = %s AND actor_id = %s")
-            args.extend([kind, value])
-    if filters.created_gte_us is not None:
-        where.append("created_us >= %s")
-        args.append(filters.created_gte_us)
-    if filters.created_lte_us is not None:
-        where.append("created_us <= %s")
-        args.append(filters.created_lte_us)
-    return where, args
+    return filter_clause(filters, "%s")

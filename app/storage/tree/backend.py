@@ -52,7 +52,8 @@ from app.storage.tree.retention import empty_trash_at_start, sweep
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.search_health import heal_search_indexes
 from app.storage.tree.stores.engine import MemoryStoreEngine
-from app.storage.tree.stores.fsck import upgrade_store_dirs, upgrade_store_search
+from app.storage.tree.stores.fsck import fsck_stores, upgrade_store_dirs, upgrade_store_search
+from app.storage.tree.stores.retention import sweep_versions
 from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
 from app.storage.tree.usage import TreeTraffic, TreeUsage
@@ -140,7 +141,7 @@ class TreeStorage:
             return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
         outcome = SweepOutcome(
             sweep(self.tasks, now=now, dry_run=dry_run),
-            self.stores.sweep_versions(now=now, dry_run=dry_run),
+            sweep_versions(self.stores, now=now, dry_run=dry_run),
         )
         self.usage_counters.freed()
         return outcome
@@ -153,7 +154,7 @@ class TreeStorage:
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check (and with ``repair`` rebuild) every derived file of both engines."""
         report = fsck(self.tasks, repair=repair, grace=grace)
-        self.stores.fsck(report, repair=repair)
+        fsck_stores(self.stores, report, repair=repair)
         fsck_usage(self.tasks, self.stores, report, repair=repair)
         return report
 

@@ -231,7 +231,7 @@ class ListingCheck:
         self.purge(scope)  # the dropped index leaves the WAL too
 
     def search_write_purge(self, listing: Listing) -> None:
-        listing.purge_search()  # compacts an index past its bound (fts.purge)
+        listing.purge_search()  # compacts an index past its bound (fts_purge.purge)
 
     def purge(self, scope: Scope) -> None:
         if not self.check.store.removals.purge(scope):

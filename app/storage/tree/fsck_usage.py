@@ -22,13 +22,13 @@ from app.storage.core.records import turn_usage
 from app.storage.core.usage import StoreUsage, TurnUsage
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.records import read_turn
-from app.storage.tree.stores.base import StoresBase
+from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.tasks import TaskStore
 
 
 class _UsageCheck:
     def __init__(
-        self, tasks: TaskStore, stores: StoresBase, report: FsckReport, repair: bool
+        self, tasks: TaskStore, stores: MemoryStoreEngine, report: FsckReport, repair: bool
     ) -> None:
         self.tasks = tasks
         self.stores = stores
@@ -178,12 +178,14 @@ def _merged(
         name = next(found, None)
 
 
-def fsck_usage(tasks: TaskStore, stores: StoresBase, report: FsckReport, *, repair: bool) -> None:
+def fsck_usage(
+    tasks: TaskStore, stores: MemoryStoreEngine, report: FsckReport, *, repair: bool
+) -> None:
     """Check (and with ``repair`` rebuild) every usage row and counter of the tree."""
     _UsageCheck(tasks, stores, report, repair).run()
 
 
-def upgrade_usage(tasks: TaskStore, stores: StoresBase) -> list[str]:
+def upgrade_usage(tasks: TaskStore, stores: MemoryStoreEngine) -> list[str]:
     """Fill the listing rows of stores that have none (idempotent; one store lock at a time).
 
     The usage rows of tasks written before them are filled with the rest of their listing

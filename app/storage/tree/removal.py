@@ -16,7 +16,7 @@ is rewritten without it), then the listing's search index is merged and its WAL 
 stops the truncation; the listing keeps its purge owed until one succeeds, and the next
 write to the project, the sweep and ``fsck --repair`` try again. The same upkeep first
 rebuilds a search index that is damaged from the records (TaskStore.heal_search), and a
-purge compacts one whose structure grew past its bound (fts.purge).
+purge compacts one whose structure grew past its bound (fts_purge.purge).
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ class TaskRemovals:
         search index and WAL); True when nothing of it is left on disk. A search index that
         is damaged (marked by a write, found so by this purge, or not opening) is rebuilt
         from the records first; one whose structure grew past its bound is compacted
-        (fts.purge). ``only_pending``: the sweep's, which also purges replaced text."""
+        (fts_purge.purge). ``only_pending``: the sweep's, which also purges replaced text."""
         tasks = self.tasks
         listing_path = tasks.layout.listing(scope)
         if tasks.layout.tree.lstat(listing_path) is None:

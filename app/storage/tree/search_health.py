@@ -93,7 +93,7 @@ def _store_ids(stores: MemoryStoreEngine, scope: Scope) -> list[str]:
 def _bound(
     done: list[str], where: str, levels: Callable[[], int], purge: Callable[[], bool]
 ) -> None:
-    """Compact an index whose structure has more levels than a purge leaves (fts.purge)."""
+    """Compact an index whose structure has more levels than a purge leaves (fts_purge.purge)."""
     try:
         count = levels()
         if count <= fts.LEVEL_BOUND:

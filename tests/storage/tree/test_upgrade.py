@@ -19,6 +19,7 @@ from app import create_app
 from app.storage import Scope
 from app.storage.core.errors import SearchRebuilding
 from app.storage.core.models import FsckReport
+from app.storage.tree.stores.fsck import fsck_stores
 from tests.conftest import BufferedClient
 from tests.storage._helpers import upkeep_done
 
@@ -58,7 +59,7 @@ def test_an_older_root_is_upgraded_and_answers_as_before(tmp_path: Path) -> None
     app = _app(root, tmp_path)
     storage = app.extensions["storage"]
     before = FsckReport()
-    storage.stores.fsck(before)
+    fsck_stores(storage.stores, before)
     assert any("older layout" in p for p in before.problems)
     done = storage.upgrade()
     assert sum(" -> memstore_" in line for line in done) == 2, done

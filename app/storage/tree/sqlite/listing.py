@@ -26,7 +26,7 @@ from app.storage.core.models import TaskFilter
 from app.storage.core.query import SearchBudget
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
-from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
+from app.storage.tree.sqlite import digestdb, fts, fts_purge, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.db import create_file, is_busy, open_index, read_txn, write_txn
 from app.storage.tree.sqlite.listing_sql import (
     DIGEST_ROWS,
@@ -306,9 +306,9 @@ class Listing:
         return self.maintain()
 
     def purge_search(self, *, only_pending: bool = False, patience: float = 1.0) -> bool:
-        """Make removed search text leave the file and its WAL (fts.purge)."""
+        """Make removed search text leave the file and its WAL (fts_purge.purge)."""
         with self._use() as conn:
-            return fts.purge(
+            return fts_purge.purge(
                 conn,
                 "listing index",
                 turn_search.TEXT_COLUMNS,

@@ -36,7 +36,7 @@ from app.storage.core.store_records import (
     version_row,
 )
 from app.storage.core.usage import StoreUsage
-from app.storage.tree.sqlite import fts
+from app.storage.tree.sqlite import fts, fts_purge
 from app.storage.tree.sqlite.db import (
     create_file,
     open_index,
@@ -198,7 +198,7 @@ class IndexReader:
         self, filters: VersionFilter, before: str | None, limit: int
     ) -> list[VersionRow]:
         """Versions matching ``filters``, newest first, with ids below ``before``."""
-        where, args = filter_clause(filters)
+        where, args = filter_clause(filters, "?")
         if before is not None:
             where.append("id < ?")
             args.append(before)
@@ -521,11 +521,13 @@ class StoreIndex:
         return contextlib.closing(self._connect(create=False))
 
     def purge(self, *, only_pending: bool = False) -> bool:
-        """Make removed search text leave the file and its WAL (fts.purge)."""
+        """Make removed search text leave the file and its WAL (fts_purge.purge)."""
         with self._own() as conn:
             if not fts.has_schema(conn):
                 return True  # nothing indexed yet, nothing to purge
-            return fts.purge(conn, "memory store index", _SEARCH_COLUMNS, only_pending=only_pending)
+            return fts_purge.purge(
+                conn, "memory store index", _SEARCH_COLUMNS, only_pending=only_pending
+            )
 
     def purge_owed(self) -> bool:
         """Whether text a delete removed may still be in the file or its WAL (fts.owed)."""

@@ -36,13 +36,13 @@ from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import quarantine
 from app.storage.tree.sqlite import fts
 from app.storage.tree.sqlite.store_index import IndexContent, rows_from_records
-from app.storage.tree.stores.base import StoresBase
+from app.storage.tree.stores.engine import MemoryStoreEngine
 
 STALE_TEMP_SECONDS = 3600
 _LEGACY_DIR = re.compile(rf"(?:[a-z0-9-]+-)?({STORE_ID_PATTERN})")
 
 
-def store_entries(engine: StoresBase, links: list[Path]) -> Iterator[tuple[Scope, Path]]:
+def store_entries(engine: MemoryStoreEngine, links: list[Path]) -> Iterator[tuple[Scope, Path]]:
     """Every entry of every project's ``_stores/`` (links go to ``links``, not entered)."""
     for scope in engine.layout.projects(links):
         stores = engine.layout.stores_dir(scope)
@@ -60,7 +60,7 @@ def store_entries(engine: StoresBase, links: list[Path]) -> Iterator[tuple[Scope
                 yield scope, entry.path
 
 
-def all_stores(engine: StoresBase, links: list[Path]) -> list[tuple[Scope, str]]:
+def all_stores(engine: MemoryStoreEngine, links: list[Path]) -> list[tuple[Scope, str]]:
     """(scope, store id) of every store directory named in the current layout."""
     return [
         (scope, path.name)
@@ -69,7 +69,7 @@ def all_stores(engine: StoresBase, links: list[Path]) -> list[tuple[Scope, str]]
     ]
 
 
-def legacy_store_dirs(engine: StoresBase) -> list[tuple[Path, Path]]:
+def legacy_store_dirs(engine: MemoryStoreEngine) -> list[tuple[Path, Path]]:
     """(old, new) directory of every store still named ``<slug>-<id>``."""
     found = []
     for _, path in store_entries(engine, []):
@@ -79,7 +79,7 @@ def legacy_store_dirs(engine: StoresBase) -> list[tuple[Path, Path]]:
     return found
 
 
-def upgrade_store_search(engine: StoresBase) -> list[str]:
+def upgrade_store_search(engine: MemoryStoreEngine) -> list[str]:
     """Build the search rows of every store indexed before search (idempotent)."""
     done = []
     for scope, store_id in all_stores(engine, []):
@@ -99,7 +99,7 @@ def upgrade_store_search(engine: StoresBase) -> list[str]:
     return done
 
 
-def upgrade_store_dirs(engine: StoresBase) -> list[str]:
+def upgrade_store_dirs(engine: MemoryStoreEngine) -> list[str]:
     """Rename every store of the older layout to its id; return what was done (idempotent)."""
     done = []
     for old, new in legacy_store_dirs(engine):
@@ -111,7 +111,7 @@ def upgrade_store_dirs(engine: StoresBase) -> list[str]:
 
 
 class StoresFsck:
-    def __init__(self, engine: StoresBase, report: FsckReport, repair: bool) -> None:
+    def __init__(self, engine: MemoryStoreEngine, report: FsckReport, repair: bool) -> None:
         self.engine = engine
         self.report = report
         self.repair = repair
@@ -210,7 +210,7 @@ class StoresFsck:
         engine = self.engine
         rel = engine.rel(store_dir)
         try:
-            rules.validate_name(engine.store_record(store_dir).name)
+            rules.validate_name(engine.files.store_record(store_dir).name)
         except Unreadable:
             raise
         except (Corrupt, NotFound, UnsafePath, StorageError) as exc:
@@ -229,7 +229,7 @@ class StoresFsck:
         unreadable: list[str] = []
         paths: list[Path] = []
         broken: list[str] = []
-        records = engine.load_records(store_dir, unreadable, paths, broken)
+        records = engine.files.load_records(store_dir, unreadable, paths, broken)
         for item in broken:
             self.problem(item, repairable=False)
         problems: list[str] = []
@@ -246,7 +246,8 @@ class StoresFsck:
         expected = rows_from_records(records)
         problems += self.index_problems(store_dir, expected)
         links: list[str] = []
-        for item in engine.sync_tree(store_dir, engine.expected_tree(store_dir, expected), False):
+        tree = engine.files.expected_tree(store_dir, expected)
+        for item in engine.files.sync_tree(store_dir, tree, False):
             (links if "symlink" in item else problems).append(item)
         for item in links:
             self.problem(item, repairable=False)
@@ -288,7 +289,7 @@ class StoresFsck:
             levels = index.search_levels()
         except sqlite3.Error as exc:
             return [f"{where}: search index unreadable ({exc})"]
-        tree = engine.expected_tree(store_dir, expected)
+        tree = engine.files.expected_tree(store_dir, expected)
         want = {m.id: (m.path, tree[m.path].decode("utf-8")) for m in expected.memories}
         problems = []
         if damage is not None:
@@ -329,6 +330,6 @@ def chain_problems(records: list[VersionRecord]) -> list[str]:
     return record_rules.chain_problems((r.id, r.memory_id, r.previous_version_id) for r in records)
 
 
-def fsck_stores(engine: StoresBase, report: FsckReport, *, repair: bool) -> None:
+def fsck_stores(engine: MemoryStoreEngine, report: FsckReport, *, repair: bool = False) -> None:
     """Check every store against a rebuild from its records; with ``repair``, rebuild."""
     StoresFsck(engine, report, repair).run()

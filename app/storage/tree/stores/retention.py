@@ -6,15 +6,35 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime
+from pathlib import Path
 
 from app.storage.core.clock import to_us
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import Scope
+from app.storage.core.sweep import VersionSweep
 from app.storage.tree.fs.sync import fsync_dir
-from app.storage.tree.stores.base import StoresBase, StoreTxn
+from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.stores.fsck import all_stores
+from app.storage.tree.stores.writes import StoreTxn
 
 
-def doomed_versions(engine: StoresBase, txn: StoreTxn, cutoff_us: int) -> list[str]:
+def sweep_versions(
+    engine: MemoryStoreEngine, *, now: datetime, dry_run: bool = False
+) -> VersionSweep:
+    """Remove the versions of every store past their retention; report what went."""
+    links: list[Path] = []
+    stores = all_stores(engine, links)
+    scanned, removed, size, errors = sweep_stores(engine, stores, now=now, dry_run=dry_run)
+    return VersionSweep(
+        stores_scanned=scanned,
+        versions_removed=removed,
+        bytes_removed=size,
+        errors=tuple(errors),
+        links=tuple(sorted(engine.rel(p) for p in links)),
+    )
+
+
+def doomed_versions(engine: MemoryStoreEngine, txn: StoreTxn, cutoff_us: int) -> list[str]:
     """The version ids of a store that retention removes at ``cutoff_us``."""
     with engine.index(txn.dir).read() as reader:
         live = reader.live_ids()
@@ -30,8 +50,8 @@ def doomed_versions(engine: StoresBase, txn: StoreTxn, cutoff_us: int) -> list[s
     return doomed
 
 
-def sweep_versions(
-    engine: StoresBase, stores: list[tuple[Scope, str]], *, now: datetime, dry_run: bool
+def sweep_stores(
+    engine: MemoryStoreEngine, stores: list[tuple[Scope, str]], *, now: datetime, dry_run: bool
 ) -> tuple[int, int, int, list[str]]:
     """Sweep ``stores``; return (stores scanned, versions removed, bytes removed, errors)."""
     cutoff = to_us(now - engine.version_retention)
@@ -62,7 +82,7 @@ def sweep_versions(
                 with engine.index(txn.dir).write() as writer:
                     writer.delete_versions(doomed)
                     usage = writer.store_usage()
-                engine.publish_usage(txn, usage)
+                engine.writer.publish_usage(txn, usage)
         except NotFound:
             continue  # deleted while we swept
         except (StorageError, OSError, sqlite3.Error) as exc:

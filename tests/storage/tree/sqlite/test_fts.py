@@ -25,7 +25,7 @@ from app.storage.core.clock import iso_us
 from app.storage.core.recovery import Plan
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.backend import TreeStorage
-from app.storage.tree.sqlite import fts, turn_search
+from app.storage.tree.sqlite import fts, fts_purge, turn_search
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.sqlite.store_index import StoreIndex
@@ -118,7 +118,7 @@ def test_writes_during_a_compaction_reach_the_copy(
     thread, on a connection of its own) are in the table that takes its place as written.
     Compactions run one after another until enough writes met a copy past their row."""
     rows = 1000
-    monkeypatch.setattr(fts, "COPY_ROWS", 2)  # many short copy steps for writes to land in
+    monkeypatch.setattr(fts_purge, "COPY_ROWS", 2)  # many short copy steps for writes to land in
     listing = Listing(scratch / "_listing.sqlite3", timeout=5.0)
     live: dict[str, int] = {}
     for n in range(rows):
@@ -129,7 +129,7 @@ def test_writes_during_a_compaction_reach_the_copy(
     def compact() -> None:
         conn = listing.connect()
         try:
-            fts.compact(conn, "listing index", turn_search.TEXT_COLUMNS)
+            fts_purge.compact(conn, "listing index", turn_search.TEXT_COLUMNS)
         except BaseException as exc:
             failed.append(exc)
         finally:

@@ -15,6 +15,7 @@ from app.storage.core.models import FsckReport
 from app.storage.core.names import VERSIONS_DIR
 from app.storage.core.store_models import ContentPreconditionFailed, VersionFilter
 from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.stores.fsck import fsck_stores
 
 SCOPE = Scope("acme", "web")
 WORKERS = 4
@@ -91,7 +92,7 @@ def test_one_winner_per_round_and_a_linear_version_chain(tmp_path: Path) -> None
     head = engine.get_memory(SCOPE, store.id, mem.id, full=True)
     assert head.memory_version_id == history[0].id and head.content == expected[0]
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
 
@@ -189,5 +190,5 @@ def test_paging_while_others_write_never_returns_a_memory_twice(tmp_path: Path) 
     assert sum(r[1] for r in reports) > 20, reports  # the writers really wrote meanwhile
     assert traversals >= 3
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems

@@ -23,6 +23,8 @@ from app.storage.core.names import MEMORIES_DIR, VERSIONS_DIR
 from app.storage.core.store_models import VersionFilter
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.stores.engine import MemoryStoreEngine
+from app.storage.tree.stores.fsck import fsck_stores
+from app.storage.tree.stores.retention import sweep_versions
 from tests.conftest import T0, FixedClock
 
 ACTOR = {"type": "api_actor", "api_key_id": "tok_test"}
@@ -137,10 +139,10 @@ def test_sweep_keeps_recent_versions_of_live_memories(
 
     before = version_ids()
     assert len(before) == 6 + 2 + 1 + 2
-    dry = engine.sweep_versions(now=clock(), dry_run=True)
+    dry = sweep_versions(engine, now=clock(), dry_run=True)
     assert dry.versions_removed == 3 + 2 and dry.bytes_removed > 0
     assert version_ids() == before
-    done = engine.sweep_versions(now=clock())
+    done = sweep_versions(engine, now=clock())
     assert done.versions_removed == 5 and done.bytes_removed == dry.bytes_removed
     busy_history = engine.list_versions(
         scope, sid, filters=VersionFilter(memory_id=busy.id), limit=100, full=True
@@ -153,9 +155,9 @@ def test_sweep_keeps_recent_versions_of_live_memories(
     assert engine.get_memory(scope, sid, busy.id, full=True).content == "v5"
     files = sorted(p.stem for p in (store_path(engine, scope, sid) / VERSIONS_DIR).iterdir())
     assert files == sorted(version_ids())
-    assert engine.sweep_versions(now=clock()).versions_removed == 0
+    assert sweep_versions(engine, now=clock()).versions_removed == 0
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
 
@@ -171,7 +173,7 @@ def test_deleted_store_leaves_nothing_but_its_lock(
     assert engine.txns.lock_path(Key(scope, store.id)).exists()  # lock files stay
     with pytest.raises(NotFound):
         engine.get_store(scope, store.id)
-    assert engine.sweep_versions(now=T0).stores_scanned == 0
+    assert sweep_versions(engine, now=T0).stores_scanned == 0
 
 
 # -- crash recovery and fsck --------------------------------------------------------------------
@@ -200,7 +202,7 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     key = Key(scope, store.id)
     assert engine.txns.is_pending(key)
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert any("differ from a rebuild" in p for p in report.problems)
     # The next writer rebuilds the derived files before doing its own write.
     engine.create_memory(scope, store.id, path="/next", content="n", actor=ACTOR)
@@ -210,7 +212,7 @@ def test_a_writer_killed_after_its_commit_point_is_repaired_by_the_next(
     assert (tree / "orphan").read_text() == "o"
     assert not engine.txns.is_pending(key)
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
 
@@ -224,7 +226,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     directory = store_path(engine, scope, sid)
     tree = directory / MEMORIES_DIR
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
     (tree / "a" / "one.md").write_text("edited by hand")  # differs from its head
@@ -237,7 +239,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     directory.rename(renamed)
 
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     text = "\n".join(report.problems)
     for needle in (
         "content differs",
@@ -251,7 +253,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     assert len(report.problems) == 6 and report.repaired == []
 
     report = FsckReport()
-    engine.fsck(report, repair=True)
+    fsck_stores(engine, report, repair=True)
     assert len(report.repaired) == 6 and report.unrepairable == []
     directory = store_path(engine, scope, sid)
     assert directory.is_dir() and not renamed.exists()
@@ -262,7 +264,7 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     assert files == {"/a/one.md": "one v2", "/b.md": "bee", "/c/d/e.md": "see"}
     assert engine.get_memory(scope, sid, c.id, full=True).content == "see"
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
 
@@ -278,7 +280,7 @@ def test_fsck_moves_an_unreadable_version_to_lost_found(
     path = store_path(engine, scope, store.id) / VERSIONS_DIR / f"{mem.memory_version_id}.json"
     path.write_text(torn)
     report = FsckReport()
-    engine.fsck(report, repair=True)
+    fsck_stores(engine, report, repair=True)
     rel = str(path.relative_to(engine.root))
     assert any(rel in r and "lost+found" in r for r in report.repaired), report.repaired
     assert not report.unrepairable, report.unrepairable
@@ -287,7 +289,7 @@ def test_fsck_moves_an_unreadable_version_to_lost_found(
     assert [k.read_text() for k in kept] == [torn]
     assert engine.get_memory(scope, store.id, mem.id, full=True).content == "y"
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
 
 
@@ -300,19 +302,19 @@ def test_fsck_moves_a_store_with_an_empty_record_to_lost_found(
     record = store_path(engine, scope, store.id) / "store.json"
     record.write_bytes(b"")
     report = FsckReport()
-    engine.fsck(report, repair=True)
+    fsck_stores(engine, report, repair=True)
     assert any("never acknowledged" in r for r in report.repaired), report.problems
     assert not report.unrepairable, report.unrepairable
     assert not store_path(engine, scope, store.id).exists()
     assert [s.id for s in engine.list_stores(scope).data] == [kept.id]
     report = FsckReport()
-    engine.fsck(report)
+    fsck_stores(engine, report)
     assert report.clean, report.problems
     # Cut short by hand instead: reported, never moved.
     path = store_path(engine, scope, kept.id) / "store.json"
     path.write_text("{not json")
     report = FsckReport()
-    engine.fsck(report, repair=True)
+    fsck_stores(engine, report, repair=True)
     assert report.unrepairable and path.exists()
 
 
@@ -339,6 +341,6 @@ def test_fsck_reports_a_forked_version_chain_as_unrepairable(
     record["previous_version_id"] = mem.memory_version_id  # skips "1": a fork
     path.write_text(json.dumps(record))
     report = FsckReport()
-    engine.fsck(report, repair=True)
+    fsck_stores(engine, report, repair=True)
     assert any("forks the chain" in p for p in report.unrepairable)
     assert report.repaired == []
