@@ -15,10 +15,19 @@ two modules together. The rules:
   ``schemas``) import the interface, ``core/`` and the ``app.storage`` package, never a
   backend module, and ``app/storage/backends.py`` (which builds the configured backend, the
   one place that names both) is imported by the app factory (``app/__init__.py``) only;
-* a door imports no other door: ``console`` nothing of ``api``; and ``web`` (the plumbing
-  both share) neither;
+* a door imports no other door: ``console`` nothing of ``api``, ``api`` nothing of
+  ``console``; and ``web`` (the plumbing both share) neither;
+* ``services`` (the use cases every door calls) is plain Python: no door, no Flask,
+  werkzeug or jinja2;
 * the audit log is written by the use cases: nothing outside ``services`` imports
   ``app.services.audit``.
+
+Two rules keep each use case's checks in one place, read from the code rather than the
+imports (test_audit_events_and_role_ranks_have_one_home_each):
+
+* only ``app/services/audit.py`` calls ``audit_log.record``;
+* only ``app/services/access.py`` compares role ranks (``role_rank``), besides the token
+  definitions in ``app/storage/core/tokens.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ APP = Path(__file__).resolve().parent.parent / "app"
 DRIVERS = frozenset({"sqlite3", "psycopg", "psycopg_pool", "boto3", "botocore", "filelock"})
 BACKENDS = ("app.storage.tree", "app.storage.pg", "app.storage.backends")
 ABOVE_STORAGE = ("api", "web", "console", "services", "ops", "schemas")
+WEB_LIBRARIES = frozenset({"flask", "werkzeug", "jinja2"})
+RANK_OWNERS = frozenset({"app.services.access", "app.storage.core.tokens"})
 
 
 def modules(top: Path) -> dict[str, Path]:
@@ -153,8 +164,13 @@ def broken_rules(name: str, target: str) -> list[str]:
         rules.append("backends.py is the app factory's (app/__init__.py) alone")
     if _within(name, "app.console", "app.web") and _within(target, "app.api"):
         rules.append("a door imports no other door")
-    if _within(name, "app.web") and _within(target, "app.console"):
+    if _within(name, "app.web", "app.api") and _within(target, "app.console"):
         rules.append("a door imports no other door")
+    if _within(name, "app.services"):
+        if _within(target, "app.api", "app.console", "app.web"):
+            rules.append("the use cases import no door")
+        elif target.split(".")[0] in WEB_LIBRARIES:
+            rules.append("the use cases import no web framework")
     if target == "app.services.audit" and not _within(name, "app.services"):
         rules.append("only the use cases (services/) record audit events")
     return rules
@@ -170,6 +186,33 @@ def violations(edges: dict[str, dict[str, int]]) -> list[str]:
     ]
 
 
+def use_case_violations(top: Path) -> list[str]:
+    """Audit events recorded, or role ranks compared, outside the one module for each."""
+    found: set[str] = set()
+    for name, path in modules(top).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "record"
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "audit_log"
+                and name != "app.services.audit"
+            ):
+                found.add(f"{name}:{node.lineno} audit_log.record (only services/audit.py)")
+            if isinstance(node, ast.ImportFrom):
+                named = {alias.name for alias in node.names}
+            elif isinstance(node, ast.Name):
+                named = {node.id}
+            elif isinstance(node, ast.Attribute):
+                named = {node.attr}
+            else:
+                continue
+            if "role_rank" in named and name not in RANK_OWNERS:
+                found.add(f"{name}:{node.lineno} role_rank (only services/access.py)")
+    return sorted(found)
+
+
 def test_app_has_no_import_cycle() -> None:
     found = cycles(graph(APP))
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
@@ -178,6 +221,11 @@ def test_app_has_no_import_cycle() -> None:
 def test_app_keeps_its_boundaries() -> None:
     found = violations(graph(APP))
     assert not found, "imports across a boundary:\n" + "\n".join(found)
+
+
+def test_audit_events_and_role_ranks_have_one_home_each() -> None:
+    found = use_case_violations(APP)
+    assert not found, "a use-case rule restated outside app/services:\n" + "\n".join(found)
 
 
 # -- the checks find what they look for -------------------------------------------------------
@@ -229,6 +277,9 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function_or_type_checking(
         ("console/x.py", "from app.api.common import storage\n", "no other door"),
         ("web/x.py", "from app.console import base\n", "no other door"),
         ("console/x.py", "from app.services import audit\n", "use cases"),
+        ("api/x.py", "def f():\n    from app.console import base\n", "no other door"),
+        ("services/x.py", "from app.web.errors import ApiError\n", "import no door"),
+        ("services/x.py", "from flask import g\n", "no web framework"),
     ],
 )
 def test_the_boundary_check_finds_each_kind_of_crossing(
@@ -270,3 +321,19 @@ def test_the_boundary_check_lets_the_layers_use_the_interface_and_core(tmp_path:
         },
     )
     assert violations(graph(top)) == []
+
+
+def test_the_use_case_check_finds_a_restated_rule(tmp_path: Path) -> None:
+    top = _package(
+        tmp_path,
+        {
+            "console/x.py": "def f(s):\n    s.audit_log.record('t', None)\n",
+            "api/y.py": "from app.storage.core.tokens import role_rank\n",
+            "services/mcp.py": "def f(t):\n    return tokens.role_rank(t.role)\n",
+            "services/access.py": "from app.storage.core.tokens import role_rank\n",
+            "services/audit.py": "def record(s):\n    s.audit_log.record('t', None)\n",
+            "storage/core/tokens.py": "def role_rank(role):\n    return 0\n",
+        },
+    )
+    found = [f.split(" ")[0] for f in use_case_violations(top)]
+    assert found == ["app.api.y:1", "app.console.x:2", "app.services.mcp:2"], found
