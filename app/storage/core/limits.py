@@ -11,7 +11,7 @@
       }
     }
 
-An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit.py)
+An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit/)
 and ``"quota"`` (the storage quotas, core/usage.py). Each command changes only its
 own section and keeps every other section (and every other top-level key) as it found it. Changes are made under a lock in the lock tree and written
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
