@@ -253,8 +253,8 @@ def start_for_worker(app: Any) -> Sweeper | None:
 
 
 def startup_recovery(app: Flask) -> list[str]:
-    """Take the storage root, bring an older layout up to date, repair what an unclean stop
-    left and mark the server running (app/storage/tree/recovery.py).
+    """Take the storage root, repair what an unclean stop left and mark the server running
+    (app/storage/tree/recovery.py).
 
     Raises RootBusy when another server holds the root: nothing is touched then. Returns
     the lines worth printing (empty after a clean shutdown). What cannot be repaired is
@@ -262,11 +262,7 @@ def startup_recovery(app: Flask) -> list[str]:
     """
     storage = storage_of(app)
     storage.recovery.acquire()
-    try:
-        lines = [f"upgraded: {line}" for line in storage.upgrade()]
-    except Exception as exc:  # noqa: BLE001 - an upgrade that fails must not keep the server down
-        log.exception("start-up upgrade failed")
-        lines = [f"upgrade failed: {exc}"]
+    lines: list[str] = []
     plan = storage.recovery.plan()
     try:
         try:

@@ -536,10 +536,6 @@ class StorageBackend(Protocol):
 
     def save_state(self, name: str, state: dict[str, Any]) -> None: ...
 
-    def upgrade(self) -> list[str]:
-        """Bring stored data written by an older version to this one (idempotent)."""
-        ...
-
     def close(self) -> None:
         """Release this process's connections (before gunicorn forks its workers)."""
         ...

@@ -102,8 +102,8 @@ def write_until_killed(root: str, seed: int, conn: Any) -> None:
         conn.send(("artifact", task_id, turn, info.name, info.sha256))
 
 
-def write_after_upgrade(root: str, worker: int, start: Any, results: Any) -> None:
-    """Open a listing of an older version at the same moment as the others, then write."""
+def write_after_rebuild(root: str, worker: int, start: Any, results: Any) -> None:
+    """Open a listing of another schema version at the same moment as the others, then write."""
     try:
         store = TaskStore(Path(root), lock_timeout=60.0)
         scope = Scope("acme", "web")

@@ -38,9 +38,11 @@ class Report:
     notes: list[str] = field(default_factory=list)  # what was found and left alone
     # What the check of the search indexes found and did (tree/search_health.py).
     search: list[str] = field(default_factory=list)
+    # The schema migrations this process applied to the database at its start (pg/schema.py).
+    schema: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        lines = []
+        lines = list(self.schema)
         if not self.plan.clean:
             lines.append(f"previous run did not shut down cleanly ({self.plan.reason})")
         elif self.repaired or self.trash or self.notes:

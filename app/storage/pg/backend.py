@@ -113,14 +113,11 @@ class PgStorage:
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
 
     # -- the database ----------------------------------------------------------------------
-    def upgrade(self) -> list[str]:
-        """The schema migrations this process applied (at start-up), and any still missing."""
-        applied, self.migrations = self.migrations + self._migrate(), []
-        return applied
-
     def recover(self, plan: Plan) -> Report:
-        """Nothing to repair: a killed writer's transaction was rolled back by the database."""
-        return Report(plan)
+        """Nothing to repair: a killed writer's transaction was rolled back by the database.
+        The report names the schema migrations this process applied when it opened it."""
+        applied, self.migrations = self.migrations, []
+        return Report(plan, schema=applied)
 
     def repair_dead_writers(self) -> list[str]:
         """Nothing to repair: a dead process's transaction was rolled back by the database."""

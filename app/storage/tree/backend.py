@@ -44,7 +44,7 @@ from app.storage.tree.fs.atomic import remove_quietly, write_atomic
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.fsck import fsck
-from app.storage.tree.fsck_usage import fsck_usage, upgrade_usage
+from app.storage.tree.fsck_usage import fsck_usage
 from app.storage.tree.limits import LimitsFile
 from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
@@ -52,7 +52,7 @@ from app.storage.tree.retention import empty_trash_at_start, sweep
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.search_health import heal_search_indexes
 from app.storage.tree.stores.engine import MemoryStoreEngine
-from app.storage.tree.stores.fsck import fsck_stores, upgrade_store_dirs, upgrade_store_search
+from app.storage.tree.stores.fsck import fsck_stores
 from app.storage.tree.stores.retention import sweep_versions
 from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
@@ -86,6 +86,7 @@ class TreeStorage:
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,
+            clock=clock,
             quotas=QuotaSource(limits),
             floor=None
             if min_free is None
@@ -158,25 +159,6 @@ class TreeStorage:
         fsck_usage(self.tasks, self.stores, report, repair=repair)
         return report
 
-    def upgrade(self) -> list[str]:
-        """Bring a root written in an older layout to the current one (idempotent)."""
-        done = upgrade_store_dirs(self.stores)
-        for scope in self.layout.projects([]):
-            st = self.layout.tree.lstat(self.layout.listing(scope))
-            if st is None or not stat.S_ISREG(st.st_mode):
-                continue  # no listing yet, or a planted link fsck reports
-            try:
-                count = self.tasks.backfill_listing(scope)
-            except (StorageError, sqlite3.Error) as exc:
-                done.append(f"{scope.tenant}/{scope.project}: listing not upgraded ({exc})")
-                continue
-            if count:
-                done.append(f"{scope.tenant}/{scope.project}: listing rows of {count} task(s)")
-        done += upgrade_store_search(self.stores)
-        done += upgrade_usage(self.tasks, self.stores)
-        done += heal_search_indexes(self.tasks, self.stores)
-        return done
-
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
@@ -190,8 +172,9 @@ class TreeStorage:
         """Repair what the last server left (the caller holds the root lock): the deletions a
         killed process left in the trash (first: they free room), then the writes the
         journals name. Both also after a clean stop: a worker killed under a server that then
-        stopped cleanly leaves them too. When unsynced data may have been lost, mark the
-        full check that :meth:`full_check` runs in the background."""
+        stopped cleanly leaves them too. Then heal every search index (tree/search_health.py).
+        When unsynced data may have been lost, mark the full check that :meth:`full_check`
+        runs in the background."""
         report = Report(plan)
         report.trash, links = empty_trash_at_start(self.layout)
         report.notes += [
@@ -199,10 +182,9 @@ class TreeStorage:
         ]
         for key in (*self.tasks.txns.recover(), *self.stores.txns.recover()):
             report.repaired.append(f"{key.scope.tenant}/{key.scope.project}/{key.id}")
-        if not plan.clean:
-            # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
-            # structure against its segments): each gets FTS5's own check, within a budget.
-            report.search = heal_search_indexes(self.tasks, self.stores, thorough=True)
+        # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
+        # structure against its segments): after one, each gets FTS5's own check too.
+        report.search = heal_search_indexes(self.tasks, self.stores, thorough=not plan.clean)
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report

@@ -91,8 +91,6 @@ class Digests:
         if not listing.exists():
             data = text.title(scope) + text.EMPTY
             return io.BytesIO(data), len(data)
-        if listing.needs_backfill():
-            return self._rendered(scope, listing)
         compacted = False
         for attempt in range(_ATTEMPTS + 2):
             try:
@@ -116,8 +114,6 @@ class Digests:
         if not listing.exists():
             data = text.title(scope) + text.EMPTY
             return io.BytesIO(data), len(data)
-        if listing.needs_backfill():
-            return self._rendered_head(scope, listing, limit, since_us)
         for attempt in range(_ATTEMPTS + 2):
             now_us = self.store.now_us()
             with listing.read() as conn:
@@ -141,27 +137,6 @@ class Digests:
             spliced = Spliced(-1 if fd is None else fd, [text.title(scope), *parts])
             return spliced, spliced.size  # type: ignore[return-value]
         raise LockTimeout("project.md is being rebuilt; retry shortly")
-
-    def _rendered_head(
-        self, scope: Scope, listing: Listing, limit: int | None, since_us: int | None
-    ) -> tuple[BinaryIO, int]:
-        """``open_head`` from the records (a listing not yet upgraded)."""
-        now_us = self.store.now_us()
-        out = [text.title(scope)]
-        complete = True
-        for row in listing.digest_stream(now_us):
-            if (since_us is not None and row.updated_us < since_us) or (
-                limit is not None and len(out) > limit
-            ):
-                complete = False
-                break
-            record = self.record(scope, row.task_id, row.latest_turn, now_us)
-            if record is not None:
-                out.append(text.section_of(row.task_id, record, 0).text)
-        if complete and len(out) == 1:
-            out.append(text.EMPTY)
-        data = b"".join(out)
-        return io.BytesIO(data), len(data)
 
     def _after_mismatch(self, scope: Scope, attempt: int) -> None:
         """A read found the base replaced under it (a compaction renames the new base a
@@ -245,7 +220,8 @@ class Digests:
         return fd
 
     def _rendered(self, scope: Scope, listing: Listing) -> tuple[BinaryIO, int]:
-        """The whole digest rendered from the records (a listing not yet upgraded)."""
+        """The whole digest rendered from the listing and the records (more changed than a
+        read holds in memory, and no compaction could run)."""
         now_us = self.store.now_us()
         out = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it)
         for chunk in text.render(

@@ -317,7 +317,7 @@ class _Fsck:
             self.project_entry(other)
         names = _TaskNames(self.tree, path)
         listing = self.listings.open_listing(scope)
-        searched = listing is not None and self.listings.search_ready(scope, listing, names)
+        searched = listing is not None and self.listings.search_ready(scope, listing)
         with_rows = False
         # One walk of every subdirectory: the tasks, and the directories that are none.
         for name in self.tree.sorted_subdir_names(path):

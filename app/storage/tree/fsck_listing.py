@@ -68,7 +68,7 @@ class ListingCheck:
         path = self.check.layout.listing(scope)
         if self.check.is_link(path) or not path.exists():
             return None
-        listing = Listing(path, timeout=self.check.store.lock_timeout)
+        listing = self.check.store.listing(scope)
         try:
             listing.counts()
         except sqlite3.DatabaseError as exc:
@@ -182,7 +182,7 @@ class ListingCheck:
         self.check.store.rebuild_digest(scope)
 
     # -- the turns' search rows (tree/sqlite/turn_search.py) ------------------
-    def search_ready(self, scope: Scope, listing: Listing, names: Iterable[str]) -> bool:
+    def search_ready(self, scope: Scope, listing: Listing) -> bool:
         """Whether the turns' search rows can be compared task by task: built, and passing
         FTS5's integrity check (else reported, and rebuilt whole from the records on repair,
         however damaged: fts.drop_table)."""
@@ -191,8 +191,8 @@ class ListingCheck:
             marks = listing.search_upkeep()
             if marks.backfill and not marks.damaged:
                 self.check.fault(
-                    f"{where}: search index not built yet (being filled from the records)",
-                    partial(self.search_backfill, scope, listing, names),
+                    f"{where}: search index being filled from the records (a rebuild not finished)",
+                    partial(self.search_fill, scope),
                 )
                 return False
             damage = listing.search_damage()
@@ -284,11 +284,10 @@ class ListingCheck:
         with listing.search_write() as conn:
             fix(conn)
 
-    def search_backfill(self, scope: Scope, listing: Listing, task_ids: Iterable[str]) -> None:
-        rows, _ = listing.all_tasks()
-        for task_id in sorted(set(task_ids) | set(rows)):
-            self.check.task_rebuild(scope, task_id)
-        listing.search_backfilled()
+    def search_fill(self, scope: Scope) -> None:
+        """Finish the fill of a rebuild a killed process left (TaskStore.rebuild_search)."""
+        if self.check.store.rebuild_search(scope) is None:
+            raise LockTimeout("another process is rebuilding it; try again")
 
 
 def absent_from(names: Iterable[str], ids: Iterable[str]) -> Iterator[str]:

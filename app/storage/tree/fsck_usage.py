@@ -1,5 +1,4 @@
-"""The tree's usage counters against a recount from the records: fsck's part, and the
-start-up upgrade of the stores counted nowhere yet.
+"""The tree's usage counters against a recount from the records: fsck's part.
 
 Each turn's usage row must equal what its ``meta.json`` says (tree/records.py
 ``turn_usage``), each project's counters the sums of its rows, each store's counters a
@@ -110,8 +109,6 @@ class _UsageCheck:
                 listing.recount_usage,
             )
         self.stores_of(scope, listing.usage_store_rows())
-        if self.repair and listing.usage_needs_backfill():
-            listing.usage_backfilled()
 
     def _rebuild_task(self, key: Key) -> None:
         with self.tasks.txns.locked(key):
@@ -183,36 +180,3 @@ def fsck_usage(
 ) -> None:
     """Check (and with ``repair`` rebuild) every usage row and counter of the tree."""
     _UsageCheck(tasks, stores, report, repair).run()
-
-
-def upgrade_usage(tasks: TaskStore, stores: MemoryStoreEngine) -> list[str]:
-    """Fill the listing rows of stores that have none (idempotent; one store lock at a time).
-
-    The usage rows of tasks written before them are filled with the rest of their listing
-    rows (TaskStore.backfill_listing)."""
-    done = []
-    layout = tasks.layout
-    for scope in layout.projects([]):
-        path = layout.listing(scope)
-        st = layout.tree.lstat(path)
-        has_listing = st is not None and stat.S_ISREG(st.st_mode)
-        if st is not None and not has_listing:
-            continue  # a planted link: fsck reports it
-        where = f"{scope.tenant}/{scope.project}"
-        try:
-            stores_dir = layout.stores_dir(scope)
-            if not layout.tree.is_dir(stores_dir):
-                continue
-            rows = tasks.listing(scope).usage_store_rows() if has_listing else {}
-            missing = [
-                e.name
-                for e in layout.tree.entries(stores_dir)
-                if e.is_dir and STORE_ID_RE.fullmatch(e.name) and e.name not in rows
-            ]
-            for store_id in missing:
-                stores.refresh_usage(scope, store_id)
-            if missing:
-                done.append(f"{where}: usage of {len(missing)} memory store(s) counted")
-        except (StorageError, sqlite3.Error, OSError) as exc:
-            done.append(f"{where}: usage not counted ({exc})")
-    return done

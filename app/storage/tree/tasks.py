@@ -81,6 +81,7 @@ from app.storage.tree.fs.sync import (
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
 from app.storage.tree.fs.walk import Entry, Tree
+from app.storage.tree.listing_fill import open_listing
 from app.storage.tree.records import (
     index_from_json,
     index_rows,
@@ -118,7 +119,7 @@ class TaskStore:
     ) -> None:
         self.layout = Layout(root)
         # Counters, quotas and the free-space floor (tree/usage.py).
-        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout)
+        self.usage = usage or TreeUsage(self.layout, lock_timeout=lock_timeout, clock=clock)
         self.retention = retention
         self.lock_timeout = lock_timeout
         self.clock = clock
@@ -142,10 +143,11 @@ class TaskStore:
         return to_us(self.clock())
 
     def listing(self, scope: Scope, *, below: Path | None = None) -> Listing:
-        """The project's listing; ``below``: the project dir, when the caller just checked it."""
-        # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
-        path = self.layout.check_inside(self.layout.listing(scope), below=below)
-        return Listing(path, timeout=self.lock_timeout)
+        """The project's listing (rebuilt from the records if it is of another schema
+        version); ``below``: the project dir, when the caller just checked it."""
+        return open_listing(
+            self.layout, scope, timeout=self.lock_timeout, clock=self.clock, below=below
+        )
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
@@ -608,22 +610,6 @@ class TaskStore:
     def rebuild_digest(self, scope: Scope) -> None:
         """Write ``_project.md`` again from the listing and the records."""
         self.digests.rebuild(scope)
-
-    def backfill_listing(self, scope: Scope) -> int:
-        """Rebuild the listing rows of every task of a project written by an older version
-        (one task lock at a time); return how many tasks were rebuilt."""
-        listing = self.listing(scope)
-        if not listing.exists() or not (
-            listing.needs_backfill()
-            or listing.search_needs_backfill()
-            or listing.usage_needs_backfill()
-        ):
-            return 0
-        count = self._repair_tasks(scope, listing)
-        listing.backfilled()
-        listing.search_backfilled()
-        listing.usage_backfilled()
-        return count
 
     def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None:
         """Rebuild the project's search index from the records if it is marked damaged, does

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 from ulid import ULID
 
+from app.storage.core.clock import Clock, system_clock
 from app.storage.core.names import Scope
 from app.storage.core.quota import FreeSpace, QuotaSource
 from app.storage.core.traffic import TrafficRow
@@ -50,6 +51,7 @@ from app.storage.core.usage import (
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
+from app.storage.tree.listing_fill import open_listing
 from app.storage.tree.sqlite.db import (
     create_file,
     is_busy,
@@ -93,17 +95,17 @@ class TreeUsage:
         lock_timeout: float,
         quotas: QuotaSource | None = None,
         floor: FreeSpace | None = None,
+        clock: Clock = system_clock,
     ) -> None:
+        """``clock``: the task engine's, which a listing rebuilt from the records needs."""
         self.layout = layout
         self.lock_timeout = lock_timeout
         self.quotas = quotas or QuotaSource(None)
         self.floor = floor
+        self.clock = clock
 
     def listing(self, scope: Scope) -> Listing:
-        # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
-        return Listing(
-            self.layout.check_inside(self.layout.listing(scope)), timeout=self.lock_timeout
-        )
+        return open_listing(self.layout, scope, timeout=self.lock_timeout, clock=self.clock)
 
     def _has_listing(self, scope: Scope) -> bool:
         return self.layout.tree.lstat(self.layout.listing(scope)) is not None

@@ -84,14 +84,14 @@ def create_text(conn: sqlite3.Connection, table: str, columns: str) -> None:
     conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({columns}, tokenize = '{TOKENIZER}')")
 
 
-def create_schema(conn: sqlite3.Connection, docs: str, columns: str, *, backfill: bool) -> None:
+def create_schema(conn: sqlite3.Connection, docs: str, columns: str) -> None:
     """Create the three tables (inside the caller's write transaction)."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {DOCS} ({docs})")
     if not _exists(conn, TEXT):
         create_text(conn, TEXT, columns)
     conn.execute(STATE_SCHEMA)
     conn.execute(_SET, ("pending", 0))
-    conn.execute(_SET, ("backfill", int(backfill)))
+    conn.execute(_SET, ("backfill", 0))
 
 
 def _exists(conn: sqlite3.Connection, table: str) -> bool:
@@ -267,8 +267,7 @@ def mark_damaged(conn: sqlite3.Connection, what: str, exc: Exception) -> None:
 def start_rebuild(conn: sqlite3.Connection, columns: str) -> int | None:
     """Inside a write transaction: when the index is marked damaged, drop it, start an empty
     one and mark it as being filled; return the fill's token (nonzero). Otherwise the token of
-    a fill still to finish (one a killed process left, or the backfill of an index made
-    before search), or None: the index is whole."""
+    a fill still to finish (one a killed process left), or None: the index is whole."""
     marks = upkeep(conn)
     if marks.damaged:
         recreate(conn, columns)

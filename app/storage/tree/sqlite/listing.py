@@ -9,36 +9,54 @@ the standard library. It is derived: fsck rebuilds it from the records.
 The task lock serializes writers of one task; SQLite serializes the short transactions of
 writers of different tasks. Each write transaction bumps ``generation`` first: it is the
 write's sequence number, which stamps the project digest's sections (tree/sqlite/digestdb.py).
+
+A listing whose schema version is not this code's (listing_sql.VERSION) is rebuilt by the
+first connection that opens it, never changed in place: in one write transaction (SQLite's
+write lock, which every writer of the listing takes) every table is dropped, the current
+schema made, and every task's rows written from its records by the ``fill`` the task engine
+gives (tree/listing_fill.py). Readers see the old file or the new one, never a mix. Task
+writers need no other lock: a write commits its record before its listing write, which
+waits for the rebuild's transaction, so a record the fill did not see yet is written after
+it. A process that opens the file meanwhile waits for that transaction, then finds the
+current version. The start-up recovery opens every project's listing (its search check,
+tree/search_health.py), so a server rebuilds them before it serves: a rebuild holds the
+write lock while it reads every record (about a second per 2,000 tasks), and writers wait.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from app.storage.core.digest import DigestRow, Section
-from app.storage.core.errors import LockTimeout
+from app.storage.core.errors import Corrupt, LockTimeout, StorageError
 from app.storage.core.models import TaskFilter
 from app.storage.core.query import SearchBudget
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
-from app.storage.tree.sqlite import digestdb, fts, fts_purge, listing_usage as lu, turn_search
+from app.storage.tree.sqlite import (
+    digestdb,
+    fts,
+    fts_purge,
+    listing_sql as sql,
+    listing_usage as lu,
+    turn_search,
+)
 from app.storage.tree.sqlite.db import create_file, is_busy, open_index, read_txn, write_txn
 from app.storage.tree.sqlite.listing_sql import (
     DIGEST_ROWS,
     PAGE_COLUMNS,
     RECOMPUTE,
-    SCHEMA,
     STALE,
     TURN_VALUES,
     TurnRow,
     distinct_values,
     filter_terms,
-    migrate,
     set_task,
 )
 from app.storage.tree.sqlite.pool import Pool
@@ -57,6 +75,12 @@ _WALK = {
 }
 
 
+log = logging.getLogger("app.storage")
+
+# Writes every task's rows into a listing made just now, through the connection given, inside
+# its write transaction (tree/listing_fill.py); the number of tasks written.
+Fill = Callable[[sqlite3.Connection], int]
+
 # Listing connections a worker keeps open between uses, shared by its threads (pool.py): with
 # the store indexes' (store_index.py), each with db.PAGE_CACHE_KIB of pages, what a worker
 # holds whatever its thread count.
@@ -68,9 +92,12 @@ class Listing:
 
     _pool: Pool[None] = Pool(POOL_LIMIT)
 
-    def __init__(self, path: Path, *, timeout: float) -> None:
+    def __init__(self, path: Path, *, timeout: float, fill: Fill | None = None) -> None:
+        """``fill``: how the task engine writes the rows of a listing of another schema
+        version from the records; without it such a listing is refused (Corrupt)."""
         self.path = path
         self.timeout = timeout
+        self.fill = fill
 
     # -- connections -----------------------------------------------------------------------
     def _open(self) -> tuple[sqlite3.Connection, None]:
@@ -78,9 +105,8 @@ class Listing:
         create_file(key)
         conn = open_index(key, timeout=self.timeout)
         try:
-            conn.executescript(SCHEMA)
-            migrate(conn)
-            turn_search.ensure_schema(conn)
+            if sql.version(conn) != sql.VERSION:
+                self._make(conn)
         except sqlite3.OperationalError as exc:
             conn.close()
             if is_busy(exc):
@@ -90,6 +116,36 @@ class Listing:
             conn.close()
             raise
         return conn, None
+
+    def _make(self, conn: sqlite3.Connection) -> None:
+        """Make the listing of the current version: the schema in a new file; in a file of
+        another version, the schema again and every task's rows from the records (see the
+        module), once, by the first process there."""
+        with write_txn(conn, "listing index"):
+            found = sql.version(conn)
+            if found == sql.VERSION:
+                return  # made by another process while this one waited
+            if sql.is_empty(conn):
+                sql.create(conn)
+                return
+            if self.fill is None:
+                raise Corrupt(
+                    f"{self.path}: a listing of schema version {found}, not {sql.VERSION}"
+                )
+            after = sql.generation(conn)
+            sql.drop_all(conn)
+            sql.create(conn, after_generation=after)
+            # The dropped search text may still be in the WAL: owed a purge, as after a delete.
+            fts.removed(conn, owed=True)
+            count = self.fill(conn)
+        log.warning(
+            "%s: listing of schema version %s rebuilt from the records (%d task(s))",
+            self.path,
+            found,
+            count,
+        )
+        with contextlib.suppress(sqlite3.Error, StorageError):
+            fts_purge.purge(conn, "listing index", turn_search.TEXT_COLUMNS)
 
     def _use(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A pooled connection to this index for the length of a block."""
@@ -128,7 +184,10 @@ class Listing:
             yield conn
 
     def connect(self) -> sqlite3.Connection:
-        """A connection of the caller's own (one snapshot held while the cached one writes)."""
+        """A connection of the caller's own (one snapshot held while the cached one writes),
+        to a listing of the current version (a pooled one makes it so first)."""
+        with self._use():
+            pass
         return open_index(str(self.path), timeout=self.timeout)
 
     def exists(self) -> bool:
@@ -281,14 +340,6 @@ class Listing:
         with self.maintain() as conn:
             lu.recount(conn)
 
-    def usage_needs_backfill(self) -> bool:
-        with self._use() as conn:
-            return lu.needs_backfill(conn)
-
-    def usage_backfilled(self) -> None:
-        with self.maintain() as conn:
-            lu.backfilled(conn)
-
     # -- search (tree/sqlite/turn_search.py) ----------------------------------------------------
     def search_read(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A read transaction for turn_search's queries."""
@@ -359,14 +410,6 @@ class Listing:
         for (task_id,) in self.stream(f"SELECT DISTINCT task_id FROM {fts.DOCS} ORDER BY 1"):
             yield str(task_id)
 
-    def search_needs_backfill(self) -> bool:
-        with self._use() as conn:
-            return bool(fts.state(conn, "backfill"))
-
-    def search_backfilled(self) -> None:
-        with self.search_write() as conn:
-            fts.set_state(conn, "backfill", 0)
-
     # -- reads -----------------------------------------------------------------------------
     def page(
         self,
@@ -424,16 +467,6 @@ class Listing:
                 {"id": task_id, "now": now_us},
             ).fetchone()
         return found
-
-    def needs_backfill(self) -> bool:
-        """Whether rows written by an older version still lack what this one keeps."""
-        with self._use() as conn:
-            row = conn.execute("SELECT value FROM counters WHERE name = 'backfill'").fetchone()
-        return bool(row and row[0])
-
-    def backfilled(self) -> None:
-        with self.write() as conn:
-            conn.execute("DELETE FROM counters WHERE name = 'backfill'")
 
     def generation(self) -> int:
         with self._use() as conn:

@@ -1,6 +1,6 @@
-"""The SQL of a project's listing index (listing.py): its schema, the migration of a listing
-an older version wrote, and the statements that set a task's rows, each in the caller's
-transaction.
+"""The SQL of a project's listing index (listing.py): its schema, how a listing of another
+schema version is cleared to be rebuilt, and the statements that set a task's rows, each in
+the caller's transaction.
 
 A task's ``tasks`` row keeps its turn count, latest turn and earliest turn expiry, and the
 owner, model, agent_id and exit_code of its highest turn, recomputed from its ``turns`` rows
@@ -20,8 +20,7 @@ from app.storage.core.digest import Section
 from app.storage.core.models import TaskFilter
 from app.storage.core.task_list import needle
 from app.storage.core.usage import TurnUsage
-from app.storage.tree.sqlite import digestdb, listing_usage as lu, turn_search
-from app.storage.tree.sqlite.db import write_txn
+from app.storage.tree.sqlite import digestdb, fts, listing_usage as lu, turn_search
 from app.storage.tree.sqlite.turn_search import TurnText
 
 SCHEMA = (
@@ -36,7 +35,8 @@ CREATE TABLE IF NOT EXISTS tasks (
     owner TEXT,
     model TEXT,
     agent_id TEXT,
-    exit_code INTEGER
+    exit_code INTEGER,
+    bytes INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_recent ON tasks (updated_us DESC, task_id DESC);
 CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks (retain_until_us);
@@ -58,42 +58,31 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
     + lu.SCHEMA
 )
 
-# The schema's version (PRAGMA user_version). migrate() brings a listing of any older one up
-# to it in one transaction: the aggregate columns of ``tasks`` (turn count, latest turn,
-# earliest expiry, each task's bytes, and the owner, model, agent_id and exit_code of the
-# highest turn, so that a page, the console's orders and its filters are index lookups) are
-# added and recomputed from the turn rows, and a listing holding tasks without the turn
-# facts, digest sections (digestdb.py) or usage rows (listing_usage.py) is marked for the
-# start-up upgrade's backfill, which writes them from the records. Until then fsck reports
-# the rows as differing from the records, the digest is rendered whole and the usage reads
-# low. Version 6 added the bytes and the indexes of the orders by size and by turn count
-# (core/task_list.py).
-VERSION = 6
+# The schema's version (PRAGMA user_version). A listing of any other version is not changed
+# in place: it is dropped and made again, and its rows written from the records, in one
+# transaction (listing.py). Each task row keeps aggregates of its turn rows (turn count,
+# latest turn, earliest expiry, bytes, and the owner, model, agent_id and exit_code of the
+# highest turn), so that a page, the console's orders and its filters are index lookups.
+VERSION = 7
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (
-    ("turn_count", "INTEGER NOT NULL DEFAULT 0", f"SELECT count(*) {_OF_TASK}"),
-    ("latest_turn", "INTEGER", f"SELECT max(turn) {_OF_TASK}"),
-    (
-        "min_retain_us",
-        "INTEGER NOT NULL DEFAULT 0",
-        f"SELECT coalesce(min(retain_until_us), 0) {_OF_TASK}",
-    ),
-    ("owner", "TEXT", f"SELECT u.owner {_LATEST}"),
-    ("model", "TEXT", f"SELECT u.model {_LATEST}"),
-    ("agent_id", "TEXT", f"SELECT u.agent_id {_LATEST}"),
-    ("exit_code", "INTEGER", f"SELECT u.exit_code {_LATEST}"),
+    ("turn_count", f"SELECT count(*) {_OF_TASK}"),
+    ("latest_turn", f"SELECT max(turn) {_OF_TASK}"),
+    ("min_retain_us", f"SELECT coalesce(min(retain_until_us), 0) {_OF_TASK}"),
+    ("owner", f"SELECT u.owner {_LATEST}"),
+    ("model", f"SELECT u.model {_LATEST}"),
+    ("agent_id", f"SELECT u.agent_id {_LATEST}"),
+    ("exit_code", f"SELECT u.exit_code {_LATEST}"),
     (
         "bytes",
-        "INTEGER NOT NULL DEFAULT 0",
         "SELECT coalesce(sum(x.artifact_bytes + x.turn_bytes), 0) FROM usage_turns x"
         " WHERE x.task_id = tasks.task_id",
     ),
 )
-_TURN_FACTS = ("owner", "model", "agent_id", "exit_code")
-RECOMPUTE = "UPDATE tasks SET " + ", ".join(f"{column} = ({sub})" for column, _, sub in _AGGREGATES)
+RECOMPUTE = "UPDATE tasks SET " + ", ".join(f"{column} = ({sub})" for column, sub in _AGGREGATES)
 STALE = "SELECT task_id FROM tasks WHERE " + " OR ".join(
-    f"{column} IS NOT ({sub})" for column, _, sub in _AGGREGATES
+    f"{column} IS NOT ({sub})" for column, sub in _AGGREGATES
 )
 # The console's filters and orders: exit_code <> 0 has a partial index in the page order
 # (NULL, unknown, is left out); model and agent substrings resolve to values through theirs.
@@ -189,36 +178,68 @@ def distinct_values(conn: sqlite3.Connection, column: str, limit: int) -> list[s
     return [r[0] for r in rows]
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a listing written by an older version to ``VERSION`` (once, by one process)."""
-    if conn.execute("PRAGMA user_version").fetchone()[0] >= VERSION:
-        return
-    with write_txn(conn, "listing index"):
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= VERSION:
-            return  # another process migrated it while this one waited
-        have = {row[1] for row in conn.execute("PRAGMA table_info(tasks)")}
-        for column, declaration, _ in _AGGREGATES:
-            if column not in have:
-                conn.execute(f"ALTER TABLE tasks ADD COLUMN {column} {declaration}")
-        have = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
-        for column, declaration, _ in _AGGREGATES:
-            if column in _TURN_FACTS and column not in have:
-                conn.execute(f"ALTER TABLE turns ADD COLUMN {column} {declaration}")
-                # Rows written before have no facts: the start-up upgrade rebuilds them from
-                # the records (TaskStore.backfill_listing).
-                conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
-        has_tasks = conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone()
-        if has_tasks and not conn.execute("SELECT 1 FROM digest LIMIT 1").fetchone():
-            conn.execute("INSERT OR REPLACE INTO counters VALUES ('backfill', 1)")
-        lu.migrate(conn, has_tasks=bool(has_tasks))
-        conn.execute(
-            "DELETE FROM counters WHERE name IN"
-            " ('digest_generation', 'digest_valid_until_us', 'digest_rendered_us')"
-        )
-        conn.execute(RECOMPUTE)
-        for statement in _INDEXES:
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {VERSION}")
+def version(conn: sqlite3.Connection) -> int:
+    """The schema version of the listing ``conn`` opened (0: a new, empty file)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def is_empty(conn: sqlite3.Connection) -> bool:
+    """Whether the file holds no table: a listing made just now, nothing to rebuild."""
+    return conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
+
+
+def generation(conn: sqlite3.Connection) -> int:
+    """The write sequence number a listing of any version reached (0: none can be read)."""
+    try:
+        row = conn.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()
+    except sqlite3.DatabaseError:
+        return 0
+    return int(row[0]) if row and isinstance(row[0], int) else 0
+
+
+def drop_all(conn: sqlite3.Connection) -> None:
+    """Drop every table of the listing, whatever its version (inside a write transaction;
+    freed pages are zeroed). The search table first, however damaged (fts.drop_table): its
+    shadow tables go with it."""
+    fts.drop_table(conn, fts.TEXT)
+    fts.drop_table(conn, fts.NEXT)
+    objects = conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
+        " AND name NOT LIKE 'sqlite_%' ORDER BY type = 'table'"
+    ).fetchall()
+    for kind, name in objects:
+        quoted = '"' + str(name).replace('"', '""') + '"'
+        conn.execute(f"DROP {str(kind).upper()} IF EXISTS {quoted}")
+
+
+def create(conn: sqlite3.Connection, *, after_generation: int = 0) -> None:
+    """Create every table and index of ``VERSION`` in an empty listing (inside a write
+    transaction). Its write sequence starts past ``after_generation``: the generation of
+    the listing it replaces, so that no digest section or base the old file numbered is
+    taken for one of the new file."""
+    for statement in _statements(SCHEMA):
+        conn.execute(statement)
+    for statement in _INDEXES:
+        conn.execute(statement)
+    turn_search.create_schema(conn)
+    conn.execute(
+        "UPDATE counters SET value = ? WHERE name = 'generation'", (max(0, after_generation),)
+    )
+    conn.execute(f"PRAGMA user_version = {VERSION}")
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of ``script`` one by one: executescript() would commit the caller's
+    transaction first."""
+    found, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            found.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        found.append(pending.strip())
+    return found
 
 
 def set_task(

@@ -57,16 +57,6 @@ _STORE_SUMS = (
 _ADD = "UPDATE counters SET value = value + ? WHERE name = ?"
 
 
-def migrate(conn: sqlite3.Connection, *, has_tasks: bool) -> None:
-    """In the listing's upgrade transaction (tree/sqlite/listing.py ``_migrate``): a listing
-    that holds tasks but no usage rows was written before them, and is marked for the
-    start-up upgrade, which fills them from the records (``needs_backfill``). The counters
-    are set to the sums of the rows, so that the backfill's moves start from what is there."""
-    if has_tasks and not conn.execute("SELECT 1 FROM usage_turns LIMIT 1").fetchone():
-        conn.execute("INSERT OR REPLACE INTO counters VALUES ('usage_backfill', 1)")
-    recount(conn)
-
-
 def _apply(conn: sqlite3.Connection, delta: tuple[int, int, int, int]) -> None:
     conn.executemany(_ADD, [(d, n) for d, n in zip(delta, TURN_SUMS, strict=True) if d])
 
@@ -229,12 +219,3 @@ def recount(conn: sqlite3.Connection) -> None:
         "UPDATE counters SET value = ? WHERE name = ?",
         [(int(v), n) for v, n in zip(sums, TURN_SUMS, strict=True)],
     )
-
-
-def needs_backfill(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT value FROM counters WHERE name = 'usage_backfill'").fetchone()
-    return bool(row and row[0])
-
-
-def backfilled(conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM counters WHERE name = 'usage_backfill'")

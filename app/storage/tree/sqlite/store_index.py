@@ -75,8 +75,7 @@ CREATE TABLE IF NOT EXISTS versions (
 CREATE INDEX IF NOT EXISTS versions_by_memory ON versions (memory_id, id);
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 """
-# What the store holds (core/usage.py), moved by every write in the transaction of its
-# rows; an index made before the table has it filled from its rows when first opened to write.
+# What the store holds (core/usage.py), moved by every write in the transaction of its rows.
 _USAGE_TABLE = "usage_counters"
 _USAGE_NAMES = ("memories", "memory_bytes", "versions", "version_bytes")
 _USAGE_SCHEMA = (
@@ -210,12 +209,8 @@ class IndexReader:
         return [VersionRow(*r) for r in rows]
 
     def store_usage(self) -> StoreUsage:
-        """What the store holds: its counters (a recount of its rows in an index made before
-        them that was never opened to write since)."""
-        try:
-            values = dict(self.conn.execute(f"SELECT name, value FROM {_USAGE_TABLE}").fetchall())
-        except sqlite3.OperationalError:
-            return self.counted_usage()
+        """What the store holds: its counters."""
+        values = dict(self.conn.execute(f"SELECT name, value FROM {_USAGE_TABLE}").fetchall())
         return StoreUsage(*(int(values.get(n, 0)) for n in _USAGE_NAMES))
 
     def counted_usage(self) -> StoreUsage:
@@ -424,7 +419,7 @@ class IndexWriter(IndexReader):
         self._recount()
 
     def _recount(self) -> None:
-        """Set the counters from the rows (a rebuild, or an index made before them)."""
+        """Set the counters from the rows (a new index, a rebuild)."""
         values = self.conn.execute(_USAGE_FROM_ROWS).fetchone()
         self.conn.executemany(
             f"INSERT OR REPLACE INTO {_USAGE_TABLE} VALUES (?, ?)",
@@ -480,23 +475,17 @@ class StoreIndex:
             create_file(str(self.path))
         conn = open_index(uri, uri=True, timeout=self.timeout)
         try:
-            if create:
-                conn.executescript(_SCHEMA)
-                if not conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                    (_USAGE_TABLE,),
-                ).fetchone():
-                    with write_txn(conn, "memory store index"):
+            if create and not fts.has_schema(conn):
+                # A new index: every table in one transaction (the search state last, so
+                # that an index with it is whole).
+                with write_txn(conn, "memory store index"):
+                    if not fts.has_schema(conn):  # else made by another writer meanwhile
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                conn.execute(statement)
                         conn.execute(_USAGE_SCHEMA)
                         IndexWriter(conn)._recount()
-                if not fts.has_schema(conn):
-                    with write_txn(conn, "memory store index"):
-                        # A store written before search: its memories wait for the backfill
-                        # (the start-up upgrade, or fsck --repair).
-                        live = conn.execute("SELECT 1 FROM memories LIMIT 1").fetchone()
-                        fts.create_schema(
-                            conn, _SEARCH_DOCS, _SEARCH_COLUMNS, backfill=live is not None
-                        )
+                        fts.create_schema(conn, _SEARCH_DOCS, _SEARCH_COLUMNS)
         except BaseException:
             conn.close()
             raise

@@ -3,8 +3,7 @@
 One row per turn: its task id, its meta values flattened to text and its summary. The listing
 writes it in the same SQLite transaction as the turn's listing row (Listing.put_turn,
 Listing.set_task), so the two never disagree; fsck compares it with the records and
-``fsck --repair`` rebuilds it. A listing from before search gets empty tables flagged
-'backfill', which the start-up upgrade (TaskStore.backfill_listing) fills from the records.
+``fsck --repair`` rebuilds it.
 
 Every SQL statement over these tables is here, as a named function.
 """
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 from app.storage.core.models import TurnRecord
 from app.storage.core.query import meta_text
 from app.storage.tree.sqlite import fts
-from app.storage.tree.sqlite.db import write_txn
 from app.storage.tree.sqlite.fts import DOCS, TEXT
 
 # bm25 weights of task_id, meta and summary: a word in the task's name counts most.
@@ -52,16 +50,9 @@ def turn_text(record: TurnRecord) -> TurnText:
 
 
 # -- schema ----------------------------------------------------------------------------------
-def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the search tables in a listing that has none (once, by one process); a listing
-    that already lists tasks is flagged for the backfill."""
-    if fts.has_schema(conn):
-        return
-    with write_txn(conn, "listing index"):
-        if fts.has_schema(conn):
-            return  # another process created them while this one waited
-        has_tasks = conn.execute("SELECT 1 FROM tasks LIMIT 1").fetchone() is not None
-        fts.create_schema(conn, _DOCS_COLUMNS, TEXT_COLUMNS, backfill=has_tasks)
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create the search tables in a new listing (inside its write transaction)."""
+    fts.create_schema(conn, _DOCS_COLUMNS, TEXT_COLUMNS)
 
 
 # -- writes (inside the listing's write transaction, guarded: fts.guarded) --------------------

@@ -33,6 +33,8 @@ from app.storage.tree.sqlite.turn_search import TurnText
 from tests.conftest import FixedClock
 from tests.storage._helpers import upkeep_done
 
+CLEAN = Plan(clean=True, full=False)  # the start after a clean stop
+
 DELETES = 5000
 # Rows the index holds throughout: a merged segment larger than what one write adds, which
 # is what makes each full merge move it up the levels.
@@ -322,7 +324,7 @@ def test_a_root_past_the_limit_heals_at_its_next_start(scratch: Path) -> None:
     listing, index = _paths(storage, store_id)
     reproduce(listing, ("task_id", "meta", "summary"))
     reproduce(index, ("path", "content"))
-    lines = storage.upgrade()
+    lines = storage.recover(CLEAN).search
     assert any("_listing.sqlite3: search index rebuilt" in line for line in lines), lines
     assert any("index.sqlite3: search index" in line for line in lines), lines
     assert _all_found(storage)
@@ -341,7 +343,7 @@ def test_a_root_close_to_the_limit_is_compacted_at_its_next_start(scratch: Path)
             conn.execute(f"DELETE FROM {fts.TEXT} WHERE rowid >= ?", (10**9,))
         conn.close()
     assert _levels(listing) >= 1900 and _levels(index) >= 1900
-    lines = storage.upgrade()
+    lines = storage.recover(CLEAN).search
     assert sum("search index compacted" in line for line in lines) == 2, lines
     assert _levels(listing) <= BOUND and _levels(index) <= BOUND
     assert _all_found(storage)
@@ -369,7 +371,7 @@ def test_the_start_after_a_crash_checks_each_index_with_fts5s_own_check(scratch:
         with conn:
             conn.execute(f"DELETE FROM {fts.TEXT}_data WHERE id > 10")  # the segments
         conn.close()
-    assert storage.upgrade() == []  # every start: opens, reads its structure
+    assert storage.recover(CLEAN).search == []  # every start: opens, reads its structure
     report = storage.recover(Plan(clean=False, full=False, reason="killed"))
     assert sum("search index rebuilt" in line for line in report.search) == 2, report.search
     assert any("search indexes:" in line for line in report.lines())

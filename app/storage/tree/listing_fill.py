@@ -1,0 +1,138 @@
+"""What a project's listing holds, read from the records alone: how a listing whose schema
+version is not this code's is rebuilt (tree/sqlite/listing.py, ``Listing._make``).
+
+Every task directory of the project gives its listing rows, digest section, search text and
+usage rows (``task.json`` and each turn's ``meta.json``, as fsck reads them), and every
+memory store its usage row (its index's counters). Nothing is written but the listing, and
+no lock is taken: the rebuild holds the listing's write lock, which each writer takes after
+its record's commit (see listing.py). A task that cannot be read now (an I/O or permission
+error, a planted link) is left out, and fsck reports it, as it reports any row that differs
+from the records.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+from app.storage.core import digest
+from app.storage.core.clock import Clock, parse_iso_us, to_us
+from app.storage.core.errors import Corrupt, StorageError
+from app.storage.core.models import TurnRecord
+from app.storage.core.names import STORE_ID_RE, Scope, is_id
+from app.storage.core.records import turn_usage
+from app.storage.tree.fs.layout import Layout
+from app.storage.tree.records import build_index, index_rows, read_task_record, read_turn, turn_dirs
+from app.storage.tree.sqlite import listing_sql, listing_usage
+from app.storage.tree.sqlite.listing import Fill, Listing
+from app.storage.tree.sqlite.store_index import StoreIndex
+from app.storage.tree.sqlite.turn_search import turn_text
+
+log = logging.getLogger("app.storage")
+
+
+def open_listing(
+    layout: Layout, scope: Scope, *, timeout: float, clock: Clock, below: Path | None = None
+) -> Listing:
+    """The project's listing, rebuilt from its records if it is of another schema version;
+    ``below``: the project dir, when the caller just checked it."""
+    # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
+    path = layout.check_inside(layout.listing(scope), below=below)
+    return Listing(path, timeout=timeout, fill=filler(layout, scope, clock, timeout))
+
+
+def filler(layout: Layout, scope: Scope, clock: Clock, timeout: float) -> Fill:
+    """The listing's ``fill``: every task's rows and every store's usage row, from the records
+    (``clock``: which turns live, for the digest sections)."""
+
+    def fill(conn: sqlite3.Connection) -> int:
+        now_us = to_us(clock())
+        count = 0
+        project = layout.project_dir(scope)
+        for name in layout.tree.sorted_subdir_names(project):
+            if (
+                is_id(name)
+                and not name.startswith((".", "_"))
+                and _fill_task(layout, scope, name, now_us, conn)
+            ):
+                count += 1
+        _fill_stores(layout, scope, conn, timeout)
+        return count
+
+    return fill
+
+
+def _fill_task(
+    layout: Layout, scope: Scope, task_id: str, now_us: int, conn: sqlite3.Connection
+) -> bool:
+    """Write one task's rows as its records say; whether it has any."""
+    try:
+        task_dir = layout.check_inside(layout.task_dir(scope, task_id))
+        records = _records(layout, task_dir)
+        if not records:
+            return False
+        try:
+            task_record = read_task_record(task_dir)
+        except Corrupt:
+            task_record = None  # a torn task.json names no owner (fsck rewrites it)
+    except (StorageError, OSError) as exc:
+        where = f"{scope.tenant}/{scope.project}/{task_id}"
+        log.warning("%s: not in the rebuilt listing (%s)", where, exc)
+        return False
+    index = build_index(task_id, task_record, records)
+    listing_sql.set_task(
+        conn,
+        task_id,
+        index_rows(index),
+        _section(task_id, records, now_us),
+        {r.turn: turn_text(r) for r in records},
+        [turn_usage(r) for r in sorted(records, key=lambda r: r.turn)],
+    )
+    return True
+
+
+def _records(layout: Layout, task_dir: Path) -> list[TurnRecord]:
+    """The task's turn records that read; a torn one is no turn (records.rebuild_index)."""
+    found = []
+    for _, turn_dir in turn_dirs(layout.tree, task_dir):
+        try:
+            record = read_turn(turn_dir)
+        except Corrupt:
+            continue
+        if record is not None:
+            found.append(record)
+    return found
+
+
+def _section(task_id: str, records: list[TurnRecord], now_us: int) -> digest.Section | None:
+    """The task's digest section: its highest live turn (None: no turn lives)."""
+    live = [r for r in records if parse_iso_us(r.retain_until) > now_us]
+    if not live:
+        return None
+    top = max(live, key=lambda r: r.turn)
+    return digest.section_of(task_id, top, parse_iso_us(top.retain_until))
+
+
+def _fill_stores(layout: Layout, scope: Scope, conn: sqlite3.Connection, timeout: float) -> None:
+    """Each memory store's usage row: its index's counters (a store's own writer copies them
+    again after its next write)."""
+    stores_dir = layout.stores_dir(scope)
+    try:
+        entries = layout.tree.entries(stores_dir)
+    except (StorageError, OSError) as exc:
+        log.warning("%s: no store usage in the rebuilt listing (%s)", stores_dir, exc)
+        return
+    for entry in entries:
+        if entry.is_link or not entry.is_dir or not STORE_ID_RE.fullmatch(entry.name):
+            continue
+        path = layout.store_index(entry.path)
+        if layout.tree.lstat(path) is None:
+            continue
+        try:
+            with StoreIndex(layout.check_inside(path), timeout=timeout).read() as reader:
+                usage = reader.store_usage()
+        except (StorageError, OSError, sqlite3.Error) as exc:
+            log.warning("%s: no usage row in the rebuilt listing (%s)", path, exc)
+            continue
+        listing_usage.set_store(conn, entry.name, usage)
