@@ -164,7 +164,7 @@ class MemoryStoreEngine:
         return content
 
     def refresh_usage(self, scope: Scope, store_id: str) -> None:
-        """Copy a store's counters to its project's listing (an upgrade, an import)."""
+        """Copy a store's counters to its project's listing (an import)."""
         with self.transaction(scope, store_id) as txn:
             with self.index(txn.dir).write() as writer:
                 usage = writer.store_usage()

@@ -1,19 +1,14 @@
-"""The memory stores' part of fsck, and the upgrade of stores named in the older layout.
+"""The memory stores' part of fsck.
 
 Each store's derived files (the index, the live ``memories/`` tree) must equal a rebuild
 from its records (``store.json``, ``versions/``); with ``repair`` they are rebuilt under
 the store's lock. What cannot be rebuilt (an unreadable record, a forked version chain, a
-planted link) is reported for a person, never guessed at and never followed.
-
-Stores of the older layout live in ``_stores/<slug>-<id>/``; :func:`upgrade_store_dirs`
-renames each to ``_stores/<id>/`` (one atomic rename per store, so a run killed midway
-leaves every store under one of its two names, and running it again finishes the job).
-Stores indexed before search have no search rows; :func:`upgrade_store_search` builds them.
+planted link) is reported for a person, never guessed at and never followed. A store's
+directory is named by its id: any other directory in ``_stores/`` is reported and left alone.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import stat
 import time
@@ -30,7 +25,7 @@ from app.storage.core.errors import (
     UnsafePath,
 )
 from app.storage.core.models import FsckReport
-from app.storage.core.names import STORE_ID_PATTERN, STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
+from app.storage.core.names import STORE_ID_RE, STORES_DIR, TMP_PREFIX, Scope
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import quarantine
@@ -39,7 +34,6 @@ from app.storage.tree.sqlite.store_index import IndexContent, rows_from_records
 from app.storage.tree.stores.engine import MemoryStoreEngine
 
 STALE_TEMP_SECONDS = 3600
-_LEGACY_DIR = re.compile(rf"(?:[a-z0-9-]+-)?({STORE_ID_PATTERN})")
 
 
 def store_entries(engine: MemoryStoreEngine, links: list[Path]) -> Iterator[tuple[Scope, Path]]:
@@ -69,47 +63,6 @@ def all_stores(engine: MemoryStoreEngine, links: list[Path]) -> list[tuple[Scope
     ]
 
 
-def legacy_store_dirs(engine: MemoryStoreEngine) -> list[tuple[Path, Path]]:
-    """(old, new) directory of every store still named ``<slug>-<id>``."""
-    found = []
-    for _, path in store_entries(engine, []):
-        match = _LEGACY_DIR.fullmatch(path.name)
-        if match and path.name != match.group(1):
-            found.append((path, path.parent / match.group(1)))
-    return found
-
-
-def upgrade_store_search(engine: MemoryStoreEngine) -> list[str]:
-    """Build the search rows of every store indexed before search (idempotent)."""
-    done = []
-    for scope, store_id in all_stores(engine, []):
-        store_dir = engine.layout.store_dir(scope, store_id)
-        try:
-            with engine.index(store_dir).read() as reader:
-                if reader.search_ready():
-                    continue
-            with engine.txns.locked(Key(scope, store_id)):
-                if not engine.tree.is_dir(store_dir):
-                    continue
-                content = engine.rebuild(store_dir)
-        except (StorageError, sqlite3.Error) as exc:
-            done.append(f"{engine.rel(store_dir)}: search index not built ({exc})")
-            continue
-        done.append(f"{engine.rel(store_dir)}: search index of {len(content.memories)} memories")
-    return done
-
-
-def upgrade_store_dirs(engine: MemoryStoreEngine) -> list[str]:
-    """Rename every store of the older layout to its id; return what was done (idempotent)."""
-    done = []
-    for old, new in legacy_store_dirs(engine):
-        if engine.tree.lstat(new) is not None:
-            continue  # both names exist: fsck reports it for a person
-        engine.tree.rename(old, new)
-        done.append(f"{engine.rel(old)} -> {new.name}")
-    return done
-
-
 class StoresFsck:
     def __init__(self, engine: MemoryStoreEngine, report: FsckReport, repair: bool) -> None:
         self.engine = engine
@@ -124,24 +77,19 @@ class StoresFsck:
     def run(self) -> None:
         engine = self.engine
         links: list[Path] = []
-        for old, new in legacy_store_dirs(engine):
-            message = f"{engine.rel(old)}: named in the older layout (upgraded to {new.name})"
-            if engine.tree.lstat(new) is not None:
-                self.problem(f"{engine.rel(old)}: {new.name} exists too", repairable=False)
-                continue
-            self.problem(message, repairable=True)
-            if self.repair:
-                engine.tree.rename(old, new)
-                self.report.repaired.append(message)
         visited = set()
         for scope, path in list(store_entries(engine, links)):
-            match = _LEGACY_DIR.fullmatch(path.name)
             if path.name.startswith(TMP_PREFIX):
                 self.temp_dir(path)
-            elif match:
-                # A store of the older layout not upgraded yet (a check): checked where it is.
-                visited.add((scope, match.group(1)))
-                self.store_locked(scope, match.group(1), path)
+            elif STORE_ID_RE.fullmatch(path.name):
+                visited.add((scope, path.name))
+                self.store_locked(scope, path.name, path)
+            else:
+                self.problem(
+                    f"{engine.rel(path)}: not a store directory (a store's is named by its id);"
+                    " left alone",
+                    repairable=False,
+                )
         for link in links:
             if link.name.startswith(TMP_PREFIX):
                 continue

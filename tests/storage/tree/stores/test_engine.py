@@ -235,8 +235,6 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     (directory / VERSIONS_DIR / ".~tmp-deadbeef").write_text("{")  # leftover temp
     with engine.index(directory).write() as writer:
         writer.conn.execute("DELETE FROM memories WHERE id = ?", (c.id,))  # index lost a row
-    renamed = directory.parent / f"wrong-name-{sid}"
-    directory.rename(renamed)
 
     report = FsckReport()
     fsck_stores(engine, report)
@@ -247,16 +245,13 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
         "not a live memory",
         "temp file",
         "memories differ",
-        "older layout",
     ):
         assert needle in text, (needle, text)
-    assert len(report.problems) == 6 and report.repaired == []
+    assert len(report.problems) == 5 and report.repaired == []
 
     report = FsckReport()
     fsck_stores(engine, report, repair=True)
-    assert len(report.repaired) == 6 and report.unrepairable == []
-    directory = store_path(engine, scope, sid)
-    assert directory.is_dir() and not renamed.exists()
+    assert len(report.repaired) == 5 and report.unrepairable == []
     tree = directory / MEMORIES_DIR
     files = {
         "/" + p.relative_to(tree).as_posix(): p.read_text() for p in tree.rglob("*") if p.is_file()
@@ -266,6 +261,21 @@ def test_fsck_finds_and_repairs_planted_faults(engine: MemoryStoreEngine, scope:
     report = FsckReport()
     fsck_stores(engine, report)
     assert report.clean, report.problems
+
+
+def test_fsck_reports_a_directory_not_named_by_a_store_id_and_leaves_it(
+    engine: MemoryStoreEngine, scope: Scope
+) -> None:
+    sid = engine.create_store(scope, name="s").id
+    directory = store_path(engine, scope, sid)
+    renamed = directory.parent / f"some-name-{sid}"
+    directory.rename(renamed)
+    for repair in (False, True):
+        report = FsckReport()
+        fsck_stores(engine, report, repair=repair)
+        assert any("not a store directory" in p for p in report.problems), report.problems
+        assert report.repaired == []
+    assert renamed.is_dir() and not directory.exists()
 
 
 @pytest.mark.parametrize("torn", ["{not json", ""])
