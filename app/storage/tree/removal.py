@@ -1,7 +1,8 @@
-"""Removing what a task holds on the tree: one turn, one artifact, and the purge that makes the
-removed text leave every file after the answer.
+"""Removing what a task holds on the tree: the whole task, one turn, one artifact, and the
+purge that makes the removed text leave every file after the answer.
 
-A turn delete moves the turn's directory to the trash in one rename under the task's lock
+A task delete moves the task's directory to the trash in one rename under its lock, then
+drops its rows from the listing. A turn delete moves the turn's directory to the trash in one rename under the task's lock
 (the last live turn takes the whole task, as a task delete does), then rebuilds the task's
 derived files from the records that are left (``index.json``, the listing and search rows,
 the usage counters, the digest section). An artifact delete is a write of its turn: the
@@ -101,10 +102,30 @@ class TaskParts(Protocol):
 
 
 class TaskRemovals:
-    """The turn and artifact deletes of one tree (TaskStore's), and the purge after them."""
+    """The task, turn and artifact deletes of one tree (TaskStore's), and the purge after
+    them."""
 
     def __init__(self, tasks: TaskParts) -> None:
         self.tasks = tasks
+
+    def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
+        """Delete a task: move it to the trash in one rename, then drop it from the listing."""
+        tasks = self.tasks
+        task_dir = tasks.layout.check_inside(tasks.layout.task_dir(scope, task_id))
+        # Its text leaves the files too, not only the answers, right after the answer.
+        with self.then_purge(scope):
+            with tasks.transaction(scope, task_id) as txn, os_errors():
+                index = tasks.live_index(task_dir, task_id)
+                if index is None:
+                    raise NotFound(f"task {task_id} not found")
+                if only_owner is not None and index.owner != only_owner:
+                    raise NotOwner(NOT_OWNER)
+                tasks.room_to_delete(scope)
+                txn.begin()
+                trashed = tasks.trash(task_dir)
+                tasks.listing(scope).set_task(task_id, [])
+            tasks.layout.tree.remove(trashed)
+            tasks.usage.freed()
 
     def _live_turn(
         self, scope: Scope, task_id: str, turn: int, only_owner: str | None

@@ -1,5 +1,7 @@
-"""The tree's task engine: turns, task indexes, and the listing and digest rows they derive
-(artifacts: artifacts.py; the digest itself: digest.py).
+"""The tree's task engine (app/storage/interface.py TaskBackend): its reads, and the derived
+files every write leaves (``write_derived``). Each write path has a module of its own: a
+turn's write in turns.py, artifacts in artifacts.py, deletes and the purge after them in
+removal.py, the rebuild from the records in repair.py, the digest in digest.py.
 
 Every task mutation is a transaction on the task (tree/fs/txn.py):
 
@@ -17,8 +19,6 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import sqlite3
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,16 +27,14 @@ from typing import IO, Any, BinaryIO
 from ulid import ULID
 
 from app.storage.core import digest as digest_mod, task_list, task_rules
-from app.storage.core.clock import Clock, iso_us, parse_iso_us, system_clock, to_us
+from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
-from app.storage.core.errors import Corrupt, LockTimeout, NotFound, NotOwner
-from app.storage.core.files import os_errors
+from app.storage.core.errors import Corrupt, NotFound
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     ArtifactUpload,
-    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -44,63 +42,49 @@ from app.storage.core.models import (
     TurnRecord,
 )
 from app.storage.core.names import (
-    ARTIFACTS_DIR,
     TASK_INDEX,
     TASK_LOCKS,
-    TASK_RECORD,
-    TMP_PREFIX,
-    TURN_META,
     TURN_SUMMARY,
     Scope,
     turn_dirname,
     validate_id,
 )
 from app.storage.core.query import SearchBudget
-from app.storage.core.records import turn_from_json, turn_to_json, turn_usage, usage_of_turn
+from app.storage.core.records import turn_from_json, turn_usage
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
-    NOT_OWNER,
-    check_preconditions,
     next_updated_us,
-    written_turn,
 )
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
-from app.storage.tree.artifacts import TaskArtifacts, reconcile_artifacts
+from app.storage.tree import repair, turns
+from app.storage.tree.artifacts import TaskArtifacts
 from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
-from app.storage.tree.fs.atomic import StagedFile, make_dirs, remove_quietly, write_atomic
+from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.layout import Layout
-from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import (
     batched_dir_syncs,
-    commit_point,
     fsync_dir,
-    group_commit,
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
-from app.storage.tree.fs.walk import Entry, Tree
 from app.storage.tree.listing_fill import open_listing
 from app.storage.tree.records import (
     index_from_json,
-    index_rows,
     index_with_turn,
-    load_index,
     parse_json_fd,
     read_json,
     read_task_record,
-    read_turn,
     rebuild_index,
-    turn_dirs,
     turn_row,
     write_json,
 )
 from app.storage.tree.removal import TaskRemovals
 from app.storage.tree.sqlite.db import check_write_room
 from app.storage.tree.sqlite.listing import Listing
-from app.storage.tree.sqlite.turn_search import TurnText, turn_text
-from app.storage.tree.usage import TreeUsage, settling
+from app.storage.tree.sqlite.turn_search import turn_text
+from app.storage.tree.usage import TreeUsage
 
 
 class TaskStore:
@@ -164,7 +148,8 @@ class TaskStore:
             return None
         return record
 
-    def _task_dir_checked(self, scope: Scope, task_id: str) -> Path:
+    def task_dir_checked(self, scope: Scope, task_id: str) -> Path:
+        """The task's directory, refused (UnsafePath) when a link is on the way."""
         return self.layout.check_inside(self.layout.task_dir(scope, task_id))
 
     def next_updated_us(self, index: dict[str, Any] | None, now_us: int) -> int:
@@ -246,158 +231,21 @@ class TaskStore:
         artifacts: Iterable[ArtifactUpload] = (),
         size: int | None = None,
     ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts.
-
-        ``artifacts`` (app/storage/interface.py) are staged before the lock, published under
-        it before ``meta.json`` (the commit) names them, as put_artifact does one."""
-        task_rules.check_turn(task_id, turn, meta, summary_md)
-        task_dir = self._task_dir_checked(scope, task_id)
-        turn_dir = task_dir / turn_dirname(turn)
-        expired_dir: Path | None = None
-        with contextlib.ExitStack() as staging:
-            uploads, ticket = self._stage_uploads(
-                scope, task_id, turn, artifacts, size, if_match, if_none_match, staging
-            )
-            with (
-                self.transaction(scope, task_id) as txn,
-                os_errors(),
-                contextlib.ExitStack() as stack,
-            ):
-                now_us = self.now_us()
-                self.layout.check_inside(turn_dir / TURN_META, below=task_dir)
-                previous = read_turn(turn_dir) if turn_dir.exists() else None
-                alive = self.alive(previous, now_us)
-                check_preconditions(alive.etag if alive else None, if_match, if_none_match)
-                index = (
-                    load_index(self.layout.tree, task_dir, task_id) if task_dir.exists() else None
-                )
-                updated_us = self.next_updated_us(index, now_us)
-                # Written at one instant: in name order, as a listing of artifacts by time
-                # and then name gives them.
-                added = tuple(sorted((u.info(iso_us(updated_us)) for u in uploads), key=_name))
-                names = {a.name for a in added}
-                kept = alive.artifacts if alive else ()
-                kept = tuple(a for a in kept if a.name not in names) + added
-                stored = usage_of_turn(turn, meta, summary_md, kept)
-                was = turn_usage(previous) if previous is not None else TurnUsage(turn, 0, 0, 0)
-                ticket = self.usage.admit_write(
-                    scope,
-                    ticket,
-                    # meta.json holds the summary and meta, summary.md the summary again, and
-                    # index.json the meta of every turn: about three times the turn's bytes.
-                    gross=3 * stored.turn_bytes + 8192,
-                    add_bytes=stored.artifact_bytes
-                    + stored.turn_bytes
-                    - was.artifact_bytes
-                    - was.turn_bytes,
-                    add_tasks=int(index is None),
-                )
-                stack.enter_context(settling(ticket))
-                txn.begin()
-                new_task = not task_dir.exists()
-                new_turn = previous is None and not turn_dir.exists()
-                try:
-                    if new_task or read_task_record(task_dir) is None:
-                        make_dirs(task_dir, self.layout.root)
-                        write_json(
-                            task_dir / TASK_RECORD,
-                            {
-                                "version": 1,
-                                "task_id": task_id,
-                                "owner": actor,
-                                "created_at": iso_us(now_us),
-                            },
-                        )
-                    if previous is not None and alive is None:
-                        # The old turn expired: it is gone for every reader, so its
-                        # artifacts must not come back with the new write.
-                        expired_dir = self.trash(turn_dir)
-                    # artifacts/ comes with the first artifact: a turn without one costs no inode.
-                    make_dirs(turn_dir, self.layout.root)
-                    backups = self.artifacts.publish_uploads(turn_dir, uploads)
-                    record = written_turn(
-                        task_id,
-                        turn,
-                        meta=meta,
-                        summary_md=summary_md,
-                        artifacts=kept,
-                        created_at=alive.created_at if alive else None,
-                        updated_us=updated_us,
-                        retention_us=self.retention_us,
-                        task_created=index is None,
-                    )
-                    write_json(turn_dir / TURN_META, turn_to_json(record))
-                    commit_point()
-                    self.write_derived(
-                        scope,
-                        task_id,
-                        task_dir,
-                        record,
-                        index,
-                        summary=True,
-                        ticket=ticket,
-                        usage=stored,
-                    )
-                    for backup in backups:
-                        remove_quietly(backup)
-                except Exception:
-                    # A new turn that failed (a full disk, a failing one) takes itself back, so
-                    # that its error means what it says: nothing was stored. The listing is
-                    # written last, in one transaction: it holds nothing of it either. A task
-                    # this write made goes with it, and then nothing is left to repair.
-                    if (
-                        new_turn
-                        and self._take_back(turn_dir)
-                        and new_task
-                        and self._take_back(task_dir)
-                    ):
-                        txn.abandon()
-                    raise
-        if expired_dir is not None:
-            self.layout.tree.remove(expired_dir)
-        return record
-
-    def _take_back(self, path: Path) -> bool:
-        """Remove what a failed write made at ``path`` (the caller holds its task's lock);
-        whether it is gone."""
-        try:
-            self.layout.tree.remove(path)
-        except OSError:
-            return False
-        return self.layout.tree.lstat(path) is None
-
-    def _stage_uploads(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        artifacts: Iterable[ArtifactUpload],
-        size: int | None,
-        if_match: str | None,
-        if_none_match: bool,
-        stack: contextlib.ExitStack,
-    ) -> tuple[list[StagedUpload[StagedFile]], Ticket | None]:
-        """Stage the artifacts of a put_turn before its lock (none: the seed's write, which
-        reads nothing here); their reservation, which the write under the lock settles."""
-        uploads = iter(artifacts)
-        first = next(uploads, None)
-        if first is None:
-            return [], None
-        # The staged bytes and the write join one group flush (if any).
-        stack.enter_context(group_commit(self.layout.root, enabled=self.txns.group_commit))
-        credits: dict[str, int] = {}
-        if if_match is not None or if_none_match or self.usage.applies(scope):
-            turn_dir = self.layout.check_inside(self.layout.turn_dir(scope, task_id, turn))
-            found = self.alive(read_turn(turn_dir), self.now_us())
-            # Checked again under the lock; a write that cannot succeed reads no body.
-            check_preconditions(found.etag if found else None, if_match, if_none_match)
-            # What each upload replaces, as read now: a quota counts only what it adds.
-            credits = {a.name: a.size for a in found.artifacts} if found else {}
-        ticket = stack.enter_context(settling(self.usage.admit(scope, gross=size or 0)))
-        staged = self.artifacts.stage_uploads(
-            scope, itertools.chain((first,), uploads), credits, ticket, stack
+        """Create or replace one turn's meta and summary; keep created_at and artifacts
+        (tree/turns.py)."""
+        return turns.put_turn(
+            self,
+            scope,
+            task_id,
+            turn,
+            meta=meta,
+            summary_md=summary_md,
+            actor=actor,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            artifacts=artifacts,
+            size=size,
         )
-        return staged, ticket
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
@@ -413,7 +261,7 @@ class TaskStore:
     # -- tasks -------------------------------------------------------------------------------
     def get_task(self, scope: Scope, task_id: str) -> TaskIndex:
         """Read a task's index with only its live turns."""
-        index = self.live_index(self._task_dir_checked(scope, task_id), task_id)
+        index = self.live_index(self.task_dir_checked(scope, task_id), task_id)
         if index is None:
             raise NotFound(f"task {task_id} not found")
         return index
@@ -490,23 +338,8 @@ class TaskStore:
         return task_list.summary(row)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
-        """Delete a task: move it to the trash in one rename, then drop it from the listing."""
-        task_dir = self._task_dir_checked(scope, task_id)
-        # Its text leaves the files too, not only the answers, right after the answer
-        # (app/storage/tree/removal.py).
-        with self.removals.then_purge(scope):
-            with self.transaction(scope, task_id) as txn, os_errors():
-                index = self.live_index(task_dir, task_id)
-                if index is None:
-                    raise NotFound(f"task {task_id} not found")
-                if only_owner is not None and index.owner != only_owner:
-                    raise NotOwner(NOT_OWNER)
-                self.room_to_delete(scope)
-                txn.begin()
-                trashed = self.trash(task_dir)
-                self.listing(scope).set_task(task_id, [])
-            self.layout.tree.remove(trashed)
-            self.usage.freed()
+        """Delete a task (app/storage/tree/removal.py)."""
+        self.removals.delete_task(scope, task_id, only_owner=only_owner)
 
     def delete_turn(
         self,
@@ -558,7 +391,7 @@ class TaskStore:
 
     def owner_of(self, scope: Scope, task_id: str) -> str | None:
         """The token id that created the task (None when unknown or absent)."""
-        record = read_task_record(self._task_dir_checked(scope, task_id))
+        record = read_task_record(self.task_dir_checked(scope, task_id))
         return None if record is None else record.get("owner")
 
     # -- artifacts (tree/artifacts.py) ------------------------------------------
@@ -611,134 +444,16 @@ class TaskStore:
         """Write ``_project.md`` again from the listing and the records."""
         self.digests.rebuild(scope)
 
+    # -- repair (tree/repair.py) -----------------------------------------------------------
+    def repair_task(self, scope: Scope, task_id: str) -> None:
+        """Rebuild a task's derived files from its records (the caller holds its lock)."""
+        repair.repair_task(self, scope, task_id)
+
     def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None:
-        """Rebuild the project's search index from the records if it is marked damaged, does
-        not open (or, with ``budget``, fails FTS5's integrity check within it: a check that
-        runs out of it raises SearchTimeout), or has a rebuild to finish. Return how many
-        tasks the rebuild filled; None when nothing was done."""
-        if self.layout.tree.lstat(self.layout.listing(scope)) is None:
-            return None
-        listing = self.listing(scope)
-        marks = listing.search_upkeep()
-        if not (marks.damaged or marks.backfill):
-            why = listing.search_opens() if budget is None else listing.search_damage(budget)
-            if why is None:
-                return None
-            listing.mark_search_damaged(sqlite3.DatabaseError(why))
-        return self.rebuild_search(scope)
+        """Rebuild the project's search index if it is damaged or has a rebuild to finish;
+        how many tasks the rebuild filled, None when nothing was done."""
+        return repair.heal_search(self, scope, budget)
 
     def rebuild_search(self, scope: Scope) -> int | None:
-        """Rebuild the project's search index from the records when it is marked damaged,
-        or finish a rebuild a killed process left: the index is dropped and started empty,
-        then every task's rows are written again from its records under its lock, while
-        writes go on (each writes its own rows into the new index). Searches answer 503
-        until it is full (fts.stats). One process at a time rebuilds a project's index (its
-        search lock); return how many tasks it filled, None when there was nothing to do or
-        another process is at it."""
-        lock = self.layout.check_inside(self.layout.search_lock(scope))
-        try:
-            with locked(lock, 0.0):
-                listing = self.listing(scope)
-                token = listing.start_search_rebuild()
-                if token is None:
-                    return None
-                count = self._repair_tasks(scope, listing)
-                listing.search_filled(token)
-                # The dropped index's pages were zeroed; their old images leave the WAL.
-                listing.purge_search()
-                return count
-        except LockTimeout:
-            return None
-
-    def _repair_tasks(self, scope: Scope, listing: Listing, batch: int = 500) -> int:
-        """repair_task of every task the listing holds, one task lock at a time, reading
-        their ids in short reads (no snapshot held across the walk)."""
-        count, after = 0, ""
-        while task_ids := listing.task_id_page(after, batch):
-            for task_id in task_ids:
-                with self.txns.locked(Key(scope, task_id)):
-                    self.repair_task(scope, task_id)
-            count += len(task_ids)
-            after = task_ids[-1]
-        return count
-
-    # -- repair ------------------------------------------------------------------------------
-    def repair_task(self, scope: Scope, task_id: str) -> None:
-        """Rebuild a task's derived files (summaries, index.json, listing and search rows) from its
-        records.
-
-        The caller holds the task lock.
-        """
-        task_dir = self._task_dir_checked(scope, task_id)
-        tree = self.layout.tree
-        exists = tree.is_dir(task_dir)
-        if exists:
-            _remove_unfinished_turns(tree, task_dir)
-            if _never_committed(tree, task_dir):
-                # The first write of a new task died before its commit point: nothing of
-                # the task was ever acknowledged, and its directory goes as a failed one's.
-                tree.remove(task_dir)
-                exists = False
-        index = rebuild_index(tree, task_dir, task_id) if exists else None
-        if index is None:
-            if exists:
-                tree.unlink(task_dir / TASK_INDEX)
-            if tree.lstat(self.layout.listing(scope)) is not None:
-                self.listing(scope).set_task(task_id, [])
-            return
-        texts: dict[int, TurnText] = {}
-        records: list[TurnRecord] = []
-        usage: list[TurnUsage] = []
-        for entry in index["turns"]:
-            turn_dir = task_dir / turn_dirname(entry["turn"])
-            record = read_turn(turn_dir)
-            if record is None:
-                continue
-            records.append(record)
-            texts[record.turn] = turn_text(record)
-            usage.append(turn_usage(record))
-            reconcile_artifacts(tree, turn_dir / ARTIFACTS_DIR, record)
-            summary = record.summary_md.encode("utf-8")
-            if self.layout.read_bytes(turn_dir / TURN_SUMMARY) != summary:
-                write_atomic(turn_dir / TURN_SUMMARY, summary, durable=False)
-        try:
-            current_index = read_json(task_dir / TASK_INDEX)
-        except Corrupt:
-            current_index = None
-        if current_index != index:
-            write_json(task_dir / TASK_INDEX, index, durable=False)
-        section = self.section(scope, task_id, index, self.now_us(), tuple(records))
-        self.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
-
-
-def _name(info: ArtifactInfo) -> str:
-    return info.name
-
-
-def _remove_unfinished_turns(tree: Tree, task_dir: Path) -> None:
-    """Remove the turn directories a put_turn made and died (or failed) in before its commit:
-    no meta.json, nothing but its temp files and the artifacts it published for the record
-    it never wrote (files only). Nothing in them was acknowledged, and the caller holds the
-    task lock, so no writer is still filling one."""
-    for _, turn_dir in turn_dirs(tree, task_dir):
-        if all(_unfinished(tree, e) for e in tree.entries(turn_dir)):
-            tree.remove(turn_dir)
-
-
-def _never_committed(tree: Tree, task_dir: Path) -> bool:
-    """Whether ``task_dir`` holds no turn at all: only what a new task's first write makes
-    before its commit point (``task.json``, temp files) and its index. A link, or anything
-    else, is a person's to look at (fsck reports it)."""
-    return all(
-        entry.is_file
-        and (entry.name in (TASK_RECORD, TASK_INDEX) or entry.name.startswith(TMP_PREFIX))
-        for entry in tree.entries(task_dir)
-    )
-
-
-def _unfinished(tree: Tree, entry: Entry) -> bool:
-    if entry.is_file:
-        return entry.name.startswith(TMP_PREFIX)
-    if entry.is_dir and entry.name == ARTIFACTS_DIR:
-        return all(e.is_file for e in tree.entries(entry.path))
-    return False
+        """Rebuild the project's search index from the records (one process at a time)."""
+        return repair.rebuild_search(self, scope)
