@@ -44,7 +44,8 @@ from app.storage.core.sweep import ProjectSweep, SweepReport
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
-from app.storage.tree.fsck import age_seconds, entry_is_artifact, trash_age_seconds
+from app.storage.tree.fsck import age_seconds, trash_age_seconds
+from app.storage.tree.fsck_tasks import entry_is_artifact
 from app.storage.tree.records import read_turn, turn_dirs
 from app.storage.tree.tasks import TaskStore
 
