@@ -1,4 +1,4 @@
-"""Removing what a task holds on PostgreSQL: one turn, one artifact.
+"""Removing what a task holds on PostgreSQL: the whole task, one turn, one artifact.
 
 Each is one transaction under the task's lock, as every task mutation: the rows go, the
 task's listing row and project.md section are recomputed from the turns that are left (the
@@ -35,16 +35,44 @@ class TaskRows(TaskLock, Protocol):
 
     def add_tasks(self, conn: psycopg.Connection[Any], scope: Scope, tasks: int) -> None: ...
 
-    def drop_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> list[str]: ...
-
     def forget_blobs(self, keys: list[str]) -> None: ...
 
 
 class PgRemovals:
-    """The turn and artifact deletes of one database and bucket (PgTaskStore's)."""
+    """The task, turn and artifact deletes of one database and bucket (PgTaskStore's)."""
 
     def __init__(self, tasks: TaskRows) -> None:
         self.tasks = tasks
+
+    def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
+        """Delete a task with its turns and artifacts in one transaction, then its bytes."""
+        tasks = self.tasks
+        with tasks.transaction(scope, task_id) as conn:
+            task = conn.execute(
+                f"SELECT owner FROM tasks WHERE {KEY}", task_key(scope, task_id)
+            ).fetchone()
+            live = conn.execute(
+                f"SELECT 1 FROM turns WHERE {KEY} AND retain_until_us > %(now)s LIMIT 1",
+                task_key(scope, task_id, now=tasks.now_us()),
+            ).fetchone()
+            if task is None or live is None:
+                raise NotFound(f"task {task_id} not found")
+            if only_owner is not None and task[0] != only_owner:
+                raise NotOwner(NOT_OWNER)
+            blobs = self.drop_task(conn, scope, task_id)
+        tasks.forget_blobs(blobs)
+
+    def drop_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> list[str]:
+        """Delete the task's rows and take them off the counters (in the caller's
+        transaction, under the task's lock); return the object keys its artifacts had."""
+        key = task_key(scope, task_id)
+        blobs = forget_superseded(conn, scope, task_id)
+        blobs += [r[0] for r in conn.execute(f"SELECT blob FROM artifacts WHERE {KEY}", key)]
+        gone = pgu.task_sums(conn, key)
+        conn.execute(f"DELETE FROM tasks WHERE {KEY}", key)
+        self.tasks.add_tasks(conn, scope, -1)
+        pgu.add(conn, scope, **pgu.negated(gone))
+        return blobs
 
     def _live_turn(
         self,
@@ -87,7 +115,7 @@ class PgRemovals:
             record, live = self._live_turn(conn, scope, task_id, turn, only_owner)
             check_preconditions(record.etag, if_match, False)
             if live == 1:
-                blobs = tasks.drop_task(conn, scope, task_id)
+                blobs = self.drop_task(conn, scope, task_id)
             else:
                 key = task_key(scope, task_id, turn=turn)
                 gone = pgu.task_sums(conn, key, [turn])

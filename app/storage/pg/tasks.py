@@ -11,6 +11,10 @@ pass.
 What the API sees is what the tree engine returns: the same ETags (``"t<updated_us>"`` for a
 turn, the sha256 for an artifact), the same strictly increasing ``updated_us`` per task, the
 same listing order and signed cursors, the same ``project.md`` bytes.
+
+This module holds the reads and the steps every write shares (the task's lock, its listing
+row and section, the counters); a turn's write is turns.py's, artifacts are artifacts.py's,
+deletes removal.py's, as on the tree.
 """
 
 # ruff: noqa: S608 - SQL text is fixed fragments and column lists; every value is bound.
@@ -18,7 +22,6 @@ same listing order and signed cursors, the same ``project.md`` bytes.
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from typing import IO, Any, BinaryIO
@@ -27,22 +30,19 @@ import psycopg
 from ulid import ULID
 
 from app.storage.core import task_list, task_rules
-from app.storage.core.clock import Clock, iso_us, system_clock, to_us
+from app.storage.core.clock import Clock, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
-from app.storage.core.encoding import dumps_compact
-from app.storage.core.errors import NotFound, NotOwner
+from app.storage.core.errors import NotFound
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
     ArtifactUpload,
-    StagedUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
     TaskSummary,
     TurnEntry,
     TurnRecord,
-    turn_etag,
 )
 from app.storage.core.names import (
     Scope,
@@ -54,16 +54,10 @@ from app.storage.core.quota import QuotaSource
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
-    NOT_OWNER,
-    check_preconditions,
-    meta_facts,
-    next_updated_us,
-    written_turn,
 )
-from app.storage.core.usage import Ticket
-from app.storage.pg import digest as pgd, usage as pgu
-from app.storage.pg.artifacts import PgArtifacts, forget_superseded, name_artifact
-from app.storage.pg.blobs import BlobStore, Written
+from app.storage.pg import digest as pgd, turns, usage as pgu
+from app.storage.pg.artifacts import PgArtifacts
+from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
 from app.storage.pg.listing import (
     ARTIFACT_COLUMNS,
@@ -128,7 +122,7 @@ class PgTaskStore:
         ).fetchone()
         return None if row is None else turn_row(row)
 
-    def _artifacts(
+    def artifact_rows(
         self, conn: psycopg.Connection[Any], scope: Scope, task_id: str, turn: int | None = None
     ) -> dict[int, list[tuple[ArtifactInfo, str]]]:
         where = KEY + ("" if turn is None else " AND turn = %(turn)s")
@@ -215,166 +209,21 @@ class PgTaskStore:
         artifacts: Iterable[ArtifactUpload] = (),
         size: int | None = None,
     ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts.
-
-        ``artifacts`` (app/storage/interface.py) go to the object store first and are named
-        in the turn's transaction, as put_artifact does one."""
-        summary = task_rules.check_turn(task_id, turn, meta, summary_md)
-        uploads = iter(artifacts)
-        first = next(uploads, None)
-        if first is None:  # the seed's write
-            return self._put_turn(scope, task_id, turn, meta, summary_md, summary, actor,
-                                  if_match, if_none_match, [], None)  # fmt: skip
-        with self.db.snapshot("turn") as conn:
-            row = self.turn_row(conn, scope, task_id, turn)
-            alive = row if row and row.retain_until_us > self.now_us() else None
-            found = self._artifacts(conn, scope, task_id, turn).get(turn, []) if alive else []
-        # Checked again in the transaction; a write that cannot succeed reads no body.
-        check_preconditions(turn_etag(alive.updated_us) if alive else None, if_match, if_none_match)
-        ticket = self.usage.admit(scope)
-        staged: list[StagedUpload[Written]] = []
-        try:
-            credits = {info.name: info.size for info, _ in found}
-            chained = itertools.chain((first,), uploads)
-            self.artifacts.stage_uploads(scope, task_id, turn, chained, credits, ticket, staged)
-            record = self._put_turn(scope, task_id, turn, meta, summary_md, summary, actor,
-                                    if_match, if_none_match, staged, ticket)  # fmt: skip
-            ticket.settled()
-            return record
-        except BaseException:
-            self.forget_blobs([u.handle.key for u in staged])
-            raise
-        finally:
-            ticket.release()  # nothing to release once the write settled it
-
-    def _put_turn(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        meta: dict[str, Any],
-        summary_md: str,
-        summary: bytes,
-        actor: str | None,
-        if_match: str | None,
-        if_none_match: bool,
-        staged: list[StagedUpload[Written]],
-        ticket: Ticket | None,
-    ) -> TurnRecord:
-        """The transaction of a put_turn whose turn was checked (``summary``: its summary's
-        bytes) and whose artifacts, if any, are ``staged``."""
-        meta_json = dumps_compact(meta)
-        meta_text = meta_json.decode("utf-8")
-        model, agent_id, exit_code = meta_facts(meta)
-        stale: list[str] = []
-        with self.transaction(scope, task_id) as conn:
-            now_us = self.now_us()
-            previous = self.turn_row(conn, scope, task_id, turn)
-            alive = previous if previous and previous.retain_until_us > now_us else None
-            check_preconditions(
-                turn_etag(alive.updated_us) if alive else None, if_match, if_none_match
-            )
-            last_us = self.task_updated_us(conn, scope, task_id)
-            updated_us = next_updated_us(last_us, now_us)
-            key = task_key(scope, task_id)
-            new_bytes = len(meta_json) + len(summary)  # core/records.py usage_of_turn's count
-            old_bytes = pgu.turn_bytes(conn, key, turn) or 0
-            # An expired turn's artifacts go with the rewrite.
-            gone = (
-                pgu.task_sums(conn, key, [turn]) if previous is not None and alive is None else {}
-            )
-            kept: list[ArtifactInfo] = []
-            if alive is not None:
-                kept = [
-                    info for info, _ in self._artifacts(conn, scope, task_id, turn).get(turn, [])
-                ]
-            # Written at one instant: in name order, as the artifacts are listed.
-            added = sorted((u.info(iso_us(updated_us)) for u in staged), key=lambda a: a.name)
-            names = {a.name for a in added}
-            replaced = [a for a in kept if a.name in names]
-            artifact_bytes = sum(a.size for a in added) - sum(a.size for a in replaced)
-            # In this transaction, under the project's advisory lock: no project row needed.
-            self.usage.check(
-                conn,
-                scope,
-                new_bytes - old_bytes - gone.get("artifact_bytes", 0) + artifact_bytes,
-                int(last_us == 0),
-                exclude=ticket.id if ticket is not None else None,
-            )
-            pgu.ensure_project(conn, scope)
-            created = conn.execute(
-                "INSERT INTO tasks (tenant, project, task_id, owner, created_at)"
-                " VALUES (%(tenant)s, %(project)s, %(task_id)s, %(owner)s, %(created_at)s)"
-                " ON CONFLICT DO NOTHING",
-                task_key(scope, task_id, owner=actor, created_at=iso_us(now_us)),
-            ).rowcount
-            if previous is not None and alive is None:
-                # The old turn expired: it is gone for every reader, so its artifacts must
-                # not come back with the new write.
-                stale = forget_superseded(conn, scope, task_id, turn) + [
-                    r[0]
-                    for r in conn.execute(
-                        f"DELETE FROM artifacts WHERE {KEY} AND turn = %(turn)s RETURNING blob",
-                        task_key(scope, task_id, turn=turn),
-                    )
-                ]
-            record = written_turn(
-                task_id,
-                turn,
-                meta=meta,
-                summary_md=summary_md,
-                artifacts=tuple(a for a in kept if a.name not in names) + tuple(added),
-                created_at=alive.created_at if alive else None,
-                updated_us=updated_us,
-                retention_us=self.retention_us,
-                task_created=bool(created),
-            )
-            conn.execute(
-                "INSERT INTO turns (tenant, project, task_id, turn, meta, summary, created_at,"
-                " updated_at, retain_until, updated_us, retain_until_us, model, agent_id,"
-                " exit_code) VALUES (%(tenant)s, %(project)s, %(task_id)s, %(turn)s, %(meta)s,"
-                " %(summary)s, %(created_at)s, %(updated_at)s, %(retain_until)s,"
-                " %(updated_us)s, %(retain_until_us)s, %(model)s, %(agent_id)s, %(exit_code)s)"
-                " ON CONFLICT (tenant, project, task_id, turn) DO UPDATE SET"
-                " meta = excluded.meta, summary = excluded.summary,"
-                " created_at = excluded.created_at, updated_at = excluded.updated_at,"
-                " retain_until = excluded.retain_until, updated_us = excluded.updated_us,"
-                " retain_until_us = excluded.retain_until_us, model = excluded.model,"
-                " agent_id = excluded.agent_id, exit_code = excluded.exit_code",
-                task_key(
-                    scope,
-                    task_id,
-                    turn=turn,
-                    meta=meta_text,
-                    summary=summary,
-                    created_at=record.created_at,
-                    updated_at=record.updated_at,
-                    retain_until=record.retain_until,
-                    updated_us=updated_us,
-                    retain_until_us=updated_us + self.retention_us,
-                    model=model,
-                    agent_id=agent_id,
-                    exit_code=exit_code,
-                ),
-            )
-            for upload, info in zip(sorted(staged, key=lambda u: u.name), added, strict=True):
-                name_artifact(conn, scope, task_id, turn, info, updated_us, upload.handle.key)
-            self.recompute(conn, scope, task_id, record)
-            self.add_tasks(conn, scope, created)
-            pgu.add(
-                conn,
-                scope,
-                turns=int(previous is None),
-                turn_bytes=new_bytes - old_bytes,
-                artifacts=len(added) - len(replaced) - gone.get("artifacts", 0),
-                artifact_bytes=artifact_bytes - gone.get("artifact_bytes", 0),
-            )
-            if isinstance(ticket, pgu.PgTicket):
-                ticket.settle_in(conn)
-        # Replaced bytes stay for the sweeper's orphan pass or a delete, as put_artifact
-        # leaves them (name_artifact).
-        self.forget_blobs(stale)
-        return record
+        """Create or replace one turn's meta and summary; keep created_at and artifacts
+        (pg/turns.py)."""
+        return turns.put_turn(
+            self,
+            scope,
+            task_id,
+            turn,
+            meta=meta,
+            summary_md=summary_md,
+            actor=actor,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            artifacts=artifacts,
+            size=size,
+        )
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
@@ -384,7 +233,7 @@ class PgTaskStore:
             row = self.turn_row(conn, scope, task_id, turn)
             if row is None or row.retain_until_us <= self.now_us():
                 raise NotFound(f"turn {turn} of task {task_id} not found")
-            found = self._artifacts(conn, scope, task_id, turn).get(turn, [])
+            found = self.artifact_rows(conn, scope, task_id, turn).get(turn, [])
         return row.record(task_id, tuple(info for info, _ in found))
 
     # -- tasks -----------------------------------------------------------------------------
@@ -401,7 +250,7 @@ class PgTaskStore:
                 " AND retain_until_us > %(now)s ORDER BY turn",
                 task_key(scope, task_id, now=now_us),
             ).fetchall()
-            artifacts = self._artifacts(conn, scope, task_id) if rows else {}
+            artifacts = self.artifact_rows(conn, scope, task_id) if rows else {}
         if task is None or not rows:
             raise NotFound(f"task {task_id} not found")
         turns = [turn_row(r) for r in rows]
@@ -511,33 +360,8 @@ class PgTaskStore:
         return task_list.summary(row)
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None:
-        """Delete a task with its turns and artifacts in one transaction, then its bytes."""
-        with self.transaction(scope, task_id) as conn:
-            task = conn.execute(
-                f"SELECT owner FROM tasks WHERE {KEY}", task_key(scope, task_id)
-            ).fetchone()
-            live = conn.execute(
-                f"SELECT 1 FROM turns WHERE {KEY} AND retain_until_us > %(now)s LIMIT 1",
-                task_key(scope, task_id, now=self.now_us()),
-            ).fetchone()
-            if task is None or live is None:
-                raise NotFound(f"task {task_id} not found")
-            if only_owner is not None and task[0] != only_owner:
-                raise NotOwner(NOT_OWNER)
-            blobs = self.drop_task(conn, scope, task_id)
-        self.forget_blobs(blobs)
-
-    def drop_task(self, conn: psycopg.Connection[Any], scope: Scope, task_id: str) -> list[str]:
-        """Delete the task's rows and take them off the counters (in the caller's
-        transaction, under the task's lock); return the object keys its artifacts had."""
-        key = task_key(scope, task_id)
-        blobs = forget_superseded(conn, scope, task_id)
-        blobs += [r[0] for r in conn.execute(f"SELECT blob FROM artifacts WHERE {KEY}", key)]
-        gone = pgu.task_sums(conn, key)
-        conn.execute(f"DELETE FROM tasks WHERE {KEY}", key)
-        self.add_tasks(conn, scope, -1)
-        pgu.add(conn, scope, **pgu.negated(gone))
-        return blobs
+        """Delete a task with its turns and artifacts (app/storage/pg/removal.py)."""
+        self.removals.delete_task(scope, task_id, only_owner=only_owner)
 
     def delete_turn(
         self,
