@@ -44,6 +44,14 @@ def selected_backends() -> list[str]:
     return names
 
 
+def backends_first_then_slow() -> list[Any]:
+    """Params of a real-server scenario that runs on each selected backend: the first one in
+    `make test`, the others in `make slow` (each behaviour keeps one case in `make test`;
+    CI runs both)."""
+    first, *others = selected_backends()
+    return [first, *(pytest.param(kind, marks=pytest.mark.slow) for kind in others)]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run ``all_backends`` tests (and every user of ``backend``) once per selected backend."""
     if "backend_kind" not in metafunc.fixturenames:

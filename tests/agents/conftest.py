@@ -379,7 +379,14 @@ def egress() -> Iterator[EgressProbe]:
     probe.close()
 
 
-@pytest.fixture(params=["idle", "loaded"])
+# The hogs take the machine's cores from everything else that runs beside the test (the other
+# pytest worker included): the loaded and busy cases run in `make slow`, the idle one in
+# `make test`.
+LOADED = pytest.param("loaded", marks=pytest.mark.slow)
+BUSY = pytest.param("busy", marks=pytest.mark.slow)
+
+
+@pytest.fixture(params=["idle", LOADED])
 def load(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a test as the machine is, and with CPU hogs (``yes > /dev/null``) beside the
     agent: ``loaded``, one per core and at least two (a busy laptop); ``busy``, four per
