@@ -47,7 +47,15 @@ TEST_WORKERS ?= 2
 # each worker compiles the app and rewrites the asserts of every test module again, and so
 # does each of the hundreds of servers, CLIs and hooks the tests start (a third of a second
 # of CPU each).
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+PYTEST_BYTECODE := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+# make test and make slow keep their temporary files (tmp_path, the roots of the servers they
+# start) on tmpfs where the machine has one: on a disk, the syncfs of each group commit and
+# the fsyncs of each write waited on every other writer of the disk, and made most of an
+# in-process test's time. tmpfs takes the same code paths (its group commit included); what
+# reaches a disk and what a power loss keeps is checked by make faults and make powerloss,
+# on filesystems of their own. Only the directories of failed tests are kept: they are memory.
+TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}")
+PYTEST := env TMPDIR=$(TEST_TMPDIR) $(PYTEST_BYTECODE) -o tmp_path_retention_policy=failed
 
 test: $(DEV_STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not soak and not powerloss and not faults and not slow" $(PYTEST_ARGS)
@@ -61,7 +69,7 @@ slow: $(DEV_STAMP)
 # Real faults (tests/robust: full disks on loop ext4, EIO through FUSE, clock steps, master
 # kills): each takes seconds of a whole machine, so they run on their own (CI: after make test).
 faults: $(DEV_STAMP)
-	$(PYTEST) -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
+	$(PYTEST_BYTECODE) -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
