@@ -64,7 +64,8 @@ test: $(DEV_STAMP)
 # for tens of seconds, kills and restarts under writers, and the cases of large matrices beyond
 # the ones `make test` keeps. Each behaviour keeps a test in `make test`; CI runs this after it.
 slow: $(DEV_STAMP)
-	$(PYTEST) -q -n $(TEST_WORKERS) -m "slow and not soak and not powerloss and not faults" $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup \
+		-m "slow and not soak and not powerloss and not faults" $(PYTEST_ARGS)
 
 # Real faults (tests/robust: full disks on loop ext4, EIO through FUSE, clock steps, master
 # kills): each takes seconds of a whole machine, so they run on their own (CI: after make test).

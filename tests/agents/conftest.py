@@ -381,9 +381,12 @@ def egress() -> Iterator[EgressProbe]:
 
 # The hogs take the machine's cores from everything else that runs beside the test (the other
 # pytest worker included): the loaded and busy cases run in `make slow`, the idle one in
-# `make test`.
-LOADED = pytest.param("loaded", marks=pytest.mark.slow)
-BUSY = pytest.param("busy", marks=pytest.mark.slow)
+# `make test`. They run one at a time there (`make slow` hands out tests by xdist group):
+# two of them side by side are twice the load the test is about, and a TUI it drives missed
+# its 90 s.
+HOGS = [pytest.mark.slow, pytest.mark.xdist_group("cpu_hogs")]
+LOADED = pytest.param("loaded", marks=HOGS)
+BUSY = pytest.param("busy", marks=HOGS)
 
 
 @pytest.fixture(params=["idle", LOADED])
