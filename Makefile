@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
+.PHONY: venv run test slow faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
 
 # The server, and the client distribution (client/: the project-memory CLI and the agents'
 # hooks), so that `make run` is all a first try needs.
@@ -43,14 +43,34 @@ run: $(RUN_STAMP)
 # two of them share 2 cores well; each worker starts its own PostgreSQL and SeaweedFS.
 # TEST_WORKERS=0 runs the tests in one process.
 TEST_WORKERS ?= 2
+# The test runs write bytecode whatever the shell says (PYTHONDONTWRITEBYTECODE): without it
+# each worker compiles the app and rewrites the asserts of every test module again, and so
+# does each of the hundreds of servers, CLIs and hooks the tests start (a third of a second
+# of CPU each).
+PYTEST_BYTECODE := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+# make test and make slow keep their temporary files (tmp_path, the roots of the servers they
+# start) on tmpfs where the machine has one: on a disk, the syncfs of each group commit and
+# the fsyncs of each write waited on every other writer of the disk, and made most of an
+# in-process test's time. tmpfs takes the same code paths (its group commit included); what
+# reaches a disk and what a power loss keeps is checked by make faults and make powerloss,
+# on filesystems of their own. Only the directories of failed tests are kept: they are memory.
+TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo "$${TMPDIR:-/tmp}")
+PYTEST := env TMPDIR=$(TEST_TMPDIR) $(PYTEST_BYTECODE) -o tmp_path_retention_policy=failed
 
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not soak and not powerloss and not faults" $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not soak and not powerloss and not faults and not slow" $(PYTEST_ARGS)
+
+# Long scenarios (tests marked slow): agents beside CPU hogs, servers soaked with slow clients
+# for tens of seconds, kills and restarts under writers, and the cases of large matrices beyond
+# the ones `make test` keeps. Each behaviour keeps a test in `make test`; CI runs this after it.
+slow: $(DEV_STAMP)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup \
+		-m "slow and not soak and not powerloss and not faults" $(PYTEST_ARGS)
 
 # Real faults (tests/robust: full disks on loop ext4, EIO through FUSE, clock steps, master
 # kills): each takes seconds of a whole machine, so they run on their own (CI: after make test).
 faults: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
+	$(PYTEST_BYTECODE) -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)

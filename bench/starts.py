@@ -1,6 +1,7 @@
 """How fast the service starts: an admin command, and a restart after a clean stop.
 
     python -m bench.starts [--base DIR] [--tasks 1000 10000] [--reps 5]
+    python -m bench.starts --install [--reps 5]
 
 * ``flask --app wsgi tokens list``: wall time from spawn to exit, over an empty root (the
   command every operator runs first); and which of the heavy libraries it imported
@@ -14,6 +15,12 @@
 With ``--base``, the same for another checkout (its code, this venv's packages), interleaved
 (this, base, base, this, ...) on the same roots. Prints one table of medians and ranges.
 
+``--install``: ``tokens list`` as docs/deploy.md installs the server: the checkout's files
+(``git archive HEAD``) in a scratch directory, ``pip install '.[server]'`` into a fresh venv
+there, the command run from that directory (its ``app`` is the one imported). Timed as the
+service's user meets it, with PYTHONDONTWRITEBYTECODE and no bytecode in the checkout
+(it cannot write there), then after the recipe's ``compileall`` line; interleaved.
+
 Each checkout is byte-compiled first, and the commands run without PYTHONDONTWRITEBYTECODE:
 as a deployment runs them (its first start writes the .pyc files), where compiling the app
 from source on every start would be a tenth of a second that no user pays.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,6 +110,50 @@ def cli_imports(checkout: Path, work: Path) -> tuple[float, dict[str, float]]:
     return wsgi, heavy
 
 
+def install_rows(reps: int) -> None:
+    """``tokens list`` in a fresh non-editable install, before and after ``compileall``."""
+    with tempfile.TemporaryDirectory(prefix="pm-install-") as tmp:
+        site = Path(tmp) / "project-memory"
+        site.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", "HEAD"], cwd=servers.REPO, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(site)], input=archive.stdout, check=True)
+        venv = site / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, ".[server]"], cwd=site, check=True)
+        shutil.rmtree(site / "build", ignore_errors=True)  # what pip's build left beside it
+        compiled = Path(tmp) / "compiled"
+        shutil.copytree(site, compiled, ignore=shutil.ignore_patterns(".venv"))
+        python = str(venv / "bin" / "python")
+        subprocess.run(
+            [python, "-m", "compileall", "-q", "app", "wsgi.py"], cwd=compiled, check=True
+        )
+        work = Path(tmp) / "work"
+        work.mkdir()
+        env = {**servers.gunicorn_env(work, 0), "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("MEMORY_BIND")
+        args = [str(venv / "bin" / "flask"), "--app", "wsgi", "tokens", "list"]
+        sides = {"as installed": site, "after compileall": compiled}
+        timed: dict[str, list[float]] = {name: [] for name in sides}
+        for rep in range(reps + 1):
+            order = list(sides.items()) if rep % 2 == 0 else list(sides.items())[::-1]
+            for name, cwd in order:
+                started = time.perf_counter()
+                subprocess.run(args, cwd=cwd, env=env, capture_output=True, check=True)
+                if rep:  # the first round warms the page cache
+                    timed[name].append(time.perf_counter() - started)
+        assert not list(site.glob("app/**/__pycache__")), "the service's user writes no bytecode"
+        print(
+            f"tokens list in a fresh install: median (min-max) of {reps} interleaved reps, s;",
+            end=" ",
+        )
+        print(f"load average {os.getloadavg()[0]:.1f}")
+        for name, values in timed.items():
+            print(f"  {name:<18} {fmt(values)}")
+
+
 def start_seconds(checkout: Path, work: Path) -> float:
     """Spawn the server from ``checkout`` on ``work``; seconds until /readyz; stop it cleanly."""
     port = servers.free_port()
@@ -146,7 +198,11 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="another checkout, measured interleaved")
     parser.add_argument("--tasks", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--install", action="store_true", help="a fresh install (see above)")
     args = parser.parse_args()
+    if args.install:
+        install_rows(args.reps)
+        return
     sides = {"this": servers.REPO}
     if args.base:
         sides["base"] = args.base.resolve()

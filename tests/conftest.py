@@ -44,6 +44,14 @@ def selected_backends() -> list[str]:
     return names
 
 
+def backends_first_then_slow() -> list[Any]:
+    """Params of a real-server scenario that runs on each selected backend: the first one in
+    `make test`, the others in `make slow` (each behaviour keeps one case in `make test`;
+    CI runs both)."""
+    first, *others = selected_backends()
+    return [first, *(pytest.param(kind, marks=pytest.mark.slow) for kind in others)]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run ``all_backends`` tests (and every user of ``backend``) once per selected backend."""
     if "backend_kind" not in metafunc.fixturenames:
@@ -104,14 +112,22 @@ class Services:
     postgres: Any
     seaweed: Any
     database_url: str
+    # One connection makes every test's schema: a new one per test cost more than the schema.
+    admin: Any = None
 
     def settings(self) -> dict[str, Any]:
         """Config overrides for a backend of its own: a fresh schema and key prefix."""
         import psycopg
 
         name = f"t{next(_schemas)}_{os.getpid()}"
-        with psycopg.connect(self.database_url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {name}")
+        if self.admin is None or self.admin.closed:
+            self.admin = psycopg.connect(self.database_url, autocommit=True)
+        try:
+            self.admin.execute(f"CREATE SCHEMA {name}")
+        except psycopg.OperationalError:  # a test ended the connection: once more on a new one
+            self.admin.close()
+            self.admin = psycopg.connect(self.database_url, autocommit=True)
+            self.admin.execute(f"CREATE SCHEMA {name}")
         return {
             "DATABASE_URL": f"{self.database_url}?options=-csearch_path%3D{name}",
             "BLOB_URL": f"s3://{self.seaweed.bucket}/{name}",
@@ -146,7 +162,10 @@ def services() -> Iterator[Services]:
         postgres = Postgres(directory / "pg").start()
         seaweed = Seaweed(directory / "s3").start()
         os.environ.update(seaweed.env())  # boto3 (and gunicorn children) read AWS_* from here
-        yield Services(postgres, seaweed, postgres.database("project_memory_test"))
+        found = Services(postgres, seaweed, postgres.database("project_memory_test"))
+        yield found
+        if found.admin is not None:
+            found.admin.close()
     finally:
         if seaweed is not None:
             seaweed.stop()

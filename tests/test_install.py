@@ -24,7 +24,7 @@ import requests
 from tests.client.mount.helpers import Remote, local_tree
 from tests.e2e.conftest import REPO, free_port, start_server
 
-pytestmark = pytest.mark.install
+pytestmark = [pytest.mark.install, pytest.mark.slow]  # pip, twice: `make slow`
 
 DEV_TOOLS = {"pytest", "pytest-xdist", "ruff", "mypy", "hypothesis", "schemathesis", "anthropic"}
 SERVER_ONLY = {"flask", "werkzeug", "gunicorn", "filelock", "python-ulid", "orjson", "marshmallow"}

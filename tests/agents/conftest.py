@@ -379,7 +379,17 @@ def egress() -> Iterator[EgressProbe]:
     probe.close()
 
 
-@pytest.fixture(params=["idle", "loaded"])
+# The hogs take the machine's cores from everything else that runs beside the test (the other
+# pytest worker included): the loaded and busy cases run in `make slow`, the idle one in
+# `make test`. They run one at a time there (`make slow` hands out tests by xdist group):
+# two of them side by side are twice the load the test is about, and a TUI it drives missed
+# its 90 s.
+HOGS = [pytest.mark.slow, pytest.mark.xdist_group("cpu_hogs")]
+LOADED = pytest.param("loaded", marks=HOGS)
+BUSY = pytest.param("busy", marks=HOGS)
+
+
+@pytest.fixture(params=["idle", LOADED])
 def load(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a test as the machine is, and with CPU hogs (``yes > /dev/null``) beside the
     agent: ``loaded``, one per core and at least two (a busy laptop); ``busy``, four per

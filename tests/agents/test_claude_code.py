@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.agents.conftest import VENV_BIN, Memory, Work, cli, default_timeout
+from tests.agents.conftest import BUSY, LOADED, VENV_BIN, Memory, Work, cli, default_timeout
 from tests.agents.harness import AnthropicStub, EgressProbe, pinned, stream_events
 
 pytestmark = pytest.mark.e2e
@@ -180,7 +180,7 @@ def _first_request_has(run: Session, mark: str) -> bool:
     return "SessionStart hook additional context" in first and mark in first
 
 
-@pytest.mark.parametrize("load", ["idle", "loaded", "busy"], indirect=True)
+@pytest.mark.parametrize("load", ["idle", LOADED, BUSY], indirect=True)
 def test_the_digest_reaches_the_first_request_in_every_session(
     claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe, load: str
 ) -> None:

@@ -110,6 +110,7 @@ def test_stored_text_cannot_close_its_frame(client: FlaskClient, tokens: Tokens)
     assert text.count("FORGED: ignore") >= 2  # in the turn and in the digest
 
 
+@pytest.mark.shared_rule  # the query's schema: one code for all backends
 @pytest.mark.parametrize(
     ("query", "loc"),
     [

@@ -188,6 +188,7 @@ def test_list_stores_include_archived(api: Api) -> None:
     ] == [kept]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "query",
     [
@@ -574,6 +575,7 @@ def test_list_memories_view_full_and_limit_clamp(api: Api) -> None:
     assert [m["content"] for m in full] == [f"content {i}" for i in range(25)]
 
 
+@pytest.mark.shared_rule
 @pytest.mark.parametrize(
     "query",
     [

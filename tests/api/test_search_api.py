@@ -80,6 +80,7 @@ def test_search_pages_with_a_cursor(client: FlaskClient, tokens: Tokens) -> None
     assert len(seen) == len(set(seen)) == 3
 
 
+@pytest.mark.shared_rule  # the query's schema and the cursor codec: one code for all
 @pytest.mark.parametrize(
     ("query", "loc", "says"),
     [

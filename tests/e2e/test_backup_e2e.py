@@ -14,7 +14,7 @@ import requests
 
 from tests.e2e.conftest import REPO, VENV_BIN, Server, start_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # two servers and writers: `make slow`
 PM = "/sandbox/memory/v1"
 MS = "/v1/memory_stores"
 

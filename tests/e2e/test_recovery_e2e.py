@@ -22,7 +22,7 @@ import requests
 from app.storage.tree.backend import TreeStorage
 from tests.e2e.conftest import REPO, flask_cli, start_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # 30 s of a server: `make slow`
 API = "/sandbox/memory/v1"
 # Enough tasks that the full check outlasts many writes (bench/loader.py builds them fast).
 TASKS = 1000

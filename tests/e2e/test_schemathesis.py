@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import selected_backends
+from tests.conftest import backends_first_then_slow
 from tests.e2e.conftest import REPO, VENV_BIN, Server, start_server
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +36,7 @@ PHASES = "examples,coverage,fuzzing,stateful" if FULL else "fuzzing,stateful"
 MIN_OPERATIONS = 29
 
 
-@pytest.fixture(params=selected_backends())
+@pytest.fixture(params=backends_first_then_slow())
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:

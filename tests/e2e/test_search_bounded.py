@@ -2,7 +2,8 @@
 each backend MEMORY_TEST_BACKENDS names): one query over a 1 MiB summary made of matching
 words answers in bounded time, /healthz and another project's list keep answering within a
 second while 32 such searches run, every search answers 200 or a JSON 503 (never a hung
-request or a 500), and SIGTERM stops the server while they run.
+request or a 500), and SIGTERM stops the server while they run (on the first backend in
+`make test`, on the others in `make slow`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import selected_backends
+from tests.conftest import backends_first_then_slow, selected_backends
 from tests.e2e.conftest import Server, start_server
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +73,7 @@ def loaded(
         srv.stop()
 
 
-@pytest.fixture(params=selected_backends())
+@pytest.fixture(params=backends_first_then_slow())
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     srv = _start(request, tmp_path)
     try:

@@ -7,6 +7,9 @@
 * a small body is read before a thread serves its request, a larger one only for a known
   sender, and by at most half the threads at once: the others wait holding no thread;
 * the answers gunicorn writes itself (414, 431, 400) are JSON in each API's error shape.
+
+The first two and the "at most half the threads" case hold a server for 15 to 40 s each:
+they run in `make slow` (CI runs it after `make test`), the rest in `make test`.
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ def healthz_latency(server: Server) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_slow_clients_hold_no_thread_and_are_cut_off_with_408(edge: Server) -> None:
     secret = edge.token("writer")
     host = "127.0.0.1"
@@ -441,6 +445,7 @@ def default_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
         srv.stop()
 
 
+@pytest.mark.slow
 def test_slow_anonymous_bodies_leave_health_and_another_tenants_list_answering(
     default_server: Server,
 ) -> None:
@@ -610,6 +615,7 @@ class Upload(threading.Thread):
         return parse_answer(self.answer)[0]
 
 
+@pytest.mark.slow
 def test_at_most_half_the_threads_wait_on_request_bodies(tmp_path: Path) -> None:
     # One worker of two threads: one may read a body still coming from its client.
     server = start_server(tmp_path, workers=1, threads=2, env_extra={"MEMORY_BODY_TIMEOUT": "8"})

@@ -14,7 +14,7 @@ import requests
 
 from tests.e2e.conftest import Server, start_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # waits out a retention: `make slow`
 
 API = "/sandbox/memory/v1"
 INTERVAL = 1.0

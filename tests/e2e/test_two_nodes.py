@@ -274,6 +274,7 @@ def test_sigkill_of_one_node_mid_write_loses_no_acknowledged_write(
     assert r.status_code == 200
 
 
+@pytest.mark.slow
 def test_a_slow_reader_of_project_md_sees_one_moment_and_holds_up_no_writer(
     nodes: tuple[Server, Server], secret: str
 ) -> None:

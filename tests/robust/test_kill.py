@@ -371,6 +371,7 @@ def _server_kills(live_factory: Any, times: int, seconds: float) -> None:
     check_after(server.root, run)
 
 
+@pytest.mark.slow  # make test kills workers in the variant below
 def test_sigkill_random_workers_during_writes(live_factory: Any) -> None:
     _worker_kills(live_factory, times=12, seconds=8)
 

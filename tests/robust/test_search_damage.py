@@ -22,7 +22,11 @@ from app.storage.tree.backend import TreeStorage
 from tests.robust.helpers import auth
 from tests.robust.test_removed_text import files_with
 
-pytestmark = [pytest.mark.e2e, pytest.mark.tree_only("damages the tree's SQLite files")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,  # a server written to while its indexes are damaged and rebuilt
+    pytest.mark.tree_only("damages the tree's SQLite files"),
+]
 
 PM = "/sandbox/memory/v1"
 MS = "/v1/memory_stores"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.robust.helpers import BASE, Live, auth, temp_files
+from tests.robust.helpers import BASE, Live, auth, start, temp_files
 
 pytestmark = pytest.mark.e2e
 MiB = 1 << 20
@@ -61,9 +61,26 @@ def artifacts(server: Live, secret: str) -> list[str]:
     return sorted(a["name"] for a in got.json()["artifacts"])
 
 
+def one_worker_settings() -> dict[str, Any]:
+    return {"workers": 1, "threads": 4, "env_extra": {"MEMORY_WORKER_TIMEOUT": "2"}}
+
+
 @pytest.fixture
 def one_worker(live_factory: Any) -> tuple[Live, str]:
-    server = live_factory(workers=1, threads=4, env_extra={"MEMORY_WORKER_TIMEOUT": "2"})
+    return _warmed(live_factory(**one_worker_settings()))
+
+
+@pytest.fixture(scope="module")
+def one_worker_kept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Live, str]]:
+    """One server for the cases that each check they left it as they found it."""
+    server = start(tmp_path_factory.mktemp("kept"), **one_worker_settings())
+    try:
+        yield _warmed(server)
+    finally:
+        server.stop()
+
+
+def _warmed(server: Live) -> tuple[Live, str]:
     secret = server.token("writer")
     resp = requests.put(
         f"{server.url}{BASE}/tasks/t/turns/0", json={}, headers=auth(secret), timeout=30
@@ -187,9 +204,9 @@ def _exchange(server: Live, request: bytes, *, half_close: bool = False) -> byte
     ],
 )
 def test_a_malformed_chunked_body_is_400_and_ends_the_connection(
-    one_worker: tuple[Live, str], label: str, chunks: bytes, half_close: bool
+    one_worker_kept: tuple[Live, str], label: str, chunks: bytes, half_close: bool
 ) -> None:
-    server, secret = one_worker
+    server, secret = one_worker_kept
     host = server.url.removeprefix("http://")
     head = (
         f"PUT {BASE}/tasks/t/turns/0/artifacts/bad.bin HTTP/1.1\r\n"

@@ -1,5 +1,6 @@
-"""URL rules share their compiled URL builders across apps (app/web/routing.py), and each
-app still builds its own URLs: through its own converters, defaults and settings."""
+"""URL rules share their parse and their compiled URL builders across apps
+(app/web/routing.py), and each app still matches and builds its own URLs: through its own
+converters, defaults and settings."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 import pytest
 from flask import Flask, url_for
-from werkzeug.routing import BuildError, UnicodeConverter, ValidationError
+from werkzeug.exceptions import NotFound
+from werkzeug.routing import BaseConverter, BuildError, UnicodeConverter, ValidationError
 
 from app import create_app
 from app.web.routing import Rule
@@ -41,6 +43,12 @@ def test_two_apps_share_builders_and_each_builds_its_own_urls(tmp_path: Path) ->
         ):
             assert mine.__func__ is theirs.__func__  # type: ignore[attr-defined]
             assert mine.__self__ is rule and theirs.__self__ is other  # type: ignore[attr-defined]
+        assert rule._parts == other._parts and rule._parts is not other._parts
+        assert all(a is b for a, b in zip(rule._parts, other._parts, strict=True))
+        assert rule._converters.keys() == other._converters.keys() == rule.arguments
+        for name, converter in rule._converters.items():
+            assert converter.map is first.url_map
+            assert other._converters[name].map is second.url_map
     for application in (first, second):
         with application.test_request_context():
             url = url_for(
@@ -86,3 +94,28 @@ def test_a_shared_builder_converts_through_its_own_rule() -> None:
     with with_default.test_request_context():
         assert url_for("x", v="d") == "/x/"
         assert url_for("x", v="e") == "/x/e"
+
+
+def test_a_shared_parse_follows_each_maps_converters_and_slashes() -> None:
+    """The same rule text on maps with other converters or another slash rule is parsed
+    for each: it matches what its own map says."""
+    plain, even, merging = Flask("plain"), Flask("even"), Flask("merging")
+    for application in (plain, even, merging):
+        application.url_rule_class = Rule
+        application.url_map.merge_slashes = application is merging
+    plain.url_map.converters["n"] = UnicodeConverter
+    even.url_map.converters["n"] = _Digits
+    merging.url_map.converters["n"] = UnicodeConverter
+    for application in (plain, even, merging):
+        application.add_url_rule("/y//<n:v>", "y", lambda v: v)
+    assert plain.url_map.bind("h").match("/y//abc") == ("y", {"v": "abc"})
+    assert even.url_map.bind("h").match("/y//123") == ("y", {"v": "123"})
+    with pytest.raises(NotFound):
+        even.url_map.bind("h").match("/y//abc")
+    assert merging.url_map.bind("h").match("/y/abc") == ("y", {"v": "abc"})
+    with pytest.raises(NotFound):
+        plain.url_map.bind("h").match("/y/abc")
+
+
+class _Digits(BaseConverter):
+    regex = "[0-9]+"

@@ -4,7 +4,9 @@ accepts exactly what the parser does: the same text, refused or taken, by either
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from app.storage import InvalidName
@@ -61,19 +63,42 @@ def _parser_takes(text: str) -> bool:
     return True
 
 
-@settings(max_examples=3000, deadline=None)
-@given(QUERIES)
-@example("")
-@example("a " * 16)
-@example("a " * 17)
-@example("- " * 40 + "a")
-@example('"🚀"')
-@example("🚀*")
-@example("a«*")
-@example("x" * (MAX_QUERY_CHARS + 1))
-def test_the_pattern_and_the_parser_agree(text: str) -> None:
+def _agree(text: str) -> None:
     by_pattern = re.fullmatch(query_pattern(), text) is not None and len(text) <= MAX_QUERY_CHARS
     assert by_pattern == _parser_takes(text)
+
+
+EDGES = [
+    "",
+    "a " * 16,
+    "a " * 17,
+    "- " * 40 + "a",
+    '"🚀"',
+    "🚀*",
+    "a«*",
+    "x" * (MAX_QUERY_CHARS + 1),
+]
+
+
+def _with_edges(test: Any) -> Any:
+    for text in reversed(EDGES):
+        test = example(text)(test)
+    return test
+
+
+@settings(max_examples=300, deadline=None)
+@given(QUERIES)
+@_with_edges
+def test_the_pattern_and_the_parser_agree(text: str) -> None:
+    _agree(text)
+
+
+@pytest.mark.slow  # 3,000 texts: ten times the case above, in `make slow`
+@settings(max_examples=3000, deadline=None)
+@given(QUERIES)
+@_with_edges
+def test_the_pattern_and_the_parser_agree_on_3000_texts(text: str) -> None:
+    _agree(text)
 
 
 def test_terms_without_a_letter_or_digit_are_left_out() -> None:

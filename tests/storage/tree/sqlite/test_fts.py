@@ -84,6 +84,7 @@ def _matches(listing: Listing, word: str) -> list[int]:
         ]
 
 
+@pytest.mark.slow  # thousands of deletes
 def test_a_project_takes_thousands_of_deletes_with_a_bounded_index(scratch: Path) -> None:
     listing = Listing(scratch / "_listing.sqlite3", timeout=5.0)
     for n in range(KEPT):
@@ -195,6 +196,7 @@ def _version(store: str, memory: str, n: int, content: str | None) -> VersionRec
     )
 
 
+@pytest.mark.slow  # thousands of deletes
 def test_a_memory_store_takes_thousands_of_deletes_with_a_bounded_index(scratch: Path) -> None:
     index = StoreIndex(scratch / "index.sqlite3", timeout=5.0)
     store = "memstore_test"
