@@ -9,18 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, request
-from marshmallow import Schema
 
-from app.api.common import json_body, json_response, storage, strict_int
+from app.api.common import json_body, json_response, optional_json_body, storage
 from app.api.docs import doc, links
+from app.api.query import (
+    STORES,
+    query_bool,
+    query_choice,
+    query_full,
+    query_time_us,
+    store_page_limit,
+)
 from app.schemas import memory_stores as s, rules
 from app.services import stores
-from app.storage.core.clock import parse_time_us
 from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
-from app.web.errors import ApiError
 
 PREFIX = "/v1/memory_stores"
 TAGS = ["memory-stores"]
@@ -116,67 +121,6 @@ def engine() -> StoreBackend:
     return storage().stores
 
 
-def _bad_query(name: str, message: str) -> ApiError:
-    return ApiError(400, f"{name}: {message}", error_type="invalid_request_error")
-
-
-def _query_int(name: str, default: int, allowed: range) -> int:
-    """Read query parameter ``name`` as an integer in ``allowed`` (else 400)."""
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    value = strict_int(raw, signed=allowed.start < 0)
-    if value is None:
-        raise _bad_query(name, "must be an integer")
-    if value not in allowed:
-        raise _bad_query(name, f"must be between {allowed.start} and {allowed.stop - 1}")
-    return value
-
-
-def _view(default: str) -> bool:
-    """True for view=full."""
-    value = request.args.get("view", default)
-    if value not in ("basic", "full"):
-        raise _bad_query("view", "must be 'basic' or 'full'")
-    return value == "full"
-
-
-def _limit(full: bool) -> int:
-    # With view=full a larger limit is clamped to 20, not refused, as the reference API
-    # does: full views carry content, so their pages stay small.
-    limit = _query_int("limit", 20, range(1, 101))
-    return min(limit, 20) if full else limit
-
-
-def _bool(name: str) -> bool:
-    raw = request.args.get(name)
-    if raw is None:
-        return False
-    if raw.lower() in ("true", "1"):
-        return True
-    if raw.lower() in ("false", "0"):
-        return False
-    raise _bad_query(name, "must be true or false")
-
-
-def _time_us(name: str) -> int | None:
-    raw = request.args.get(name)
-    if raw is None:
-        return None
-    try:
-        return parse_time_us(raw, query=True)
-    except ValueError:
-        raise _bad_query(name, "must be an RFC 3339 timestamp") from None
-
-
-def _optional_body(schema: Schema) -> Any:
-    """A body that may be absent (archive, redact): nothing or ``{}``."""
-    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
-    if not request.content_length and not chunked:
-        return {}
-    return json_body(schema)
-
-
 def _memory_page(page: Page) -> dict[str, Any]:
     return {
         "data": [
@@ -252,11 +196,11 @@ def list_memory_stores() -> Response:
     """List memory stores, newest first"""
     page = engine().list_stores(
         current_principal().scope,
-        limit=_limit(False),
+        limit=store_page_limit(False),
         page=request.args.get("page") or None,
-        include_archived=_bool("include_archived"),
-        created_gte_us=_time_us("created_at[gte]"),
-        created_lte_us=_time_us("created_at[lte]"),
+        include_archived=query_bool("include_archived"),
+        created_gte_us=query_time_us("created_at[gte]", STORES),
+        created_lte_us=query_time_us("created_at[lte]", STORES),
     )
     return json_response(store_list_out.dump(page))
 
@@ -312,7 +256,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
 
     Its creator, or a project_admin and above (403 otherwise).
     """
-    _optional_body(empty_in)
+    optional_json_body(empty_in)
     store = stores.archive_store(storage(), current_principal(), memory_store_id)
     return json_response(store_out.dump(store))
 
@@ -328,7 +272,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
 )
 def create_memory(memory_store_id: str) -> Response:
     """Create a memory at an unoccupied path"""
-    full = _view("basic")
+    full = query_full("basic")
     data = json_body(memory_create_in)
     memory = stores.create_memory(
         storage(),
@@ -360,16 +304,14 @@ def create_memory(memory_store_id: str) -> Response:
 )
 def list_memories(memory_store_id: str) -> Response:
     """List memories in path order (depth 1 rolls deeper paths up into memory_prefix)"""
-    full = _view("basic")
-    depth = request.args.get("depth")
-    if depth is not None and depth not in ("0", "1"):
-        raise _bad_query("depth", "must be 0 or 1")
+    full = query_full("basic")
+    depth = query_choice("depth", "0", ("0", "1"), "must be 0 or 1")
     page = engine().list_memories(
         current_principal().scope,
         memory_store_id,
         path_prefix=request.args.get("path_prefix", "/"),
-        depth=int(depth or 0),
-        limit=_limit(full),
+        depth=int(depth),
+        limit=store_page_limit(full),
         page=request.args.get("page") or None,
         full=full,
     )
@@ -385,13 +327,13 @@ def list_memories(memory_store_id: str) -> Response:
 def get_memory(memory_store_id: str, memory_id: str) -> Response:
     """Retrieve a memory"""
     memory = engine().get_memory(
-        current_principal().scope, memory_store_id, memory_id, full=_view("full")
+        current_principal().scope, memory_store_id, memory_id, full=query_full("full")
     )
     return json_response(memory_out.dump(memory))
 
 
 def _update_memory(memory_store_id: str, memory_id: str) -> Response:
-    full = _view("basic")
+    full = query_full("basic")
     data = json_body(memory_update_in)
     precondition = data.get("precondition")
     memory = stores.update_memory(
@@ -476,7 +418,7 @@ def delete_memory(memory_store_id: str, memory_id: str) -> Response:
 )
 def list_memory_versions(memory_store_id: str) -> Response:
     """List memory versions, newest first"""
-    full = _view("basic")
+    full = query_full("basic")
     args = request.args
     filters = VersionFilter(
         memory_id=args.get("memory_id"),
@@ -484,14 +426,14 @@ def list_memory_versions(memory_store_id: str) -> Response:
         api_key_id=args.get("api_key_id"),
         session_id=args.get("session_id"),
         service_account_id=args.get("service_account_id"),
-        created_gte_us=_time_us("created_at[gte]"),
-        created_lte_us=_time_us("created_at[lte]"),
+        created_gte_us=query_time_us("created_at[gte]", STORES),
+        created_lte_us=query_time_us("created_at[lte]", STORES),
     )
     page = engine().list_versions(
         current_principal().scope,
         memory_store_id,
         filters=filters,
-        limit=_limit(full),
+        limit=store_page_limit(full),
         page=args.get("page") or None,
         full=full,
     )
@@ -507,7 +449,7 @@ def list_memory_versions(memory_store_id: str) -> Response:
 def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
     """Retrieve a memory version (a redacted one answers 200 with null content fields)"""
     version = engine().get_version(
-        current_principal().scope, memory_store_id, memory_version_id, full=_view("full")
+        current_principal().scope, memory_store_id, memory_version_id, full=query_full("full")
     )
     return json_response(version_out.dump(version))
 
@@ -523,7 +465,7 @@ def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Respo
 
     A project_admin and above (403 otherwise).
     """
-    _optional_body(empty_in)
+    optional_json_body(empty_in)
     version = stores.redact_version(
         storage(), current_principal(), memory_store_id, memory_version_id
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,16 +25,14 @@ from app.api.common import (
     path_artifact_name,
     path_task_id,
     path_turn,
-    query_int,
-    query_task_id,
     storage,
 )
 from app.api.docs import doc, links
+from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
 from app.storage import PayloadTooLarge, PreconditionFailed
-from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
@@ -213,7 +210,7 @@ def get_project_md() -> ResponseReturnValue:
     """
     scope = current_principal().scope
     limit = query_int("limit", 0, 1, DIGEST_MAX_LIMIT) if "limit" in request.args else None
-    since = _since_us(request.args.get("since"))
+    since = query_time_us("since")
     file: Any
     size: int | None
     if limit is None and since is None:
@@ -229,29 +226,6 @@ def get_project_md() -> ResponseReturnValue:
         response.content_length = size
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
-
-
-_EPOCH = re.compile(EPOCH_SECONDS_PATTERN, re.ASCII)
-
-
-def _since_us(raw: str | None) -> int | None:
-    """``since`` as microseconds since the epoch: an RFC 3339 time or epoch seconds (else
-    422)."""
-    if raw is None:
-        return None
-    if _EPOCH.fullmatch(raw):
-        whole, _, fraction = raw.partition(".")
-        return int(whole) * 1_000_000 + int(fraction.ljust(6, "0"))
-    try:
-        return parse_time_us(raw, query=True)
-    except ValueError:
-        raise validation_error(
-            ["query", "since"],
-            "Input should be an RFC 3339 time (UTC when it names no offset) or seconds since"
-            " the epoch",
-            "value_error",
-            raw[:200],
-        ) from None
 
 
 @bp.get("/tasks")
