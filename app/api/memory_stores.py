@@ -11,7 +11,23 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from app.api.common import json_body, json_response, optional_json_body, storage
-from app.api.docs import doc, links
+from app.api.docs import doc
+from app.api.params import (
+    CREATED_RANGE,
+    LIMIT,
+    MEMORY_ID,
+    MEMORY_LINKS,
+    PAGE,
+    STORE_CONFLICTS,
+    STORE_ERRORS,
+    STORE_FULL,
+    STORE_ID,
+    STORE_LINKS,
+    STORE_TAGS,
+    VERSION_ID,
+    query_param,
+    view_param,
+)
 from app.api.query import (
     STORES,
     query_bool,
@@ -22,70 +38,12 @@ from app.api.query import (
 )
 from app.schemas import memory_stores as s, rules
 from app.services import stores
-from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
 
 PREFIX = "/v1/memory_stores"
-TAGS = ["memory-stores"]
 bp = Blueprint("memory_stores", __name__, url_prefix=PREFIX)
-
-
-def _path_param(name: str, pattern: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "pattern": f"^{pattern}$"},
-    }
-
-
-def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
-    param = {"name": name, "in": "query", "required": False, "schema": schema}
-    if description:
-        param["description"] = description
-    return param
-
-
-STORE_ID = _path_param("memory_store_id", STORE_ID_PATTERN)
-MEMORY_ID = _path_param("memory_id", MEMORY_ID_PATTERN)
-VERSION_ID = _path_param("memory_version_id", VERSION_ID_PATTERN)
-LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
-PAGE = _query(
-    "page",
-    {"type": "string"},
-    "The next_page value of the previous response, as it was given (anything else is a 400);"
-    " absent or empty: the first page.",
-)
-TIME_RULE = (
-    "An RFC 3339 time (a date alone, or one without an offset (UTC), too; an unencoded '+'"
-    " that arrives as a space is read as '+')."
-)
-CREATED_RANGE = [
-    _query(bound, {"type": "string", **rules.time(query=True)}, f"Inclusive. {TIME_RULE}")
-    for bound in ("created_at[gte]", "created_at[lte]")
-]
-
-
-def _view_param(default: str) -> dict[str, Any]:
-    return _query(
-        "view",
-        {"type": "string", "enum": ["basic", "full"], "default": default},
-        "basic: content is null; full: content included (lists then hold at most 20 items).",
-    )
-
-
-ERRORS: dict[int, object] = {
-    400: "MemoryStoresError",
-    401: "MemoryStoresError",
-    403: "MemoryStoresError",
-    404: "MemoryStoresError",
-    503: "MemoryStoresError",
-}
-CONFLICTS: dict[int, object] = {**ERRORS, 409: "MemoryStoresError"}
-# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
-FULL: dict[int, object] = {**CONFLICTS, 507: "MemoryStoresError"}
 
 store_create_in = s.MemoryStoreCreateRequest()
 store_update_in = s.MemoryStoreUpdateRequest()
@@ -116,7 +74,6 @@ def _no_retry_on_conflict(response: Response) -> Response:
     return response
 
 
-# -- request helpers -----------------------------------------------------------------------
 def engine() -> StoreBackend:
     return storage().stores
 
@@ -132,41 +89,12 @@ def _memory_page(page: Page) -> dict[str, Any]:
 
 
 # -- stores --------------------------------------------------------------------------------
-STORE_LINKS = links(
-    "get_memory_store",
-    "update_memory_store",
-    "delete_memory_store",
-    "archive_memory_store",
-    "create_memory",
-    "list_memories",
-    "list_memory_versions",
-    "run_memory_tool",
-    memory_store_id="/id",
-)
-MEMORY_LINKS = {
-    **links(
-        "get_memory",
-        "update_memory",
-        "patch_memory",
-        "delete_memory",
-        memory_store_id="/memory_store_id",
-        memory_id="/id",
-    ),
-    **links(
-        "get_memory_version",
-        "redact_memory_version",
-        memory_store_id="/memory_store_id",
-        memory_version_id="/memory_version_id",
-    ),
-}
-
-
 @bp.post("")
 @doc(
     body=s.MemoryStoreCreateRequest,
-    responses={200: s.MemoryStore, **ERRORS, 507: "MemoryStoresError"},
+    responses={200: s.MemoryStore, **STORE_ERRORS, **STORE_FULL},
     links={200: STORE_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 def create_memory_store() -> Response:
     """Create a memory store"""
@@ -186,11 +114,11 @@ def create_memory_store() -> Response:
     params=[
         LIMIT,
         PAGE,
-        _query("include_archived", {"type": "boolean", "default": False}),
+        query_param("include_archived", {"type": "boolean", "default": False}),
         *CREATED_RANGE,
     ],
-    responses={200: s.MemoryStoreList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryStoreList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memory_stores() -> Response:
     """List memory stores, newest first"""
@@ -206,7 +134,7 @@ def list_memory_stores() -> Response:
 
 
 @bp.get("/<memory_store_id>")
-@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def get_memory_store(memory_store_id: str) -> Response:
     """Retrieve a memory store (archived ones too)"""
     return json_response(
@@ -218,8 +146,8 @@ def get_memory_store(memory_store_id: str) -> Response:
 @doc(
     params=[STORE_ID],
     body=s.MemoryStoreUpdateRequest,
-    responses={200: s.MemoryStore, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.MemoryStore, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def update_memory_store(memory_store_id: str) -> Response:
     """Update a memory store's name, description or metadata (a patch)
@@ -239,7 +167,7 @@ def update_memory_store(memory_store_id: str) -> Response:
 
 
 @bp.delete("/<memory_store_id>")
-@doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def delete_memory_store(memory_store_id: str) -> Response:
     """Delete a memory store with all its memories and versions
 
@@ -250,7 +178,7 @@ def delete_memory_store(memory_store_id: str) -> Response:
 
 
 @bp.post("/<memory_store_id>/archive")
-@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def archive_memory_store(memory_store_id: str) -> Response:
     """Archive a memory store (one-way; it becomes read-only)
 
@@ -264,11 +192,11 @@ def archive_memory_store(memory_store_id: str) -> Response:
 # -- memories ------------------------------------------------------------------------------
 @bp.post("/<memory_store_id>/memories")
 @doc(
-    params=[STORE_ID, _view_param("basic")],
+    params=[STORE_ID, view_param("basic")],
     body=s.MemoryCreateRequest,
-    responses={200: s.Memory, **FULL},
+    responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
     links={200: MEMORY_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 def create_memory(memory_store_id: str) -> Response:
     """Create a memory at an unoccupied path"""
@@ -289,18 +217,18 @@ def create_memory(memory_store_id: str) -> Response:
 @doc(
     params=[
         STORE_ID,
-        lambda app: _query(
+        lambda app: query_param(
             "path_prefix",
             {**rules.path_prefix(), "default": "/"},
             "'/', or a memory path followed by '/' (segment-aligned).",
         ),
-        _query("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
+        query_param("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
         LIMIT,
         PAGE,
-        _view_param("basic"),
+        view_param("basic"),
     ],
-    responses={200: s.MemoryList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memories(memory_store_id: str) -> Response:
     """List memories in path order (depth 1 rolls deeper paths up into memory_prefix)"""
@@ -320,9 +248,9 @@ def list_memories(memory_store_id: str) -> Response:
 
 @bp.get("/<memory_store_id>/memories/<memory_id>")
 @doc(
-    params=[STORE_ID, MEMORY_ID, _view_param("full")],
-    responses={200: s.Memory, **ERRORS},
-    tags=TAGS,
+    params=[STORE_ID, MEMORY_ID, view_param("full")],
+    responses={200: s.Memory, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def get_memory(memory_store_id: str, memory_id: str) -> Response:
     """Retrieve a memory"""
@@ -350,11 +278,11 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
 
 
 UPDATE_DOC = doc(
-    params=[STORE_ID, MEMORY_ID, _view_param("basic")],
+    params=[STORE_ID, MEMORY_ID, view_param("basic")],
     body=s.MemoryUpdateRequest,
-    responses={200: s.Memory, **FULL},
+    responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
     links={200: MEMORY_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 
 
@@ -377,14 +305,14 @@ def patch_memory(memory_store_id: str, memory_id: str) -> Response:
     params=[
         STORE_ID,
         MEMORY_ID,
-        _query(
+        query_param(
             "expected_content_sha256",
             {"type": "string", **rules.sha256()},
             "Delete only if the memory's content_sha256 equals this (409 otherwise).",
         ),
     ],
-    responses={200: s.DeletedMemory, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.DeletedMemory, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def delete_memory(memory_store_id: str, memory_id: str) -> Response:
     """Delete a memory (its versions stay, subject to retention)"""
@@ -403,18 +331,18 @@ def delete_memory(memory_store_id: str, memory_id: str) -> Response:
 @doc(
     params=[
         STORE_ID,
-        _query("memory_id", {"type": "string"}),
-        _query("operation", {"type": "string", "enum": ["created", "modified", "deleted"]}),
-        _query("api_key_id", {"type": "string"}),
-        _query("session_id", {"type": "string"}),
-        _query("service_account_id", {"type": "string"}),
+        query_param("memory_id", {"type": "string"}),
+        query_param("operation", {"type": "string", "enum": ["created", "modified", "deleted"]}),
+        query_param("api_key_id", {"type": "string"}),
+        query_param("session_id", {"type": "string"}),
+        query_param("service_account_id", {"type": "string"}),
         *CREATED_RANGE,
         LIMIT,
         PAGE,
-        _view_param("basic"),
+        view_param("basic"),
     ],
-    responses={200: s.MemoryVersionList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryVersionList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memory_versions(memory_store_id: str) -> Response:
     """List memory versions, newest first"""
@@ -442,9 +370,9 @@ def list_memory_versions(memory_store_id: str) -> Response:
 
 @bp.get("/<memory_store_id>/memory_versions/<memory_version_id>")
 @doc(
-    params=[STORE_ID, VERSION_ID, _view_param("full")],
-    responses={200: s.MemoryVersion, **ERRORS},
-    tags=TAGS,
+    params=[STORE_ID, VERSION_ID, view_param("full")],
+    responses={200: s.MemoryVersion, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
     """Retrieve a memory version (a redacted one answers 200 with null content fields)"""
@@ -457,8 +385,8 @@ def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response
 @bp.post("/<memory_store_id>/memory_versions/<memory_version_id>/redact")
 @doc(
     params=[STORE_ID, VERSION_ID],
-    responses={200: s.MemoryVersion, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.MemoryVersion, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
     """Redact a memory version (not the head of a live memory)

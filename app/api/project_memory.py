@@ -28,13 +28,25 @@ from app.api.common import (
     storage,
 )
 from app.api.docs import doc, links
+from app.api.params import (
+    CONDITIONAL,
+    CONDITIONAL_ERRORS,
+    ERRORS,
+    ETAG_HEADER,
+    FULL,
+    IF_MATCH,
+    NAME,
+    TASK_ID,
+    TURN,
+    cursor_param,
+)
 from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
 from app.storage import PayloadTooLarge, PreconditionFailed
 from app.storage.core.models import ArtifactUpload, TurnRecord
-from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
+from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
 from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
@@ -45,74 +57,6 @@ from app.web.errors import validation_error
 PREFIX = "/sandbox/memory/v1"
 DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
 
-TASK_ID = {
-    "name": "task_id",
-    "in": "path",
-    "required": True,
-    "description": f"Task id: {ID_PATTERN}",
-    "schema": rules.identifier(),
-}
-TURN = {
-    "name": "turn",
-    "in": "path",
-    "required": True,
-    "description": f"Turn number (stored zero-padded, 0000-{MAX_TURN})",
-    "schema": rules.turn(),
-}
-NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN} ('.' and '..' alone excepted)",
-    "schema": rules.artifact_name(),
-}
-
-
-def cursor_param(what: str) -> dict[str, Any]:
-    """A page cursor: opaque, only ever one the server gave (a 422 otherwise)."""
-    return {
-        "name": "cursor",
-        "in": "query",
-        "required": False,
-        "description": f"The {what} of the previous page, as it was given (anything else is"
-        " a 422); absent or empty: the first page.",
-        "schema": {"type": "string"},
-    }
-
-
-CONDITIONAL = [
-    {
-        "name": "If-Match",
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string"},
-        "description": "Write only if the current ETag matches (412 otherwise).",
-    },
-    {
-        "name": "If-None-Match",
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string", "enum": ["*"]},
-        "description": "'*': write only if the resource does not exist yet (412 otherwise).",
-    },
-]
-# A write's preconditions: 412 when one does not hold, 400 for an If-None-Match other than '*'.
-CONDITIONAL_ERRORS: dict[int, object] = {400: "HTTPError", 412: "HTTPError"}
-IF_MATCH = {
-    **CONDITIONAL[0],
-    "description": "Delete only if the current ETag matches (412 otherwise).",
-}
-ETAG_HEADER = {
-    200: {"ETag": {"schema": {"type": "string"}, "description": "Version of the resource."}}
-}
-ERRORS: dict[int, object] = {
-    401: "HTTPError",
-    403: "HTTPError",
-    422: "HTTPValidationError",
-    503: "HTTPError",
-}
-# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
-FULL: dict[int, object] = {507: "HTTPError"}
 bp = Blueprint("project_memory", __name__, url_prefix=PREFIX)
 
 put_turn_in = s.PutTurnRequest()
