@@ -8,10 +8,7 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, request
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
-from werkzeug.exceptions import HTTPException
-from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
-from werkzeug.wsgi import wrap_file
 
 from app.api import turn_form
 from app.api.common import (
@@ -28,6 +25,7 @@ from app.api.common import (
     storage,
 )
 from app.api.docs import doc, links
+from app.api.downloads import artifact_response, digest_response, not_modified_response
 from app.api.params import (
     CONDITIONAL,
     CONDITIONAL_ERRORS,
@@ -44,13 +42,11 @@ from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
-from app.storage import PayloadTooLarge, PreconditionFailed
+from app.storage import PayloadTooLarge
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
-from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
-from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
 
@@ -68,11 +64,6 @@ usage_out = us.UsageReport()
 search_out = s.SearchResults()
 whoami_out = s.WhoAmI()
 context_out = s.SessionContext()
-
-# Types a browser renders without running script; anything else is sent as a download.
-PASSIVE_TYPES = frozenset(
-    {"text/plain", "application/json", "image/png", "image/jpeg", "image/gif", "image/webp"}
-)
 
 
 @bp.record_once
@@ -111,13 +102,6 @@ def turn_json(record: TurnRecord) -> dict[str, Any]:
         "updated_at": record.updated_at,
         "retain_until": record.retain_until,
     }
-
-
-def _not_modified(etag: str) -> Response:
-    """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
-    response = Response(status=304)
-    response.headers["ETag"] = etag
-    return response
 
 
 @bp.get("/project.md")
@@ -161,15 +145,7 @@ def get_project_md() -> ResponseReturnValue:
         file, size = store().open_digest(scope)
     else:
         file, size = store().open_digest_head(scope, limit=limit, since_us=since)
-    response = Response(
-        wrap_file(request.environ, file, DIGEST_CHUNK),
-        mimetype="text/markdown",
-        direct_passthrough=True,
-    )
-    if size is not None:  # a head's length is known once it is read: sent chunked
-        response.content_length = size
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
+    return digest_response(file, size)
 
 
 @bp.get("/tasks")
@@ -276,7 +252,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """One turn: meta, summary, artifact list"""
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     if not_modified(record.etag):
-        return _not_modified(record.etag)
+        return not_modified_response(record.etag)
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
@@ -349,51 +325,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     )
-    # Decided here by the rules the writes follow: werkzeug reads 'If-None-Match: "x", *' as
-    # matching nothing and an unquoted value as an entity tag.
-    precondition = request.headers.get("If-Match")
-    if precondition is not None and if_match_fails(opened.info.etag, precondition):
-        opened.file.close()
-        raise PreconditionFailed("the artifact changed since the given ETag (If-Match)")
-    if not_modified(opened.info.etag):
-        opened.file.close()
-        return _not_modified(opened.info.etag)
-    response = Response(
-        wrap_file(request.environ, opened.file),
-        content_type=opened.info.content_type,
-        direct_passthrough=True,
-    )
-    response.content_length = opened.size
-    response.set_etag(opened.info.sha256)
-    response.headers.update(ARTIFACT_SECURITY_HEADERS)
-    base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
-    disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
-    response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
-    try:
-        return response.make_conditional(
-            _range_only(request.environ), accept_ranges=True, complete_length=opened.size
-        )
-    except HTTPException:  # 416: the range starts past the end
-        response.close()
-        raise
-
-
-def _range_only(environ: dict[str, Any]) -> dict[str, Any]:
-    """What werkzeug's make_conditional may act on: the Range (and If-Range) of a request whose
-    other conditions were decided above. No Last-Modified is sent, so the date conditions
-    have nothing to compare with. A Range that is not one well-formed byte range is ignored
-    (RFC 9110 14.2: an unknown unit or an invalid range set; several ranges are answered
-    whole rather than as multipart), so only a single range past the end is a 416."""
-    kept = {k: v for k, v in environ.items() if k not in _DECIDED_HERE}
-    ranges = parse_range_header(kept.get("HTTP_RANGE"))
-    if ranges is None or ranges.units != "bytes" or len(ranges.ranges) != 1:
-        kept.pop("HTTP_RANGE", None)
-    return kept
-
-
-_DECIDED_HERE = frozenset(
-    {"HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE"}
-)
+    return artifact_response(opened)
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
