@@ -55,6 +55,14 @@ def json_body(schema: Schema) -> Any:
     return json_document(request.get_data(cache=False), schema, ["body"])
 
 
+def optional_json_body(schema: Schema) -> Any:
+    """A body that may be absent, as ``json_body`` reads it; ``{}`` when there is none."""
+    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if not request.content_length and not chunked:
+        return {}
+    return json_body(schema)
+
+
 def json_document(raw: bytes, schema: Schema, loc: list[str | int]) -> Any:
     """Parse ``raw`` as a JSON object and load it with ``schema``; a fault is a 422 at ``loc``
     (the body, or the part of it that held the document)."""
@@ -84,19 +92,6 @@ def path_task_id(value: str) -> str:
     except InvalidName as exc:
         raise validation_error(
             ["path", "task_id"], exc.message, "string_pattern_mismatch", value[:200]
-        ) from None
-
-
-def query_task_id(name: str = "task_id") -> str:
-    """Query parameter ``name``, required, by the task-id rule (else 422)."""
-    raw = request.args.get(name)
-    if raw is None:
-        raise validation_error(["query", name], "Field required", "missing")
-    try:
-        return validate_id("task_id", raw)
-    except InvalidName as exc:
-        raise validation_error(
-            ["query", name], exc.message, "string_pattern_mismatch", raw[:200]
         ) from None
 
 
@@ -131,28 +126,6 @@ def path_artifact_name(value: str) -> str:
         raise validation_error(
             ["path", "name"], exc.message, "string_pattern_mismatch", value[:200]
         ) from None
-
-
-def query_int(name: str, default: int, low: int, high: int) -> int:
-    """Read query parameter ``name`` as an integer in ``low..high`` (else 422)."""
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    value = strict_int(raw, signed=low < 0)
-    if value is None:
-        raise validation_error(
-            ["query", name], "Input should be a valid integer", "int_parsing", raw[:200]
-        )
-    if not low <= value <= high:
-        raise validation_error(
-            ["query", name],
-            f"Input should be between {low} and {high}",
-            "value_error",
-            raw,  # as sent: a 20-digit value is beyond what the JSON encoder takes as an int
-            ge=low,
-            le=high,
-        )
-    return value
 
 
 def content_type() -> str:

@@ -9,78 +9,41 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, request
-from marshmallow import Schema
 
-from app.api.common import json_body, json_response, storage, strict_int
-from app.api.docs import doc, links
+from app.api.common import json_body, json_response, optional_json_body, storage
+from app.api.docs import doc
+from app.api.params import (
+    CREATED_RANGE,
+    LIMIT,
+    MEMORY_ID,
+    MEMORY_LINKS,
+    PAGE,
+    STORE_CONFLICTS,
+    STORE_ERRORS,
+    STORE_FULL,
+    STORE_ID,
+    STORE_LINKS,
+    STORE_TAGS,
+    VERSION_ID,
+    query_param,
+    view_param,
+)
+from app.api.query import (
+    STORES,
+    query_bool,
+    query_choice,
+    query_full,
+    query_time_us,
+    store_page_limit,
+)
 from app.schemas import memory_stores as s, rules
 from app.services import stores
-from app.storage.core.clock import parse_time_us
-from app.storage.core.names import MEMORY_ID_PATTERN, STORE_ID_PATTERN, VERSION_ID_PATTERN
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
-from app.web.errors import ApiError
 
 PREFIX = "/v1/memory_stores"
-TAGS = ["memory-stores"]
 bp = Blueprint("memory_stores", __name__, url_prefix=PREFIX)
-
-
-def _path_param(name: str, pattern: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": "path",
-        "required": True,
-        "schema": {"type": "string", "pattern": f"^{pattern}$"},
-    }
-
-
-def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
-    param = {"name": name, "in": "query", "required": False, "schema": schema}
-    if description:
-        param["description"] = description
-    return param
-
-
-STORE_ID = _path_param("memory_store_id", STORE_ID_PATTERN)
-MEMORY_ID = _path_param("memory_id", MEMORY_ID_PATTERN)
-VERSION_ID = _path_param("memory_version_id", VERSION_ID_PATTERN)
-LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
-PAGE = _query(
-    "page",
-    {"type": "string"},
-    "The next_page value of the previous response, as it was given (anything else is a 400);"
-    " absent or empty: the first page.",
-)
-TIME_RULE = (
-    "An RFC 3339 time (a date alone, or one without an offset (UTC), too; an unencoded '+'"
-    " that arrives as a space is read as '+')."
-)
-CREATED_RANGE = [
-    _query(bound, {"type": "string", **rules.time(query=True)}, f"Inclusive. {TIME_RULE}")
-    for bound in ("created_at[gte]", "created_at[lte]")
-]
-
-
-def _view_param(default: str) -> dict[str, Any]:
-    return _query(
-        "view",
-        {"type": "string", "enum": ["basic", "full"], "default": default},
-        "basic: content is null; full: content included (lists then hold at most 20 items).",
-    )
-
-
-ERRORS: dict[int, object] = {
-    400: "MemoryStoresError",
-    401: "MemoryStoresError",
-    403: "MemoryStoresError",
-    404: "MemoryStoresError",
-    503: "MemoryStoresError",
-}
-CONFLICTS: dict[int, object] = {**ERRORS, 409: "MemoryStoresError"}
-# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
-FULL: dict[int, object] = {**CONFLICTS, 507: "MemoryStoresError"}
 
 store_create_in = s.MemoryStoreCreateRequest()
 store_update_in = s.MemoryStoreUpdateRequest()
@@ -111,70 +74,8 @@ def _no_retry_on_conflict(response: Response) -> Response:
     return response
 
 
-# -- request helpers -----------------------------------------------------------------------
 def engine() -> StoreBackend:
     return storage().stores
-
-
-def _bad_query(name: str, message: str) -> ApiError:
-    return ApiError(400, f"{name}: {message}", error_type="invalid_request_error")
-
-
-def _query_int(name: str, default: int, allowed: range) -> int:
-    """Read query parameter ``name`` as an integer in ``allowed`` (else 400)."""
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    value = strict_int(raw, signed=allowed.start < 0)
-    if value is None:
-        raise _bad_query(name, "must be an integer")
-    if value not in allowed:
-        raise _bad_query(name, f"must be between {allowed.start} and {allowed.stop - 1}")
-    return value
-
-
-def _view(default: str) -> bool:
-    """True for view=full."""
-    value = request.args.get("view", default)
-    if value not in ("basic", "full"):
-        raise _bad_query("view", "must be 'basic' or 'full'")
-    return value == "full"
-
-
-def _limit(full: bool) -> int:
-    # With view=full a larger limit is clamped to 20, not refused, as the reference API
-    # does: full views carry content, so their pages stay small.
-    limit = _query_int("limit", 20, range(1, 101))
-    return min(limit, 20) if full else limit
-
-
-def _bool(name: str) -> bool:
-    raw = request.args.get(name)
-    if raw is None:
-        return False
-    if raw.lower() in ("true", "1"):
-        return True
-    if raw.lower() in ("false", "0"):
-        return False
-    raise _bad_query(name, "must be true or false")
-
-
-def _time_us(name: str) -> int | None:
-    raw = request.args.get(name)
-    if raw is None:
-        return None
-    try:
-        return parse_time_us(raw, query=True)
-    except ValueError:
-        raise _bad_query(name, "must be an RFC 3339 timestamp") from None
-
-
-def _optional_body(schema: Schema) -> Any:
-    """A body that may be absent (archive, redact): nothing or ``{}``."""
-    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
-    if not request.content_length and not chunked:
-        return {}
-    return json_body(schema)
 
 
 def _memory_page(page: Page) -> dict[str, Any]:
@@ -188,41 +89,12 @@ def _memory_page(page: Page) -> dict[str, Any]:
 
 
 # -- stores --------------------------------------------------------------------------------
-STORE_LINKS = links(
-    "get_memory_store",
-    "update_memory_store",
-    "delete_memory_store",
-    "archive_memory_store",
-    "create_memory",
-    "list_memories",
-    "list_memory_versions",
-    "run_memory_tool",
-    memory_store_id="/id",
-)
-MEMORY_LINKS = {
-    **links(
-        "get_memory",
-        "update_memory",
-        "patch_memory",
-        "delete_memory",
-        memory_store_id="/memory_store_id",
-        memory_id="/id",
-    ),
-    **links(
-        "get_memory_version",
-        "redact_memory_version",
-        memory_store_id="/memory_store_id",
-        memory_version_id="/memory_version_id",
-    ),
-}
-
-
 @bp.post("")
 @doc(
     body=s.MemoryStoreCreateRequest,
-    responses={200: s.MemoryStore, **ERRORS, 507: "MemoryStoresError"},
+    responses={200: s.MemoryStore, **STORE_ERRORS, **STORE_FULL},
     links={200: STORE_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 def create_memory_store() -> Response:
     """Create a memory store"""
@@ -242,27 +114,27 @@ def create_memory_store() -> Response:
     params=[
         LIMIT,
         PAGE,
-        _query("include_archived", {"type": "boolean", "default": False}),
+        query_param("include_archived", {"type": "boolean", "default": False}),
         *CREATED_RANGE,
     ],
-    responses={200: s.MemoryStoreList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryStoreList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memory_stores() -> Response:
     """List memory stores, newest first"""
     page = engine().list_stores(
         current_principal().scope,
-        limit=_limit(False),
+        limit=store_page_limit(False),
         page=request.args.get("page") or None,
-        include_archived=_bool("include_archived"),
-        created_gte_us=_time_us("created_at[gte]"),
-        created_lte_us=_time_us("created_at[lte]"),
+        include_archived=query_bool("include_archived"),
+        created_gte_us=query_time_us("created_at[gte]", STORES),
+        created_lte_us=query_time_us("created_at[lte]", STORES),
     )
     return json_response(store_list_out.dump(page))
 
 
 @bp.get("/<memory_store_id>")
-@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def get_memory_store(memory_store_id: str) -> Response:
     """Retrieve a memory store (archived ones too)"""
     return json_response(
@@ -274,8 +146,8 @@ def get_memory_store(memory_store_id: str) -> Response:
 @doc(
     params=[STORE_ID],
     body=s.MemoryStoreUpdateRequest,
-    responses={200: s.MemoryStore, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.MemoryStore, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def update_memory_store(memory_store_id: str) -> Response:
     """Update a memory store's name, description or metadata (a patch)
@@ -295,7 +167,7 @@ def update_memory_store(memory_store_id: str) -> Response:
 
 
 @bp.delete("/<memory_store_id>")
-@doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.DeletedMemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def delete_memory_store(memory_store_id: str) -> Response:
     """Delete a memory store with all its memories and versions
 
@@ -306,13 +178,13 @@ def delete_memory_store(memory_store_id: str) -> Response:
 
 
 @bp.post("/<memory_store_id>/archive")
-@doc(params=[STORE_ID], responses={200: s.MemoryStore, **ERRORS}, tags=TAGS)
+@doc(params=[STORE_ID], responses={200: s.MemoryStore, **STORE_ERRORS}, tags=STORE_TAGS)
 def archive_memory_store(memory_store_id: str) -> Response:
     """Archive a memory store (one-way; it becomes read-only)
 
     Its creator, or a project_admin and above (403 otherwise).
     """
-    _optional_body(empty_in)
+    optional_json_body(empty_in)
     store = stores.archive_store(storage(), current_principal(), memory_store_id)
     return json_response(store_out.dump(store))
 
@@ -320,15 +192,15 @@ def archive_memory_store(memory_store_id: str) -> Response:
 # -- memories ------------------------------------------------------------------------------
 @bp.post("/<memory_store_id>/memories")
 @doc(
-    params=[STORE_ID, _view_param("basic")],
+    params=[STORE_ID, view_param("basic")],
     body=s.MemoryCreateRequest,
-    responses={200: s.Memory, **FULL},
+    responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
     links={200: MEMORY_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 def create_memory(memory_store_id: str) -> Response:
     """Create a memory at an unoccupied path"""
-    full = _view("basic")
+    full = query_full("basic")
     data = json_body(memory_create_in)
     memory = stores.create_memory(
         storage(),
@@ -345,31 +217,29 @@ def create_memory(memory_store_id: str) -> Response:
 @doc(
     params=[
         STORE_ID,
-        lambda app: _query(
+        lambda app: query_param(
             "path_prefix",
             {**rules.path_prefix(), "default": "/"},
             "'/', or a memory path followed by '/' (segment-aligned).",
         ),
-        _query("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
+        query_param("depth", {"type": "integer", "enum": [0, 1], "default": 0}),
         LIMIT,
         PAGE,
-        _view_param("basic"),
+        view_param("basic"),
     ],
-    responses={200: s.MemoryList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memories(memory_store_id: str) -> Response:
     """List memories in path order (depth 1 rolls deeper paths up into memory_prefix)"""
-    full = _view("basic")
-    depth = request.args.get("depth")
-    if depth is not None and depth not in ("0", "1"):
-        raise _bad_query("depth", "must be 0 or 1")
+    full = query_full("basic")
+    depth = query_choice("depth", "0", ("0", "1"), "must be 0 or 1")
     page = engine().list_memories(
         current_principal().scope,
         memory_store_id,
         path_prefix=request.args.get("path_prefix", "/"),
-        depth=int(depth or 0),
-        limit=_limit(full),
+        depth=int(depth),
+        limit=store_page_limit(full),
         page=request.args.get("page") or None,
         full=full,
     )
@@ -378,20 +248,20 @@ def list_memories(memory_store_id: str) -> Response:
 
 @bp.get("/<memory_store_id>/memories/<memory_id>")
 @doc(
-    params=[STORE_ID, MEMORY_ID, _view_param("full")],
-    responses={200: s.Memory, **ERRORS},
-    tags=TAGS,
+    params=[STORE_ID, MEMORY_ID, view_param("full")],
+    responses={200: s.Memory, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def get_memory(memory_store_id: str, memory_id: str) -> Response:
     """Retrieve a memory"""
     memory = engine().get_memory(
-        current_principal().scope, memory_store_id, memory_id, full=_view("full")
+        current_principal().scope, memory_store_id, memory_id, full=query_full("full")
     )
     return json_response(memory_out.dump(memory))
 
 
 def _update_memory(memory_store_id: str, memory_id: str) -> Response:
-    full = _view("basic")
+    full = query_full("basic")
     data = json_body(memory_update_in)
     precondition = data.get("precondition")
     memory = stores.update_memory(
@@ -408,11 +278,11 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
 
 
 UPDATE_DOC = doc(
-    params=[STORE_ID, MEMORY_ID, _view_param("basic")],
+    params=[STORE_ID, MEMORY_ID, view_param("basic")],
     body=s.MemoryUpdateRequest,
-    responses={200: s.Memory, **FULL},
+    responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
     links={200: MEMORY_LINKS},
-    tags=TAGS,
+    tags=STORE_TAGS,
 )
 
 
@@ -435,14 +305,14 @@ def patch_memory(memory_store_id: str, memory_id: str) -> Response:
     params=[
         STORE_ID,
         MEMORY_ID,
-        _query(
+        query_param(
             "expected_content_sha256",
             {"type": "string", **rules.sha256()},
             "Delete only if the memory's content_sha256 equals this (409 otherwise).",
         ),
     ],
-    responses={200: s.DeletedMemory, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.DeletedMemory, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def delete_memory(memory_store_id: str, memory_id: str) -> Response:
     """Delete a memory (its versions stay, subject to retention)"""
@@ -461,22 +331,22 @@ def delete_memory(memory_store_id: str, memory_id: str) -> Response:
 @doc(
     params=[
         STORE_ID,
-        _query("memory_id", {"type": "string"}),
-        _query("operation", {"type": "string", "enum": ["created", "modified", "deleted"]}),
-        _query("api_key_id", {"type": "string"}),
-        _query("session_id", {"type": "string"}),
-        _query("service_account_id", {"type": "string"}),
+        query_param("memory_id", {"type": "string"}),
+        query_param("operation", {"type": "string", "enum": ["created", "modified", "deleted"]}),
+        query_param("api_key_id", {"type": "string"}),
+        query_param("session_id", {"type": "string"}),
+        query_param("service_account_id", {"type": "string"}),
         *CREATED_RANGE,
         LIMIT,
         PAGE,
-        _view_param("basic"),
+        view_param("basic"),
     ],
-    responses={200: s.MemoryVersionList, **ERRORS},
-    tags=TAGS,
+    responses={200: s.MemoryVersionList, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def list_memory_versions(memory_store_id: str) -> Response:
     """List memory versions, newest first"""
-    full = _view("basic")
+    full = query_full("basic")
     args = request.args
     filters = VersionFilter(
         memory_id=args.get("memory_id"),
@@ -484,14 +354,14 @@ def list_memory_versions(memory_store_id: str) -> Response:
         api_key_id=args.get("api_key_id"),
         session_id=args.get("session_id"),
         service_account_id=args.get("service_account_id"),
-        created_gte_us=_time_us("created_at[gte]"),
-        created_lte_us=_time_us("created_at[lte]"),
+        created_gte_us=query_time_us("created_at[gte]", STORES),
+        created_lte_us=query_time_us("created_at[lte]", STORES),
     )
     page = engine().list_versions(
         current_principal().scope,
         memory_store_id,
         filters=filters,
-        limit=_limit(full),
+        limit=store_page_limit(full),
         page=args.get("page") or None,
         full=full,
     )
@@ -500,14 +370,14 @@ def list_memory_versions(memory_store_id: str) -> Response:
 
 @bp.get("/<memory_store_id>/memory_versions/<memory_version_id>")
 @doc(
-    params=[STORE_ID, VERSION_ID, _view_param("full")],
-    responses={200: s.MemoryVersion, **ERRORS},
-    tags=TAGS,
+    params=[STORE_ID, VERSION_ID, view_param("full")],
+    responses={200: s.MemoryVersion, **STORE_ERRORS},
+    tags=STORE_TAGS,
 )
 def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
     """Retrieve a memory version (a redacted one answers 200 with null content fields)"""
     version = engine().get_version(
-        current_principal().scope, memory_store_id, memory_version_id, full=_view("full")
+        current_principal().scope, memory_store_id, memory_version_id, full=query_full("full")
     )
     return json_response(version_out.dump(version))
 
@@ -515,15 +385,15 @@ def get_memory_version(memory_store_id: str, memory_version_id: str) -> Response
 @bp.post("/<memory_store_id>/memory_versions/<memory_version_id>/redact")
 @doc(
     params=[STORE_ID, VERSION_ID],
-    responses={200: s.MemoryVersion, **CONFLICTS},
-    tags=TAGS,
+    responses={200: s.MemoryVersion, **STORE_CONFLICTS},
+    tags=STORE_TAGS,
 )
 def redact_memory_version(memory_store_id: str, memory_version_id: str) -> Response:
     """Redact a memory version (not the head of a live memory)
 
     A project_admin and above (403 otherwise).
     """
-    _optional_body(empty_in)
+    optional_json_body(empty_in)
     version = stores.redact_version(
         storage(), current_principal(), memory_store_id, memory_version_id
     )

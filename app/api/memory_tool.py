@@ -12,7 +12,7 @@ from flask.blueprints import BlueprintSetupState
 
 from app.api.common import json_body, storage
 from app.api.docs import doc
-from app.api.memory_stores import ERRORS, STORE_ID, TAGS
+from app.api.params import STORE_ERRORS, STORE_FULL, STORE_ID, STORE_TAGS
 from app.schemas import memory_tool as s
 from app.services import stores
 from app.web.auth import current_principal, require_principal
@@ -36,8 +36,8 @@ def _authenticate() -> None:
 @doc(
     params=[STORE_ID],
     body=s.MemoryToolInput,
-    responses={200: s.MemoryToolResult, **ERRORS, 507: "MemoryStoresError"},
-    tags=TAGS,
+    responses={200: s.MemoryToolResult, **STORE_ERRORS, **STORE_FULL},
+    tags=STORE_TAGS,
 )
 def run_memory_tool(memory_store_id: str) -> Response:
     """Run one memory-tool command (/memories/<rel> is the store's /<rel>)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
 from flask import Blueprint, Flask, current_app, request
 from flask.blueprints import BlueprintSetupState
 from flask.typing import ResponseReturnValue
-from werkzeug.exceptions import HTTPException
-from werkzeug.http import parse_range_header
 from werkzeug.wrappers import Response
-from werkzeug.wsgi import wrap_file
 
 from app.api import turn_form
 from app.api.common import (
@@ -26,96 +22,37 @@ from app.api.common import (
     path_artifact_name,
     path_task_id,
     path_turn,
-    query_int,
-    query_task_id,
     storage,
 )
 from app.api.docs import doc, links
+from app.api.downloads import artifact_response, digest_response, not_modified_response
+from app.api.params import (
+    CONDITIONAL,
+    CONDITIONAL_ERRORS,
+    ERRORS,
+    ETAG_HEADER,
+    FULL,
+    IF_MATCH,
+    NAME,
+    TASK_ID,
+    TURN,
+    cursor_param,
+)
+from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
-from app.storage import PayloadTooLarge, PreconditionFailed
-from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
+from app.storage import PayloadTooLarge
 from app.storage.core.models import ArtifactUpload, TurnRecord
-from app.storage.core.names import ARTIFACT_NAME_PATTERN, ID_PATTERN, MAX_TURN
+from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
-from app.storage.core.task_rules import if_match_fails
 from app.storage.interface import TaskBackend
-from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
 
 PREFIX = "/sandbox/memory/v1"
 DIGEST_MAX_LIMIT = 1000  # sections of a project.md head, as many as a page of tasks
 
-TASK_ID = {
-    "name": "task_id",
-    "in": "path",
-    "required": True,
-    "description": f"Task id: {ID_PATTERN}",
-    "schema": rules.identifier(),
-}
-TURN = {
-    "name": "turn",
-    "in": "path",
-    "required": True,
-    "description": f"Turn number (stored zero-padded, 0000-{MAX_TURN})",
-    "schema": rules.turn(),
-}
-NAME = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "description": f"Artifact name: {ARTIFACT_NAME_PATTERN} ('.' and '..' alone excepted)",
-    "schema": rules.artifact_name(),
-}
-
-
-def cursor_param(what: str) -> dict[str, Any]:
-    """A page cursor: opaque, only ever one the server gave (a 422 otherwise)."""
-    return {
-        "name": "cursor",
-        "in": "query",
-        "required": False,
-        "description": f"The {what} of the previous page, as it was given (anything else is"
-        " a 422); absent or empty: the first page.",
-        "schema": {"type": "string"},
-    }
-
-
-CONDITIONAL = [
-    {
-        "name": "If-Match",
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string"},
-        "description": "Write only if the current ETag matches (412 otherwise).",
-    },
-    {
-        "name": "If-None-Match",
-        "in": "header",
-        "required": False,
-        "schema": {"type": "string", "enum": ["*"]},
-        "description": "'*': write only if the resource does not exist yet (412 otherwise).",
-    },
-]
-# A write's preconditions: 412 when one does not hold, 400 for an If-None-Match other than '*'.
-CONDITIONAL_ERRORS: dict[int, object] = {400: "HTTPError", 412: "HTTPError"}
-IF_MATCH = {
-    **CONDITIONAL[0],
-    "description": "Delete only if the current ETag matches (412 otherwise).",
-}
-ETAG_HEADER = {
-    200: {"ETag": {"schema": {"type": "string"}, "description": "Version of the resource."}}
-}
-ERRORS: dict[int, object] = {
-    401: "HTTPError",
-    403: "HTTPError",
-    422: "HTTPValidationError",
-    503: "HTTPError",
-}
-# Writes that add bytes: over a quota, or at the disk's free-space floor (docs/operations.md).
-FULL: dict[int, object] = {507: "HTTPError"}
 bp = Blueprint("project_memory", __name__, url_prefix=PREFIX)
 
 put_turn_in = s.PutTurnRequest()
@@ -127,11 +64,6 @@ usage_out = us.UsageReport()
 search_out = s.SearchResults()
 whoami_out = s.WhoAmI()
 context_out = s.SessionContext()
-
-# Types a browser renders without running script; anything else is sent as a download.
-PASSIVE_TYPES = frozenset(
-    {"text/plain", "application/json", "image/png", "image/jpeg", "image/gif", "image/webp"}
-)
 
 
 @bp.record_once
@@ -172,13 +104,6 @@ def turn_json(record: TurnRecord) -> dict[str, Any]:
     }
 
 
-def _not_modified(etag: str) -> Response:
-    """Answer a conditional GET whose If-None-Match holds the current ETag (or ``*``)."""
-    response = Response(status=304)
-    response.headers["ETag"] = etag
-    return response
-
-
 @bp.get("/project.md")
 @doc(
     params=[
@@ -213,45 +138,14 @@ def get_project_md() -> ResponseReturnValue:
     """
     scope = current_principal().scope
     limit = query_int("limit", 0, 1, DIGEST_MAX_LIMIT) if "limit" in request.args else None
-    since = _since_us(request.args.get("since"))
+    since = query_time_us("since")
     file: Any
     size: int | None
     if limit is None and since is None:
         file, size = store().open_digest(scope)
     else:
         file, size = store().open_digest_head(scope, limit=limit, since_us=since)
-    response = Response(
-        wrap_file(request.environ, file, DIGEST_CHUNK),
-        mimetype="text/markdown",
-        direct_passthrough=True,
-    )
-    if size is not None:  # a head's length is known once it is read: sent chunked
-        response.content_length = size
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
-
-
-_EPOCH = re.compile(EPOCH_SECONDS_PATTERN, re.ASCII)
-
-
-def _since_us(raw: str | None) -> int | None:
-    """``since`` as microseconds since the epoch: an RFC 3339 time or epoch seconds (else
-    422)."""
-    if raw is None:
-        return None
-    if _EPOCH.fullmatch(raw):
-        whole, _, fraction = raw.partition(".")
-        return int(whole) * 1_000_000 + int(fraction.ljust(6, "0"))
-    try:
-        return parse_time_us(raw, query=True)
-    except ValueError:
-        raise validation_error(
-            ["query", "since"],
-            "Input should be an RFC 3339 time (UTC when it names no offset) or seconds since"
-            " the epoch",
-            "value_error",
-            raw[:200],
-        ) from None
+    return digest_response(file, size)
 
 
 @bp.get("/tasks")
@@ -358,7 +252,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
     """One turn: meta, summary, artifact list"""
     record = store().get_turn(current_principal().scope, path_task_id(task_id), path_turn(turn))
     if not_modified(record.etag):
-        return _not_modified(record.etag)
+        return not_modified_response(record.etag)
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
@@ -431,51 +325,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     opened = store().open_artifact(
         current_principal().scope, path_task_id(task_id), path_turn(turn), path_artifact_name(name)
     )
-    # Decided here by the rules the writes follow: werkzeug reads 'If-None-Match: "x", *' as
-    # matching nothing and an unquoted value as an entity tag.
-    precondition = request.headers.get("If-Match")
-    if precondition is not None and if_match_fails(opened.info.etag, precondition):
-        opened.file.close()
-        raise PreconditionFailed("the artifact changed since the given ETag (If-Match)")
-    if not_modified(opened.info.etag):
-        opened.file.close()
-        return _not_modified(opened.info.etag)
-    response = Response(
-        wrap_file(request.environ, opened.file),
-        content_type=opened.info.content_type,
-        direct_passthrough=True,
-    )
-    response.content_length = opened.size
-    response.set_etag(opened.info.sha256)
-    response.headers.update(ARTIFACT_SECURITY_HEADERS)
-    base_type = opened.info.content_type.split(";", 1)[0].strip().lower()
-    disposition = "inline" if base_type in PASSIVE_TYPES else "attachment"
-    response.headers.set("Content-Disposition", disposition, filename=opened.info.name)
-    try:
-        return response.make_conditional(
-            _range_only(request.environ), accept_ranges=True, complete_length=opened.size
-        )
-    except HTTPException:  # 416: the range starts past the end
-        response.close()
-        raise
-
-
-def _range_only(environ: dict[str, Any]) -> dict[str, Any]:
-    """What werkzeug's make_conditional may act on: the Range (and If-Range) of a request whose
-    other conditions were decided above. No Last-Modified is sent, so the date conditions
-    have nothing to compare with. A Range that is not one well-formed byte range is ignored
-    (RFC 9110 14.2: an unknown unit or an invalid range set; several ranges are answered
-    whole rather than as multipart), so only a single range past the end is a 416."""
-    kept = {k: v for k, v in environ.items() if k not in _DECIDED_HERE}
-    ranges = parse_range_header(kept.get("HTTP_RANGE"))
-    if ranges is None or ranges.units != "bytes" or len(ranges.ranges) != 1:
-        kept.pop("HTTP_RANGE", None)
-    return kept
-
-
-_DECIDED_HERE = frozenset(
-    {"HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE"}
-)
+    return artifact_response(opened)
 
 
 @bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
