@@ -23,13 +23,14 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True)
     from app.storage.backends import open_backend
     from app.web import ratelimit
     from app.web.json_provider import JSONProvider
-    from app.web.routing import Rule
+    from app.web.routing import CONVERTERS, Rule
 
     app = Flask(__name__)
     app.json = JSONProvider(app)
     app.url_rule_class = Rule  # URL builders compiled once per process (app/web/routing.py)
     # "a//b" is a 404 like any other unknown path, not a redirect to a normalised one.
     app.url_map.merge_slashes = False
+    app.url_map.converters.update(CONVERTERS)
     load_config(app, overrides)
     # The tree, or PostgreSQL and an object store (MEMORY_DATABASE_URL, MEMORY_BLOB_URL).
     storage = app.extensions["storage"] = open_backend(app.config)

@@ -213,7 +213,7 @@ def delete_turn(task_id: str, turn: str) -> ResponseReturnValue:
     return Response(status=204)
 
 
-@bp.delete("/tasks/<task_id>/turns/<turn>/artifacts/<name>")
+@bp.delete("/tasks/<task_id>/turns/<turn>/artifacts/<anyname:name>")
 @doc(
     params=[TASK_ID, TURN, NAME, IF_MATCH],
     responses={204: None, 404: "HTTPError", 412: "HTTPError", **ERRORS},
@@ -307,9 +307,9 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
     return json_response(turn_json(record), headers={"ETag": record.etag})
 
 
-# <path:name>: a name with a slash reaches the view and its 422 naming the rule, where
-# <name> left it to the router's generic 404.
-@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
+# <anyname:name>: a name with a slash or a line break reaches the view and its 422 naming
+# the rule, where the router gave a generic 404, or a 405 when another method's route took it.
+@bp.get("/tasks/<task_id>/turns/<turn>/artifacts/<anyname:name>")
 @doc(
     params=[TASK_ID, TURN, NAME],
     responses={
@@ -328,7 +328,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     return artifact_response(opened)
 
 
-@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<path:name>")
+@bp.put("/tasks/<task_id>/turns/<turn>/artifacts/<anyname:name>")
 @doc(
     params=[TASK_ID, TURN, NAME, *CONDITIONAL],
     body={"type": "string", "format": "binary"},

@@ -24,13 +24,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from werkzeug.routing import BaseConverter, Rule as WerkzeugRule
+from werkzeug.routing import BaseConverter, PathConverter, Rule as WerkzeugRule
 from werkzeug.routing.rules import RulePart
 
 # Both caches are bounded by the rules the code defines (and the maps' few settings). A
 # race between two threads parses or compiles one rule twice, which is harmless.
 _builders: dict[tuple[str, tuple[tuple[bool, str], ...], bool], Callable[..., tuple[str, str]]] = {}
 _parsed: dict[tuple[Any, ...], _Parsed] = {}
+
+
+class AnyNameConverter(PathConverter):
+    """The rest of the path, whatever it holds, for a view whose validator names the rule.
+
+    werkzeug's ``path`` stops at a line break (its ``.`` does not match one) and ``string``
+    at a slash; either way a name the rules refuse got the router's 404 or 405 instead of
+    the 422 that says which rule. Every route of one resource uses the same converter, so
+    a name reaches the same view whichever method asks.
+    """
+
+    regex = r"[^/][\s\S]*?"
+
+
+CONVERTERS: dict[str, type[BaseConverter]] = {"anyname": AnyNameConverter}
 
 
 @dataclass(frozen=True)

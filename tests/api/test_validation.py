@@ -279,14 +279,19 @@ def test_unknown_route_is_404_with_detail(client: FlaskClient, tokens: Tokens) -
     assert resp.status_code == 404 and isinstance(resp.get_json()["detail"], str)
 
 
-@pytest.mark.parametrize("name", ["a/b", "a%2Fb", "dir/sub/file.txt", "a/"])
-def test_an_artifact_name_with_a_slash_is_a_422_naming_the_rule(
+@pytest.mark.parametrize("name", ["a/b", "a%2Fb", "dir/sub/file.txt", "a/", "a%0A", "a%0Ab/c"])
+def test_an_artifact_name_with_a_slash_or_line_break_is_a_422_naming_the_rule(
     client: FlaskClient, tokens: Tokens, name: str
 ) -> None:
     headers = tokens.headers("writer")
     assert client.put(f"{BASE}/tasks/t/turns/0", json={}, headers=headers).status_code == 200
     url = f"{BASE}/tasks/t/turns/0/artifacts/{name}"
-    for resp in (client.put(url, data=b"x", headers=headers), client.get(url, headers=headers)):
+    sent = (
+        client.put(url, data=b"x", headers=headers),
+        client.get(url, headers=headers),
+        client.delete(url, headers=headers),
+    )
+    for resp in sent:
         error = assert_422(resp, ["path", "name"], "string_pattern_mismatch")
         assert "[A-Za-z0-9._-]{1,128}" in error["msg"]
     assert client.get(f"{BASE}/tasks/t/turns/0", headers=headers).get_json()["artifacts"] == []
