@@ -31,9 +31,9 @@ from pathlib import Path
 
 import requests
 
-from app.storage import Scope
 from app.storage.core import audit
 from app.storage.core.digest import Section
+from app.storage.core.names import Scope
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import TurnUsage
 from app.storage.tree.backend import TreeStorage

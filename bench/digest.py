@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage import Scope
 from app.storage.core.digest import Section
+from app.storage.core.names import Scope
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.sqlite import digestdb
 from app.storage.tree.sqlite.listing_sql import TurnRow

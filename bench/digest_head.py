@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 
 from . import workloads as w
 from .digest import SCOPE, build

@@ -15,8 +15,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from app.storage import Scope
 from app.storage.core.digest import Section
+from app.storage.core.names import Scope
 from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.sqlite import listing as listing_mod
 from app.storage.tree.sqlite.listing_sql import TurnRow

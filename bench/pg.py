@@ -32,8 +32,8 @@ from typing import Any
 
 import psycopg
 
-from app.storage import Scope
 from app.storage.backends import open_backend
+from app.storage.core.names import Scope
 from tools.services import Postgres, Seaweed, scratch_dir
 
 from . import growth, loadgen, servers, workloads as w

@@ -21,7 +21,7 @@ import shutil
 import statistics
 import time
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tools.services import Postgres, Seaweed, scratch_dir
 
 from . import workloads as w

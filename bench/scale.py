@@ -65,7 +65,10 @@ try:
     from app.storage.tree.tasks import TaskStore
 except ImportError:  # a checkout from before app/storage/tree/
     from app.storage import TaskStore
-from app.storage import Scope
+try:
+    from app.storage.core.names import Scope
+except ImportError:  # a checkout from before app/storage/core/
+    from app.storage import Scope
 try:
     import bench.loader as loader
 except ImportError:

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.storage import Scope
 from app.storage.core.digest import Section
+from app.storage.core.names import Scope
 from app.storage.core.query import meta_text
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs.atomic import make_dirs

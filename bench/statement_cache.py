@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.sqlite import db, listing, store_index
 

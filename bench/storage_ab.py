@@ -35,7 +35,10 @@ try:
     from app.storage.tree.tasks import TaskStore
 except ImportError:  # a checkout from before app/storage/tree/
     from app.storage import TaskStore
-from app.storage import Scope
+try:
+    from app.storage.core.names import Scope
+except ImportError:  # a checkout from before app/storage/core/
+    from app.storage import Scope
 
 n = int(sys.argv[1])
 meta = json.loads(sys.argv[2])

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 
 from . import workloads as w

@@ -25,7 +25,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
 

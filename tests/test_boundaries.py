@@ -316,7 +316,7 @@ def test_the_boundary_check_lets_the_layers_use_the_interface_and_core(tmp_path:
             "storage/core/names.py": "import re\n",
             "storage/tree/backend.py": "import sqlite3\nfrom app.storage.core import names\n",
             "storage/pg/backend.py": "import psycopg\nfrom app.storage.core import names\n",
-            "web/auth.py": "from app.storage.interface import TokenStore\nfrom app.storage import Scope\n",
+            "web/auth.py": "from app.storage.interface import TokenStore\nfrom app.storage.core.names import Scope\n",
             "ops/cli.py": "from app.storage.core.names import Scope\nfrom app.web import auth\n",
         },
     )

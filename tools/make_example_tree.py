@@ -23,8 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.storage import Scope  # noqa: E402
-from app.storage.core.names import LOCKS_DIR, TRASH_DIR  # noqa: E402
+from app.storage.core.names import LOCKS_DIR, TRASH_DIR, Scope  # noqa: E402
 from app.storage.tree.sqlite.listing import Listing  # noqa: E402
 from app.storage.tree.tasks import TaskStore  # noqa: E402
 

@@ -12,7 +12,7 @@ from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
 from app.schemas.common import load
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
 from app.storage.core.task_rules import check_content_type, entity_tags
 from app.storage.interface import StorageBackend

@@ -13,7 +13,7 @@ from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
 from app.api.common import not_modified
-from app.storage import PreconditionFailed
+from app.storage.core.errors import PreconditionFailed
 from app.storage.core.models import ArtifactStream
 from app.storage.core.task_rules import if_match_fails
 from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK

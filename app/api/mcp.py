@@ -35,7 +35,7 @@ from app.services.access import Principal, may_write
 from app.services.framing import NOTE
 from app.services.mcp.arguments import ToolFailure, lone_surrogate_at
 from app.services.mcp.tools import McpTools, ToolOutput
-from app.storage import StorageError
+from app.storage.core.errors import StorageError
 from app.web.auth import resolve_principal
 from app.web.body import READ_AHEAD_BYTES
 from app.web.errors import ApiError, RequestValidationError, from_storage

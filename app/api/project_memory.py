@@ -42,7 +42,7 @@ from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
 from app.services import session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
-from app.storage import PayloadTooLarge
+from app.storage.core.errors import PayloadTooLarge
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS

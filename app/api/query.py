@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from flask import request
 
 from app.api.common import strict_int
-from app.storage import InvalidName
 from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_id
 from app.web.errors import RequestValidationError, validation_error
 

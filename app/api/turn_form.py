@@ -18,7 +18,7 @@ from flask import current_app, request
 from marshmallow import Schema
 
 from app.api.common import body_stream, json_document, media_type
-from app.storage import InvalidName, PayloadTooLarge
+from app.storage.core.errors import InvalidName, PayloadTooLarge
 from app.storage.core.models import ArtifactUpload
 from app.storage.core.names import validate_artifact_name
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, max_form_bytes

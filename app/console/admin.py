@@ -55,7 +55,7 @@ from app.services.access import (
     require_set_limits,
 )
 from app.services.usage_report import quota_json
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.limits import (
     InvalidLimit,
     QuotaOverride,

@@ -16,8 +16,8 @@ from werkzeug.exceptions import Forbidden
 
 from app.console.base import arg, bp, int_arg, principal, purl, scope, storage
 from app.services.access import MANAGER, may_manage
-from app.storage import InvalidName
 from app.storage.core.audit import KEEP_DAYS, KINDS
+from app.storage.core.errors import InvalidName
 
 PER_PAGE = 50
 

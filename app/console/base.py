@@ -14,7 +14,7 @@ from flask import Blueprint, current_app, g, redirect, request, url_for
 from werkzeug.wrappers import Response
 
 from app.services.access import Principal
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.core.tokens import Token
 from app.storage.interface import StorageBackend, StoreBackend, TaskBackend, TokenStore
 

@@ -22,7 +22,7 @@ from app.console import render
 from app.console.base import bp, field, principal, purl, scope, see_other, storage, stores
 from app.services import stores as store_service
 from app.services.access import may_redact, may_write
-from app.storage import InvalidName, NotFound
+from app.storage.core.errors import InvalidName, NotFound
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
     Memory,

@@ -10,7 +10,7 @@ from flask.typing import ResponseReturnValue
 
 from app.console import base, render
 from app.services.access import may_redact
-from app.storage import StorageError
+from app.storage.core.errors import StorageError
 from app.storage.core.store_models import Memory, MemoryPrefix, VersionFilter
 from app.web.errors import ApiError
 

@@ -22,8 +22,9 @@ from werkzeug.wsgi import wrap_file
 from app.console import base, render
 from app.services import tasks as task_service
 from app.services.access import may_delete_task
-from app.storage import Corrupt, InvalidName, StorageError, TaskSummary
 from app.storage.core.clock import parse_iso
+from app.storage.core.errors import Corrupt, InvalidName, StorageError
+from app.storage.core.models import TaskSummary
 from app.storage.interface import TaskBackend
 from app.web.artifacts import ARTIFACT_SECURITY_HEADERS
 

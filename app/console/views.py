@@ -35,8 +35,8 @@ from app.services.access import (
     sees_everything,
 )
 from app.services.usage_report import projects_overview
-from app.storage import InvalidName, Scope, StorageError
-from app.storage.core.names import validate_id
+from app.storage.core.errors import InvalidName, StorageError
+from app.storage.core.names import Scope, validate_id
 from app.storage.core.tokens import Token
 from app.web import ratelimit
 from app.web.artifacts import ARTIFACT_SECURITY_HEADERS, DIGEST_CHUNK

@@ -12,7 +12,7 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
-from app.storage import StorageError
+from app.storage.core.errors import StorageError
 from app.storage.core.limits import (
     QuotaOverride,
     RateOverride,
@@ -79,7 +79,7 @@ def list_tokens() -> None:
 def revoke_token(token: str) -> None:
     """Revoke a token by its id (tok_..., from `tokens list`) or by its secret; every worker
     refuses it from the next request on. Only the id is ever printed."""
-    from app.storage import NotFound
+    from app.storage.core.errors import NotFound
 
     registry = _registry()
     if token.startswith(SECRET_PREFIX):
@@ -214,7 +214,7 @@ def _counts(counts: dict[str, int]) -> str:
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 def export_command(tenant: str | None, project: str | None, file: Path) -> None:
     """Back up one project, one tenant or the whole root (tasks, memory stores) to FILE."""
-    from app.storage import StorageError
+    from app.storage.core.errors import StorageError
 
     try:
         summary = _storage().export(file, tenant=tenant, project=project)
@@ -232,7 +232,7 @@ def export_command(tenant: str | None, project: str | None, file: Path) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 def import_command(tenant: str | None, project: str | None, overwrite: bool, file: Path) -> None:
     """Check FILE whole and restore it: all of it, or nothing."""
-    from app.storage import StorageError
+    from app.storage.core.errors import StorageError
 
     try:
         with open(file, "rb") as fh:

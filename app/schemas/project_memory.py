@@ -15,7 +15,7 @@ from marshmallow import (
 
 from app.schemas import rules
 from app.schemas.common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
-from app.storage import MAX_SUMMARY_BYTES
+from app.storage.core.task_rules import MAX_SUMMARY_BYTES
 
 TIME_METADATA = {
     "description": "ISO 8601 or epoch: an RFC 3339 time (a date alone, or one without an offset"

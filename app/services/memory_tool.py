@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.storage import InvalidName, NotFound, Scope
+from app.storage.core.errors import InvalidName, NotFound
+from app.storage.core.names import Scope
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
     Memory,

@@ -21,8 +21,14 @@ from dataclasses import dataclass
 
 from app.services.framing import NOTE, frame, neutral
 from app.services.mcp.text import SECTION_MIN, read_digest_head, search_snippet
-from app.storage import InvalidName, NotFound, Scope
-from app.storage.core.errors import NotSupported, SearchRebuilding, SearchTimeout
+from app.storage.core.errors import (
+    InvalidName,
+    NotFound,
+    NotSupported,
+    SearchRebuilding,
+    SearchTimeout,
+)
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 
 DEFAULT_BYTES = 9_000  # the turns' 3,000 and the digest's 6,000; under Codex's 10,000 characters

@@ -10,8 +10,8 @@ from __future__ import annotations
 from flask import current_app, g, request
 
 from app.services.access import Principal, may_write
-from app.storage import InvalidName, Scope
-from app.storage.core.names import validate_id
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import Scope, validate_id
 from app.storage.core.tokens import Token
 from app.storage.interface import TokenStore
 from app.web.errors import ApiError, validation_error

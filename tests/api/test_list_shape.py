@@ -8,7 +8,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.api.project_memory import task_list_out
-from app.storage import Scope
+from app.storage.core.names import Scope
 
 API = "/sandbox/memory/v1"
 

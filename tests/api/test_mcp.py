@@ -29,8 +29,7 @@ from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
 from app.schemas.memory_tool import MemoryToolInput
 from app.services.mcp.schemas import input_schema
 from app.services.mcp.tools import TOOLS
-from app.storage import Scope
-from app.storage.core.names import MAX_TURN
+from app.storage.core.names import MAX_TURN, Scope
 from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
 

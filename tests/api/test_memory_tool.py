@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.services.memory_tool import MemoryTool, ToolError, human_size, parse_path
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.api.test_memory_stores import BASE, Api, assert_error
 from tests.conftest import Tokens
 

@@ -16,9 +16,9 @@ import yaml
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from app.storage import InvalidName
 from app.storage.core import store_rules
 from app.storage.core.clock import EPOCH_SECONDS_PATTERN, is_time
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_artifact_name, validate_id
 
 PM = "/sandbox/memory/v1"

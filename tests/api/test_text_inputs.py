@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
 from app.api.common import strict_int
-from app.storage import InvalidName
 from app.storage.core import store_rules
 from app.storage.core.clock import is_time
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_artifact_name, validate_id
 from app.storage.core.query import parse_query
 from app.storage.core.store_records import OPERATIONS

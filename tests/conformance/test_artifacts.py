@@ -9,8 +9,9 @@ import tracemalloc
 
 import pytest
 
-from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope
 from app.storage.core.clock import iso
+from app.storage.core.errors import NotFound, PayloadTooLarge, PreconditionFailed
+from app.storage.core.names import Scope
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import Factory, assert_views_agree
 from tests.conftest import FixedClock

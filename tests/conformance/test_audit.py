@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.storage import InvalidName, Scope
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from tests.conftest import FixedClock
 

@@ -10,7 +10,8 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.storage import InvalidName, Scope
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import Scope
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import Factory
 from tests.conftest import FixedClock

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from datetime import timedelta
 
-from app.storage import Scope
 from app.storage.core.clock import iso
+from app.storage.core.names import Scope
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import assert_views_agree, expected_digest, read_digest
 from tests.conftest import T0, FixedClock

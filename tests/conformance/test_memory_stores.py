@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.storage import InvalidName, NotFound, NotOwner, Scope
+from app.storage.core.errors import InvalidName, NotFound, NotOwner
+from app.storage.core.names import Scope
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
     HeadVersion,

@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
 from app.storage.core.limits import InvalidLimit, LimitsFileError, RateOverride
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from tests.conformance.conftest import Factory, assert_views_agree
 from tests.conftest import FixedClock

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from tests.conformance.conftest import Factory, all_tasks
 from tests.conftest import T0, FixedClock

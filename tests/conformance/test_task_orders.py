@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-from app.storage import InvalidName, NotFound, Scope
+from app.storage.core.errors import InvalidName, NotFound
+from app.storage.core.names import Scope
 from app.storage.core.records import usage_of_turn
 from app.storage.interface import StorageBackend, TaskBackend
 from tests.conftest import FixedClock

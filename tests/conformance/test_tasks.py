@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.storage import InvalidName, NotFound, NotOwner, Scope
 from app.storage.core.clock import iso
+from app.storage.core.errors import InvalidName, NotFound, NotOwner
+from app.storage.core.names import Scope
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import assert_views_agree, read_digest
 from tests.conftest import T0, FixedClock

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.storage import InvalidName, NotFound, PreconditionFailed, Scope
 from app.storage.core.clock import iso
+from app.storage.core.errors import InvalidName, NotFound, PreconditionFailed
+from app.storage.core.names import Scope
 from app.storage.interface import TaskBackend
 from tests.conformance.conftest import Factory, assert_views_agree, read_digest
 from tests.conftest import T0, FixedClock

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
 from app.storage.core.limits import QuotaOverride
+from app.storage.core.names import Scope
 from app.storage.core.usage import QuotaExceeded, ReservingStream
 from app.storage.interface import StorageBackend
 from tests.conftest import FixedClock

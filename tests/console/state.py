@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Flask
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.core.store_models import VersionFilter
 
 

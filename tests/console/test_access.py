@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.console import PUBLIC_ENDPOINTS
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import FixedClock, Tokens
 
 from .conftest import API, Browser, csrf_of, put_turn, sign_in

@@ -14,7 +14,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import Tokens
 
 from .conftest import Browser, hidden, text

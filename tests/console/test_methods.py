@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import Tokens
 
 from .conftest import API, ORIGIN, Browser, put_turn, sign_in

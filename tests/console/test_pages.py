@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.console.views import CSP
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import FixedClock, Tokens
 
 from .conftest import API, Browser, put_turn

@@ -13,8 +13,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage import Scope
-from app.storage.core.names import CONSOLE_KEY
+from app.storage.core.names import CONSOLE_KEY, Scope
 from tests.conftest import FixedClock, Tokens
 
 from .conftest import Browser, csrf_of, put_turn, sign_in

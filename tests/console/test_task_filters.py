@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.storage import InvalidName, Scope
 from app.storage.core import task_list
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import TaskFilter
+from app.storage.core.names import Scope
 from app.storage.core.task_list import SORT_KEYS, TaskOrder
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import listing as listing_mod

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from app import create_app
-from app.storage import Scope
+from app.storage.core.names import Scope
 
 pytestmark = pytest.mark.all_backends
 

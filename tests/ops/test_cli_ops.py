@@ -16,8 +16,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskCliRunner
 
-from app.storage import Scope
-from app.storage.core.names import TMP_PREFIX
+from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.e2e.conftest import REPO, VENV_BIN

@@ -89,7 +89,7 @@ def test_bad_quota_settings_are_refused(
 def test_usage_command_per_tenant_and_project(tmp_path: Path, clock: FixedClock) -> None:
     app = make_app(tmp_path, clock)
     tasks = app.extensions["storage"].tasks
-    from app.storage import Scope
+    from app.storage.core.names import Scope
 
     tasks.put_turn(Scope("acme", "web"), "t", 0, meta={}, summary_md="x" * 98)
     tasks.put_turn(Scope("acme", "mobile"), "t", 0, meta={}, summary_md="")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from tests.e2e.conftest import flask_cli
 from tests.powerloss.mount import PowerLossMount

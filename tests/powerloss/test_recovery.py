@@ -28,7 +28,7 @@ pytestmark = pytest.mark.powerloss
 _REPLACE_KILLED_BEFORE_COMMIT = """
 import io, os, signal, sys
 from pathlib import Path
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree import artifacts
 from app.storage.tree.tasks import TaskStore
 

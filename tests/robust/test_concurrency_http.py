@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.records import read_json, rebuild_index
 from tests.robust.helpers import BASE, Live, auth, store_for
 

@@ -30,8 +30,9 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
 from app.storage.core.models import DEFAULT_GRACE
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from tests.robust.helpers import BASE, Live, auth
 

@@ -35,8 +35,9 @@ import pytest
 import requests
 
 from app import create_app
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
 from app.storage.core.models import FsckReport
+from app.storage.core.names import Scope
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
 from app.storage.tree.stores.fsck import fsck_stores

@@ -45,7 +45,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.sqlite import fts

@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import FixedClock, Tokens
 from tests.robust.helpers import BASE
 

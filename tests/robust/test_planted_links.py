@@ -30,7 +30,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app import create_app
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import T0, BufferedClient, FixedClock
 from tests.storage._helpers import snapshot
 
@@ -412,7 +412,7 @@ def _recovery(c: Case) -> str:
     """A start after an unclean stop that may have lost unsynced data: the recovery at
     start, then the full check the first housekeeping leader runs."""
     from app.ops.sweeper import startup_recovery
-    from app.storage import StorageError
+    from app.storage.core.errors import StorageError
     from app.storage.core.names import SENTINEL as RUNNING_SENTINEL
     from app.storage.tree.fs.txn import Key
 
@@ -430,7 +430,7 @@ def _recovery(c: Case) -> str:
 
 
 def _export(c: Case) -> str:
-    from app.storage import StorageError
+    from app.storage.core.errors import StorageError
 
     out = c.base / "export.tar.gz"
     try:
@@ -442,7 +442,7 @@ def _export(c: Case) -> str:
 
 
 def _import(c: Case) -> str:
-    from app.storage import StorageError
+    from app.storage.core.errors import StorageError
 
     try:
         with open(c.golden.archive, "rb") as fh:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from tests.robust.helpers import auth
 from tests.robust.test_removed_text import files_with

@@ -21,7 +21,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
 from tests.conftest import Tokens

@@ -12,9 +12,9 @@ import pytest
 from flask import Flask
 
 from app.services import admin
-from app.storage import Scope
 from app.storage.core.errors import Forbidden
 from app.storage.core.limits import QuotaOverride, RateOverride
+from app.storage.core.names import Scope
 from app.storage.core.tokens import Token
 from tests.conftest import Tokens
 

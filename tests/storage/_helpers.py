@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.models import TurnRecord
-from app.storage.core.names import TMP_PREFIX, TURN_SUMMARY, validate_id
+from app.storage.core.names import TMP_PREFIX, TURN_SUMMARY, Scope, validate_id
 from app.storage.tree.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
 from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore

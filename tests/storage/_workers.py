@@ -7,7 +7,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 
 SHARED_ARTIFACT_TURN = 9999

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_id
 
 

@@ -17,7 +17,7 @@ from typing import IO
 
 from app.schemas.mcp import BASE64, MCP_ARTIFACT_BYTES, TEXT, UPLOAD_HINT, Artifact
 from app.services.framing import neutral
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import ArtifactUpload
 from app.storage.core.names import validate_artifact_name
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, check_content_type

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.schemas.mcp import OUTPUT_CHARS
-from app.storage import Scope
 from app.storage.core.models import SearchHit
+from app.storage.core.names import Scope
 from app.storage.core.query import MARK_END, MARK_START
 from app.storage.interface import StorageBackend
 

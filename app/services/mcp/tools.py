@@ -35,7 +35,7 @@ from app.services.mcp.artifacts import ArtifactFault, decode_artifacts, read_par
 from app.services.mcp.schemas import input_schema
 from app.services.mcp.text import clip, compact, fit_lines, joined, read_digest_head, search_snippet
 from app.services.memory_tool import AUDITED as CHANGES_A_STORE
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.names import STORE_ID_RE, validate_artifact_name
 from app.storage.core.store_models import MemoryStore
 from app.storage.interface import StorageBackend

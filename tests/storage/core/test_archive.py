@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.core.archive import PAX_SHA256, ArchiveError
+from app.storage.core.names import Scope
 from app.storage.core.store_models import VersionFilter
 from app.storage.interface import StorageBackend
 from app.storage.tree import backup as tree_export

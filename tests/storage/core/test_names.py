@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.storage import InvalidName, Scope, UnsafePath
+from app.storage.core.errors import InvalidName, UnsafePath
 from app.storage.core.names import (
     ARTIFACT_NAME_PATTERN,
     ID_PATTERN,
@@ -19,6 +19,7 @@ from app.storage.core.names import (
     TASK_INDEX,
     TASK_RECORD,
     TMP_PREFIX,
+    Scope,
     validate_artifact_name,
     validate_id,
     validate_turn,

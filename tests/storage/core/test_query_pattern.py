@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from app.storage import InvalidName
+from app.storage.core.errors import InvalidName
 from app.storage.core.query import MAX_QUERY_CHARS, parse_query, query_pattern
 
 # Text made of the query syntax's own pieces and of any character at all.

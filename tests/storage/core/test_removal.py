@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import Scope
 from app.storage.backends import open_backend
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from app.storage.tree.background import Later
 from tests.storage._helpers import upkeep_done

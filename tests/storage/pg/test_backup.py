@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from app.storage import NotFound, Scope
 from app.storage.backends import open_backend
 from app.storage.core.archive import ArchiveError
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.pg import restore as pg_restore
 from app.storage.pg.backend import PgStorage
 from app.storage.pg.db import backup_lock

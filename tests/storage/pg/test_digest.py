@@ -10,8 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import LockTimeout, Scope, StorageError
 from app.storage.backends import open_backend
+from app.storage.core.errors import LockTimeout, StorageError
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from app.storage.pg import backup as pg_backup, digest as pg_digest, restore as pg_restore, schema
 from tests.conformance.conftest import expected_digest, read_digest

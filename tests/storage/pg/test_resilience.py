@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import LockTimeout, NotFound, Scope
+from app.storage.core.errors import LockTimeout, NotFound
+from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
 from app.storage.pg.db import CHECK_IDLE_SECONDS, translated
 

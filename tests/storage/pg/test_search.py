@@ -10,9 +10,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.core.models import SearchHit
+from app.storage.core.names import Scope
 from app.storage.core.query import MARK_END, MARK_START
 from app.storage.core.recovery import Plan
 from app.storage.interface import StorageBackend

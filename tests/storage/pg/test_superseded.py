@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from tests.conftest import FixedClock
 
 pytestmark = pytest.mark.all_backends

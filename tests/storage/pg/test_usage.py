@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.storage import Scope
 from app.storage.backends import open_backend
+from app.storage.core.names import Scope
 
 pytestmark = pytest.mark.all_backends
 WEB = Scope("acme", "web")

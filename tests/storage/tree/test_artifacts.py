@@ -10,8 +10,9 @@ import tracemalloc
 
 import pytest
 
-from app.storage import NotFound, PayloadTooLarge, PreconditionFailed, Scope
 from app.storage.core.clock import iso
+from app.storage.core.errors import NotFound, PayloadTooLarge, PreconditionFailed
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import (
@@ -153,7 +154,7 @@ def test_a_stream_that_breaks_mid_upload_leaves_nothing(store: TaskStore, scope:
 
 
 def test_upload_racing_a_rewrite_of_its_expired_turn_is_a_conflict(store, scope, clock) -> None:
-    from app.storage import Conflict
+    from app.storage.core.errors import Conflict
 
     store.put_turn(scope, "t", 0, meta={}, summary_md="old")
 

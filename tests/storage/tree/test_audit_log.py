@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.audit import TreeAudit
 from app.storage.tree.backend import TreeStorage
 from tests.conftest import FixedClock

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import LockTimeout, Scope
+from app.storage.core.errors import LockTimeout
+from app.storage.core.names import Scope
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.tasks import TaskStore
 from tests.storage import _workers

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from app.storage import InsufficientStorage, NotFound, Scope, StorageError
+from app.storage.core.errors import InsufficientStorage, NotFound, StorageError
 from app.storage.core.models import ArtifactUpload
+from app.storage.core.names import Scope
 from app.storage.tree.fs import sync
 from app.storage.tree.fs.txn import Journal, Key
 from app.storage.tree.sqlite.listing import Listing

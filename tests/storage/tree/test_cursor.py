@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import InvalidName, Scope
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 

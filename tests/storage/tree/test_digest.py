@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import digestdb

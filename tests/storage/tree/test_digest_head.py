@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.retention import sweep
 from app.storage.tree.sqlite import digestdb
 from app.storage.tree.tasks import TaskStore

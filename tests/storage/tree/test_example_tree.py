@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest, snapshot

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import Scope
 from app.storage.backends import open_backend
 from app.storage.core.limits import QuotaOverride
+from app.storage.core.names import Scope
 from app.storage.core.traffic import TrafficRow
 from app.storage.tree.backend import TreeStorage
 from tests.conftest import FixedClock

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import NotFound, Scope
 from app.storage.core.digest import Section
-from app.storage.core.names import TMP_PREFIX
+from app.storage.core.errors import NotFound
+from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.tree.fs import walk as tree_mod
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import LOST_FOUND, fsck

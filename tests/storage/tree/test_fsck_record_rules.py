@@ -8,7 +8,7 @@ import io
 import json
 from pathlib import Path
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fsck import fsck
 from tests.conftest import FixedClock

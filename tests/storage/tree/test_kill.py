@@ -16,7 +16,8 @@ import signal
 import time
 from pathlib import Path
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.storage import _workers
 from tests.storage._helpers import assert_consistent, temp_files

@@ -17,9 +17,10 @@ from pathlib import Path
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from app.storage import NotFound, Scope
 from app.storage.core.clock import iso_us, to_us
 from app.storage.core.digest import nest_headings
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import read_digest, temp_files, upkeep_done

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from app.storage import NotFound, Scope
 from app.storage.core.clock import parse_iso, to_us
 from app.storage.core.digest import Section
-from app.storage.core.names import TMP_PREFIX
+from app.storage.core.errors import NotFound
+from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fsck import fsck
 from app.storage.tree.retention import sweep

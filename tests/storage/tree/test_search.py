@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.storage import InvalidName, Scope
 from app.storage.backends import open_backend
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import SearchHit
+from app.storage.core.names import Scope
 from app.storage.core.query import MARK_END, MARK_START
 from app.storage.interface import StorageBackend
 from app.storage.tree.backend import TreeStorage

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from app.storage import Corrupt, NotFound, Scope, UnsafePath
+from app.storage.core.errors import Corrupt, NotFound, UnsafePath
+from app.storage.core.names import Scope
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore

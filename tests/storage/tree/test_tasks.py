@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from app.storage import NotFound, Scope
+from app.storage.core.errors import NotFound
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import FixedClock
 from tests.storage._helpers import assert_consistent, read_digest, temp_files

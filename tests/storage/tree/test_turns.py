@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.storage import InvalidName, Scope
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import Scope
 from app.storage.tree.tasks import TaskStore
 from tests.conftest import T0, FixedClock
 from tests.storage._helpers import assert_consistent

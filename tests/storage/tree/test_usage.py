@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from app.storage import NotFound, Scope
-from app.storage.core.names import TURN_DIR_RE
+from app.storage.core.errors import NotFound
+from app.storage.core.names import TURN_DIR_RE, Scope
 from app.storage.core.recovery import Plan
 from app.storage.core.store_models import MemoryStore
 from app.storage.core.usage import KINDS

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
 from app.storage.core.errors import NotFound, PreconditionFailed
+from app.storage.core.names import Scope
 from app.storage.tree.fs import sync, txn as txn_mod
 from app.storage.tree.fs.walk import Tree
 from app.storage.tree.sqlite.listing import Listing

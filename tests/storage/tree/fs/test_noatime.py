@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import Scope
+from app.storage.core.names import Scope
 from app.storage.tree.fs.beneath import Beneath
 from app.storage.tree.fs.noatime import O_NOATIME, open_noatime, read_all
 from app.storage.tree.tasks import TaskStore

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import LockTimeout
+from app.storage.core.errors import LockTimeout
 from app.storage.tree.sqlite.db import open_index
 
 

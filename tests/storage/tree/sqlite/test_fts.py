@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from ulid import ULID
 
-from app.storage import Scope
 from app.storage.core.clock import iso_us
+from app.storage.core.names import Scope
 from app.storage.core.recovery import Plan
 from app.storage.core.store_records import VersionRecord
 from app.storage.tree.backend import TreeStorage

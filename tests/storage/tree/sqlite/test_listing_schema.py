@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.storage import Scope
 from app.storage.core.errors import Corrupt
+from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.fsck import fsck
 from app.storage.tree.sqlite.listing import Listing

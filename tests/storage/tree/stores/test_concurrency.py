@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.storage import Scope
 from app.storage.core.models import FsckReport
-from app.storage.core.names import VERSIONS_DIR
+from app.storage.core.names import VERSIONS_DIR, Scope
 from app.storage.core.store_models import ContentPreconditionFailed, VersionFilter
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.stores.fsck import fsck_stores

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from app.storage import InvalidName, NotFound, Scope
 from app.storage.core import store_rules as rules
+from app.storage.core.errors import InvalidName, NotFound
 from app.storage.core.models import FsckReport
-from app.storage.core.names import MEMORIES_DIR, VERSIONS_DIR
+from app.storage.core.names import MEMORIES_DIR, VERSIONS_DIR, Scope
 from app.storage.core.store_models import VersionFilter
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.stores.engine import MemoryStoreEngine
