@@ -150,7 +150,9 @@ def trust_hooks_in_the_tui(codex: Path, repo: Path, env: dict[str, str]) -> None
     pid, fd = pty.fork()
     if pid == 0:  # the child: codex in the repository, on a terminal
         os.chdir(repo)
-        os.execve(str(codex), [str(codex)], {**env, "TERM": "xterm-256color"})  # noqa: S606 - the pinned binary
+        # Without --no-daemon the TUI leaves a shared app-server running after the test,
+        # whose control socket (under /tmp, named by a hash) a later TUI can find in use.
+        os.execve(str(codex), [str(codex), "--no-daemon"], {**env, "TERM": "xterm-256color"})  # noqa: S606
     # A terminal of 40 x 120: a TUI on a terminal of no size draws no dialog.
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     screen = b""
@@ -180,7 +182,12 @@ def trust_hooks_in_the_tui(codex: Path, repo: Path, env: dict[str, str]) -> None
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         os.close(fd)
-    assert "[hooks.state" in config.read_text(), screen[-2000:]
+        # Kept with the test's directory when it fails: the whole screen, escapes and all.
+        (repo.parent / "tui-screen.bin").write_bytes(screen)
+    plain_tail = re.sub(rb"\x1b\[[0-9;?>]*[a-zA-Z$ ]", b" ", screen[-4000:]).decode(
+        errors="replace"
+    )
+    assert "[hooks.state" in config.read_text(), plain_tail
 
 
 def _doctor(env: dict[str, str], repo: Path) -> tuple[int, list[str]]:
