@@ -39,10 +39,14 @@ run: $(RUN_STAMP)
 	  "then, in your repository: project-memory agent install claude-code" ""
 	$(BIN)/gunicorn -c gunicorn.conf.py wsgi:app
 
-# Two pytest workers (pytest-xdist): most tests wait on servers, subprocesses and the disk, so
-# two of them share 2 cores well; each worker starts its own PostgreSQL and SeaweedFS.
-# TEST_WORKERS=0 runs the tests in one process.
-TEST_WORKERS ?= 2
+# pytest-xdist workers. Most tests of make test wait on servers, subprocesses, agents and
+# the disk: on 2 cores two workers kept 1.3 cores busy, four keep 1.6 (bench/HISTORY.md,
+# "make test's workers"). Each worker starts its own PostgreSQL and SeaweedFS. An idle
+# worker takes tests another has not begun (--dist worksteal), so none finishes a minute
+# before the others. make slow and make faults hold tests that each load the machine: two
+# workers. TEST_WORKERS=0 runs make test in one process.
+TEST_WORKERS ?= 4
+SUITE_WORKERS ?= 2
 # The test runs write bytecode whatever the shell says (PYTHONDONTWRITEBYTECODE): without it
 # each worker compiles the app and rewrites the asserts of every test module again, and so
 # does each of the hundreds of servers, CLIs and hooks the tests start (a third of a second
@@ -58,19 +62,20 @@ TEST_TMPDIR ?= $(shell test -d /dev/shm -a -w /dev/shm && echo /dev/shm || echo 
 PYTEST := env TMPDIR=$(TEST_TMPDIR) $(PYTEST_BYTECODE) -o tmp_path_retention_policy=failed
 
 test: $(DEV_STAMP)
-	$(PYTEST) -q -n $(TEST_WORKERS) -m "not soak and not powerloss and not faults and not slow" $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist worksteal \
+		-m "not soak and not powerloss and not faults and not slow" $(PYTEST_ARGS)
 
 # Long scenarios (tests marked slow): agents beside CPU hogs, servers soaked with slow clients
 # for tens of seconds, kills and restarts under writers, and the cases of large matrices beyond
 # the ones `make test` keeps. Each behaviour keeps a test in `make test`; CI runs this after it.
 slow: $(DEV_STAMP)
-	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadgroup \
+	$(PYTEST) -q -n $(SUITE_WORKERS) --dist loadgroup \
 		-m "slow and not soak and not powerloss and not faults" $(PYTEST_ARGS)
 
 # Real faults (tests/robust: full disks on loop ext4, EIO through FUSE, clock steps, master
 # kills): each takes seconds of a whole machine, so they run on their own (CI: after make test).
 faults: $(DEV_STAMP)
-	$(PYTEST_BYTECODE) -q -n $(TEST_WORKERS) -m faults $(PYTEST_ARGS)
+	$(PYTEST_BYTECODE) -q -n $(SUITE_WORKERS) -m faults $(PYTEST_ARGS)
 
 soak: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)

@@ -93,10 +93,11 @@ SLOW_MARKERS = ("e2e", "install")
 def slow_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """The modules that hold a slow test first, each kept whole and in order.
 
-    pytest-xdist hands tests out in this order, in chunks, and keeps each worker two tests
-    ahead: a minute-long test near the end of the order keeps one worker busy while the
-    other has nothing left to do. A module moves whole, so its module-scoped server still
-    starts once."""
+    pytest-xdist hands tests out in this order: in chunks under make slow's loadgroup, as a
+    contiguous share per worker under make test's worksteal, where an idle worker takes the
+    end of another's share. Either way a minute-long test near the end of the order keeps
+    one worker busy while the others have nothing left to do. A module moves whole, so its
+    module-scoped server still starts once where the module stays on one worker."""
     slow = {_module(item) for item in items if any(map(item.get_closest_marker, SLOW_MARKERS))}
     return sorted(items, key=lambda item: _module(item) not in slow)
 
