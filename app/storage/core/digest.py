@@ -19,9 +19,11 @@ tree) and pg/digest.py; :func:`render` is the reference both outputs equal.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from app.storage.core.clock import parse_iso_us
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import Scope
 
@@ -76,6 +78,21 @@ def section_of(task_id: str, record: TurnRecord, valid_until_us: int) -> Section
     """The section of ``task_id`` showing ``record``, its highest live turn."""
     text = section_text(task_id, record.turn, record.updated_at, record.summary_md)
     return Section(record.turn, valid_until_us, text)
+
+
+def live_section(
+    task_id: str,
+    index: Mapping[str, Any],
+    now_us: int,
+    record_of: Callable[[int], TurnRecord | None],
+) -> Section | None:
+    """The task's section: its highest live turn per ``index`` (an index.json document),
+    whose record ``record_of`` gives (None: no turn lives, or its record is gone)."""
+    live = [t["turn"] for t in index["turns"] if parse_iso_us(t["retain_until"]) > now_us]
+    record = record_of(max(live)) if live else None
+    if record is None:
+        return None
+    return section_of(task_id, record, parse_iso_us(record.retain_until))
 
 
 def section_text(task_id: str, turn: int, updated_at: str, summary_md: str) -> bytes:

@@ -22,7 +22,7 @@ deletes removal.py's, as on the tree.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import IO, Any, BinaryIO
 
@@ -36,7 +36,6 @@ from app.storage.core.errors import NotFound
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
-    ArtifactUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -195,35 +194,8 @@ class PgTaskStore:
                 self.blobs.delete(keys)
 
     # -- turns -----------------------------------------------------------------------------
-    def put_turn(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        *,
-        meta: dict[str, Any],
-        summary_md: str,
-        actor: str | None = None,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-        artifacts: Iterable[ArtifactUpload] = (),
-        size: int | None = None,
-    ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts
-        (pg/turns.py)."""
-        return turns.put_turn(
-            self,
-            scope,
-            task_id,
-            turn,
-            meta=meta,
-            summary_md=summary_md,
-            actor=actor,
-            if_match=if_match,
-            if_none_match=if_none_match,
-            artifacts=artifacts,
-            size=size,
-        )
+    # The write of a turn, with its artifacts, is pg/turns.py's.
+    put_turn = turns.put_turn
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""

@@ -17,13 +17,12 @@ import sqlite3
 from pathlib import Path
 
 from app.storage.core import digest
-from app.storage.core.clock import Clock, parse_iso_us, to_us
-from app.storage.core.errors import Corrupt, StorageError
-from app.storage.core.models import TurnRecord
+from app.storage.core.clock import Clock, to_us
+from app.storage.core.errors import StorageError
 from app.storage.core.names import STORE_ID_RE, Scope, is_id
 from app.storage.core.records import turn_usage
 from app.storage.tree.fs.layout import Layout
-from app.storage.tree.records import build_index, index_rows, read_task_record, read_turn, turn_dirs
+from app.storage.tree.records import index_of, index_rows, read_records
 from app.storage.tree.sqlite import listing_sql, listing_usage
 from app.storage.tree.sqlite.listing import Fill, Listing
 from app.storage.tree.sqlite.store_index import StoreIndex
@@ -69,49 +68,23 @@ def _fill_task(
     """Write one task's rows as its records say; whether it has any."""
     try:
         task_dir = layout.check_inside(layout.task_dir(scope, task_id))
-        records = _records(layout, task_dir)
+        records = read_records(layout.tree, task_dir)
         if not records:
             return False
-        try:
-            task_record = read_task_record(task_dir)
-        except Corrupt:
-            task_record = None  # a torn task.json names no owner (fsck rewrites it)
+        index = index_of(task_dir, task_id, records)
     except (StorageError, OSError) as exc:
         where = f"{scope.tenant}/{scope.project}/{task_id}"
         log.warning("%s: not in the rebuilt listing (%s)", where, exc)
         return False
-    index = build_index(task_id, task_record, records)
     listing_sql.set_task(
         conn,
         task_id,
         index_rows(index),
-        _section(task_id, records, now_us),
+        digest.live_section(task_id, index, now_us, {r.turn: r for r in records}.get),
         {r.turn: turn_text(r) for r in records},
         [turn_usage(r) for r in sorted(records, key=lambda r: r.turn)],
     )
     return True
-
-
-def _records(layout: Layout, task_dir: Path) -> list[TurnRecord]:
-    """The task's turn records that read; a torn one is no turn (records.rebuild_index)."""
-    found = []
-    for _, turn_dir in turn_dirs(layout.tree, task_dir):
-        try:
-            record = read_turn(turn_dir)
-        except Corrupt:
-            continue
-        if record is not None:
-            found.append(record)
-    return found
-
-
-def _section(task_id: str, records: list[TurnRecord], now_us: int) -> digest.Section | None:
-    """The task's digest section: its highest live turn (None: no turn lives)."""
-    live = [r for r in records if parse_iso_us(r.retain_until) > now_us]
-    if not live:
-        return None
-    top = max(live, key=lambda r: r.turn)
-    return digest.section_of(task_id, top, parse_iso_us(top.retain_until))
 
 
 def _fill_stores(layout: Layout, scope: Scope, conn: sqlite3.Connection, timeout: float) -> None:

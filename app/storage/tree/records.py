@@ -228,6 +228,12 @@ def rebuild_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | 
     and moves it to lost+found; until then it is no turn, and a torn task.json names no
     owner. One such file must not stop the repair of everything else the task holds.
     """
+    records = read_records(tree, task_dir)
+    return index_of(task_dir, task_id, records) if records else None
+
+
+def read_records(tree: Tree, task_dir: Path) -> list[TurnRecord]:
+    """The task's turn records that parse, in turn order (see rebuild_index)."""
     records = []
     for _, turn_dir in turn_dirs(tree, task_dir):
         try:
@@ -236,8 +242,12 @@ def rebuild_index(tree: Tree, task_dir: Path, task_id: str) -> dict[str, Any] | 
             continue
         if record is not None:
             records.append(record)
-    if not records:
-        return None
+    return records
+
+
+def index_of(task_dir: Path, task_id: str, records: list[TurnRecord]) -> dict[str, Any]:
+    """The index document of a task of ``records`` (not empty); a torn task.json names no
+    owner (see rebuild_index)."""
     try:
         task_record = read_task_record(task_dir)
     except Corrupt:

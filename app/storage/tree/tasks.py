@@ -19,7 +19,7 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -34,7 +34,6 @@ from app.storage.core.errors import Corrupt, NotFound
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
-    ArtifactUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -49,7 +48,6 @@ from app.storage.core.names import (
     turn_dirname,
     validate_id,
 )
-from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_from_json, turn_usage
 from app.storage.core.task_list import TaskOrder
 from app.storage.core.task_rules import (
@@ -205,47 +203,16 @@ class TaskStore:
     ) -> Section | None:
         """The task's digest section: its highest live turn per ``index`` (index.json), read
         from the records unless it is one of ``known``."""
-        live = [t["turn"] for t in index["turns"] if parse_iso_us(t["retain_until"]) > now_us]
-        if not live:
-            return None
-        top = max(live)
-        record = next((r for r in known if r.turn == top), None)
-        if record is None:
-            record = self.digests.record(scope, task_id, top, now_us)
-            if record is None:
-                return None
-        return digest_mod.section_of(task_id, record, parse_iso_us(record.retain_until))
+        by_turn = {r.turn: r for r in known}
+
+        def record_of(turn: int) -> TurnRecord | None:
+            return by_turn.get(turn) or self.digests.record(scope, task_id, turn, now_us)
+
+        return digest_mod.live_section(task_id, index, now_us, record_of)
 
     # -- turns -------------------------------------------------------------------------------
-    def put_turn(
-        self,
-        scope: Scope,
-        task_id: str,
-        turn: int,
-        *,
-        meta: dict[str, Any],
-        summary_md: str,
-        actor: str | None = None,
-        if_match: str | None = None,
-        if_none_match: bool = False,
-        artifacts: Iterable[ArtifactUpload] = (),
-        size: int | None = None,
-    ) -> TurnRecord:
-        """Create or replace one turn's meta and summary; keep created_at and artifacts
-        (tree/turns.py)."""
-        return turns.put_turn(
-            self,
-            scope,
-            task_id,
-            turn,
-            meta=meta,
-            summary_md=summary_md,
-            actor=actor,
-            if_match=if_match,
-            if_none_match=if_none_match,
-            artifacts=artifacts,
-            size=size,
-        )
+    # The write of a turn, with its artifacts, is tree/turns.py's.
+    put_turn = turns.put_turn
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""
@@ -444,16 +411,7 @@ class TaskStore:
         """Write ``_project.md`` again from the listing and the records."""
         self.digests.rebuild(scope)
 
-    # -- repair (tree/repair.py) -----------------------------------------------------------
-    def repair_task(self, scope: Scope, task_id: str) -> None:
-        """Rebuild a task's derived files from its records (the caller holds its lock)."""
-        repair.repair_task(self, scope, task_id)
-
-    def heal_search(self, scope: Scope, budget: SearchBudget | None = None) -> int | None:
-        """Rebuild the project's search index if it is damaged or has a rebuild to finish;
-        how many tasks the rebuild filled, None when nothing was done."""
-        return repair.heal_search(self, scope, budget)
-
-    def rebuild_search(self, scope: Scope) -> int | None:
-        """Rebuild the project's search index from the records (one process at a time)."""
-        return repair.rebuild_search(self, scope)
+    # -- repair: the rebuilds from the records are tree/repair.py's ------------------------
+    repair_task = repair.repair_task
+    heal_search = repair.heal_search
+    rebuild_search = repair.rebuild_search
