@@ -24,12 +24,16 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.e2e.conftest import REPO, VENV_BIN
 from tests.powerloss.mount import PowerLossMount, mounted
@@ -402,7 +406,8 @@ def _sleep_shim(workdir: Path) -> Path:
 
 
 # How long a process under libfaketime keeps the offset it read from its file: a step is seen
-# by every process at its first reading of the clock after that long.
+# by a process at its first reading of the clock after that long (SteppedClock.served waits
+# for a server's workers to show it).
 FAKETIME_CACHE_SECONDS = 1
 
 
@@ -425,6 +430,22 @@ class SteppedClock:
         tmp = self.file.with_suffix(".tmp")
         tmp.write_text(f"{days:+.6f}d\n")
         os.replace(tmp, self.file)
+
+    def served(self, url: str, days: float, *, timeout: float = 30) -> None:
+        """Return once the server at ``url`` (any path: each answer's Date is the clock of the
+        worker that gave it) tells the time ``days`` from the real one, on six answers in a
+        row, which cover its workers. A worker sees a step at its first look at the clock
+        after libfaketime's cache lapses, which a loaded machine can put seconds after it."""
+        want = timedelta(days=days)
+        deadline = time.monotonic() + timeout
+        right = 0
+        while right < 6:
+            served = parsedate_to_datetime(requests.get(url, timeout=30).headers["Date"])
+            off = abs(served - datetime.now(UTC) - want)
+            right = right + 1 if off < timedelta(minutes=1) else 0
+            if time.monotonic() > deadline:
+                pytest.fail(f"{url}: the server's clock is {off} from {days} day(s) ahead")
+            time.sleep(0.1)
 
     def env(self) -> dict[str, str]:
         return {

@@ -20,7 +20,6 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ import pytest
 import requests
 
 from app.storage.backends import open_backend
-from tests.robust.faultkit import FAKETIME_CACHE_SECONDS, PM, Seeded, SteppedClock, flask, seed
+from tests.robust.faultkit import PM, Seeded, SteppedClock, flask, seed
 from tests.robust.helpers import Live
 
 pytestmark = pytest.mark.e2e
@@ -92,23 +91,6 @@ def _wait_runs(root: Path, count: int, timeout: float) -> int:
     return _runs(root)
 
 
-def _once_the_clock_is_right(url: str, headers: dict[str, str]) -> requests.Response:
-    """The answer to ``url`` once the server's workers all tell the time again.
-
-    Each worker sees a step at its next look at the clock after libfaketime's cache lapses,
-    which a loaded machine can put seconds away; the Date of an answer is that worker's
-    clock. Six answers in a row within a minute of the real time cover both workers."""
-    deadline = time.monotonic() + 30
-    right = 0
-    while True:
-        got = requests.get(url, headers=headers, timeout=30)
-        served = parsedate_to_datetime(got.headers["Date"])
-        right = right + 1 if abs(served - datetime.now(UTC)) < timedelta(minutes=1) else 0
-        if right >= 6 or time.monotonic() > deadline:
-            return got
-        time.sleep(0.2)
-
-
 @pytest.mark.faults
 def test_the_housekeeper_keeps_what_a_clock_step_forward_would_expire(
     seeded: Seeded, tmp_path: Path
@@ -121,8 +103,9 @@ def test_the_housekeeper_keeps_what_a_clock_step_forward_would_expire(
         clock.step(31)
         _wait_runs(seeded.root, first + 3, 30)  # three sweeps with the clock ahead
         clock.step(0)
-        got = _once_the_clock_is_right(f"{server.url}{PM}/tasks", seeded.headers)
-        assert got.status_code == 200  # the clock is right again: everything is still there
+        clock.served(f"{server.url}/healthz", 0)  # the clock is right again: all still there
+        got = requests.get(f"{server.url}{PM}/tasks", headers=seeded.headers, timeout=30)
+        assert got.status_code == 200
         assert sorted(t["task_id"] for t in got.json()["tasks"]) == ["t", "u"], server.log()[-3000:]
         assert "clock" in server.log() and "--force" in server.log(), server.log()[-3000:]
     finally:
@@ -201,15 +184,12 @@ class Deployment:
 
     def step(self, days: float) -> None:
         """Step the server's clock to ``days`` from the real one, and wait for a sweep that
-        started after it saw the step (the housekeeper runs every second). Every process
-        sees the step by then: the housekeeper seeing it says nothing of a worker, whose
-        libfaketime may still hold the old offset for its cache's length, so the wait is at
-        least that long."""
+        started after it saw the step (the housekeeper runs every second) and for the
+        workers to show it: the housekeeper seeing it says nothing of a worker."""
         self.clock.step(days)
-        stepped = time.monotonic()
         self.offset_days = days
         self.sweeps_after(time.time() + days * DAY)
-        time.sleep(max(0.0, stepped + FAKETIME_CACHE_SECONDS + 0.2 - time.monotonic()))
+        self.clock.served(f"{self.live.url}/healthz", days)
 
     def runs(self) -> list[dict[str, Any]]:
         """The housekeeper's runs so far (turns, tasks and bytes each removed): its state
