@@ -12,7 +12,8 @@ Stateless: no ``Mcp-Session-Id``, nothing kept between requests, so any worker a
 request. ``GET`` (a server-to-client stream) and ``DELETE`` (a session's end) answer 405.
 The credentials, roles and scope are the REST API's (app/web/auth.py); the tools are
 app/services/mcp/. A tool that fails is an error *result* (``isError``), the
-model's to read; only a malformed message is a JSON-RPC error.
+model's to read; only a malformed message, a name no tool has and a ``tools/list`` cursor
+(the list is one page: we issue none) are JSON-RPC errors.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from app.schemas.mcp import MCP_ARTIFACT_BYTES, UPLOAD_HINT
 from app.services.access import Principal, may_write
 from app.services.framing import NOTE
 from app.services.mcp.arguments import ToolFailure, lone_surrogate_at
-from app.services.mcp.tools import McpTools, ToolOutput
+from app.services.mcp.tools import McpTools, ToolOutput, UnknownTool
 from app.storage.core.errors import StorageError
 from app.web.auth import resolve_principal
 from app.web.body import READ_AHEAD_BYTES
@@ -327,7 +328,7 @@ def _legacy(message: Any, tools: McpTools) -> Reply:
     if method == "ping":
         return 200, _ok(mid, {})
     if method == "tools/list":
-        return 200, _ok(mid, {"tools": tools.listed()})
+        return 200, _cursor_fault(mid, params) or _ok(mid, {"tools": tools.listed()})
     if method == "tools/call":
         return 200, _call(mid, params, tools)
     return 200, _error(mid, METHOD_NOT_FOUND, "Method not found", method)
@@ -361,6 +362,9 @@ def _modern(message: Any, tools: McpTools) -> Reply:
             "ttlMs": 0,
         }
     elif method == "tools/list":
+        refused = _cursor_fault(mid, params)
+        if refused is not None:
+            return MODERN_STATUS[INVALID_PARAMS], refused
         # What a token is offered depends on its role: never shared across tokens.
         result = {"tools": tools.listed(), "cacheScope": "private", "ttlMs": 0}
     elif method == "tools/call":
@@ -410,9 +414,24 @@ def _unsupported(mid: Any, version: str) -> dict[str, Any]:
     )
 
 
-# -- tools/call ---------------------------------------------------------------------------
+# -- tools/list and tools/call ------------------------------------------------------------
+def _cursor_fault(mid: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+    """INVALID_PARAMS for a tools/list cursor, None when there is none. The list is one page
+    and no answer carries a nextCursor: any cursor is one this server never issued, and the
+    spec wants an invalid cursor refused rather than read as the first page again."""
+    if params.get("cursor") is None:
+        return None
+    return _error(
+        mid,
+        INVALID_PARAMS,
+        "Invalid params: cursor is not one this server issued (tools/list answers every tool"
+        " in one page, with no nextCursor): send tools/list without a cursor",
+    )
+
+
 def _call(mid: Any, params: dict[str, Any], tools: McpTools) -> dict[str, Any]:
-    """A tools/call answer: the tool's result, an error result, or INVALID_PARAMS."""
+    """A tools/call answer: the tool's result, an error result, or INVALID_PARAMS (a name
+    that is no tool's, or params of the wrong shape)."""
     name, arguments = params.get("name"), params.get("arguments")
     if not isinstance(name, str):
         return _error(mid, INVALID_PARAMS, "Invalid params: name must be a string")
@@ -420,6 +439,11 @@ def _call(mid: Any, params: dict[str, Any], tools: McpTools) -> dict[str, Any]:
         return _error(mid, INVALID_PARAMS, "Invalid params: arguments must be an object")
     try:
         output = tools.call(name, arguments)
+    except UnknownTool:
+        # The spec's own example of a protocol error, worded as it and the SDK word it; the
+        # names let a model that guessed one pick a real one.
+        offered = ", ".join(t.name for t in tools.offered())
+        return _error(mid, INVALID_PARAMS, f"Unknown tool: {name[:200]}. The tools are: {offered}.")
     except ToolFailure as exc:
         output = ToolOutput(str(exc), is_error=True)
     except StorageError as exc:

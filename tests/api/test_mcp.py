@@ -323,8 +323,50 @@ def test_the_envelope_ladder(mcp: Mcp) -> None:
 def test_tools_call_params_are_checked(mcp: Mcp) -> None:
     r = mcp.modern("tools/call", {"name": "search", "arguments": ["query"]})
     assert (r.status_code, r.json["error"]["code"]) == (400, -32602)
-    unknown = mcp.call("drop_everything")
-    assert unknown[1] and "The tools are: search" in unknown[0]
+
+
+def _legacy_request(mcp: Mcp, version: str | None, method: str, params: dict[str, Any]) -> Any:
+    headers = {} if version is None else {"MCP-Protocol-Version": version}
+    return mcp.post({"jsonrpc": "2.0", "id": 5, "method": method, "params": params}, **headers)
+
+
+HANDSHAKE_HEADERS = [None, "2025-03-26", "2025-06-18", "2025-11-25"]
+
+
+def test_an_unknown_tool_is_invalid_params_on_every_revision(mcp: Mcp) -> None:
+    """The spec's example of a protocol error: a name no tool has is the request's fault, not
+    a run of a tool that failed."""
+    error = {
+        "code": -32602,
+        "message": "Unknown tool: drop_everything. The tools are: " + ", ".join(ALL_TOOLS) + ".",
+    }
+    r = mcp.modern("tools/call", {"name": "drop_everything", "arguments": {}})
+    assert (r.status_code, r.json["id"], r.json["error"]) == (400, 7, error)
+    for version in HANDSHAKE_HEADERS:
+        r = _legacy_request(mcp, version, "tools/call", {"name": "drop_everything"})
+        assert (r.status_code, r.json["id"], r.json["error"]) == (200, 5, error), version
+    # A reader is named the tools it is offered; a writer's tool is known, and refused by role.
+    reader = mcp.as_("reader")
+    r = reader.modern("tools/call", {"name": "nope", "arguments": {}})
+    assert r.json["error"]["message"].endswith("The tools are: " + ", ".join(READ_TOOLS) + ".")
+    assert "role is reader" in reader.err("record_turn", task_id="t", summary_md="x")
+
+
+@pytest.mark.parametrize("cursor", ["", "0", "next", 2, {"page": 2}, False])
+def test_a_tools_list_cursor_is_invalid_params_on_every_revision(mcp: Mcp, cursor: Any) -> None:
+    """tools/list is one page and issues no cursor: any cursor is one it never gave."""
+    r = mcp.modern("tools/list", {"cursor": cursor})
+    assert (r.status_code, r.json["id"], r.json["error"]["code"]) == (400, 7, -32602)
+    assert r.json["error"]["message"].startswith("Invalid params: cursor is not one")
+    for version in HANDSHAKE_HEADERS:
+        r = _legacy_request(mcp, version, "tools/list", {"cursor": cursor})
+        assert (r.status_code, r.json["id"], r.json["error"]["code"]) == (200, 5, -32602)
+    for params in ({}, {"cursor": None}):  # no cursor: the first (and only) page
+        assert [t["name"] for t in mcp.modern("tools/list", params).json["result"]["tools"]] == (
+            ALL_TOOLS
+        )
+        listed = _legacy_request(mcp, None, "tools/list", params).json["result"]
+        assert [t["name"] for t in listed["tools"]] == ALL_TOOLS and "nextCursor" not in listed
 
 
 def _raw(mcp: Mcp, mode: str, method: str, params: str, mid: str = "7") -> TestResponse:

@@ -56,6 +56,11 @@ READ_BINARY_BYTES = READ_TEXT_BYTES // 4 * 3
 _TURN_BODY = PutTurnRequest()  # the REST API's PUT turn body: the same meta and size rules
 
 
+class UnknownTool(Exception):
+    """No tool has the name called: the request is wrong, not the tool's run, so the caller
+    answers it as invalid params rather than as a result."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
     text: str
@@ -212,15 +217,20 @@ class McpTools:
         self.scope = principal.scope
         self.may_write = access.may_write(principal)
 
+    def offered(self) -> list[ToolSpec]:
+        """The tools this principal is offered: a reader not those only writers may call."""
+        return [t for t in TOOLS if self.may_write or not t.writes]
+
     def listed(self) -> list[dict[str, Any]]:
-        """``tools/list``: a reader is not offered the tools only writers may call."""
-        return [t.listing() for t in TOOLS if self.may_write or not t.writes]
+        """``tools/list``."""
+        return [t.listing() for t in self.offered()]
 
     def call(self, name: object, arguments: object) -> ToolOutput:
-        """Run tool ``name``; ToolFailure for what the model must change, StorageError as is."""
+        """Run tool ``name``; UnknownTool when no tool has that name, ToolFailure for what the
+        model must change, StorageError as is."""
         spec = TOOLS_BY_NAME.get(name) if isinstance(name, str) else None
         if spec is None:
-            raise ToolFailure(f"Unknown tool {name!r}. The tools are: {', '.join(TOOLS_BY_NAME)}.")
+            raise UnknownTool(name)
         if spec.writes and not self.may_write:
             raise ToolFailure(self._refusal(f"{spec.name} writes to project memory"))
         args = Arguments(spec.name, spec.input_schema, arguments)
