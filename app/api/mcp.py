@@ -6,7 +6,15 @@ client's capabilities in ``params._meta``, mirrored in the ``MCP-Protocol-Versio
 offers) and, through the ``initialize`` handshake, ``2025-11-25``, ``2025-06-18`` and
 ``2025-03-26``. A request whose ``MCP-Protocol-Version`` header names anything but a
 handshake revision takes the 2026-07-28 path, which refuses it when it names none we serve
-(the official SDK routes the same way). JSON-RPC batches are refused (2025-06-18 dropped them).
+(the official SDK routes the same way).
+
+JSON-RPC batches (a JSON array) exist in 2025-03-26 only: 2025-06-18 dropped them. A
+2025-03-26 client sends no ``MCP-Protocol-Version`` (the header came with 2025-06-18, which
+has a server assume 2025-03-26 without it), so a batch with no header or with that one is
+run entry by entry, the answers in one array in order (a notification's or a response's
+none; 202 when no entry has one), and a batch under any other revision is Invalid Request.
+A batch is one message to the body limit and to the rate limits, held to ``MAX_BATCH``
+entries; each entry's tool checks the caller's role as it does alone.
 
 Stateless: no ``Mcp-Session-Id``, nothing kept between requests, so any worker answers any
 request. ``GET`` (a server-to-client stream) and ``DELETE`` (a session's end) answer 405.
@@ -58,6 +66,11 @@ LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # A message over MAX_JSON_BYTES is read to its end, to this size, so that its answer arrives.
 MAX_DRAIN_BYTES = 16 << 20
 DRAIN_CHUNK = 64 << 10
+# The one revision whose clients may batch; its clients send no MCP-Protocol-Version.
+BATCH_VERSION = "2025-03-26"
+# A batch costs the rate limits one request, however many calls it holds: its calls are
+# bounded so that a token's request budget bounds its tool calls.
+MAX_BATCH = 16
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -91,7 +104,8 @@ INSTRUCTIONS = (
 
 bp = Blueprint("mcp", __name__)
 
-Reply = tuple[int, dict[str, Any] | None]
+Answer = dict[str, Any]
+Reply = tuple[int, Answer | None]  # a status, and the answer (None: no body)
 
 
 @bp.before_request
@@ -155,13 +169,14 @@ def refuse_stream() -> ResponseReturnValue:
 @bp.post("/mcp")
 @bp.post(ALIAS)
 def post_mcp() -> ResponseReturnValue:
-    """One JSON-RPC message in, one JSON answer (or 202 for a notification) out."""
+    """One JSON-RPC message (or a 2025-03-26 batch) in, one JSON answer (or 202 for a
+    notification) out."""
     _check_origin()
     if not _accepts_json(request.headers.get("Accept")):
         raise ApiError(406, "this endpoint answers application/json: send it in Accept")
     request.max_content_length = message_limit(g.principal)
     raw = request.get_data(cache=False)
-    body: dict[str, Any] | None
+    body: Answer | list[Answer] | None
     try:
         message = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -177,7 +192,9 @@ def post_mcp() -> ResponseReturnValue:
         principal: Principal = g.principal
         tools = McpTools(storage(), principal)
         version = request.headers.get(VERSION_HEADER)
-        if version is not None and version not in HANDSHAKE_VERSIONS:
+        if isinstance(message, list):
+            status, body = _batch(message, tools, version)
+        elif version is not None and version not in HANDSHAKE_VERSIONS:
             status, body = _modern(message, tools)
         else:
             status, body = _legacy(message, tools)
@@ -242,7 +259,9 @@ def _origin_parts(origin: str) -> tuple[str, str, int] | None:
 
 
 def _envelope_only(message: Any) -> Any:
-    """``message`` without a tools/call's arguments."""
+    """``message`` without a tools/call's arguments (each entry's, in a batch)."""
+    if isinstance(message, list):
+        return [_envelope_only(entry) for entry in message]
     params = message.get("params") if isinstance(message, dict) else None
     if isinstance(params, dict) and "arguments" in params:
         rest = {k: v for k, v in params.items() if k != "arguments"}
@@ -276,10 +295,8 @@ def _request_id(message: dict[str, Any]) -> Any:
 
 def _envelope_fault(message: Any) -> str | None:
     """Why ``message`` is not one JSON-RPC request or notification (None when it is)."""
-    if isinstance(message, list):
-        return "batches are not supported: send one JSON-RPC message per POST"
     if not isinstance(message, dict):
-        return "the body must be a JSON-RPC message (an object)"
+        return "a JSON-RPC message must be an object"
     if message.get("jsonrpc") != "2.0":
         return 'jsonrpc must be "2.0"'
     if not isinstance(message.get("method"), str):
@@ -299,6 +316,38 @@ def _is_response(message: Any) -> bool:
         and "id" in message
         and ("result" in message or "error" in message)
     )
+
+
+# -- 2025-03-26: batches -------------------------------------------------------------------
+def _batch(
+    messages: list[Any], tools: McpTools, version: str | None
+) -> tuple[int, Answer | list[Answer] | None]:
+    if version not in (None, BATCH_VERSION):
+        why = (
+            f"Invalid request: JSON-RPC batches are taken at protocol revision {BATCH_VERSION}"
+            f" only ({VERSION_HEADER}: {version[:40]!r}; 2025-06-18 removed them): send one"
+            " message per POST"
+        )
+        return 400, _error(None, INVALID_REQUEST, why)
+    if not messages:
+        return 400, _error(None, INVALID_REQUEST, "Invalid request: the batch is empty")
+    if len(messages) > MAX_BATCH:
+        why = f"Invalid request: a batch holds at most {MAX_BATCH} messages, not {len(messages)}"
+        return 400, _error(None, INVALID_REQUEST, why)
+    answers: list[Answer] = []
+    for message in messages:
+        answer: Answer | None
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            # 2025-03-26: "The initialize request MUST NOT be part of a JSON-RPC batch".
+            why = "Invalid request: initialize must not be part of a batch: send it alone"
+            answer = _error(_request_id(message), INVALID_REQUEST, why)
+            if "id" not in message:
+                answer = None  # a notification is never answered, not even with an error
+        else:
+            _, answer = _legacy(message, tools)
+        if answer is not None:
+            answers.append(answer)
+    return (200, answers) if answers else (202, None)
 
 
 # -- 2025-03-26 .. 2025-11-25: the initialize handshake ----------------------------------

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from werkzeug.test import TestResponse
 
 import app.services.mcp.tools as tools_module
+from app.api.mcp import MAX_BATCH
 from app.api.openapi import build_spec
 from app.schemas import mcp as mcp_schemas
 from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
@@ -135,7 +136,6 @@ def test_malformed_messages_are_jsonrpc_errors(mcp: Mcp) -> None:
     cases = [
         (b"{not json", 400, -32700),
         (b"\xff\xfe", 400, -32700),
-        ([{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}], 400, -32600),  # a batch
         ('"text"', 400, -32600),
         ({"jsonrpc": "1.0", "id": 1, "method": "ping"}, 400, -32600),
         ({"jsonrpc": "2.0", "id": True, "method": "ping"}, 400, -32600),
@@ -147,6 +147,135 @@ def test_malformed_messages_are_jsonrpc_errors(mcp: Mcp) -> None:
             r = mcp.post(body, **headers)
             assert (r.status_code, r.json["error"]["code"]) == (status, code), (body, r.json)
             assert r.json["jsonrpc"] == "2.0"
+
+
+# -- batches: 2025-03-26 only ------------------------------------------------------------
+def _rpc(mid: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if mid is not None:
+        message["id"] = mid
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+# A 2025-03-26 client sends no MCP-Protocol-Version; a server assumes that revision then.
+BATCH_HEADERS = [{}, {"MCP-Protocol-Version": "2025-03-26"}]
+
+
+def test_a_batch_is_answered_entry_by_entry_at_2025_03_26(mcp: Mcp) -> None:
+    batch = [
+        _rpc(1, "ping"),
+        _rpc(None, "notifications/initialized"),
+        _rpc("b", "tools/list"),
+        {"jsonrpc": "2.0", "id": 40, "result": {}},  # a client's answer: none back
+        _rpc(3, "tools/call", {"name": "list_tasks", "arguments": {}}),
+        _rpc(4, "tools/call", {"name": "drop_everything"}),
+        _rpc(5, "tools/list", {"cursor": "x"}),
+        _rpc(6, "resources/list"),
+        7,
+        [_rpc(8, "ping")],
+        {"jsonrpc": "1.0", "id": 9, "method": "ping"},
+        _rpc(10, "initialize", {"protocolVersion": "2025-03-26", "capabilities": {}}),
+    ]
+    for headers in BATCH_HEADERS:
+        r = mcp.post(batch, **headers)
+        assert r.status_code == 200 and r.mimetype == "application/json", r.get_data()
+        answers = r.json
+        assert [a.get("id") for a in answers] == [1, "b", 3, 4, 5, 6, None, None, 9, 10]
+        assert all(a["jsonrpc"] == "2.0" for a in answers)
+        assert answers[0]["result"] == {}
+        assert [t["name"] for t in answers[1]["result"]["tools"]] == ALL_TOOLS
+        assert answers[2]["result"]["content"][0]["text"] == "This project has no tasks yet."
+        codes = [a["error"]["code"] for a in answers[3:]]
+        assert codes == [-32602, -32602, -32601, -32600, -32600, -32600, -32600]
+        assert answers[6]["error"]["message"].endswith("must be an object")
+        assert answers[9]["error"]["message"] == (
+            "Invalid request: initialize must not be part of a batch: send it alone"
+        )
+
+
+def test_a_batch_of_notifications_and_answers_is_202_and_an_empty_one_is_invalid(
+    mcp: Mcp,
+) -> None:
+    quiet = [
+        _rpc(None, "notifications/initialized"),
+        _rpc(None, "notifications/cancelled", {"requestId": 1}),
+        _rpc(None, "initialize"),  # a notification even so: never answered
+        {"jsonrpc": "2.0", "id": 3, "result": {}},
+    ]
+    for headers in BATCH_HEADERS:
+        r = mcp.post(quiet, **headers)
+        assert (r.status_code, r.get_data()) == (202, b"")
+        empty = mcp.post([], **headers)
+        assert empty.status_code == 400 and isinstance(empty.json, dict)
+        assert (empty.json["id"], empty.json["error"]["code"]) == (None, -32600)
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", MODERN, "2030-01-01"])
+def test_a_batch_under_a_later_revision_is_an_invalid_request(mcp: Mcp, version: str) -> None:
+    r = mcp.post([_rpc(1, "ping"), _rpc(2, "tools/list")], **{"MCP-Protocol-Version": version})
+    assert r.status_code == 400 and isinstance(r.json, dict), r.get_data()
+    assert (r.json["id"], r.json["error"]["code"]) == (None, -32600)
+    assert r.json["error"]["message"] == (
+        "Invalid request: JSON-RPC batches are taken at protocol revision 2025-03-26 only"
+        f" (MCP-Protocol-Version: {version!r}; 2025-06-18 removed them): send one message"
+        " per POST"
+    )
+
+
+def test_a_batch_is_bounded_in_entries(mcp: Mcp) -> None:
+    assert len(mcp.post([_rpc(i, "ping") for i in range(MAX_BATCH)]).json) == MAX_BATCH
+    r = mcp.post([_rpc(i, "ping") for i in range(MAX_BATCH + 1)])
+    assert (r.status_code, r.json["error"]["code"]) == (400, -32600)
+    assert f"at most {MAX_BATCH} messages, not {MAX_BATCH + 1}" in r.json["error"]["message"]
+
+
+def _call_entry(mid: int, name: str, **arguments: Any) -> dict[str, Any]:
+    return _rpc(mid, "tools/call", {"name": name, "arguments": arguments})
+
+
+@pytest.mark.all_backends
+def test_a_batchs_calls_run_in_order_each_with_the_callers_role(mcp: Mcp) -> None:
+    writes = [
+        _call_entry(1, "record_turn", task_id="batched", summary_md="first"),
+        _call_entry(2, "record_turn", task_id="batched", summary_md="second"),
+        _call_entry(3, "read_turn", task_id="batched", turn=1),
+        _call_entry(4, "search", query="x\ud800"),
+    ]
+    body = json.dumps(writes).replace("\\\\ud800", "\\ud800")  # a lone surrogate escape
+    r = mcp.post(body)
+    assert r.status_code == 200, r.get_data()
+    texts = [(a["id"], a["result"]["isError"], a["result"]["content"][0]["text"]) for a in r.json]
+    assert texts[0][:2] == (1, False) and texts[0][2].startswith("Recorded turn 0 of task batched")
+    assert texts[1][:2] == (2, False) and texts[1][2].startswith("Recorded turn 1 of task batched")
+    assert texts[2][:2] == (3, False) and "second" in texts[2][2]
+    assert texts[3][:2] == (4, True) and "unpaired UTF-16 surrogate" in texts[3][2]
+    reader = mcp.as_("reader").post(
+        [
+            _call_entry(1, "record_turn", task_id="batched", summary_md="no"),
+            _call_entry(2, "delete_turn", task_id="batched", turn=0),
+            _call_entry(3, "read_task", task_id="batched"),
+        ]
+    )
+    refused, deleted, index = (a["result"] for a in reader.json)
+    assert refused["isError"] and "role is reader" in refused["content"][0]["text"]
+    assert deleted["isError"] and "role is reader" in deleted["content"][0]["text"]
+    assert not index["isError"] and "2 turn(s)" in index["content"][0]["text"]
+    # A lone surrogate in an entry's envelope makes the body no text: the whole of it.
+    bad = json.dumps([_rpc(1, "ping"), _rpc(2, "tools/list")]).replace("tools/list", "\\udc00")
+    r = mcp.post(bad)
+    assert (r.status_code, r.json["error"]["code"]) == (400, -32700)
+    assert r.json["error"]["message"].startswith("Parse error: [1].method holds an unpaired")
+
+
+def test_a_batch_is_held_to_the_body_limit_of_one_message(mcp: Mcp) -> None:
+    # A reader's whole batch, not each entry, is held to what the worker reads ahead.
+    entry = _call_entry(1, "search", query="q" * (READ_AHEAD_BYTES // 4))
+    r = mcp.as_("reader").post([entry] * 4)
+    assert r.status_code == 413 and r.json["id"] is None, r.get_data(as_text=True)
+    assert f"larger than the {READ_AHEAD_BYTES} bytes" in r.json["error"]["message"]
+    assert len(mcp.post([entry] * 4).json) == 4  # a writer's limit is MAX_JSON_BYTES
 
 
 def test_an_accept_without_json_is_406(mcp: Mcp) -> None:
