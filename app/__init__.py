@@ -45,10 +45,10 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True)
 def _serve_http(app: Flask) -> None:
     """The routes of both APIs and the console, and what every request passes through."""
     from app import console
-    from app.api import mcp, memory_stores, memory_tool, metrics, project_memory, public
+    from app.api import mcp, memory_stores, memory_tool, metrics, oauth, project_memory, public
     from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
     from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
-    from app.web import body, ratelimit, requestlog, traffic
+    from app.web import body, oauth_server, ratelimit, requestlog, traffic
     from app.web.errors import register_error_handlers
 
     app.extensions.setdefault("openapi_schemas", []).extend(MEMORY_STORES_SCHEMAS)
@@ -72,4 +72,8 @@ def _serve_http(app: Flask) -> None:
     app.register_blueprint(memory_tool.bp, url_prefix="/v1/memory_stores")
     # The MCP endpoint (Streamable HTTP) at the server's root: ${PROJECT_MEMORY_URL}/mcp.
     app.register_blueprint(mcp.bp)
+    # OAuth 2.1 for /mcp: its metadata, token, revocation and registration endpoints; the
+    # authorization endpoint is a console page.
+    oauth_server.init_app(app)
+    app.register_blueprint(oauth.bp)
     console.init_app(app)

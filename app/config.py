@@ -155,6 +155,31 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         int,
         "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes.",
     ),
+    "OAUTH_ACCESS_SECONDS": (
+        3600,
+        int,
+        "Seconds an OAuth access token for /mcp lives (at most 3600); a revoked grant's tokens stop at their next request.",
+    ),
+    "OAUTH_GRANT_DAYS": (
+        30,
+        int,
+        "Days an OAuth grant lasts after its last refresh; then its client asks the person again.",
+    ),
+    "OAUTH_REGISTRATIONS_PER_HOUR": (
+        20,
+        int,
+        "OAuth clients one address may register (RFC 7591) per hour; 0 turns registration off.",
+    ),
+    "OAUTH_CIMD_PRIVATE": (
+        False,
+        bool,
+        "Fetch OAuth client metadata documents from private, loopback and link-local addresses too (tests and intranets; off: public addresses only).",
+    ),
+    "OAUTH_CIMD_CA_FILE": (
+        "",
+        str,
+        "A PEM file of extra certificate authorities trusted when fetching client metadata documents (an intranet CA); empty: the system's.",
+    ),
 }
 
 
@@ -228,6 +253,12 @@ def validate_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")
     if config["BODY_MIN_RATE"] < 0:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
+    if not 60 <= config["OAUTH_ACCESS_SECONDS"] <= 3600:
+        raise ConfigError(f"{PREFIX}_OAUTH_ACCESS_SECONDS must be between 60 and 3600")
+    if not 0 < config["OAUTH_GRANT_DAYS"] <= 366:
+        raise ConfigError(f"{PREFIX}_OAUTH_GRANT_DAYS must be > 0 and at most 366")
+    if config["OAUTH_REGISTRATIONS_PER_HOUR"] < 0:
+        raise ConfigError(f"{PREFIX}_OAUTH_REGISTRATIONS_PER_HOUR must be >= 0")
     if not 0 < config["CONSOLE_SESSION_HOURS"] <= 24 * 366:
         raise ConfigError(f"{PREFIX}_CONSOLE_SESSION_HOURS must be > 0 and at most a year")
     if config["PUBLIC_URL"]:

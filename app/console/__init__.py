@@ -9,6 +9,7 @@ from app.console import (  # noqa: F401
     admin,
     audit,
     memories,
+    oauth,
     signin,
     stores,
     tasks,

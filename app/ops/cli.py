@@ -12,6 +12,7 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
+from app.services import oauth as oauth_service
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import (
     QuotaOverride,
@@ -98,6 +99,38 @@ def revoke_token(token: str) -> None:
     except NotFound as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"revoked {revoked.id} at {revoked.revoked_at}")
+    for grant in oauth_service.end_grants_of(_storage(), revoked.id, now=registry.clock()):
+        click.echo(f"revoked {grant.id} (OAuth: {grant.client_name})")
+
+
+oauth = AppGroup("oauth", help="OAuth grants made on the consent page (clients of /mcp).")
+
+
+@oauth.command("grants")
+def list_grants() -> None:
+    """List grants, one per line, starting with the id (secrets are never kept)."""
+    now = _registry().clock()
+    for g in _storage().oauth.grants():
+        state = "revoked" if g.revoked_at else "active" if g.usable(now) else "expired"
+        click.echo(
+            f"{g.id}\t{g.role}\ttenant={g.tenant}\tproject={g.project}\ttoken={g.token_id}\t"
+            f"client={g.client_name!r}\tclient_id={g.client_id}\tcreated={g.created_at}\t"
+            f"expires={g.expires_at}\t{state}" + (f" ({g.revoked_reason})" if g.revoked_at else "")
+        )
+
+
+@oauth.command("revoke")
+@click.argument("grant_id")
+def revoke_grant(grant_id: str) -> None:
+    """Revoke a grant (grt_..., from `oauth grants`): its refresh token is refused at once,
+    its access tokens at their next request."""
+    from app.storage.core.errors import NotFound
+
+    try:
+        grant = oauth_service.revoke(_storage(), None, grant_id, now=_registry().clock())
+    except NotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"revoked {grant.id} at {grant.revoked_at}")
 
 
 # -- operations: sweep, fsck, export, import ------------------------------------------------
@@ -546,7 +579,7 @@ def init_app(app: Flask) -> None:
 
 
 COMMANDS: tuple[click.Command, ...] = (
-    tokens, ratelimit, quota, usage_command,
+    tokens, oauth, ratelimit, quota, usage_command,
     sweep_command, fsck_command, export_command, import_command,
 )  # fmt: skip
 # `flask --app wsgi <one of these> ...` builds the app without its HTTP side (app.ops.startup).

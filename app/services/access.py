@@ -210,3 +210,31 @@ def require_set_limits(who: Who, tenant: str, project: str | None) -> None:
         if project is None:
             raise Forbidden("only an admin sets a tenant's own limits")
         raise Forbidden("only a tenant_admin of this tenant or an admin may do this")
+
+
+# -- OAuth consent ----------------------------------------------------------------------------
+def consent_roles(who: Who) -> list[str]:
+    """The roles a person signed in with ``who`` may give an OAuth client: any project role up
+    to their own (a client acts in one project, so never above project_admin)."""
+    rank = role_rank(token_of(who).role)
+    return [role for role in PROJECT_ROLES if role_rank(role) <= rank]
+
+
+def require_consent(token: Token, scope: Scope, role: str) -> None:
+    """``token`` may let a client act in ``scope`` with ``role``: it covers the scope, and
+    the role is at most its own."""
+    if not covers(token, scope):
+        raise Forbidden(f"this token may not act in {scope.tenant}/{scope.project}")
+    if role not in consent_roles(token):
+        raise Forbidden(f"role {token.role} may not give a client the role {role}")
+
+
+def lower_role(a: str, b: str) -> str:
+    """The lower of two roles (a grant acts in the lower of its own and its parent's)."""
+    return min(a, b, key=role_rank)
+
+
+def may_see_grant(who: Who, token_id: str, tenant: str, project: str) -> bool:
+    """Whether ``who`` sees (and may revoke) a grant: the person whose token made it, or a
+    manager of that project's tokens."""
+    return token_of(who).id == token_id or may_manage_tokens(who, tenant, project)

@@ -14,7 +14,7 @@ import contextlib
 from datetime import timedelta
 from typing import Any
 
-from app.services import access, audit
+from app.services import access, audit, oauth
 from app.services.access import Who, token_of
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import QuotaOverride, RateOverride
@@ -72,6 +72,7 @@ def revoke_token(storage: StorageBackend, registry: TokenStore, by: Who, target:
         action="revoked",
         subject=target.id,
     )
+    oauth.end_grants_of(storage, target.id, now=registry.clock())
     return revoked
 
 

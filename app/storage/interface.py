@@ -33,6 +33,7 @@ from app.storage.core.models import (
     TurnRecord,
 )
 from app.storage.core.names import Scope
+from app.storage.core.oauth import GrantStore
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.store_models import (
     Deleted,
@@ -517,6 +518,11 @@ class StorageBackend(Protocol):
 
     #: The audit log (core/audit.py): ``record``, ``page`` and ``prune`` of its events.
     audit_log: AuditLog
+
+    @property
+    def oauth(self) -> GrantStore:
+        """OAuth grants and registered clients (core/oauth.py)."""
+        ...
 
     def describe(self) -> dict[str, Path | str]: ...
 

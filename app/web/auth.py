@@ -14,6 +14,7 @@ from app.storage.core.errors import InvalidName
 from app.storage.core.names import Scope, validate_id
 from app.storage.core.tokens import Token
 from app.storage.interface import TokenStore
+from app.web import oauth_server
 from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
@@ -26,8 +27,14 @@ def registry() -> TokenStore:
     return reg
 
 
-def _unauthorized(message: str) -> ApiError:
-    return ApiError(401, message, headers={"WWW-Authenticate": 'Bearer realm="project-memory"'})
+def _unauthorized(message: str, error: str | None = None) -> ApiError:
+    # At /mcp the challenge says where its OAuth tokens come from (RFC 9728 §5.1): an MCP
+    # client starts its authorization there.
+    if oauth_server.path_is_mcp():
+        challenge = oauth_server.challenge(error)
+    else:
+        challenge = 'Bearer realm="project-memory"'
+    return ApiError(401, message, headers={"WWW-Authenticate": challenge})
 
 
 def presented_secret() -> str | None:
@@ -50,7 +57,7 @@ def authenticate() -> Token:
         raise _unauthorized("missing credential: send 'Authorization: Bearer <token>'")
     token = registry().authenticate(secret)
     if token is None:
-        raise _unauthorized("invalid, expired or revoked token")
+        raise _unauthorized("invalid, expired or revoked token", "invalid_token")
     # The request log names who asked, also when the scope is then refused.
     g.token_id, g.tenant = token.id, token.tenant
     return token
@@ -102,10 +109,33 @@ def resolve_scope(token: Token) -> Scope:
 def resolve_principal() -> Principal:
     """Authenticate and resolve the scope, leaving the role to the caller (the MCP endpoint
     answers readers' POSTs and refuses writes tool by tool)."""
+    secret = presented_secret()
+    if secret is not None and oauth_server.looks_like_jwt(secret) and oauth_server.path_is_mcp():
+        return _oauth_principal(secret)
     token = authenticate()
     scope = resolve_scope(token)
     g.tenant, g.project = scope.tenant, scope.project
     return Principal(token, scope)
+
+
+def _oauth_principal(secret: str) -> Principal:
+    """An OAuth access token, taken at /mcp only (its audience): its grant's project, in
+    the role the person gave it, acting as their token."""
+    principal, why = oauth_server.authenticate_access_token(secret)
+    if principal is None:
+        raise _unauthorized(why, "invalid_token")
+    token = principal.token
+    g.token_id, g.tenant, g.project = token.id, principal.scope.tenant, principal.scope.project
+    for header, value in (
+        (TENANT_HEADER, principal.scope.tenant),
+        (PROJECT_HEADER, principal.scope.project),
+    ):
+        named = _header_id(header)
+        if named is not None and named != value:
+            raise ApiError(
+                403, f"this grant acts in {principal.scope.tenant}/{principal.scope.project} only"
+            )
+    return principal
 
 
 def require_principal() -> Principal:

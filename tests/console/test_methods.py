@@ -65,6 +65,7 @@ def ids(client: FlaskClient, tokens: Tokens) -> dict[str, str]:
         "memory_id": mem["id"],
         "version_id": old,  # not the head: it may be redacted or restored
         "token_id": victim[0].id,
+        "grant_id": "grt_01M90JVR6JF58RV0V8GWJ11G1F",  # no such grant
         "rest": "nowhere",
     }
 

@@ -44,6 +44,7 @@ from app.storage.pg.control import Lease, database_key, load_state, save_state
 from app.storage.pg.db import Database, translated
 from app.storage.pg.fsck import PgFsck
 from app.storage.pg.limits import PgLimits
+from app.storage.pg.oauth import PgOAuth
 from app.storage.pg.recovery import DatabaseRecovery
 from app.storage.pg.restore import import_pg
 from app.storage.pg.retention import PgRetention
@@ -111,6 +112,7 @@ class PgStorage:
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
+        self.oauth = PgOAuth(self.db)
 
     # -- the database ----------------------------------------------------------------------
     def recover(self, plan: Plan) -> Report:

@@ -440,6 +440,25 @@ CREATE TABLE superseded_blobs (
 CREATE INDEX superseded_blobs_of ON superseded_blobs (tenant, project, task_id, turn, name);
 """,
     ),
+    (
+        9,
+        "OAuth grants and dynamically registered clients (core/oauth.py)",
+        """
+CREATE TABLE oauth_grants (
+    id text COLLATE "C" PRIMARY KEY,
+    token_id text COLLATE "C" NOT NULL,
+    record text NOT NULL
+);
+CREATE INDEX oauth_grants_by_token ON oauth_grants (token_id);
+CREATE TABLE oauth_clients (
+    id text COLLATE "C" PRIMARY KEY,
+    registered_from text NOT NULL,
+    created_at text NOT NULL,
+    record text NOT NULL
+);
+CREATE INDEX oauth_clients_by_address ON oauth_clients (registered_from, created_at);
+""",
+    ),
 )
 
 

@@ -46,6 +46,7 @@ from app.storage.tree.fs.sync import flush_derived
 from app.storage.tree.fsck import fsck
 from app.storage.tree.fsck_usage import fsck_usage
 from app.storage.tree.limits import LimitsFile
+from app.storage.tree.oauth import OAuthFiles
 from app.storage.tree.recovery import Recovery, check_failed
 from app.storage.tree.restore import import_tree
 from app.storage.tree.retention import empty_trash_at_start, sweep
@@ -106,6 +107,7 @@ class TreeStorage:
         )
         self.usage_counters = usage
         self.layout = self.tasks.layout
+        self.oauth = OAuthFiles(self.layout, lock_timeout=lock_timeout)
         self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
         self.audit_log = audit.AuditLog(
             TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us

@@ -1,0 +1,220 @@
+"""OAuth grants, whichever door they come by: the consent page makes one, the token endpoint
+spends its code and refresh tokens, the console, the CLI and the revocation endpoint end it,
+and /mcp acts through it. Each checks access, makes one storage call and records one audit
+event (kind ``oauth``: consented, refreshed, reuse_detected, revoked).
+
+A grant acts as the token that made it (its *parent*), never above it: a task recorded
+through claude.ai is owned by the same token as one recorded with its secret, in the role the
+person chose at consent. A revoked, expired or removed parent ends the grant at its next use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from app.services import access, audit
+from app.services.access import Principal, Who, token_of
+from app.storage.core.clock import iso
+from app.storage.core.errors import Forbidden, StorageError
+from app.storage.core.names import Scope
+from app.storage.core.oauth import (
+    CODE_PREFIX,
+    REFRESH_PREFIX,
+    REVOKED_BY_PERSON,
+    REVOKED_PARENT,
+    Grant,
+    Refused,
+    Replayed,
+    grant_of,
+    issue_code,
+    issue_refresh,
+    new_grant_id,
+    spend_code,
+    spend_refresh,
+)
+from app.storage.core.tokens import Token
+from app.storage.interface import StorageBackend, TokenStore
+
+# An authorization code is exchanged within seconds of its redirect; ten minutes is RFC
+# 6749's longest.
+CODE_LIFETIME = timedelta(minutes=2)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentRequest:
+    """What a client asked for, as the authorization endpoint checked it."""
+
+    client_id: str
+    client_name: str
+    redirect_uri: str
+    scope: str
+    resource: str
+    code_challenge: str
+
+
+def _event(
+    storage: StorageBackend, grant: Grant, actor: str | None, action: str, **detail: str
+) -> None:
+    audit.record(
+        storage,
+        grant.tenant,
+        grant.project,
+        actor=actor,
+        kind="oauth",
+        action=action,
+        subject=grant.id,
+        detail={"client_id": grant.client_id, **detail},
+    )
+
+
+def consent(
+    storage: StorageBackend,
+    by: Token,
+    asked: ConsentRequest,
+    scope: Scope,
+    role: str,
+    *,
+    now: datetime,
+    lifetime: timedelta,
+) -> tuple[Grant, str]:
+    """A new grant of ``role`` in ``scope`` to the client, made by the signed-in ``by``, and
+    its authorization code (given once, to the redirect)."""
+    access.require_consent(by, scope, role)
+    grant = Grant(
+        id=new_grant_id(),
+        client_id=asked.client_id,
+        client_name=asked.client_name,
+        redirect_uri=asked.redirect_uri,
+        token_id=by.id,
+        tenant=scope.tenant,
+        project=scope.project,
+        role=role,
+        scope=asked.scope,
+        resource=asked.resource,
+        created_at=iso(now),
+        expires_at=iso(now + lifetime),
+        code_challenge=asked.code_challenge,
+    )
+    grant, code = issue_code(grant, now, CODE_LIFETIME)
+    storage.oauth.add_grant(grant)
+    _event(
+        storage,
+        grant,
+        by.id,
+        "consented",
+        role=role,
+        redirect_host=urlsplit(asked.redirect_uri).netloc or asked.redirect_uri[:100],
+    )
+    return grant, code
+
+
+def _parent_usable(registry: TokenStore, grant: Grant, now: datetime) -> Token | None:
+    parent = registry.get(grant.token_id)
+    if parent is None or not parent.usable(now):
+        return None
+    return parent
+
+
+def spend(
+    storage: StorageBackend, registry: TokenStore, secret: str, *, now: datetime
+) -> Grant | None:
+    """The grant an authorization code or refresh token may be exchanged for, spent; None
+    when it may not (unknown, expired, ended). A code or refresh token presented a second
+    time revokes its grant, as RFC 6749 §4.1.2 and the OAuth 2.1 refresh rules ask."""
+    prefix = CODE_PREFIX if secret.startswith(CODE_PREFIX) else REFRESH_PREFIX
+    grant_id = grant_of(secret, prefix)
+    if grant_id is None:
+        return None
+    rule = spend_code if prefix == CODE_PREFIX else spend_refresh
+    try:
+        grant = storage.oauth.change_grant(grant_id, lambda g: rule(g, secret, now))
+    except Replayed as exc:
+        _event(storage, exc.grant, None, "reuse_detected", reason=exc.grant.revoked_reason or "")
+        return None
+    except (Refused, StorageError):
+        return None
+    if _parent_usable(registry, grant, now) is None:
+        end_grants_of(storage, grant.token_id, now=now, only=grant.id)
+        return None
+    return grant
+
+
+def issue_refresh_token(
+    storage: StorageBackend, grant: Grant, *, now: datetime, lifetime: timedelta, refreshed: bool
+) -> str:
+    """The grant's next refresh token; the grant lasts ``lifetime`` from now on."""
+    secret = ""
+
+    def rotate(found: Grant) -> Grant:
+        nonlocal secret
+        changed, secret = issue_refresh(found, now)
+        return replace(changed, expires_at=iso(now + lifetime))
+
+    storage.oauth.change_grant(grant.id, rotate)
+    if refreshed:
+        _event(storage, grant, grant.token_id, "refreshed")
+    return secret
+
+
+def principal_of(
+    storage: StorageBackend, registry: TokenStore, grant_id: str, *, now: datetime
+) -> Principal | None:
+    """Who a request with an access token of ``grant_id`` acts as: its parent token, in the
+    grant's project, with the lower of the two roles; None when the grant or the parent may
+    no longer act."""
+    grant = storage.oauth.grant(grant_id)
+    if grant is None or not grant.usable(now):
+        return None
+    parent = _parent_usable(registry, grant, now)
+    if parent is None:
+        return None
+    role = access.lower_role(grant.role, parent.role)
+    acting = replace(parent, role=role, tenant=grant.tenant, project=grant.project)
+    return Principal(acting, Scope(grant.tenant, grant.project))
+
+
+def visible_grants(storage: StorageBackend, by: Who) -> list[Grant]:
+    """The grants ``by`` sees, newest first: those its token made, and every grant of the
+    projects whose tokens it manages."""
+    found = [
+        g
+        for g in storage.oauth.grants()
+        if access.may_see_grant(by, g.token_id, g.tenant, g.project)
+    ]
+    return sorted(found, key=lambda g: g.id, reverse=True)
+
+
+def revoke(
+    storage: StorageBackend, by: Who | None, grant_id: str, *, now: datetime, reason: str = ""
+) -> Grant:
+    """End a grant: its refresh token is refused at once, its access tokens at their next
+    request. ``by`` None: the client itself, through the revocation endpoint."""
+    if by is not None:
+        found = storage.oauth.grant(grant_id)
+        if found is None or not access.may_see_grant(
+            by, found.token_id, found.tenant, found.project
+        ):
+            raise Forbidden(f"no grant {grant_id[:60]} this token may revoke")
+    grant = storage.oauth.change_grant(
+        grant_id, lambda g: g.revoked(now, reason or REVOKED_BY_PERSON)
+    )
+    actor = token_of(by).id if by is not None else None
+    _event(storage, grant, actor, "revoked", reason=grant.revoked_reason or "")
+    return grant
+
+
+def end_grants_of(
+    storage: StorageBackend, token_id: str, *, now: datetime, only: str | None = None
+) -> list[Grant]:
+    """Revoke the live grants made with ``token_id`` (revoked or expired): their access
+    tokens already stop, as each request checks the parent; this says so in the records."""
+    ended = []
+    for grant in storage.oauth.grants():
+        if grant.token_id != token_id or grant.revoked_at is not None:
+            continue
+        if only is not None and grant.id != only:
+            continue
+        ended.append(revoke(storage, None, grant.id, now=now, reason=REVOKED_PARENT))
+    return ended
