@@ -253,8 +253,8 @@ def validate_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"{PREFIX}_{name} must be > 0 and <= 3600 seconds")
     if config["BODY_MIN_RATE"] < 0:
         raise ConfigError(f"{PREFIX}_BODY_MIN_RATE must be >= 0")
-    if not 60 <= config["OAUTH_ACCESS_SECONDS"] <= 3600:
-        raise ConfigError(f"{PREFIX}_OAUTH_ACCESS_SECONDS must be between 60 and 3600")
+    if not 1 <= config["OAUTH_ACCESS_SECONDS"] <= 3600:
+        raise ConfigError(f"{PREFIX}_OAUTH_ACCESS_SECONDS must be between 1 and 3600")
     if not 0 < config["OAUTH_GRANT_DAYS"] <= 366:
         raise ConfigError(f"{PREFIX}_OAUTH_GRANT_DAYS must be > 0 and at most 366")
     if config["OAUTH_REGISTRATIONS_PER_HOUR"] < 0:

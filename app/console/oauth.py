@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from authlib.common.urls import add_params_to_uri
 from authlib.oauth2.rfc6749.errors import OAuth2Error
 from flask import render_template, request, url_for
 from flask.typing import ResponseReturnValue
@@ -38,6 +39,10 @@ CSP = (
 def _refused(error: OAuth2Error) -> ResponseReturnValue:
     if getattr(error, "redirect_uri", None):
         response: Response = oauth.server().handle_error_response(request, error)
+        # RFC 9207: an error response names the issuer too.
+        response.headers["Location"] = add_params_to_uri(
+            response.headers["Location"], [("iss", oauth.issuer())]
+        )
         return response
     body = render_template(
         "console/oauth_error.html", error=error.error, description=error.description or ""
