@@ -15,6 +15,8 @@ grant and its parent token, so a revoked grant or parent stops them at their nex
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -516,14 +518,38 @@ def looks_like_jwt(value: str) -> bool:
     return value.count(".") == 2 and value.startswith("eyJ")
 
 
-def _claims(value: str, *, check_time: bool = True) -> dict[str, Any] | None:
+# Access tokens whose signature this worker has checked, by their text: a client sends the
+# same one for up to an hour. Only the signature is remembered; the expiry, the audience, the
+# grant and its parent are checked at every request.
+_VERIFIED: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_VERIFIED_MAX = 1024
+_VERIFIED_LOCK = threading.Lock()
+
+
+def _verified(value: str) -> dict[str, Any] | None:
+    with _VERIFIED_LOCK:
+        found = _VERIFIED.get(value)
+        if found is not None:
+            _VERIFIED.move_to_end(value)
+            return found
     try:
         token = jwt.decode(value, _key(), algorithms=[ALGORITHM])
     except (JoseError, ValueError):
         return None
     if token.header.get("typ") != "at+jwt":
         return None
-    claims: dict[str, Any] = token.claims
+    claims: dict[str, Any] = dict(token.claims)
+    with _VERIFIED_LOCK:
+        _VERIFIED[value] = claims
+        while len(_VERIFIED) > _VERIFIED_MAX:
+            _VERIFIED.popitem(last=False)
+    return claims
+
+
+def _claims(value: str, *, check_time: bool = True) -> dict[str, Any] | None:
+    claims = _verified(value)
+    if claims is None:
+        return None
     if claims.get("iss") != issuer():
         return None
     if check_time:
