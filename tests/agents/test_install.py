@@ -347,3 +347,107 @@ def test_a_file_changed_since_install_keeps_its_layout_and_the_change(repo: Path
         settings.read_text()
         == '{\n    "model": "opus",\n    "env": {\n        "A": "1"\n    }\n}\n'
     )
+
+
+# -- --auth oauth: the agent signs in itself -------------------------------------------------
+TOKEN = "pm_" + "s" * 40  # in the environment of every install below: it must reach no file
+
+
+def test_oauth_writes_the_url_and_no_credential(
+    repo: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROJECT_MEMORY_TOKEN", TOKEN)
+    for agent in ("claude-code", "codex", "cursor"):
+        change = install(agent, repo, url=URL, auth="oauth")
+        assert not any("PROJECT_MEMORY_TOKEN must" in note for note in change.notes)
+        assert installer.mcp_auth(agent, repo) == "oauth"
+    servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
+    assert servers["project-memory"] == {"type": "http", "url": f"{URL}/mcp"}
+    cursor = json.loads((repo / ".cursor" / "mcp.json").read_text())["mcpServers"]
+    assert cursor["project-memory"] == {"url": f"{URL}/mcp"}
+    toml = tomllib.loads((repo / ".codex" / "config.toml").read_text())
+    assert toml["mcp_servers"]["project-memory"] == {"url": f"{URL}/mcp"}
+    # The hooks and the read tools' permission are the same as with a token.
+    assert installed("claude-code", repo) == {"hooks": True, "mcp": True, "permission": True}
+    assert installed("codex", repo) == {"hooks": True, "mcp": True}
+    everything = json.dumps(files(repo)) + (repo / ".git" / "info" / "exclude").read_text()
+    everything += "".join(p.read_text() for p in state_dir.rglob("*") if p.is_file())
+    for secret in (TOKEN, "PROJECT_MEMORY_TOKEN", "Authorization", "Bearer", "pm_"):
+        assert secret not in everything, secret
+    for agent in ("claude-code", "codex", "cursor"):
+        uninstall(agent, repo)
+    assert files(repo) == {}
+
+
+def test_oauth_replaces_a_token_entry_and_uninstall_gives_the_file_back(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROJECT_MEMORY_TOKEN", TOKEN)
+    (repo / ".mcp.json").write_text(LAYOUTS[".mcp.json"])
+    (repo / ".codex").mkdir()
+    (repo / ".codex" / "config.toml").write_text(LAYOUTS[".codex/config.toml"])
+    before = files(repo)
+    for agent in ("claude-code", "codex"):
+        install(agent, repo, url=URL)
+        assert installer.mcp_auth(agent, repo) == "token"
+        install(agent, repo, url=URL, auth="oauth")
+        assert installer.mcp_auth(agent, repo) == "oauth"
+    servers = json.loads((repo / ".mcp.json").read_text())["mcpServers"]
+    assert servers["project-memory"] == {"type": "http", "url": f"{URL}/mcp"}
+    assert servers["other"] == {"command": "other-mcp", "args": ["--x"]}
+    codex = (repo / ".codex" / "config.toml").read_text()
+    assert "bearer_token_env_var" not in codex and codex.count("[mcp_servers.project-memory]") == 1
+    once = files(repo)
+    assert install("claude-code", repo, url=URL, auth="oauth").written == []
+    assert files(repo) == once
+    for agent in ("claude-code", "codex"):
+        uninstall(agent, repo)
+    assert files(repo) == before
+
+
+def test_oauth_over_stdio_is_refused_and_nothing_is_written(repo: Path) -> None:
+    with pytest.raises(InstallError, match="--auth oauth is for the HTTP transport"):
+        install("claude-code", repo, url=URL, transport="stdio", auth="oauth")
+    assert files(repo) == {}
+
+
+def test_the_cli_installs_oauth_with_the_token_in_its_environment(
+    repo: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
+    env.update(
+        HOME=str(tmp_path),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+        PROJECT_MEMORY_URL=URL,
+        PROJECT_MEMORY_TOKEN=TOKEN,
+        PROJECT_MEMORY_STATE_DIR=str(tmp_path / "state"),
+    )
+    done = subprocess.run(
+        [CLI, "agent", "install", "claude-code", "--auth", "oauth", "--json"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = " ".join(json.loads(done.stdout)["data"]["notes"])
+    assert "claude mcp login project-memory" in notes and "pm_ token" in notes
+    assert TOKEN not in done.stdout + done.stderr + json.dumps(files(repo))
+    del env["PROJECT_MEMORY_TOKEN"]
+    status = subprocess.run(
+        [CLI, "agent", "status", "--json"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    data = json.loads(status.stdout)["data"]
+    assert data["mcp_auth"] == {"claude-code": "oauth", "codex": None, "cursor": None}
+    # The entry reads no token, so its absence is not the MCP entry's problem.
+    assert not any("MCP entries read the token" in w for w in data["warnings"])
+    bad = subprocess.run(
+        [CLI, "agent", "install", "claude-code", "--auth", "oauth", "--transport", "stdio"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -39,6 +39,14 @@ def register(parser: argparse.ArgumentParser) -> None:
                 " PROJECT_MEMORY_TOKEN) or stdio (`project-memory mcp`, which also reads"
                 " the config file)",
             )
+            child.add_argument(
+                "--auth",
+                choices=("token", "oauth"),
+                default="token",
+                help="how the agent signs in to the MCP server: token (default; the"
+                " Authorization header from PROJECT_MEMORY_TOKEN) or oauth (only the URL is"
+                " written; the agent signs in itself, e.g. `claude mcp login project-memory`)",
+            )
     status = leaf(
         sub, "status", _status, help="what is installed, whether the server answers, the spool"
     )
@@ -79,7 +87,13 @@ def _install(ctx: Context) -> Output:
         settings = None
     url = settings.url if settings is not None else None
     try:
-        change = install(ctx.args.agent, _root(ctx), url=url, transport=ctx.args.transport)
+        change = install(
+            ctx.args.agent,
+            _root(ctx),
+            url=url,
+            transport=ctx.args.transport,
+            auth=ctx.args.auth,
+        )
     except InstallError as exc:
         raise CommandError(str(exc), exit_code=2, kind="install") from None
     return Output(change.to_dict(), _describe(change, "installed"))
@@ -109,11 +123,12 @@ def _status(ctx: Context) -> Output:
     import os
 
     from ..errors import ApiError, ClientError, SettingsError
-    from .install import installed
+    from .install import installed, mcp_auth
     from .spool import Spool, state_dir
 
     root = _root(ctx)
     agents = {agent: installed(agent, root) for agent in AGENT_CHOICES}
+    auths = {agent: mcp_auth(agent, root) for agent in AGENT_CHOICES}
     server: dict[str, Any] = {"url": None, "answers": False, "detail": None}
     try:
         settings = ctx.settings()
@@ -139,7 +154,8 @@ def _status(ctx: Context) -> Output:
         "dir": str(spool.dir),
     }
     warnings = []
-    if any(a.get("mcp") for a in agents.values()) and "PROJECT_MEMORY_TOKEN" not in os.environ:
+    # An OAuth entry reads no token: the agent keeps its own.
+    if {"token", "stdio"} & set(auths.values()) and "PROJECT_MEMORY_TOKEN" not in os.environ:
         warnings.append(
             "PROJECT_MEMORY_TOKEN is not in the environment: the agents' MCP entries read the"
             " token from it (claude-code --transport stdio reads the config file too)"
@@ -147,6 +163,7 @@ def _status(ctx: Context) -> Output:
     data = {
         "root": str(root),
         "agents": agents,
+        "mcp_auth": auths,
         "server": server,
         "spool": queue,
         "warnings": warnings,
@@ -160,8 +177,12 @@ def _status(ctx: Context) -> Output:
             if any(parts.values())
             else "not installed"
         )
+        signs_in = f", MCP by {auths[agent]}" if auths[agent] else ""
         pairs.append(
-            (agent, f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'})")
+            (
+                agent,
+                f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'}{signs_in})",
+            )
         )
     answer = "answers" if server["answers"] else "does not answer"
     pairs.append(("server", f"{server['url'] or '(no URL)'} {answer}: {server['detail']}"))

@@ -19,6 +19,12 @@ Codex CLI (``codex``):
   in a block marked as ours; ``.codex/hooks.json``: the same three hooks.
 Cursor (``cursor``): ``.cursor/mcp.json``, the server with ``${env:PROJECT_MEMORY_TOKEN}``.
 
+With ``auth="oauth"`` the server's entry is its URL and nothing else: no header, no token
+variable. The agent then finds the server's OAuth metadata from its 401 and signs the person
+in itself (``claude mcp login``, ``codex mcp login``, Cursor's "Needs login"), keeping the
+tokens in its own store. The hooks are the same either way: they record turns through the
+REST API with the ``pm_`` token of the environment or the client's config file.
+
 Whatever else those files hold is kept; installing twice changes nothing; uninstalling
 removes exactly the entries install adds (and a file or directory it leaves empty).
 
@@ -65,6 +71,9 @@ OURS = re.compile(
 TOML_BEGIN = "# >>> project-memory (agent install codex; agent uninstall codex removes it)"
 TOML_END = "# <<< project-memory"
 AGENTS = ("claude-code", "codex", "cursor")
+# How the agent signs in to the MCP server: with the pm_ token it reads from the environment,
+# or by OAuth, the agent's own flow against the server's metadata.
+AUTHS = ("token", "oauth")
 LOCAL_SETTINGS = ".claude/settings.local.json"
 EXCLUDE_NOTE = (
     "# project-memory agent install: Claude Code honours this file's permissions while untracked"
@@ -623,12 +632,15 @@ def _remove_permissions(value: dict[str, Any], rel: str = "") -> dict[str, Any]:
     return value
 
 
-def _mcp_entry(kind: str, url: str | None) -> dict[str, Any]:
+def _mcp_entry(kind: str, url: str | None, auth: str) -> dict[str, Any]:
     if kind == "stdio":
         parts = shlex.split(executable())
         return {"type": "stdio", "command": parts[0], "args": [*parts[1:], "mcp"]}
     # The base URL as it is now, normalised (base_url): not ${PROJECT_MEMORY_URL}, which
     # Claude Code expands as it finds it (with the API's path, a trailing slash ...).
+    if auth == "oauth":
+        # Any Authorization header would be sent instead of the agent's own OAuth token.
+        return {"type": "http", "url": f"{url}/mcp"}
     return {
         "type": "http",
         "url": f"{url}/mcp",
@@ -678,8 +690,24 @@ def base_url(url: str, change: Change | None = None) -> str:
 
 
 # -- the three agents -------------------------------------------------------------------------
-def install(agent: str, root: Path, *, url: str | None, transport: str = "http") -> Change:
+# Said after an OAuth install: the MCP sign-in is the agent's, the hooks' token is not.
+HOOKS_NOTE = (
+    " The hooks still record turns with the pm_ token of PROJECT_MEMORY_TOKEN or the client's"
+    " config file: OAuth signs in the MCP server only."
+)
+
+
+def install(
+    agent: str, root: Path, *, url: str | None, transport: str = "http", auth: str = "token"
+) -> Change:
     """Install ``agent``'s entries into the repository at ``root``: every file or none."""
+    if auth not in AUTHS:
+        raise InstallError(f"unknown auth {auth!r}: one of {', '.join(AUTHS)}")
+    if auth == "oauth" and transport != "http":
+        raise InstallError(
+            "--auth oauth is for the HTTP transport: the stdio relay (project-memory mcp)"
+            " signs in with the pm_ token"
+        )
     change = Change(agent, root)
     plan = Plan(root, change, installing=True)
     base = base_url(url, change) if url else None
@@ -692,9 +720,15 @@ def install(agent: str, root: Path, *, url: str | None, transport: str = "http")
         plan.json(".claude/settings.json", lambda v, rel: _add_hooks(v, agent, rel))
         plan.json(LOCAL_SETTINGS, _add_permissions)
         _keep_untracked(root, plan)
-        entry = _mcp_entry(transport, base)
+        entry = _mcp_entry(transport, base, auth)
         plan.json(".mcp.json", lambda v, rel: _set_server(v, entry, rel))
-        if transport == "http":
+        if auth == "oauth":
+            change.notes.append(
+                f"Claude Code signs in to the MCP server itself (OAuth): run `claude mcp login"
+                f" {SERVER}`, or /mcp in claude, once; its tokens stay in Claude Code's own"
+                " store." + HOOKS_NOTE
+            )
+        elif transport == "http":
             change.notes.append(
                 "Claude Code reads PROJECT_MEMORY_TOKEN from the environment when it starts:"
                 " export it in the shell that runs claude."
@@ -702,21 +736,31 @@ def install(agent: str, root: Path, *, url: str | None, transport: str = "http")
     elif agent == "codex":
         if not base:
             raise InstallError("Codex needs the server's URL written in its config: give --url")
-        plan.text(".codex/config.toml", lambda text: _with_codex_block(text, base, root))
+        plan.text(".codex/config.toml", lambda text: _with_codex_block(text, base, root, auth))
         plan.json(".codex/hooks.json", lambda v, rel: _add_hooks(v, agent, rel))
-        change.notes.append(
+        trust = (
             "Codex loads a project's .codex/ only once the project is trusted, and runs a new"
             " or changed hook only once it is trusted: run `codex` here and trust the project"
-            " and the hooks (/hooks), or `codex exec --trust` once. PROJECT_MEMORY_TOKEN must"
-            " be in Codex's environment."
+            " and the hooks (/hooks), or `codex exec --trust` once."
         )
+        if auth == "oauth":
+            change.notes.append(
+                f"{trust} Then sign Codex in to the MCP server (OAuth), here, once: `codex mcp"
+                f" login {SERVER}`." + HOOKS_NOTE
+            )
+        else:
+            change.notes.append(f"{trust} PROJECT_MEMORY_TOKEN must be in Codex's environment.")
     elif agent == "cursor":
         if not base:
             raise InstallError("Cursor needs the server's URL written in its config: give --url")
-        entry = {
-            "url": f"{base}/mcp",
-            "headers": {"Authorization": "Bearer ${env:PROJECT_MEMORY_TOKEN}"},
-        }
+        entry = {"url": f"{base}/mcp"}
+        if auth == "token":
+            entry["headers"] = {"Authorization": "Bearer ${env:PROJECT_MEMORY_TOKEN}"}
+        else:
+            change.notes.append(
+                f"Cursor signs in to the MCP server itself (OAuth): choose {SERVER}'s"
+                ' "Needs login" in its MCP settings, once.'
+            )
         plan.json(".cursor/mcp.json", lambda v, rel: _set_server(v, entry, rel))
     else:
         raise InstallError(f"unknown agent {agent!r}: one of {', '.join(AGENTS)}")
@@ -796,12 +840,13 @@ def _forget_untracked(root: Path, plan: Plan) -> None:
     plan.add("(git) info/exclude: /" + LOCAL_SETTINGS, exclude, data, takes_out=True)
 
 
-def _toml_block(url: str) -> str:
+def _toml_block(url: str, auth: str = "token") -> str:
+    token = 'bearer_token_env_var = "PROJECT_MEMORY_TOKEN"\n' if auth == "token" else ""
     return (
         f"{TOML_BEGIN}\n"
         f"[mcp_servers.{SERVER}]\n"
         f"url = {json.dumps(url.rstrip('/') + '/mcp')}\n"
-        'bearer_token_env_var = "PROJECT_MEMORY_TOKEN"\n'
+        f"{token}"
         f"{TOML_END}\n"
     )
 
@@ -825,7 +870,7 @@ def _without_block(text: str) -> str:
     return pattern.sub("\n", text).strip("\n")
 
 
-def _with_codex_block(before: str | None, url: str, root: Path) -> str:
+def _with_codex_block(before: str | None, url: str, root: Path, auth: str = "token") -> str:
     path = root / ".codex" / "config.toml"
     rest = _without_block(before or "")
     servers = _parse_toml(rest, path).get("mcp_servers", {})
@@ -838,7 +883,7 @@ def _with_codex_block(before: str | None, url: str, root: Path) -> str:
         raise InstallError(
             f"{path} already defines [mcp_servers.{SERVER}] outside our block; not touched"
         )
-    after = (rest + "\n\n" if rest else "") + _toml_block(url)
+    after = (rest + "\n\n" if rest else "") + _toml_block(url, auth)
     _parse_toml(after, path)
     return after
 
@@ -898,3 +943,35 @@ def installed(agent: str, root: Path) -> dict[str, bool]:
             "mcp": TOML_BEGIN in raw.decode("utf-8", "replace"),
         }
     return {"mcp": has_server(".cursor/mcp.json")}
+
+
+def mcp_auth(agent: str, root: Path) -> str | None:
+    """How the agent's MCP entry in the repository signs in: ``token`` (a header or a token
+    variable), ``oauth`` (an HTTP entry with neither: the agent's own sign-in), ``stdio``
+    (the relay, with the client's token), or None when there is no entry of ours."""
+    if agent == "codex":
+        try:
+            path = inside(root, ".codex/config.toml")
+            text = (_read(path) or b"").decode("utf-8")
+            servers = _parse_toml(text, path).get("mcp_servers")
+        except (InstallError, UnicodeDecodeError):
+            return None
+        table = servers.get(SERVER) if isinstance(servers, dict) else None
+        if TOML_BEGIN not in text or not isinstance(table, dict):
+            return None
+        return "token" if table.get("bearer_token_env_var") else "oauth"
+    rel = ".mcp.json" if agent == "claude-code" else ".cursor/mcp.json"
+    try:
+        value = _load_json(inside(root, rel)) or {}
+    except InstallError:
+        return None
+    servers = value.get("mcpServers")
+    entry = servers.get(SERVER) if isinstance(servers, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    if entry.get("command"):
+        return "stdio"
+    headers = entry.get("headers")
+    named = [str(k).lower() for k in headers] if isinstance(headers, dict) else []
+    # The server takes its token in either header.
+    return "token" if {"authorization", "x-api-key"} & set(named) else "oauth"
