@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.agents.conftest import CLI, VENV_BIN, Memory, Work, cli
+from tests.e2e.conftest import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -159,3 +163,87 @@ def test_the_last_hook_error_is_shown(installed: Work, memory_up: Memory) -> Non
     code, _, data = doctor(installed.env, installed.repo)
     last = [c for c in data["checks"] if c["name"] == "last hook error"]
     assert code == 0 and last and "Connection refused" in last[0]["detail"], data
+
+
+# -- --auth oauth: the entry holds no credential -----------------------------------------------
+def _mcp_checks(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in data["checks"] if c["name"].endswith(" mcp")}
+
+
+def test_an_oauth_entry_is_followed_to_the_servers_metadata(work: Work) -> None:
+    """The agents find how to sign in from the 401's resource metadata and the authorization
+    server's; the doctor follows the same path, and says who signs in."""
+    for agent in ("claude-code", "codex", "cursor"):
+        done = cli(work.env, "agent", "install", agent, "--auth", "oauth", cwd=work.repo)
+        assert done.returncode == 0, done.stderr
+    code, problems, data = doctor(work.env, work.repo)
+    # Codex trusts nothing of a new project until the person says so (test_codex.py).
+    assert [p for p in problems if not p.startswith("problem codex")] == [], problems
+    for agent, login in (
+        ("claude-code", "claude mcp login project-memory"),
+        ("codex", "codex mcp login project-memory"),
+        ("cursor", "Needs login"),
+    ):
+        check = _mcp_checks(data)[f"{agent} mcp"]
+        assert check["ok"], check
+        assert "offers OAuth" in check["detail"] and login in check["detail"], check
+
+
+def test_an_oauth_entry_at_another_url_than_the_servers_public_one(
+    work: Work, tmp_path: Path
+) -> None:
+    """Installed with the internal URL while the server calls itself by MEMORY_PUBLIC_URL:
+    the tokens it issues are for the public /mcp, which an agent will not send elsewhere."""
+    public = "https://memory.example.com"
+    (tmp_path / "public").mkdir()
+    srv = start_server(tmp_path / "public", workers=1, env_extra={"MEMORY_PUBLIC_URL": public})
+    try:
+        install = ("agent", "install", "cursor", "--auth", "oauth", "--url", srv.url)
+        done = cli(work.env, *install, cwd=work.repo)
+        assert done.returncode == 0, done.stderr
+        code, problems, _ = doctor(work.env, work.repo)
+    finally:
+        srv.stop()
+    assert code == 1
+    _one(problems, "cursor mcp", f"{public}/mcp", srv.url, "MEMORY_PUBLIC_URL")
+
+
+class _BeforeOAuth(BaseHTTPRequestHandler):
+    """A server older than OAuth, as /mcp answered then: 401 with a bare Bearer challenge,
+    and no metadata anywhere."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, status: int, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in {**headers, "Content-Length": "0"}.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(401, {"WWW-Authenticate": "Bearer"})
+
+    def do_GET(self) -> None:
+        self._answer(404, {})
+
+
+@pytest.fixture
+def before_oauth() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _BeforeOAuth)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_oauth_entry_for_a_server_without_oauth(work: Work, before_oauth: str) -> None:
+    install = ("agent", "install", "cursor", "--auth", "oauth", "--url", before_oauth)
+    done = cli(work.env, *install, cwd=work.repo)
+    assert done.returncode == 0, done.stderr
+    code, problems, _ = doctor(work.env, work.repo)
+    assert code == 1
+    _one(problems, "cursor mcp", "offers no OAuth", "--auth token")

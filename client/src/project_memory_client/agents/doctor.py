@@ -11,7 +11,10 @@ will run it, each problem in one line.
   to do nothing (``PROJECT_MEMORY_HOOKS=off``);
 * each installed agent's MCP server answers ``tools/list``, at the URL and with the headers
   its config gives once the agent has expanded them (``${PROJECT_MEMORY_TOKEN}``,
-  ``${env:...}``, ``bearer_token_env_var``);
+  ``${env:...}``, ``bearer_token_env_var``); an entry with no credential (``--auth oauth``)
+  is checked as the agent finds its way to sign in: the 401's resource metadata (RFC 9728)
+  names this URL and an authorization server whose metadata (RFC 8414) takes PKCE S256.
+  Whether the agent has signed in is in the agent's own store, which the doctor does not read;
 * Codex: the project and each of our hooks are trusted in ``$CODEX_HOME/config.toml``
   (Codex reads no .codex/ of an untrusted project, and runs no untrusted hook, and says
   nothing);
@@ -30,6 +33,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .install import (
     HOOK_EVENTS,
@@ -49,6 +53,14 @@ from .spool import Spool, state_dir
 BACKLOG_SECONDS = 600.0  # a turn waiting longer than this was not sent by the next hooks
 RUN_TIMEOUT = 20.0  # for a hook command or a stdio server to answer
 HTTP_TIMEOUT = 10.0
+# How each agent is told to sign in to an OAuth entry.
+LOGIN = {
+    "claude-code": f"`claude mcp login {SERVER}` (or /mcp in claude)",
+    "codex": f"`codex mcp login {SERVER}` in the repository",
+    "cursor": f"{SERVER}'s \"Needs login\" in Cursor's MCP settings",
+}
+# The headers the server takes a token in (app/web/auth.py).
+CREDENTIAL_HEADERS = ("authorization", "x-api-key")
 # ${VAR} and ${VAR:-default} (Claude Code's .mcp.json), ${env:VAR} (Cursor's).
 _VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -239,6 +251,123 @@ def tools_list(url: str, headers: dict[str, str]) -> tuple[list[str] | None, str
         return None, f"{url} answered {response.status_code} with no tool list"
 
 
+def _get_json(http: Any, url: str) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object at ``url`` (None and why, when there is none)."""
+    import httpx
+
+    try:
+        response = http.get(url)
+    except httpx.HTTPError as exc:
+        return None, f"cannot reach {url}: {exc or type(exc).__name__}"
+    if response.status_code != 200:
+        return None, f"{url} answered {response.status_code}"
+    try:
+        value = response.json()
+    except ValueError:
+        return None, f"{url} answered no JSON"
+    return (value, "") if isinstance(value, dict) else (None, f"{url} answered no JSON object")
+
+
+def _well_known(url: str, name: str) -> str:
+    """``url``'s well-known document ``name``, inserted between the host and the path as
+    RFC 8414 and RFC 9728 have it."""
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/{name}{path}", "", ""))
+
+
+def _resource_of(metadata_url: str) -> str | None:
+    """The resource a well-known protected-resource metadata URL is for, or None when it
+    does not say (another form, or the root's document, which some servers serve for a
+    resource with a path)."""
+    parts = urlsplit(metadata_url)
+    prefix = "/.well-known/oauth-protected-resource"
+    path = parts.path[len(prefix) :]
+    if not parts.path.startswith(prefix + "/") or not path.strip("/"):
+        return None
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _elsewhere(resource: str, url: str) -> str:
+    return (
+        f"the server names its MCP endpoint {resource}, not {url}, and an agent takes no"
+        " token meant for another: install with the URL agents reach the server at, or set"
+        " the server's MEMORY_PUBLIC_URL to it"
+    )
+
+
+def oauth_offer(url: str) -> tuple[bool, str]:
+    """Whether an agent can sign in to ``url`` by OAuth, found as the agent finds it: a
+    request without a credential answered 401, whose ``WWW-Authenticate`` names the resource
+    metadata (RFC 9728; else its well-known place); that metadata names ``url`` itself as the
+    resource (an agent refuses a token meant for another) and an authorization server; that
+    server's metadata (RFC 8414) has both endpoints and takes PKCE with S256, the only method
+    MCP clients use. (True, what was found) or (False, why not)."""
+    import httpx
+
+    from ..settings import Settings
+
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with Settings().http(headers=accept, timeout=HTTP_TIMEOUT) as http:
+        try:
+            response = http.post(url, json=message)
+        except httpx.HTTPError as exc:
+            return False, f"cannot reach {url}: {exc or type(exc).__name__}"
+        if response.status_code == 404:
+            return False, f"{url} answered 404: not the server's MCP endpoint"
+        if response.status_code != 401:
+            return False, (
+                f"{url} answered {response.status_code} to a request without a credential,"
+                " not 401: an agent starts no OAuth sign-in"
+            )
+        found = re.search(
+            r'resource_metadata="([^"]+)"', response.headers.get("WWW-Authenticate", "")
+        )
+        where = found.group(1) if found else _well_known(url, "oauth-protected-resource")
+        # The metadata's own URL names its resource (RFC 9728 §3.1): a server that calls
+        # itself by a public URL this machine may not even reach is told apart unfetched.
+        named = _resource_of(where)
+        if named is not None and named.rstrip("/") != url.rstrip("/"):
+            return False, _elsewhere(named, url)
+        metadata, why = _get_json(http, where)
+        if metadata is None:
+            return False, (
+                f"{url} asks for a token but offers no OAuth ({why}): a server without it"
+                " takes the pm_ token only; install with --auth token"
+            )
+        resource = str(metadata.get("resource") or "")
+        if resource.rstrip("/") != url.rstrip("/"):
+            return False, _elsewhere(resource or "(nothing)", url)
+        servers = metadata.get("authorization_servers")
+        if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
+            return False, f"{where} names no authorization server"
+        issuer = servers[0]
+        found_server, why = _get_json(http, _well_known(issuer, "oauth-authorization-server"))
+        if found_server is None:
+            return False, f"the authorization server {issuer} has no metadata ({why})"
+        missing = [
+            key for key in ("authorization_endpoint", "token_endpoint") if not found_server.get(key)
+        ]
+        methods = found_server.get("code_challenge_methods_supported")
+        if missing or not isinstance(methods, list) or "S256" not in methods:
+            lacks = ", ".join(missing) or "code_challenge_methods_supported: S256"
+            return False, f"the authorization server {issuer}'s metadata lacks {lacks}"
+    return True, f"{url} offers OAuth (authorization server {issuer})"
+
+
+def _mcp_oauth(agent: str, url: str, unset: list[str]) -> Check:
+    if unset:
+        return _mcp_http(agent, url, {}, unset)
+    ok, why = oauth_offer(url)
+    if ok:
+        why += (
+            f"; {agent} signs in itself: {LOGIN[agent]}, once (the doctor cannot see whether it"
+            " has)"
+        )
+    return Check(f"{agent} mcp", ok, why)
+
+
 def _mcp_http(agent: str, url: str, headers: dict[str, str], unset: list[str]) -> Check:
     if unset:
         return Check(
@@ -305,6 +434,8 @@ def _json_mcp(agent: str, root: Path, rel: str, env: dict[str, str]) -> Check:
     unset: list[str] = []
     url = expand(str(entry.get("url") or ""), env, unset)
     headers = {str(k): expand(str(v), env, unset) for k, v in (entry.get("headers") or {}).items()}
+    if not any(k.lower() in CREDENTIAL_HEADERS for k in headers):
+        return _mcp_oauth(agent, url, unset)
     return _mcp_http(agent, url, headers, unset)
 
 
@@ -347,7 +478,9 @@ def _codex_mcp(root: Path, env: dict[str, str]) -> Check:
     if not isinstance(table, dict) or TOML_BEGIN not in text:
         return Check("codex mcp", False, f".codex/config.toml has no [mcp_servers.{SERVER}]")
     variable = str(table.get("bearer_token_env_var") or "")
-    unset = [variable] if variable and not env.get(variable) else []
+    if not variable:
+        return _mcp_oauth("codex", str(table.get("url") or ""), [])
+    unset = [variable] if not env.get(variable) else []
     headers = {"Authorization": f"Bearer {env.get(variable, '')}"} if variable else {}
     return _mcp_http("codex", str(table.get("url") or ""), headers, unset)
 
