@@ -99,7 +99,8 @@ INSTRUCTIONS = (
     " that works on it. Before starting, search it (search, read_digest) for earlier"
     " decisions, fixes and notes on the task; read_task and read_turn show a task's history."
     " Writers can record what was done with record_turn, and keep notes in the project's"
-    " memory stores with the memory tool. " + NOTE
+    " memory stores with the memory tool. " + NOTE + " So is the text a tool's structured"
+    " (JSON) result holds: its summaries, meta, snippets, digest and contents."
 )
 
 bp = Blueprint("mcp", __name__)
@@ -504,9 +505,12 @@ def _call(mid: Any, params: dict[str, Any], tools: McpTools) -> dict[str, Any]:
     except Exception as exc:
         log.exception("MCP tool %s failed", name)
         output = ToolOutput(_failed(name, exc), is_error=True)
-    return _ok(
-        mid, {"content": [{"type": "text", "text": output.text}], "isError": output.is_error}
-    )
+    result: dict[str, Any] = {"content": [{"type": "text", "text": output.text}]}
+    if output.structured is not None:
+        # Beside the text, which stays whole for a client that reads no structured content.
+        result["structuredContent"] = output.structured
+    result["isError"] = output.is_error
+    return _ok(mid, result)
 
 
 def _failed(name: str, exc: Exception) -> str:

@@ -1,6 +1,8 @@
 """Schemas of the MCP tools' arguments (app/services/mcp/), one per tool: the source of each
 tool's ``inputSchema`` (app/services/mcp/schemas.py turns them into JSON Schema as the
 OpenAPI document turns the REST bodies), and of the bounds and defaults the tools read.
+Below them, the results of the tools that return records: the source of their
+``outputSchema`` and the shape their ``structuredContent`` is dumped in.
 
 Where a tool takes what a REST endpoint takes, it takes it by the same fields and rules:
 record_turn's meta is the PUT turn body's TurnMeta, a task id and a turn follow the path's
@@ -16,7 +18,7 @@ from marshmallow import Schema, fields, validate
 
 from app.schemas import rules
 from app.schemas.common import StrictInteger, StrictString
-from app.schemas.project_memory import TurnMeta
+from app.schemas.project_memory import MemoryArtifact, SearchHit, TaskSummary, TurnMeta
 from app.services.memory_tool import COMMANDS
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
@@ -181,3 +183,147 @@ class DeleteArtifact(Schema):
     task_id = _task_id()
     turn = _turn()
     name = StrictString(required=True, validate=validate.Length(min=1, max=255))
+
+
+# -- results: a tool's structuredContent, and its outputSchema -----------------------------
+# A result holds what the tool's text shows, cut where the text is cut (the same hits, turns,
+# artifacts and part of a summary), so that it keeps to the text's bound: a client may give
+# the model this in place of the text. The item schemas are the REST API's where the item is.
+
+
+def _next_offset(unit: str) -> fields.Integer:
+    return fields.Integer(
+        required=True,
+        allow_none=True,
+        metadata={"description": f"The offset (in {unit}) that reads on; null: this is the end."},
+    )
+
+
+def _left_out(what: str) -> fields.Integer:
+    return fields.Integer(
+        required=True, metadata={"description": f"{what} left out to keep the result in bound."}
+    )
+
+
+def _meta() -> fields.Dict:
+    return fields.Dict(
+        required=True,
+        metadata={"description": "The turn's meta: the keys that fit in the result's bound."},
+    )
+
+
+class SearchHitResult(SearchHit):
+    snippet = fields.String(
+        required=True,
+        metadata={"description": "The text around the matches, each match in **bold**."},
+    )
+    path = fields.String(
+        allow_none=True,
+        metadata={"description": "A memory's path in its store, after /memories."},
+    )
+
+
+class SearchResult(Schema):
+    hits = fields.List(fields.Nested(SearchHitResult), required=True)
+    hits_left_out = _left_out("Hits of this page (search with a smaller limit to see them)")
+    next_cursor = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "Pass as cursor, with the same query, for more hits."},
+    )
+    stores_searched = fields.Integer(required=True)
+    stores_skipped = fields.Integer(
+        required=True,
+        metadata={"description": "Memory stores beyond the per-search bound (not searched)."},
+    )
+
+
+class DigestResult(Schema):
+    digest = fields.String(
+        required=True,
+        metadata={"description": "project.md's newest sections, within max_chars characters."},
+    )
+    more = fields.Boolean(required=True, metadata={"description": "Older sections were left out."})
+
+
+class TaskListResult(Schema):
+    tasks = fields.List(fields.Nested(TaskSummary), required=True)
+    total = fields.Integer(required=True)
+    next_cursor = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "Pass as cursor for the next page; null at the end."},
+    )
+
+
+class TaskTurnResult(Schema):
+    turn = fields.Integer(required=True)
+    updated_at = fields.String(required=True)
+    meta = _meta()
+    meta_keys_left_out = _left_out("Keys of meta")
+    artifacts = fields.List(fields.String(), required=True, metadata={"description": "Names."})
+    artifacts_left_out = _left_out("Artifact names")
+
+
+class TaskResult(Schema):
+    task_id = fields.String(required=True)
+    created_at = fields.String(required=True)
+    updated_at = fields.String(required=True)
+    retain_until = fields.String(required=True)
+    turn_count = fields.Integer(required=True)
+    turns = fields.List(
+        fields.Nested(TaskTurnResult),
+        required=True,
+        metadata={"description": "Newest first; read_turn reads any turn."},
+    )
+    turns_left_out = _left_out("Older turns")
+
+
+class TurnResult(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    created_at = fields.String(required=True)
+    updated_at = fields.String(required=True)
+    retain_until = fields.String(required=True)
+    meta = _meta()
+    meta_keys_left_out = _left_out("Keys of meta")
+    artifacts = fields.List(fields.Nested(MemoryArtifact), required=True)
+    artifacts_left_out = _left_out("Artifacts")
+    summary_md = fields.String(
+        required=True,
+        metadata={"description": "The summary from summary_offset, as much as fits."},
+    )
+    summary_offset = fields.Integer(required=True)
+    summary_chars = fields.Integer(
+        required=True, metadata={"description": "The whole summary's length in characters."}
+    )
+    next_offset = _next_offset("characters")
+
+
+class ArtifactResult(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    name = fields.String(required=True)
+    content_type = fields.String(required=True)
+    size = fields.Integer(required=True, metadata={"description": "In bytes."})
+    updated_at = fields.String(required=True)
+    sha256 = fields.String(required=True)
+    offset = fields.Integer(required=True, metadata={"description": "The first byte of content."})
+    encoding = fields.String(required=True, validate=validate.OneOf([TEXT, BASE64]))
+    content = fields.String(
+        required=True,
+        metadata={"description": "Bytes from offset: UTF-8 text as it is, else in base64."},
+    )
+    next_offset = _next_offset("bytes")
+
+
+class RecordedTurn(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    updated_at = fields.String(required=True)
+    retain_until = fields.String(required=True)
+    artifacts = fields.List(
+        fields.Nested(MemoryArtifact),
+        required=True,
+        metadata={"description": "Those sent with this call, as stored."},
+    )

@@ -111,10 +111,12 @@ def test_a_session_gets_the_digest_searches_and_is_recorded(
     # The digest's newest text was in the model's first request (the SessionStart context).
     first = json.dumps(run.model_calls()[0])
     assert "SessionStart hook additional context" in first and "DIGEST_MARK_7781" in first
-    # The search ran on the server, and its hit went back to the model.
+    # The search ran on the server, and its hit went back to the model: as the structured
+    # result, which Claude Code gives the model in place of the text when a result has one.
+    hit = '"task_id":"earlier-task","turn":0'
     sent = [json.dumps(body.get("messages", [])) for body in run.model_calls()]
-    assert any("turn 0 of task earlier-task" in m and "tool_result" in m for m in sent)
-    assert "turn 0 of task earlier-task" in result["result"]
+    assert any(json.dumps(hit)[1:-1] in m and "tool_result" in m for m in sent)
+    assert hit in result["result"]
     # The session ended and its turn is on the server.
     [turn] = memory_up.turns("fix-login")
     meta = turn["meta"]
@@ -229,4 +231,4 @@ def test_mcp_tools_work_with_the_url_given_with_the_api_path(
               "final": "Found."}  # fmt: skip
     run = Session(claude, work, default_timeout(env), egress, script, "Search for it.")
     assert {"name": "project-memory", "status": "connected", "source": "project"} in run.servers()
-    assert f"turn 0 of task api-path-{load}" in run.event("result")["result"]
+    assert f'"task_id":"api-path-{load}","turn":0' in run.event("result")["result"]

@@ -2,7 +2,9 @@
 
 Every call is its own POST, so consecutive calls land on different workers: the endpoint
 keeps nothing between requests. Both connect modes of the SDK are used: ``auto`` (the
-2026-07-28 ``server/discover`` probe) and ``legacy`` (the initialize handshake).
+2026-07-28 ``server/discover`` probe) and ``legacy`` (the initialize handshake). The client
+checks each structured result against the tool's ``outputSchema`` itself, and refuses the
+call when it does not validate.
 """
 
 from __future__ import annotations
@@ -270,3 +272,74 @@ def test_a_page_of_a_rebound_name_is_refused_and_a_loopback_page_is_served(
         local = {"Origin": f"http://localhost:{port}"}
         _, names = run(server.url, secrets["reader"], mode, session, local)
         assert names == [t.name for t in TOOLS if not t.writes]
+
+
+def test_structured_results_validate_against_their_output_schemas(
+    served: tuple[Server, dict[str, str]],
+) -> None:
+    server, secrets = served
+    records = {t.name for t in TOOLS if t.output_schema is not None}
+    calls = [
+        (
+            "record_turn",
+            {
+                "task_id": "sdk-records",
+                "summary_md": "Pinned the resolver.",
+                "meta": {"model": "m", "tokens": {"input": 3}},
+                "artifacts": [{"name": "a.log", "content": "ok\n"}],
+            },
+        ),
+        ("search", {"query": "resolver"}),
+        ("read_digest", {"max_chars": 2000}),
+        ("list_tasks", {"limit": 1}),
+        ("read_task", {"task_id": "sdk-records"}),
+        ("read_turn", {"task_id": "sdk-records", "turn": 0, "offset": 4}),
+        ("read_artifact", {"task_id": "sdk-records", "turn": 0, "name": "a.log"}),
+    ]
+
+    async def session(client: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        out = {}
+        for name, arguments in calls:
+            result = await client.call_tool(name, arguments)  # validated by the client
+            assert not result.is_error, text(result)
+            out[name] = (text(result), result.structured_content)
+        return schemas, out
+
+    for mode in ("auto", "legacy"):
+        _, (schemas, out) = run(server.url, secrets["writer"], mode, session)
+        assert {name for name, schema in schemas.items() if schema is not None} == records
+        assert sorted(out) == sorted(records)
+        written = out["record_turn"][1]
+        assert written["task_id"] == "sdk-records" and written["artifacts"][0]["name"] == "a.log"
+        turn = written["turn"]
+        assert out["record_turn"][0].startswith(f"Recorded turn {turn} of task sdk-records")
+        assert any(h["task_id"] == "sdk-records" for h in out["search"][1]["hits"])
+        assert "## sdk-records" in out["read_digest"][1]["digest"]
+        assert len(out["list_tasks"][1]["tasks"]) == 1
+        assert out["read_task"][1]["turns"][0]["meta"]["tokens"] == {"input": 3}
+        assert out["read_turn"][1]["summary_md"] == "ed the resolver."
+        assert out["read_artifact"][1]["content"] == "ok\n"
+
+
+def test_an_unknown_tool_and_a_tools_list_cursor_are_invalid_params(
+    served: tuple[Server, dict[str, str]],
+) -> None:
+    server, secrets = served
+
+    async def session(client: Client) -> list[MCPError]:
+        refused = []
+        for attempt in (
+            client.call_tool("drop_everything", {}),
+            client.list_tools(cursor="page-2", cache_mode="bypass"),
+        ):
+            try:
+                await attempt
+            except MCPError as exc:
+                refused.append(exc)
+        return refused
+
+    for mode in ("auto", "legacy"):
+        _, refused = run(server.url, secrets["reader"], mode, session)
+        assert [exc.code for exc in refused] == [-32602, -32602], refused
+        assert refused[0].message.startswith("Unknown tool: drop_everything. The tools are:")

@@ -20,6 +20,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings, strategies as st
+from jsonschema import Draft202012Validator
 from werkzeug.test import TestResponse
 
 import app.services.mcp.tools as tools_module
@@ -28,8 +29,8 @@ from app.api.openapi import build_spec
 from app.schemas import mcp as mcp_schemas
 from app.schemas.mcp import MCP_ARTIFACT_BYTES, OUTPUT_CHARS
 from app.schemas.memory_tool import MemoryToolInput
-from app.services.mcp.schemas import input_schema
-from app.services.mcp.tools import TOOLS
+from app.services.mcp.schemas import input_schema, output_schema
+from app.services.mcp.tools import INDEX_META_CHARS, META_CHARS, TOOLS
 from app.storage.core.names import MAX_TURN, Scope
 from app.web.body import READ_AHEAD_BYTES
 from tests.conftest import Tokens
@@ -42,6 +43,20 @@ META = {
 }
 ALL_TOOLS = [t.name for t in TOOLS]
 READ_TOOLS = [t.name for t in TOOLS if not t.writes]
+RECORD_TOOLS = [t.name for t in TOOLS if t.results is not None]
+OUTPUT_VALIDATORS = {
+    t.name: Draft202012Validator(t.output_schema) for t in TOOLS if t.output_schema is not None
+}
+
+
+def check_structured(name: str, result: dict[str, Any]) -> None:
+    """A successful result of a tool that returns records carries them, valid by its
+    outputSchema; any other result carries none."""
+    validator = OUTPUT_VALIDATORS.get(name)
+    if validator is None or result["isError"]:
+        assert "structuredContent" not in result, (name, result)
+        return
+    validator.validate(result["structuredContent"])
 
 
 def unframe(text: str, *, exact: bool = False) -> str:
@@ -84,13 +99,25 @@ class Mcp:
         sent.update(headers)
         return self.post({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}, **sent)
 
-    def call(self, name: str, /, **arguments: Any) -> tuple[str, bool]:
+    def result(self, name: str, /, **arguments: Any) -> dict[str, Any]:
+        """A 2026-07-28 tools/call's result, its structured content checked."""
         r = self.modern("tools/call", {"name": name, "arguments": arguments})
         assert r.status_code == 200, r.get_data(as_text=True)
-        result = r.json["result"]
+        result: dict[str, Any] = r.json["result"]
         assert result["resultType"] == "complete"
         assert [c["type"] for c in result["content"]] == ["text"]
+        check_structured(name, result)
+        return result
+
+    def call(self, name: str, /, **arguments: Any) -> tuple[str, bool]:
+        result = self.result(name, **arguments)
         return result["content"][0]["text"], result["isError"]
+
+    def records(self, name: str, /, **arguments: Any) -> tuple[str, dict[str, Any]]:
+        """A successful call's text and structured content."""
+        result = self.result(name, **arguments)
+        assert not result["isError"], result["content"][0]["text"]
+        return result["content"][0]["text"], result["structuredContent"]
 
     def ok(self, name: str, /, **arguments: Any) -> str:
         text, is_error = self.call(name, **arguments)
@@ -395,6 +422,7 @@ def test_handshake_era_methods(mcp: Mcp) -> None:
     ).json["result"]
     assert call == {
         "content": [{"type": "text", "text": "This project has no tasks yet."}],
+        "structuredContent": {"tasks": [], "total": 0, "next_cursor": None},
         "isError": False,
     }
 
@@ -903,6 +931,13 @@ def test_outputs_are_cut_to_their_bound(mcp: Mcp) -> None:
     hits = mcp.ok("search", query="section", limit=100)
     assert len(hits) <= OUTPUT_CHARS
     assert len(mcp.ok("read_digest", max_chars=OUTPUT_CHARS)) <= OUTPUT_CHARS + 300
+    # The structured result is cut where the text is, and so is about as long.
+    _, turn = mcp.records("read_turn", task_id="big", turn=0)
+    assert turn["next_offset"] == offset and turn["summary_md"] == long[:offset]
+    assert turn["summary_chars"] == (1 << 20) - 1
+    assert len(json.dumps(turn, ensure_ascii=False)) < OUTPUT_CHARS * 1.1
+    _, rest = mcp.records("read_turn", task_id="big", turn=0, offset=offset)
+    assert rest["summary_offset"] == offset and rest["summary_md"].startswith(long[offset:][:100])
 
 
 @pytest.mark.all_backends
@@ -934,6 +969,14 @@ def test_a_turn_with_many_artifacts_keeps_its_summary_in_bound(mcp: Mcp) -> None
     index = mcp.ok("read_task", task_id="many")
     assert "- turn 0 (updated " in index and "more not listed" in index
     assert len(index) <= OUTPUT_CHARS
+    _, turn = mcp.records("read_turn", task_id="many", turn=0)
+    assert len(turn["artifacts"]) == shown and turn["artifacts_left_out"] == 64 - shown
+    assert turn["next_offset"] == offset and turn["summary_md"] == summary[:offset]
+    _, task = mcp.records("read_task", task_id="many")
+    (entry,) = task["turns"]
+    assert 0 < len(entry["artifacts"]) < 64 and entry["artifacts_left_out"] == 64 - len(
+        entry["artifacts"]
+    )
 
 
 def test_the_service_imports_no_flask() -> None:
@@ -1165,6 +1208,134 @@ def test_each_input_schema_is_generated_from_its_arguments_schema_self_contained
         assert '"$ref"' not in json.dumps(schema), tool.name  # no client resolves one
 
 
+def test_each_output_schema_is_generated_from_its_result_schema_self_contained() -> None:
+    assert RECORD_TOOLS == [
+        "search",
+        "read_digest",
+        "list_tasks",
+        "read_task",
+        "read_turn",
+        "read_artifact",
+        "record_turn",
+    ]
+    for tool in TOOLS:
+        if tool.results is None:
+            assert tool.output_schema is None and "outputSchema" not in tool.listing()
+            continue
+        schema, fields = tool.output_schema, tool.results().fields
+        assert schema is not None and schema == output_schema(tool.results)
+        Draft202012Validator.check_schema(schema)
+        assert schema["type"] == "object" and list(schema["properties"]) == list(fields)
+        assert schema["required"] == [name for name, field in fields.items() if field.required]
+        assert '"$ref"' not in json.dumps(schema), tool.name
+        assert tool.listing()["outputSchema"] == schema
+
+
+def test_tools_list_declares_the_output_schemas_on_every_revision(mcp: Mcp) -> None:
+    expected = {t.name: t.output_schema for t in TOOLS if t.output_schema is not None}
+    modern = mcp.modern("tools/list").json["result"]["tools"]
+    legacy = mcp.post(_rpc(1, "tools/list")).json["result"]["tools"]
+    for listed in (modern, legacy):
+        assert {t["name"]: t["outputSchema"] for t in listed if "outputSchema" in t} == expected
+
+
+@pytest.mark.all_backends
+def test_structured_results_hold_the_records_the_text_shows(mcp: Mcp) -> None:
+    text, written = mcp.records(
+        "record_turn",
+        task_id="rec",
+        summary_md="Warmed the cache.",
+        meta={"model": "m", "agent_id": "a"},
+        artifacts=[
+            {"name": "run.log", "content": "ok\n"},
+            {"name": "core.bin", "content": "AAEC/w==", "encoding": "base64"},
+        ],
+    )
+    assert (written["task_id"], written["turn"]) == ("rec", 0)
+    assert f"updated {written['updated_at']}, kept until {written['retain_until']}" in text
+    assert [(a["name"], a["content_type"], a["size"]) for a in written["artifacts"]] == [
+        ("run.log", "text/plain; charset=utf-8", 3),
+        ("core.bin", "application/octet-stream", 4),
+    ]
+    _, second = mcp.records("record_turn", task_id="rec", summary_md="Then the other cache.")
+    assert second["turn"] == 1 and second["artifacts"] == []
+    mcp.ok("record_turn", task_id="other", summary_md="", artifacts=[{"name": "e", "content": ""}])
+
+    text, found = mcp.records("search", query="warmed")
+    (hit,) = found["hits"]
+    assert (hit["kind"], hit["task_id"], hit["turn"]) == ("turn", "rec", 0)
+    assert hit["snippet"] == "**Warmed** the cache." and hit["snippet"] in text
+    assert (found["hits_left_out"], found["next_cursor"]) == (0, None)
+    _, found = mcp.records("search", query="cache", limit=1)
+    assert len(found["hits"]) == 1 and found["next_cursor"]
+    _, none = mcp.records("search", query="nowhere")
+    assert none["hits"] == [] and none["next_cursor"] is None
+
+    text, digest = mcp.records("read_digest")
+    assert unframe(text, exact=True) == digest["digest"] and "## rec" in digest["digest"]
+    assert digest["more"] is False
+    assert mcp.records("read_digest", max_chars=60)[1]["more"] is True
+
+    text, page = mcp.records("list_tasks", limit=1)
+    assert len(page["tasks"]) == 1 and page["total"] == 2
+    assert f"cursor {page['next_cursor']!r}" in text and page["tasks"][0]["task_id"] in text
+    _, last = mcp.records("list_tasks", limit=1, cursor=page["next_cursor"])
+    assert last["next_cursor"] is None
+    rows = {
+        t["task_id"]: (t["latest_turn"], t["turn_count"]) for t in page["tasks"] + last["tasks"]
+    }
+    assert rows == {"rec": (1, 2), "other": (0, 1)}
+
+    text, task = mcp.records("read_task", task_id="rec")
+    assert (task["task_id"], task["turn_count"], task["turns_left_out"]) == ("rec", 2, 0)
+    assert [t["turn"] for t in task["turns"]] == [1, 0]  # newest first, as the text
+    assert task["turns"][1]["meta"] == {"agent_id": "a", "model": "m"}
+    assert sorted(task["turns"][1]["artifacts"]) == ["core.bin", "run.log"]
+    assert f"created {task['created_at']}" in text
+
+    _, turn = mcp.records("read_turn", task_id="rec", turn=0)
+    assert turn["summary_md"] == "Warmed the cache." and turn["next_offset"] is None
+    assert (turn["summary_offset"], turn["summary_chars"]) == (0, 17)
+    assert turn["meta"] == {"agent_id": "a", "model": "m"} and turn["meta_keys_left_out"] == 0
+    assert {a["name"]: a["size"] for a in turn["artifacts"]} == {"run.log": 3, "core.bin": 4}
+    _, tail = mcp.records("read_turn", task_id="rec", turn=0, offset=7)
+    assert (tail["summary_md"], tail["summary_offset"]) == ("the cache.", 7)
+
+    _, log = mcp.records("read_artifact", task_id="rec", turn=0, name="run.log")
+    assert (log["encoding"], log["content"], log["size"], log["next_offset"]) == (
+        "text",
+        "ok\n",
+        3,
+        None,
+    )
+    assert log["sha256"] == hashlib.sha256(b"ok\n").hexdigest()
+    _, core = mcp.records("read_artifact", task_id="rec", turn=0, name="core.bin", offset=1)
+    assert (core["encoding"], core["content"], core["offset"]) == ("base64", "AQL/", 1)
+    _, empty = mcp.records("read_artifact", task_id="other", turn=0, name="e")
+    assert (empty["content"], empty["size"], empty["next_offset"]) == ("", 0, None)
+
+    # Tools that return no records, and error results, carry none (Mcp.result checks).
+    mcp.ok("delete_artifact", task_id="rec", turn=0, name="run.log")
+    mcp.err("read_turn", task_id="rec", turn=9)
+    mcp.err("search", query="x", limit=1000)
+
+
+def test_a_large_meta_is_cut_key_by_key_in_structured_results(mcp: Mcp) -> None:
+    meta = {f"k{i:03d}": "v" * 100 for i in range(100)}
+    meta["huge"] = "h" * (META_CHARS + 1)
+    mcp.ok("record_turn", task_id="meta", summary_md="s", meta=meta)
+    _, turn = mcp.records("read_turn", task_id="meta", turn=0)
+    kept = turn["meta"]
+    assert 0 < len(kept) < 100 and "huge" not in kept
+    assert turn["meta_keys_left_out"] == len(meta) - len(kept)
+    assert len(json.dumps(kept, ensure_ascii=False)) <= META_CHARS
+    assert all(meta[key] == value for key, value in kept.items())  # whole values only
+    _, task = mcp.records("read_task", task_id="meta")
+    (entry,) = task["turns"]
+    assert len(json.dumps(entry["meta"], ensure_ascii=False)) <= INDEX_META_CHARS
+    assert entry["meta_keys_left_out"] == len(meta) - len(entry["meta"]) > 0
+
+
 def test_record_turns_meta_is_the_put_turn_bodys(app: Flask) -> None:
     (record,) = (t for t in TOOLS if t.name == "record_turn")
     meta = record.input_schema["properties"]["meta"]
@@ -1248,7 +1419,8 @@ def test_stored_text_cannot_close_its_frame_or_forge_the_tools_lines(mcp: Mcp) -
     assert "in base64" in results["read_artifact"]
     encoded = results["read_artifact"].split("in base64:\n", 1)[1]
     assert base64.b64decode(encoded).decode() == FORGED
-    assert "read it as data" in mcp.modern("server/discover").json["result"]["instructions"]
+    instructions = mcp.modern("server/discover").json["result"]["instructions"]
+    assert "read it as data" in instructions and "structured (JSON) result" in instructions
 
 
 def test_the_endpoint_answers_under_the_api_prefix_too(mcp: Mcp, app: Flask) -> None:

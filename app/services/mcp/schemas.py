@@ -1,6 +1,7 @@
-"""A tool's ``inputSchema``, generated from its arguments' marshmallow schema
-(app/schemas/mcp.py) by apispec's converter, the one that turns the REST bodies into the
-OpenAPI document's schemas, with the same field rules (app/schemas/rules.py).
+"""A tool's ``inputSchema`` and ``outputSchema``, generated from its arguments' and its
+result's marshmallow schemas (app/schemas/mcp.py) by apispec's converter, the one that turns
+the REST bodies into the OpenAPI document's schemas, with the same field rules
+(app/schemas/rules.py).
 
 An MCP client reads the schema alone and resolves no ``#/components``: every nested schema
 is written in place. ``required`` lists the arguments in the order they are declared (the
@@ -29,10 +30,20 @@ def _no_name(schema: object) -> None:
 def input_schema(arguments: type[Schema]) -> dict[str, Any]:
     """The JSON Schema of ``arguments``, self-contained. The tool table (tools.py) makes each
     tool's once, as it is built."""
+    return _json_schema(arguments)
+
+
+def output_schema(results: type[Schema]) -> dict[str, Any]:
+    """The JSON Schema of a tool's ``structuredContent``, made as :func:`input_schema` makes
+    the arguments'."""
+    return _json_schema(results)
+
+
+def _json_schema(schema: type[Schema]) -> dict[str, Any]:
     spec = APISpec(title="mcp", version="1", openapi_version=OPENAPI_VERSION)
     converter = OpenAPIConverter(OPENAPI_VERSION, _no_name, spec)
     converter.add_attribute_function(field_rule)  # type: ignore[no-untyped-call]
-    found: dict[str, Any] = converter.schema2jsonschema(arguments)  # type: ignore[no-untyped-call]
+    found: dict[str, Any] = converter.schema2jsonschema(schema)  # type: ignore[no-untyped-call]
     _declared_order(found)
     found.setdefault("required", [])
     return found
@@ -43,7 +54,7 @@ def _declared_order(node: Any) -> None:
     reference left in it is an error, since no client would resolve it."""
     if isinstance(node, dict):
         if "$ref" in node:
-            raise ValueError(f"an MCP input schema must be self-contained: {node['$ref']}")
+            raise ValueError(f"an MCP tool's schema must be self-contained: {node['$ref']}")
         properties = node.get("properties")
         if isinstance(properties, dict) and "required" in node:
             required = set(node["required"])

@@ -36,33 +36,55 @@ def clip(text: str, limit: int, note: str) -> str:
     return text[:cut].rstrip() + "\n" + note
 
 
-def fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) -> str:
-    """``head`` then as many ``items`` as fit in OUTPUT_CHARS; when some are left out,
-    ``tail(shown)`` says so."""
+def fit_lines(head: list[str], items: list[str], tail: Callable[[int], str]) -> tuple[str, int]:
+    """``head`` then as many ``items`` as fit in OUTPUT_CHARS, and how many that is; when
+    some are left out, ``tail(shown)`` says so."""
     out = "\n".join(head)
     for shown, item in enumerate(items):
         if len(out) + 1 + len(item) + TAIL_ROOM > OUTPUT_CHARS:
-            return out + "\n" + tail(shown)
+            return out + "\n" + tail(shown), shown
         out += "\n" + item
-    return out
+    return out, len(items)
+
+
+def joined_count(items: list[str], limit: int) -> int:
+    """How many of ``items`` :func:`joined` shows."""
+    used = 0
+    for shown, item in enumerate(items):
+        if used + len(item) + 2 > limit:
+            return shown
+        used += len(item) + 2
+    return len(items)
 
 
 def joined(items: list[str], limit: int) -> str:
     """``items`` joined with commas, as many as fit in about ``limit`` characters, then how
     many were left out."""
-    shown: list[str] = []
-    used = 0
-    for item in items:
-        if used + len(item) + 2 > limit:
-            return ", ".join(shown) + f" … and {len(items) - len(shown)} more not listed"
-        shown.append(item)
-        used += len(item) + 2
-    return ", ".join(shown)
+    shown = joined_count(items, limit)
+    if shown < len(items):
+        return ", ".join(items[:shown]) + f" … and {len(items) - shown} more not listed"
+    return ", ".join(items)
 
 
 def compact(value: Any, limit: int) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fit_object(value: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
+    """The keys of ``value``, in :func:`compact`'s order, whose JSON fits in ``limit``
+    characters with them, and how many keys were left out. A structured result cannot cut a
+    value in the middle as :func:`compact` cuts text: a key is there whole or not at all."""
+    kept: dict[str, Any] = {}
+    used = 2  # the braces
+    for key in sorted(value):
+        # "key": value, its braces standing for the ", " before the next key
+        size = len(json.dumps({key: value[key]}, ensure_ascii=False))
+        if used + size > limit:
+            continue
+        kept[key] = value[key]
+        used += size
+    return kept, len(value) - len(kept)
 
 
 def search_snippet(hit: SearchHit) -> str:

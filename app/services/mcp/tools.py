@@ -4,7 +4,10 @@ the use cases (app/services/tasks.py, stores.py), as every door makes them.
 Each tool takes the arguments a model produced, checks them by the REST API's rules (the
 same task-id, turn, query and cursor rules, the turn body's schema), reads or calls one use
 case and returns text written for the model to read. No result is longer than ``OUTPUT_CHARS``
-characters; when something is cut, the result says what and how to get the rest.
+characters; when something is cut, the result says what and how to get the rest. A tool that
+returns records (hits, tasks, a turn, an artifact's part, the digest, a turn written) returns
+them as ``structuredContent`` too, in the shape its ``outputSchema`` declares (a result
+schema of app/schemas/mcp.py) and cut where its text is cut.
 
 Stored text (summaries, meta, snippets, the digest, artifacts' text, memories) is framed
 (app/services/framing.py): a teammate's summary cannot forge a line of the tool's own.
@@ -19,21 +22,30 @@ storage-error mapping (app/web/errors.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from marshmallow import Schema, ValidationError
 
-from app.schemas import mcp as inputs
-from app.schemas.mcp import OUTPUT_CHARS
+from app.schemas import mcp as shapes
+from app.schemas.mcp import BASE64, OUTPUT_CHARS, TEXT
 from app.schemas.project_memory import PutTurnRequest
 from app.services import access, stores, tasks
 from app.services.access import Principal
 from app.services.framing import frame, frame_room, neutral
 from app.services.mcp.arguments import Arguments, ToolFailure, messages
 from app.services.mcp.artifacts import ArtifactFault, decode_artifacts, read_part, size_of, uploads
-from app.services.mcp.schemas import input_schema
-from app.services.mcp.text import clip, compact, fit_lines, joined, read_digest_head, search_snippet
+from app.services.mcp.schemas import input_schema, output_schema
+from app.services.mcp.text import (
+    clip,
+    compact,
+    fit_lines,
+    fit_object,
+    joined,
+    joined_count,
+    read_digest_head,
+    search_snippet,
+)
 from app.services.memory_tool import AUDITED as CHANGES_A_STORE
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import STORE_ID_RE, validate_artifact_name
@@ -65,6 +77,8 @@ class UnknownTool(Exception):
 class ToolOutput:
     text: str
     is_error: bool = False
+    # The records the text shows, for a tool with a result schema (dumped by it in call()).
+    structured: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,29 +89,37 @@ class ToolSpec:
     title: str
     description: str
     arguments: type[Schema]  # app/schemas/mcp.py
+    results: type[Schema] | None = None  # app/schemas/mcp.py; None: text only
     writes: bool = False
     read_only: bool = True
     destructive: bool = False
-    # Generated from ``arguments`` as the table is built, at import: once per process.
+    # Generated from ``arguments`` and ``results`` as the table is built, at import: once
+    # per process.
     input_schema: dict[str, Any] = field(init=False)
+    output_schema: dict[str, Any] | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_schema", input_schema(self.arguments))
+        made = None if self.results is None else output_schema(self.results)
+        object.__setattr__(self, "output_schema", made)
 
     def listing(self) -> dict[str, Any]:
-        return {
+        listed: dict[str, Any] = {
             "name": self.name,
             "title": self.title,
             "description": self.description,
             "inputSchema": self.input_schema,
-            "annotations": {
-                "title": self.title,
-                "readOnlyHint": self.read_only,
-                "destructiveHint": self.destructive,
-                "idempotentHint": self.read_only,
-                "openWorldHint": False,
-            },
         }
+        if self.output_schema is not None:
+            listed["outputSchema"] = self.output_schema
+        listed["annotations"] = {
+            "title": self.title,
+            "readOnlyHint": self.read_only,
+            "destructiveHint": self.destructive,
+            "idempotentHint": self.read_only,
+            "openWorldHint": False,
+        }
+        return listed
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -111,7 +133,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         " letters). Case and accents are ignored; OR/NOT are not supported. Hits come best"
         " first with a snippet in which matches are **bold**; read_turn or the memory tool"
         " reads a hit in full.",
-        inputs.Search,
+        shapes.Search,
+        shapes.SearchResult,
     ),
     ToolSpec(
         "read_digest",
@@ -119,7 +142,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read project.md, the project's digest: one section per task with its latest"
         " summary, the most recently updated tasks first. Shows the newest sections that fit"
         " in max_chars characters; use it for an overview of what the team worked on lately.",
-        inputs.ReadDigest,
+        shapes.ReadDigest,
+        shapes.DigestResult,
     ),
     ToolSpec(
         "list_tasks",
@@ -127,21 +151,24 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List the project's tasks, most recently updated first: id, latest turn number,"
         " number of turns and when each was last updated. Pass the cursor a result gives to"
         " see the next page.",
-        inputs.ListTasks,
+        shapes.ListTasks,
+        shapes.TaskListResult,
     ),
     ToolSpec(
         "read_task",
         "Read a task's index",
         "Read one task's index: its turns, newest first, with each turn's meta (agent,"
         " model, commit, tokens, times) and artifact names. read_turn gives a turn's summary.",
-        inputs.ReadTask,
+        shapes.ReadTask,
+        shapes.TaskResult,
     ),
     ToolSpec(
         "read_turn",
         "Read a turn",
         "Read one turn of a task: its meta, its artifact list and its Markdown summary. A"
         " long summary is cut; the result then says which offset reads the rest.",
-        inputs.ReadTurn,
+        shapes.ReadTurn,
+        shapes.TurnResult,
     ),
     ToolSpec(
         "read_artifact",
@@ -149,7 +176,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read one artifact of a turn (read_turn lists a turn's artifacts): text as it is,"
         " any other bytes in base64. A large artifact comes a part at a time; the result"
         " then gives the offset that reads on.",
-        inputs.ReadArtifact,
+        shapes.ReadArtifact,
+        shapes.ArtifactResult,
     ),
     ToolSpec(
         "record_turn",
@@ -162,7 +190,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         " (a log, a diff, a report): all of them or none, the turn's other artifacts kept."
         " read_turn lists a turn's artifacts and read_artifact reads one. Needs the writer"
         " role.",
-        inputs.RecordTurn,
+        shapes.RecordTurn,
+        shapes.RecordedTurn,
         writes=True,
         read_only=False,
     ),
@@ -175,7 +204,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " /memories (view /memories lists the store). store is the store's id (memstore_...)"
         " or its name. Every change is kept as a version. Commands other than view need the"
         " writer role.",
-        inputs.Memory,
+        shapes.Memory,
         read_only=False,
         destructive=True,
     ),
@@ -188,7 +217,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         " task); record_turn with the same turn number corrects a summary instead. Deleting"
         " a task's last turn deletes the task. Only the task's owner (the token that created"
         " it) or a project_admin may delete.",
-        inputs.DeleteTurn,
+        shapes.DeleteTurn,
         writes=True,
         read_only=False,
         destructive=True,
@@ -199,7 +228,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Delete one artifact of a turn for good (read_turn lists a turn's artifacts), e.g. a"
         " log that holds a secret; the turn itself stays. Only the task's owner or a"
         " project_admin may delete.",
-        inputs.DeleteArtifact,
+        shapes.DeleteArtifact,
         writes=True,
         read_only=False,
         destructive=True,
@@ -235,7 +264,13 @@ class McpTools:
             raise ToolFailure(self._refusal(f"{spec.name} writes to project memory"))
         args = Arguments(spec.name, spec.input_schema, arguments)
         handler: Callable[[Arguments], ToolOutput] = getattr(self, "_" + spec.name)
-        return handler(args)
+        output = handler(args)
+        if spec.results is None or output.is_error:
+            return output
+        if output.structured is None:
+            # A declared outputSchema obliges every successful result to carry its records.
+            raise RuntimeError(f"{spec.name} returned no structured result")
+        return replace(output, structured=spec.results().dump(output.structured))
 
     def _refusal(self, what: str) -> str:
         return (
@@ -254,10 +289,18 @@ class McpTools:
         except InvalidName as exc:
             argument = "query" if exc.field == "q" else exc.field
             raise ToolFailure(f"{argument}: {exc.message}") from None
+        found = {
+            "hits": [],
+            "hits_left_out": 0,
+            "next_cursor": page.next_cursor,
+            "stores_searched": page.stores_searched,
+            "stores_skipped": page.stores_skipped,
+        }
         if not page.hits:
             return ToolOutput(
                 f"No hits for {query!r}. Every word must match: try fewer or other words, or"
-                " a prefix* (read_digest gives an overview of recent work)."
+                " a prefix* (read_digest gives an overview of recent work).",
+                structured=found,
             )
         items = []
         for i, hit in enumerate(page.hits, 1):
@@ -282,7 +325,7 @@ class McpTools:
                 " per-search bound; the newest are searched)."
             )
         head = [f"{len(page.hits)} hit(s) for {query!r}, best first:"]
-        text = fit_lines(
+        text, shown = fit_lines(
             head,
             items,
             lambda shown: (
@@ -290,18 +333,20 @@ class McpTools:
                 f" {OUTPUT_CHARS} characters: search with limit={max(1, shown)}."
             ),
         )
-        return ToolOutput("\n".join([text, *more]))
+        found["hits"] = [replace(h, snippet=search_snippet(h)) for h in page.hits[:shown]]
+        found["hits_left_out"] = len(items) - shown
+        return ToolOutput("\n".join([text, *more]), structured=found)
 
     def _read_digest(self, args: Arguments) -> ToolOutput:
         budget = args.integer("max_chars")
-        text, more = read_digest_head(self.storage, self.scope, budget)
-        text = frame(text, "project.md")
+        digest, more = read_digest_head(self.storage, self.scope, budget)
+        text = frame(digest, "project.md")
         if more:
             text += (
                 f"\n(shown: the newest sections of project.md, up to {budget} characters;"
                 " list_tasks, read_task and read_turn read any task.)"
             )
-        return ToolOutput(text)
+        return ToolOutput(text, structured={"digest": digest, "more": more})
 
     def _list_tasks(self, args: Arguments) -> ToolOutput:
         limit = args.integer("limit")
@@ -310,8 +355,10 @@ class McpTools:
             page = self.storage.tasks.list_tasks(self.scope, limit=limit, cursor=cursor)
         except InvalidName as exc:
             raise ToolFailure(f"{exc.field}: {exc.message}") from None
+        listed = {"tasks": page.tasks, "total": page.total, "next_cursor": page.next_cursor}
         if not page.tasks:
-            return ToolOutput("This project has no tasks yet." if cursor is None else "No more.")
+            text = "This project has no tasks yet." if cursor is None else "No more."
+            return ToolOutput(text, structured=listed)
         head = [f"{page.total} task(s) in this project, most recently updated first:"]
         items = [
             f"- {t.task_id}: latest turn {t.latest_turn}, {t.turn_count} turn(s),"
@@ -320,7 +367,7 @@ class McpTools:
         ]
         if page.next_cursor:
             items.append(f"More: call list_tasks with cursor {page.next_cursor!r}.")
-        return ToolOutput("\n".join(head + items))
+        return ToolOutput("\n".join(head + items), structured=listed)
 
     def _read_task(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
@@ -338,7 +385,7 @@ class McpTools:
             if entry.artifacts:
                 line += f"; artifacts: {joined(list(entry.artifacts), INDEX_ARTIFACT_CHARS)}"
             items.append(line)
-        text = fit_lines(
+        text, shown = fit_lines(
             head,
             items,
             lambda shown: (
@@ -346,16 +393,38 @@ class McpTools:
                 f" {turns[-1].turn}-{turns[shown].turn}); read_turn reads any of them."
             ),
         )
-        return ToolOutput(text)
+        listed = []
+        for entry in turns[:shown]:
+            meta, meta_left = fit_object(entry.meta, INDEX_META_CHARS)
+            names = list(entry.artifacts)
+            named = joined_count(names, INDEX_ARTIFACT_CHARS)
+            listed.append(
+                {
+                    "turn": entry.turn,
+                    "updated_at": entry.updated_at,
+                    "meta": meta,
+                    "meta_keys_left_out": meta_left,
+                    "artifacts": names[:named],
+                    "artifacts_left_out": len(names) - named,
+                }
+            )
+        task = {
+            "task_id": task_id,
+            "created_at": index.created_at,
+            "updated_at": index.updated_at,
+            "retain_until": index.retain_until,
+            "turn_count": index.turn_count,
+            "turns": listed,
+            "turns_left_out": len(turns) - shown,
+        }
+        return ToolOutput(text, structured=task)
 
     def _read_turn(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
         offset = args.integer("offset")
         record = self.storage.tasks.get_turn(self.scope, task_id, turn)
-        artifacts = joined(
-            [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts],
-            ARTIFACT_LIST_CHARS,
-        )
+        described = [f"{a.name} ({a.content_type}, {a.size} bytes)" for a in record.artifacts]
+        artifacts = joined(described, ARTIFACT_LIST_CHARS)
         if artifacts:
             artifacts += " (read_artifact reads one)"
         source = f"turn {turn} of task {task_id}"
@@ -377,13 +446,31 @@ class McpTools:
         while len(neutral(shown)) > room:
             shown = shown[: room - (len(neutral(shown)) - len(shown))]
         out = head + frame(shown, source)
+        end: int | None = None
         if len(shown) < len(summary):
             end = offset + len(shown)
             out += (
                 f"\n… summary cut at character {end} of {total}: read_turn with"
                 f" offset={end} reads on."
             )
-        return ToolOutput(out)
+        meta, meta_left = fit_object(record.meta, META_CHARS)
+        listed = joined_count(described, ARTIFACT_LIST_CHARS)
+        found = {
+            "task_id": task_id,
+            "turn": turn,
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+            "retain_until": record.retain_until,
+            "meta": meta,
+            "meta_keys_left_out": meta_left,
+            "artifacts": record.artifacts[:listed],
+            "artifacts_left_out": len(described) - listed,
+            "summary_md": shown,
+            "summary_offset": offset,
+            "summary_chars": total,
+            "next_offset": end,
+        }
+        return ToolOutput(out, structured=found)
 
     def _record_turn(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
@@ -424,14 +511,21 @@ class McpTools:
             f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
             f" kept until {record.retain_until})."
         )
+        stored = {a.name: a for a in record.artifacts}
         if files:
-            stored = {a.name: a for a in record.artifacts}
             text += " With " + ", ".join(
                 f"{f.name} ({stored[f.name].content_type}, {stored[f.name].size} bytes)"
                 for f in files
             )
             text += "."
-        return ToolOutput(text)
+        recorded = {
+            "task_id": task_id,
+            "turn": record.turn,
+            "updated_at": record.updated_at,
+            "retain_until": record.retain_until,
+            "artifacts": [stored[f.name] for f in files],
+        }
+        return ToolOutput(text, structured=recorded)
 
     def _read_artifact(self, args: Arguments) -> ToolOutput:
         task_id, turn = self._turn_of(args)
@@ -452,10 +546,23 @@ class McpTools:
             f"Artifact {name} of turn {turn} of task {task_id}: {info.content_type},"
             f" {size} bytes, updated {info.updated_at}, sha256 {info.sha256}.\n"
         )
-        if not size:
-            return ToolOutput(head + "It is empty.")
-        form = "as UTF-8 text" if part.is_text else "in base64"
         end = offset + part.size
+        found = {
+            "task_id": task_id,
+            "turn": turn,
+            "name": name,
+            "content_type": info.content_type,
+            "size": size,
+            "updated_at": info.updated_at,
+            "sha256": info.sha256,
+            "offset": offset,
+            "encoding": TEXT if part.is_text else BASE64,
+            "content": part.shown,
+            "next_offset": end if end < size else None,
+        }
+        if not size:
+            return ToolOutput(head + "It is empty.", structured=found)
+        form = "as UTF-8 text" if part.is_text else "in base64"
         # Base64 holds no tag and no line of its own; text is stored text like any other.
         shown = frame(part.shown, f"artifact {name}", exact=True) if part.is_text else part.shown
         out = head + f"Bytes {offset}-{end - 1} of {size}, {form}:\n{shown}"
@@ -464,7 +571,7 @@ class McpTools:
                 f"\n… cut at byte {end} of {size} to keep this result under {OUTPUT_CHARS}"
                 f" characters: read_artifact with offset={end} reads on."
             )
-        return ToolOutput(out)
+        return ToolOutput(out, structured=found)
 
     def _artifact_name(self, args: Arguments) -> str:
         name = args.text("name")
