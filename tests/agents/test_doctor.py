@@ -182,7 +182,7 @@ def test_an_oauth_entry_is_followed_to_the_servers_metadata(work: Work) -> None:
     for agent, login in (
         ("claude-code", "claude mcp login project-memory"),
         ("codex", "codex mcp login project-memory"),
-        ("cursor", "Needs login"),
+        ("cursor", "Cursor's MCP settings"),
     ):
         check = _mcp_checks(data)[f"{agent} mcp"]
         assert check["ok"], check

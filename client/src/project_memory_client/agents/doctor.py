@@ -57,7 +57,7 @@ HTTP_TIMEOUT = 10.0
 LOGIN = {
     "claude-code": f"`claude mcp login {SERVER}` (or /mcp in claude)",
     "codex": f"`codex mcp login {SERVER}` in the repository",
-    "cursor": f"{SERVER}'s \"Needs login\" in Cursor's MCP settings",
+    "cursor": f"log in to {SERVER} in Cursor's MCP settings",
 }
 # The headers the server takes a token in (app/web/auth.py).
 CREDENTIAL_HEADERS = ("authorization", "x-api-key")

@@ -21,7 +21,7 @@ Cursor (``cursor``): ``.cursor/mcp.json``, the server with ``${env:PROJECT_MEMOR
 
 With ``auth="oauth"`` the server's entry is its URL and nothing else: no header, no token
 variable. The agent then finds the server's OAuth metadata from its 401 and signs the person
-in itself (``claude mcp login``, ``codex mcp login``, Cursor's "Needs login"), keeping the
+in itself (``claude mcp login``, ``codex mcp login``, Cursor's MCP settings), keeping the
 tokens in its own store. The hooks are the same either way: they record turns through the
 REST API with the ``pm_`` token of the environment or the client's config file.
 
@@ -758,8 +758,8 @@ def install(
             entry["headers"] = {"Authorization": "Bearer ${env:PROJECT_MEMORY_TOKEN}"}
         else:
             change.notes.append(
-                f"Cursor signs in to the MCP server itself (OAuth): choose {SERVER}'s"
-                ' "Needs login" in its MCP settings, once.'
+                f"Cursor signs in to the MCP server itself (OAuth): log in to {SERVER} in its"
+                " MCP settings, once."
             )
         plan.json(".cursor/mcp.json", lambda v, rel: _set_server(v, entry, rel))
     else:
