@@ -20,6 +20,18 @@ from app.web.errors import ApiError
 
 bp = Blueprint("oauth", __name__)
 
+# Every route here answers without a credential: a client asks them before it has one (the
+# token endpoint and revocation authenticate the client by the OAuth rules instead).
+PUBLIC_ENDPOINTS = frozenset(
+    {
+        "oauth.resource_metadata",
+        "oauth.server_metadata",
+        "oauth.token",
+        "oauth.revoke",
+        "oauth.register",
+    }
+)
+
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
