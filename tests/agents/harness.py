@@ -54,6 +54,14 @@ def npm_cache() -> Path:
 
 def agent_cli(name: str) -> Path:
     """The pinned ``claude`` or ``codex``, installed on first use."""
+    binary = npm_installed() / BINARIES[name]
+    if not binary.exists():
+        missing(f"{binary} is missing after npm ci")
+    return binary
+
+
+def npm_installed() -> Path:
+    """The directory the pinned npm packages are installed in (on first use)."""
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         missing("node and npm are needed to install the pinned agent CLIs")
@@ -77,10 +85,7 @@ def agent_cli(name: str) -> Path:
             if done.returncode != 0:
                 missing(f"npm ci of the pinned agent CLIs failed:\n{done.stderr[-2000:]}")
             stamp.write_text(wanted)
-    binary = root / BINARIES[name]
-    if not binary.exists():
-        missing(f"{binary} is missing after npm ci")
-    return binary
+    return root
 
 
 def pinned(name: str, version: str) -> Path:
