@@ -6,9 +6,16 @@ from flask import Blueprint, current_app
 from flask.typing import ResponseReturnValue
 from werkzeug.wrappers import Response
 
+from app.api import oauth
+
 bp = Blueprint("public", __name__)
 
-PUBLIC_ENDPOINTS = frozenset({"public.get_openapi", "public.healthz", "public.readyz", "static"})
+# The routes that answer without a credential: health, the OpenAPI document, and the OAuth
+# endpoints a client asks before it holds one (app/api/oauth.py).
+PUBLIC_ENDPOINTS = (
+    frozenset({"public.get_openapi", "public.healthz", "public.readyz", "static"})
+    | oauth.PUBLIC_ENDPOINTS
+)
 
 
 @bp.get("/healthz")

@@ -9,7 +9,6 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from app.api.oauth import PUBLIC_ENDPOINTS as OAUTH_PUBLIC_ENDPOINTS
 from app.api.public import PUBLIC_ENDPOINTS
 from app.console import PUBLIC_ENDPOINTS as CONSOLE_PUBLIC_ENDPOINTS
 from tests.conftest import FixedClock, Tokens
@@ -28,7 +27,7 @@ _SAMPLE = {
 def protected_routes(app: Flask) -> list[tuple[str, str, str]]:
     routes = []
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in PUBLIC_ENDPOINTS | CONSOLE_PUBLIC_ENDPOINTS | OAUTH_PUBLIC_ENDPOINTS:
+        if rule.endpoint in PUBLIC_ENDPOINTS | CONSOLE_PUBLIC_ENDPOINTS:
             continue
         url = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", lambda m: _SAMPLE.get(m.group(1), "x"), rule.rule)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
