@@ -68,7 +68,7 @@ def caddy_config(upstreams: list[str], port: int) -> str:
 }}
 http://127.0.0.1:{port} {{
     request_body {{
-        max_size 51MB
+        max_size 51MiB
     }}
     reverse_proxy {" ".join(upstreams)} {{
         lb_policy round_robin

@@ -198,7 +198,13 @@ class Browser:
         )
 
 
-@pytest.fixture(params=selected_backends())
+# The flows on the tree run in `make test`; on PostgreSQL, in `make slow` (the same code
+# above the storage call; tests/api/test_oauth.py runs every refusal on both).
+@pytest.fixture(
+    params=[
+        b if b == "tree" else pytest.param(b, marks=pytest.mark.slow) for b in selected_backends()
+    ]
+)
 def served(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[Server, str, DocumentSite]]:
