@@ -158,7 +158,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "OAUTH_ACCESS_SECONDS": (
         3600,
         int,
-        "Seconds an OAuth access token for /mcp lives (at most 3600); a revoked grant's tokens stop at their next request.",
+        "Seconds an OAuth access token for /mcp lives (at most 3600); a revoked grant's tokens stop within a second.",
     ),
     "OAUTH_GRANT_DAYS": (
         30,

@@ -123,7 +123,7 @@ def list_grants() -> None:
 @click.argument("grant_id")
 def revoke_grant(grant_id: str) -> None:
     """Revoke a grant (grt_..., from `oauth grants`): its refresh token is refused at once,
-    its access tokens at their next request."""
+    its access tokens within a second."""
     from app.storage.core.errors import NotFound
 
     try:

@@ -10,6 +10,8 @@ person chose at consent. A revoked, expired or removed parent ends the grant at 
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
@@ -131,6 +133,7 @@ def spend(
     try:
         grant = storage.oauth.change_grant(grant_id, lambda g: rule(g, secret, now))
     except Replayed as exc:
+        _recent.forget(grant_id)
         _event(storage, exc.grant, None, "reuse_detected", reason=exc.grant.revoked_reason or "")
         return None
     except (Refused, StorageError):
@@ -158,13 +161,48 @@ def issue_refresh_token(
     return secret
 
 
+# A grant read for a request is used again by the same worker for this long: revoking a
+# grant stops its access tokens within it. Its parent token is looked up at every request
+# (the registry's own cache follows its file at once).
+GRANT_RECHECK_SECONDS = 1.0
+_RECENT_MAX = 4096
+
+
+class _RecentGrants:
+    """The grants this worker read in the last GRANT_RECHECK_SECONDS, by id."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, tuple[float, Grant | None]] = {}
+
+    def get(self, storage: StorageBackend, grant_id: str) -> Grant | None:
+        moment = time.monotonic()
+        with self._lock:
+            found = self._by_id.get(grant_id)
+        if found is not None and found[0] > moment:
+            return found[1]
+        grant = storage.oauth.grant(grant_id)
+        with self._lock:
+            if len(self._by_id) >= _RECENT_MAX:
+                self._by_id.clear()
+            self._by_id[grant_id] = (moment + GRANT_RECHECK_SECONDS, grant)
+        return grant
+
+    def forget(self, grant_id: str) -> None:
+        with self._lock:
+            self._by_id.pop(grant_id, None)
+
+
+_recent = _RecentGrants()
+
+
 def principal_of(
     storage: StorageBackend, registry: TokenStore, grant_id: str, *, now: datetime
 ) -> Principal | None:
     """Who a request with an access token of ``grant_id`` acts as: its parent token, in the
     grant's project, with the lower of the two roles; None when the grant or the parent may
     no longer act."""
-    grant = storage.oauth.grant(grant_id)
+    grant = _recent.get(storage, grant_id)
     if grant is None or not grant.usable(now):
         return None
     parent = _parent_usable(registry, grant, now)
@@ -189,8 +227,8 @@ def visible_grants(storage: StorageBackend, by: Who) -> list[Grant]:
 def revoke(
     storage: StorageBackend, by: Who | None, grant_id: str, *, now: datetime, reason: str = ""
 ) -> Grant:
-    """End a grant: its refresh token is refused at once, its access tokens at their next
-    request. ``by`` None: the client itself, through the revocation endpoint."""
+    """End a grant: its refresh token is refused at once, its access tokens within
+    GRANT_RECHECK_SECONDS. ``by`` None: the client itself, through the revocation endpoint."""
     if by is not None:
         found = storage.oauth.grant(grant_id)
         if found is None or not access.may_see_grant(
@@ -200,6 +238,7 @@ def revoke(
     grant = storage.oauth.change_grant(
         grant_id, lambda g: g.revoked(now, reason or REVOKED_BY_PERSON)
     )
+    _recent.forget(grant_id)
     actor = token_of(by).id if by is not None else None
     _event(storage, grant, actor, "revoked", reason=grant.revoked_reason or "")
     return grant

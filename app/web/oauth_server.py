@@ -9,8 +9,9 @@ client is (oauth_clients.py), the grants (services/oauth.py over core/oauth.py),
 
 Access tokens are JWTs (``typ: at+jwt``, HS256 with the deployment's ``.oauth-key``):
 ``aud`` is this server's ``/mcp`` URL, ``sub`` the parent token, ``grant`` the grant. They
-live ``MEMORY_OAUTH_ACCESS_SECONDS`` (at most an hour), and every request also reads the
-grant and its parent token, so a revoked grant or parent stops them at their next request.
+live ``MEMORY_OAUTH_ACCESS_SECONDS`` (at most an hour), and every request also checks the
+grant (read again at most a second after the worker last read it) and its parent token, so a
+revoked grant stops them within a second and a revoked parent at their next request.
 """
 
 from __future__ import annotations
