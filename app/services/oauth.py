@@ -10,6 +10,7 @@ person chose at consent. A revoked, expired or removed parent ends the grant at 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -38,6 +39,8 @@ from app.storage.core.oauth import (
 )
 from app.storage.core.tokens import Token
 from app.storage.interface import StorageBackend, TokenStore
+
+log = logging.getLogger(__name__)
 
 # An authorization code is exchanged within seconds of its redirect; ten minutes is RFC
 # 6749's longest.
@@ -161,6 +164,16 @@ def issue_refresh_token(
     return secret
 
 
+def find(storage: StorageBackend, grant_id: str) -> Grant | None:
+    """The grant ``grant_id`` names; None when there is none, or when its record cannot be
+    trusted (a link, a hand edit, damage: logged), which ends what it granted."""
+    try:
+        return storage.oauth.grant(grant_id)
+    except StorageError as exc:
+        log.warning("OAuth grant %s is unreadable, so refused: %s", grant_id[:60], exc)
+        return None
+
+
 # A grant read for a request is used again by the same worker for this long: revoking a
 # grant stops its access tokens within it. Its parent token is looked up at every request
 # (the registry's own cache follows its file at once).
@@ -181,7 +194,7 @@ class _RecentGrants:
             found = self._by_id.get(grant_id)
         if found is not None and found[0] > moment:
             return found[1]
-        grant = storage.oauth.grant(grant_id)
+        grant = find(storage, grant_id)
         with self._lock:
             if len(self._by_id) >= _RECENT_MAX:
                 self._by_id.clear()
@@ -230,7 +243,7 @@ def revoke(
     """End a grant: its refresh token is refused at once, its access tokens within
     GRANT_RECHECK_SECONDS. ``by`` None: the client itself, through the revocation endpoint."""
     if by is not None:
-        found = storage.oauth.grant(grant_id)
+        found = find(storage, grant_id)
         if found is None or not access.may_see_grant(
             by, found.token_id, found.tenant, found.project
         ):

@@ -286,7 +286,7 @@ class CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
         if not code.startswith(CODE_PREFIX):
             return None
         grant_id = grant_of(code, CODE_PREFIX)
-        found = None if grant_id is None else _storage().oauth.grant(grant_id)
+        found = None if grant_id is None else grants_service.find(_storage(), grant_id)
         if found is None or found.client_id != client.get_client_id():
             return None
         spent = grants_service.spend(_storage(), _registry(), code, now=_clock()())
@@ -311,7 +311,7 @@ class RefreshGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
         if grant_id is None:
             return None
         client = self.request.client
-        found = _storage().oauth.grant(grant_id)
+        found = grants_service.find(_storage(), grant_id)
         if found is None or found.client_id != client.get_client_id():
             return None
         spent = grants_service.spend(_storage(), _registry(), refresh_token, now=_clock()())
@@ -378,7 +378,7 @@ class Revocation(RevocationEndpoint):  # type: ignore[misc]
         if grant_id is None:
             claims = _claims(token_string, check_time=False)
             grant_id = None if claims is None else str(claims.get("grant", ""))
-        found = None if not grant_id else _storage().oauth.grant(grant_id)
+        found = None if not grant_id else grants_service.find(_storage(), grant_id)
         return None if found is None else SpentRefresh(found)
 
     def revoke_token(self, token: SpentRefresh, request: Any) -> None:

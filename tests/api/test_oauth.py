@@ -8,7 +8,9 @@ import base64
 import hashlib
 import re
 import secrets
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -18,6 +20,7 @@ from flask.testing import FlaskClient
 from joserfc import jwt
 from joserfc.jwk import OctKey
 
+from app.services.oauth import GRANT_RECHECK_SECONDS
 from app.storage.core.names import OAUTH_KEY, Scope
 from tests.conftest import FixedClock, Tokens
 
@@ -418,3 +421,38 @@ def test_a_confidential_client_authenticates_with_its_secret(flow: Flow) -> None
     assert r.status_code == 200, r.get_json()
     stored = flow.app.extensions["storage"].oauth.client(flow.client_id)
     assert made["client_secret"] not in str(stored)  # kept as a hash only
+
+
+@pytest.mark.tree_only("plants links and damage in the tree's grant files")
+@pytest.mark.parametrize("damage", ["link", "garbage", "directory-link"])
+def test_a_grant_file_replaced_by_hand_is_never_followed_nor_a_500(
+    flow: Flow, tmp_path: Any, damage: str
+) -> None:
+    issued = flow.tokens_for()
+    (grant,) = flow.app.extensions["storage"].oauth.grants()
+    root = Path(flow.app.config["STORAGE_ROOT"])
+    path = root / ".oauth" / "grants" / f"{grant.id}.json"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    original = path.read_bytes()
+    (outside / path.name).write_bytes(original)
+    if damage == "link":
+        path.unlink()
+        path.symlink_to(outside / path.name)
+    elif damage == "garbage":
+        path.write_bytes(b"{not json")
+    else:
+        grants_dir = path.parent
+        for child in grants_dir.iterdir():
+            child.unlink()
+        grants_dir.rmdir()
+        grants_dir.symlink_to(outside)
+    time.sleep(GRANT_RECHECK_SECONDS + 0.1)  # past the worker's recheck of the grant
+    r = flow.mcp(issued["access_token"])
+    assert r.status_code in (401, 503), (r.status_code, r.get_data(as_text=True)[:300])
+    refreshed = flow.refresh(issued["refresh_token"])
+    assert refreshed.status_code in (400, 503), refreshed.get_data(as_text=True)[:300]
+    page = flow.client.get("/console/oauth/grants")
+    assert page.status_code < 500
+    # Nothing was written through the link: the refresh would have rotated a grant it read.
+    assert (outside / path.name).read_bytes() == original

@@ -10,6 +10,7 @@ is followed through a link, and a file that is not a record is Corrupt, never tr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -18,13 +19,15 @@ from ulid import ULID
 
 from app.storage.core.clock import parse_iso
 from app.storage.core.encoding import dumps
-from app.storage.core.errors import NotFound
+from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import LOCKS_DIR, OAUTH_DIR
 from app.storage.core.oauth import CLIENT_PREFIX, Client, Grant, Replayed, is_grant_id
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.records import read_json_bytes
+
+log = logging.getLogger(__name__)
 
 GRANTS = "grants"
 CLIENTS = "clients"
@@ -78,10 +81,21 @@ class OAuthFiles:
             return changed
 
     def grants(self) -> list[Grant]:
+        """Every grant whose record can be read: one that is a link, or damaged, is left out
+        (and logged), as it is refused when its token is presented."""
         out = []
-        for entry in self.layout.tree.entries(self.dir / GRANTS):
+        try:
+            entries = self.layout.tree.entries(self.dir / GRANTS)
+        except StorageError as exc:
+            log.warning("OAuth grants unreadable: %s", exc)
+            return []
+        for entry in entries:
             if entry.is_file and entry.name.endswith(".json"):
-                found = self.grant(entry.name[: -len(".json")])
+                try:
+                    found = self.grant(entry.name[: -len(".json")])
+                except StorageError as exc:
+                    log.warning("OAuth grant %s unreadable: %s", entry.name, exc)
+                    continue
                 if found is not None:
                     out.append(found)
         return out
