@@ -17,6 +17,7 @@ from werkzeug.wrappers import Response
 from app.api.common import json_response
 from app.web import oauth_server as oauth
 from app.web.errors import ApiError
+from app.web.oauth_clients import ClientError, check_registration
 
 bp = Blueprint("oauth", __name__)
 
@@ -100,5 +101,10 @@ def register() -> ResponseReturnValue:
             f"this address registered {seen} clients in the last hour, the most it may",
             headers={"Retry-After": "3600"},
         )
+    try:
+        check_registration(request.get_json(silent=True))
+    except ClientError as exc:
+        body = {"error": "invalid_client_metadata", "error_description": str(exc)}
+        return json_response(body, 400)
     response: Response = oauth.server().create_endpoint_response("client_registration")
     return response

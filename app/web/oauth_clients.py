@@ -133,6 +133,41 @@ def check_redirect_uri(uri: str) -> str:
     return uri
 
 
+# RFC 7591 fields this server reads, and the JSON type each must have.
+REGISTRATION_FIELDS: dict[str, type] = {
+    "redirect_uris": list,
+    "client_name": str,
+    "client_uri": str,
+    "token_endpoint_auth_method": str,
+    "grant_types": list,
+    "response_types": list,
+    "scope": str,
+    "contacts": list,
+    "logo_uri": str,
+    "tos_uri": str,
+    "policy_uri": str,
+    "software_id": str,
+    "software_version": str,
+}
+
+
+def check_registration(body: object) -> None:
+    """The shape of a registration request, before the library reads it: an object whose
+    known fields have their JSON types (a list of strings for the lists); ClientError."""
+    if not isinstance(body, dict):
+        raise ClientError("the registration must be a JSON object")
+    for name, kind in REGISTRATION_FIELDS.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if not isinstance(value, kind):
+            raise ClientError(f"{name} must be a {'list' if kind is list else 'string'}")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise ClientError(f"{name} must be a list of strings")
+    if not body.get("redirect_uris"):
+        raise ClientError("redirect_uris: at least one redirect URI is required")
+
+
 def registered_client(record: Client) -> OAuthClient:
     return OAuthClient(
         client_id=record.client_id,
@@ -145,7 +180,13 @@ def registered_client(record: Client) -> OAuthClient:
 
 # -- Client ID Metadata Documents -----------------------------------------------------------
 def check_document_url(url: str) -> None:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # a port out of range, a bracket unclosed
+        raise ClientError(f"the client id is not a URL ({exc})") from None
+    if port == 0 or any(ord(ch) < 0x21 or ord(ch) > 0x7E for ch in url):
+        raise ClientError("a client id URL must be plain ASCII, with no spaces or controls")
     if parts.scheme != "https" or not parts.hostname or len(url) > 2048:
         raise ClientError("a client id URL must be https with a host")
     if parts.path in ("", "/") or parts.fragment or parts.username or parts.password:
@@ -272,7 +313,7 @@ def fetch_document(url: str, *, allow_private: bool, ca_file: str) -> tuple[byte
 def _checked_address(host: str, port: int, allow_private: bool) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:
+    except (OSError, UnicodeError, ValueError) as exc:
         raise ClientError(f"the client id's host {host[:100]} does not resolve ({exc})") from None
     addresses = [str(info[4][0]) for info in infos]
     if not addresses:

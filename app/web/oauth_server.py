@@ -120,6 +120,12 @@ def _grant_lifetime() -> timedelta:
     return timedelta(days=current_app.config["OAUTH_GRANT_DAYS"])
 
 
+def described(text: str) -> str:
+    """``text`` as an OAuth ``error_description`` may carry it (RFC 6749 §5.2: printable
+    ASCII but '"' and '\\'); anything else becomes '?'."""
+    return "".join(ch if 0x20 <= ord(ch) <= 0x7E and ch not in '"\\' else "?" for ch in text)
+
+
 # -- clients --------------------------------------------------------------------------------
 def query_client(client_id: str) -> OAuthClient | None:
     """The client ``client_id`` names: a document's URL, or a client registered here."""
@@ -134,7 +140,7 @@ def query_client(client_id: str) -> OAuthClient | None:
                 ca_file=current_app.config["OAUTH_CIMD_CA_FILE"],
             )
         except ClientError as exc:
-            raise InvalidRequestError(f"client {client_id[:200]}: {exc}") from None
+            raise InvalidRequestError(described(f"client {client_id[:200]}: {exc}")) from None
     record = _storage().oauth.client(client_id)
     return None if record is None else registered_client(record)
 
@@ -419,7 +425,7 @@ class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
         try:
             checked = tuple(check_redirect_uri(u) for u in uris)
         except ClientError as exc:
-            raise InvalidClientMetadata(str(exc)) from None
+            raise InvalidClientMetadata(described(str(exc))) from None
         method = client_metadata.get("token_endpoint_auth_method", "client_secret_basic")
         if method not in AUTH_METHODS:
             raise InvalidClientMetadata(f"token_endpoint_auth_method must be one of {AUTH_METHODS}")

@@ -456,3 +456,52 @@ def test_a_grant_file_replaced_by_hand_is_never_followed_nor_a_500(
     assert page.status_code < 500
     # Nothing was written through the link: the refresh would have rotated a grant it read.
     assert (outside / path.name).read_bytes() == original
+
+
+REGISTRATIONS = [
+    "1",
+    "[]",
+    '{"redirect_uris": "x"}',
+    '{"redirect_uris": [1]}',
+    '{"redirect_uris": ["https://a/b"], "scope": 5}',
+    '{"redirect_uris": ["https://a/b"], "client_name": {"a": 1}}',
+    '{"redirect_uris": ["javascript:alert(1)"]}',
+    '{"redirect_uris": ["https://a/b"], "token_endpoint_auth_method": "private_key_jwt"}',
+    '{"redirect_uris": ["https://a/b"], "grant_types": ["password"]}',
+]
+AUTHORIZE_QUERIES = [
+    "",
+    "response_type=code&client_id=https://exa%00mple.com/x",
+    "response_type=code&client_id=https://%C3%A9xample.invalid/c.json",
+    "response_type=code&client_id=https://h:99999/x",
+    "response_type=code&client_id=https://[::1/x",
+    "response_type=code&client_id=https://256.1.1.1/x",
+    "response_type=token&client_id=dcr_x",
+    "response_type=code&response_type=code&client_id=dcr_x",
+]
+TOKEN_FORMS: list[dict[str, str]] = [
+    {},
+    {"grant_type": "password", "username": "a"},
+    {"grant_type": "authorization_code", "code": "pmc_x.y", "client_id": "dcr_x"},
+    {"grant_type": "refresh_token", "refresh_token": "pmr_" + "x" * 300, "client_id": "dcr_x"},
+    {"grant_type": "authorization_code", "code": "c", "client_id": "https://h:99999/x"},
+]
+
+
+def test_bad_input_at_every_oauth_endpoint_is_a_clear_error_never_a_500(flow: Flow) -> None:
+    flow.sign_in("writer")
+    for body in REGISTRATIONS:
+        r = flow.client.post("/oauth/register", data=body, content_type="application/json")
+        assert r.status_code == 400, (body, r.status_code)
+        assert r.get_json()["error"] == "invalid_client_metadata", body
+    for query in AUTHORIZE_QUERIES:
+        r = flow.client.get(f"/console/oauth/authorize?{query}")
+        assert r.status_code == 400 and "Location" not in r.headers, (query, r.status_code)
+    for form in TOKEN_FORMS:
+        r = flow.client.post("/oauth/token", data=form)
+        assert r.status_code in (400, 401), (form, r.status_code)
+        assert r.get_json()["error"], form
+    for form in ({}, {"token": "eyJ.a.b"}, {"token": "x", "token_type_hint": "weird"}):
+        r = flow.client.post("/oauth/revoke", data=form)
+        assert r.status_code in (200, 400, 401), (form, r.status_code)
+    assert flow.app.extensions["storage"].oauth.grants() == []
