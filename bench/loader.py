@@ -88,7 +88,7 @@ def load_listing_only(root: Path, tenant: str, project: str, count: int) -> floa
     make_dirs(store.layout.project_dir(scope), store.layout.root)
     listing = store.listing(scope)
     now = store.now_us()
-    retain = now + store._retention_us
+    retain = now + store.retention_us
     t0 = time.perf_counter()
     for i in range(count):
         listing.put_turn(task_id(i), TurnRow(0, now - count + i, retain), row_section(i, retain))
