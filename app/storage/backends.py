@@ -30,9 +30,12 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         "max_artifact_bytes": settings["MAX_ARTIFACT_BYTES"],
         "clock": settings.get("CLOCK") or system_clock,
         "search_timeout": settings.get("SEARCH_TIMEOUT", DEFAULT_SEARCH_TIMEOUT),
-        # A quarter of the request threads at most: the others stay free for the rest, and
-        # fewer threads contend for the interpreter lock with each of them.
-        "search_slots": max(1, int(settings.get("THREADS", 8)) // 4),
+        # A quarter of the request threads run searches at most: fewer threads contend for
+        # the interpreter lock with each of them. The rest of a burst waits for them
+        # (core/query.py SearchSlots) rather than being refused: a waiting search holds a
+        # request thread, and other requests take the next one a search frees.
+        "search_slots": _search_slots(settings),
+        "search_waiting": max(0, int(settings.get("THREADS", 8)) - _search_slots(settings)),
     }
     if settings.get("DATABASE_URL"):
         from app.storage.pg.backend import PgStorage
@@ -55,3 +58,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         min_free_inodes=settings.get("MIN_FREE_INODES", "2%"),
         **common,
     )
+
+
+def _search_slots(settings: Mapping[str, Any]) -> int:
+    return max(1, int(settings.get("THREADS", 8)) // 4)

@@ -29,7 +29,7 @@ import hashlib
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -291,25 +291,72 @@ SNIPPET_TOKENS = 16
 DEFAULT_SEARCH_TIMEOUT = 5.0
 
 
-class SearchSlots:
-    """How many searches one process runs at once: the rest are refused at once (503),
-    so a flood of costly searches never takes every request thread from health checks and
-    other projects."""
+# The longest a search waits for a slot before it answers 503 (at most its own budget).
+SEARCH_WAIT_SECONDS = 2.0
 
-    def __init__(self, slots: int) -> None:
+
+class SearchSlots:
+    """How many searches one process runs at once, and how the others wait.
+
+    ``slots`` searches run; up to ``waiting`` more wait, in a short bounded queue, for one to
+    end (``wait_seconds`` at most); beyond that, or past the wait, a search answers 503 with
+    Retry-After. Searches are short (tens of milliseconds), so a burst queues instead of
+    being refused, and the slots keep a flood of costly ones from taking every core.
+
+    Per project: while several slots exist, one project's searches run in all but one of
+    them, so another project's search is never queued behind a single busy project. (Its
+    waiting searches are not capped apart: a project alone on the server may fill the
+    queue.)
+    """
+
+    def __init__(self, slots: int, *, waiting: int = 0, wait_seconds: float = 0.0) -> None:
         self.slots = max(1, slots)
-        self._free = threading.BoundedSemaphore(self.slots)
+        self.waiting = max(0, waiting)
+        self.wait_seconds = max(0.0, wait_seconds)
+        self._share = self.slots - 1 if self.slots > 1 else 1
+        self._turn = threading.Condition()
+        self._running = 0
+        self._queued = 0
+        self._by_project: dict[Hashable, int] = {}
+
+    def _may_run(self, project: Hashable) -> bool:
+        return self._running < self.slots and self._by_project.get(project, 0) < self._share
 
     @contextlib.contextmanager
-    def taken(self) -> Iterator[None]:
-        if not self._free.acquire(blocking=False):
-            raise SearchTimeout(
-                f"{self.slots} searches are running on this worker already; retry shortly"
-            )
+    def taken(self, project: Hashable = None) -> Iterator[None]:
+        deadline = time.monotonic() + self.wait_seconds
+        with self._turn:
+            if not self._may_run(project):
+                if self._queued >= self.waiting:
+                    raise SearchTimeout(
+                        f"{self._running} searches are running on this worker and"
+                        f" {self._queued} waiting already; retry shortly"
+                    )
+                self._queued += 1
+                try:
+                    while not self._may_run(project):
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise SearchTimeout(
+                                f"no search slot came free on this worker within"
+                                f" {self.wait_seconds:g} s; retry shortly"
+                            )
+                        self._turn.wait(left)
+                finally:
+                    self._queued -= 1
+            self._running += 1
+            self._by_project[project] = self._by_project.get(project, 0) + 1
         try:
             yield
         finally:
-            self._free.release()
+            with self._turn:
+                self._running -= 1
+                left_running = self._by_project[project] - 1
+                if left_running:
+                    self._by_project[project] = left_running
+                else:
+                    del self._by_project[project]
+                self._turn.notify_all()
 
 
 class SearchBudget:

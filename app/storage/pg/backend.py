@@ -81,6 +81,7 @@ class PgStorage:
         clock_guard: ClockGuard = DEFAULT_CLOCK_GUARD,
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
+        search_waiting: int = 0,
     ) -> None:
         self.database_url = database_url
         self.clock_guard = clock_guard
@@ -107,7 +108,12 @@ class PgStorage:
         )
         self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
         self.searcher = PgSearch(
-            self.db, cursors, self.tasks.now_us, timeout=search_timeout, slots=search_slots
+            self.db,
+            cursors,
+            self.tasks.now_us,
+            timeout=search_timeout,
+            slots=search_slots,
+            waiting=search_waiting,
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)

@@ -39,6 +39,7 @@ from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import Scope
 from app.storage.core.query import (
     DEFAULT_SEARCH_TIMEOUT,
+    SEARCH_WAIT_SECONDS,
     QueryTerm,
     SearchBudget,
     SearchQuery,
@@ -126,19 +127,22 @@ class PgSearch:
         *,
         timeout: float = DEFAULT_SEARCH_TIMEOUT,
         slots: int = 4,
+        waiting: int = 0,
     ) -> None:
         self.db = db
         self.cursors = cursors
         self.now_us = now_us
         self.timeout = timeout
-        self.slots = SearchSlots(slots)
+        self.slots = SearchSlots(
+            slots, waiting=waiting, wait_seconds=min(SEARCH_WAIT_SECONDS, timeout)
+        )
 
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query)
-        with self.slots.taken():
+        with self.slots.taken(scope):
             return self._search(scope, parsed, limit, cursor)
 
     def _search(

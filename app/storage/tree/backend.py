@@ -78,6 +78,7 @@ class TreeStorage:
         clock_guard: ClockGuard = DEFAULT_CLOCK_GUARD,
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
+        search_waiting: int = 0,
     ) -> None:
         self.clock_guard = clock_guard
         self.sweep_clock = SweepClock(self.load_state, self.save_state)
@@ -113,7 +114,11 @@ class TreeStorage:
             TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us
         )
         self.searcher = TreeSearch(
-            self.tasks, self.stores, timeout=search_timeout, slots=search_slots
+            self.tasks,
+            self.stores,
+            timeout=search_timeout,
+            slots=search_slots,
+            waiting=search_waiting,
         )
         self.recovery = Recovery(self.layout)
         self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only

@@ -37,6 +37,7 @@ from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
     DEFAULT_SEARCH_TIMEOUT,
+    SEARCH_WAIT_SECONDS,
     SearchBudget,
     SearchQuery,
     SearchSlots,
@@ -281,19 +282,22 @@ class TreeSearch:
         max_stores: int = MAX_STORES,
         timeout: float = DEFAULT_SEARCH_TIMEOUT,
         slots: int = 4,
+        waiting: int = 0,
     ) -> None:
         self.tasks = tasks
         self.stores = stores
         self.max_stores = max_stores
         self.timeout = timeout
-        self.slots = SearchSlots(slots)
+        self.slots = SearchSlots(
+            slots, waiting=waiting, wait_seconds=min(SEARCH_WAIT_SECONDS, timeout)
+        )
 
     def search(
         self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query)
-        with self.slots.taken():
+        with self.slots.taken(scope):
             return self._search(scope, parsed, limit, cursor)
 
     def _search(
