@@ -31,6 +31,8 @@ from pathlib import Path
 
 import requests
 
+from ulid import ULID
+
 from app.storage.core import audit
 from app.storage.core.digest import Section
 from app.storage.core.names import Scope
@@ -99,7 +101,8 @@ def build(root: Path, project: str, count: int) -> float:
                 f"INSERT INTO events ({', '.join(audit.COLUMNS)}) VALUES ({', '.join('?' * 10)})",  # noqa: S608 - fixed column names
                 [
                     audit.values(
-                        audit.new_event(
+                        audit.AuditEvent(
+                            f"evt_{ULID()}",
                             now - i * 1000,
                             TENANT,
                             project,

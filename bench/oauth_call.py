@@ -123,9 +123,12 @@ def main() -> None:
     }
     for name, (wall, cpu) in per.items():
         print(f"{name:6} wall {wall:.3f} ms/call   server CPU {cpu:.3f} ms/call")
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}x" if b > 0 else "n/a (too few calls to measure)"
+
     print(
-        f"oauth / pm_: wall {per['oauth'][0] / per['pm_'][0]:.2f}x,"
-        f" server CPU {per['oauth'][1] / per['pm_'][1]:.2f}x"
+        f"oauth / pm_: wall {ratio(per['oauth'][0], per['pm_'][0])},"
+        f" server CPU {ratio(per['oauth'][1], per['pm_'][1])}"
         f" ({args.reps} interleaved reps of {args.calls} calls, medians)"
     )
 
