@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import requests
-
 from ulid import ULID
 
 from app.storage.core import audit

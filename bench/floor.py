@@ -2,7 +2,9 @@
 
 A minimal Flask app, served by the service's own gunicorn.conf.py (the same worker class,
 workers and threads), that answers the two requests of a record, ``PUT .../turns/<n>`` and
-``PUT .../turns/<n>/artifacts/<name>``, and writes the files the service writes for them:
+``PUT .../turns/<n>/artifacts/<name>``, and the one-request record (the turn and its
+artifacts as one multipart ``PUT .../turns/<n>``, parsed by werkzeug as Flask does), and
+writes the files the service writes for them:
 ``task.json`` on a task's first turn, the turn's ``meta.json`` (the record, durable),
 ``summary.md`` and ``index.json`` (derived, rewritten from the previous index, not fsynced),
 all under one ``filelock.FileLock`` per task; the artifact streamed to a temp file in its
@@ -194,10 +196,94 @@ def answer(body: dict[str, Any]) -> Response:
     return app.response_class(orjson.dumps(body), mimetype="application/json")
 
 
+def _stage(directory: Path, stream: Any) -> tuple[Path, str, int]:
+    """Stream an artifact to a temp file in ``directory``: (path, sha256, size)."""
+    make_dir(directory)
+    tmp = directory / f".tmp-{secrets.token_hex(8)}"
+    digest, size = hashlib.sha256(), 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        while chunk := stream.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            os.write(fd, chunk)
+        if flusher() is None:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return tmp, digest.hexdigest(), size
+
+
+def put_turn_form(task_id: str, turn: int) -> Response:
+    """A turn and its artifacts in one multipart request (the service's one-request record):
+    the artifacts staged, then under the task lock published, made durable, and named by the
+    turn's meta.json."""
+    try:
+        data = orjson.loads(request.form["turn"])
+    except (KeyError, orjson.JSONDecodeError):
+        abort(422)
+    if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
+        abort(422)
+    summary = str(data.get("summary_md", ""))
+    task_dir = ROOT / task_id
+    turn_dir = task_dir / f"{turn:04d}-turn"
+    directory = turn_dir / "artifacts"
+    staged = []
+    parts = request.files.getlist("artifact")
+    if parts:
+        for path in (task_dir, turn_dir):
+            make_dir(path)
+    for part in parts:
+        name = checked(part.filename or "")
+        tmp, sha, size = _stage(directory, part.stream)
+        staged.append((name, tmp, sha, size, part.mimetype or "application/octet-stream"))
+    with task_lock(task_id):
+        now_us = time.time_ns() // 1000
+        if not (task_dir / "task.json").exists():
+            make_dir(task_dir)
+            task = {"version": 1, "task_id": task_id, "created_at": iso(now_us)}
+            write_file(task_dir / "task.json", dumps(task), durable=True)
+        make_dir(turn_dir)
+        previous = read(turn_dir / "meta.json")
+        artifacts = {a["name"]: a for a in (previous["artifacts"] if previous else [])}
+        for name, tmp, sha, size, content_type in staged:
+            os.replace(tmp, directory / name)
+            artifacts[name] = {
+                "name": name,
+                "content_type": content_type,
+                "size": size,
+                "sha256": sha,
+                "updated_at": iso(now_us),
+            }
+        found = flusher()
+        if staged and found is not None:
+            found.wait()  # the bytes are durable before a record names them
+        elif staged:
+            fsync_dir(directory)
+        record = {
+            "version": 1,
+            "task_id": task_id,
+            "turn": turn,
+            "meta": data["meta"],
+            "summary_md": summary,
+            "artifacts": list(artifacts.values()),
+            "created_at": previous["created_at"] if previous else iso(now_us),
+            "updated_at": iso(now_us),
+            "retain_until": iso(now_us + RETENTION_US),
+            "updated_us": now_us,
+        }
+        write_file(turn_dir / "meta.json", dumps(record), durable=True)
+        write_file(turn_dir / "summary.md", summary.encode(), durable=False)
+        write_index(task_dir, task_id, record)
+    return answer(record)
+
+
 @app.put("/sandbox/memory/v1/tasks/<task_id>/turns/<int:turn>")
 def put_turn(task_id: str, turn: int) -> Response:
-    """Store a turn's meta and summary."""
+    """Store a turn's meta and summary (JSON), or a turn with its artifacts (multipart)."""
     task_id = checked(task_id)
+    if request.mimetype == "multipart/form-data":
+        return put_turn_form(task_id, turn)
     data = request.get_json()
     if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
         abort(422)
@@ -239,19 +325,7 @@ def put_artifact(task_id: str, turn: int, name: str) -> Response:
     if not (turn_dir / "meta.json").exists():
         abort(404)
     directory = turn_dir / "artifacts"
-    make_dir(directory)
-    tmp = directory / f".tmp-{secrets.token_hex(8)}"
-    digest, size = hashlib.sha256(), 0
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-    try:
-        while chunk := request.stream.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            os.write(fd, chunk)
-        if flusher() is None:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    tmp, sha, size = _stage(directory, request.stream)
     with task_lock(task_id):
         record = read(turn_dir / "meta.json")
         if record is None:
@@ -268,7 +342,7 @@ def put_artifact(task_id: str, turn: int, name: str) -> Response:
             "name": name,
             "content_type": request.content_type or "application/octet-stream",
             "size": size,
-            "sha256": digest.hexdigest(),
+            "sha256": sha,
             "updated_at": iso(now_us),
         }
         record["artifacts"] = [a for a in record["artifacts"] if a["name"] != name] + [info]

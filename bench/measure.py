@@ -16,6 +16,7 @@ barely changes the CPU it takes.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from collections.abc import Iterable
@@ -49,6 +50,7 @@ def measure(
 ) -> dict[str, Any]:
     """Run ``op`` against ``server`` with every server of ``paused`` stopped (SIGSTOP)."""
     others = list(paused)
+    load_at_start = os.getloadavg()[0]
     for other in others:
         other.pause()
     try:
@@ -76,6 +78,9 @@ def measure(
         "machine_cpu_ms": (after["machine"] - before["machine"]) / ops * 1e3,
         "ops": res.ops,
         "errors": res.errors,
+        # The 1-minute load average as the measurement started and as it ended.
+        "load_at_start": load_at_start,
+        "load_at_end": os.getloadavg()[0],
     }
 
 

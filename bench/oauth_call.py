@@ -123,6 +123,7 @@ def main() -> None:
     }
     for name, (wall, cpu) in per.items():
         print(f"{name:6} wall {wall:.3f} ms/call   server CPU {cpu:.3f} ms/call")
+
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b > 0 else "n/a (too few calls to measure)"
 

@@ -28,10 +28,34 @@ import requests
 from . import servers
 
 API = "/sandbox/memory/v1"
-WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november"
-    " oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu"
-).split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+]
 QUERIES = ["session timeout", "login cookie", "migration", "session", "cookie expired"]
 
 
