@@ -284,6 +284,7 @@ def test_the_sdk_connects_with_a_client_id_metadata_document(
     assert memory.tokens[0].refresh_token != memory.tokens[-1].refresh_token
 
 
+@pytest.mark.slow  # registration's refusals and rate limit run in make test (tests/api)
 def test_the_sdk_connects_with_dynamic_registration(
     served: tuple[Server, str, DocumentSite], tmp_path: Path
 ) -> None:

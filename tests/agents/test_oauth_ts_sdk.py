@@ -21,7 +21,8 @@ from tests.agents.test_oauth_sdk import ACCESS_SECONDS, DocumentSite, served  # 
 from tests.e2e.conftest import Server
 from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_fail
 
-pytestmark = pytest.mark.e2e
+# In `make slow`: the Python SDK's flow (test_oauth_sdk.py) keeps the same path in `make test`.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SCRIPT = Path(__file__).resolve().parent / "ts" / "oauth_client.mjs"
 
 
