@@ -31,7 +31,7 @@ MiB = 1 << 20
 
 # The quotas of the projects the tests below write, in place before the server starts (the
 # CLI that writes them is tested in tests/ops/test_usage_ops.py).
-QUOTAS = {"race": 2 * MiB, "big": 10 * MiB, "killed": 2 * MiB}
+QUOTAS = {"race": 2 * MiB, "big": 10 * MiB, "killed": 2 * MiB, "reported": 4 * MiB}
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +284,13 @@ def test_request_counts_reach_the_usage_report(server: Server, token: str) -> No
         time.sleep(0.1)
     rows = usage(server, token, "counted")["traffic"]
     assert sum(r["requests"] for r in rows if r["project"] == "counted") == 10
-    # The command line sees what the server stored and counted.
+    # The command line sees what the server stored and counted: a project of this test's own
+    # (xdist may run the module's other tests, and their server, in another process).
+    stored = headers(token, "reported")
+    turn = f"{server.url}{PM}/tasks/t/turns/0"
+    assert requests.put(turn, json={}, headers=stored, timeout=30).ok
+    assert requests.put(f"{turn}/artifacts/a.bin", data=b"x" * 1024, headers=stored, timeout=30).ok
     out = json.loads(flask_cli(server.env, "usage", "--tenant", "acme", "--json"))
     projects = {p["project"]: p for p in out["tenants"][0]["projects"]}
-    assert projects["race"]["quota"]["bytes"] == QUOTAS["race"]
-    assert projects["race"]["usage"]["artifacts"] > 0
+    assert projects["reported"]["quota"]["bytes"] == QUOTAS["reported"]
+    assert projects["reported"]["usage"]["artifacts"] > 0
