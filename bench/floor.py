@@ -214,29 +214,23 @@ def _stage(directory: Path, stream: Any) -> tuple[Path, str, int]:
     return tmp, digest.hexdigest(), size
 
 
-def put_turn_form(task_id: str, turn: int) -> Response:
-    """A turn and its artifacts in one multipart request (the service's one-request record):
-    the artifacts staged, then under the task lock published, made durable, and named by the
-    turn's meta.json."""
-    try:
-        data = orjson.loads(request.form["turn"])
-    except (KeyError, orjson.JSONDecodeError):
-        abort(422)
+Staged = tuple[str, Path, str, int, str]  # name, temp file, sha256, size, content type
+
+
+def turn_of(data: Any) -> dict[str, Any]:
+    """A turn's JSON as the floor takes it (422 otherwise)."""
     if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
         abort(422)
+    return data
+
+
+def record_turn(task_id: str, turn: int, data: dict[str, Any], staged: list[Staged]) -> Response:
+    """Under the task lock: task.json on a first turn, the staged artifacts published and made
+    durable, then the turn's meta.json naming them (the record), summary.md and index.json."""
     summary = str(data.get("summary_md", ""))
     task_dir = ROOT / task_id
     turn_dir = task_dir / f"{turn:04d}-turn"
     directory = turn_dir / "artifacts"
-    staged = []
-    parts = request.files.getlist("artifact")
-    if parts:
-        for path in (task_dir, turn_dir):
-            make_dir(path)
-    for part in parts:
-        name = checked(part.filename or "")
-        tmp, sha, size = _stage(directory, part.stream)
-        staged.append((name, tmp, sha, size, part.mimetype or "application/octet-stream"))
     with task_lock(task_id):
         now_us = time.time_ns() // 1000
         if not (task_dir / "task.json").exists():
@@ -278,42 +272,33 @@ def put_turn_form(task_id: str, turn: int) -> Response:
     return answer(record)
 
 
+def put_turn_form(task_id: str, turn: int) -> Response:
+    """A turn and its artifacts in one multipart request (the service's one-request record):
+    the artifacts staged, then recorded with the turn."""
+    try:
+        data = turn_of(orjson.loads(request.form["turn"]))
+    except (KeyError, orjson.JSONDecodeError):
+        abort(422)
+    turn_dir = ROOT / task_id / f"{turn:04d}-turn"
+    staged: list[Staged] = []
+    parts = request.files.getlist("artifact")
+    if parts:
+        for path in (turn_dir.parent, turn_dir):
+            make_dir(path)
+    for part in parts:
+        name = checked(part.filename or "")
+        tmp, sha, size = _stage(turn_dir / "artifacts", part.stream)
+        staged.append((name, tmp, sha, size, part.mimetype or "application/octet-stream"))
+    return record_turn(task_id, turn, data, staged)
+
+
 @app.put("/sandbox/memory/v1/tasks/<task_id>/turns/<int:turn>")
 def put_turn(task_id: str, turn: int) -> Response:
     """Store a turn's meta and summary (JSON), or a turn with its artifacts (multipart)."""
     task_id = checked(task_id)
     if request.mimetype == "multipart/form-data":
         return put_turn_form(task_id, turn)
-    data = request.get_json()
-    if not isinstance(data, dict) or not isinstance(data.get("meta"), dict):
-        abort(422)
-    summary = str(data.get("summary_md", ""))
-    task_dir = ROOT / task_id
-    turn_dir = task_dir / f"{turn:04d}-turn"
-    with task_lock(task_id):
-        now_us = time.time_ns() // 1000
-        if not (task_dir / "task.json").exists():
-            make_dir(task_dir)
-            task = {"version": 1, "task_id": task_id, "created_at": iso(now_us)}
-            write_file(task_dir / "task.json", dumps(task), durable=True)
-        make_dir(turn_dir)
-        previous = read(turn_dir / "meta.json")
-        record = {
-            "version": 1,
-            "task_id": task_id,
-            "turn": turn,
-            "meta": data["meta"],
-            "summary_md": summary,
-            "artifacts": previous["artifacts"] if previous else [],
-            "created_at": previous["created_at"] if previous else iso(now_us),
-            "updated_at": iso(now_us),
-            "retain_until": iso(now_us + RETENTION_US),
-            "updated_us": now_us,
-        }
-        write_file(turn_dir / "meta.json", dumps(record), durable=True)
-        write_file(turn_dir / "summary.md", summary.encode(), durable=False)
-        write_index(task_dir, task_id, record)
-    return answer(record)
+    return record_turn(task_id, turn, turn_of(request.get_json()), [])
 
 
 @app.put("/sandbox/memory/v1/tasks/<task_id>/turns/<int:turn>/artifacts/<name>")

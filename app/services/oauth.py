@@ -123,18 +123,25 @@ def _parent_usable(registry: TokenStore, grant: Grant, now: datetime) -> Token |
 
 
 def spend(
-    storage: StorageBackend, registry: TokenStore, secret: str, *, now: datetime
+    storage: StorageBackend, registry: TokenStore, secret: str, *, client_id: str, now: datetime
 ) -> Grant | None:
-    """The grant an authorization code or refresh token may be exchanged for, spent; None
-    when it may not (unknown, expired, ended). A code or refresh token presented a second
-    time revokes its grant, as RFC 6749 §4.1.2 and the OAuth 2.1 refresh rules ask."""
+    """The grant an authorization code or refresh token may be exchanged for by
+    ``client_id``, spent; None when it may not (unknown, another client's, expired, ended).
+    A code or refresh token presented a second time revokes its grant, as RFC 6749 §4.1.2
+    and the OAuth 2.1 refresh rules ask."""
     prefix = CODE_PREFIX if secret.startswith(CODE_PREFIX) else REFRESH_PREFIX
     grant_id = grant_of(secret, prefix)
     if grant_id is None:
         return None
     rule = spend_code if prefix == CODE_PREFIX else spend_refresh
+
+    def spent(found: Grant) -> Grant:
+        if found.client_id != client_id:  # another client's secret spends nothing
+            raise Refused("issued to another client")
+        return rule(found, secret, now)
+
     try:
-        grant = storage.oauth.change_grant(grant_id, lambda g: rule(g, secret, now))
+        grant = storage.oauth.change_grant(grant_id, spent)
     except Replayed as exc:
         _recent.forget(grant_id)
         _event(storage, exc.grant, None, "reuse_detected", reason=exc.grant.revoked_reason or "")
@@ -142,7 +149,7 @@ def spend(
     except (Refused, StorageError):
         return None
     if _parent_usable(registry, grant, now) is None:
-        end_grants_of(storage, grant.token_id, now=now, only=grant.id)
+        revoke(storage, None, grant.id, now=now, reason=REVOKED_PARENT)
         return None
     return grant
 
@@ -257,16 +264,12 @@ def revoke(
     return grant
 
 
-def end_grants_of(
-    storage: StorageBackend, token_id: str, *, now: datetime, only: str | None = None
-) -> list[Grant]:
+def end_grants_of(storage: StorageBackend, token_id: str, *, now: datetime) -> list[Grant]:
     """Revoke the live grants made with ``token_id`` (revoked or expired): their access
     tokens already stop, as each request checks the parent; this says so in the records."""
     ended = []
     for grant in storage.oauth.grants():
         if grant.token_id != token_id or grant.revoked_at is not None:
-            continue
-        if only is not None and grant.id != only:
             continue
         ended.append(revoke(storage, None, grant.id, now=now, reason=REVOKED_PARENT))
     return ended

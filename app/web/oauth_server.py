@@ -229,6 +229,20 @@ def _check_resource(grant: Grant | None = None) -> str:
     return ours
 
 
+def _spend(secret: str, prefix: str, client: OAuthClient) -> Grant | None:
+    """The grant a code or refresh token (of ``prefix``) of ``client`` is exchanged for,
+    spent under the grant's lock; None when it may not be. A spent grant asked for another
+    resource is refused (invalid_target)."""
+    if grant_of(secret, prefix) is None:
+        return None
+    spent = grants_service.spend(
+        _storage(), _registry(), secret, client_id=client.get_client_id(), now=_clock()()
+    )
+    if spent is not None:
+        _check_resource(spent)
+    return spent
+
+
 class InvalidTarget(OAuth2Error):  # type: ignore[misc]
     """RFC 8707 §2: the resource asked for is not one this server issues tokens for."""
 
@@ -289,17 +303,8 @@ class CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
         """Kept by :meth:`generate_authorization_code`, with the grant it belongs to."""
 
     def query_authorization_code(self, code: str, client: OAuthClient) -> SpentCode | None:
-        if not code.startswith(CODE_PREFIX):
-            return None
-        grant_id = grant_of(code, CODE_PREFIX)
-        found = None if grant_id is None else grants_service.find(_storage(), grant_id)
-        if found is None or found.client_id != client.get_client_id():
-            return None
-        spent = grants_service.spend(_storage(), _registry(), code, now=_clock()())
-        if spent is None:
-            return None
-        _check_resource(spent)
-        return SpentCode(spent)
+        spent = _spend(code, CODE_PREFIX, client)
+        return None if spent is None else SpentCode(spent)
 
     def delete_authorization_code(self, authorization_code: SpentCode) -> None:
         """Spent already, under the grant's lock, when it was looked up."""
@@ -313,18 +318,8 @@ class RefreshGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
     INCLUDE_NEW_REFRESH_TOKEN = True
 
     def authenticate_refresh_token(self, refresh_token: str) -> SpentRefresh | None:
-        grant_id = grant_of(refresh_token, REFRESH_PREFIX)
-        if grant_id is None:
-            return None
-        client = self.request.client
-        found = grants_service.find(_storage(), grant_id)
-        if found is None or found.client_id != client.get_client_id():
-            return None
-        spent = grants_service.spend(_storage(), _registry(), refresh_token, now=_clock()())
-        if spent is None:
-            return None
-        _check_resource(spent)
-        return SpentRefresh(spent)
+        spent = _spend(refresh_token, REFRESH_PREFIX, self.request.client)
+        return None if spent is None else SpentRefresh(spent)
 
     def authenticate_user(self, refresh_token: SpentRefresh) -> GrantUser:
         return GrantUser(refresh_token.grant)

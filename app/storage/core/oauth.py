@@ -145,14 +145,23 @@ def new_grant_id() -> str:
     return f"{GRANT_PREFIX}{ULID()}"
 
 
-def is_grant_id(value: str) -> bool:
-    if not value.startswith(GRANT_PREFIX):
+def _is_id(value: str, prefix: str) -> bool:
+    if not value.startswith(prefix) or len(value) != len(prefix) + 26:
         return False
     try:
-        ULID.from_str(value[len(GRANT_PREFIX) :])
+        ULID.from_str(value[len(prefix) :])
     except ValueError:
         return False
     return True
+
+
+def is_grant_id(value: str) -> bool:
+    return _is_id(value, GRANT_PREFIX)
+
+
+def is_client_id(value: str) -> bool:
+    """A client id this server gave at registration (``dcr_<ULID>``)."""
+    return _is_id(value, CLIENT_PREFIX)
 
 
 def new_client_id() -> str:

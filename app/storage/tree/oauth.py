@@ -21,7 +21,14 @@ from app.storage.core.clock import parse_iso
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import LOCKS_DIR, OAUTH_DIR
-from app.storage.core.oauth import CLIENT_PREFIX, Client, Grant, Replayed, is_grant_id
+from app.storage.core.oauth import (
+    CLIENT_PREFIX,
+    Client,
+    Grant,
+    Replayed,
+    is_client_id,
+    is_grant_id,
+)
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked
@@ -106,7 +113,7 @@ class OAuthFiles:
             self._write(CLIENTS, client.client_id, dumps(client.to_json()))
 
     def client(self, client_id: str) -> Client | None:
-        if not _is_client_id(client_id):
+        if not is_client_id(client_id):
             return None
         path = self.dir / CLIENTS / f"{client_id}.json"
         data = self.layout.read_bytes(path)
@@ -120,7 +127,7 @@ class OAuthFiles:
         count = 0
         for entry in self.layout.tree.entries(self.dir / CLIENTS):
             name = entry.name[: -len(".json")]
-            if not (entry.is_file and entry.name.endswith(".json") and _is_client_id(name)):
+            if not (entry.is_file and entry.name.endswith(".json") and is_client_id(name)):
                 continue
             if ULID.from_str(name[len(CLIENT_PREFIX) :]).timestamp < floor:
                 continue
@@ -132,13 +139,3 @@ class OAuthFiles:
             ):
                 count += 1
         return count
-
-
-def _is_client_id(value: str) -> bool:
-    if not value.startswith(CLIENT_PREFIX) or len(value) != len(CLIENT_PREFIX) + 26:
-        return False
-    try:
-        ULID.from_str(value[len(CLIENT_PREFIX) :])
-    except ValueError:
-        return False
-    return True

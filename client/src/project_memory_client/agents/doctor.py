@@ -47,6 +47,7 @@ from .install import (
     _read,
     inside,
     installed,
+    server_entry,
 )
 from .spool import Spool, state_dir
 
@@ -415,18 +416,8 @@ def _mcp_stdio(agent: str, entry: dict[str, Any], env: dict[str, str], root: Pat
     return Check(f"{agent} mcp", False, f"`{shlex.join(command)}` gave no tool list: {why}")
 
 
-def _server_entry(root: Path, rel: str) -> dict[str, Any] | None:
-    try:
-        value = _load_json(inside(root, rel)) or {}
-    except InstallError:
-        return None
-    servers = value.get("mcpServers")
-    entry = servers.get(SERVER) if isinstance(servers, dict) else None
-    return entry if isinstance(entry, dict) else None
-
-
 def _json_mcp(agent: str, root: Path, rel: str, env: dict[str, str]) -> Check:
-    entry = _server_entry(root, rel)
+    entry = server_entry(root, rel)
     if entry is None:
         return Check(f"{agent} mcp", False, f"{rel} has no {SERVER} server: run agent install")
     if entry.get("command"):

@@ -945,6 +945,18 @@ def installed(agent: str, root: Path) -> dict[str, bool]:
     return {"mcp": has_server(".cursor/mcp.json")}
 
 
+def server_entry(root: Path, rel: str) -> dict[str, Any] | None:
+    """Our server's entry in the JSON MCP config ``rel`` under ``root``; None when there is
+    none, or the file cannot be read as one."""
+    try:
+        value = _load_json(inside(root, rel)) or {}
+    except InstallError:
+        return None
+    servers = value.get("mcpServers")
+    entry = servers.get(SERVER) if isinstance(servers, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
 def mcp_auth(agent: str, root: Path) -> str | None:
     """How the agent's MCP entry in the repository signs in: ``token`` (a header or a token
     variable), ``oauth`` (an HTTP entry with neither: the agent's own sign-in), ``stdio``
@@ -961,13 +973,8 @@ def mcp_auth(agent: str, root: Path) -> str | None:
             return None
         return "token" if table.get("bearer_token_env_var") else "oauth"
     rel = ".mcp.json" if agent == "claude-code" else ".cursor/mcp.json"
-    try:
-        value = _load_json(inside(root, rel)) or {}
-    except InstallError:
-        return None
-    servers = value.get("mcpServers")
-    entry = servers.get(SERVER) if isinstance(servers, dict) else None
-    if not isinstance(entry, dict):
+    entry = server_entry(root, rel)
+    if entry is None:
         return None
     if entry.get("command"):
         return "stdio"
