@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from pathlib import Path
@@ -27,9 +26,9 @@ import requests
 
 from tests.agents.conftest import Memory, Work
 from tests.agents.harness import EgressProbe, free_port, pinned
+from tests.agents.oauth_consent import approve
 from tests.agents.test_claude_code import VERSION, Session
 from tests.e2e.conftest import flask_cli
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_fail
 
 pytestmark = pytest.mark.e2e
 
@@ -37,28 +36,6 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def claude() -> Path:
     return pinned("claude", VERSION)
-
-
-def _approve(authorize_url: str, secret: str, profile: Path) -> str:
-    """Sign in and approve in Chromium; the URL Claude Code's listener was sent to."""
-    sync_playwright = _browser_or_fail()
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        context.set_default_timeout(20_000)
-        try:
-            page = context.new_page()
-            page.goto(authorize_url)
-            page.fill("#token", secret)
-            page.click("button[type=submit]")
-            page.wait_for_selector("section.consent")
-            page.select_option("#role", "reader")
-            with page.expect_navigation(url=re.compile(r"^http://localhost:\d+/callback")):
-                page.click("button[value=approve]")
-            return str(page.url)
-        finally:
-            context.close()
 
 
 def test_claude_code_signs_in_by_oauth_and_calls_a_tool(
@@ -119,7 +96,13 @@ def test_claude_code_signs_in_by_oauth_and_calls_a_tool(
             time.sleep(0.1)
         authorize = urls.read_text().split()[0]
         assert urlsplit(authorize).path == "/console/oauth/authorize"
-        landed = _approve(authorize, memory_up.writer, tmp_path / "chromium")
+        landed = approve(
+            authorize,
+            memory_up.writer,
+            tmp_path / "chromium",
+            callback=f"http://localhost:{callback_port}/callback",
+            role="reader",
+        )
         assert "code=pmc_" in landed
         out, _ = login.communicate(timeout=60)
     finally:

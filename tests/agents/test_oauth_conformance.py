@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +18,9 @@ import pytest
 import requests
 
 from tests.agents.harness import missing, npm_installed
+from tests.agents.oauth_consent import approve
 from tests.e2e.conftest import Server, free_port, serving
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_fail
+from tests.e2e.test_console_browser import _browser_or_fail
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SUITE = "node_modules/@modelcontextprotocol/conformance/dist/index.js"
@@ -49,7 +49,7 @@ def node22(root: Path) -> str:
 def test_the_conformance_suite_authorization_server_scenarios_pass(
     server: Server, tmp_path: Path
 ) -> None:
-    sync_playwright = _browser_or_fail()
+    _browser_or_fail()
     root = npm_installed()
     node = node22(root)
     secret = server.token("writer")
@@ -79,24 +79,12 @@ def test_the_conformance_suite_authorization_server_scenarios_pass(
                 authorize = found[1]
                 break
         assert authorize, "".join(lines)[-3000:]
-        with sync_playwright() as playwright:
-            context = playwright.chromium.launch_persistent_context(
-                str(tmp_path / "chromium"), executable_path=CHROMIUM, headless=True,
-                args=CHROMIUM_ARGS,
-            )  # fmt: skip
-            context.set_default_timeout(20_000)
-            try:
-                page = context.new_page()
-                page.goto(authorize)
-                page.fill("#token", secret)
-                page.click("button[type=submit]")
-                page.wait_for_selector("section.consent")
-                page.click("button[value=approve]")
-                deadline = time.monotonic() + 20
-                while "127.0.0.1:" + str(port) not in page.url and time.monotonic() < deadline:
-                    page.wait_for_timeout(100)
-            finally:
-                context.close()
+        approve(
+            authorize,
+            secret,
+            tmp_path / "chromium",
+            callback=f"http://127.0.0.1:{port}/callback",
+        )
         rest, _ = suite.communicate(timeout=120)
     finally:
         if suite.poll() is None:

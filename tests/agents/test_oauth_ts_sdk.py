@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,45 +16,13 @@ from typing import Any
 import pytest
 
 from tests.agents.harness import missing, npm_installed
+from tests.agents.oauth_consent import approve
 from tests.agents.test_oauth_sdk import ACCESS_SECONDS, DocumentSite, served  # noqa: F401
 from tests.e2e.conftest import Server
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_fail
 
 # In `make slow`: the Python SDK's flow (test_oauth_sdk.py) keeps the same path in `make test`.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 SCRIPT = Path(__file__).resolve().parent / "ts" / "oauth_client.mjs"
-
-
-def _approve(authorize_url: str, secret: str, callback: str, profile: Path) -> str:
-    sync_playwright = _browser_or_fail()
-    landed: list[str] = []
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        context.set_default_timeout(20_000)
-        try:
-            page = context.new_page()
-
-            def caught(route: Any) -> None:
-                landed.append(route.request.url)
-                route.fulfill(status=200, body="done", content_type="text/plain")
-
-            page.route(re.compile("^" + re.escape(callback)), caught)
-            page.goto(authorize_url)
-            page.fill("#token", secret)
-            page.click("button[type=submit]")
-            page.wait_for_selector("section.consent")
-            page.click("button[value=approve]")
-            page.wait_for_timeout(200)
-            for _ in range(100):
-                if landed:
-                    break
-                page.wait_for_timeout(100)
-        finally:
-            context.close()
-    assert landed, "the consent never redirected to the client"
-    return landed[0]
 
 
 def _run(server: Server, secret: str, site: DocumentSite, tmp: Path, *, cimd: bool) -> Any:
@@ -79,7 +46,9 @@ def _run(server: Server, secret: str, site: DocumentSite, tmp: Path, *, cimd: bo
         assert proc.stdout is not None and proc.stdin is not None
         first = json.loads(proc.stdout.readline() or "{}")
         assert "authorize" in first, proc.stderr.read() if proc.stderr else ""
-        landed = _approve(first["authorize"], secret, site.callback, tmp / "chromium")
+        landed = approve(
+            first["authorize"], secret, tmp / "chromium", callback=site.callback, answer=True
+        )
         proc.stdin.write(landed + "\n")
         proc.stdin.flush()
         out, err = proc.communicate(timeout=90)
