@@ -19,9 +19,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from authlib.common.security import generate_token
 from authlib.integrations.flask_oauth2 import AuthorizationServer
@@ -377,7 +376,7 @@ class Revocation(RevocationEndpoint):  # type: ignore[misc]
     def query_token(self, token_string: str, token_type_hint: str | None) -> SpentRefresh | None:
         grant_id = grant_of(token_string, REFRESH_PREFIX)
         if grant_id is None:
-            claims = _claims(token_string, check_time=False)
+            claims = _claims(token_string)
             grant_id = None if claims is None else str(claims.get("grant", ""))
         found = None if not grant_id else grants_service.find(_storage(), grant_id)
         return None if found is None else SpentRefresh(found)
@@ -548,35 +547,36 @@ def _verified(value: str) -> dict[str, Any] | None:
     return claims
 
 
-def _claims(value: str, *, check_time: bool = True) -> dict[str, Any] | None:
+def _claims(value: str, now: datetime | None = None) -> dict[str, Any] | None:
+    """The claims of an access token this server signed, issued by it; None otherwise, or
+    when it expired by ``now`` (None: expiry not checked)."""
     claims = _verified(value)
-    if claims is None:
+    if claims is None or claims.get("iss") != issuer():
         return None
-    if claims.get("iss") != issuer():
-        return None
-    if check_time:
+    if now is not None:
         exp = claims.get("exp")
-        if not isinstance(exp, int) or exp <= int(_clock()().timestamp()):
+        if not isinstance(exp, int) or exp <= int(now.timestamp()):
             return None
     return claims
 
 
 def authenticate_access_token(value: str) -> tuple[Principal | None, str]:
     """The principal an OAuth access token acts as at ``/mcp``, or None and why not."""
-    claims = _claims(value)
+    now = _clock()()
+    claims = _claims(value, now)
     if claims is None:
         return None, "invalid or expired OAuth access token"
-    if claims.get("aud") != resource():
-        return None, f"this access token is for another resource, not {resource()}"
+    ours = resource()
+    if claims.get("aud") != ours:
+        return None, f"this access token is for another resource, not {ours}"
     grant_id = claims.get("grant")
     if not isinstance(grant_id, str):
         return None, "invalid OAuth access token"
-    principal = grants_service.principal_of(_storage(), _registry(), grant_id, now=_clock()())
+    principal = grants_service.principal_of(_storage(), _registry(), grant_id, now=now)
     if principal is None:
         return None, "the grant behind this access token was revoked or has ended"
     return principal, ""
 
 
 def path_is_mcp() -> bool:
-    path = urlsplit(request.path).path
-    return path.endswith(MCP_PATH)
+    return request.path.endswith(MCP_PATH)
