@@ -7,6 +7,7 @@ import re
 import sys
 from typing import Any
 
+import orjson
 from flask import Response, current_app, request
 from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
@@ -66,6 +67,37 @@ def optional_json_body(schema: Schema) -> Any:
 def json_document(raw: bytes, schema: Schema, loc: list[str | int]) -> Any:
     """Parse ``raw`` as a JSON object and load it with ``schema``; a fault is a 422 at ``loc``
     (the body, or the part of it that held the document)."""
+    data = _strict_loads(raw)
+    if data is _SLOW:
+        data = _checked_loads(raw, loc)
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise validation_error(loc, f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error")
+    if not isinstance(data, dict):
+        raise validation_error(loc, "Input should be a valid dictionary", "dict_type", data)
+    return load(schema, data, [str(part) for part in loc])
+
+
+_SLOW = object()
+# A run of digits orjson may read as a float: an integer beyond 64 bits keeps its value only
+# through the standard library.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def _strict_loads(raw: bytes) -> Any:
+    """``raw`` parsed in one pass by orjson, which refuses everything the API refuses (invalid
+    UTF-8, NaN and infinities, unpaired surrogates, a BOM); ``_SLOW`` for what it would read
+    differently (a long integer) or refuses, which the standard library reads again, so the
+    document gets the same answer, and the same error, either way."""
+    if _LONG_DIGITS.search(raw) is not None:
+        return _SLOW
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _SLOW
+
+
+def _checked_loads(raw: bytes, loc: list[str | int]) -> Any:
+    """``raw`` parsed by the standard library, each fault a 422 that says what it is."""
     try:
         text = raw.decode("utf-8")
         data = json.loads(text, parse_constant=_reject_constant)
@@ -74,16 +106,14 @@ def json_document(raw: bytes, schema: Schema, loc: list[str | int]) -> Any:
         if "int_max_str_digits" in why:  # Python's own limit, named in terms of Python
             why = f"an integer of more than {sys.get_int_max_str_digits()} digits"
         raise validation_error(loc, f"JSON decode error: {why}", "json_invalid") from None
-    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+    if _depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:  # before walking it again below
         raise validation_error(loc, f"nested deeper than {MAX_JSON_DEPTH} levels", "value_error")
     try:
         # Lone surrogates (\ud800) parse but cannot be stored as UTF-8.
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise validation_error(loc, "contains unpaired UTF-16 surrogates", "value_error") from None
-    if not isinstance(data, dict):
-        raise validation_error(loc, "Input should be a valid dictionary", "dict_type", data)
-    return load(schema, data, [str(part) for part in loc])
+    return data
 
 
 def path_task_id(value: str) -> str:
