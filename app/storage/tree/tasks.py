@@ -186,9 +186,9 @@ class TaskStore:
         listing = self.listing(scope, below=task_dir.parent)
         if usage is None:
             usage = turn_usage(record)
-        listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
+        owed = listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
-        if listing.search_upkeep().due:
+        if owed.due:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.
             self.removals.purge_later(scope)

@@ -99,9 +99,14 @@ def put_section(conn: sqlite3.Connection, task_id: str, section: Section | None)
             (task_id,),
         )
         return
+    # An upsert, not INSERT OR REPLACE: the row keeps its rowid and its task_id index entry,
+    # so a task's next turn rewrites its section in place instead of deleting the row and
+    # appending another (with secure_delete, each dropped page is written again as zeros).
     conn.execute(
-        "INSERT OR REPLACE INTO digest VALUES (?, (SELECT updated_us FROM tasks WHERE"
-        " task_id = ?), ?, ?, (SELECT value FROM counters WHERE name = 'generation'), ?)",
+        "INSERT INTO digest VALUES (?, (SELECT updated_us FROM tasks WHERE task_id = ?), ?, ?,"
+        " (SELECT value FROM counters WHERE name = 'generation'), ?) ON CONFLICT (task_id) DO"
+        " UPDATE SET updated_us = excluded.updated_us, turn = excluded.turn,"
+        " valid_until_us = excluded.valid_until_us, seq = excluded.seq, section = excluded.section",
         (task_id, task_id, section.turn, section.valid_until_us, section.text),
     )
     conn.execute("DELETE FROM digest_gone WHERE task_id = ?", (task_id,))

@@ -240,11 +240,13 @@ class Listing:
         text: TurnText | None = None,
         usage: TurnUsage | None = None,
         release: str | None = None,
-    ) -> None:
+    ) -> fts.Upkeep:
         """Record one written turn and the task's digest section (None: the task has no live
         turn): O(log n) whatever the project size; ``text``: what search finds it by (None:
         unchanged); ``usage``: what it stores, counted in the same transaction, which also
-        drops the write's reservation ``release`` (core/usage.py)."""
+        drops the write's reservation ``release`` (core/usage.py). Returns what the search
+        index is owed as this write leaves it (:meth:`search_upkeep`, read in its
+        transaction)."""
         with self.write() as conn:
             if text is not None:
                 turn_search.put(conn, row.turn, text)
@@ -270,6 +272,7 @@ class Listing:
             if not existed:
                 conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'tasks'")
             digestdb.put_section(conn, task_id, section)
+            return fts.upkeep(conn)
 
     # -- usage (tree/sqlite/listing_usage.py) ----------------------------------------------
     def usage(self, now_us: int) -> tuple[Usage, Reserved]:
