@@ -53,7 +53,9 @@ def summarize(path: Path, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("workload", choices=["record", "record-one", "read", "list", "digest", "put_turn"])
+    parser.add_argument(
+        "workload", choices=["record", "record-one", "read", "list", "digest", "put_turn"]
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--gil", action="store_true", help="only samples holding the GIL (CPU)")
     parser.add_argument("--top", type=int, default=40)
