@@ -31,6 +31,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def __getattr__(name: str) -> Any:
     """The command line's names (``build_parser``, ``run``, ``COMMANDS``, ...), loaded when
     first asked for."""
+    if name.startswith("__"):
+        # ``from project_memory_client.cli import main`` (the console script's line) asks
+        # for ``__path__``: loading the command line to answer it would cost every hook
+        # and relay the parser this module keeps them from.
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from . import command_line
 
     try:
