@@ -5,7 +5,8 @@ cannot be reached (docs/client.md).
 
 ``agent hook EVENT`` (what Claude Code and Codex run at every hook, a new process each time)
 goes straight to the hook, without loading the parser and every command's options: the
-hook's start-up is time the agent waits for (agents/hooks.py).
+hook's start-up is time the agent waits for (agents/hooks.py). So does ``mcp`` with no
+option, as the agents start it: they wait for its first answer (mcp/bridge.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = main_argv(argv[2:])
         if code is not None:
             return code
+    if argv == ["mcp"]:
+        from .mcp.bridge import main as relay
+
+        return relay()
     from .command_line import main as run_command_line
 
     return run_command_line(argv)
