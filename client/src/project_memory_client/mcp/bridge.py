@@ -28,12 +28,13 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from queue import SimpleQueue
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .. import __version__
-from ..agents.wire import Connection
+from ..agents.wire import Connection, Response
 
 if TYPE_CHECKING:
     import httpx
@@ -51,19 +52,12 @@ class Unreachable(Exception):
     """No HTTP answer (refused, reset, DNS, TLS, a timeout, a broken answer)."""
 
 
-class Answer:
-    __slots__ = ("status", "reason", "body")
-
-    def __init__(self, status: int, reason: str, body: bytes) -> None:
-        self.status, self.reason, self.body = status, reason, body
-
-
-def proxied(env: dict[str, str] | os._Environ[str]) -> bool:
+def proxied(env: Mapping[str, str]) -> bool:
     """Whether a proxy variable is set (in any case), which only httpx honours."""
     return any(value and key.lower() in PROXY_VARIABLES for key, value in env.items())
 
 
-def certificates(env: dict[str, str] | os._Environ[str]) -> str | None:
+def certificates(env: Mapping[str, str]) -> str | None:
     """The CA file an https connection checks the server with, as httpx chooses it: None
     (OpenSSL's defaults, which read ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``) when either is
     set, else certifi's bundle."""
@@ -89,19 +83,18 @@ class Direct:
         self.opened: list[Connection] = []
         self.lock = threading.Lock()
 
-    def post(self, body: bytes, headers: dict[str, str]) -> Answer:
+    def post(self, body: bytes, headers: dict[str, str]) -> Response:
         connection: Connection | None = getattr(self.local, "connection", None)
         if connection is None:
             connection = self.local.connection = Connection(self.url, cafile=self.cafile)
             with self.lock:
                 self.opened.append(connection)
         try:
-            got = connection.request(
+            return connection.request(
                 "POST", self.target, {**self.headers, **headers}, body, self.timeout
             )
         except (OSError, ValueError) as exc:  # refused, reset, DNS, TLS, a broken answer
             raise Unreachable(str(exc) or type(exc).__name__) from None
-        return Answer(got.status, got.reason, got.body)
 
     def close(self) -> None:
         with self.lock:
@@ -122,14 +115,14 @@ class Proxied:
         self.url = url
         self.http = settings.http(headers=headers, transport=transport)
 
-    def post(self, body: bytes, headers: dict[str, str]) -> Answer:
+    def post(self, body: bytes, headers: dict[str, str]) -> Response:
         import httpx
 
         try:
             got = self.http.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             raise Unreachable(str(exc) or type(exc).__name__) from None
-        return Answer(got.status_code, got.reason_phrase, got.content)
+        return Response(got.status_code, got.reason_phrase, dict(got.headers), got.content)
 
     def close(self) -> None:
         self.http.close()
