@@ -6,12 +6,17 @@ and the tools it offers are the server's, for the token it was given.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import socket
+import ssl
 import subprocess
 import sys
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ import pytest
 from project_memory_client.mcp.bridge import MAX_LINE
 
 from tests.agents.conftest import CLI, Memory
+from tests.agents.harness import self_signed
 
 pytestmark = pytest.mark.e2e
 
@@ -288,3 +294,64 @@ def test_options_go_through_the_cli_parser(memory_up: Memory, tmp_path: Path) ->
         capture_output=True, text=True, env=env, timeout=60, check=True,
     )  # fmt: skip
     assert json.loads(done.stdout) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+@contextlib.contextmanager
+def tls_front(upstream: str, directory: Path) -> Iterator[tuple[str, Path]]:
+    """https://localhost:<port> in front of ``upstream`` (http://host:port), with a
+    self-signed certificate; yields the URL and the certificate's file."""
+    cert, key = self_signed(directory)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    host, port = upstream.removeprefix("http://").split(":")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def pump(client: socket.socket) -> None:
+        try:
+            tls = context.wrap_socket(client, server_side=True)
+        except (OSError, ssl.SSLError):
+            client.close()  # a client that did not trust the certificate
+            return
+        with tls, socket.create_connection((host, int(port))) as plain:
+            while True:
+                ready, _, _ = select.select([tls, plain], [], [], 30)
+                if not ready:
+                    return
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    (plain if sock is tls else tls).sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=pump, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"https://localhost:{listener.getsockname()[1]}", cert
+    finally:
+        listener.close()
+
+
+def test_an_https_server_is_checked_as_httpx_checks_it(memory_up: Memory, tmp_path: Path) -> None:
+    """The relay's own connection checks the certificate against SSL_CERT_FILE when it is
+    set, and against certifi's bundle when not (which does not hold a self-signed one)."""
+    ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+    env = bridge_env(memory_up, memory_up.writer, tmp_path)
+    env = {
+        k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env = {k: v for k, v in env.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+    with tls_front(memory_up.url, tmp_path) as (url, cert):
+        env["PROJECT_MEMORY_URL"] = url
+        [trusted] = lines({**env, "SSL_CERT_FILE": str(cert)}, ping)
+        [untrusted] = lines(env, ping)
+    assert trusted == {"jsonrpc": "2.0", "id": 5, "result": {}}
+    assert untrusted["id"] == 5 and "certificate verify failed" in untrusted["error"]["message"]
