@@ -194,7 +194,7 @@ class Bridge:
         headers = self.headers_for(message)
         unsendable = [k for k, v in headers.items() if not _sendable(v)]
         if unsendable:
-            # A line break would end the header; the server could not read the rest anyway.
+            # A line break would end the header and start one the client never wrote.
             if wants_answer:
                 self._fail(mid, f"{unsendable[0]} cannot go in an HTTP header: not printable ASCII")
             return
