@@ -79,8 +79,9 @@ def add_turn(
             out.write(text)
 
 
-def client_venv(work: Path, name: str, ref: str | None) -> Path:
-    """A fresh venv with the client of ``ref`` (None: this checkout) installed, not editable."""
+def client_venv(work: Path, name: str, ref: str | None, *, compile: bool = True) -> Path:
+    """A fresh venv with the client of ``ref`` (None: this checkout) installed, not editable;
+    ``compile=False``: without the bytecode pip writes by default (``--no-compile``)."""
     source = work / f"client-{name}"
     source.mkdir()
     if ref is None:
@@ -98,13 +99,15 @@ def client_venv(work: Path, name: str, ref: str | None) -> Path:
             check=True,
         )
         subprocess.run(["tar", "x", "-C", str(source)], input=archive.stdout, check=True)
-    for egg in (source / "client" / "src").glob("*.egg-info"):
-        subprocess.run(["rm", "-rf", str(egg)], check=True)
+    # What an earlier build left in the work tree (git-ignored): setuptools would put a stale
+    # build/lib's modules into the wheel.
+    for left in [*(source / "client" / "src").glob("*.egg-info"), source / "client" / "build"]:
+        subprocess.run(["rm", "-rf", str(left)], check=True)
     venv = work / f"venv-{name}"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check",
-         str(source / "client")],
+         *([] if compile else ["--no-compile"]), str(source / "client")],
         check=True,
         capture_output=True,
     )  # fmt: skip

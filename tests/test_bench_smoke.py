@@ -37,6 +37,7 @@ SMOKE: dict[str, list[str]] = {
     "ratelimit": ["--reps", "1", "--duration", "0.5", "--micro-n", "5", "--no-http"],
     "record_ab": ["--base", ".", "--reps", "1", "--records", "5"],
     "recovery": ["--tasks", "20", "--reps", "1"],
+    "relay": ["--runs", "1", "--base", "HEAD"],
     "run": ["--reps", "1", "--duration", "0.5", "--warmup", "0.1", "--only", "read"],
     "scale": ["--checkout", ".", "--sizes", "20", "--out", "{tmp}/scale.json", "--reps", "1"],
     "search": ["--turns", "50", "--stores", "1", "--memories", "2", "--reps", "1", "--writes", "2"],

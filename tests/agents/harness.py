@@ -11,13 +11,16 @@
   model turn, a ``ToolSearch`` first when Claude Code deferred the tool, then a final text.
 * :class:`ResponsesStub`: OpenAI's ``POST /v1/responses`` (SSE) for Codex, the same way.
 * :class:`EgressProbe`: a proxy that refuses and records every attempt to reach outside.
+* :func:`self_signed`: a certificate for localhost and 127.0.0.1, for a test's own https.
 
 Every stub runs on 127.0.0.1 in a thread of the test process and records what it was sent.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -31,6 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -475,3 +482,37 @@ if __name__ == "__main__":  # .ci/run: install the pinned CLIs before the tests 
             [str(path), "--version"], capture_output=True, text=True, timeout=120, check=True
         )
         print(f"{cli_name}: {path} ({version.stdout.strip()})")
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and 127.0.0.1, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

@@ -7,9 +7,7 @@ once the (shortened) access token has expired, and the same again with dynamic r
 
 from __future__ import annotations
 
-import datetime
 import http.server
-import ipaddress
 import json
 import ssl
 import threading
@@ -22,12 +20,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from app.storage.tree.tokens import TokenRegistry
+from tests.agents.harness import self_signed
 from tests.conftest import selected_backends
 from tests.e2e.conftest import Server, free_port, start_server
 from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_fail
@@ -50,45 +45,11 @@ with warnings.catch_warnings():
 ACCESS_SECONDS = 3
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for localhost and 127.0.0.1, and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 class DocumentSite:
     """An https server on 127.0.0.1 that serves one client metadata document."""
 
     def __init__(self, directory: Path, callback: str) -> None:
-        self.cert, key = _self_signed(directory)
+        self.cert, key = self_signed(directory)
         self.callback = callback
         self.port = free_port()
         self.url = f"https://localhost:{self.port}/oauth/client.json"

@@ -5,7 +5,8 @@ cannot be reached (docs/client.md).
 
 ``agent hook EVENT`` (what Claude Code and Codex run at every hook, a new process each time)
 goes straight to the hook, without loading the parser and every command's options: the
-hook's start-up is time the agent waits for (agents/hooks.py).
+hook's start-up is time the agent waits for (agents/hooks.py). So does ``mcp`` with no
+option, as the agents start it: they wait for its first answer (mcp/bridge.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = main_argv(argv[2:])
         if code is not None:
             return code
+    if argv == ["mcp"]:
+        from .mcp.bridge import main as relay
+
+        return relay()
     from .command_line import main as run_command_line
 
     return run_command_line(argv)
@@ -31,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def __getattr__(name: str) -> Any:
     """The command line's names (``build_parser``, ``run``, ``COMMANDS``, ...), loaded when
     first asked for."""
+    if name.startswith("__"):
+        # ``from project_memory_client.cli import main`` (the console script's line) asks
+        # for ``__path__``: loading the command line to answer it would cost every hook
+        # and relay the parser this module keeps them from.
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from . import command_line
 
     try:

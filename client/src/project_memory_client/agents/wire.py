@@ -88,9 +88,10 @@ class _Reader:
 
 
 class Connection:
-    """One keep-alive connection to ``url`` (http or https), opened on first use."""
+    """One keep-alive connection to ``url`` (http or https), opened on first use; an https
+    server's certificate is checked against ``cafile`` (None: OpenSSL's default store)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, cafile: str | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidArgument(f"not an http(s) URL: {url!r}")
@@ -100,6 +101,7 @@ class Connection:
         default = parts.port is None
         name = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = name if default else f"{name}:{self.port}"
+        self.cafile = cafile
         self.sock: Any = None  # a _socket.socket (an ssl.SSLSocket for https)
         self.reader: _Reader | None = None
 
@@ -115,7 +117,8 @@ class Connection:
             import ssl
 
             plain = socket.socket(fileno=sock.detach())
-            sock = ssl.create_default_context().wrap_socket(plain, server_hostname=self.host)
+            context = ssl.create_default_context(cafile=self.cafile)
+            sock = context.wrap_socket(plain, server_hostname=self.host)
         self.sock, self.reader = sock, _Reader(sock)
         return sock, self.reader
 
@@ -151,7 +154,12 @@ class Connection:
             sock, reader = self.sock, self.reader
             sock.settimeout(timeout)
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
+        for name, value in headers.items():
+            if "\r" in name + value or "\n" in name + value:
+                # A line break would end this header and start another the caller never
+                # wrote.
+                raise ValueError(f"the {name} header cannot hold a line break")
+            lines.append(f"{name}: {value}")
         if body is not None or method in ("PUT", "POST"):
             lines.append(f"Content-Length: {len(body or b'')}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
