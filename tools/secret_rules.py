@@ -59,6 +59,8 @@ LEFT_OUT = {
     # Any word like key/token/auth next to a value of 10+ characters: most of its hits in code
     # are names and calls. Our secret-assignment rule takes its place, with a stricter value.
     "generic-api-key": "replaced by secret-assignment",
+    # A quoted value after any name with `password` in it (the whole of it, quotes too).
+    "hashicorp-tf-password": "replaced by secret-assignment",
     # Lazy `[\s\S-]{64,}?` up to END: each BEGIN without an END reads to the text's end, so
     # many BEGINs cost quadratic time. Our private-key rule stops at the body's end (and
     # also finds a block cut before its END).

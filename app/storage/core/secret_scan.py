@@ -41,7 +41,8 @@ MARKER = "[secret:{kind}]"
 # A JSON escape in text taken from a JSON file (a transcript) is read as blanks of the same
 # length: `\ntoken` then starts a word as it does in the decoded text, and spans still
 # point into the text as given.
-_JSON_ESCAPE = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|[^u])")
+_JSON_ESCAPE = re.compile(r"\\[^u]")  # left to right, so an escaped backslash is one pair
+_JSON_UNICODE = re.compile(r"\\u[0-9A-Fa-f]{4}")
 # A run of base64 (standard or URL-safe) or hex characters, taken whole from its first one.
 _ENCODED_RUN = re.compile(rf"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{{{ENCODED_MIN},}}={{0,2}}")
 _HEX = re.compile(r"[0-9A-Fa-f]+")
@@ -187,25 +188,36 @@ class RuleSet:
             for keyword in rule.keywords:
                 by_keyword.setdefault(keyword, set()).add(rule.index)
         self.by_keyword = {k: frozenset(v) for k, v in by_keyword.items()}
-        # One search finds, at each position, the longest keyword starting there; the
-        # keywords that are prefixes of it start there too.
+        # Keywords by first character, one search per character: a search that starts with a
+        # literal skips in C to where it occurs, and the rest of the keywords starting with
+        # it are a trie tried there (longest first; the keywords that are prefixes of the
+        # one found start there too).
         words = sorted(by_keyword)
         self.prefixes = {k: tuple(w for w in words if k.startswith(w)) for k in words}
-        self._keywords = re.compile("(?=(" + _trie(words) + "))")
+        by_first: dict[str, list[str]] = {}
+        for word in words:
+            by_first.setdefault(word[0], []).append(word[1:])
+        self._keywords = tuple(
+            (first, re.compile(re.escape(first) + "(?=(" + _trie(rests) + "))"))
+            for first, rests in sorted(by_first.items())
+        )
         self.kinds = tuple(sorted({r.kind for r in self.rules}))
 
     def candidates(self, lowered: str) -> tuple[list[_Rule], dict[int, list[int]]]:
         """The rules whose keywords occur in ``lowered``, in file order, and for each
-        anchored one the positions where its keywords start."""
+        anchored one the positions where its keywords start (in order)."""
         chosen = {r.index for r in self.always}
         at: dict[int, list[int]] = {}
-        for match in self._keywords.finditer(lowered):
-            start = match.start()
-            for keyword in self.prefixes[match.group(1)]:
-                for index in self.by_keyword[keyword]:
-                    chosen.add(index)
-                    if self.rules[index].anchor:
-                        at.setdefault(index, []).append(start)
+        for first, regex in self._keywords:
+            for match in regex.finditer(lowered):
+                start = match.start()
+                for keyword in self.prefixes[first + match.group(1)]:
+                    for index in self.by_keyword[keyword]:
+                        chosen.add(index)
+                        if self.rules[index].anchor:
+                            at.setdefault(index, []).append(start)
+        for spots in at.values():
+            spots.sort()
         return [self.rules[i] for i in sorted(chosen)], at
 
 
@@ -240,7 +252,7 @@ def default_rules() -> RuleSet:
 def _view(text: str) -> str:
     if "\\" not in text:
         return text
-    return _JSON_ESCAPE.sub(lambda m: " " * len(m.group()), text)
+    return _JSON_UNICODE.sub("      ", _JSON_ESCAPE.sub("  ", text))
 
 
 def _scan_plain(text: str, rules: RuleSet, allowlist: Allowlist) -> list[Finding]:
