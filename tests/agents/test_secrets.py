@@ -1,9 +1,11 @@
-"""Masking: every pattern docs/agents.md lists, the token in use, and text left as it was."""
+"""The hooks' masking: every kind docs/secrets.md lists, the token in use, and text left as it
+was. The scanner itself is tested in tests/storage/core/test_secret_scan.py."""
 
 from __future__ import annotations
 
 import pytest
-from project_memory_client.agents.secrets import PATTERNS, mask, mask_value
+from project_memory_client.agents.secrets import mask, mask_value
+from project_memory_client.secret_scan import default_rules
 
 SAMPLES = {
     "private-key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
@@ -24,15 +26,15 @@ SAMPLES = {
 }
 
 
-def test_every_listed_pattern_has_a_sample() -> None:
-    assert sorted(SAMPLES) == sorted(kind for kind, _ in PATTERNS)
+def test_every_sample_is_a_kind_of_the_rules() -> None:
+    assert set(SAMPLES) <= set(default_rules().kinds)
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))
 def test_each_pattern_is_masked(kind: str) -> None:
     text = f"before {SAMPLES[kind]} after"
     out = mask(text)
-    assert f"[masked:{kind}]" in out, out
+    assert f"[secret:{kind}]" in out, out
     assert out.startswith("before ") and out.endswith(" after")
     secret_part = SAMPLES[kind].split()[-1].split("@")[0][-12:]
     assert secret_part not in out
@@ -41,7 +43,7 @@ def test_each_pattern_is_masked(kind: str) -> None:
 def test_the_token_in_use_is_masked_whatever_its_shape() -> None:
     assert (
         mask("use tok-1234567890 here", ["tok-1234567890"])
-        == "use [masked:project-memory-token] here"
+        == "use [secret:project-memory-token] here"
     )
     assert mask("short abc", ["abc"]) == "short abc"  # too short to be a secret worth a false hit
 
@@ -57,4 +59,4 @@ def test_ordinary_text_is_left_alone() -> None:
 def test_values_are_masked_deep() -> None:
     value = {"a": [SAMPLES["github-token"], 3, None], "b": {"c": SAMPLES["jwt"]}}
     out = mask_value(value)
-    assert out == {"a": ["[masked:github-token]", 3, None], "b": {"c": "[masked:jwt]"}}
+    assert out == {"a": ["[secret:github-token]", 3, None], "b": {"c": "[secret:jwt]"}}
