@@ -272,6 +272,12 @@ def _scan_plain(text: str, rules: RuleSet, allowlist: Allowlist) -> list[Finding
             if match is None:
                 continue
             start, end = rule.secret_span(match)
+            # Blanks at either end are no part of a secret, and in JSON text they may be an
+            # escape (a closing `\"`): a span starts and ends on a character of its own.
+            while start < end and view[end - 1].isspace():
+                end -= 1
+            while start < end and view[start].isspace():
+                start += 1
             if start == end:
                 continue
             secret = view[start:end]

@@ -20,6 +20,7 @@ from app.storage.core.secret_scan import (
     scan,
 )
 from tests.secrets_corpus import (
+    MAKERS,
     TOKEN_KINDS,
     Planted,
     corpus,
@@ -83,6 +84,17 @@ def test_a_name_scheme_and_user_stay_and_only_the_value_goes() -> None:
         "Authorization: Bearer [secret:bearer-token]"
     )
     assert counts == Counter({"url-password": 3, "secret-assignment": 1, "bearer-token": 1})
+
+
+def test_a_masked_json_line_is_still_json() -> None:
+    key = corpus(per_kind=1)[[m.__name__ for m in MAKERS].index("private_key")].text
+    token = "ghp_" + "Ab1" * 12
+    cut = "\n".join(key.splitlines()[:3])  # a key cut before its END, then a quote
+    line = json.dumps({"text": f'run:\n{token}\tthen key="{cut}" end'})
+    out, counts = mask(line)
+    masked = 'run:\n[secret:github-token]\tthen key="[secret:private-key]" end'
+    assert json.loads(out) == {"text": masked}
+    assert counts == Counter({"github-token": 1, "private-key": 1})
 
 
 def test_findings_hold_spans_never_values() -> None:
