@@ -11,8 +11,10 @@ found. Masking replaces each span by ``[secret:<kind>]``; for an assignment, a U
 or basic header only the value is a span, so the name, scheme and user stay readable.
 
 Cost is linear in the text: a rule runs only when one of its keywords is in the text
-(lower-cased), every pattern is bounded (no nested unbounded repeats), and an encoded run is
-decoded once, up to ``ENCODED_MAX`` characters.
+(lower-cased); an anchored rule is tried only where its keywords start, never inside its
+last match; each repeat in a pattern is bounded or ends with one run of characters (no
+repeat inside a repeat that can split a run two ways); an encoded run is decoded once, up
+to ``ENCODED_MAX`` characters.
 """
 
 from __future__ import annotations
@@ -235,10 +237,9 @@ def _trie(words: list[str]) -> str:
         alts = [re.escape(ch) + emit(node[ch]) for ch in sorted(node) if ch]
         if not alts:
             return ""
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        if "" in node:
+        if "" in node:  # a word ends here: a longer one is tried first
             return "(?:" + "|".join(alts) + ")?"
-        return body
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
     return emit(root)
 
