@@ -195,7 +195,10 @@ class RuleSet:
         # it are a trie tried there (longest first; the keywords that are prefixes of the
         # one found start there too).
         words = sorted(by_keyword)
-        self.prefixes = {k: tuple(w for w in words if k.startswith(w)) for k in words}
+        known = set(words)
+        self.prefixes = {
+            k: tuple(k[:n] for n in range(1, len(k) + 1) if k[:n] in known) for k in words
+        }
         by_first: dict[str, list[str]] = {}
         for word in words:
             by_first.setdefault(word[0], []).append(word[1:])
