@@ -3,6 +3,8 @@ was. The scanner itself is tested in tests/storage/core/test_secret_scan.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from project_memory_client.agents.secrets import mask, mask_value
 from project_memory_client.secret_scan import default_rules
@@ -60,3 +62,38 @@ def test_values_are_masked_deep() -> None:
     value = {"a": [SAMPLES["github-token"], 3, None], "b": {"c": SAMPLES["jwt"]}}
     out = mask_value(value)
     assert out == {"a": ["[secret:github-token]", 3, None], "b": {"c": "[secret:jwt]"}}
+
+
+# Formats that once reached the server through the hooks, each with the part that must go.
+GOT_THROUGH = {
+    "npm": ("//registry.npmjs.org/:_authToken=npm_" + "a1B2c3" * 6, "a1B2c3" * 6),
+    "pypi": ("password = pypi-AgEIcHlwaS5vcmc" + "Qm9vaw" * 10, "Qm9vaw" * 10),
+    "huggingface": ("HF_TOKEN hf_" + "AbCdEfGhIj" * 3 + "KlMn", "AbCdEfGhIj" * 3),
+    "slack app": ("xapp-1-A0B1C2D3E4-1234567890123-" + "ab12" * 16, "ab12" * 16),
+    "slack webhook": (
+        "https://hooks.slack.com/services/T0ABCDEFG/B0HIJKLMNO/" + "aB3dE6" * 4,
+        "aB3dE6" * 4,
+    ),
+    "redis, empty user": ("redis://:Sup3rS3cretPass@cache:6379/0", "Sup3rS3cretPass"),
+    "curl -u": ("curl -u admin:Pr1vateP4ss https://ci.example", "Pr1vateP4ss"),
+    "PEM cut short": (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAA",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+    ),
+    "token in base64": ("Z2hwXzFhMkIzYzRENWU2RjdnOGg5STBqMUsybDNNNG41TzZwN1E=", "Z2hwXzFhMkIz"),
+    "token in hex": ("676c7061742d61624364334566476836694a6b4c6d4e6f507131", "676c7061742d"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOT_THROUGH))
+def test_what_got_through_before_is_masked_plain_and_json_escaped(name: str) -> None:
+    text, secret = GOT_THROUGH[name]
+    assert secret not in mask(f"said: {text} ok")
+    # A transcript line: the text after a JSON \n or \t, or quoted.
+    for line in (
+        json.dumps({"content": f"output:\n{text}\tdone"}),
+        json.dumps({"content": {"value": text}}),
+    ):
+        masked = mask(line)
+        assert secret not in masked and "[secret:" in masked, masked
+        json.loads(masked)
