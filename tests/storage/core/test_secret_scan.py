@@ -134,6 +134,7 @@ def test_ordinary_text_is_left_alone() -> None:
         "password: Optional[str] = None\n"
         "if token == expected: token, secret = registry.create(name)\n"
         "Use `postgresql://user:password@host:5432/db` as the URL.\n"
+        "author: jane.doe@example.com\nauth_url: https://login.example.com/authorize\n"
     )
     assert scan(text) == []
 
