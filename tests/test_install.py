@@ -153,6 +153,13 @@ def test_the_client_installs_alone_and_works_against_a_real_server(tmp_path: Pat
         assert imported.returncode == 1 and "ModuleNotFoundError" in imported.stderr, module
     helped = subprocess.run([cli, "--help"], capture_output=True, text=True, cwd=tmp_path)
     assert helped.returncode == 0 and "mount" in helped.stdout, helped.stderr
+    # The secret rules are package data: without them the hooks could not mask a turn.
+    masked = subprocess.run(
+        [str(python), "-c", "from project_memory_client.agents.secrets import mask;"
+         " print(mask('key ghp_' + 'Ab1' * 12))"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert masked.stdout == "key [secret:github-token]\n", masked.stderr
 
     (tmp_path / "server").mkdir()
     srv = start_server(tmp_path / "server")

@@ -135,7 +135,7 @@ def test_a_session_gets_the_digest_searches_and_is_recorded(
         "cache_creation": usage["cache_creation_input_tokens"] * n,
     }
     assert "What did we do about the session TTL?" in turn["summary_md"]
-    assert "Found it; the key [masked:anthropic-key] stays here." in turn["summary_md"]
+    assert "Found it; the key [secret:anthropic-key] stays here." in turn["summary_md"]
     assert secret not in json.dumps(turn) and installed.env[
         "PROJECT_MEMORY_TOKEN"
     ] not in json.dumps(turn)

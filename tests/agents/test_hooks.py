@@ -49,7 +49,7 @@ def test_stop_records_the_turn(
     assert (
         "## Prompt\n\nFix the login" in summary and "## Answer\n\nDone: the TTL was 0." in summary
     )
-    assert "[masked:anthropic-key]" in summary and "sk-ant-api03" not in summary
+    assert "[secret:anthropic-key]" in summary and "sk-ant-api03" not in summary
     assert token not in json.dumps(turn)
     assert work.spooled() == []
 
@@ -257,7 +257,7 @@ def test_optional_artifacts(memory_up: Memory, work: Work) -> None:
     diff = memory_up.api("GET", "/tasks/artifact-task/turns/0/artifacts/diff.patch")
     assert "+hello" in diff.text
     slice_ = memory_up.api("GET", "/tasks/artifact-task/turns/0/artifacts/transcript.jsonl").text
-    assert "hunter2hunter2" not in slice_ and "[masked:secret-assignment]" in slice_
+    assert "hunter2hunter2" not in slice_ and "[secret:secret-assignment]" in slice_
 
 
 def test_a_spooled_turn_goes_only_to_the_server_and_project_it_was_recorded_for(

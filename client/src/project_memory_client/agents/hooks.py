@@ -10,7 +10,8 @@ agent reads, and always exits 0: a hook never blocks or fails the agent's sessio
 * ``stop`` (each finished turn) and ``pre-compact`` (before the agent compacts its context):
   records the turn since the last one recorded: its prompt and last answer as the summary,
   its meta (agent, model, session, commit, times, tokens, cwd, branch) from the transcript,
-  masked (agents/secrets.py). The turn is spooled first, then sent (agents/spool.py).
+  masked (agents/secrets.py, over the scanner the server shares). The turn is spooled
+  first, then sent (agents/spool.py).
 
 Turns are never lost nor merged. The session's state (``sessions/``) says where the last
 recorded turn ended; it moves only once a turn is spooled or on the server, so a turn whose
