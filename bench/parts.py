@@ -60,7 +60,9 @@ def _patch(variant: str) -> None:
 
         tasks.write_json = skip_index  # type: ignore[assignment]
     elif variant == "no listing row":
-        listing.Listing.put_turn = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+        from app.storage.tree.sqlite import fts
+
+        listing.Listing.put_turn = lambda self, *args, **kwargs: fts.Upkeep()  # type: ignore[method-assign]
     elif variant == "no containment walk":
         layout.Layout.check_inside = lambda self, path, below=None: path  # type: ignore[method-assign]
     elif variant == "no dirty flag":

@@ -416,9 +416,9 @@ def _durability_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     for method in ("put_turn", "set_task"):
         real = getattr(Listing, method)
 
-        def logged(self: Listing, *args: Any, _real: Any = real, **kwargs: Any) -> None:
+        def logged(self: Listing, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
             log.append(("listing", str(self.path)))
-            _real(self, *args, **kwargs)
+            return _real(self, *args, **kwargs)
 
         monkeypatch.setattr(Listing, method, logged)
     monkeypatch.setattr(os, "replace", replace)
