@@ -34,7 +34,9 @@ from app.storage.core.models import (
 )
 from app.storage.core.names import Scope
 from app.storage.core.oauth import GrantStore
+from app.storage.core.quota import SecretPolicySource
 from app.storage.core.recovery import Plan, Report
+from app.storage.core.secret_policy import SecretSettings, SecretsOverride
 from app.storage.core.store_models import (
     Deleted,
     Memory,
@@ -341,6 +343,12 @@ class LimitsStore(Protocol):
 
     def quotas(self) -> Quotas: ...
 
+    def secrets(self) -> SecretSettings: ...
+
+    def set_secrets(
+        self, tenant: str, project: str | None, change: SecretsOverride
+    ) -> SecretsOverride: ...
+
     def set_quota(
         self, tenant: str, project: str | None, change: QuotaOverride
     ) -> QuotaOverride: ...
@@ -408,6 +416,11 @@ class StorageBackend(Protocol):
 
     @property
     def recovery(self) -> RecoveryState: ...
+
+    @property
+    def secret_policies(self) -> SecretPolicySource:
+        """What each project does with the secrets of a write (core/secret_policy.py)."""
+        ...
 
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove what retention lets go; unless ``force``, nothing while the clock looks

@@ -11,8 +11,9 @@
       }
     }
 
-An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit/)
-and ``"quota"`` (the storage quotas, core/usage.py). Each command changes only its
+An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit/),
+``"quota"`` (the storage quotas, core/usage.py) and ``"secrets"`` (what a write's secrets
+become, core/secret_policy.py). Each command changes only its
 own section and keeps every other section (and every other top-level key) as it found it. Changes are made under a lock in the lock tree and written
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
 inode, size or mtime changes (:meth:`LimitsFile.stamp`).
@@ -45,13 +46,16 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.storage.core import secret_policy
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import InvalidName, StorageError
 from app.storage.core.names import validate_id
+from app.storage.core.secret_policy import SecretSettings, SecretsOverride
 
 VERSION = 1
 RATE = "rate"
 QUOTA = "quota"
+SECRETS = "secrets"
 #: Upper bounds of the rate fields, and the longest an empty budget may take to refill.
 MAX_RPS = 1_000_000
 MAX_BURST = 1_000_000
@@ -307,19 +311,36 @@ def check_sections(doc: object, *, strict: bool = False) -> tuple[RateOverrides,
     project is limited, nor keep the others from being read. ``strict``: raise
     LimitsFileError naming the first one instead.
     """
+    rates = _kind_sections(doc, RATE, rate_from_json, strict)
+    quotas = _kind_sections(doc, QUOTA, quota_from_json, strict)
+    return RateOverrides(*rates), Quotas(*quotas)
+
+
+def secret_settings_of(doc: object, *, strict: bool = False) -> SecretSettings:
+    """A whole document's secrets sections (core/secret_policy.py), left out and named in
+    ``skipped`` as :func:`check_sections` leaves out the others."""
+
+    return SecretSettings(*_kind_sections(doc, SECRETS, secrets_from_json, strict))
+
+
+def secrets_from_json(obj: object, where: str) -> SecretsOverride:
+    """Check a ``"secrets"`` section as the other kinds are checked (LimitsFileError)."""
+    try:
+        return secret_policy.from_json(obj, where)
+    except secret_policy.SecretsSectionError as exc:
+        raise LimitsFileError(str(exc)) from None
+
+
+def _kind_sections(
+    doc: object, kind: str, parse: Callable[[object, str], Any], strict: bool
+) -> tuple[dict[str, Any], dict[tuple[str, str], Any], tuple[str, ...]]:
+    """The sections ``kind`` of every entry: (by tenant, by (tenant, project), why each one
+    left out was); ``strict``: LimitsFileError for the first one left out."""
     check_document(doc)
     assert isinstance(doc, dict)
-    rates: dict[str | tuple[str, str], RateOverride] = {}
-    quotas: dict[str | tuple[str, str], QuotaOverride] = {}
-    rates_skipped: list[str] = []
-    quotas_skipped: list[str] = []
-
-    def skip(exc: LimitsFileError, *lists: list[str]) -> None:
-        if strict:
-            raise exc
-        for skipped in lists:
-            skipped.append(str(exc))
-
+    tenants: dict[str, Any] = {}
+    projects: dict[tuple[str, str], Any] = {}
+    skipped: list[str] = []
     for section in ("tenants", "projects"):
         for key, entry in _entries(doc, section).items():
             where = f"{section}.{key}"
@@ -327,28 +348,19 @@ def check_sections(doc: object, *, strict: bool = False) -> tuple[RateOverrides,
                 if not isinstance(entry, dict):
                     raise LimitsFileError(f"{where}: must be an object")
                 name = _entry_key(section, key)
+                if kind not in entry:
+                    continue
+                found = parse(entry[kind], where)
             except LimitsFileError as exc:
-                skip(exc, rates_skipped, quotas_skipped)
+                if strict:
+                    raise
+                skipped.append(str(exc))
                 continue
-            if RATE in entry:
-                try:
-                    rates[name] = rate_from_json(entry[RATE], where)
-                except LimitsFileError as exc:
-                    skip(exc, rates_skipped)
-            if QUOTA in entry:
-                try:
-                    quotas[name] = quota_from_json(entry[QUOTA], where)
-                except LimitsFileError as exc:
-                    skip(exc, quotas_skipped)
-
-    def split(found: dict[str | tuple[str, str], Any]) -> tuple[dict[str, Any], dict[Any, Any]]:
-        tenants = {k: v for k, v in found.items() if isinstance(k, str)}
-        return tenants, {k: v for k, v in found.items() if isinstance(k, tuple)}
-
-    return (
-        RateOverrides(*split(rates), tuple(rates_skipped)),
-        Quotas(*split(quotas), tuple(quotas_skipped)),
-    )
+            if isinstance(name, str):
+                tenants[name] = found
+            else:
+                projects[name] = found
+    return tenants, projects, tuple(skipped)
 
 
 def _entry_of(doc: dict[str, Any], section: str, key: str) -> dict[str, Any]:
@@ -450,6 +462,11 @@ class LimitEdits:
         rules left out (``skipped``)."""
         return quotas_of(self.document())
 
+    def secrets(self) -> SecretSettings:
+        """Every secrets section of the document (core/secret_policy.py), the entries that
+        break the rules left out (``skipped``)."""
+        return secret_settings_of(self.document())
+
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
         """Yield the current document, held; write it back if the block changed it."""
@@ -514,3 +531,25 @@ class LimitEdits:
         section, key = self._entry_path(tenant, project)
         with self._changing() as doc:
             return clear_quota_in(doc, section, key, names)
+
+    def set_secrets(
+        self, tenant: str, project: str | None, change: SecretsOverride
+    ) -> SecretsOverride:
+        """Set the fields ``change`` gives in the secrets section of a project (or, without
+        one, of the tenant, which its projects inherit); keep the others. Return the section
+        as written."""
+        section, key = self._entry_path(tenant, project)
+        where = f"{section}.{key}"
+        with self._changing() as doc:
+            entry = _entry_of(doc, section, key)
+            current = _stored(secrets_from_json, entry, SECRETS, where) or SecretsOverride()
+            updated: SecretsOverride = _asked(
+                secrets_from_json, current.merged(change).to_json(), where
+            )
+            if updated.empty:
+                entry.pop(SECRETS, None)
+                if not entry:
+                    del doc[section][key]
+            else:
+                entry[SECRETS] = updated.to_json()
+        return updated

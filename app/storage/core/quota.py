@@ -10,11 +10,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from app.storage.core.errors import InsufficientStorage, StorageError
 from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, human_bytes, parse_bytes
 from app.storage.core.names import Scope
+from app.storage.core.secret_policy import NO_SETTINGS, SecretPolicy, SecretSettings
+
+T = TypeVar("T")
 
 QUOTA_CHECK_EVERY = 1.0  # seconds between two looks at the limits document, per process
 FLOOR_CHECK_EVERY = 1.0  # seconds a statvfs of the root is trusted
@@ -34,70 +37,109 @@ log = logging.getLogger("app.storage.quota")
 
 
 # -- the quotas in force ----------------------------------------------------------------------
-class QuotaDocument(Protocol):
+class LimitsDocument(Protocol):
     def stamp(self) -> tuple[int, int, int]: ...
 
-    def quotas(self) -> Quotas: ...
 
+class WatchedSection(Generic[T]):
+    """One kind of section of the limits document (``read`` reads them all), looked at (its
+    stamp) at most once every ``check_every`` seconds; ``what`` names them in the log."""
 
-class QuotaSource:
-    """The quotas of the limits document, looked at (its stamp) at most once a second."""
-
-    def __init__(self, document: QuotaDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+    def __init__(
+        self,
+        document: LimitsDocument | None,
+        read: Callable[[], T],
+        empty: T,
+        what: str,
+        *,
+        check_every: float = QUOTA_CHECK_EVERY,
+    ) -> None:
         self.document = document
         listeners = getattr(document, "listeners", None)
         if isinstance(listeners, list):
             listeners.append(self.forget)  # a change made through this process: at once
+        self.read = read
+        self.what = what
         self.check_every = check_every
-        self._quotas = NO_QUOTAS
+        self._value = empty
         self._stamp: tuple[int, int, int] | None = None
         self._next = -math.inf
         self._mutex = threading.Lock()
         self._fault: str | None = None  # why the last look failed, said once per cause
 
-    def current(self) -> Quotas:
+    def current(self) -> T:
         now = time.monotonic()
         if now >= self._next and self.document is not None:
             # Threads that find the look due wait for the one making it: a write admitted on
-            # the quotas of before would reserve nothing (the rate limiter can skip instead).
+            # the sections of before would, for quotas, reserve nothing (the rate limiter
+            # can skip instead).
             with self._mutex:
                 if now >= self._next:
                     self._refresh(now)
-        return self._quotas
+        return self._value
 
     def _refresh(self, now: float) -> None:
         assert self.document is not None
         try:
             stamp = self.document.stamp()
             if stamp != self._stamp:
-                # A document that does not parse keeps the quotas this process had
-                # (`quota show` names the fault), as the rate limiter does.
-                self._quotas = self.document.quotas()
+                # A document that does not parse keeps what this process had (`quota show`
+                # names the fault), as the rate limiter does.
+                self._value = self.read()
                 self._stamp = stamp
-                for fault in self._quotas.skipped:
-                    log.warning("quota skipped, it limits nothing: %s", fault)
+                for fault in getattr(self._value, "skipped", ()):
+                    log.warning("%s skipped, it limits nothing: %s", self.what, fault)
         except (StorageError, OSError) as exc:
-            # The quotas this process read last stay in force (none before its first good
+            # What this process read last stays in force (nothing before its first good
             # look): a planted link or a bad disk must not stop every write.
             if str(exc) != self._fault:
                 self._fault = str(exc)
                 log.warning(
-                    "limits document not read (%s): the quotas read before stay in force%s",
+                    "limits document not read (%s): the %s read before stay in force%s",
                     exc,
-                    "" if self._stamp is not None else " (none read yet: no quota applies)",
+                    self.what,
+                    "" if self._stamp is not None else f" (none read yet: no {self.what} apply)",
                 )
         else:
             self._fault = None
-        # Only now: a thread that finds the next look not due yet takes the quotas without
-        # the mutex, so they must be the ones this look read.
+        # Only now: a thread that finds the next look not due yet takes the value without
+        # the mutex, so it must be the one this look read.
         self._next = now + self.check_every
-
-    def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
-        return self.current().of(scope.tenant, scope.project)
 
     def forget(self) -> None:
         """Read the document again at the next look (after a change made in this process)."""
         self._next = -math.inf
+
+
+class QuotaDocument(LimitsDocument, Protocol):
+    def quotas(self) -> Quotas: ...
+
+
+class QuotaSource(WatchedSection[Quotas]):
+    """The quotas of the limits document, looked at (its stamp) at most once a second."""
+
+    def __init__(self, document: QuotaDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+        read = document.quotas if document is not None else (lambda: NO_QUOTAS)
+        super().__init__(document, read, NO_QUOTAS, "quotas", check_every=check_every)
+
+    def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
+        return self.current().of(scope.tenant, scope.project)
+
+
+class SecretsDocument(LimitsDocument, Protocol):
+    def secrets(self) -> SecretSettings: ...
+
+
+class SecretPolicySource(WatchedSection[SecretSettings]):
+    """The secrets sections of the limits document (core/secret_policy.py), looked at (its
+    stamp) at most once a second: what a write's secrets become."""
+
+    def __init__(self, document: SecretsDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+        read = document.secrets if document is not None else (lambda: NO_SETTINGS)
+        super().__init__(document, read, NO_SETTINGS, "secret policies", check_every=check_every)
+
+    def of(self, scope: Scope) -> SecretPolicy:
+        return self.current().of(scope.tenant, scope.project)
 
 
 # -- the free-space floor ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
-from app.storage.core.quota import QuotaSource
+from app.storage.core.quota import QuotaSource, SecretPolicySource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
@@ -97,6 +97,8 @@ class PgStorage:
         self.recovery = DatabaseRecovery(self.close)
         cursors = CursorCodec(self.key(CURSOR_KEY))
         self.usage_counters = pgu.PgUsage(self.db, QuotaSource(self.limits()))
+        # What each project does with the secrets of a write (services/secrets.py).
+        self.secret_policies = SecretPolicySource(self.limits())
         self.tasks = PgTaskStore(
             self.db,
             self.blobs,

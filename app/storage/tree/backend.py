@@ -23,7 +23,12 @@ from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
-from app.storage.core.quota import DEFAULT_MIN_FREE_INODES, FreeSpace, QuotaSource
+from app.storage.core.quota import (
+    DEFAULT_MIN_FREE_INODES,
+    FreeSpace,
+    QuotaSource,
+    SecretPolicySource,
+)
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
@@ -85,6 +90,8 @@ class TreeStorage:
         self.tokens_file = tokens_file
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
+        # What each project does with the secrets of a write (services/secrets.py).
+        self.secret_policies = SecretPolicySource(limits)
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,
