@@ -13,6 +13,7 @@ from marshmallow import Schema
 from werkzeug.exceptions import ClientDisconnected
 
 from app.schemas.common import load
+from app.services.secrets import Screen
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import MAX_TURN, validate_artifact_name, validate_id
 from app.storage.core.task_rules import check_content_type, entity_tags
@@ -235,3 +236,15 @@ def json_response(
     if headers:
         response.headers.update(headers)
     return response
+
+
+SECRETS_MASKED_HEADER = "Memory-Secrets-Masked"
+
+
+def masked_headers(screen: Screen) -> dict[str, str]:
+    """``Memory-Secrets-Masked: github-token=1, jwt=2``: what the write masked, by kind and
+    count (services/secrets.py), on the answer of a write that masked any."""
+    found = screen.summary()
+    if not found:
+        return {}
+    return {SECRETS_MASKED_HEADER: ", ".join(f"{kind}={n}" for kind, n in found.items())}

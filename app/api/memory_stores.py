@@ -10,7 +10,13 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from app.api.common import json_body, json_response, optional_json_body, storage
+from app.api.common import (
+    json_body,
+    json_response,
+    masked_headers,
+    optional_json_body,
+    storage,
+)
 from app.api.docs import doc
 from app.api.params import (
     CREATED_RANGE,
@@ -38,6 +44,7 @@ from app.api.query import (
 )
 from app.schemas import memory_stores as s, rules
 from app.services import stores
+from app.services.secrets import Screen
 from app.storage.core.store_models import MemoryPrefix, Page, VersionFilter
 from app.storage.interface import StoreBackend
 from app.web.auth import current_principal, require_principal
@@ -99,14 +106,16 @@ def _memory_page(page: Page) -> dict[str, Any]:
 def create_memory_store() -> Response:
     """Create a memory store"""
     data = json_body(store_create_in)
+    screen = Screen.of(storage(), current_principal())
     store = stores.create_store(
         storage(),
         current_principal(),
         name=data["name"],
         description=data.get("description") or "",
         metadata=data.get("metadata") or {},
+        screen=screen,
     )
-    return json_response(store_out.dump(store))
+    return json_response(store_out.dump(store), headers=masked_headers(screen))
 
 
 @bp.get("")
@@ -155,6 +164,7 @@ def update_memory_store(memory_store_id: str) -> Response:
     Its creator, or a project_admin and above (403 otherwise).
     """
     data = json_body(store_update_in)
+    screen = Screen.of(storage(), current_principal())
     store = stores.update_store(
         storage(),
         current_principal(),
@@ -162,8 +172,9 @@ def update_memory_store(memory_store_id: str) -> Response:
         name=data.get("name"),
         description=data.get("description"),
         metadata=data.get("metadata"),
+        screen=screen,
     )
-    return json_response(store_out.dump(store))
+    return json_response(store_out.dump(store), headers=masked_headers(screen))
 
 
 @bp.delete("/<memory_store_id>")
@@ -202,6 +213,7 @@ def create_memory(memory_store_id: str) -> Response:
     """Create a memory at an unoccupied path"""
     full = query_full("basic")
     data = json_body(memory_create_in)
+    screen = Screen.of(storage(), current_principal())
     memory = stores.create_memory(
         storage(),
         current_principal(),
@@ -209,8 +221,9 @@ def create_memory(memory_store_id: str) -> Response:
         path=data["path"],
         content=data["content"],
         full=full,
+        screen=screen,
     )
-    return json_response(memory_out.dump(memory))
+    return json_response(memory_out.dump(memory), headers=masked_headers(screen))
 
 
 @bp.get("/<memory_store_id>/memories")
@@ -264,6 +277,7 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
     full = query_full("basic")
     data = json_body(memory_update_in)
     precondition = data.get("precondition")
+    screen = Screen.of(storage(), current_principal())
     memory = stores.update_memory(
         storage(),
         current_principal(),
@@ -273,8 +287,9 @@ def _update_memory(memory_store_id: str, memory_id: str) -> Response:
         path=data.get("path"),
         precondition_sha256=precondition["content_sha256"] if precondition else None,
         full=full,
+        screen=screen,
     )
-    return json_response(memory_out.dump(memory))
+    return json_response(memory_out.dump(memory), headers=masked_headers(screen))
 
 
 UPDATE_DOC = doc(

@@ -18,6 +18,7 @@ from app.api.common import (
     if_none_match_star,
     json_body,
     json_response,
+    masked_headers,
     not_modified,
     path_artifact_name,
     path_task_id,
@@ -40,12 +41,14 @@ from app.api.params import (
 )
 from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import session_context, tasks, usage_report
+from app.services import secrets, session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
+from app.services.secrets import Screen
 from app.storage.core.errors import PayloadTooLarge
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
+from app.storage.core.secret_policy import SecretsOverride
 from app.storage.interface import TaskBackend
 from app.web.auth import current_principal, require_principal
 from app.web.errors import validation_error
@@ -63,12 +66,16 @@ artifact_out = s.ArtifactRecord()
 usage_out = us.UsageReport()
 search_out = s.SearchResults()
 whoami_out = s.WhoAmI()
+secret_policy_in = s.SecretPolicyRequest()
+secret_policy_out = s.SecretPolicy()
 context_out = s.SessionContext()
 
 
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
-    state.app.extensions.setdefault("openapi_schemas", []).extend([s.WhoAmI, s.SessionContext])
+    state.app.extensions.setdefault("openapi_schemas", []).extend(
+        [s.WhoAmI, s.SessionContext, s.SecretPolicy]
+    )
 
 
 @bp.before_request
@@ -292,6 +299,7 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         data = json_body(put_turn_in)
     else:
         data, uploads = turn_form.turn_form(boundary, put_turn_in)
+    screen = Screen.of(storage(), current_principal())
     record = tasks.record_turn(
         storage(),
         current_principal(),
@@ -303,8 +311,9 @@ def put_turn(task_id: str, turn: str) -> ResponseReturnValue:
         if_none_match=if_none_match_star(),
         artifacts=uploads,
         size=request.content_length if boundary is not None else None,
+        screen=screen,
     )
-    return json_response(turn_json(record), headers={"ETag": record.etag})
+    return json_response(turn_json(record), headers={"ETag": record.etag, **masked_headers(screen)})
 
 
 # <anyname:name>: a name with a slash or a line break reaches the view and its 422 naming
@@ -360,6 +369,7 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
     # One above the limit: werkzeug refuses a read once the limit is reached, which would
     # turn a body of exactly the limit into a 413; stage_stream counts the bytes itself.
     request.max_content_length = limit + 1
+    screen = Screen.of(storage(), current_principal())
     info = tasks.put_artifact(
         storage(),
         current_principal(),
@@ -371,10 +381,11 @@ def put_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         if_match=if_match(),
         if_none_match=if_none_match_star(),
         size=declared,  # admitted against quotas and the disk before the body is read
+        screen=screen,
     )
     payload = artifact_out.dump(info)
     payload.update(task_id=task_id, turn=turn_no)
-    return json_response(payload, headers={"ETag": info.etag})
+    return json_response(payload, headers={"ETag": info.etag, **masked_headers(screen)})
 
 
 def max_usage_hours(app: Flask) -> int:
@@ -539,3 +550,40 @@ def get_whoami() -> ResponseReturnValue:
         "expires_at": token.expires_at,
     }
     return json_response(whoami_out.dump(body))
+
+
+@bp.get("/secrets/policy")
+@doc(responses={200: s.SecretPolicy, **ERRORS})
+def get_secret_policy() -> ResponseReturnValue:
+    """What this project does with the secrets a write holds: its policy and allowlists
+
+    Beyond the seed's API. Every write (turns, meta, text artifacts, memories, store names
+    and descriptions, by any door) is scanned for credentials: under `mask` each one is
+    stored as `[secret:<kind>]` and the answer's `Memory-Secrets-Masked` header counts them
+    by kind; under `reject` the write is refused with a 422 naming each one's kind and
+    place; under `allow` it is stored as given. docs/secrets.md lists what is detected.
+    """
+    scope = current_principal().scope
+    policy = secrets.policy_of(storage(), scope.tenant, scope.project)
+    return json_response(secret_policy_out.dump(policy.to_json()))
+
+
+@bp.put("/secrets/policy")
+@doc(body=s.SecretPolicyRequest, responses={200: s.SecretPolicy, **ERRORS})
+def put_secret_policy() -> ResponseReturnValue:
+    """Set this project's secret policy or allowlists (project_admin and above)
+
+    Each field given replaces the stored one; the others stay. Every change is in the audit
+    log (`allow` above all). Answers the policy now in force.
+    """
+    data = json_body(secret_policy_in)
+    principal = current_principal()
+    scope = principal.scope
+    change = SecretsOverride(
+        data.get("policy"),
+        tuple(data["allow_patterns"]) if "allow_patterns" in data else None,
+        tuple(data["allow_fingerprints"]) if "allow_fingerprints" in data else None,
+    )
+    secrets.set_policy(storage(), principal.token, scope.tenant, scope.project, change)
+    policy = secrets.policy_of(storage(), scope.tenant, scope.project)
+    return json_response(secret_policy_out.dump(policy.to_json()))

@@ -22,7 +22,7 @@ from app.console import render
 from app.console.base import bp, field, principal, purl, scope, see_other, storage, stores
 from app.services import stores as store_service
 from app.services.access import may_redact, may_write
-from app.storage.core.errors import InvalidName, NotFound
+from app.storage.core.errors import InvalidName, NotFound, SecretsRefused
 from app.storage.core.store_models import (
     ContentPreconditionFailed,
     Memory,
@@ -54,10 +54,23 @@ def _problem(exc: Exception) -> tuple[int, str]:
         return 409, str(exc)
     if isinstance(exc, NotFound):
         return 404, "This memory was deleted meanwhile; you can save your text as a new one."
+    if isinstance(exc, SecretsRefused):
+        kinds = ", ".join(sorted({str(f["kind"]) for f in exc.findings}))
+        return 422, (
+            f"This text holds secrets ({kinds}) and this project refuses them: nothing was"
+            " saved. Take them out (or ask a project admin to allowlist them) and save again."
+        )
     return 400, str(exc)
 
 
-_FORM_ERRORS = (InvalidName, ContentPreconditionFailed, PathConflict, StoreArchived, NotFound)
+_FORM_ERRORS = (
+    InvalidName,
+    ContentPreconditionFailed,
+    PathConflict,
+    StoreArchived,
+    NotFound,
+    SecretsRefused,
+)
 
 
 # -- stores --------------------------------------------------------------------------------

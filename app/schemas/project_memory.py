@@ -12,9 +12,11 @@ from marshmallow import (
     fields,
     post_load,
 )
+from marshmallow.validate import OneOf
 
 from app.schemas import rules
 from app.schemas.common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
+from app.storage.core.secret_policy import POLICIES
 from app.storage.core.task_rules import MAX_SUMMARY_BYTES
 
 TIME_METADATA = {
@@ -255,3 +257,42 @@ class SearchResults(Schema):
             "description": "Memory stores beyond the per-search bound (the newest are searched)."
         },
     )
+
+
+class SecretPolicyRequest(Schema):
+    """A change of the project's secret policy: each field given replaces the stored one,
+    each left out stays as it is."""
+
+    class Meta:
+        unknown = RAISE
+
+    policy = fields.String(
+        validate=OneOf(POLICIES),
+        metadata={
+            "description": "mask (the default): each secret is stored as [secret:<kind>];"
+            " reject: a write holding one is refused (422); allow: stored as given (audited)."
+        },
+    )
+    allow_patterns = fields.List(
+        fields.String(),
+        metadata={
+            "description": "Regular expressions (at most 64, of up to 256 characters): a found"
+            " value one of them matches is not a secret."
+        },
+    )
+    allow_fingerprints = fields.List(
+        fields.String(),
+        metadata={
+            "description": "SHA-256 (64 lowercase hex digits) of exact values that are not"
+            " secrets (at most 1,024)."
+        },
+    )
+
+
+class SecretPolicy(Schema):
+    """What the project does with the secrets of a write, as in force (its own section, else
+    its tenant's; the two allowlists together)."""
+
+    policy = fields.String(required=True, metadata={"enum": list(POLICIES)})
+    allow_patterns = fields.List(fields.String(), required=True)
+    allow_fingerprints = fields.List(fields.String(), required=True)

@@ -57,6 +57,21 @@ class TrafficHour(Schema):
     bytes_out = fields.Integer(required=True, metadata={"description": "Response body bytes."})
 
 
+class SecretCounts(Schema):
+    masked = fields.Integer(
+        required=True, metadata={"description": "Secrets masked in the project's writes."}
+    )
+    masked_by_kind = fields.Dict(keys=fields.String(), values=fields.Integer(), required=True)
+    refused_writes = fields.Integer(
+        required=True,
+        metadata={"description": "Writes refused for the secrets they held (policy reject)."},
+    )
+    truncated = fields.Boolean(
+        required=True,
+        metadata={"description": "True when the counts stop short of the period (many events)."},
+    )
+
+
 class UsageReport(Schema):
     tenant = fields.String(required=True)
     project = fields.String(required=True)
@@ -85,6 +100,22 @@ class UsageReport(Schema):
             " or (tenant_admin and admin) every project's of the tenant."
         },
     )
+    secrets = fields.Nested(
+        SecretCounts,
+        required=True,
+        metadata={
+            "description": "This project's secrets in the same hours (docs/secrets.md), from"
+            " its audit log."
+        },
+    )
 
 
-OPENAPI_SCHEMAS = (UsageCounts, Quota, ProjectUsage, DiskSpace, TrafficHour, UsageReport)
+OPENAPI_SCHEMAS = (
+    UsageCounts,
+    Quota,
+    ProjectUsage,
+    DiskSpace,
+    TrafficHour,
+    SecretCounts,
+    UsageReport,
+)

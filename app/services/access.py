@@ -153,6 +153,25 @@ def require_redact(principal: Principal) -> None:
         raise Forbidden(f"redacting a memory version needs the {MANAGER} role or above")
 
 
+def may_set_secret_policy(who: Who, tenant: str, project: str | None) -> bool:
+    """A project's secret policy and allowlist are set by its managers (a project_admin of
+    it and above); a tenant's own, which its projects inherit, by the tenant's managers."""
+    if project is None:
+        return manages_tenant(who, tenant)
+    token = token_of(who)
+    if token.role == ADMIN:
+        return True
+    in_scope = token.tenant == tenant and token.project in (None, project)
+    return in_scope and may_manage(who)
+
+
+def require_set_secret_policy(who: Who, tenant: str, project: str | None) -> None:
+    if not may_set_secret_policy(who, tenant, project):
+        if project is None:
+            raise Forbidden("only a tenant_admin of this tenant or an admin sets its secret policy")
+        raise Forbidden(f"setting a project's secret policy needs the {MANAGER} role or above")
+
+
 def may_grant(who: Who, role: str) -> bool:
     """Whether ``who`` may create (or revoke) a token of ``role``: a manager, up to its own
     role."""

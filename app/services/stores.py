@@ -5,14 +5,45 @@ and records one audit event. Reads need no use case.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from app.services import access, audit
+from app.services import access, audit, secrets
 from app.services.access import Principal
 from app.services.memory_tool import AUDITED, MemoryTool, ToolResult, audit_of
-from app.storage.core.errors import Forbidden
+from app.services.secrets import Screen, ScreenedStores
+from app.storage.core.errors import Forbidden, SecretsRefused
 from app.storage.core.store_models import Deleted, Memory, MemoryStore, MemoryVersion
-from app.storage.interface import StorageBackend
+from app.storage.interface import StorageBackend, StoreBackend
+
+
+class _Screened(ScreenedStores):
+    """The store engine as the use cases write through it: a write refused for its secrets
+    is audited before its SecretsRefused goes on to the door."""
+
+    def __init__(
+        self, storage: StorageBackend, principal: Principal, screen: Screen, subject: str
+    ) -> None:
+        super().__init__(storage.stores, screen)
+        self.storage = storage
+        self.principal = principal
+        self.subject = subject
+
+    def text(self, value: object, where: str) -> Any:
+        """A store's name or description as it may be stored (None stays None)."""
+        return self._screened(value, where)
+
+    def _screened(self, value: object, where: str) -> object:
+        try:
+            return super()._screened(value, where)
+        except SecretsRefused as exc:
+            secrets.refused(self.storage, self.principal, exc, self.subject)
+            raise
+
+
+def _screened(
+    storage: StorageBackend, principal: Principal, screen: Screen, subject: str
+) -> _Screened:
+    return _Screened(storage, principal, screen, subject)
 
 
 def _store_event(
@@ -46,17 +77,22 @@ def create_store(
     name: object,
     description: object = "",
     metadata: object = None,
+    screen: Screen | None = None,
 ) -> MemoryStore:
-    """A new store, created by this principal (who may then manage it)."""
+    """A new store, created by this principal (who may then manage it); secrets in its name
+    and description as in a memory's content (services/secrets.py)."""
     access.require_write(principal)
+    screen = screen or Screen.of(storage, principal)
+    stores = _screened(storage, principal, screen, "(new store)")
     store = storage.stores.create_store(
         principal.scope,
-        name=name,
-        description=description,
+        name=stores.text(name, "name"),
+        description=stores.text(description, "description"),
         metadata=metadata,
         creator=principal.actor,
     )
     _store_event(storage, principal, "created", store)
+    screen.record(storage, principal, store.id, store_id=store.id)
     return store
 
 
@@ -68,18 +104,22 @@ def update_store(
     name: object = None,
     description: object = None,
     metadata: object = None,
+    screen: Screen | None = None,
 ) -> MemoryStore:
     """A patch of the store's name, description or metadata: its creator, or a manager."""
     access.require_write(principal)
+    screen = screen or Screen.of(storage, principal)
+    stores = _screened(storage, principal, screen, store_id)
     store = storage.stores.update_store(
         principal.scope,
         store_id,
-        name=name,
-        description=description,
+        name=stores.text(name, "name"),
+        description=stores.text(description, "description"),
         metadata=metadata,
         only_creator=access.only_owner(principal),
     )
     _store_event(storage, principal, "modified", store)
+    screen.record(storage, principal, store_id, store_id=store_id)
     return store
 
 
@@ -112,9 +152,11 @@ def create_memory(
     path: object,
     content: object,
     full: bool = False,
+    screen: Screen | None = None,
 ) -> Memory:
     access.require_write(principal)
-    memory = storage.stores.create_memory(
+    screen = screen or Screen.of(storage, principal)
+    memory = _screened(storage, principal, screen, store_id).create_memory(
         principal.scope,
         store_id,
         path=path,
@@ -123,6 +165,7 @@ def create_memory(
         full=full,
     )
     _memory_event(storage, principal, "created", memory.id, store_id, _version_detail(memory))
+    screen.record(storage, principal, memory.id, store_id=store_id)
     return memory
 
 
@@ -136,9 +179,11 @@ def update_memory(
     path: object = None,
     precondition_sha256: object = None,
     full: bool = False,
+    screen: Screen | None = None,
 ) -> Memory:
     access.require_write(principal)
-    memory = storage.stores.update_memory(
+    screen = screen or Screen.of(storage, principal)
+    memory = _screened(storage, principal, screen, memory_id).update_memory(
         principal.scope,
         store_id,
         memory_id,
@@ -149,6 +194,7 @@ def update_memory(
         full=full,
     )
     _memory_event(storage, principal, "modified", memory.id, store_id, _version_detail(memory))
+    screen.record(storage, principal, memory.id, store_id=store_id)
     return memory
 
 
@@ -185,7 +231,8 @@ def rename_memory(
     """Move a memory to another path, its content unchanged: recorded as a rename, so the
     audit log tells a move from an edit."""
     access.require_write(principal)
-    memory = storage.stores.update_memory(
+    screen = Screen.of(storage, principal)
+    memory = _screened(storage, principal, screen, memory_id).update_memory(
         principal.scope,
         store_id,
         memory_id,
@@ -194,6 +241,7 @@ def rename_memory(
         actor=principal.store_actor,
     )
     _memory_event(storage, principal, "renamed", memory.id, store_id, _version_detail(memory))
+    screen.record(storage, principal, memory.id, store_id=store_id)
     return memory
 
 
@@ -216,8 +264,10 @@ def restore_version(
     old = storage.stores.get_version(principal.scope, store_id, version_id, full=True)
     if old.content is None or old.path is None:
         raise Forbidden("a redacted or deleted version has no content to restore")
+    screen = Screen.of(storage, principal)
+    stores = _screened(storage, principal, screen, version_id)
     if precondition_sha256:
-        memory = storage.stores.update_memory(
+        memory = stores.update_memory(
             principal.scope,
             store_id,
             old.memory_id,
@@ -226,7 +276,7 @@ def restore_version(
             actor=principal.store_actor,
         )
     else:
-        memory = storage.stores.create_memory(
+        memory = stores.create_memory(
             principal.scope,
             store_id,
             path=old.path,
@@ -234,6 +284,7 @@ def restore_version(
             actor=principal.store_actor,
         )
     _memory_event(storage, principal, "restored", memory.id, store_id, _version_detail(memory))
+    screen.record(storage, principal, memory.id, store_id=store_id)
     return memory
 
 
@@ -269,10 +320,17 @@ def run_memory_tool(
     command = command_input.get("command") if isinstance(command_input, dict) else None
     if command in AUDITED:
         access.require_write(principal)
+    screen = Screen.of(storage, principal)
+    engine = _screened(storage, principal, screen, store_id)
     if tool is None:
-        tool = MemoryTool(storage.stores, principal.scope, store_id, actor=principal.store_actor)
+        tool = MemoryTool(
+            cast(StoreBackend, engine), principal.scope, store_id, actor=principal.store_actor
+        )
+    else:
+        tool.engine = cast(StoreBackend, engine)
     result = tool.run(command_input)
     change = audit_of(command_input, result)
     if change is not None:
         _memory_event(storage, principal, change[0], store_id, store_id, change[1])
+        screen.record(storage, principal, store_id, store_id=store_id)
     return result

@@ -5,12 +5,14 @@ event. Reads need no use case: a door reads the storage directly, in its princip
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import IO, Any
 
-from app.services import access, audit
+from app.services import access, audit, secrets
 from app.services.access import Principal
-from app.storage.core.errors import Conflict, NotFound, PreconditionFailed
+from app.services.secrets import Screen
+from app.storage.core.errors import Conflict, NotFound, PreconditionFailed, SecretsRefused
 from app.storage.core.models import ArtifactInfo, ArtifactUpload, TurnRecord
 from app.storage.core.names import MAX_TURN
 from app.storage.interface import StorageBackend
@@ -32,24 +34,85 @@ def record_turn(
     if_none_match: bool = False,
     artifacts: Iterable[ArtifactUpload] = (),
     size: int | None = None,
+    screen: Screen | None = None,
 ) -> TurnRecord:
     """Create or replace turn ``turn`` (TaskBackend.put_turn); a write that creates the task
-    is recorded as its creation."""
+    is recorded as its creation. Its secrets are masked or refused by the project's policy
+    (services/secrets.py); ``screen``, when the door passes one, tells it what was masked."""
     access.require_write(principal)
-    record = storage.tasks.put_turn(
-        principal.scope,
+    screen = screen or Screen.of(storage, principal)
+    meta, summary_md = _screened(screen, meta, summary_md, f"{task_id}/{turn}", storage, principal)
+    return _put_turn(
+        storage,
+        principal,
+        screen,
         task_id,
         turn,
         meta=meta,
         summary_md=summary_md,
-        actor=principal.actor,
         if_match=if_match,
         if_none_match=if_none_match,
         artifacts=artifacts,
         size=size,
     )
+
+
+def _screened(
+    screen: Screen,
+    meta: dict[str, Any],
+    summary_md: str,
+    subject: str,
+    storage: StorageBackend,
+    principal: Principal,
+) -> tuple[dict[str, Any], str]:
+    """A turn's meta and summary as they may be stored; SecretsRefused (audited) when the
+    project refuses what they hold."""
+    meta = screen.json(meta, "meta")
+    summary_md = screen.text(summary_md, "summary_md")
+    try:
+        screen.settle()
+    except SecretsRefused as exc:
+        secrets.refused(storage, principal, exc, subject)
+        raise
+    return meta, summary_md
+
+
+def _put_turn(
+    storage: StorageBackend,
+    principal: Principal,
+    screen: Screen,
+    task_id: str,
+    turn: int,
+    *,
+    meta: dict[str, Any],
+    summary_md: str,
+    if_match: str | None,
+    if_none_match: bool,
+    artifacts: Iterable[ArtifactUpload],
+    size: int | None,
+) -> TurnRecord:
+    """The storage call of a turn whose texts are screened; its artifacts are screened as
+    the storage reads them."""
+    subject = f"{task_id}/{turn}"
+    try:
+        record = storage.tasks.put_turn(
+            principal.scope,
+            task_id,
+            turn,
+            meta=meta,
+            summary_md=summary_md,
+            actor=principal.actor,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            artifacts=(screen.artifact(a, f"artifacts.{a.name}") for a in artifacts),
+            size=size,
+        )
+    except SecretsRefused as exc:
+        secrets.refused(storage, principal, exc, subject)
+        raise
     if record.task_created:
         audit.event(storage, principal, "task", "created", task_id)
+    screen.record(storage, principal, subject)
     return record
 
 
@@ -62,6 +125,7 @@ def append_turn(
     summary_md: str,
     artifacts: Callable[[], Iterable[ArtifactUpload]] = tuple,
     size: int | None = None,
+    screen: Screen | None = None,
 ) -> TurnRecord:
     """Record the task's next free turn (0 for a new task), never over another writer's.
 
@@ -69,9 +133,11 @@ def append_turn(
     that took that number first sends it to the next. ``artifacts`` makes fresh uploads for
     each try (a lost race has read the last ones); ``size``, when known, is their bytes in
     all (TaskBackend.put_turn). Conflict when the task has used every number, or when other
-    writers kept winning for NEXT_TURN_ATTEMPTS tries.
+    writers kept winning for NEXT_TURN_ATTEMPTS tries. Secrets as record_turn.
     """
     access.require_write(principal)
+    screen = screen or Screen.of(storage, principal)
+    meta, summary_md = _screened(screen, meta, summary_md, task_id, storage, principal)
     for _ in range(NEXT_TURN_ATTEMPTS):
         try:
             latest = storage.tasks.get_task(principal.scope, task_id).latest_turn
@@ -83,19 +149,23 @@ def append_turn(
                 f"task {task_id} has used every turn number (0-{MAX_TURN}):"
                 " record under another task id"
             )
+        counted = Counter(screen.masked)  # a lost try's artifacts are not stored
         try:
-            return record_turn(
+            return _put_turn(
                 storage,
                 principal,
+                screen,
                 task_id,
                 number,
                 meta=meta,
                 summary_md=summary_md,
+                if_match=None,
                 if_none_match=True,
                 artifacts=artifacts(),
                 size=size,
             )
         except PreconditionFailed:
+            screen.masked = counted
             continue
     raise Conflict(f"other writers kept taking task {task_id}'s next turn number; try again")
 
@@ -112,20 +182,34 @@ def put_artifact(
     if_match: str | None = None,
     if_none_match: bool = False,
     size: int | None = None,
+    screen: Screen | None = None,
 ) -> ArtifactInfo:
-    """Create or replace one artifact of an existing turn (a write of that turn)."""
+    """Create or replace one artifact of an existing turn (a write of that turn); a text
+    artifact's secrets as record_turn's (its size is then the masked one's)."""
     access.require_write(principal)
-    return storage.tasks.put_artifact(
-        principal.scope,
-        task_id,
-        turn,
-        name,
-        stream,
-        content_type=content_type,
-        if_match=if_match,
-        if_none_match=if_none_match,
-        size=size,
-    )
+    screen = screen or Screen.of(storage, principal)
+    subject = f"{task_id}/{turn}/{name}"
+    if screen.active:
+        # ``size`` still admits the body before it is read; what masking adds (a marker may be
+        # longer than the secret it replaces) is counted when the write settles.
+        stream = screen.artifact(ArtifactUpload(name, content_type, stream), "artifact").stream
+    try:
+        info = storage.tasks.put_artifact(
+            principal.scope,
+            task_id,
+            turn,
+            name,
+            stream,
+            content_type=content_type,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            size=size,
+        )
+    except SecretsRefused as exc:
+        secrets.refused(storage, principal, exc, subject)
+        raise
+    screen.record(storage, principal, subject)
+    return info
 
 
 def delete_task(storage: StorageBackend, principal: Principal, task_id: str) -> None:

@@ -109,6 +109,51 @@ def report(
         "traffic": traffic_json(
             storage, scope.tenant, None if whole_tenant else scope.project, hours
         ),
+        "secrets": secrets_json(storage, scope, hours),
+    }
+
+
+# The most audit events a report reads to count the project's secrets: past them the counts
+# are marked partial rather than the report made slow.
+SECRET_EVENTS_READ = 2000
+
+
+def secrets_json(storage: StorageBackend, scope: Scope, hours: int) -> dict[str, Any]:
+    """What the project's writes of the last ``hours`` held in secrets (services/secrets.py),
+    from its audit log: how many were masked, by kind, and how many writes were refused."""
+    since_us = storage.audit_log.now_us() - hours * 3_600_000_000
+    masked: dict[str, int] = {}
+    refused = read = 0
+    cursor: str | None = None
+    partial = False
+    while True:
+        page = storage.audit_log.page(scope, kind="secrets", limit=500, cursor=cursor)
+        for event in page.events:
+            if event.at_us < since_us:
+                return _secrets(masked, refused, partial=False)
+            read += 1
+            kinds = event.detail.get("kinds") if isinstance(event.detail, dict) else None
+            if event.action == "masked" and isinstance(kinds, dict):
+                for kind, n in kinds.items():
+                    if isinstance(n, int):
+                        masked[str(kind)] = masked.get(str(kind), 0) + n
+            elif event.action == "refused":
+                refused += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+        if read >= SECRET_EVENTS_READ:
+            partial = True
+            break
+    return _secrets(masked, refused, partial=partial)
+
+
+def _secrets(masked: dict[str, int], refused: int, *, partial: bool) -> dict[str, Any]:
+    return {
+        "masked": sum(masked.values()),
+        "masked_by_kind": dict(sorted(masked.items())),
+        "refused_writes": refused,
+        "truncated": partial,
     }
 
 

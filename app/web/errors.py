@@ -22,6 +22,7 @@ from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from app.storage.core import errors as se, store_models as ms
+from app.storage.core.limits import InvalidLimit
 from app.storage.core.quota import FloorReached
 from app.storage.core.usage import QuotaExceeded
 from app.web.body import body_cut_off, close_after_answer
@@ -62,6 +63,28 @@ class RequestValidationError(HTTPException):
     def __init__(self, errors: list[dict[str, Any]]) -> None:
         super().__init__(description="validation error")
         self.errors = errors
+
+
+class SecretsFound(RequestValidationError):
+    """422 naming each secret a write held (its kind and place, never its value), in a
+    project that refuses them: the validation list on the project-memory API, a 422 of
+    type ``invalid_request_error`` with the same list as ``secrets`` on the memory stores'."""
+
+    def __init__(self, exc: se.SecretsRefused) -> None:
+        super().__init__(
+            [
+                {
+                    "loc": ["body", *str(f["where"]).split(".")],
+                    "msg": f"a secret ({f['kind']}) at characters {f['start']}-{f['end']}:"
+                    " this project refuses secrets, and nothing was stored",
+                    "type": "secret_found",
+                    "ctx": {"kind": f["kind"], "start": f["start"], "end": f["end"]},
+                }
+                for f in exc.findings
+            ]
+        )
+        self.message = str(exc)
+        self.findings = exc.findings
 
 
 def validation_error(
@@ -142,6 +165,9 @@ def render(exc: HTTPException) -> Any:
     response = exc.get_response()
     code = exc.code or 500
     if request.path.startswith(STORES_PREFIX):
+        if isinstance(exc, SecretsFound):
+            message = exc.message
+            exc = ApiError(422, message, extra={"secrets": exc.findings})
         if isinstance(exc, RequestValidationError):
             message = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
@@ -218,6 +244,10 @@ def from_storage(exc: se.StorageError) -> HTTPException:
         return ApiError(409, str(exc), error_type="conflict_error")
     if isinstance(exc, ms.StoreFull):
         return ApiError(400, str(exc), error_type="invalid_request_error")
+    if isinstance(exc, se.SecretsRefused):
+        return SecretsFound(exc)
+    if isinstance(exc, InvalidLimit):
+        return validation_error(["body"], str(exc), "value_error")
     if isinstance(exc, se.InvalidName):
         where = _FIELD_LOCATIONS.get(exc.field, "body")
         return validation_error(

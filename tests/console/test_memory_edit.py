@@ -227,3 +227,30 @@ def test_archive_and_delete_a_store_follow_the_api_roles(
     assert browser.post(f"{WEB}/stores/{sid}/delete").status_code == 303
     gone = client.get(f"{STORES}/{sid}", headers=tokens.headers("writer"))
     assert gone.status_code == 404
+
+
+def test_an_edit_holding_a_secret_is_masked_or_refused_by_the_project_policy(
+    client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser], store: dict[str, str]
+) -> None:
+    from tests.secrets_corpus import corpus
+
+    secret = next(p for p in corpus(seed=5, per_kind=1) if p.kind == "github-token")
+    browser = console("writer")
+    edit = f"{WEB}/stores/{store['sid']}/memories/{store['mid']}/edit"
+    sha = hidden(text(browser.get(edit)), "content_sha256")
+    saved = browser.post(edit, {"content": f"key {secret.text}\n", "content_sha256": sha})
+    assert saved.status_code == 303
+    content = read(client, tokens, store)["content"]
+    assert secret.value not in content and "[secret:github-token]" in content
+    r = client.put(
+        "/sandbox/memory/v1/secrets/policy",
+        json={"policy": "reject"},
+        headers=tokens.headers("project_admin"),
+    )
+    assert r.status_code == 200
+    sha = hidden(text(browser.get(edit)), "content_sha256")
+    refused = browser.post(edit, {"content": f"again {secret.text}\n", "content_sha256": sha})
+    assert refused.status_code == 422
+    page = text(refused)
+    assert "refuses them" in page and "github-token" in page
+    assert read(client, tokens, store)["content"] == content  # nothing was saved

@@ -47,6 +47,7 @@ from app.services.mcp.text import (
     search_snippet,
 )
 from app.services.memory_tool import AUDITED as CHANGES_A_STORE
+from app.services.secrets import Screen
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import STORE_ID_RE, validate_artifact_name
 from app.storage.core.store_models import MemoryStore
@@ -486,6 +487,7 @@ class McpTools:
             files = decode_artifacts(args.values.get("artifacts"))
         except ArtifactFault as exc:
             raise ToolFailure(str(exc)) from None
+        screen = Screen.of(self.storage, self.principal)
         if turn is None:
             record = tasks.append_turn(
                 self.storage,
@@ -495,6 +497,7 @@ class McpTools:
                 summary_md=body["summary_md"],
                 artifacts=lambda: uploads(files),  # a lost race has read the last streams
                 size=size_of(files),
+                screen=screen,
             )
         else:
             record = tasks.record_turn(
@@ -506,6 +509,7 @@ class McpTools:
                 summary_md=body["summary_md"],
                 artifacts=uploads(files),
                 size=size_of(files),
+                screen=screen,
             )
         text = (
             f"Recorded turn {record.turn} of task {task_id} (updated {record.updated_at},"
@@ -518,6 +522,12 @@ class McpTools:
                 for f in files
             )
             text += "."
+        if screen.masked:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in screen.summary().items())
+            text += (
+                f" Masked {screen.masked.total()} secret(s) before storing ({kinds}):"
+                " they are stored as [secret:<kind>]."
+            )
         recorded = {
             "task_id": task_id,
             "turn": record.turn,

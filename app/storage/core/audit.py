@@ -27,7 +27,18 @@ from app.storage.core.errors import InvalidName
 from app.storage.core.names import Scope, validate_id
 from app.storage.core.task_rules import scope_tag
 
-KINDS = ("task", "turn", "artifact", "memory", "store", "token", "session", "limits", "oauth")
+KINDS = (
+    "task",
+    "turn",
+    "artifact",
+    "memory",
+    "store",
+    "token",
+    "session",
+    "limits",
+    "oauth",
+    "secrets",
+)
 KEEP_DAYS = 400  # a year of history, and the month before it
 MAX_DETAIL_BYTES = 4096
 MAX_SUBJECT_CHARS = 256

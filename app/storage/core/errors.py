@@ -30,6 +30,20 @@ class NotOwner(StorageError):
     """Only the task's owner (or a project admin) may do this."""
 
 
+class SecretsRefused(StorageError):
+    """A write that holds secrets, in a project whose policy refuses them
+    (core/secret_policy.py): ``findings`` says each one's kind and where it is (a field, and
+    the characters in it), never its value."""
+
+    def __init__(self, findings: list[dict[str, object]]) -> None:
+        kinds = sorted({str(f["kind"]) for f in findings})
+        super().__init__(
+            f"the write holds {len(findings)} secret(s) ({', '.join(kinds)}) and this project"
+            " refuses secrets: nothing was stored"
+        )
+        self.findings = findings
+
+
 class Forbidden(StorageError):
     """The principal's role does not allow this change (app/services/access.py)."""
 

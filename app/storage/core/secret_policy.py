@@ -17,9 +17,9 @@ and so may its tenant's entry, which every project of the tenant inherits::
   and nothing is stored;
 * ``allow``: what is written is stored as given (a project meant to hold credentials).
 
-``allow_patterns`` are regular expressions a found value must match whole to be let through;
-``allow_fingerprints`` the SHA-256 (hex) of exact values that are not secrets. A project's
-policy wins over its tenant's; the two allowlists add up.
+``allow_patterns`` are regular expressions searched in each found value (one that matches
+lets it through); ``allow_fingerprints`` the SHA-256 (hex) of exact values that are not
+secrets. A project's policy wins over its tenant's; the two allowlists add up.
 """
 
 from __future__ import annotations
