@@ -10,6 +10,7 @@ from app.console import (  # noqa: F401
     audit,
     memories,
     oauth,
+    secrets,
     signin,
     stores,
     tasks,

@@ -12,6 +12,7 @@ import click
 from flask import Flask, current_app
 from flask.cli import AppGroup, with_appcontext
 
+from app.ops.secrets_cli import secrets_group
 from app.services import oauth as oauth_service
 from app.storage.core.errors import StorageError
 from app.storage.core.limits import (
@@ -580,7 +581,7 @@ def init_app(app: Flask) -> None:
 
 COMMANDS: tuple[click.Command, ...] = (
     tokens, oauth, ratelimit, quota, usage_command,
-    sweep_command, fsck_command, export_command, import_command,
+    sweep_command, fsck_command, export_command, import_command, secrets_group,
 )  # fmt: skip
 # `flask --app wsgi <one of these> ...` builds the app without its HTTP side (app.ops.startup).
 NAMES = frozenset(str(command.name) for command in COMMANDS)

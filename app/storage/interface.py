@@ -459,6 +459,12 @@ class StorageBackend(Protocol):
         """Finish a recovery a full disk stopped, if any; whether writes are allowed now."""
         ...
 
+    def scrub_replaced(self, scope: Scope) -> bool:
+        """Make text the project's writes replaced leave every file now, as the sweep does:
+        the digest's base, the search index and its WAL. True when nothing of it is left (a
+        reader holding an old snapshot can keep it until the next write or sweep)."""
+        ...
+
     def flush_derived(self) -> None:
         """Make durable what was written without an fsync of its own (the tree's derived
         files): before a clean stop, and after the CLI's repairs."""

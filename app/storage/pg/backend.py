@@ -41,7 +41,7 @@ from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.control import Lease, database_key, load_state, save_state
-from app.storage.pg.db import Database, translated
+from app.storage.pg.db import Database, backup_running, translated
 from app.storage.pg.fsck import PgFsck
 from app.storage.pg.limits import PgLimits
 from app.storage.pg.oauth import PgOAuth
@@ -234,6 +234,25 @@ class PgStorage:
         return import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
 
     # -- retention -------------------------------------------------------------------------
+    def scrub_replaced(self, scope: Scope) -> bool:
+        """The objects of the project's replaced artifacts go now rather than at the sweeper's
+        orphan pass (a download still reading one fails); a replaced row's text is gone from
+        every answer and index at once, its dead tuple left to autovacuum as every update's
+        is. False while a backup runs: it may still be reading them."""
+        with self.db.transaction("objects") as conn:
+            if backup_running(conn):
+                return False
+            keys = [
+                str(row[0])
+                for row in conn.execute(
+                    "DELETE FROM superseded_blobs WHERE tenant = %(tenant)s"
+                    " AND project = %(project)s RETURNING blob",
+                    {"tenant": scope.tenant, "project": scope.project},
+                )
+            ]
+        self.blobs.delete(keys)
+        return True
+
     def sweep(
         self,
         *,

@@ -145,6 +145,10 @@ class TreeStorage:
                 continue
         return total
 
+    def scrub_replaced(self, scope: Scope) -> bool:
+        self.tasks.compact_digest(scope)
+        return self.tasks.removals.purge(scope, only_pending=True)
+
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:
         """Remove expired turns and versions past their retention (both engines); unless
         ``force``, nothing when the clock looks stepped forward (core/sweep.py ClockGuard)."""
