@@ -12,6 +12,7 @@ from flask import Flask
 from app.storage.core.limits import PAIRS, parse_bytes, rate_fault
 from app.storage.core.quota import parse_floor, parse_inode_floor
 from app.storage.core.record_rules import MAX_RETENTION_DAYS
+from app.storage.core.secret_policy import POLICIES
 from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
@@ -63,6 +64,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         True,
         bool,
         "Concurrent writes share one flush (syncfs) on ext4 in its default data=ordered mode; false: fsync each file (docs/guarantees.md).",
+    ),
+    "SECRETS_POLICY": (
+        "mask",
+        str,
+        "What a write's secrets become in a project whose policy (or its tenant's) is not set: mask, reject or allow (docs/secrets.md).",
     ),
     "MAX_ARTIFACT_BYTES": (50 * MiB, int, "Largest artifact accepted, in bytes."),
     "MAX_JSON_BYTES": (4 * MiB, int, "Largest JSON request body, in bytes."),
@@ -221,6 +227,11 @@ def validate_config(config: dict[str, Any]) -> None:
         except (TypeError, ValueError):
             raise ConfigError(f"{PREFIX}_{name}={value!r} is not a valid {kind.__name__}") from None
         config[name] = value
+    if config["SECRETS_POLICY"] not in POLICIES:
+        raise ConfigError(
+            f"{PREFIX}_SECRETS_POLICY must be one of {', '.join(POLICIES)}"
+            f" (got {config['SECRETS_POLICY']!r})"
+        )
     if not 0 < config["RETENTION_DAYS"] <= MAX_RETENTION_DAYS:
         raise ConfigError(
             f"{PREFIX}_RETENTION_DAYS must be > 0 and at most {MAX_RETENTION_DAYS}"

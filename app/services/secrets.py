@@ -323,7 +323,7 @@ class _MaskingStream:
 def policy_of(storage: StorageBackend, tenant: str, project: str) -> SecretPolicy:
     """The policy ``tenant/project`` works under now, read from the document itself (what an
     answer shows; writes use the per-process copy, at most a second old)."""
-    return storage.limits().secrets().of(tenant, project)
+    return storage.limits().secrets().of(tenant, project, storage.secret_policies.default)
 
 
 def set_policy(

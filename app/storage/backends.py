@@ -10,6 +10,7 @@ from typing import Any
 
 from app.storage.core.clock import system_clock
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
+from app.storage.core.secret_policy import DEFAULT_POLICY
 from app.storage.core.sweep import ClockGuard
 from app.storage.interface import StorageBackend
 
@@ -19,7 +20,8 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
     ``DATABASE_URL``, ``BLOB_URL``, ``S3_ENDPOINT_URL``, ``RETENTION_DAYS``,
     ``LOCK_TIMEOUT``, ``MAX_ARTIFACT_BYTES``, ``TOKENS_FILE``, ``THREADS``, ``CLOCK``,
     ``GROUP_COMMIT``, ``MIN_FREE_BYTES``: the tree's free-space floor, None for none,
-    ``MIN_FREE_INODES``: its inode floor; ``SEARCH_TIMEOUT``)."""
+    ``MIN_FREE_INODES``: its inode floor; ``SEARCH_TIMEOUT``; ``SECRETS_POLICY``: the policy of
+    a project without one)."""
     common: dict[str, Any] = {
         "clock_guard": ClockGuard(
             margin_days=float(settings.get("SWEEP_CLOCK_MARGIN_DAYS", 1.0)),
@@ -36,6 +38,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         # request thread, and other requests take the next one a search frees.
         "search_slots": _search_slots(settings),
         "search_waiting": max(0, int(settings.get("THREADS", 8)) - _search_slots(settings)),
+        "secrets_policy": settings.get("SECRETS_POLICY", DEFAULT_POLICY),
     }
     if settings.get("DATABASE_URL"):
         from app.storage.pg.backend import PgStorage

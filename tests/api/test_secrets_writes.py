@@ -354,3 +354,34 @@ def test_the_mcp_tools_mask_and_refuse_as_the_rest_api_does(
     )
     assert "github-token" in refused and secret.value not in refused
     assert client.get(f"{PM}/tasks/via-mcp", headers=h).get_json()["turn_count"] == 1
+
+
+def test_the_deployment_default_applies_where_no_policy_is_set(
+    tmp_path: Path, planted: list[Planted]
+) -> None:
+    from app import create_app
+    from app.config import ConfigError
+
+    with pytest.raises(ConfigError, match="SECRETS_POLICY"):
+        create_app({"STORAGE_ROOT": str(tmp_path / "x"), "SECRETS_POLICY": "ignore"})
+    app = create_app(
+        {
+            "STORAGE_ROOT": str(tmp_path / "root"),
+            "TOKENS_FILE": str(tmp_path / "tokens.json"),
+            "SECRETS_POLICY": "reject",
+        }
+    )
+    _, secret = app.extensions["token_registry"].create(
+        role="project_admin", tenant="acme", project="web"
+    )
+    client = app.test_client()
+    h = {"Authorization": f"Bearer {secret}"}
+    text = planted[0].text
+    assert client.get(f"{PM}/secrets/policy", headers=h).get_json()["policy"] == "reject"
+    r = client.put(f"{PM}/tasks/t/turns/0", json={"summary_md": text}, headers=h)
+    assert r.status_code == 422
+    client.put(f"{PM}/secrets/policy", json={"policy": "mask"}, headers=h)
+    r = client.put(f"{PM}/tasks/t/turns/0", json={"summary_md": text}, headers=h)
+    assert r.status_code == 200 and planted[0].value not in r.get_data(as_text=True)
+    app.extensions["traffic"].close()
+    app.extensions["storage"].close()

@@ -15,7 +15,12 @@ from typing import Generic, Protocol, TypeVar
 from app.storage.core.errors import InsufficientStorage, StorageError
 from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, human_bytes, parse_bytes
 from app.storage.core.names import Scope
-from app.storage.core.secret_policy import NO_SETTINGS, SecretPolicy, SecretSettings
+from app.storage.core.secret_policy import (
+    DEFAULT_POLICY,
+    NO_SETTINGS,
+    SecretPolicy,
+    SecretSettings,
+)
 
 T = TypeVar("T")
 
@@ -134,12 +139,19 @@ class SecretPolicySource(WatchedSection[SecretSettings]):
     """The secrets sections of the limits document (core/secret_policy.py), looked at (its
     stamp) at most once a second: what a write's secrets become."""
 
-    def __init__(self, document: SecretsDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+    def __init__(
+        self,
+        document: SecretsDocument | None,
+        *,
+        default: str = DEFAULT_POLICY,
+        check_every: float = QUOTA_CHECK_EVERY,
+    ):
         read = document.secrets if document is not None else (lambda: NO_SETTINGS)
         super().__init__(document, read, NO_SETTINGS, "secret policies", check_every=check_every)
+        self.default = default  # a project's whose policy (and its tenant's) is not set
 
     def of(self, scope: Scope) -> SecretPolicy:
-        return self.current().of(scope.tenant, scope.project)
+        return self.current().of(scope.tenant, scope.project, self.default)
 
 
 # -- the free-space floor ---------------------------------------------------------------------

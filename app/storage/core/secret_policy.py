@@ -154,12 +154,13 @@ class SecretSettings:
     projects: Mapping[tuple[str, str], SecretsOverride] = field(default_factory=dict)
     skipped: tuple[str, ...] = ()
 
-    def of(self, tenant: str, project: str) -> SecretPolicy:
+    def of(self, tenant: str, project: str, default: str = DEFAULT_POLICY) -> SecretPolicy:
         """The policy ``tenant/project`` works under: the project's policy, else the tenant's,
-        else :data:`DEFAULT_POLICY`; both allowlists together."""
+        else ``default`` (the deployment's, MEMORY_SECRETS_POLICY); both allowlists
+        together."""
         own = self.projects.get((tenant, project)) or SecretsOverride()
         inherited = self.tenants.get(tenant) or SecretsOverride()
-        policy = own.policy or inherited.policy or DEFAULT_POLICY
+        policy = own.policy or inherited.policy or default
         patterns = (inherited.allow_patterns or ()) + (own.allow_patterns or ())
         prints = (inherited.allow_fingerprints or ()) + (own.allow_fingerprints or ())
         return SecretPolicy(policy, tuple(dict.fromkeys(patterns)), tuple(dict.fromkeys(prints)))

@@ -25,6 +25,7 @@ from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
 from app.storage.core.quota import QuotaSource, SecretPolicySource
 from app.storage.core.recovery import Plan, Report
+from app.storage.core.secret_policy import DEFAULT_POLICY
 from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
     ClockGuard,
@@ -82,6 +83,7 @@ class PgStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        secrets_policy: str = DEFAULT_POLICY,
     ) -> None:
         self.database_url = database_url
         self.clock_guard = clock_guard
@@ -98,7 +100,7 @@ class PgStorage:
         cursors = CursorCodec(self.key(CURSOR_KEY))
         self.usage_counters = pgu.PgUsage(self.db, QuotaSource(self.limits()))
         # What each project does with the secrets of a write (services/secrets.py).
-        self.secret_policies = SecretPolicySource(self.limits())
+        self.secret_policies = SecretPolicySource(self.limits(), default=secrets_policy)
         self.tasks = PgTaskStore(
             self.db,
             self.blobs,

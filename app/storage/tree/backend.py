@@ -30,6 +30,7 @@ from app.storage.core.quota import (
     SecretPolicySource,
 )
 from app.storage.core.recovery import Plan, Report
+from app.storage.core.secret_policy import DEFAULT_POLICY
 from app.storage.core.sweep import (
     DEFAULT_CLOCK_GUARD,
     Census,
@@ -84,6 +85,7 @@ class TreeStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        secrets_policy: str = DEFAULT_POLICY,
     ) -> None:
         self.clock_guard = clock_guard
         self.sweep_clock = SweepClock(self.load_state, self.save_state)
@@ -91,7 +93,7 @@ class TreeStorage:
         self._registry: TokenRegistry | None = None
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
         # What each project does with the secrets of a write (services/secrets.py).
-        self.secret_policies = SecretPolicySource(limits)
+        self.secret_policies = SecretPolicySource(limits, default=secrets_policy)
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,
