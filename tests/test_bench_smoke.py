@@ -41,6 +41,7 @@ SMOKE: dict[str, list[str]] = {
     "run": ["--reps", "1", "--duration", "0.5", "--warmup", "0.1", "--only", "read"],
     "scale": ["--checkout", ".", "--sizes", "20", "--out", "{tmp}/scale.json", "--reps", "1"],
     "secrets_scan": ["--mib", "0.05", "--reps", "1", "--turns", "5", "--worst-kib", "8"],
+    "secrets_sweep": ["--tasks", "40", "--secrets", "4"],
     "search": ["--turns", "50", "--stores", "1", "--memories", "2", "--reps", "1", "--writes", "2"],
     "search_concurrency": [
         "--threads",
