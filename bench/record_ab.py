@@ -1,6 +1,7 @@
 """A recorded turn in process, two checkouts side by side: CPU per record through the app.
 
     python -m bench.record_ab --base /path/to/other/checkout [--reps 5] [--records 600]
+                              [--this-env NAME=VALUE ...] [--base-env NAME=VALUE ...]
 
 ``bench.ab`` measures a record over HTTP (gunicorn, 8 clients); this one takes HTTP, the
 worker and the load generator away and keeps everything the app does: the Flask test client
@@ -68,12 +69,15 @@ print(json.dumps({"record": (time.process_time() - start) / records * 1e3}))
 """
 
 
-def run_once(checkout: Path, records: int, tmp: Path, one: bool = False) -> dict[str, float]:
+def run_once(
+    checkout: Path, records: int, tmp: Path, one: bool = False, extra: list[str] | None = None
+) -> dict[str, float]:
     body = w.turn_body(0, 0).decode()
     args = [sys.executable, "-c", WORKER, str(records), body, w.ARTIFACT.hex(), str(tmp)]
     if one:
         args += [w.turn_form(0, 0, {"out.bin": w.ARTIFACT}).hex(), w.BOUNDARY]
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    settings = dict(item.split("=", 1) for item in extra or [])
+    env = {**os.environ, "PYTHONPATH": str(checkout), **settings}
     done = subprocess.run(
         args, cwd=checkout, env=env, capture_output=True, text=True, check=True, timeout=900
     )
@@ -94,6 +98,8 @@ def main() -> None:
     parser.add_argument(
         "--base-one", action="store_true", help="the base records in one request too"
     )
+    parser.add_argument("--this-env", nargs="*", default=[], help="NAME=VALUE for this side")
+    parser.add_argument("--base-env", nargs="*", default=[], help="NAME=VALUE for the base")
     args = parser.parse_args()
     this = Path(__file__).resolve().parent.parent
     base = args.base.resolve()
@@ -103,11 +109,11 @@ def main() -> None:
         for rep in range(args.reps):
             # Alternate which side goes first, so neither always follows the other.
             if rep % 2 == 0:
-                ours = run_once(this, args.records, Path(tmp), args.one)
-                theirs = run_once(base, args.records, Path(tmp), args.base_one)
+                ours = run_once(this, args.records, Path(tmp), args.one, args.this_env)
+                theirs = run_once(base, args.records, Path(tmp), args.base_one, args.base_env)
             else:
-                theirs = run_once(base, args.records, Path(tmp), args.base_one)
-                ours = run_once(this, args.records, Path(tmp), args.one)
+                theirs = run_once(base, args.records, Path(tmp), args.base_one, args.base_env)
+                ours = run_once(this, args.records, Path(tmp), args.one, args.this_env)
             for name in ours:
                 rows.setdefault(name, []).append((ours[name], theirs[name]))
             load.append(os.getloadavg()[0])
