@@ -275,12 +275,35 @@ def import_command(tenant: str | None, project: str | None, overwrite: bool, fil
         raise click.ClickException(f"import refused: {exc}") from None
     _storage().flush_derived()  # the import writes derived files without fsync (atomic_file)
     click.echo(f"imported {_counts(summary.counts)}")
+    _mask_imported(tenant, project)
     if summary.kept:
         shown = ", ".join(summary.kept[:10]) + (", ..." if len(summary.kept) > 10 else "")
         click.echo(
             f"kept {len(summary.kept)} task(s) created while the import ran, as their writers"
             f" left them (their copies in the backup were not imported): {shown}"
         )
+
+
+def _mask_imported(tenant: str | None, project: str | None) -> None:
+    """What an import restored holds no secret its projects' policies keep out: each project it
+    may have written (every project, for a whole backup) is purged as `secrets purge` does,
+    but for those whose policy is allow."""
+    from app.services.secret_sweep import Sweep
+
+    storage = _storage()
+    scopes = (
+        [Scope(tenant, project)]
+        if tenant is not None and project is not None
+        else storage.projects(None if tenant is None else [tenant])
+    )
+    tally = Sweep(storage, purge=True, report=lambda found: None, skip_allowed=True).run(scopes)
+    if tally.found:
+        storage.flush_derived()
+        for scope in scopes:
+            storage.scrub_replaced(scope)
+        click.echo(f"masked {tally.found} secret(s) in {tally.purged} record(s) (docs/secrets.md)")
+    for skipped in tally.skipped:
+        click.echo(f"not masked: {skipped}", err=True)
 
 
 # -- rate limits: per-tenant and per-project overrides of the MEMORY_RATE_LIMIT_* settings -----

@@ -128,6 +128,7 @@ class Sweep:
         state: State | None = None,
         deadline: float | None = None,
         most_found: int | None = None,
+        skip_allowed: bool = False,
     ) -> None:
         self.storage = storage
         self.purge = purge
@@ -135,6 +136,7 @@ class Sweep:
         self.state = state or State(None)
         self.deadline = deadline  # time.monotonic() past which it stops (None: never)
         self.most_found = most_found
+        self.skip_allowed = skip_allowed  # leave alone the projects whose policy is allow
         self.tally = Tally()
 
     def run(self, scopes: Iterable[Scope]) -> Tally:
@@ -142,6 +144,8 @@ class Sweep:
         so in ``stopped``, with what it did until then."""
         try:
             for scope in scopes:
+                if self.skip_allowed and self._policy(scope).policy == "allow":
+                    continue
                 self._tasks(scope)
                 self._stores(scope)
         except Stopped:
@@ -155,8 +159,12 @@ class Sweep:
             raise Stopped
 
     # -- helpers ----------------------------------------------------------------------------
+    def _policy(self, scope: Scope) -> SecretPolicy:
+        default = self.storage.secret_policies.default
+        return self.storage.limits().secrets().of(scope.tenant, scope.project, default)
+
     def _allowlist(self, scope: Scope) -> secret_scan.Allowlist:
-        policy: SecretPolicy = self.storage.limits().secrets().of(scope.tenant, scope.project)
+        policy = self._policy(scope)
         return secret_scan.Allowlist(policy.allow_patterns, frozenset(policy.allow_fingerprints))
 
     def _scan(

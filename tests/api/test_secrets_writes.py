@@ -8,6 +8,7 @@ every byte of every file under the storage root, write-ahead logs included.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import random
@@ -30,11 +31,10 @@ BOUNDARY = "pm-secrets-test"
 
 @pytest.fixture(scope="module")
 def planted() -> list[Planted]:
-    """One made-up secret of each kind."""
-    seen: dict[str, Planted] = {}
-    for item in corpus(seed=11, per_kind=1):
-        seen.setdefault(item.kind, item)
-    return list(seen.values())
+    """The corpus: 15 made-up secrets of each of its 22 kinds (330)."""
+    found = corpus(seed=11)
+    assert len(found) >= 300 and len({p.kind for p in found}) >= 20
+    return found
 
 
 def _text(planted: list[Planted]) -> str:
@@ -146,7 +146,8 @@ def _write_everything(client: FlaskClient, tokens: Tokens, text: str) -> list[An
             headers={**h, "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"},
         ),
     ]
-    r = client.post(MS, json={"name": "notes", "description": text}, headers=h)
+    short = " ".join(line for line in text.splitlines() if 0 < len(line) < 120)[:1000]
+    r = client.post(MS, json={"name": "notes", "description": short}, headers=h)
     answers.append(r)
     store_id = r.get_json().get("id") if r.status_code == 200 else None
     if store_id is not None:
@@ -171,7 +172,12 @@ def _write_everything(client: FlaskClient, tokens: Tokens, text: str) -> list[An
 
 
 def test_masking_is_the_default_and_no_secret_comes_to_rest(
-    app: Flask, client: FlaskClient, tokens: Tokens, planted: list[Planted], backend_kind: str
+    app: Flask,
+    client: FlaskClient,
+    tokens: Tokens,
+    planted: list[Planted],
+    backend_kind: str,
+    tmp_path: Path,
 ) -> None:
     text = _text(planted)
     answers = _write_everything(client, tokens, text)
@@ -206,6 +212,18 @@ def test_masking_is_the_default_and_no_secret_comes_to_rest(
         assert all(p.value not in events.get_data(as_text=True) for p in planted)
     counted = client.get(f"{PM}/usage", headers=h).get_json()["secrets"]
     assert counted["masked"] >= len(planted) and not counted["truncated"]
+    # A backup of the project holds none of them either.
+    backup = tmp_path / "backup.pmx"
+    result = app.test_cli_runner().invoke(
+        args=["export", "--tenant", "acme", "--project", "web", str(backup)]
+    )
+    assert result.exit_code == 0, result.output
+    exported = backup.read_bytes()
+    if exported[:2] == b"\x1f\x8b":  # gzip: its members' bytes as stored
+        exported = gzip.decompress(exported)
+    assert b"[secret:github-token]" in exported
+    for p in planted:
+        assert p.value.encode() not in exported, p
     assert counted["masked_by_kind"]["github-token"] >= 1 and counted["refused_writes"] == 0
     stored = _root_bytes(app) if backend_kind == "tree" else _pg_bytes(app)
     assert b"[secret:github-token]" in stored  # the scan reads what was stored
@@ -385,3 +403,30 @@ def test_the_deployment_default_applies_where_no_policy_is_set(
     assert r.status_code == 200 and planted[0].value not in r.get_data(as_text=True)
     app.extensions["traffic"].close()
     app.extensions["storage"].close()
+
+
+def test_an_import_masks_what_the_backup_held_unless_the_project_allows_it(
+    app: Flask, client: FlaskClient, tokens: Tokens, planted: list[Planted], tmp_path: Path
+) -> None:
+    secret = next(p for p in planted if p.kind == "stripe-key")
+    _set_policy(client, tokens, policy="allow")
+    h = tokens.headers("writer")
+    r = client.put(f"{PM}/tasks/kept/turns/0", json={"summary_md": secret.text}, headers=h)
+    assert r.status_code == 200 and secret.value in r.get_json()["summary_md"]
+    backup = tmp_path / "backup.pmx"
+    runner = app.test_cli_runner()
+    done = runner.invoke(args=["export", "--tenant", "acme", "--project", "web", str(backup)])
+    assert done.exit_code == 0, done.output
+    # Into another project whose policy is the default: masked as it is restored.
+    done = runner.invoke(args=["import", "--tenant", "acme", "--project", "mobile", str(backup)])
+    assert done.exit_code == 0, done.output
+    assert "masked 1 secret(s)" in done.output
+    other = tokens.headers("other_project")
+    summary = client.get(f"{PM}/tasks/kept/turns/0", headers=other).get_json()["summary_md"]
+    assert secret.value not in summary and "[secret:stripe-key]" in summary
+    # Over the project that allows it: kept as it was.
+    done = runner.invoke(
+        args=["import", "--tenant", "acme", "--project", "web", "--overwrite", str(backup)]
+    )
+    assert done.exit_code == 0 and "masked" not in done.output, done.output
+    assert secret.value in client.get(f"{PM}/tasks/kept/turns/0", headers=h).get_data(as_text=True)
