@@ -184,55 +184,86 @@ def _word_end(text: str, at: int) -> int:
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """How a query's terms are looked for: ``firsts`` (their first words folded, the ASCII
-    ones) by a plain find in the lower-cased window; ``scan`` past the window."""
+    ones) by a plain find in the lower-cased window; ``scan`` past the window. ``words``:
+    every term is one word spelled in ASCII, so a find that is a whole word (or starts
+    one, for a prefix) is an occurrence as it is."""
 
     firsts: tuple[str, ...]
     scan: re.Pattern[str] | None
+    words: bool
 
 
 @lru_cache(maxsize=256)
 def _plan(terms: tuple[Term, ...]) -> _Plan:
     firsts = {t.words[0] for t in terms if t.words and t.words[0].isascii()}
-    return _Plan(tuple(sorted(firsts)), _scanner(terms))
+    words = all(len(t.words) == 1 and t.words[0].isascii() for t in terms)
+    return _Plan(tuple(sorted(firsts)), _scanner(terms), words)
 
 
-def _places(text: str, start: int, end: int, plan: _Plan) -> list[int]:
-    """Where a word of ``text[start:end]`` starts that may be a term's first word: where the
-    window spells one (case aside), and every word with a non-ASCII letter."""
-    window = text[start:end].lower()
-    places = set()
-    if len(window) == end - start:
-        # Lower-casing kept every offset (it lengthens a few letters, such as İ).
-        for word in plan.firsts:
-            at = window.find(word)
-            while at >= 0:
-                places.add(start + at)
-                at = window.find(word, at + len(word))
-    elif plan.scan is not None:
-        places.update(m.start() for m in plan.scan.finditer(text, start, end))
-    if not text.isascii():
-        at = start
-        while (letter := _FOREIGN.search(text, at, end)) is not None:
-            first = letter.start()
-            rest = _WORD.match(text, first, end)
-            if rest is None:  # punctuation, a symbol
-                at = first + 1
-                continue
-            while first > start and _WORD.match(text, first - 1, first):
-                first -= 1
-            places.add(first)
-            at = rest.end()
-    # Only where a word starts (the previous character is not one of a word).
-    return sorted(p for p in places if p == start or not _WORD.match(text, p - 1, p))
+def _in_word(text: str, at: int) -> bool:
+    """Whether the character at ``at`` belongs to a word."""
+    c = text[at]
+    return c.isalnum() if c.isascii() else _WORD.match(c) is not None
+
+
+def _finds(window: str, word: str) -> Iterator[int]:
+    """Where ``window`` holds ``word``."""
+    at = window.find(word)
+    while at >= 0:
+        yield at
+        at = window.find(word, at + len(word))
+
+
+def _foreign(text: str, start: int, end: int) -> list[int]:
+    """Where each word of ``text[start:end]`` with a non-ASCII letter starts."""
+    out = []
+    at = start
+    while (letter := _FOREIGN.search(text, at, end)) is not None:
+        first = letter.start()
+        rest = _WORD.match(text, first, end)
+        if rest is None:  # punctuation, a symbol
+            at = first + 1
+            continue
+        while first > start and _WORD.match(text, first - 1, first):
+            first -= 1
+        out.append(first)
+        at = rest.end()
+    return out
 
 
 def _occurrences(
     text: str, start: int, end: int, terms: Sequence[Term], plan: _Plan
 ) -> list[tuple[int, int, int]]:
     """(where, words, term) of each occurrence of a term in ``text[start:end]``, in the order
-    of a split of it into words: by where it starts, then by its length, then by term."""
-    out = []
-    for place in _places(text, start, end, plan):
+    of a split of it into words: by where it starts, then by its length, then by term.
+
+    Where a term may start: where the lower-cased window spells its first word (every word
+    written in ASCII that folds to it), and every word with a non-ASCII letter (the only
+    ones whose folded form the find can miss). Each is checked as the indexes compare words;
+    a find of a one-word term, by the characters around it alone."""
+    window = text[start:end].lower()
+    found: set[tuple[int, int, int]] = set()
+    places: set[int] = set()
+    # Lower-casing kept every offset (it lengthens a few letters, such as İ); else the scan.
+    kept = len(window) == end - start
+    if kept and plan.words:
+        for t, term in enumerate(terms):
+            size = len(term.words[0])
+            for at in _finds(window, term.words[0]):
+                place, after = start + at, start + at + size
+                if place > start and _in_word(text, place - 1):
+                    continue  # inside a word
+                if term.prefix or after >= end or not _in_word(text, after):
+                    found.add((place, 1, t))
+    elif kept:
+        places.update(start + at for word in plan.firsts for at in _finds(window, word))
+    elif plan.scan is not None:
+        places.update(m.start() for m in plan.scan.finditer(text, start, end))
+    if not text.isascii():
+        places.update(_foreign(text, start, end))
+    for place in places:
+        if place > start and _in_word(text, place - 1):
+            continue  # inside a word
         first = _WORD.match(text, place, end)
         if first is None:
             continue
@@ -245,8 +276,8 @@ def _occurrences(
         if need > 1:
             more = _words(text, first.end(), end)
             words += [fold(m.group()) for _, m in zip(range(need - 1), more, strict=False)]
-        out += [(place, len(terms[t].words), t) for t in starting if terms[t].at(words, 0)]
-    return sorted(out)
+        found.update((place, len(terms[t].words), t) for t in starting if terms[t].at(words, 0))
+    return sorted(found)
 
 
 def _cut_window(text: str, start: int, end: int, terms: Sequence[Term], plan: _Plan) -> str | None:
