@@ -46,6 +46,8 @@ _WORD = re.compile(rf"(?:{_LETTER})+")
 _NOT_WORD = re.compile(rf"(?:[^\w{_MARKS}]|_)+")
 # SNIPPET_TOKENS words, each followed by what splits words (possessive: no backtracking).
 _WORDS = re.compile(rf"(?:(?:{_LETTER})++(?:[^\w{_MARKS}]|_)++){{{SNIPPET_TOKENS}}}")
+# A gap between two occurrences this short (characters) is counted in one pass.
+_SHORT_GAP = 16 * SNIPPET_TOKENS
 # Where a letter, digit or mark outside ASCII may be: a word holding one may fold to letters
 # it does not spell (``Café`` to ``cafe``), so the query's own spelling can miss it. General
 # punctuation (dashes, quotes, ellipsis) holds none.
@@ -292,10 +294,11 @@ def _cut_window(text: str, start: int, end: int, terms: Sequence[Term], plan: _P
     index, previous = 0, occurrences[0][0]
     for place, n, t in occurrences:
         if place != previous:
-            if _WORDS.match(text, previous, place):
-                index += SNIPPET_TOKENS
+            # One pass: a short gap counted, a long one matched against SNIPPET_TOKENS words.
+            if place - previous <= _SHORT_GAP or not _WORDS.match(text, previous, place):
+                index += min(SNIPPET_TOKENS, len(_WORD.findall(text, previous, place)))
             else:
-                index += len(_WORD.findall(text, previous, place))
+                index += SNIPPET_TOKENS
             previous = place
         found.append((index, index + n - 1, t))
     at, high = _best(found)
