@@ -8,20 +8,21 @@ splitting it (``fix-login`` is two words).
 
 **Bounded per hit, whatever the text.** A snippet looks at a window of at most
 :data:`SCAN_CHARS` characters: the start of the text when a term occurs there; else the
-stretch around the first place further on where a term's first word is written as in the
-query (up to :data:`MAX_CANDIDATES` places are tried). The price is that an occurrence past
-the window that differs from the query by its diacritics only is not looked for (the snippet
-then shows the start of the text, unmarked).
+stretch around the first place from the window's last words on (a phrase may cross its end)
+where a term's first word is written as in the query (up to :data:`MAX_CANDIDATES` places
+are tried). The price is that an occurrence past the window that differs from the query by
+its diacritics only is not looked for (the snippet then shows the start of the text,
+unmarked).
 
 **Only the words near a match are split and folded.** Within the window the places where a
-term may start are found at C speed: one regular expression for the words the query spells
-(case aside), which is every word written in ASCII; and the words with a non-ASCII letter,
-the only ones whose folded form the expression can miss, folded one by one. Each place is
-then checked as the indexes compare words, and the text is split into words only from each
-occurrence to :data:`SNIPPET_TOKENS` words past it, the stretch in which a fragment starting
-there can find more terms. So a snippet costs the occurrences in its window, not the words
-(a page of text with two matches splits about fifty words), and the fragment is the one a
-split of the whole window gives.
+term may start are found at C speed: a find of the query's folded words in the lower-cased
+window, which finds every word written in ASCII that folds to one; and the words with a
+non-ASCII letter, the only ones the find can miss, folded one by one. Each place is checked
+as the indexes compare words (a one-word term's find, by the characters around it alone);
+the words between two occurrences are counted by a regular expression, up to
+:data:`SNIPPET_TOKENS` (no fragment spans more); and only the chosen fragment's words are
+split. So a snippet costs the occurrences in its window, not its words, and the fragment is
+the one a split of the whole window gives.
 """
 
 from __future__ import annotations
