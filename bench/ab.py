@@ -2,6 +2,7 @@
 
     python -m bench.ab --base /path/to/other/checkout [--workloads read list record ...]
                        [--reps 5] [--duration 3] [--this-env NAME=VALUE ...] [--base-env ...]
+                       [--search-turns 2000]
 
 Both servers run as `make bench` starts ours (gunicorn -c gunicorn.conf.py, 2 workers x 4
 threads, storage roots under $TMPDIR), each from its own checkout (its working directory
@@ -12,6 +13,11 @@ CPU per operation of their workers (user + kernel) and of the whole machine (the
 generator, jbd2 and the loop device included). A worktree of the base is the usual other
 side: `git worktree add --detach ../base <commit>`; or this checkout twice, with a setting
 told apart by ``--this-env`` / ``--base-env`` (e.g. ``MEMORY_GROUP_COMMIT=false``).
+
+``--workloads search`` (not in the default set) first writes the same ``--search-turns``
+turns to both servers over HTTP (bench/workloads.py's corpus: 1-3 KB Markdown summaries and
+meta), then each client walks a rotation of twelve queries (words, prefixes, phrases, several
+terms, one with no hit), 20 hits a page: its CPU per op is CPU per search.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +38,8 @@ from .measure import measure as measure_one
 from .run import RESULTS, machine
 
 WORKLOADS = ("read", "list", "record", "record-one", "put-turn", "ms-create", "ms-update")
+# Not in the default run: seeding its corpus takes a minute per server.
+MORE_WORKLOADS = ("search",)
 
 
 def start(name: str, checkout: Path, workdir: Path, extra: list[str]) -> servers.Server:
@@ -64,8 +73,25 @@ def token(server: servers.Server, checkout: Path) -> str:
     return out.strip().splitlines()[-1]
 
 
-def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
-    """Each workload's op factory (by repetition) on ``server``."""
+def seed_search(server: servers.Server, auth: dict[str, str], turns: int) -> None:
+    """The search corpus (bench/workloads.py) through the API, four connections at once."""
+
+    def part(start: int) -> None:
+        s = loadgen.Session(server.host, server.port, auth)
+        try:
+            w.search_seed(s, turns, start, 4)
+        finally:
+            s.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(part, range(4)))
+
+
+def ops_for(server: servers.Server, auth: dict[str, str], search_turns: int = 0) -> dict[str, Any]:
+    """Each workload's op factory (by repetition) on ``server``; the search corpus is
+    written first when ``search_turns``."""
+    if search_turns:
+        seed_search(server, auth, search_turns)
     s = loadgen.Session(server.host, server.port, auth)
     store, memories = w.ms_setup(s)
     for client in range(8):  # put-turn upserts turn 1 of an existing task per client
@@ -81,6 +107,7 @@ def ops_for(server: servers.Server, auth: dict[str, str]) -> dict[str, Any]:
         "put-turn": lambda rep: w.ours_put_turn("pt-{client}"),
         "ms-create": lambda rep: w.ms_create(store, f"r{rep}"),
         "ms-update": lambda rep: w.ms_update(store, memories),
+        "search": lambda rep: w.ours_search(),
     }
 
 
@@ -98,10 +125,12 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the other checkout")
     parser.add_argument(
         "--workloads", nargs="*", default=list(WORKLOADS),
-        help=f"of {', '.join(WORKLOADS)}; THIS:BASE runs one on this side, the other on the"
-        " base (record-one:record: a record in one request against the two of a checkout"
-        " without it)",
+        help=f"of {', '.join(WORKLOADS + MORE_WORKLOADS)}; THIS:BASE runs one on this side,"
+        " the other on the base (record-one:record: a record in one request against the two"
+        " of a checkout without it); search: a rotation of queries over --search-turns"
+        " turns of 1-3 KB Markdown written to both servers first",
     )  # fmt: skip
+    parser.add_argument("--search-turns", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
@@ -119,7 +148,9 @@ def main() -> None:
         try:
             auth_new = {"Authorization": f"Bearer {token(new, this)}"}
             auth_old = {"Authorization": f"Bearer {token(old, base)}"}
-            ops_new, ops_old = ops_for(new, auth_new), ops_for(old, auth_old)
+            searched = any("search" in name.split(":") for name in args.workloads)
+            turns = args.search_turns if searched else 0
+            ops_new, ops_old = ops_for(new, auth_new, turns), ops_for(old, auth_old, turns)
             data: dict[str, list[tuple[dict, dict]]] = {k: [] for k in args.workloads}
             for rep in range(args.reps):
                 for name in args.workloads:
@@ -148,6 +179,7 @@ def main() -> None:
         for side, i in (("this", 0), ("base", 1)):
             for key in ("throughput", "p50_ms", "p99_ms", "worker_cpu_ms", "machine_cpu_ms"):
                 row[f"{side} {key}"] = statistics.median(p[i][key] for p in pairs)
+            row[f"{side} errors"] = sum(p[i]["errors"] for p in pairs)
         ratios = [p[0]["throughput"] / p[1]["throughput"] for p in pairs]
         row["ratio"] = statistics.median(ratios)
         row["ratios"] = ratios
@@ -183,6 +215,13 @@ def main() -> None:
             f"{r['base worker_cpu_ms']:>9.2f}{r['this machine_cpu_ms']:>10.2f}"
             f"{r['base machine_cpu_ms']:>10.2f}  " + ", ".join(f"{x:.2f}" for x in r["ratios"])
         )
+    for r in rows:
+        if r["this errors"] or r["base errors"]:
+            print(
+                f"{r['workload']}: errors (non-2xx, a search's 503 included) this"
+                f" {r['this errors']}, base {r['base errors']}: op/s counts the answered"
+                " ops only, and CPU per op is all the CPU over them"
+            )
     print("(latency in ms; cpu = worker user+kernel ms per op, mach = whole machine)")
     print(f"JSON: {out.relative_to(servers.REPO)}")
 

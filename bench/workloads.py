@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from typing import Any
+from urllib.parse import quote
 
 from .loadgen import Op, Session
 
@@ -248,5 +249,128 @@ def ms_retrieve(store: str, memories: list[tuple[str, str]]) -> Op:
 def ms_list(store: str) -> Op:
     def op(s: Session, client: int, seq: int) -> None:
         s.request("GET", f"{MS}/{store}/memories?view=basic")
+
+    return op
+
+
+# -- search ------------------------------------------------------------------------------------
+# A corpus of turns as agents write them: Markdown summaries of 1-3 KB (a heading, bullets,
+# code spans, paths, figures, the odd non-ASCII word and typographic punctuation) over a
+# vocabulary of about a hundred words, and meta with a ticket. The rarer words the queries look
+# for are planted at known rates, so each query hits a realistic share of the turns.
+_NOUNS = [
+    "handler", "parser", "cache", "index", "queue", "worker", "scheduler", "router",
+    "session", "token", "cookie", "quota", "listing", "digest", "export", "import",
+    "backup", "journal", "lock", "retry", "timeout", "webhook", "fixture", "config",
+    "migration", "schema", "cursor", "page", "snippet", "template", "console", "client",
+    "server", "proxy", "gateway", "bucket", "uploader", "downloader", "watcher", "sweeper",
+    "limiter", "counter", "encoder", "decoder", "validator", "serializer", "formatter",
+    "logger", "tracer", "profiler", "benchmark", "installer", "packager", "linter"
+]  # fmt: skip
+_ADJECTIVES = [
+    "slow", "flaky", "stale", "empty", "nested", "partial", "cached", "signed", "expired",
+    "pending", "concurrent", "streaming", "retried", "orphaned", "duplicate", "truncated",
+    "oversized", "idle", "busy", "naïve", "legacy"
+]  # fmt: skip
+_VERBS = [
+    "fixed", "refactored", "profiled", "rewrote", "documented", "tested", "reverted",
+    "simplified", "instrumented", "reviewed", "renamed", "bounded", "cached", "validated",
+    "split", "merged"
+]  # fmt: skip
+_DIRS = ["app/api", "app/storage", "app/web", "tests", "client/src", "bench", "docs", "deploy"]
+_WHY = [
+    "so that a slow client no longer holds a worker",
+    "because the deadline was too short under load",
+    "after the test failed twice in CI",
+    "to keep memory bounded on large inputs",
+    "since the old code read the whole file",
+    "which removes a lock from the hot path",
+    "as the reviewer asked — with a test that fails without it",
+    "so the error message names the field",
+    "to match what the API documents",
+    "because a restart lost the last write",
+    "and the follow-up is in the next turn",
+]
+_NOTES = [
+    "Ran the whole suite: {n} passed, 3 skipped.",
+    "p99 went from {n} ms to {m} ms.",
+    "No schema change; the index rebuilds on start.",
+    "The user’s report is reproduced by the new test.",
+    "Left a note for the retention sweep.",
+    "Follow-up: check the nightly job (ticket WEB-{n}).",
+]
+# Planted sentences and the share of turns that carry each.
+SEARCH_PLANTED = {
+    "The login bug came back after the cookie expired.": 0.03,
+    "Raised the session timeout for the upload of large files.": 0.04,
+    "The flaky upload test is quarantined.": 0.02,
+    "Wrote the database migration for the café locale.": 0.02,
+    "Streaming the response keeps the worker free.": 0.05,
+}
+SEARCH_QUERIES = [
+    "handler",  # a common word: about a third of the turns
+    "migrat*",  # a prefix
+    '"session timeout"',  # a phrase
+    "login bug",  # two words
+    "cookie expired login",  # several terms
+    "stream*",  # a prefix of a planted word
+    "WEB-242",  # a ticket number (in meta and notes): a handful of turns
+    "cafe",  # a word the text writes with a diacritic
+    "retention sweep",  # two words of a note
+    "kubernetes",  # no hit
+    "flaky upload",  # two words, one of them common
+    '"lock from the hot path"',  # a long phrase
+]
+
+
+def search_summary(rnd: random.Random, n: int) -> str:
+    """A turn's summary: 1-3 KB of Markdown."""
+
+    def thing() -> str:
+        return f"the {rnd.choice(_ADJECTIVES)} {rnd.choice(_NOUNS)}"
+
+    size = rnd.randint(1000, 3000)
+    out = [f"## Turn {n}: {rnd.choice(_VERBS)} {thing()}\n"]
+    length = len(out[0])
+    while length < size:
+        kind = rnd.random()
+        if kind < 0.55:
+            path = f"{rnd.choice(_DIRS)}/{rnd.choice(_NOUNS)}.py"
+            line = f"- {rnd.choice(_VERBS).capitalize()} {thing()} in `{path}` {rnd.choice(_WHY)}."
+        elif kind < 0.9:
+            note = rnd.choice(_NOTES).format(n=rnd.randrange(5000), m=rnd.randrange(100))
+            line = f"{note} Then {rnd.choice(_VERBS)} {thing()} {rnd.choice(_WHY)}."
+        else:
+            line = f"\n### {thing().capitalize()}\n"
+        out.append(line)
+        length += len(line) + 1
+    for sentence, rate in SEARCH_PLANTED.items():
+        if rnd.random() < rate:
+            out.insert(rnd.randrange(1, len(out)), f"- {sentence}")
+    return "\n".join(out)[:size] + "\n"
+
+
+def search_turn(n: int) -> bytes:
+    """Turn ``n`` of the search corpus (deterministic: both servers get the same text)."""
+    rnd = random.Random(n)
+    body = {
+        "meta": {**meta(n % 8, n), "ticket": f"WEB-{n % 500}"},
+        "summary_md": search_summary(rnd, n),
+    }
+    return json.dumps(body).encode()
+
+
+def search_seed(s: Session, turns: int, start: int = 0, step: int = 1) -> None:
+    """PUT turns ``start``, ``start + step``, ... of the corpus below ``turns``, one task each."""
+    for n in range(start, turns, step):
+        s.request("PUT", f"{API}/tasks/search-{n}/turns/0", search_turn(n), JSON)
+
+
+def ours_search() -> Op:
+    """GET one query of :data:`SEARCH_QUERIES`, the clients walking the rotation apart."""
+    paths = [f"{API}/search?q={quote(q)}&limit=20" for q in SEARCH_QUERIES]
+
+    def op(s: Session, client: int, seq: int) -> None:
+        s.request("GET", paths[(client * 5 + seq) % len(paths)])
 
     return op

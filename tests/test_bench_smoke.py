@@ -18,7 +18,7 @@ BENCH = REPO / "bench"
 
 # Every script, at a size that runs in seconds. The base of the A/B scripts is this checkout.
 SMOKE: dict[str, list[str]] = {
-    "ab": ["--base", ".", "--workloads", "read", "--reps", "1"],
+    "ab": ["--base", ".", "--workloads", "read", "search", "--reps", "1", "--search-turns", "12"],
     "agent_hooks": ["--runs", "1", "--hogs", "0"],
     "console": ["--n", "2", "--reps", "1", "--tasks", "20"],
     "cpu": ["read", "--duration", "0.5", "--reps", "1"],

@@ -6,22 +6,33 @@ a term occurs, :data:`SNIPPET_TOKENS` words around the most terms, each occurren
 A word is compared as the indexes compare it: without case or diacritics, ASCII punctuation
 splitting it (``fix-login`` is two words).
 
-**Bounded per hit, whatever the text.** Only a window of at most :data:`SCAN_CHARS`
-characters is split into words: the start of the text when a term occurs there; else the
-stretch around the first place further on where a term's first word is written as in the
-query (up to :data:`MAX_CANDIDATES` places are tried), found by one regular-expression scan
-at C speed. Within the window the fragment with the most terms is found in one pass. So a
-megabyte of matching words costs what a page of them does; the price is that an occurrence
-past the window that differs from the query by its diacritics only is not looked for (the
-snippet then shows the start of the text, unmarked).
+**Bounded per hit, whatever the text.** A snippet looks at a window of at most
+:data:`SCAN_CHARS` characters: the start of the text when a term occurs there; else the
+stretch around the first place from the window's last words on (a phrase may cross its end)
+where a term's first word is written as in the query (up to :data:`MAX_CANDIDATES` places
+are tried). The price is that an occurrence past the window that differs from the query by
+its diacritics only is not looked for (the snippet then shows the start of the text,
+unmarked).
+
+**Only the words near a match are split and folded.** Within the window the places where a
+term may start are found at C speed: a find of the query's folded words in the lower-cased
+window, which finds every word written in ASCII that folds to one; and the words with a
+non-ASCII letter, the only ones the find can miss, folded one by one. Each place is checked
+as the indexes compare words (a one-word term's find, by the characters around it alone);
+the words between two occurrences are counted by a regular expression, up to
+:data:`SNIPPET_TOKENS` (no fragment spans more); and only the chosen fragment's words are
+split. So a snippet costs the occurrences in its window, not its words, and the fragment is
+the one a split of the whole window gives.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
 
 from app.storage.core.query import SNIPPET_TOKENS, QueryTerm, Sentinels
 
@@ -30,8 +41,18 @@ MAX_CANDIDATES = 8
 # A word: letters and digits, with the combining marks of its letters; anything else (ASCII
 # punctuation above all) splits words, as in both indexes.
 _MARKS = r"\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
-_WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])+")
+# (ASCII letters and digits first, in runs: the same words, split at twice the speed.)
+_LETTER = rf"[a-zA-Z0-9]+|[^\W_]|[{_MARKS}]"
+_WORD = re.compile(rf"(?:{_LETTER})+")
 _NOT_WORD = re.compile(rf"(?:[^\w{_MARKS}]|_)+")
+# SNIPPET_TOKENS words, each followed by what splits words (possessive: no backtracking).
+_WORDS = re.compile(rf"(?:(?:{_LETTER})++(?:[^\w{_MARKS}]|_)++){{{SNIPPET_TOKENS}}}")
+# A gap between two occurrences this short (characters) is counted in one pass.
+_SHORT_GAP = 16 * SNIPPET_TOKENS
+# Where a letter, digit or mark outside ASCII may be: a word holding one may fold to letters
+# it does not spell (``Café`` to ``cafe``), so the query's own spelling can miss it. General
+# punctuation (dashes, quotes, ellipsis) holds none.
+_FOREIGN = re.compile(r"[^\x00-\x7f\u2000-\u206f]")
 # Letters the indexes fold that have no decomposition to strip a mark from.
 _LETTERS = str.maketrans(
     {"ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ł": "l", "ħ": "h", "ı": "i", "þ": "th"}
@@ -60,6 +81,14 @@ class Term:
         found = [m.group() for m in _WORD.finditer(term.text)]
         return Term(tuple(fold(w) for w in found), term.prefix, found[0] if found else "")
 
+    def starts(self, word: str) -> bool:
+        """Whether an occurrence may start with ``word`` (folded)."""
+        if not self.words:
+            return False
+        if self.prefix and len(self.words) == 1:
+            return word.startswith(self.words[0])
+        return word == self.words[0]
+
     def at(self, words: Sequence[str], i: int) -> bool:
         n = len(self.words)
         if i + n > len(words) or list(words[i : i + n - 1]) != list(self.words[:-1]):
@@ -75,13 +104,15 @@ def terms_of(query: Sequence[QueryTerm]) -> list[Term]:
 def snippet(sources: Sequence[str], terms: Sequence[Term]) -> str:
     """A fragment of the first of ``sources`` in which a term occurs (else of the last one),
     every occurrence in it marked."""
-    scan = _scanner(terms)
+    plan = _plan(tuple(terms))
     for n, text in enumerate(sources):
-        window = _window(text, terms, scan)
-        if window is not None:
-            return _fragment(text, *window)
+        cut = _cut(text, terms, plan)
+        if cut is not None:
+            return cut
         if n == len(sources) - 1:
-            return _fragment(text, _spans(text, 0, min(len(text), SCAN_CHARS)), [])
+            # Its first words, and whether more follow.
+            first = islice(_words(text, 0, min(len(text), SCAN_CHARS)), SNIPPET_TOKENS + 1)
+            return _fragment(text, [m.span() for m in first], [])
     return ""
 
 
@@ -90,30 +121,12 @@ Spans = list[tuple[int, int]]
 Found = list[tuple[int, int, int]]  # (first word, last word, term), indexes into the spans
 
 
-def _spans(text: str, start: int, end: int) -> Spans:
-    return [(m.start(), m.end()) for m in _WORD.finditer(text, start, end)]
+def _words(text: str, start: int, end: int) -> Iterator[re.Match[str]]:
+    return _WORD.finditer(text, start, end)
 
 
-def _matches(text: str, spans: Spans, terms: Sequence[Term]) -> Found:
-    """(first word, last word, term) of every occurrence of a term among ``spans``."""
-    words = [fold(text[a:b]) for a, b in spans]
-    where: dict[str, list[int]] = {}
-    for i, word in enumerate(words):
-        where.setdefault(word, []).append(i)
-    found: Found = []
-    for t, term in enumerate(terms):
-        if not term.words:
-            continue
-        first = term.words[0]
-        if term.prefix and len(term.words) == 1:
-            starts = sorted(i for w, at in where.items() if w.startswith(first) for i in at)
-        else:
-            starts = where.get(first, [])
-        found += [(i, i + len(term.words) - 1, t) for i in starts if term.at(words, i)]
-    return sorted(found)
-
-
-def _scanner(terms: Sequence[Term]) -> re.Pattern[str] | None:
+@lru_cache(maxsize=256)
+def _scanner(terms: tuple[Term, ...]) -> re.Pattern[str] | None:
     """Where a term's first word may start, as written in the query or folded."""
     options = set()
     for term in terms:
@@ -127,27 +140,29 @@ def _scanner(terms: Sequence[Term]) -> re.Pattern[str] | None:
     return re.compile(rf"(?<![^\W_])(?:{'|'.join(sorted(options))})", re.IGNORECASE)
 
 
-def _window(
-    text: str, terms: Sequence[Term], scan: re.Pattern[str] | None
-) -> tuple[Spans, Found] | None:
-    """The words of a bounded stretch of ``text`` and the occurrences among them; None when
-    no term occurs (as far as the scan looks)."""
+def _cut(text: str, terms: Sequence[Term], plan: _Plan) -> str | None:
+    """The fragment of ``text`` around the most terms, marked; None when no term occurs (as
+    far as the scan looks)."""
+    scan = plan.scan
+    if scan is None:
+        return None
     head = min(len(text), SCAN_CHARS)
-    spans = _spans(text, 0, _word_end(text, head))
-    found = _matches(text, spans, terms)
-    if found or head == len(text) or scan is None:
-        return (spans, found) if found else None
-    at = head
+    end = _word_end(text, head)
+    cut = _cut_window(text, 0, end, terms, plan)
+    if cut is not None or head == len(text):
+        return cut
+    # From the window's last words on: a phrase may start in it and end past it.
+    last = _before(text, 0, end, max(len(t.words) for t in terms) - 1)
+    at = last[0][0] if last else head
     for _ in range(MAX_CANDIDATES):
         hit = scan.search(text, at)
         if hit is None:
             return None
         start = _word_start(text, max(0, hit.start() - SCAN_CHARS // 4))
         end = _word_end(text, min(len(text), start + SCAN_CHARS))
-        spans = _spans(text, start, end)
-        found = _matches(text, spans, terms)
-        if found:
-            return spans, found
+        cut = _cut_window(text, start, end, terms, plan)
+        if cut is not None:
+            return cut
         at = hit.end()
     return None
 
@@ -169,12 +184,163 @@ def _word_end(text: str, at: int) -> int:
     return at
 
 
-# -- the fragment ----------------------------------------------------------------------------
-def _best(found: Found) -> tuple[int, int] | None:
-    """(first, last) word of the :data:`SNIPPET_TOKENS`-word stretch that holds the most
-    terms (then the most occurrences), the first such; one pass over the occurrences."""
-    if not found:
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How a query's terms are looked for: ``firsts`` (their first words folded, the ASCII
+    ones) by a plain find in the lower-cased window; ``scan`` past the window. ``words``:
+    every term is one word spelled in ASCII, so a find that is a whole word (or starts
+    one, for a prefix) is an occurrence as it is."""
+
+    firsts: tuple[str, ...]
+    scan: re.Pattern[str] | None
+    words: bool
+
+
+@lru_cache(maxsize=256)
+def _plan(terms: tuple[Term, ...]) -> _Plan:
+    firsts = {t.words[0] for t in terms if t.words and t.words[0].isascii()}
+    words = all(len(t.words) == 1 and t.words[0].isascii() for t in terms)
+    return _Plan(tuple(sorted(firsts)), _scanner(terms), words)
+
+
+def _in_word(text: str, at: int) -> bool:
+    """Whether the character at ``at`` belongs to a word."""
+    c = text[at]
+    return c.isalnum() if c.isascii() else _WORD.match(c) is not None
+
+
+def _finds(window: str, word: str) -> Iterator[int]:
+    """Where ``window`` holds ``word``."""
+    at = window.find(word)
+    while at >= 0:
+        yield at
+        at = window.find(word, at + len(word))
+
+
+def _foreign(text: str, start: int, end: int) -> list[int]:
+    """Where each word of ``text[start:end]`` with a non-ASCII letter starts."""
+    out = []
+    at = start
+    while (letter := _FOREIGN.search(text, at, end)) is not None:
+        first = letter.start()
+        rest = _WORD.match(text, first, end)
+        if rest is None:  # punctuation, a symbol
+            at = first + 1
+            continue
+        while first > start and _WORD.match(text, first - 1, first):
+            first -= 1
+        out.append(first)
+        at = rest.end()
+    return out
+
+
+def _occurrences(
+    text: str, start: int, end: int, terms: Sequence[Term], plan: _Plan
+) -> list[tuple[int, int, int]]:
+    """(where, words, term) of each occurrence of a term in ``text[start:end]``, in the order
+    of a split of it into words: by where it starts, then by its length, then by term.
+
+    Where a term may start: where the lower-cased window spells its first word (every word
+    written in ASCII that folds to it), and every word with a non-ASCII letter (the only
+    ones whose folded form the find can miss). Each is checked as the indexes compare words;
+    a find of a one-word term, by the characters around it alone."""
+    window = text[start:end].lower()
+    found: set[tuple[int, int, int]] = set()
+    places: set[int] = set()
+    # Lower-casing kept every offset (it lengthens a few letters, such as İ); else the scan.
+    kept = len(window) == end - start
+    if kept and plan.words:
+        for t, term in enumerate(terms):
+            size = len(term.words[0])
+            for at in _finds(window, term.words[0]):
+                place, after = start + at, start + at + size
+                if place > start and _in_word(text, place - 1):
+                    continue  # inside a word
+                if term.prefix or after >= end or not _in_word(text, after):
+                    found.add((place, 1, t))
+    elif kept:
+        places.update(start + at for word in plan.firsts for at in _finds(window, word))
+    elif plan.scan is not None:
+        places.update(m.start() for m in plan.scan.finditer(text, start, end))
+    if not text.isascii():
+        places.update(_foreign(text, start, end))
+    for place in places:
+        if place > start and _in_word(text, place - 1):
+            continue  # inside a word
+        first = _WORD.match(text, place, end)
+        if first is None:
+            continue
+        head = fold(first.group())
+        starting = [t for t, term in enumerate(terms) if term.starts(head)]
+        if not starting:
+            continue
+        words = [head]
+        need = max(len(terms[t].words) for t in starting)
+        if need > 1:
+            more = _words(text, first.end(), end)
+            words += [fold(m.group()) for _, m in zip(range(need - 1), more, strict=False)]
+        found.update((place, len(terms[t].words), t) for t in starting if terms[t].at(words, 0))
+    return sorted(found)
+
+
+def _cut_window(text: str, start: int, end: int, terms: Sequence[Term], plan: _Plan) -> str | None:
+    """The fragment of ``text[start:end]`` around the most terms, marked; None when no term
+    occurs in it."""
+    occurrences = _occurrences(text, start, end, terms, plan)
+    if not occurrences:
         return None
+    # Each occurrence's word index, counted from the first one. A gap of SNIPPET_TOKENS words
+    # or more is counted as that many: no stretch of the fragment's size spans it either way.
+    found: Found = []
+    index, previous = 0, occurrences[0][0]
+    for place, n, t in occurrences:
+        if place != previous:
+            # One pass: a short gap counted, a long one matched against SNIPPET_TOKENS words.
+            if place - previous <= _SHORT_GAP or not _WORDS.match(text, previous, place):
+                index += min(SNIPPET_TOKENS, len(_WORD.findall(text, previous, place)))
+            else:
+                index += SNIPPET_TOKENS
+            previous = place
+        found.append((index, index + n - 1, t))
+    at, high = _best(found)
+    low = found[at][0]
+    # The fragment's words around the chosen occurrences, split as a split of the whole
+    # window would give them: the occurrences centred (``pad`` words before them), or
+    # moved back from the window's end to keep SNIPPET_TOKENS words.
+    size = SNIPPET_TOKENS
+    place = occurrences[at][0]
+    pad = max(0, (size - (high - low + 1)) // 2)
+    before = _before(text, start, place, pad)
+    after = [m.span() for m in islice(_words(text, place, end), size - len(before))]
+    if len(before) + len(after) < size:
+        before = _before(text, start, place, size - len(after))
+    spans = before + after
+    word = {a: i for i, (a, _) in enumerate(spans)}
+    near = [(word[p], word[p] + n - 1, t) for p, n, t in occurrences if p in word]
+    chosen = (word[place], word[place] + high - low)
+    return _fragment(text, spans, [f for f in near if f[1] < len(spans)], chosen)
+
+
+def _before(text: str, start: int, at: int, count: int) -> Spans:
+    """The last ``count`` words of ``text[start:at]`` (all of them when it has fewer)."""
+    if count <= 0:
+        return []
+    reach = 8 * count
+    while True:
+        low = max(start, at - reach)
+        spans = [m.span() for m in _words(text, low, at)]
+        # Past ``start`` the first word split may be the tail of one: keep it out.
+        if low == start or len(spans) > count:
+            return spans[-count:]
+        reach *= 4
+
+
+# -- the fragment ----------------------------------------------------------------------------
+def _best(found: Found) -> tuple[int, int]:
+    """The first of the :data:`SNIPPET_TOKENS`-word stretches that hold the most terms (then
+    the most occurrences), starting at an occurrence: that occurrence's position in
+    ``found``, and the last word of the occurrences in the stretch; one pass over ``found``
+    (not empty)."""
     size = SNIPPET_TOKENS
     by_end = sorted(range(len(found)), key=lambda k: found[k][1])
     added = [False] * len(found)
@@ -205,16 +371,17 @@ def _best(found: Found) -> tuple[int, int] | None:
         if score > best:
             best, best_at = score, i
     start = found[best_at][0]
-    members = [f for f in found[best_at:] if f[0] < start + size and f[1] < start + size]
-    return members[0][0], max(f[1] for f in members)
+    # A phrase longer than the fragment fits in no stretch: the fragment starts at it.
+    ends = [f[1] for f in found[best_at:] if f[0] < start + size and f[1] < start + size]
+    return best_at, max(ends, default=start + size - 1)
 
 
-def _fragment(text: str, spans: Spans, found: Found) -> str:
-    """:data:`SNIPPET_TOKENS` words of ``spans`` around the most terms, marked."""
+def _fragment(text: str, spans: Spans, found: Found, chosen: tuple[int, int] | None = None) -> str:
+    """:data:`SNIPPET_TOKENS` words of ``spans`` around ``chosen`` (the first and last word of
+    the occurrences to show; else the first words), the occurrences among them marked."""
     size = SNIPPET_TOKENS
     total = len(spans)
     first, last = 0, min(total, size) - 1
-    chosen = _best(found)
     if chosen is not None:
         low, high = chosen
         # Centre the occurrences in the fragment, which stays inside the window.
