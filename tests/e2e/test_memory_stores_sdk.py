@@ -237,3 +237,33 @@ def test_bad_input_never_500_over_http(server: Server) -> None:
     listing = requests.get(f"{base}/{sid}/memories", headers=headers, timeout=10).json()
     assert listing == {"data": [], "next_page": None}
     assert "Traceback" not in server.log()
+
+
+def test_sdk_writes_have_their_secrets_masked_or_refused(
+    client: anthropic.Anthropic, server: Server
+) -> None:
+    from tests.secrets_corpus import corpus
+
+    picked = {p.kind: p for p in corpus(seed=13, per_kind=1)}
+    secret, other = picked["github-token"], picked["anthropic-key"]
+    ms = client.beta.memory_stores
+    store = ms.create(name="creds", description=f"pasted {other.text}")
+    assert other.value not in (store.description or "")
+    made = ms.memories.create(store.id, path="/env.md", content=f"TOKEN={secret.text}\n")
+    got = ms.memories.retrieve(made.id, memory_store_id=store.id)
+    assert secret.value not in (got.content or "") and "[secret:github-token]" in (
+        got.content or ""
+    )
+    assert all(secret.value.encode() not in data for data in live_tree(server, store.id).values())
+    admin = server.token("project_admin")
+    r = requests.put(
+        f"{server.url}/sandbox/memory/v1/secrets/policy",
+        json={"policy": "reject"},
+        headers={"Authorization": f"Bearer {admin}"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    with pytest.raises(anthropic.UnprocessableEntityError) as refused:
+        ms.memories.update(made.id, memory_store_id=store.id, content=f"again {secret.text}")
+    assert "github-token" in str(refused.value) and secret.value not in str(refused.value)
+    assert ms.memories.retrieve(made.id, memory_store_id=store.id).content == got.content
