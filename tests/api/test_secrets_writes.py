@@ -31,7 +31,7 @@ BOUNDARY = "pm-secrets-test"
 
 @pytest.fixture(scope="module")
 def planted() -> list[Planted]:
-    """The corpus: 15 made-up secrets of each of its 22 kinds (330)."""
+    """The corpus: 15 made-up secrets of each of its 21 kinds (330)."""
     found = corpus(seed=11)
     assert len(found) >= 300 and len({p.kind for p in found}) >= 20
     return found
