@@ -58,7 +58,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "SEARCH_TIMEOUT": (
         5.0,
         float,
-        "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once (503 beyond).",
+        "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once, and the rest wait up to 2 s for a slot (503 past that).",
     ),
     "GROUP_COMMIT": (
         True,
