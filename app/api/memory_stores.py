@@ -24,6 +24,7 @@ from app.api.params import (
     MEMORY_ID,
     MEMORY_LINKS,
     PAGE,
+    SECRETS_MASKED,
     STORE_CONFLICTS,
     STORE_ERRORS,
     STORE_FULL,
@@ -100,6 +101,7 @@ def _memory_page(page: Page) -> dict[str, Any]:
 @doc(
     body=s.MemoryStoreCreateRequest,
     responses={200: s.MemoryStore, **STORE_ERRORS, **STORE_FULL},
+    headers={200: SECRETS_MASKED},
     links={200: STORE_LINKS},
     tags=STORE_TAGS,
 )
@@ -156,6 +158,7 @@ def get_memory_store(memory_store_id: str) -> Response:
     params=[STORE_ID],
     body=s.MemoryStoreUpdateRequest,
     responses={200: s.MemoryStore, **STORE_CONFLICTS},
+    headers={200: SECRETS_MASKED},
     tags=STORE_TAGS,
 )
 def update_memory_store(memory_store_id: str) -> Response:
@@ -206,6 +209,7 @@ def archive_memory_store(memory_store_id: str) -> Response:
     params=[STORE_ID, view_param("basic")],
     body=s.MemoryCreateRequest,
     responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
+    headers={200: SECRETS_MASKED},
     links={200: MEMORY_LINKS},
     tags=STORE_TAGS,
 )
@@ -296,6 +300,7 @@ UPDATE_DOC = doc(
     params=[STORE_ID, MEMORY_ID, view_param("basic")],
     body=s.MemoryUpdateRequest,
     responses={200: s.Memory, **STORE_CONFLICTS, **STORE_FULL},
+    headers={200: SECRETS_MASKED},
     links={200: MEMORY_LINKS},
     tags=STORE_TAGS,
 )

@@ -97,9 +97,18 @@ IF_MATCH = {
     **CONDITIONAL[0],
     "description": "Delete only if the current ETag matches (412 otherwise).",
 }
+# What a write masked (docs/secrets.md): on the answer of one that masked any secret.
+SECRETS_MASKED = {
+    "Memory-Secrets-Masked": {
+        "schema": {"type": "string", "example": "github-token=1, jwt=2"},
+        "description": "The secrets this write masked as [secret:<kind>], by kind and count"
+        " (absent when it masked none).",
+    }
+}
 ETAG_HEADER = {
     200: {"ETag": {"schema": {"type": "string"}, "description": "Version of the resource."}}
 }
+WRITE_HEADERS = {200: {**ETAG_HEADER[200], **SECRETS_MASKED}}
 ERRORS: dict[int, object] = {
     401: "HTTPError",
     403: "HTTPError",

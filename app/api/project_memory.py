@@ -37,6 +37,7 @@ from app.api.params import (
     NAME,
     TASK_ID,
     TURN,
+    WRITE_HEADERS,
     cursor_param,
 )
 from app.api.query import query_int, query_task_id, query_time_us
@@ -275,7 +276,7 @@ def get_turn(task_id: str, turn: str) -> ResponseReturnValue:
         **FULL,
         **ERRORS,
     },
-    headers=ETAG_HEADER,
+    headers=WRITE_HEADERS,
     links={
         200: {
             **links("get_turn", "delete_turn", task_id="/task_id", turn="/turn"),
@@ -350,7 +351,7 @@ def get_artifact(task_id: str, turn: str, name: str) -> ResponseReturnValue:
         **FULL,
         **ERRORS,
     },
-    headers=ETAG_HEADER,
+    headers=WRITE_HEADERS,
     links={
         200: links(
             "get_artifact", "delete_artifact", task_id="/task_id", turn="/turn", name="/name"
