@@ -32,6 +32,7 @@ ADMIN_PAGES = frozenset(
         "console.limits",
         "console.tenant_tokens",
         "console.tenant_limits",
+        "console.secrets_page",
     }
 )
 
