@@ -265,13 +265,15 @@ class _MaskingStream:
             self._out += chunk
             self._done = not chunk
             return
+        held = self._decoder.getstate()[0]  # the bytes of a character cut by the last piece
         try:
             self._pending += self._decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
-            # Not UTF-8 after all: what is left goes as it came (only the text read before
-            # was screened).
+            # Not UTF-8 after all: every byte not handed on yet goes as it came, the text
+            # waiting for more (valid UTF-8 encodes back to its own bytes), the cut character
+            # the decoder held and this piece; only the text handed on before was screened.
             self._mode = "binary"
-            self._out += self._pending.encode("utf-8") + chunk
+            self._out += self._pending.encode("utf-8") + held + chunk
             self._pending = ""
             self._done = not chunk
             return
