@@ -8,11 +8,10 @@ import time
 
 from flask import render_template
 from flask.typing import ResponseReturnValue
-from werkzeug.exceptions import Forbidden
 
-from app.console.base import bp, field, principal, purl, scope, see_other, signed_in, storage
+from app.console.admin import _require_manager
+from app.console.base import bp, field, purl, scope, see_other, signed_in, storage
 from app.services import secrets as secrets_service
-from app.services.access import MANAGER, may_manage
 from app.services.secret_sweep import Found, Sweep, Tally
 from app.storage.core.limits import InvalidLimit
 from app.storage.core.secret_policy import POLICIES, SecretsOverride
@@ -21,11 +20,6 @@ from app.storage.core.secret_policy import POLICIES, SecretsOverride
 SCAN_SECONDS = 10.0
 PURGE_SECONDS = 20.0
 MOST_SHOWN = 500
-
-
-def _require_manager() -> None:
-    if not may_manage(principal()):
-        raise Forbidden(f"this page needs the {MANAGER} role or above")
 
 
 def _page(
@@ -97,6 +91,4 @@ def purge_secrets(tenant: str, project: str) -> ResponseReturnValue:
     """Mask the secrets stored in this project, in place (secrets purge, bounded in time)."""
     _require_manager()
     found, tally = _sweep(purge=True, seconds=PURGE_SECONDS)
-    if not tally.stopped:
-        storage().scrub_replaced(scope())
     return _page(found=found, tally=tally, purged=True)

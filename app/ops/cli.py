@@ -288,19 +288,12 @@ def _mask_imported(tenant: str | None, project: str | None) -> None:
     """What an import restored holds no secret its projects' policies keep out: each project it
     may have written (every project, for a whole backup) is purged as `secrets purge` does,
     but for those whose policy is allow."""
-    from app.services.secret_sweep import Sweep
+    from app.services.secret_sweep import Sweep, scopes_named
 
     storage = _storage()
-    scopes = (
-        [Scope(tenant, project)]
-        if tenant is not None and project is not None
-        else storage.projects(None if tenant is None else [tenant])
-    )
+    scopes = scopes_named(storage, tenant, project)
     tally = Sweep(storage, purge=True, report=lambda found: None, skip_allowed=True).run(scopes)
     if tally.found:
-        storage.flush_derived()
-        for scope in scopes:
-            storage.scrub_replaced(scope)
         click.echo(f"masked {tally.found} secret(s) in {tally.purged} record(s) (docs/secrets.md)")
     for skipped in tally.skipped:
         click.echo(f"not masked: {skipped}", err=True)

@@ -119,33 +119,21 @@ def allow_command(
 
 
 def _sweep(tenant: str | None, project: str | None, state: Path | None, purge: bool) -> None:
-    from app.services.secret_sweep import Found, State, Sweep
-    from app.storage.core.names import Scope
+    from app.services.secret_sweep import Found, State, Sweep, scopes_named
 
     if project is not None and tenant is None:
         raise click.UsageError("--project needs --tenant")
     storage = _storage()
-    scopes = (
-        [Scope(tenant, project)]
-        if tenant is not None and project is not None
-        else storage.projects(None if tenant is None else [tenant])
-    )
 
     def report(found: Found) -> None:
         click.echo(json.dumps(found.to_json()))
 
     try:
-        tally = Sweep(storage, purge=purge, report=report, state=State(state)).run(scopes)
+        tally = Sweep(storage, purge=purge, report=report, state=State(state)).run(
+            scopes_named(storage, tenant, project)
+        )
     except StorageError as exc:
         raise click.ClickException(str(exc)) from None
-    if purge:
-        storage.flush_derived()
-        for scope in scopes:
-            if not storage.scrub_replaced(scope):
-                tally.skipped.append(
-                    f"{scope.tenant}/{scope.project}: a reader held the search index; the"
-                    " masked text leaves it at the next write or sweep"
-                )
     click.echo(json.dumps({"summary": tally.to_json()}))
     if tally.skipped:
         raise click.ClickException(f"{len(tally.skipped)} place(s) left as they were (see skipped)")

@@ -25,19 +25,25 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.services.secrets import SNIFF_BYTES, is_text_type, looks_like_text, masked_text
+from app.services.secrets import (
+    SNIFF_BYTES,
+    allowlist_of,
+    is_text_type,
+    looks_like_text,
+    map_strings,
+    policy_of,
+)
 from app.storage.core import secret_scan
 from app.storage.core.errors import NotFound, PreconditionFailed, StorageError
+from app.storage.core.files import atomic_file
 from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import Scope
-from app.storage.core.secret_policy import SecretPolicy
 from app.storage.core.store_models import VersionFilter
 from app.storage.interface import StorageBackend
 
@@ -59,7 +65,7 @@ class Found:
     end: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"where": self.where, "kind": self.kind, "start": self.start, "end": self.end}
+        return asdict(self)
 
 
 class Stopped(Exception):
@@ -78,16 +84,7 @@ class Tally:
     skipped: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "turns": self.turns,
-            "artifacts": self.artifacts,
-            "versions": self.versions,
-            "stores": self.stores,
-            "found": self.found,
-            "purged": self.purged,
-            "skipped": self.skipped,
-            "stopped": self.stopped,
-        }
+        return asdict(self)
 
 
 class State:
@@ -108,12 +105,8 @@ class State:
         self.done[key] = value
         if self.path is None:
             return
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.done, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        with atomic_file(self.path) as fh:
+            fh.write(json.dumps(self.done).encode("utf-8"))
 
 
 class Sweep:
@@ -141,16 +134,33 @@ class Sweep:
 
     def run(self, scopes: Iterable[Scope]) -> Tally:
         """Walk ``scopes``; a sweep that stops early (its deadline, its most findings) says
-        so in ``stopped``, with what it did until then."""
+        so in ``stopped``, with what it did until then. A purge that walked a whole project
+        makes the text it replaced leave every file there (StorageBackend.scrub_replaced)."""
         try:
             for scope in scopes:
-                if self.skip_allowed and self._policy(scope).policy == "allow":
+                policy = policy_of(self.storage, scope.tenant, scope.project)
+                if self.skip_allowed and policy.policy == "allow":
                     continue
-                self._tasks(scope)
-                self._stores(scope)
+                allowlist = allowlist_of(policy)
+                purged = self.tally.purged
+                # A walk resumed from a state file may follow a purge that stopped before
+                # its scrub.
+                resumed = self.state.get(f"{scope.tenant}/{scope.project}/tasks") is not None
+                self._tasks(scope, allowlist)
+                self._stores(scope, allowlist)
+                if self.purge and (self.tally.purged > purged or resumed):
+                    self._scrub(scope)
         except Stopped:
             self.tally.stopped = True
         return self.tally
+
+    def _scrub(self, scope: Scope) -> None:
+        self.storage.flush_derived()
+        if not self.storage.scrub_replaced(scope):
+            self.tally.skipped.append(
+                f"{scope.tenant}/{scope.project}: a reader held the search index; the masked"
+                " text leaves it at the next write or sweep"
+            )
 
     def _check(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -159,14 +169,6 @@ class Sweep:
             raise Stopped
 
     # -- helpers ----------------------------------------------------------------------------
-    def _policy(self, scope: Scope) -> SecretPolicy:
-        default = self.storage.secret_policies.default
-        return self.storage.limits().secrets().of(scope.tenant, scope.project, default)
-
-    def _allowlist(self, scope: Scope) -> secret_scan.Allowlist:
-        policy = self._policy(scope)
-        return secret_scan.Allowlist(policy.allow_patterns, frozenset(policy.allow_fingerprints))
-
     def _scan(
         self, text: str, where: str, allowlist: secret_scan.Allowlist
     ) -> list[secret_scan.Finding]:
@@ -178,22 +180,19 @@ class Sweep:
 
     def _masked(self, value: Any, where: str, allowlist: secret_scan.Allowlist) -> Any:
         """``value`` (JSON) with every string's secrets reported and masked."""
-        if isinstance(value, str):
-            found = self._scan(value, where, allowlist)
-            return masked_text(value, found) if found else value
-        if isinstance(value, list):
-            return [self._masked(v, f"{where}[{i}]", allowlist) for i, v in enumerate(value)]
-        if isinstance(value, dict):
-            return {k: self._masked(v, f"{where}.{k}", allowlist) for k, v in value.items()}
-        return value
+
+        def mask(text: str, at: str) -> str:
+            found = self._scan(text, at, allowlist)
+            return secret_scan.masked(text, found) if found else text
+
+        return map_strings(value, where, mask)
 
     # -- turns ------------------------------------------------------------------------------
-    def _tasks(self, scope: Scope) -> None:
+    def _tasks(self, scope: Scope, allowlist: secret_scan.Allowlist) -> None:
         key = f"{scope.tenant}/{scope.project}/tasks"
         cursor = self.state.get(key)
         if cursor == DONE:
             return
-        allowlist = self._allowlist(scope)
         while True:
             page = self.storage.tasks.list_tasks(
                 scope, limit=PAGE, cursor=cursor, sort="task_id", descending=False
@@ -281,15 +280,14 @@ class Sweep:
         except UnicodeDecodeError:
             return None
         found = self._scan(text, f"{where} artifact {name}", allowlist)
-        return masked_text(text, found).encode("utf-8") if found else None
+        return secret_scan.masked(text, found).encode("utf-8") if found else None
 
     # -- stores -----------------------------------------------------------------------------
-    def _stores(self, scope: Scope) -> None:
+    def _stores(self, scope: Scope, allowlist: secret_scan.Allowlist) -> None:
         key = f"{scope.tenant}/{scope.project}/stores"
         page_token = self.state.get(key)
         if page_token == DONE:
             return
-        allowlist = self._allowlist(scope)
         while True:
             page = self.storage.stores.list_stores(
                 scope, limit=PAGE, page=page_token, include_archived=True
@@ -371,3 +369,10 @@ class Sweep:
             self.tally.skipped.append(f"{here}: {exc}")
             return
         self.tally.purged += 1
+
+
+def scopes_named(storage: StorageBackend, tenant: str | None, project: str | None) -> list[Scope]:
+    """The project named, or every project of ``tenant`` (of every tenant, without one)."""
+    if tenant is not None and project is not None:
+        return [Scope(tenant, project)]
+    return storage.projects(None if tenant is None else [tenant])

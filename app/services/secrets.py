@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import codecs
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
@@ -63,9 +63,7 @@ class Screen:
     @property
     def allowlist(self) -> secret_scan.Allowlist:
         if self._allowlist is None:
-            self._allowlist = secret_scan.Allowlist(
-                self.policy.allow_patterns, frozenset(self.policy.allow_fingerprints)
-            )
+            self._allowlist = allowlist_of(self.policy)
         return self._allowlist
 
     def text(self, value: str, where: str) -> str:
@@ -82,20 +80,11 @@ class Screen:
             ]
             return value
         self.masked.update(f.kind for f in findings)
-        return masked_text(value, findings)
+        return secret_scan.masked(value, findings)
 
     def json(self, value: Any, where: str) -> Any:
-        """``value`` (JSON: objects, lists, strings) with every string screened; object keys
-        are names, not values, and stay as they are."""
-        if not self.active:
-            return value
-        if isinstance(value, str):
-            return self.text(value, where)
-        if isinstance(value, list):
-            return [self.json(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, dict):
-            return {k: self.json(v, f"{where}.{k}") for k, v in value.items()}
-        return value
+        """``value`` (JSON) with every string screened (:func:`map_strings`)."""
+        return map_strings(value, where, self.text) if self.active else value
 
     def settle(self) -> None:
         """Refuse the write (SecretsRefused) when a secret was found under ``reject``."""
@@ -134,6 +123,24 @@ class Screen:
             return upload
         stream = _MaskingStream(self, upload.stream, upload.content_type, where)
         return ArtifactUpload(upload.name, upload.content_type, cast(IO[bytes], stream))
+
+
+def allowlist_of(policy: SecretPolicy) -> secret_scan.Allowlist:
+    """What the scanner lets through in a project of ``policy``."""
+    return secret_scan.Allowlist(policy.allow_patterns, frozenset(policy.allow_fingerprints))
+
+
+def map_strings(value: Any, where: str, change: Callable[[str, str], str]) -> Any:
+    """``value`` (JSON: objects, lists, strings) with ``change(string, where)`` applied to
+    every string, ``where`` naming it (``meta.notes[2]``); object keys are names, not
+    values, and stay as they are."""
+    if isinstance(value, str):
+        return change(value, where)
+    if isinstance(value, list):
+        return [map_strings(v, f"{where}[{i}]", change) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: map_strings(v, f"{where}.{k}", change) for k, v in value.items()}
+    return value
 
 
 class ScreenedStores:
@@ -200,16 +207,6 @@ def refused(
         subject,
         {"kinds": dict(sorted(kinds.items())), "count": kinds.total()},
     )
-
-
-def masked_text(value: str, findings: list[secret_scan.Finding]) -> str:
-    """``value`` with each of ``findings`` replaced by its marker."""
-    parts, at = [], 0
-    for f in findings:
-        parts += [value[at : f.start], secret_scan.MARKER.format(kind=f.kind)]
-        at = f.end
-    parts.append(value[at:])
-    return "".join(parts)
 
 
 def is_text_type(content_type: str | None) -> bool:
@@ -311,7 +308,7 @@ class _MaskingStream:
             out = text[:cut]
         else:
             self.screen.masked.update(f.kind for f in done)
-            out = masked_text(text[:cut], done)
+            out = secret_scan.masked(text[:cut], done)
         self._out += out.encode("utf-8")
         self._pending = text[cut:]
         self._offset += cut

@@ -414,9 +414,15 @@ def mask(
     )
     if not findings:
         return text, Counter()
+    return masked(text, findings), Counter(f.kind for f in findings)
+
+
+def masked(text: str, findings: Iterable[Finding]) -> str:
+    """``text`` with each of ``findings`` (in order, not overlapping: what :func:`scan` gives)
+    replaced by its marker."""
     parts, at = [], 0
     for f in findings:
         parts += [text[at : f.start], MARKER.format(kind=f.kind)]
         at = f.end
     parts.append(text[at:])
-    return "".join(parts), Counter(f.kind for f in findings)
+    return "".join(parts)
