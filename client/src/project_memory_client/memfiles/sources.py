@@ -37,7 +37,8 @@ SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".tox"}
     | {".mypy_cache", ".pytest_cache", ".ruff_cache"}
 )
-MCP_MEMORY_FILES = ("memory.json", "memory.jsonl")  # the reference server's old and new default
+MCP_MEMORY_FILES = ("memory.json", "memory.jsonl")
+RESERVED = "the store keeps files from outside the repository under this folder's name"  # the reference server's old and new default
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,10 @@ class Collector:
             self.skip(shown, "import", "not-text", f"{via}: not a text file (Claude Code skips it)")
             return
         placed = self._place(where)
-        if placed is None:
+        if placed == "reserved":
+            self.skip(shown, "import", "reserved", f"{via}: {RESERVED}")
+            return
+        if isinstance(placed, str):
             self.skip(
                 shown,
                 "import",
@@ -294,17 +298,19 @@ class Collector:
         kind = repository_kind(tuple(rel.split("/"))) if root is self.repo else None
         self.file(root, rel, kind or "import", depth=depth, chain=chain)
 
-    def _place(self, path: str) -> tuple[Root, str] | None:
+    def _place(self, path: str) -> tuple[Root, str] | str:
+        """The root ``path`` is read under and its path there; else why it is not read."""
         for root in (self.repo, self.home):
             rel = os.path.relpath(path, root.path)
-            if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+            if rel in (".", "..") or rel.startswith(".." + os.sep):
                 continue
-            if root is self.home and rel.split(os.sep)[0] not in HOME_AGENT_DIRS:
+            first = rel.split(os.sep)[0]
+            if root is self.home and first not in HOME_AGENT_DIRS:
                 continue
-            if root is self.repo and "/" + rel.split(os.sep)[0] in PREFIXES:
-                return None
+            if root is self.repo and "/" + first in PREFIXES:
+                return "reserved"
             return root, rel.replace(os.sep, "/")
-        return None
+        return "outside"
 
     def _shown(self, path: str) -> str:
         for root in (self.repo, self.home):
