@@ -319,6 +319,43 @@ def test_an_edit_on_the_server_between_plan_and_write_is_a_conflict(
         remote.close()
 
 
+def test_an_entity_gone_from_the_file_is_listed_not_deleted(
+    mf_cli: Cli, pm_server: Server, repo: tuple[Path, Path, dict[str, bytes]]
+) -> None:
+    root, _, _ = repo
+    assert mf_cli("import", "--store", "Stale", str(root)).code == 0
+    lines = MEMORY_JSON.split("\n")
+    write(root / "memory.json", "\n".join(lines[:2] + lines[3:5]))  # "alice" and its relation go
+    ran = mf_cli("import", "--store", "Stale", str(root), "--json")
+    assert ran.code == 0, ran.stderr
+    actions = {m["path"]: m["action"] for m in ran.json()["data"]["memories"]}
+    assert actions["/memory.json/alice-2.md"] == "stale"
+    assert actions["/memory.json/Alice.md"] == "update"  # its relation to "alice" went too
+    remote = remote_of(pm_server, mf_cli)
+    try:
+        sid = store_id(remote, "Stale")
+        assert sid is not None and "/memory.json/alice-2.md" in remote.memories(sid)
+    finally:
+        remote.close()
+
+
+def test_codex_memories_come_from_codex_home_when_asked(mf_cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    codex_home = tmp_path / "codex-home"
+    write(codex_home / "memories" / "MEMORY.md", "# Codex memory\n")
+    ran = mf_cli("import", "--store", "C", str(tmp_path / "empty"), "--dry-run", "--json")
+    assert ran.json()["data"]["memories"] == []  # not without the flag
+    mf_cli.env["CODEX_HOME"] = str(codex_home)
+    ran = mf_cli(
+        "import", "--store", "C", str(tmp_path / "empty"), "--codex-memories", "--dry-run", "--json"
+    )
+    assert ran.code == 0, ran.stderr
+    memories = ran.json()["data"]["memories"]
+    assert [(m["path"], m["source"]) for m in memories] == [
+        ("/~codex-memories/MEMORY.md", f"{codex_home}/memories/MEMORY.md")
+    ]
+
+
 class Hostile(BaseHTTPRequestHandler):
     """A server whose store holds paths no real one would: each must stay inside DIR."""
 

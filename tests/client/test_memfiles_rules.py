@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from project_memory_client.memfiles import graph
 from project_memory_client.memfiles.claude import (
+    auto_memory_dir,
     import_targets,
     project_key,
     working_copy_root,
@@ -65,6 +66,43 @@ def test_a_worktree_shares_its_main_working_copys_memory(tmp_path: Path) -> None
     assert working_copy_root(str(wt / "sub")) == str(main)
     assert working_copy_root(str(main)) == str(main)
     assert working_copy_root(str(tmp_path)) == str(tmp_path)
+
+
+def test_the_users_settings_may_move_the_auto_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    repo.mkdir()
+    default = auto_memory_dir(str(repo), str(home))
+    assert default == f"{home}/.claude/projects/{project_key(str(repo))}/memory"
+    _write(home / ".claude" / "settings.json", '{"autoMemoryDirectory": "~/notes/mem"}')
+    assert auto_memory_dir(str(repo), str(home)) == f"{home}/notes/mem"
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cfg"))
+    assert auto_memory_dir(str(repo), str(home)).startswith(f"{tmp_path}/cfg/projects/")
+
+
+def test_codex_memories_are_their_markdown_files(tmp_path: Path) -> None:
+    codex = tmp_path / "codex" / "memories"
+    for rel in ["MEMORY.md", "memory_summary.md", "rollout_summaries/2026-x.md"]:
+        _write(codex / rel, rel)
+    _write(codex / "skills" / "deploy" / "SKILL.md", "skill")
+    _write(codex / "skills" / "deploy" / "scripts" / "run.sh", "not markdown")
+    _write(codex / ".git" / "HEAD.md", "version control, not a memory")
+    found = collect(
+        str(tmp_path / "repo"),
+        home=str(tmp_path),
+        auto_memory=None,
+        codex_memories=str(codex),
+        mcp_files=[],
+    )
+    assert sorted(found.memories) == [
+        "/~codex-memories/MEMORY.md",
+        "/~codex-memories/memory_summary.md",
+        "/~codex-memories/rollout_summaries/2026-x.md",
+        "/~codex-memories/skills/deploy/SKILL.md",
+    ]
+    assert found.memories["/~codex-memories/MEMORY.md"].source == "~/codex/memories/MEMORY.md"
 
 
 def _write(path: Path, text: str) -> None:
