@@ -157,7 +157,14 @@ def project_key(path: str) -> str:
     character outside the BMP becomes two); a key over 200 characters is cut there and given
     ``-`` and the base-36 absolute value of a 32-bit hash of the whole path.
     """
-    units = list(memoryview(path.encode("utf-16-le", "surrogatepass")).cast("H"))
+    units: list[int] = []
+    for ch in path:
+        code = ord(ch)
+        if code > 0xFFFF:  # a surrogate pair in UTF-16, as JavaScript's strings hold it
+            code -= 0x10000
+            units += [0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF)]
+        else:
+            units.append(code)
     key = "".join(chr(u) if chr(u).isascii() and chr(u).isalnum() else "-" for u in units)
     if len(key) <= MAX_KEY_CHARS:
         return key
