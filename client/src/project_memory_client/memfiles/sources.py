@@ -241,9 +241,7 @@ class Collector:
             if kind is None or entry.is_dir(follow_symlinks=False):
                 continue
             if "/" + parts[0] in PREFIXES:
-                self.skip(
-                    rel, kind, "reserved", f"/{parts[0]}/ holds files from outside the repository"
-                )
+                self.skip(rel, kind, "reserved", RESERVED)
                 continue
             if kind == "mcp-memory":
                 graphs.append(rel)
