@@ -55,7 +55,14 @@ def test_no_module_of_the_client_imports_the_server() -> None:
 
 
 def test_the_cli_starts_without_httpx() -> None:
-    for argv in ([], ["turn", "get", "t", "0"], ["search", "x"], ["mount", "--help"]):
+    for argv in (
+        [],
+        ["turn", "get", "t", "0"],
+        ["search", "x"],
+        ["mount", "--help"],
+        ["import", "--store", "s"],
+        ["export", "--store", "s", "dir"],
+    ):
         code = (
             "import sys\nfrom project_memory_client import cli\n"
             f"parser = cli.build_parser({argv!r})"

@@ -117,3 +117,34 @@ CONTENT_TYPES = st.text(alphabet='atx/+-.; ="\r\n\té:', max_size=20) | st.build
 @example("text/plain; " + "x" * 250)
 def test_content_types_agree(value: str) -> None:
     assert client.is_content_type(value) == _server_takes_type(value)
+
+
+def test_the_memory_limits_are_the_servers() -> None:
+    assert client.MAX_MEMORY_CONTENT_BYTES == server.MAX_CONTENT_BYTES
+    assert client.MAX_MEMORY_PATH_BYTES == server.MAX_PATH_BYTES
+    assert client.MAX_MEMORY_PATH_SEGMENTS == server.MAX_PATH_SEGMENTS
+    assert client.MAX_MEMORY_SEGMENT_BYTES == server.MAX_SEGMENT_BYTES
+
+
+def _server_takes_path(path: str) -> bool:
+    try:
+        server.validate_memory_path(path)
+    except InvalidName:
+        return False
+    return True
+
+
+MEMORY_PATHS = st.lists(PATH_SEGMENTS, min_size=1, max_size=6).map(
+    lambda segments: "/" + "/".join(segments)
+) | st.text(alphabet="/a.é\u2028\u0301\u212b\x00~-", max_size=12)
+
+
+@settings(max_examples=500)
+@given(MEMORY_PATHS)
+@example("/" + "/".join(["a"] * 21))
+@example("/e\u0301")  # an e then a combining acute: NFC composes it
+@example("/\u212b")  # ANGSTROM SIGN, which NFC replaces
+@example("/notes" + "x" * 1024)
+@example("relative/path")
+def test_memory_paths_agree(path: str) -> None:
+    assert (client.memory_path_fault(path) is None) == _server_takes_path(path), path

@@ -44,6 +44,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("usage", "project_memory_client.commands.usage:register", "what the project stores, its quotas and traffic"),
     Command("whoami", "project_memory_client.commands.whoami:register", "the token's role and scope"),
     Command("mount", "project_memory_client.mount.cli:register", "keep a local directory in sync with memory stores"),
+    Command("import", "project_memory_client.memfiles.cli:register_import", "read agents' memory files (CLAUDE.md, AGENTS.md, ...) into a memory store"),
+    Command("export", "project_memory_client.memfiles.cli:register_export", "write a memory store back as files"),
     Command("agent", "project_memory_client.agents.cli:register", "plug a coding agent in: install, status, flush, hooks"),
     Command("mcp", "project_memory_client.mcp.cli:register", "serve the server's MCP tools on stdio"),
 )  # fmt: skip

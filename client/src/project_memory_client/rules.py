@@ -7,6 +7,7 @@ so the two cannot drift apart.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 # The prefix of the server's temp files; it also refuses memory path segments that start
@@ -77,3 +78,39 @@ def artifact_name_fault(name: str) -> str | None:
 def is_content_type(value: str) -> bool:
     """Whether the server keeps ``value`` as an artifact's Content-Type."""
     return len(value) <= MAX_CONTENT_TYPE_CHARS and _CONTENT_TYPE_RE.fullmatch(value) is not None
+
+
+# A memory of a store: the most bytes of UTF-8 its content may hold, and the rules of its
+# path (the memory-stores API's, and the server's own: a segment is a file name on disk).
+MAX_MEMORY_CONTENT_BYTES = 102_400
+MAX_MEMORY_PATH_BYTES = 1024
+MAX_MEMORY_PATH_SEGMENTS = 20
+MAX_MEMORY_SEGMENT_BYTES = 255
+
+
+def _refused_char(ch: str) -> bool:
+    # Control and format characters, lone surrogates, and the line and paragraph separators.
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs") or ch in "\u2028\u2029"
+
+
+def memory_path_fault(path: str) -> str | None:
+    """Why the server would refuse ``path`` as a memory's path; None when it would not."""
+    if not path.startswith("/"):
+        return "it does not start with /"
+    if any(_refused_char(ch) for ch in path):
+        return "it contains a control or format character"
+    if len(path.encode("utf-8")) > MAX_MEMORY_PATH_BYTES:
+        return f"it is longer than {MAX_MEMORY_PATH_BYTES} bytes"
+    if not unicodedata.is_normalized("NFC", path):
+        return "it is not NFC-normalized"
+    segments = path[1:].split("/")
+    if len(segments) > MAX_MEMORY_PATH_SEGMENTS:
+        return f"it has more than {MAX_MEMORY_PATH_SEGMENTS} segments"
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            return "it has an empty, . or .. segment"
+        if len(segment.encode("utf-8")) > MAX_MEMORY_SEGMENT_BYTES:
+            return f"a name in it is longer than {MAX_MEMORY_SEGMENT_BYTES} bytes"
+        if segment.startswith(TMP_PREFIX):
+            return f"a name in it starts with {TMP_PREFIX!r}, which the server reserves"
+    return None

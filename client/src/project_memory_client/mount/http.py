@@ -49,12 +49,13 @@ class StoreClient:
         timeout: float = DEFAULT_TIMEOUT,
         tenant: str | None = None,
         project: str | None = None,
+        agent: str = "project-memory-mount",
     ) -> None:
         self.base = server.rstrip("/") + "/v1/memory_stores"
         self.timeout = timeout
         settings = Settings(url=server, token=token, tenant=tenant, project=project)
         # Each call sets its own timeout, from the caller's deadline.
-        self.session = settings.http(f"project-memory-mount/{__version__}", timeout=timeout)
+        self.session = settings.http(f"{agent}/{__version__}", timeout=timeout)
         self.calls: Counter[str] = Counter()
 
     def close(self) -> None:
@@ -101,6 +102,23 @@ class StoreClient:
         return body
 
     # -- calls -------------------------------------------------------------------------
+    def list_stores(self, *, deadline: float | None = None) -> list[dict[str, Any]]:
+        """Every store that is not archived, newest first, 100 a page."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 100}
+        while True:
+            page = self._call("list_stores", "GET", "", deadline=deadline, params=params)
+            items.extend(page["data"])
+            if not page.get("next_page"):
+                return items
+            params = {**params, "page": page["next_page"]}
+
+    def create_store(self, name: str, *, deadline: float | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "create_store", "POST", "", deadline=deadline, json={"name": name}
+        )
+        return result
+
     def get_store(self, store_id: str, *, deadline: float | None = None) -> dict[str, Any]:
         result: dict[str, Any] = self._call("get_store", "GET", f"/{store_id}", deadline=deadline)
         return result
