@@ -184,7 +184,7 @@ def _status(ctx: Context) -> Output:
             "PROJECT_MEMORY_TOKEN is not in the environment: the agents' MCP entries read the"
             " token from it (claude-code --transport stdio reads the config file too)"
         )
-    data = {
+    data: dict[str, Any] = {
         "root": str(root),
         "agents": agents,
         "mcp_auth": auths,
