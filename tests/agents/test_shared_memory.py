@@ -398,3 +398,35 @@ def test_a_hook_that_syncs_loads_no_httpx(machines: tuple[Machine, Machine], sto
     assert code_ == 0 and store.tree(store.named(name)["id"]) == {"/x.md": "x\n"}
     assert "project_memory_client.mount.sync" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("httpx", "httpcore", "argparse")] == []
+
+
+def test_install_finds_or_makes_the_store_and_refuses_what_it_cannot_share(
+    machines: tuple[Machine, Machine], store: Store, memory_up: Memory
+) -> None:
+    a, b = machines
+    a.install("")  # the default name: made once, found after
+    b.install("")
+    default = store.named("Claude Code auto-memory")
+    assert default["metadata"] == {"project-memory": "claude-code-auto-memory"}
+    assert a.folder.parent.name == b.folder.parent.name == default["id"]
+    by_id = Machine(a.repo.parent, "c", a.env)
+    by_id.install(default["id"])
+    assert by_id.folder.parent.name == default["id"]
+
+    def refused(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+        repo = a.repo.parent / f"refused-{uuid.uuid4().hex[:6]}"
+        git_repo(repo)
+        done = cli(env, "agent", "install", *args, cwd=repo)
+        assert not (repo / ".claude").exists() and not (repo / ".mcp.json").exists()
+        return done
+
+    done = refused(a.env, "codex", "--share-memory")
+    assert done.returncode == 2 and "Claude Code's" in done.stderr
+    done = refused(a.env, "claude-code", "--share-memory", "memstore_01JZZZZZZZZZZZZZZZZZZZZZZZ")
+    assert done.returncode == 2 and "no memory store" in done.stderr
+    reader = {**a.env, "PROJECT_MEMORY_TOKEN": memory_up.reader}
+    done = refused(reader, "claude-code", "--share-memory", unique("readers"))
+    assert done.returncode == 2 and "refused" in done.stderr
+    memory_up.switch.set("down")
+    done = refused(a.env, "claude-code", "--share-memory")
+    assert done.returncode == 3 and "cannot be reached" in done.stderr

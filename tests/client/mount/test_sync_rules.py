@@ -647,6 +647,12 @@ def test_a_version_the_store_cannot_take_falls_back_to_the_server_wins(
     m()
     assert m.tree() == {"/a.md": "server edit"}
     assert [p.read_bytes() for p in kept_copies(m)] == [b"\xff not UTF-8"]
+    # Refused by the server (over its 100 kB): the same, in the same sync.
+    remote.put(store_id, "/a.md", "server again")
+    m.write("/a.md", "x" * 200_000)
+    m()
+    assert m.tree() == {"/a.md": "server again"}
+    assert len(kept_copies(m)) == 2
 
 
 def test_a_file_replaced_by_a_link_is_not_deleted_on_the_server(

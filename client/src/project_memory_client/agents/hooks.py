@@ -13,6 +13,10 @@ agent reads, and always exits 0: a hook never blocks or fails the agent's sessio
   masked (agents/secrets.py, over the scanner the server shares). The turn is spooled
   first, then sent (agents/spool.py).
 
+With ``agent install claude-code --share-memory``, ``session-start`` and ``stop`` also sync
+Claude Code's auto-memory folder with a memory store (agents/shared_memory.py): at the start
+before the context, with part of its time; after a turn once the turn is sent.
+
 Turns are never lost nor merged. The session's state (``sessions/``) says where the last
 recorded turn ended; it moves only once a turn is spooled or on the server, so a turn whose
 hook never got that far (killed, or with a full disk and no server) is read again by the
@@ -55,7 +59,7 @@ from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, w
 
 if TYPE_CHECKING:
     from ..settings import Settings
-    from .shared_memory import Share
+    from .share_record import Share
     from .transcripts import TurnFacts
     from .wire import HookClient
 
@@ -350,7 +354,15 @@ class Hook:
 
         part = SYNC_SHARE if starting else 1.0
         ends = time.monotonic() + self.left() * part
-        return sync_for_hook(self, share, deadline=ends, note=starting)
+        return sync_for_hook(
+            share,
+            self.settings,
+            self.root,
+            self.log.write,
+            self.event,
+            deadline=ends,
+            note=starting,
+        )
 
     # -- a finished turn ----------------------------------------------------------------
     def state_path(self) -> Path:
@@ -587,7 +599,7 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
             recorded = hook.record()
         share = None
         if agent == "claude-code" and event != "pre-compact":
-            from .shared_memory import find
+            from .share_record import find
 
             share = find(hook.root, hook.cwd, env.get("CLAUDE_PROJECT_DIR"))
         # Then the network part, from when its first request can start.

@@ -5,7 +5,9 @@ Claude Code (``claude-code``):
   PreCompact.
   ``.claude/settings.local.json`` (the user's own): the permission for the server's read
   tools (``mcp__project-memory__search`` ...; a write or a delete is still asked for) and the
-  project's MCP server enabled (``enabledMcpjsonServers``).
+  project's MCP server enabled (``enabledMcpjsonServers``); with ``--share-memory``, also
+  ``autoMemoryDirectory``: Claude Code's memory folder, the one agents/shared_memory.py
+  keeps in sync with a memory store (uninstall puts the value before back).
   Claude Code ignores permissions in a project's settings until the person trusts the
   folder, except in a ``settings.local.json`` that git does not track: install keeps it
   untracked (a line in ``.git/info/exclude`` when nothing ignores it yet). So ``claude`` and

@@ -29,9 +29,9 @@ changed it, the hook adds the new index to the session's context, framed as stor
 
 Nothing here follows a symbolic link: a folder on the way, or the memory folder itself,
 that is a link stops the sync (the hook logs it; the session goes on), and a file in the
-folder that is a link is neither synced nor deleted on the server. This module imports
-only the standard library at module level: the hooks of a repository that shares nothing
-pay one ``stat`` per directory from the session's folder up to the root.
+folder that is a link is neither synced nor deleted on the server. A hook finds its
+repository's share with agents/share_record.py; this module and the engine load only where
+there is one.
 """
 
 from __future__ import annotations
@@ -48,108 +48,43 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from .share_record import Share, link_path, shares_root
+
 if TYPE_CHECKING:
     from ..mount.sync import SyncReport
     from ..settings import Settings
-    from .hooks import Hook
 
 SETTING = "autoMemoryDirectory"
 DEFAULT_STORE = "Claude Code auto-memory"
 STORE_DESCRIPTION = "Claude Code's auto-memory of this project, shared by project-memory"
 STORE_METADATA = {"project-memory": "claude-code-auto-memory"}
-SHARES = "claude-memory"  # under the state directory
-MEMORY_DIR = "memory"
 SYNC_SHARE = 0.5  # of the session-start hook's network time: the context gets the rest
 LOCK_WAIT = 1.0  # seconds a hook waits for another session's sync of the same folder
 INSTALL_SYNC_SECONDS = 30.0
 NOTE_BYTES = 4_000  # of the new MEMORY.md added to the session's context
-_SAFE_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # the server's id pattern
-_TAG = re.compile(
-    r"[<\uff1c\ufe64](?=[\s/\u200b-\u200f\u2060\ufeff]*stored[\s_\-\u200b-\u200f\u2060\ufeff]*text)",
-    re.IGNORECASE,
+# Compiled when first used (re.compile of the second costs every hook 10 ms at import).
+SAFE_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # the server's id pattern
+# A stored-text tag, as app/services/framing.py finds one (any case, spaces or zero-width
+# characters inside, a full-width or small '<').
+STORED_TEXT_TAG = (
+    r"[<\uff1c\ufe64](?=[\s/\u200b-\u200f\u2060\ufeff]*stored[\s_\-\u200b-\u200f\u2060\ufeff]*text)"
 )
 
 
 class SharedMemoryError(Exception):
-    """The memory cannot be shared as asked (no server, no such store, a link on the way)."""
+    """The memory cannot be shared as asked (no server, no such store, a link on the way);
+    ``unreachable``: because the server cannot be reached."""
 
-
-class Share:
-    """One repository's shared memory: the server, scope and store, and where its folder is."""
-
-    __slots__ = ("url", "tenant", "project", "scoped", "store_id", "store_name", "home")
-
-    def __init__(
-        self,
-        *,
-        url: str,
-        tenant: str,
-        project: str,
-        scoped: bool,
-        store_id: str,
-        store_name: str,
-        home: Path,
-    ) -> None:
-        self.url = url
-        self.tenant = tenant
-        self.project = project
-        self.scoped = scoped  # the tenant and project were given: sent as headers
-        self.store_id = store_id
-        self.store_name = store_name
-        self.home = home
-
-    @property
-    def folder(self) -> Path:
-        return self.home / MEMORY_DIR
-
-    @property
-    def state_file(self) -> Path:
-        return self.home / "sync.json"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "tenant": self.tenant,
-            "project": self.project,
-            "scoped": self.scoped,
-            "store_id": self.store_id,
-            "store_name": self.store_name,
-            "folder": str(self.folder),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Share | None:
-        try:
-            folder = Path(str(data["folder"]))
-            share = cls(
-                url=str(data["url"]),
-                tenant=str(data["tenant"]),
-                project=str(data["project"]),
-                scoped=bool(data.get("scoped")),
-                store_id=str(data["store_id"]),
-                store_name=str(data.get("store_name") or ""),
-                home=folder.parent,
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        return share if folder.name == MEMORY_DIR and folder.is_absolute() else None
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 # -- where things are -------------------------------------------------------------------------
-def shares_root(state: Path) -> Path:
-    return state / SHARES
-
-
-def link_path(state: Path, root: Path) -> Path:
-    """Where the record of ``root``'s share is (by the hash of its path, resolved)."""
-    digest = hashlib.sha256(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return shares_root(state) / "repos" / f"{digest}.json"
-
-
 def _segment(value: str) -> str:
     """``value`` as one directory name: itself when the server's id pattern allows it and
     it is not all dots, else its hash."""
-    if _SAFE_SEGMENT.fullmatch(value) and value.strip("."):
+    if re.fullmatch(SAFE_SEGMENT, value) and value.strip("."):
         return value
     return "h-" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
@@ -184,28 +119,6 @@ def real_dirs(top: Path, path: Path, *, create: bool) -> None:
             )
         if not stat.S_ISDIR(st.st_mode):
             raise SharedMemoryError(f"{current} is not a directory; not synced")
-
-
-def find(state: Path, cwd: str, project_dir: str | None = None) -> Share | None:
-    """The share of the repository the session runs in: Claude Code's project directory,
-    else the session's folder or the nearest folder above it that has one. One ``stat``
-    per folder when there is none."""
-    candidates = [Path(project_dir)] if project_dir else []
-    here = Path(cwd)
-    candidates += [here, *here.parents]
-    for candidate in candidates:
-        path = link_path(state, candidate)
-        try:
-            with open(path, "rb") as fh:
-                data = json.loads(fh.read(64 * 1024))
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, RecursionError):
-            return None
-        if isinstance(data, dict) and data.get("root") == str(candidate):
-            return Share.from_dict(data)
-        return None
-    return None
 
 
 def linked(state: Path, root: Path) -> dict[str, Any] | None:
@@ -406,7 +319,7 @@ class StoreWire:
 def prepare(settings: Settings, state: Path, store: str | None) -> Share:
     """The store to share (``store``: an id, or a name found or created; default
     DEFAULT_STORE) and its folder, made. Raises SharedMemoryError."""
-    from ..errors import ClientError
+    from ..errors import ApiError as Refused, ClientError
     from ..mount.errors import ApiError, TransportError
     from ..rules import is_store_id
     from .install import InstallError, base_url
@@ -428,7 +341,12 @@ def prepare(settings: Settings, state: Path, store: str | None) -> Share:
         scope = who.send("GET", "/whoami").json()
         if is_store_id(store):
             assert store is not None
-            found = wire.get_store(store)
+            try:
+                found = wire.get_store(store)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                raise SharedMemoryError(f"no memory store {store} in this project") from None
         else:
             name = store or DEFAULT_STORE
             named = wire.stores_named(name)
@@ -438,12 +356,10 @@ def prepare(settings: Settings, state: Path, store: str | None) -> Share:
                     f"several memory stores are named {name!r} ({ids}): give the id of one"
                 )
             found = named[0] if named else wire.create_store(name)
-    except ApiError as exc:
-        if exc.status == 404:
-            raise SharedMemoryError(f"no memory store {store} in this project") from None
+    except (ApiError, Refused) as exc:
         raise SharedMemoryError(f"the server refused: {exc}") from None
-    except (TransportError, ClientError) as exc:
-        raise SharedMemoryError(f"the server cannot be reached: {exc}") from None
+    except (TransportError, ClientError, ValueError) as exc:
+        raise SharedMemoryError(f"the server cannot be reached: {exc}", unreachable=True) from None
     finally:
         who.close()
         wire.close()
@@ -472,10 +388,13 @@ def prepare(settings: Settings, state: Path, store: str | None) -> Share:
     return share
 
 
-def first_sync(share: Share, settings: Settings, state: Path) -> str:
+def first_sync(
+    share: Share, settings: Settings, state: Path, log: Callable[[str], None] | None = None
+) -> str:
     """Sync once, now (install's: the folder holds the store before Claude Code first reads
-    it); "" when it completed, else why not."""
-    _, why = _sync(share, settings, state, time.monotonic() + INSTALL_SYNC_SECONDS, log=None)
+    it), the engine's warnings to ``log``; "" when it completed, else why not."""
+    ends = time.monotonic() + INSTALL_SYNC_SECONDS
+    _, why = _sync(share, settings, state, ends, log=log)
     return why
 
 
@@ -504,9 +423,18 @@ class PendingShare:
         return str(self.share.folder)
 
     def installed(self, change: Any) -> None:
-        link(self.state, self.root, self.share, self.before)
-        why = first_sync(self.share, self.settings, self.state)
         share = self.share
+        try:
+            link(self.state, self.root, share, self.before)
+        except OSError as exc:
+            change.warnings.append(
+                f"the shared memory's record cannot be written ({exc}): the hooks will not"
+                " sync it; install again"
+            )
+            return
+        said: list[str] = []
+        why = first_sync(share, self.settings, self.state, said.append)
+        change.notes += said
         change.notes.append(
             f"Claude Code's auto-memory for this repository is now {share.folder} (yours, outside"
             f" the repository), shared with the team through the memory store"
@@ -547,8 +475,8 @@ def share_for_install(
     try:
         share = prepare(settings, state, store or None)
     except SharedMemoryError as exc:
-        unreachable = "cannot be reached" in str(exc)
-        raise CommandError(str(exc), exit_code=3 if unreachable else 2, kind="install") from None
+        code = 3 if exc.unreachable else 2  # the CLI's exit status for an unreachable server
+        raise CommandError(str(exc), exit_code=code, kind="install") from None
     before: tuple[bool, Any] = (current is not None, current)
     ours = restore_args(state, root, current)
     if ours is not None and ours[0] == current:
@@ -593,19 +521,29 @@ class Unshare:
 
 
 # -- the hooks ---------------------------------------------------------------------------------
-def sync_for_hook(hook: Hook, share: Share, *, deadline: float, note: bool) -> str:
-    """The hook's sync (never raises but Deadline); with ``note``, what the session's
-    context gets when the sync changed MEMORY.md (else "")."""
+def sync_for_hook(
+    share: Share,
+    settings: Callable[[], Settings],
+    state: Path,
+    log: Callable[[str], None],
+    event: str,
+    *,
+    deadline: float,
+    note: bool,
+) -> str:
+    """A hook's sync: the settings as the hook reads them, its state directory and log
+    (never raises but the hook's Deadline); with ``note``, what the session's context gets
+    when the sync changed MEMORY.md (else "")."""
     index = share.folder / "MEMORY.md"
     before = _read(index) if note else None
     try:
-        settings = hook.settings()
-    except Exception as exc:  # noqa: BLE001 - no settings: the hook logs it elsewhere
-        hook.log.write(f"{hook.event}: shared memory not synced: {exc}")
+        found = settings()
+    except Exception as exc:  # noqa: BLE001 - the hook says why in its log, and goes on
+        log(f"{event}: shared memory not synced: {exc}")
         return ""
-    _, why = _sync(share, settings, hook.root, deadline, log=hook.log.write, event=hook.event)
+    _, why = _sync(share, found, state, deadline, log=log, event=event)
     if why:
-        hook.log.write(f"{hook.event}: shared memory ({share.store_id}): {why}")
+        log(f"{event}: shared memory ({share.store_id}): {why}")
     if not note:
         return ""
     after = _read(index)
@@ -629,8 +567,13 @@ def memory_note(share: Share, index: bytes) -> str:
         f"Your auto-memory folder ({share.folder}) is shared with the team through the"
         f" memory store {share.store_name or share.store_id!r}. Its index changed after this"
         " session loaded it; MEMORY.md now reads:\n"
-        f'<stored-text from="{source}">\n{_TAG.sub("&lt;", text)}</stored-text>'
+        f'<stored-text from="{source}">\n{neutral(text)}</stored-text>'
     )
+
+
+def neutral(text: str) -> str:
+    """``text`` with every stored-text tag in it made inert: it cannot close its frame."""
+    return re.sub(STORED_TEXT_TAG, "&lt;", text, flags=re.IGNORECASE)
 
 
 def _read(path: Path) -> bytes | None:

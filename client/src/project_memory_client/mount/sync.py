@@ -16,9 +16,8 @@ at the last sync (B, the baseline, kept in a state file) and the server's
   store's history after the server's, on a precondition on the server's sha, and the union
   of the two (merge.py) becomes the head, on the server and here.
 
-A path held by something other than a regular file here (a symbolic link, a directory) is
-neither synced nor deleted on the server: nothing can be written there, and nothing there
-was deleted.
+A synced path held here by a symbolic link or a device is neither synced nor deleted on the
+server: nothing can be written there, and nothing there was deleted.
 
 The store directory carries a marker naming the store; without it nothing is synced. A
 folder whose synced files are all gone is a wipe, never propagated: it is restored.
@@ -205,7 +204,7 @@ class StoreSync:
         self._said: set[tuple[str, ...]] = set()  # one-time log lines already written
         self._saved = b""
         self._prefetched: dict[str, dict[str, Any]] = {}  # id -> memory with its content
-        self.occupied: set[str] = set()  # paths held here by a link, a directory, a device
+        self.occupied: set[str] = set()  # paths held here by a link or a device
         self._load_state()
 
     # -- logging -----------------------------------------------------------------------
@@ -289,7 +288,7 @@ class StoreSync:
     def _scan(self) -> tuple[dict[str, _Local], list[str]]:
         """Every regular file under the folder, hashed; and the paths that cannot be memories.
 
-        ``self.occupied`` gets the paths held by anything else (a link, a directory)."""
+        ``self.occupied`` gets the paths held by a link or a device."""
         found: dict[str, _Local] = {}
         unusable: list[str] = []
         cache: dict[str, tuple[int, int, int, str]] = {}
@@ -637,7 +636,8 @@ class StoreSync:
             if exc.status == 404 or exc.error_type == "memory_precondition_failed_error":
                 log.info("%s %s changed on the server meanwhile: next sync", self._tag(), path)
                 return False
-            return self._upload_refused(path, local, exc)
+            done = self._upload_refused(path, local, exc)
+            return None if self.refused.get(path) == local.sha else done
         self.baseline[path] = {"id": mine["id"], "sha": mine["content_sha256"]}
         self.refused.pop(path, None)
         merged = merge_texts(base_text, content, theirs_text)
