@@ -62,8 +62,8 @@ SYNC_SHARE = 0.5  # of the session-start hook's network time: the context gets t
 LOCK_WAIT = 1.0  # seconds a hook waits for another session's sync of the same folder
 INSTALL_SYNC_SECONDS = 30.0
 NOTE_BYTES = 4_000  # of the new MEMORY.md added to the session's context
-# Compiled when first used (re.compile of the second costs every hook 10 ms at import).
-SAFE_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"  # the server's id pattern
+# The server's id pattern: a tenant, project or store id that matches it names a folder.
+SAFE_SEGMENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 # A stored-text tag, as app/services/framing.py finds one (any case, spaces or zero-width
 # characters inside, a full-width or small '<').
 STORED_TEXT_TAG = (
