@@ -598,7 +598,7 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         else:
             recorded = hook.record()
         share = None
-        if agent == "claude-code" and event != "pre-compact":
+        if agent == "claude-code" and event in ("session-start", "stop"):
             from .share_record import find
 
             share = find(hook.root, hook.cwd, env.get("CLAUDE_PROJECT_DIR"))
