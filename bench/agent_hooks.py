@@ -1,7 +1,7 @@
 """What a coding agent waits for at each hook: ``project-memory agent hook <event>``, whole
 processes, in fresh non-editable installs of the client.
 
-    python -m bench.agent_hooks [--runs 30] [--hogs 2] [--base REF]
+    python -m bench.agent_hooks [--runs 30] [--hogs 2] [--base REF] [--share-memory]
 
 Builds a venv with ``pip install ./client`` of this checkout (and with ``--base REF`` one of
 that commit's client, from ``git archive``), starts the service (as `make run` does) on
@@ -14,7 +14,10 @@ run between the two installs:
   answer 1 s); ``hung`` (a socket that accepts and never answers); ``down`` (refused).
 
 ``--hogs N`` runs N ``yes > /dev/null`` beside the hooks for the whole run (the load the
-acceptance tests put on the agents). Prints p50/p95 in ms, the ratio of each p50 to the
+acceptance tests put on the agents). ``--share-memory`` adds the side ``shared``: this
+checkout's client in a repository installed with ``agent install claude-code
+--share-memory`` (a store of 20 memories, all in sync), its share's server set to each
+state's URL, so that every hook also syncs Claude Code's memory folder. Prints p50/p95 in ms, the ratio of each p50 to the
 base's, the load average, and writes bench/results/agent-hooks-<time>.json.
 """
 
@@ -188,12 +191,38 @@ def hogs(n: int) -> Iterator[None]:
             proc.wait()
 
 
+def share_memory(cli: Path, work: Path, repo: Path, url: str, token: str) -> None:
+    """The side ``shared``: the repository's auto-memory shared through a store of 20
+    memories, synced once by install."""
+    env = {**os.environ, "PROJECT_MEMORY_URL": url, "PROJECT_MEMORY_TOKEN": token,
+           "HOME": str(work), "PROJECT_MEMORY_STATE_DIR": str(work / "state-shared")}  # fmt: skip
+    subprocess.run([str(cli), "agent", "install", "claude-code", "--share-memory", "bench"],
+                   cwd=repo, env=env, check=True, capture_output=True)  # fmt: skip
+    folder = Path(json.loads((repo / ".claude" / "settings.local.json").read_text())
+                  ["autoMemoryDirectory"])  # fmt: skip
+    lines = []
+    for i in range(19):
+        (folder / f"memory-{i:02d}.md").write_text(f"---\nname: m{i}\n---\n\n" + "fact " * 60)
+        lines.append(f"- [Memory {i}](memory-{i:02d}.md) — a fact\n")
+    (folder / "MEMORY.md").write_text("".join(lines))
+    subprocess.run([str(cli), "agent", "hook", "stop"], input=json.dumps({"cwd": str(repo)}),
+                   cwd=repo, env=env, check=True, capture_output=True, text=True)  # fmt: skip
+
+
+def share_at(state: Path, url: str) -> None:
+    """Point the share's record at ``url``: its hooks then sync against that server."""
+    for record in (state / "claude-memory" / "repos").glob("*.json"):
+        data = json.loads(record.read_text())
+        record.write_text(json.dumps({**data, "url": url}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="runs of each figure, each side")
     parser.add_argument("--hogs", type=int, default=0, help="yes > /dev/null processes beside")
     parser.add_argument("--base", default=None, help="a commit whose client is measured too")
     parser.add_argument("--transcript-turns", type=int, default=200)
+    parser.add_argument("--share-memory", action="store_true", help="add the side 'shared'")
     args = parser.parse_args()
     # A SIGTERM ends the run through its finally blocks: the hogs and the server stop too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -201,6 +230,8 @@ def main() -> None:
     sides = {"this": client_venv(work, "this", None)}
     if args.base:
         sides["base"] = client_venv(work, "base", args.base)
+    if args.share_memory:
+        sides["shared"] = sides["this"]
     server = start_ours(work / "server")
     figures: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     loads: list[float] = []
@@ -226,6 +257,8 @@ def main() -> None:
                      "PROJECT_MEMORY_TOKEN": token, "HOME": str(work)},
                 check=True, capture_output=True,
             )  # fmt: skip
+        if args.share_memory:
+            share_memory(sides["shared"], work, repo, server.url, token)
         host, port = server.url.removeprefix("http://").split(":")
         slow = SlowRelay((host, int(port)), SLOW_SECONDS)
         hung = socket.socket()
@@ -263,6 +296,8 @@ def main() -> None:
             turn = 0
             with hogs(args.hogs):
                 for name, event, state in plan:
+                    if args.share_memory:
+                        share_at(work / "state-shared", urls[state])
                     runs = args.runs if state != "hung" else max(3, args.runs // 6)
                     for _ in range(runs):
                         for side, cli in sides.items():
@@ -287,6 +322,8 @@ def main() -> None:
     header = f"{'hook':<24} {'p50 ms':>8} {'p95 ms':>8}"
     if "base" in sides:
         header += f" {'base p50':>9} {'base p95':>9} {'p50 / base':>10}"
+    if "shared" in sides:
+        header += f" {'shared p50':>10} {'shared p95':>10}"
     print(header)
     for name, values in figures["this"].items():
         row: dict[str, Any] = {"name": name, "runs": len(values),
@@ -302,6 +339,11 @@ def main() -> None:
                 f" {row['base_p50_ms']:>9.0f} {row['base_p95_ms']:>9.0f}"
                 f" {row['p50_over_base']:>10.2f}"
             )
+        if "shared" in sides:
+            shared = figures["shared"][name]
+            row["shared_p50_ms"] = round(statistics.median(shared), 1)
+            row["shared_p95_ms"] = round(pct(shared, 0.95), 1)
+            line += f" {row['shared_p50_ms']:>10.0f} {row['shared_p95_ms']:>10.0f}"
         rows.append(row)
         print(line)
     load = {"min": round(min(loads), 1), "median": round(statistics.median(loads), 1),
@@ -315,7 +357,8 @@ def main() -> None:
     )
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "load_average": load, "hogs": args.hogs,
-                               "runs": args.runs, "base": args.base}, indent=2))  # fmt: skip
+                               "runs": args.runs, "base": args.base,
+                               "share_memory": args.share_memory}, indent=2))  # fmt: skip
 
 
 if __name__ == "__main__":

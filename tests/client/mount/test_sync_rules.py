@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 from project_memory_client.mount.http import StoreClient
-from project_memory_client.mount.sync import MARKER, Deletions, MountError, StoreSync, marker_text
+from project_memory_client.mount.sync import (
+    MARKER,
+    Conflicts,
+    Deletions,
+    MountError,
+    StoreSync,
+    marker_text,
+)
 
 from tests.client.mount.helpers import Remote, local_tree, sha
 from tests.e2e.conftest import Server, serving
@@ -566,3 +573,120 @@ def test_many_files_to_write_are_read_20_a_page(make: MakeMount, remote: Remote)
     m()  # a few changes: fetched one by one, as before
     assert m.client.calls["retrieve"] == 1 and m.client.calls["list_full"] == 3
     assert m.tree()["/f00.md"] == "one change"
+
+
+# -- Conflicts.MERGE: Claude Code's shared memory (agents/shared_memory.py) ------------------
+def history(remote: Remote, store_id: str, path: str) -> list[str]:
+    """The contents of every version of the memory at ``path``, oldest first."""
+    memory_id = remote.memories(store_id)[path]["id"]
+    found = remote.versions(store_id, memory_id=memory_id, view="full")
+    return [v["content"] for v in reversed(found)]
+
+
+def test_merging_puts_both_versions_in_the_history_and_both_in_the_file(
+    make, remote: Remote, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make(conflicts=Conflicts.MERGE)
+    store_id = m.sync.store_id
+    base = "- [a](a.md) — A\n"
+    remote.put(store_id, "/MEMORY.md", base)
+    m()
+    remote.put(store_id, "/MEMORY.md", base + "- [theirs](t.md) — T\n")
+    m.write("/MEMORY.md", base + "- [mine](m.md) — M\n")
+    assert m()["conflict"] == 1
+    merged = base + "- [mine](m.md) — M\n- [theirs](t.md) — T\n"
+    assert m.tree() == {"/MEMORY.md": merged} and remote.tree(store_id) == {"/MEMORY.md": merged}
+    assert history(remote, store_id, "/MEMORY.md") == [
+        base,
+        base + "- [theirs](t.md) — T\n",
+        base + "- [mine](m.md) — M\n",
+        merged,
+    ]
+    assert "both versions are whole in the store's history" in caplog.text
+    assert "the file now holds both" in caplog.text
+    assert kept_copies(m) == []  # nothing left outside the store
+    assert m() == {"in_sync": 1}
+
+
+def test_a_first_merging_sync_unites_both_sides(make, remote: Remote, tmp_path: Path) -> None:
+    store_id = remote.store("Notes")
+    remote.put(store_id, "/MEMORY.md", "- [server](s.md)\n")
+    remote.put(store_id, "/s.md", "from the server\n")
+    root = tmp_path / "first"
+    folder = root / "notes"
+    folder.mkdir(parents=True)
+    (folder / MARKER).write_text(marker_text(store_id))
+    (folder / "MEMORY.md").write_text("- [local](l.md)\n")
+    (folder / "l.md").write_text("from here\n")
+    m = make(store_id, root=root, conflicts=Conflicts.MERGE)
+    actions = m()
+    assert actions == {"conflict": 1, "create": 1, "download": 1}
+    expected = {
+        "/MEMORY.md": "- [local](l.md)\n- [server](s.md)\n",
+        "/l.md": "from here\n",
+        "/s.md": "from the server\n",
+    }
+    assert m.tree() == expected and remote.tree(store_id) == expected
+    assert history(remote, store_id, "/MEMORY.md") == [
+        "- [server](s.md)\n",
+        "- [local](l.md)\n",
+        expected["/MEMORY.md"],
+    ]
+
+
+def test_a_version_the_store_cannot_take_falls_back_to_the_server_wins(
+    make, remote: Remote
+) -> None:
+    m = make(conflicts=Conflicts.MERGE)
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "base")
+    m()
+    remote.put(store_id, "/a.md", "server edit")
+    m.write("/a.md", b"\xff not UTF-8")
+    m()
+    assert m.tree() == {"/a.md": "server edit"}
+    assert [p.read_bytes() for p in kept_copies(m)] == [b"\xff not UTF-8"]
+    # Refused by the server (over its 100 kB): the same, in the same sync.
+    remote.put(store_id, "/a.md", "server again")
+    m.write("/a.md", "x" * 200_000)
+    m()
+    assert m.tree() == {"/a.md": "server again"}
+    assert len(kept_copies(m)) == 2
+
+
+def test_a_file_replaced_by_a_link_is_not_deleted_on_the_server(
+    make, remote: Remote, clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="project_memory.mount")
+    m = make()
+    store_id = m.sync.store_id
+    remote.put(store_id, "/a.md", "a")
+    remote.put(store_id, "/b.md", "b")
+    m()
+    outside = tmp_path / "outside.md"
+    outside.write_text("not for the store")
+    (m.folder / "a.md").unlink()
+    (m.folder / "a.md").symlink_to(outside)
+    remote.put(store_id, "/b.md", "b changed")  # and a change there is not written through it
+    (m.folder / "b.md").unlink()
+    (m.folder / "b.md").symlink_to(outside)
+    for _ in range(2):
+        clock.now += 3600
+        m()
+    assert remote.tree(store_id) == {"/a.md": "a", "/b.md": "b changed"}
+    assert outside.read_text() == "not for the store"
+    assert remote.versions(store_id, operation="deleted") == []
+    assert "/a.md is not a regular file here" in caplog.text
+
+
+def test_hidden_names_are_skipped_when_asked(make, remote: Remote) -> None:
+    m = make(conflicts=Conflicts.MERGE, skip_hidden=True)
+    store_id = m.sync.store_id
+    remote.put(store_id, "/.hidden.md", "theirs")
+    m.write("/.consolidate-lock", "lock")
+    m.write("/.cache/x.md", "x")
+    m.write("/notes.md", "notes")
+    m()
+    assert remote.tree(store_id) == {"/.hidden.md": "theirs", "/notes.md": "notes"}
+    assert not (m.folder / ".hidden.md").exists()

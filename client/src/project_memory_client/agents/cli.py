@@ -47,6 +47,17 @@ def register(parser: argparse.ArgumentParser) -> None:
                 " Authorization header from PROJECT_MEMORY_TOKEN) or oauth (only the URL is"
                 " written; the agent signs in itself, e.g. `claude mcp login project-memory`)",
             )
+            child.add_argument(
+                "--share-memory",
+                nargs="?",
+                const="",
+                default=None,
+                metavar="STORE",
+                help="claude-code: share Claude Code's auto-memory with the team through the"
+                " memory store STORE (an id or a name; default: the store named 'Claude Code"
+                " auto-memory', created if missing): its folder, kept in your state directory,"
+                " is synced at each session's start and after each turn (docs/agents.md)",
+            )
     status = leaf(
         sub, "status", _status, help="what is installed, whether the server answers, the spool"
     )
@@ -86,26 +97,39 @@ def _install(ctx: Context) -> Output:
     except SettingsError:
         settings = None
     url = settings.url if settings is not None else None
+    root = _root(ctx)
+    share = None
+    if ctx.args.share_memory is not None:
+        from .shared_memory import share_for_install
+
+        share = share_for_install(ctx.args.agent, root, settings, ctx.args.share_memory)
     try:
         change = install(
             ctx.args.agent,
-            _root(ctx),
+            root,
             url=url,
             transport=ctx.args.transport,
             auth=ctx.args.auth,
+            memory_dir=share.folder if share is not None else None,
         )
     except InstallError as exc:
         raise CommandError(str(exc), exit_code=2, kind="install") from None
+    if share is not None:
+        share.installed(change)
     return Output(change.to_dict(), _describe(change, "installed"))
 
 
 def _uninstall(ctx: Context) -> Output:
     from .install import InstallError, uninstall
+    from .shared_memory import Unshare
 
+    root = _root(ctx)
+    unshare = Unshare.of(ctx.args.agent, root)
     try:
-        change = uninstall(ctx.args.agent, _root(ctx))
+        change = uninstall(ctx.args.agent, root, memory=unshare.memory)
     except InstallError as exc:
         raise CommandError(str(exc), exit_code=2, kind="install") from None
+    unshare.done(change)
     return Output(change.to_dict(), _describe(change, "uninstalled"))
 
 
@@ -160,7 +184,7 @@ def _status(ctx: Context) -> Output:
             "PROJECT_MEMORY_TOKEN is not in the environment: the agents' MCP entries read the"
             " token from it (claude-code --transport stdio reads the config file too)"
         )
-    data = {
+    data: dict[str, Any] = {
         "root": str(root),
         "agents": agents,
         "mcp_auth": auths,
@@ -182,6 +206,18 @@ def _status(ctx: Context) -> Output:
             (
                 agent,
                 f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'}{signs_in})",
+            )
+        )
+    from .shared_memory import linked
+
+    share = linked(state_dir(), root)
+    data["shared_memory"] = share
+    if share is not None:
+        pairs.append(
+            (
+                "shared memory",
+                f"Claude Code's auto-memory {share.get('folder')}, synced with the memory store"
+                f" {share.get('store_name')!r} ({share.get('store_id')})",
             )
         )
     answer = "answers" if server["answers"] else "does not answer"

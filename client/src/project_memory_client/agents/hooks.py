@@ -13,6 +13,10 @@ agent reads, and always exits 0: a hook never blocks or fails the agent's sessio
   masked (agents/secrets.py, over the scanner the server shares). The turn is spooled
   first, then sent (agents/spool.py).
 
+With ``agent install claude-code --share-memory``, ``session-start`` and ``stop`` also sync
+Claude Code's auto-memory folder with a memory store (agents/shared_memory.py): at the start
+before the context, with part of its time; after a turn once the turn is sent.
+
 Turns are never lost nor merged. The session's state (``sessions/``) says where the last
 recorded turn ended; it moves only once a turn is spooled or on the server, so a turn whose
 hook never got that far (killed, or with a full disk and no server) is read again by the
@@ -55,6 +59,7 @@ from .spool import FINAL_STATUSES, Entry, Spool, private_dir, send, state_dir, w
 
 if TYPE_CHECKING:
     from ..settings import Settings
+    from .share_record import Share
     from .transcripts import TurnFacts
     from .wire import HookClient
 
@@ -308,8 +313,9 @@ class Hook:
                 self.log.write(f"{self.event}: kept in the spool: {error}")
 
     # -- session start ------------------------------------------------------------------
-    def session_start(self, task_id: str) -> str:
-        """The context, in one request to the server (GET /context), then the spool."""
+    def session_start(self, task_id: str, note: str = "") -> str:
+        """The context, in one request to the server (GET /context), then the spool.
+        ``note`` (the shared memory's new index) goes in before the closing line."""
         from ..errors import NotFound
 
         tool = "mcp__project-memory__search" if self.agent == "claude-code" else "search"
@@ -322,9 +328,9 @@ class Hook:
         if self.agent == "codex":
             # Codex cuts a longer context to its head and tail: keep the whole under it.
             budget = min(budget, CODEX_CONTEXT_CHARS - 100)
-        budget = max(MIN_BUDGET, budget - len(line.encode()) - 2)
+        budget = max(MIN_BUDGET, budget - len(line.encode()) - 2 - len(note.encode()))
         turns = min(MAX_TURNS, int(_float(self.env, TURNS_ENV, DEFAULT_TURNS)))
-        out = ""
+        out = start_output(note) if note else ""
         try:
             found = self.client().get_context(task_id, max_bytes=budget, turns=turns)
         except NotFound:
@@ -333,19 +339,30 @@ class Hook:
                 " than this client"
             )
         else:
-            context = found["context"].rstrip("\n") + "\n\n" + line
-            out = json.dumps(
-                {
-                    "hookSpecificOutput": {
-                        "hookEventName": "SessionStart",
-                        "additionalContext": context,
-                    }
-                }
-            )
+            note_part = f"{note}\n\n" if note else ""
+            out = start_output(found["context"].rstrip("\n") + "\n\n" + note_part + line)
         # What waits in the spool goes next, in the time left: the context comes first.
         with contextlib.suppress(Deadline):
             self.flush()
         return out
+
+    def sync_memory(self, share: Share, *, starting: bool) -> str:
+        """Sync the shared auto-memory (agents/shared_memory.py): at a session's start with
+        a part of the time left, before the context; after a turn with what is left. At the
+        start, what the context gets when the index changed."""
+        from .shared_memory import SYNC_SHARE, sync_for_hook
+
+        part = SYNC_SHARE if starting else 1.0
+        ends = time.monotonic() + self.left() * part
+        return sync_for_hook(
+            share,
+            self.settings,
+            self.root,
+            self.log.write,
+            self.event,
+            deadline=ends,
+            note=starting,
+        )
 
     # -- a finished turn ----------------------------------------------------------------
     def state_path(self) -> Path:
@@ -527,6 +544,13 @@ class Hook:
         return out
 
 
+def start_output(context: str) -> str:
+    """What the session-start hook prints: ``context`` for the model."""
+    return json.dumps(
+        {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}}
+    )
+
+
 def summary_of(facts: TurnFacts) -> str:
     """The turn as Markdown: its prompt (each, when the turn had several) and last answer."""
     parts = []
@@ -573,12 +597,21 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
             task_id = task_id_for(env, git_info(hook.cwd), hook.session_id)
         else:
             recorded = hook.record()
+        share = None
+        if agent == "claude-code" and event in ("session-start", "stop"):
+            from .share_record import find
+
+            share = find(hook.root, hook.cwd, env.get("CLAUDE_PROJECT_DIR"))
         # Then the network part, from when its first request can start.
         with deadline_after(hook.start_clock()):
             if event == "session-start":
-                out = hook.session_start(task_id)
+                note = hook.sync_memory(share, starting=True) if share is not None else ""
+                out = start_output(note) if note else ""  # should the context not come
+                out = hook.session_start(task_id, note)
             else:
                 hook.deliver(recorded)
+                if share is not None:
+                    hook.sync_memory(share, starting=False)
     except Deadline:
         hook.log.write(
             f"{event}: gave up after {hook.budget:g}s; the spool keeps what was not sent"

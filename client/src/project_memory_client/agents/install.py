@@ -5,7 +5,9 @@ Claude Code (``claude-code``):
   PreCompact.
   ``.claude/settings.local.json`` (the user's own): the permission for the server's read
   tools (``mcp__project-memory__search`` ...; a write or a delete is still asked for) and the
-  project's MCP server enabled (``enabledMcpjsonServers``).
+  project's MCP server enabled (``enabledMcpjsonServers``); with ``--share-memory``, also
+  ``autoMemoryDirectory``: Claude Code's memory folder, the one agents/shared_memory.py
+  keeps in sync with a memory store (uninstall puts the value before back).
   Claude Code ignores permissions in a project's settings until the person trusts the
   folder, except in a ``settings.local.json`` that git does not track: install keeps it
   untracked (a line in ``.git/info/exclude`` when nothing ignores it yet). So ``claude`` and
@@ -632,6 +634,25 @@ def _remove_permissions(value: dict[str, Any], rel: str = "") -> dict[str, Any]:
     return value
 
 
+MEMORY_SETTING = "autoMemoryDirectory"
+
+
+def _set_memory_dir(value: dict[str, Any], folder: str) -> dict[str, Any]:
+    value[MEMORY_SETTING] = folder
+    return value
+
+
+def _unset_memory_dir(value: dict[str, Any], ours: str, before: tuple[bool, Any]) -> dict[str, Any]:
+    """The setting as it was before install, while it is the folder install wrote (one the
+    person set since is theirs)."""
+    if value.get(MEMORY_SETTING) == ours:
+        if before[0]:
+            value[MEMORY_SETTING] = before[1]
+        else:
+            del value[MEMORY_SETTING]
+    return value
+
+
 def _mcp_entry(kind: str, url: str | None, auth: str) -> dict[str, Any]:
     if kind == "stdio":
         parts = shlex.split(executable())
@@ -698,9 +719,19 @@ HOOKS_NOTE = (
 
 
 def install(
-    agent: str, root: Path, *, url: str | None, transport: str = "http", auth: str = "token"
+    agent: str,
+    root: Path,
+    *,
+    url: str | None,
+    transport: str = "http",
+    auth: str = "token",
+    memory_dir: str | None = None,
 ) -> Change:
-    """Install ``agent``'s entries into the repository at ``root``: every file or none."""
+    """Install ``agent``'s entries into the repository at ``root``: every file or none.
+
+    ``memory_dir`` (claude-code): Claude Code's auto-memory folder, the one the hooks keep in
+    sync with a memory store (agents/shared_memory.py), as ``autoMemoryDirectory`` in
+    ``settings.local.json``: the user's own, and a path of theirs."""
     if auth not in AUTHS:
         raise InstallError(f"unknown auth {auth!r}: one of {', '.join(AUTHS)}")
     if auth == "oauth" and transport != "http":
@@ -718,7 +749,12 @@ def install(
                 " PROJECT_MEMORY_URL"
             )
         plan.json(".claude/settings.json", lambda v, rel: _add_hooks(v, agent, rel))
-        plan.json(LOCAL_SETTINGS, _add_permissions)
+        if memory_dir is None:
+            plan.json(LOCAL_SETTINGS, _add_permissions)
+        else:
+            plan.json(
+                LOCAL_SETTINGS, lambda v, rel: _set_memory_dir(_add_permissions(v, rel), memory_dir)
+            )
         _keep_untracked(root, plan)
         entry = _mcp_entry(transport, base, auth)
         plan.json(".mcp.json", lambda v, rel: _set_server(v, entry, rel))
@@ -776,13 +812,23 @@ def install(
     return done
 
 
-def uninstall(agent: str, root: Path) -> Change:
-    """Take out exactly what install put in (a file or directory left empty goes too)."""
+def uninstall(
+    agent: str, root: Path, *, memory: tuple[str, tuple[bool, Any]] | None = None
+) -> Change:
+    """Take out exactly what install put in (a file or directory left empty goes too).
+
+    ``memory``: the ``autoMemoryDirectory`` install wrote, and whether the setting had a
+    value before (and which): put back, or taken out."""
     change = Change(agent, root)
     plan = Plan(root, change, installing=False)
     if agent == "claude-code":
         plan.json(".claude/settings.json", _remove_hooks)
-        plan.json(LOCAL_SETTINGS, _remove_permissions)
+        if memory is None:
+            plan.json(LOCAL_SETTINGS, _remove_permissions)
+        else:
+            plan.json(
+                LOCAL_SETTINGS, lambda v, rel: _unset_memory_dir(_remove_permissions(v), *memory)
+            )
         _forget_untracked(root, plan)
         plan.json(".mcp.json", _remove_server)
     elif agent == "codex":

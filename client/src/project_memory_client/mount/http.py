@@ -16,22 +16,11 @@ import httpx
 
 from .. import __version__
 from ..settings import Settings
+from .errors import ApiError, TransportError
+
+__all__ = ["ApiError", "StoreClient", "TransportError"]
 
 DEFAULT_TIMEOUT = 10.0
-
-
-class TransportError(Exception):
-    """The server could not be reached or answered 5xx / out of time: retry next sync."""
-
-
-class ApiError(Exception):
-    """The server answered with an error envelope (4xx)."""
-
-    def __init__(self, status: int, error_type: str, message: str) -> None:
-        super().__init__(f"{status} {error_type}: {message}")
-        self.status = status
-        self.error_type = error_type
-        self.message = message
 
 
 class StoreClient:
@@ -201,3 +190,16 @@ class StoreClient:
             deadline=deadline,
             params={"expected_content_sha256": expected_sha256},
         )
+
+    def list_versions(
+        self, store_id: str, memory_id: str, *, deadline: float | None = None
+    ) -> list[dict[str, Any]]:
+        """The memory's newest versions (one page of 20, newest first), with their content."""
+        page = self._call(
+            "versions",
+            "GET",
+            f"/{store_id}/memory_versions",
+            deadline=deadline,
+            params={"memory_id": memory_id, "view": "full", "limit": 20},
+        )
+        return [v for v in page["data"] if isinstance(v, dict)]

@@ -11,7 +11,13 @@ at the last sync (B, the baseline, kept in a state file) and the server's
   ``delete_delay`` seconds.
 * both moved: the server wins and a warning is logged, naming the copy of the local
   version kept in the state folder; except a remote delete of a file with an unsynced
-  local edit, which re-creates the memory from the local file.
+  local edit, which re-creates the memory from the local file. With ``Conflicts.MERGE``
+  (Claude Code's shared memory, agents/shared_memory.py) the local version goes into the
+  store's history after the server's, on a precondition on the server's sha, and the union
+  of the two (merge.py) becomes the head, on the server and here.
+
+A synced path held here by a symbolic link or a device is neither synced nor deleted on the
+server: nothing can be written there, and nothing there was deleted.
 
 The store directory carries a marker naming the store; without it nothing is synced. A
 folder whose synced files are all gone is a wipe, never propagated: it is restored.
@@ -32,11 +38,55 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._files import write_atomic
 from ..rules import TMP_PREFIX
-from .http import ApiError, StoreClient, TransportError
+from .errors import ApiError, TransportError
+from .merge import merge_texts
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class StoreApi(Protocol):
+        """The store calls a sync makes: http.StoreClient (httpx), or the hooks' own
+        (agents/shared_memory.py); both raise errors.ApiError and errors.TransportError."""
+
+        def list_memories(
+            self, store_id: str, *, full: bool = False, deadline: float | None = None
+        ) -> list[dict[str, Any]]: ...
+
+        def get_memory(
+            self, store_id: str, memory_id: str, *, deadline: float | None = None
+        ) -> dict[str, Any]: ...
+
+        def create_memory(
+            self, store_id: str, path: str, content: str, *, deadline: float | None = None
+        ) -> dict[str, Any]: ...
+
+        def update_memory(
+            self,
+            store_id: str,
+            memory_id: str,
+            content: str,
+            expected_sha256: str,
+            *,
+            deadline: float | None = None,
+        ) -> dict[str, Any]: ...
+
+        def delete_memory(
+            self,
+            store_id: str,
+            memory_id: str,
+            expected_sha256: str,
+            *,
+            deadline: float | None = None,
+        ) -> None: ...
+
+        def list_versions(
+            self, store_id: str, memory_id: str, *, deadline: float | None = None
+        ) -> list[dict[str, Any]]: ...
+
 
 log = logging.getLogger("project_memory.mount")
 
@@ -58,6 +108,13 @@ class Deletions(str, Enum):
     ENABLED = "enabled"
     LOG_ONLY = "log_only"
     DISABLED = "disabled"
+
+
+class Conflicts(str, Enum):
+    """What a sync does when a file changed both here and on the server."""
+
+    SERVER_WINS = "server_wins"  # the local version is copied to the conflicts folder
+    MERGE = "merge"  # both versions into the store's history, then their union (merge.py)
 
 
 class Action(str, Enum):
@@ -103,6 +160,7 @@ class _Local:
 class SyncReport:
     ok: bool = True
     actions: dict[str, int] = field(default_factory=dict)
+    error: Exception | None = None  # what ended a sync that did not complete
 
     def count(self, action: str) -> None:
         self.actions[action] = self.actions.get(action, 0) + 1
@@ -113,7 +171,7 @@ class StoreSync:
 
     def __init__(
         self,
-        client: StoreClient,
+        client: StoreApi,
         store_id: str,
         folder: Path,
         *,
@@ -122,6 +180,8 @@ class StoreSync:
         deletions: Deletions = Deletions.ENABLED,
         delete_delay: float = DELETE_DELAY,
         monotonic: Callable[[], float] = time.monotonic,
+        conflicts: Conflicts = Conflicts.SERVER_WINS,
+        skip_hidden: bool = False,
     ) -> None:
         self.client = client
         self.store_id = store_id
@@ -133,6 +193,10 @@ class StoreSync:
         self.deletions = deletions
         self.delete_delay = delete_delay
         self.monotonic = monotonic
+        self.conflict_rule = conflicts
+        # A name starting with "." here or on the server is never synced (an agent's own
+        # lock file, an editor's swap file); the marker is one such name.
+        self.skip_hidden = skip_hidden
         self.baseline: dict[str, dict[str, str]] = {}  # path -> {"id", "sha"}
         self.refused: dict[str, str] = {}  # path -> local sha the server refused
         self.missing_since: dict[str, float] = {}
@@ -140,6 +204,7 @@ class StoreSync:
         self._said: set[tuple[str, ...]] = set()  # one-time log lines already written
         self._saved = b""
         self._prefetched: dict[str, dict[str, Any]] = {}  # id -> memory with its content
+        self.occupied: set[str] = set()  # paths held here by a link or a device
         self._load_state()
 
     # -- logging -----------------------------------------------------------------------
@@ -221,17 +286,29 @@ class StoreSync:
         return self.folder / path.lstrip("/")
 
     def _scan(self) -> tuple[dict[str, _Local], list[str]]:
-        """Every regular file under the folder, hashed; and the paths that cannot be memories."""
+        """Every regular file under the folder, hashed; and the paths that cannot be memories.
+
+        ``self.occupied`` gets the paths held by a link or a device."""
         found: dict[str, _Local] = {}
         unusable: list[str] = []
         cache: dict[str, tuple[int, int, int, str]] = {}
+        self.occupied = set()
         for dirpath, dirnames, filenames in os.walk(self.folder):
             base = Path(dirpath)
-            dirnames[:] = [d for d in dirnames if not (base / d).is_symlink()]
+            for d in dirnames:
+                if (base / d).is_symlink():
+                    self.occupied.add("/" + (base / d).relative_to(self.folder).as_posix())
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if not (base / d).is_symlink() and not (self.skip_hidden and d.startswith("."))
+            ]
             for name in filenames:
                 full = base / name
                 rel = "/" + full.relative_to(self.folder).as_posix()
                 if rel == "/" + MARKER or name.startswith(TMP_PREFIX):
+                    continue
+                if self.skip_hidden and name.startswith("."):
                     continue
                 try:
                     rel.encode("utf-8")
@@ -243,6 +320,7 @@ class StoreSync:
                 except FileNotFoundError:
                     continue
                 if not stat.S_ISREG(st.st_mode):
+                    self.occupied.add(rel)
                     continue  # symlinks and devices are never synced
                 key = (st.st_mtime_ns, st.st_size, st.st_ino)
                 cached = self._hash_cache.get(rel)
@@ -312,6 +390,8 @@ class StoreSync:
                 )
                 if wipe and l_entry is None and r_entry is not None:
                     action = Action.DOWNLOAD  # restore, whatever the mode
+                if l_entry is None and self._held(path) and action is not Action.IN_SYNC:
+                    continue  # no file can be written there, and none was deleted
                 plan.append((path, action, l_entry, b_entry, r_entry))
             self._prefetch(plan, deadline)
             deletes_left = max(8, min(50, len(self.baseline) // 4))
@@ -329,13 +409,13 @@ class StoreSync:
                 report.count(action.value if done else f"{action.value}_skipped")
         except TransportError as exc:
             log.warning("%s sync failed, will retry: %s", self._tag(), exc)
-            report.ok = False
+            report.ok, report.error = False, exc
         except ApiError as exc:
             log.warning("%s sync failed: %s", self._tag(), exc)
-            report.ok = False
+            report.ok, report.error = False, exc
         except OSError as exc:
             log.error("%s sync failed on the local disk: %s", self._tag(), exc)
-            report.ok = False
+            report.ok, report.error = False, exc
         finally:
             self._prefetched = {}
             try:
@@ -376,9 +456,27 @@ class StoreSync:
                 )
                 continue
             assert isinstance(path, str)
-            if path != "/" + MARKER:
-                remote[path] = memory
+            if path == "/" + MARKER:
+                continue
+            if self.skip_hidden and any(s.startswith(".") for s in path[1:].split("/")):
+                continue
+            remote[path] = memory
         return remote
+
+    def _held(self, path: str) -> bool:
+        """Whether ``path``, or a directory on its way, is held here by something other
+        than a regular file or directory (said once)."""
+        held = next((p for p in self.occupied if path == p or path.startswith(p + "/")), None)
+        if held is not None:
+            self._once(
+                ("occupied", path),
+                logging.WARNING,
+                "%s is not a regular file here (a symbolic link?): %s is neither synced nor"
+                " deleted on the server",
+                held,
+                path,
+            )
+        return held is not None
 
     def _prefetch(
         self, plan: list[tuple[str, Action, Any, Any, Any]], deadline: float | None
@@ -426,6 +524,12 @@ class StoreSync:
             return self._download(path, local, remote, deadline)
         if action is Action.CONFLICT:
             assert remote is not None and local is not None
+            if self.conflict_rule is Conflicts.MERGE and not self.read_only:
+                merged = self._merge(path, local, base, remote, deadline)
+                if merged is not None:
+                    return merged
+            # The server's version wins (and, merging, when the store cannot take the local
+            # one): the local version is kept in the conflicts folder.
             kept = self._keep_local(path, local)
             if kept is None:
                 log.info("%s %s changed while syncing: deciding again next sync", self._tag(), path)
@@ -498,6 +602,109 @@ class StoreSync:
         kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomic(kept, data)
         return kept
+
+    # -- both changed, merging ----------------------------------------------------------
+    def _merge(
+        self,
+        path: str,
+        local: _Local,
+        base: dict[str, str] | None,
+        remote: dict[str, Any],
+        deadline: float | None,
+    ) -> bool | None:
+        """Both changed (Conflicts.MERGE): the local version goes into the store as the
+        version after the server's (a precondition on the server's sha: a third writer in
+        between makes the next sync decide again), then the union of the two (merge.py)
+        as the one after it, and here. Every version stays whole in the store's history.
+
+        None when the store cannot take the local version (too large, not UTF-8): the
+        caller keeps it in the conflicts folder, as the server-wins rule does.
+        """
+        content = self._content(path, local)
+        if content is None:
+            return None if self.refused.get(path) == local.sha else False
+        theirs = self._memory(remote, deadline)
+        if theirs is None or theirs.get("content_sha256") != remote["content_sha256"]:
+            return False  # changed or deleted since the listing: decided again next sync
+        theirs_text = str(theirs.get("content") or "")
+        base_text = self._base_text(remote["id"], base, deadline)
+        try:
+            mine = self.client.update_memory(
+                self.store_id, remote["id"], content, remote["content_sha256"], deadline=deadline
+            )
+        except ApiError as exc:
+            if exc.status == 404 or exc.error_type == "memory_precondition_failed_error":
+                log.info("%s %s changed on the server meanwhile: next sync", self._tag(), path)
+                return False
+            done = self._upload_refused(path, local, exc)
+            return None if self.refused.get(path) == local.sha else done
+        self.baseline[path] = {"id": mine["id"], "sha": mine["content_sha256"]}
+        self.refused.pop(path, None)
+        merged = merge_texts(base_text, content, theirs_text)
+        held = "this machine's version is the file's"
+        if merged != content:
+            try:
+                head = self.client.update_memory(
+                    self.store_id, remote["id"], merged, mine["content_sha256"], deadline=deadline
+                )
+            except ApiError as exc:
+                if exc.status not in (400, 404, 409, 413):
+                    raise
+                # A third writer came in between (the next sync merges again), or the union is
+                # more than the store takes: this machine's version stays the head.
+                log.warning(
+                    "%s %s: the union of both versions was not stored (%s); this machine's"
+                    " version is the head",
+                    self._tag(),
+                    path,
+                    exc,
+                )
+                return exc.status in (400, 413)
+            if not replace_file(self.folder, path, merged.encode("utf-8"), expected_sha=local.sha):
+                log.info("%s %s changed while syncing: merged again next sync", self._tag(), path)
+                return False
+            self.baseline[path] = {"id": head["id"], "sha": head["content_sha256"]}
+            held = "the file now holds both"
+        log.warning(
+            "%s conflict on %s: changed here and on the server; both versions are whole in the"
+            " store's history (the server's %s, this machine's %s) and %s",
+            self._tag(),
+            path,
+            theirs.get("memory_version_id") or "version",
+            mine.get("memory_version_id") or "version",
+            held,
+        )
+        return True
+
+    def _memory(self, remote: dict[str, Any], deadline: float | None) -> dict[str, Any] | None:
+        """The server's memory with its content (None: deleted since the listing)."""
+        memory = self._prefetched.pop(remote["id"], None)
+        if memory is not None:
+            return memory
+        try:
+            return self.client.get_memory(self.store_id, remote["id"], deadline=deadline)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _base_text(
+        self, memory_id: str, base: dict[str, str] | None, deadline: float | None
+    ) -> str | None:
+        """The content both sides last had, from the store's history (its newest versions);
+        None when there was none (a first sync) or it is no longer kept."""
+        if base is None or base.get("id") != memory_id:
+            return None
+        try:
+            versions = self.client.list_versions(self.store_id, memory_id, deadline=deadline)
+        except ApiError:
+            return None
+        for version in versions:
+            if version.get("content_sha256") == base["sha"] and isinstance(
+                version.get("content"), str
+            ):
+                return str(version["content"])
+        return None
 
     # -- downloads ---------------------------------------------------------------------
     def _download(
