@@ -50,9 +50,10 @@ DEFAULT_CHARS = 1_500
 MIN_CHARS = 500
 MAX_CHARS = 10_000  # the server's bound, and what Codex 0.171 passes whole
 PROMPT_CHARS = 16_000  # what the server reads of a prompt
-# Seconds after the process started: by then the hook has given up, so that it is gone
-# within a second whatever the server does (hung, slow, or a machine slow to start it).
-LIMIT = 0.9
+# Seconds after the process started: by then the hook has given up, so that the agent has
+# its answer within a second whatever the server does (hung, slow, or a machine slow to start
+# the hook), the shell the agent starts it with and the process's exit included.
+LIMIT = 0.8
 OFF = ("off", "0", "false", "no")
 
 
