@@ -282,8 +282,9 @@ def test_a_prompt_about_another_sessions_fact_brings_it_to_the_model(
     added = first.split(PROMPT_CONTEXT, 1)[1]
     assert fact in added and "Project memory on this prompt" in added
     # A prompt nothing in the project matches: no context at all, not even a header.
+    # (Words of this run's own: the server is every test's, and records each prompt.)
     run = Session(claude, installed, env, egress, {"steps": [], "final": "ok"},
-                  "Reticulate the xyloquartz fimblewheels.")  # fmt: skip
+                  f"Frob{mark} the xylo{mark} fimble{mark}.")  # fmt: skip
     first = json.dumps(run.model_calls()[0])
     assert PROMPT_CONTEXT not in first and "Project memory on this prompt" not in first
     assert egress.attempts == []

@@ -275,7 +275,9 @@ def test_a_prompt_about_another_sessions_fact_brings_it_to_codex(
            **egress.env()}  # fmt: skip
     try:
         _exec(codex, repo, env, f"When does the {mark} quokka key rotate?")
-        _exec(codex, repo, env, "Reticulate the xyloquartz fimblewheels.")
+        # Words of this run's own: the server is every test's, and records each prompt.
+        nothing = f"Frob{mark} the xylo{mark} fimble{mark}."
+        _exec(codex, repo, env, nothing)
     finally:
         stub.close()
     first, second = (
@@ -288,7 +290,7 @@ def test_a_prompt_about_another_sessions_fact_brings_it_to_codex(
     assert added.startswith("# Project memory on this prompt\n") and fact in added
     # Nothing matches the second prompt: nothing follows it, not even a header.
     texts = _texts(second)
-    assert texts[-1] == "Reticulate the xyloquartz fimblewheels."
+    assert texts[-1] == nothing
     assert not any("Project memory on this prompt" in t for t in texts)
     assert egress.attempts == []
 

@@ -86,7 +86,10 @@ def test_a_prompt_gets_what_another_task_recorded_its_own_task_first(
 
 
 def test_nothing_matching_adds_nothing(memory_up: Memory, work: Work) -> None:
-    for prompt in ("Reticulate the xyloquartz fimblewheels.", "Please do it now, thanks!", ""):
+    # Words of this test's own: the server is every test's, and the agents' tests record
+    # their prompts.
+    word = uuid.uuid4().hex[:8]
+    for prompt in (f"Frob{word} the xylo{word} fimble{word}.", "Please do it now, thanks!", ""):
         done, _ = run_hook(work.env, EVENT, prompt_event(work, prompt))
         assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), prompt
     assert log_of(work.env) == ""
