@@ -15,7 +15,8 @@ measures, interleaved run by run:
 * ``on, slow``: a relay that holds each answer ``--slow`` seconds;
 * ``on, hung``: a socket that accepts and never answers (the hook gives up);
 * ``on, down``: a port that refuses;
-* ``recall, server``: ``POST /recall`` alone over one kept connection (the server's share).
+* ``recall, server``: ``POST /recall`` alone over one kept connection (the server's share),
+  and with a prompt of words every turn holds (the search ranks the whole project).
 
 ``--hogs N`` runs N ``yes > /dev/null`` beside the whole run. Prints p50/p95 in ms (and the
 CPU of each process) with the load average, and writes bench/results/prompt-hook-<time>.json.
@@ -89,13 +90,17 @@ def seed(url: str, token: str, turns: int) -> None:
     conn.close()
 
 
-def server_recall(url: str, token: str, runs: int) -> list[float]:
+# Words every turn holds: the search matches the whole project (a recall's worst case).
+COMMON = "Review the cache, session, login, parser, upload, migration and schema code paths."
+
+
+def server_recall(url: str, token: str, runs: int, prompt: str = PROMPT) -> list[float]:
     """Wall ms of ``POST /recall`` alone, over one kept connection."""
     conn = _connect(url)
     out = []
     for _ in range(runs):
         started = time.perf_counter()
-        body = {"prompt": PROMPT, "task_id": "task-0001"}
+        body = {"prompt": prompt, "task_id": "task-0001"}
         found = _request(conn, "POST", f"{API}/recall", token, body)
         out.append((time.perf_counter() - started) * 1000)
         assert found["context"], "the bench's prompt matches its turns"
@@ -152,6 +157,9 @@ def main() -> None:
             ]
             with hogs(args.hogs):
                 figures["recall, server"] = server_recall(server.url, token, args.runs)
+                figures["recall, server, every turn matches"] = server_recall(
+                    server.url, token, args.runs, COMMON
+                )
                 for _ in range(args.runs):
                     for name, state, prompt, extra in plan:
                         env = {**base, "HOME": str(work), "PROJECT_MEMORY_URL": urls[state],
