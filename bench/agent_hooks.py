@@ -117,15 +117,20 @@ def client_venv(work: Path, name: str, ref: str | None, *, compile: bool = True)
     return venv / "bin" / "project-memory"
 
 
-def run_once(args: list[str], stdin: str, env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """Wall and CPU milliseconds of one whole process (its children included)."""
+def run_once(
+    args: list[str], stdin: str, env: dict[str, str], cwd: Path, out: list[str] | None = None
+) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one whole process (its children included); its stdout
+    appended to ``out``, when given."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(args, input=stdin, capture_output=True, text=True, env=env, cwd=cwd,
-                   timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(args, input=stdin, capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=60, check=True)  # fmt: skip
     wall = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    if out is not None:
+        out.append(done.stdout)
     return wall, cpu
 
 

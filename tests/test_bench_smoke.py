@@ -34,6 +34,7 @@ SMOKE: dict[str, list[str]] = {
     "pg": ["--reps", "1", "--duration", "0.3", "--only", "read"],
     "pg_digest": ["--sizes", "20", "--reps", "1"],
     "pg_search": ["--turns", "50", "--stores", "1", "--memories", "2", "--reps", "1"],
+    "prompt_hook": ["--runs", "1", "--turns", "60"],
     "ratelimit": ["--reps", "1", "--duration", "0.5", "--micro-n", "5", "--no-http"],
     "record_ab": ["--base", ".", "--reps", "1", "--records", "5"],
     "recovery": ["--tasks", "20", "--reps", "1"],

@@ -42,7 +42,7 @@ from app.api.params import (
 )
 from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import secrets, session_context, tasks, usage_report
+from app.services import recall, secrets, session_context, tasks, usage_report
 from app.services.access import sees_everything, sees_tenant
 from app.services.secrets import Screen
 from app.storage.core.errors import PayloadTooLarge
@@ -51,7 +51,7 @@ from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
 from app.storage.core.secret_policy import SecretsOverride
 from app.storage.interface import TaskBackend
-from app.web.auth import current_principal, require_principal
+from app.web.auth import current_principal, reads, require_principal
 from app.web.errors import validation_error
 
 PREFIX = "/sandbox/memory/v1"
@@ -70,12 +70,14 @@ whoami_out = s.WhoAmI()
 secret_policy_in = s.SecretPolicyRequest()
 secret_policy_out = s.SecretPolicy()
 context_out = s.SessionContext()
+recall_in = s.RecallRequest()
+recall_out = s.Recall()
 
 
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault("openapi_schemas", []).extend(
-        [s.WhoAmI, s.SessionContext, s.SecretPolicy]
+        [s.WhoAmI, s.SessionContext, s.Recall, s.SecretPolicy]
     )
 
 
@@ -526,6 +528,35 @@ def get_context() -> ResponseReturnValue:
         storage(), current_principal().scope, task_id, max_bytes=max_bytes, turns=turns
     )
     return json_response(context_out.dump(found))
+
+
+@bp.post("/recall")
+@reads
+@doc(
+    body=s.RecallRequest,
+    responses={200: s.Recall, **ERRORS},
+    beyond_seed=True,
+)
+def post_recall() -> ResponseReturnValue:
+    """What the project's memory holds about a prompt, within a character budget
+
+    The prompt's words (stop words and short words left out, at most 12, each longer one a
+    prefix) searched for, any of them matching; the task's own turns first (newest first),
+    then the other turns and memories, best first; each an excerpt of its text, framed
+    between <stored-text> and </stored-text>. The context is empty when nothing matched.
+    A POST that only reads (any token of the project): the prompt travels in the body, never
+    in a URL, and is neither stored nor logged. What the coding agents' prompt hook asks for
+    (docs/agents.md).
+    """
+    data = json_body(recall_in)
+    found = recall.recall(
+        storage(),
+        current_principal().scope,
+        data["prompt"],
+        task_id=data["task_id"],
+        max_chars=data["max_chars"],
+    )
+    return json_response(recall_out.dump(found))
 
 
 @bp.get("/whoami")

@@ -12,10 +12,13 @@ from marshmallow import (
     fields,
     post_load,
 )
-from marshmallow.validate import OneOf
+from marshmallow.validate import Length, OneOf, Range
 
 from app.schemas import rules
 from app.schemas.common import IntOrObject, NumberOrObject, StrictInteger, StrictString, TimeValue
+from app.services import recall
+from app.storage.core.errors import InvalidName
+from app.storage.core.names import validate_id
 from app.storage.core.secret_policy import POLICIES
 from app.storage.core.task_rules import MAX_SUMMARY_BYTES
 
@@ -187,6 +190,80 @@ class SessionContext(Schema):
     hits = fields.Integer(
         required=True, metadata={"description": "Mentions of the task elsewhere it shows."}
     )
+
+
+def _check_task_id(value: str | None) -> None:
+    if value is not None:
+        try:
+            validate_id("task_id", value)
+        except InvalidName as exc:
+            raise MarshmallowError(exc.message) from None
+
+
+class RecallRequest(Schema):
+    """A prompt, and the task it is about: what the project's memory holds about it."""
+
+    class Meta:
+        unknown = RAISE
+
+    prompt = StrictString(
+        required=True,
+        validate=Length(max=recall.MAX_PROMPT_CHARS),
+        metadata={
+            "description": "The prompt as the person wrote it (natural language). Neither"
+            " stored nor logged."
+        },
+    )
+    task_id = StrictString(
+        allow_none=True,
+        load_default=None,
+        validate=_check_task_id,
+        metadata={
+            "description": "The task the session works on: its own turns come first.",
+            "rule": rules.identifier,
+        },
+    )
+    max_chars = StrictInteger(
+        load_default=recall.DEFAULT_CHARS,
+        validate=Range(min=recall.MIN_CHARS, max=recall.MAX_CHARS),
+        metadata={"description": "The context's budget, in characters."},
+    )
+
+
+class RecallHit(Schema):
+    kind = fields.String(
+        required=True,
+        metadata={"enum": ["turn", "memory"], "description": "A turn of a task, or a memory."},
+    )
+    score = fields.Float(required=True, metadata={"description": "The search's score."})
+    task_id = fields.String(allow_none=True, metadata={"description": "A turn's task."})
+    turn = fields.Integer(allow_none=True, metadata={"description": "A turn's number."})
+    memory_store_id = fields.String(allow_none=True, metadata={"description": "A memory's store."})
+    memory_id = fields.String(allow_none=True)
+    path = fields.String(allow_none=True, metadata={"description": "A memory's path."})
+    this_task = fields.Boolean(
+        required=True, metadata={"description": "A turn of the task the request named."}
+    )
+
+
+class Recall(Schema):
+    """What the project's memory holds about a prompt, within a character budget."""
+
+    context = fields.String(
+        required=True,
+        metadata={
+            "description": "Markdown: a header, then one line per hit (the task's own turns"
+            " first, newest first; then the others, best first), each an excerpt of stored"
+            " text between <stored-text> and </stored-text>. Empty when nothing matched."
+        },
+    )
+    chars = fields.Integer(required=True, metadata={"description": "The context's length."})
+    terms = fields.List(
+        fields.String(),
+        required=True,
+        metadata={"description": "What the prompt was searched for (word, or prefix*)."},
+    )
+    hits = fields.List(fields.Nested(RecallHit), required=True)
 
 
 class WhoAmI(Schema):

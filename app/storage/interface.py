@@ -471,16 +471,23 @@ class StorageBackend(Protocol):
         ...
 
     def search(
-        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        any_term: bool = False,
     ) -> SearchPage:
         """Full-text search over the project's live turns (task id, meta values, summary) and
         the live memories (path, content) of its stores, best first.
 
         ``query`` is in the syntax of core/query.py (parse_query: InvalidName on ``q``
         when it is not); ``limit`` 1..100; ``cursor`` a ``next_cursor`` of the same search
-        (InvalidName on ``cursor`` otherwise). Snippets mark matches with query.MARK_START /
-        MARK_END. Text of another project is never found; deleted, replaced and expired text
-        never matches.
+        (InvalidName on ``cursor`` otherwise); ``any_term``: a hit matches at least one of
+        the terms instead of all of them (a recall). Snippets mark matches with
+        query.MARK_START / MARK_END. Text of another project is never found; deleted,
+        replaced and expired text never matches.
         """
         ...
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class Session:
         egress: EgressProbe,
         script: dict[str, Any],
         prompt: str,
+        *options: str,
     ) -> None:
         self.stub = AnthropicStub(script)
         run_env = {
@@ -60,21 +62,48 @@ class Session:
             **egress.env(),
         }
         started = time.monotonic()
-        try:
-            done = subprocess.run(
-                [str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"],
-                cwd=work.repo,
-                env=run_env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-        finally:
-            self.stub.close()
+        # Each line of the stream as it comes, with the time it came: a hook's wall time in
+        # the agent is the time between its hook_started and hook_response events.
+        self.stamped: list[tuple[float, str]] = []
+        errors: list[str] = []
+        with subprocess.Popen(
+            [str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose", *options],
+            cwd=work.repo,
+            env=run_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            err = proc.stderr
+            reader = threading.Thread(target=lambda: errors.append(err.read()), daemon=True)
+            reader.start()
+            killer = threading.Timer(120, proc.kill)
+            killer.start()
+            try:
+                for line in proc.stdout:
+                    self.stamped.append((time.monotonic(), line))
+                proc.wait()
+                reader.join(10)
+            finally:
+                killer.cancel()
+                self.stub.close()
         self.took = time.monotonic() - started
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        self.events = stream_events(done.stdout)
+        stdout = "".join(line for _, line in self.stamped)
+        assert proc.returncode == 0, stdout[-2000:] + "".join(errors)[-2000:]
+        self.events = stream_events(stdout)
+
+    def hook_seconds(self, event: str) -> float:
+        """How long the agent waited for its ``event`` hook (--include-hook-events)."""
+        times: dict[str, float] = {}
+        for at, line in self.stamped:
+            for found in stream_events(line):
+                if found.get("hook_event") == event and found.get("subtype") in (
+                    "hook_started",
+                    "hook_response",
+                ):
+                    times[found["subtype"]] = at
+        return times["hook_response"] - times["hook_started"]
 
     def event(self, kind: str, subtype: str | None = None) -> dict[str, Any]:
         return next(
@@ -232,3 +261,52 @@ def test_mcp_tools_work_with_the_url_given_with_the_api_path(
     run = Session(claude, work, default_timeout(env), egress, script, "Search for it.")
     assert {"name": "project-memory", "status": "connected", "source": "project"} in run.servers()
     assert f'"task_id":"api-path-{load}","turn":0' in run.event("result")["result"]
+
+
+# -- the prompt hook: the project's memory about each prompt ---------------------------------
+PROMPT_CONTEXT = "UserPromptSubmit hook additional context"
+
+
+def test_a_prompt_about_another_sessions_fact_brings_it_to_the_model(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe
+) -> None:
+    mark = f"zephyr{time.monotonic_ns()}"
+    fact = f"The {mark} vault rotates its quokka key every Tuesday at 04:00 UTC."
+    body = {"meta": {"agent_id": "codex"}, "summary_md": f"## Answer\n\n{fact}"}
+    assert memory_up.api("PUT", f"/tasks/other-session-{mark}/turns/0", json=body).ok
+    env = installed.task(f"prompt-{mark}")
+    run = Session(claude, installed, env, egress, {"steps": [], "final": "ok"},
+                  f"When does the {mark} quokka key rotate?")  # fmt: skip
+    first = json.dumps(run.model_calls()[0])
+    assert PROMPT_CONTEXT in first, first[-3000:]
+    added = first.split(PROMPT_CONTEXT, 1)[1]
+    assert fact in added and "Project memory on this prompt" in added
+    # A prompt nothing in the project matches: no context at all, not even a header.
+    # (Words of this run's own: the server is every test's, and records each prompt.)
+    run = Session(claude, installed, env, egress, {"steps": [], "final": "ok"},
+                  f"Frob{mark} the xylo{mark} fimble{mark}.")  # fmt: skip
+    first = json.dumps(run.model_calls()[0])
+    assert PROMPT_CONTEXT not in first and "Project memory on this prompt" not in first
+    assert egress.attempts == []
+
+
+@pytest.mark.parametrize("state", ["down", "slow"])
+def test_with_the_server_down_or_hung_the_prompt_still_goes_at_once(
+    claude: Path, memory_up: Memory, installed: Work, egress: EgressProbe, state: str
+) -> None:
+    """The prompt reaches the model as typed, and the agent waited less than a second for
+    the prompt hook (the other hooks' time cut to 1 s, to keep the session short)."""
+    env = installed.task(f"prompt-{state}", PROJECT_MEMORY_HOOK_TIMEOUT="1")
+    prompt = f"When does the quokka key rotate ({state})?"
+    memory_up.switch.set(state)
+    try:
+        run = Session(claude, installed, env, egress, {"steps": [], "final": "ok"}, prompt,
+                      "--include-hook-events")  # fmt: skip
+    finally:
+        memory_up.switch.set("up")
+    first = json.dumps(run.model_calls()[0])
+    assert prompt in first and PROMPT_CONTEXT not in first
+    assert run.event("result")["subtype"] == "success"
+    waited = run.hook_seconds("UserPromptSubmit")
+    assert waited < 1.0, f"the agent waited {waited:.2f}s for the prompt hook"
+    assert egress.attempts == []

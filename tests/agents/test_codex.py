@@ -20,6 +20,7 @@ import struct
 import subprocess
 import termios
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -237,4 +238,104 @@ def test_hooks_codex_has_not_trusted_do_not_run_and_the_doctor_says_so(
         assert mark in session()  # the hooks run now
     finally:
         stub.close()
+    assert egress.attempts == []
+
+
+# -- the prompt hook: the project's memory about each prompt ---------------------------------
+def _exec(codex: Path, repo: Path, env: dict[str, str], prompt: str) -> None:
+    done = subprocess.run(
+        [str(codex), "exec", "--json", "--trust", "--dangerously-bypass-hook-trust", prompt],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=120, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def _texts(request: dict[str, Any]) -> list[str]:
+    """The text of each message of a Responses request's input, in order."""
+    return [
+        "".join(str(c.get("text", "")) for c in item.get("content") or [] if isinstance(c, dict))
+        for item in request["input"]
+        if item.get("type") == "message"
+    ]
+
+
+def test_a_prompt_about_another_sessions_fact_brings_it_to_codex(
+    codex: Path, memory_up: Memory, agent_env: dict[str, str], tmp_path: Path, egress: EgressProbe
+) -> None:
+    repo = tmp_path / "repo"
+    git_repo(repo, "codex-prompt")
+    assert cli(agent_env, "agent", "install", "codex", cwd=repo).returncode == 0
+    mark = f"zephyr{time.monotonic_ns()}"
+    fact = f"The {mark} vault rotates its quokka key every Tuesday at 04:00 UTC."
+    assert memory_up.api("PUT", f"/tasks/other-session-{mark}/turns/0",
+                         json={"summary_md": fact}).ok  # fmt: skip
+    stub = ResponsesStub({"steps": [], "final": "ok"})
+    env = {**agent_env, "CODEX_HOME": str(_codex_home(agent_env, stub)), "STUB_API_KEY": "stub",
+           **egress.env()}  # fmt: skip
+    try:
+        _exec(codex, repo, env, f"When does the {mark} quokka key rotate?")
+        # Words of this run's own: the server is every test's, and records each prompt.
+        nothing = f"Frob{mark} the xylo{mark} fimble{mark}."
+        _exec(codex, repo, env, nothing)
+    finally:
+        stub.close()
+    first, second = (
+        r["body"] for r in stub.requests if r["method"] == "POST" and r["body"].get("input")
+    )
+    # The prompt, then the hook's context as a message of its own right after it.
+    texts = _texts(first)
+    asked = texts.index(f"When does the {mark} quokka key rotate?")
+    added = texts[asked + 1]
+    assert added.startswith("# Project memory on this prompt\n") and fact in added
+    # Nothing matches the second prompt: nothing follows it, not even a header.
+    texts = _texts(second)
+    assert texts[-1] == nothing
+    assert not any("Project memory on this prompt" in t for t in texts)
+    assert egress.attempts == []
+
+
+@pytest.mark.parametrize("state", ["down", "slow"])
+def test_with_the_server_down_or_hung_codex_sends_the_prompt_at_once(
+    codex: Path, memory_up: Memory, agent_env: dict[str, str], tmp_path: Path, egress: EgressProbe,
+    state: str,
+) -> None:  # fmt: skip
+    """The prompt reaches the model, and Codex waited less than a second for the prompt hook:
+    from the turn's start (``turn_context`` in its rollout) to the prompt's message, which
+    Codex records once its UserPromptSubmit hooks are done. The other hooks are taken out of
+    .codex/hooks.json here, so that the time between the two is the prompt hook's alone."""
+    repo = tmp_path / "repo"
+    git_repo(repo, f"codex-{state}")
+    assert cli(agent_env, "agent", "install", "codex", cwd=repo).returncode == 0
+    hooks_file = repo / ".codex" / "hooks.json"
+    hooks = json.loads(hooks_file.read_text())
+    hooks["hooks"] = {"UserPromptSubmit": hooks["hooks"]["UserPromptSubmit"]}
+    hooks_file.write_text(json.dumps(hooks))
+    stub = ResponsesStub({"steps": [], "final": "ok"})
+    codex_home = _codex_home(agent_env, stub)
+    env = {**agent_env, "CODEX_HOME": str(codex_home), "STUB_API_KEY": "stub", **egress.env()}
+    prompt = f"When does the quokka key rotate ({state})?"
+    memory_up.switch.set(state)
+    try:
+        _exec(codex, repo, env, prompt)
+    finally:
+        memory_up.switch.set("up")
+        stub.close()
+    [request] = [r["body"] for r in stub.requests if r["method"] == "POST"]
+    assert _texts(request)[-1] == prompt
+    [rollout] = (codex_home / "sessions").rglob("rollout-*.jsonl")
+    lines = [json.loads(line) for line in rollout.read_text().splitlines()]
+    [turn] = [line for line in lines if line.get("type") == "turn_context"]
+    [asked] = [
+        line for line in lines
+        if line.get("type") == "response_item" and line["payload"].get("role") == "user"
+        and prompt in json.dumps(line["payload"].get("content"))
+    ]  # fmt: skip
+
+    def at(line: dict[str, Any]) -> float:
+        stamp = datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
+        return stamp.timestamp()
+
+    waited = at(asked) - at(turn)
+    assert waited < 1.0, f"Codex waited {waited:.2f}s for the prompt hook"
     assert egress.attempts == []

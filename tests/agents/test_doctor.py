@@ -76,6 +76,18 @@ def test_a_hook_command_not_on_path(installed: Work, load: str) -> None:
     _one(problems, "claude-code hooks", "project-memory agent hook", "not found")
 
 
+def test_an_install_from_before_the_prompt_hook_is_named(installed: Work) -> None:
+    settings = installed.repo / ".claude" / "settings.json"
+    value = json.loads(settings.read_text())
+    del value["hooks"]["UserPromptSubmit"]
+    settings.write_text(json.dumps(value))
+    code, problems, _ = doctor(installed.env, installed.repo)
+    assert code == 1
+    _one(problems, "claude-code hooks", "no hook for UserPromptSubmit", "agent install claude-code")
+    assert cli(installed.env, "agent", "install", "claude-code", cwd=installed.repo).returncode == 0
+    assert doctor(installed.env, installed.repo)[:2] == (0, [])
+
+
 def test_a_wrong_url(installed: Work, memory_up: Memory, load: str) -> None:
     env = {**installed.env, "PROJECT_MEMORY_URL": memory_up.url + "/elsewhere"}
     code, problems, _ = doctor(env, installed.repo)

@@ -81,7 +81,11 @@ def test_claude_code_into_a_repository_that_has_settings(repo: Path) -> None:
     assert stop[0] == USER_SETTINGS["hooks"]["Stop"][0]
     assert stop[1]["hooks"][0]["command"].endswith("agent hook stop")
     assert settings["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
-    for event, name in (("SessionStart", "session-start"), ("PreCompact", "pre-compact")):
+    for event, name in (
+        ("SessionStart", "session-start"),
+        ("PreCompact", "pre-compact"),
+        ("UserPromptSubmit", "user-prompt-submit"),
+    ):
         assert settings["hooks"][event][0]["hooks"][0]["command"].endswith(f"agent hook {name}")
     local = json.loads((repo / ".claude" / "settings.local.json").read_text())
     assert local["permissions"]["allow"] == [
@@ -151,6 +155,9 @@ def test_codex_keeps_the_projects_config_toml(repo: Path) -> None:
     }
     hooks = json.loads((repo / ".codex" / "hooks.json").read_text())["hooks"]
     assert hooks["Stop"][0]["hooks"][0]["command"].endswith("agent hook stop --agent codex")
+    prompt = hooks["UserPromptSubmit"][0]["hooks"][0]
+    assert prompt["command"].endswith("agent hook user-prompt-submit --agent codex")
+    assert prompt["timeout"] == 10 and "matcher" not in hooks["UserPromptSubmit"][0]
     assert installed("codex", repo) == {"hooks": True, "mcp": True}
     once = files(repo)
     install("codex", repo, url=URL)
@@ -158,6 +165,31 @@ def test_codex_keeps_the_projects_config_toml(repo: Path) -> None:
     uninstall("codex", repo)
     assert (repo / ".codex" / "config.toml").read_text() == user
     assert not (repo / ".codex" / "hooks.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("agent", "rel"), [("claude-code", ".claude/settings.json"), ("codex", ".codex/hooks.json")]
+)
+def test_installing_over_an_older_install_adds_the_prompt_hook(
+    repo: Path, agent: str, rel: str
+) -> None:
+    """An install from before the prompt hook (SessionStart, Stop, PreCompact): status and
+    the doctor see it as partial; installing again adds the prompt hook and changes
+    nothing else; uninstall takes all four out."""
+    install(agent, repo, url=URL)
+    path = repo / rel
+    full = json.loads(path.read_text())
+    older = json.loads(path.read_text())
+    del older["hooks"]["UserPromptSubmit"]
+    path.write_text(json.dumps(older, indent=2) + "\n")
+    assert installed(agent, repo)["hooks"] is False
+    change = install(agent, repo, url=URL)
+    assert rel in change.written
+    assert json.loads(path.read_text()) == full
+    assert installed(agent, repo)["hooks"] is True
+    assert install(agent, repo, url=URL).written == []  # and again: nothing to add
+    uninstall(agent, repo)
+    assert not path.exists()
 
 
 def test_cursor(repo: Path) -> None:
@@ -282,7 +314,7 @@ def test_hook_commands_name_the_client_by_its_full_path(repo: Path, tmp_path: Pa
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["data"]["warnings"] == []
         hooks = json.loads((repo / rel).read_text())["hooks"]
-        for event in ("SessionStart", "Stop", "PreCompact"):
+        for event in ("SessionStart", "Stop", "PreCompact", "UserPromptSubmit"):
             command = hooks[event][0]["hooks"][0]["command"]
             assert command.startswith(CLI + " agent hook "), command
         # As an agent started without this shell's environment runs it: no PATH at all.

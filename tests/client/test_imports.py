@@ -10,8 +10,10 @@ import pkgutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import project_memory_client
+import pytest
 from packaging.requirements import Requirement
 
 SERVER_ONLY = {"app", "flask", "werkzeug", "gunicorn", "filelock", "ulid", "orjson", "marshmallow"}
@@ -71,7 +73,11 @@ def test_the_cli_starts_without_httpx() -> None:
         assert "httpx" not in loaded and "project_memory_client.client" not in loaded, argv
 
 
-def test_a_hook_loads_only_what_it_uses(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("event", "stdin"),
+    [("session-start", "{}"), ("user-prompt-submit", '{"prompt": "When does the key rotate?"}')],
+)
+def test_a_hook_loads_only_what_it_uses(tmp_path: Path, event: str, stdin: str) -> None:
     """A hook is a new process at every event, often on a busy machine: it imports what it
     uses, and speaks HTTP through agents/wire.py (it reaches the server here: a refused
     port, which it logs)."""
@@ -87,12 +93,12 @@ def test_a_hook_loads_only_what_it_uses(tmp_path) -> None:  # type: ignore[no-un
     }
     code = (
         "import json, sys\nfrom project_memory_client import cli\n"
-        "code = cli.main(['agent', 'hook', 'session-start'])\n"
+        f"code = cli.main(['agent', 'hook', {event!r}])\n"
         "print(json.dumps([code, sorted(sys.modules)]))"
     )
     run = subprocess.run(
         [sys.executable, "-c", code],
-        input="{}",
+        input=stdin,
         capture_output=True,
         text=True,
         env=env,

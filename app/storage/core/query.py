@@ -6,6 +6,9 @@ A query is a list of terms and a hit must match every one of them (AND):
 * ``"session ttl"``  a phrase: its words next to each other, in this order;
 * ``migrat*``        a prefix: any word starting with ``migrat`` (at least 2 letters or digits).
 
+A recall (app/services/recall.py: a prompt made into words) asks for any of its terms
+instead (``any_term``: OR), ranked as usual, so that a hit matching more of them ranks higher.
+
 Words are compared case-insensitively and without diacritics (``Café`` finds ``cafe``).
 Punctuation inside a word splits it into a phrase, as in the text it is compared with:
 ``fix-login`` is the phrase "fix login", ``summary:login`` the phrase "summary login".
@@ -70,11 +73,18 @@ class QueryTerm:
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     terms: tuple[QueryTerm, ...]
+    any_term: bool = False  # a hit matches at least one term (OR), not every one (AND)
 
     def fingerprint(self) -> str:
         """Identifies the query in a cursor: a page cursor only continues the same query."""
         body = "\x00".join(f"{t.phrase:d}{t.prefix:d}{t.text}" for t in self.terms)
+        if self.any_term:
+            body = "any\x00" + body
         return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+    def matches(self, counts: tuple[int, ...] | list[int]) -> bool:
+        """Whether an index in which each term matches ``counts[i]`` rows can hold a hit."""
+        return any(counts) if self.any_term else all(counts)
 
 
 def is_refused_control(ch: str) -> bool:
@@ -147,8 +157,9 @@ def _words(text: str) -> int:
     return sum(ch.isalnum() for ch in text)
 
 
-def parse_query(text: object) -> SearchQuery:
-    """Parse ``text`` in the syntax above, or raise InvalidName (field ``q``) saying why."""
+def parse_query(text: object, *, any_term: bool = False) -> SearchQuery:
+    """Parse ``text`` in the syntax above, or raise InvalidName (field ``q``) saying why;
+    ``any_term``: a hit needs one of the terms, not all of them."""
     if not isinstance(text, str):
         raise InvalidName(FIELD, text, "must be a string")
     if len(text) > MAX_QUERY_CHARS:
@@ -212,7 +223,7 @@ def parse_query(text: object) -> SearchQuery:
         raise _refuse(text, f"has more than {MAX_TERMS} terms")
     # Empty when every term lacks a letter or digit: such a query finds nothing (backends
     # answer it without searching).
-    return SearchQuery(tuple(terms))
+    return SearchQuery(tuple(terms), any_term)
 
 
 def nothing_to_find(query: object, limit: object) -> SearchPage | None:
@@ -232,8 +243,9 @@ def fts5_term(term: QueryTerm) -> str:
 
 
 def fts5_match(query: SearchQuery) -> str:
-    """The whole query as an FTS5 MATCH expression: every term, all of them required."""
-    return " AND ".join(fts5_term(t) for t in query.terms)
+    """The whole query as an FTS5 MATCH expression: every term, all of them required (any
+    one of them, for an ``any_term`` query)."""
+    return (" OR " if query.any_term else " AND ").join(fts5_term(t) for t in query.terms)
 
 
 # -- what every backend's search shares besides the syntax ---------------------------------

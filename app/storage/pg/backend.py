@@ -190,13 +190,19 @@ class PgStorage:
         return True, "database and object store reachable"
 
     def search(
-        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        any_term: bool = False,
     ) -> SearchPage:
         """Search the project's live turns and memories (pg/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
             return nothing
-        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)

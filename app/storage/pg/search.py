@@ -9,7 +9,8 @@ A search is one read-only snapshot:
 
 1. **terms**: each term of app.storage.query's syntax becomes a ``tsquery`` made by the same
    text search configuration as the columns (``phraseto_tsquery`` over the term's words, its
-   last word ``:*`` for a prefix); the query is all of them (``&``);
+   last word ``:*`` for a prefix); the query is all of them (``&``), or any one of them
+   (``|``) for a recall;
 2. **hits**: the project's live turns and its memories, each table's best ``limit + 1`` after
    the cursor by ``ts_rank`` with the column weights, merged by (score, turns before memories,
    stable ids). The cursor is the last hit's position, so each table resumes after it;
@@ -138,10 +139,16 @@ class PgSearch:
         )
 
     def search(
-        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        any_term: bool = False,
     ) -> SearchPage:
         check_limit(limit)
-        parsed = parse_query(query)
+        parsed = parse_query(query, any_term=any_term)
         with self.slots.taken(scope):
             return self._search(scope, parsed, limit, cursor)
 
@@ -155,7 +162,7 @@ class PgSearch:
                 str(i): _store_name(record)
                 for i, record in conn.execute(_STORES, (scope.tenant, scope.project))
             }
-            tsquery = _tsquery(conn, parsed.terms)
+            tsquery = _tsquery(conn, parsed)
             hits: list[_Hit] = []
             if tsquery is not None:
                 params: dict[str, Any] = {
@@ -222,16 +229,22 @@ def _store_name(record: str) -> str | None:
         return None
 
 
-def _tsquery(conn: psycopg.Connection[Any], terms: Sequence[QueryTerm]) -> str | None:
-    """The query as tsquery text: every term, all of them required. None when a term has no
-    word the index could hold (nothing can match it)."""
+def _tsquery(conn: psycopg.Connection[Any], query: SearchQuery) -> str | None:
+    """The query as tsquery text: every term, all of them required (any one of them, for an
+    ``any_term`` query). None when nothing can match: a term required has no word the index
+    could hold, or (any_term) no term has one."""
+    terms: Sequence[QueryTerm] = query.terms
     rows = conn.execute(_TERMS, ([t.text for t in terms],)).fetchall()
     parts = []
     for term, (text,) in zip(terms, rows, strict=True):
         if not text:
+            if query.any_term:
+                continue
             return None
         parts.append(f"({text}{':*' if term.prefix else ''})")
-    return " & ".join(parts)
+    if not parts:
+        return None
+    return (" | " if query.any_term else " & ").join(parts)
 
 
 def _hits(

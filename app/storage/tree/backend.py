@@ -180,13 +180,19 @@ class TreeStorage:
         return report
 
     def search(
-        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        any_term: bool = False,
     ) -> SearchPage:
         """Search the project's turns and memories (tree/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
             return nothing
-        return self.searcher.search(scope, query, limit=limit, cursor=cursor)
+        return self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
 
     def recover(self, plan: Plan) -> Report:
         """Repair what the last server left (the caller holds the root lock): the deletions a

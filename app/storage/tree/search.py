@@ -75,8 +75,8 @@ class _Stats:
     rows: int
     counts: tuple[int, ...]
 
-    def weight(self, idf: Callable[[int, int], float]) -> float:
-        return sum(idf(self.rows, c) for c in self.counts)
+    def weight(self, idf: Callable[[int, int], float], terms: list[int]) -> float:
+        return sum(idf(self.rows, self.counts[i]) for i in terms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +102,7 @@ class _Ask:
     want: int
     after: _After | None
     budget: SearchBudget
+    query: SearchQuery
 
     def params(self, source: str, own: _Stats) -> dict[str, object]:
         """fts.ranked_sql's parameters but ``:limit``: keys unscaled on a first page (the
@@ -119,8 +120,11 @@ class _Ask:
 
 
 def scale(project: _Stats, own: _Stats) -> float:
-    """What turns an index's bm25 into one scaled to the project's frequencies."""
-    return project.weight(fts.project_idf) / own.weight(fts.idf)
+    """What turns an index's bm25 into one scaled to the project's frequencies: over the
+    terms the index holds (every term, for a query that needs them all; a term no row of it
+    has adds nothing to its bm25, in a query that needs any one)."""
+    held = [i for i, count in enumerate(own.counts) if count]
+    return project.weight(fts.project_idf, held) / own.weight(fts.idf, held)
 
 
 Answer = tuple[_Stats, list[_Hit]] | None
@@ -158,7 +162,7 @@ class _Turns:
                 # Damaged, or being filled from the records: it cannot answer for every turn.
                 raise self._rebuilding()
             own = _Stats(*_pair(found))
-            if not all(own.counts):
+            if not ask.query.matches(own.counts):
                 return own, []  # a term no row has: nothing matches all of them
             params = {**ask.params(self.source, own), "now": self.now_us}
             inner = ask.want
@@ -237,7 +241,7 @@ class _Store:
                 # Damaged, or being filled from the records: it cannot answer for every memory.
                 raise self._rebuilding()
             own = _Stats(*_pair(found))
-            if not all(own.counts):
+            if not ask.query.matches(own.counts):
                 return own, []
             rows = reader.search_hits({**ask.params(self.source, own), "limit": ask.want})
             return own, [
@@ -293,10 +297,16 @@ class TreeSearch:
         )
 
     def search(
-        self, scope: Scope, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        scope: Scope,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        any_term: bool = False,
     ) -> SearchPage:
         check_limit(limit)
-        parsed = parse_query(query)
+        parsed = parse_query(query, any_term=any_term)
         with self.slots.taken(scope):
             return self._search(scope, parsed, limit, cursor)
 
@@ -306,7 +316,7 @@ class TreeSearch:
         terms = [fts5_term(t) for t in parsed.terms]
         after = self._decode(scope, parsed, cursor) if cursor else None
         budget = SearchBudget(self.timeout)
-        ask = _Ask(terms, fts5_match(parsed), limit + 1, after, budget)
+        ask = _Ask(terms, fts5_match(parsed), limit + 1, after, budget, parsed)
         sources, skipped = self._sources(scope)
         # One read of each index: its statistics and its best rows after the cursor.
         answers = {s.source: found for s in sources if (found := s.ask(ask)) is not None}
@@ -408,7 +418,10 @@ class TreeSearch:
                 raise ValueError("position")
             if not isinstance(counts, list) or len(counts) != len(query.terms):
                 raise ValueError("statistics")
-            if not all(_is_int(c) and 0 < c <= rows for c in counts):
+            # Every term matched a row of the project, or (any_term) one of them did.
+            if not all(_is_int(c) and 0 <= c <= rows for c in counts):
+                raise ValueError("statistics")
+            if not query.matches(counts):
                 raise ValueError("statistics")
             return _After(float(key), source, doc, _Stats(rows, tuple(counts)))
 

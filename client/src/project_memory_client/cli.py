@@ -19,7 +19,10 @@ from typing import Any
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["agent", "hook"]:
-        from .agents.hooks import main_argv
+        if argv[2:3] == ["user-prompt-submit"]:
+            from .agents.prompt import main_argv
+        else:
+            from .agents.hooks import main_argv
 
         code = main_argv(argv[2:])
         if code is not None:

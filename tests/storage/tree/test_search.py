@@ -235,6 +235,57 @@ def test_every_word_must_match(storage: StorageBackend) -> None:
     assert sorted(found(storage, "login")) == [("turn", "a/0"), ("turn", "b/0")]
 
 
+def test_any_term_finds_a_text_with_one_word_and_ranks_more_words_higher(
+    storage: StorageBackend,
+) -> None:
+    """A recall's search (any_term): one term is enough, a text with more of them ranks
+    higher, in turns and memories alike; a term no text has does not stop the others."""
+    turn(storage, "both", 0, "The deploy key rotates weekly.")
+    turn(storage, "one", 0, "The deploy pipeline is green.")
+    turn(storage, "none", 0, "Nothing relevant.")
+    for i in range(5):
+        turn(storage, f"noise-{i}", 0, f"Unrelated refactoring of module {i}.")
+    store_with(storage, SCOPE, "Ops", {"/keys.md": "Rotat* of every key, weekly.", "/x.md": "x"})
+    page = storage.search(SCOPE, "deploy key rotat* zzabsentword", any_term=True)
+    hits = [where(h) for h in page.hits]
+    assert hits[0] == ("turn", "both/0") and set(hits) == {
+        ("turn", "both/0"),
+        ("turn", "one/0"),
+        ("memory", "/keys.md"),
+    }
+    assert [h.score for h in page.hits] == sorted((h.score for h in page.hits), reverse=True)
+    assert hits.index(("memory", "/keys.md")) < hits.index(("turn", "one/0"))  # 2 words, 1
+    assert {w.lower() for w in marked(page.hits[0].snippet)} == {"deploy", "key", "rotates"}
+    # The same query needing every term finds nothing; with no term found, nothing either.
+    assert storage.search(SCOPE, "deploy key rotat* zzabsentword").hits == ()
+    assert storage.search(SCOPE, "zzabsentword qqnothing", any_term=True).hits == ()
+
+
+def test_any_term_pages_follow_their_own_cursor(storage: StorageBackend) -> None:
+    for i in range(6):
+        turn(storage, f"task-{i}", 0, "alpha " * (i + 1) + ("beta" if i % 2 else "done"))
+    store_with(storage, SCOPE, "Ops", {f"/m{i}.md": "beta " * (i + 1) for i in range(3)})
+    everything = [
+        where(h) for h in storage.search(SCOPE, "alpha beta", limit=100, any_term=True).hits
+    ]
+    assert len(everything) == len(set(everything)) == 9
+    out, cursor = [], None
+    while True:
+        page = storage.search(SCOPE, "alpha beta", limit=2, cursor=cursor, any_term=True)
+        out += [where(h) for h in page.hits]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert out == everything
+    # An OR search's cursor does not continue the AND search of the same words, nor back.
+    first = storage.search(SCOPE, "alpha beta", limit=1, any_term=True).next_cursor
+    with pytest.raises(InvalidName):
+        storage.search(SCOPE, "alpha beta", cursor=first)
+    both = storage.search(SCOPE, "alpha beta", limit=1).next_cursor
+    with pytest.raises(InvalidName):
+        storage.search(SCOPE, "alpha beta", cursor=both, any_term=True)
+
+
 def test_limit_outside_1_to_100_is_refused(storage: StorageBackend) -> None:
     for limit in (0, 101, True):
         with pytest.raises(InvalidName) as exc:

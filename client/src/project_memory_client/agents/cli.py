@@ -2,7 +2,8 @@
 plugged in.
 
 docs/agents.md is the guide; the modules here: install.py (the repository's config files),
-hooks.py (what the hooks do), spool.py (turns not sent yet), transcripts.py, secrets.py.
+hooks.py (what the hooks do), prompt.py (the context added to each prompt), spool.py (turns
+not sent yet), transcripts.py, secrets.py.
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     doctor.add_argument("--dir", type=Path, default=None)
     leaf(sub, "flush", _flush, help="send the turns the spool holds")
     hook = sub.add_parser("hook", help="run a hook (the agents call this; JSON on stdin)")
-    hook.add_argument("event", choices=("session-start", "stop", "pre-compact"))
+    hook.add_argument(
+        "event", choices=("session-start", "stop", "pre-compact", "user-prompt-submit")
+    )
     hook.add_argument("--agent", choices=("claude-code", "codex"), default="claude-code")
     configure(hook, _hook)
 
@@ -280,6 +283,10 @@ def _flush(ctx: Context) -> Output:
 
 
 def _hook(ctx: Context) -> Output:
+    if ctx.args.event == "user-prompt-submit":
+        from .prompt import main as prompt_hook
+
+        raise SystemExit(prompt_hook(ctx.args.agent))
     from .hooks import main
 
     raise SystemExit(main(ctx.args.agent, ctx.args.event))

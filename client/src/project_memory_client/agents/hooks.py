@@ -632,10 +632,8 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
     return out
 
 
-def main_argv(argv: list[str]) -> int | None:
-    """``agent hook EVENT [--agent AGENT]`` as the agents run it, without argparse (its
-    import and parser cost start-up time in every hook); None when ``argv`` is another
-    form, which the full parser then reads (and refuses, if it must)."""
+def parse_argv(argv: list[str], events: tuple[str, ...] = EVENTS) -> tuple[str, str] | None:
+    """(agent, event) of ``EVENT [--agent AGENT]``, one of ``events``; None for another form."""
     agent = "claude-code"
     rest = list(argv)
     if len(rest) == 3 and rest[1] == "--agent":
@@ -643,9 +641,17 @@ def main_argv(argv: list[str]) -> int | None:
         rest.pop(1)
     elif len(rest) == 2 and rest[1].startswith("--agent="):
         agent = rest.pop(1).split("=", 1)[1]
-    if len(rest) != 1 or rest[0] not in EVENTS or agent not in AGENTS:
+    if len(rest) != 1 or rest[0] not in events or agent not in AGENTS:
         return None
-    return main(agent, rest[0])
+    return agent, rest[0]
+
+
+def main_argv(argv: list[str]) -> int | None:
+    """``agent hook EVENT [--agent AGENT]`` as the agents run it, without argparse (its
+    import and parser cost start-up time in every hook); None when ``argv`` is another
+    form, which the full parser then reads (and refuses, if it must)."""
+    parsed = parse_argv(argv)
+    return None if parsed is None else main(*parsed)
 
 
 def main(agent: str, event: str) -> int:

@@ -65,7 +65,12 @@ READ_TOOLS = ("search", "read_digest", "list_tasks", "read_task", "read_turn", "
 PERMISSIONS = tuple(f"mcp__{SERVER}__{tool}" for tool in READ_TOOLS)
 LEGACY_PERMISSION = f"mcp__{SERVER}"  # every tool of the server, as older installs allowed
 API_PREFIX = "/sandbox/memory/v1"
-HOOK_EVENTS = {"SessionStart": "session-start", "Stop": "stop", "PreCompact": "pre-compact"}
+HOOK_EVENTS = {
+    "SessionStart": "session-start",
+    "Stop": "stop",
+    "PreCompact": "pre-compact",
+    "UserPromptSubmit": "user-prompt-submit",
+}
 HOOK_TIMEOUT = 10  # seconds: the agent's own limit, far above the hook's
 OURS = re.compile(
     r"(?:^|[/\s'\"])(?:project-memory|project_memory_client\.cli)['\"]?\s+agent hook "

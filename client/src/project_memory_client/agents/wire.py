@@ -355,6 +355,20 @@ class HookClient:
             raise ServerUnreachable("GET /context: the answer is not a context")
         return found
 
+    def recall(self, prompt: str, *, task_id: str, max_chars: int) -> dict[str, Any]:
+        """What the project's memory holds about ``prompt`` (POST /recall: the prompt in the
+        body, never in a URL)."""
+        body = json.dumps({"prompt": prompt, "task_id": task_id, "max_chars": max_chars})
+        found = self._json(
+            "POST",
+            "/recall",
+            body=body.encode("utf-8"),
+            headers={"Content-Type": "application/json"},
+        )
+        if not isinstance(found, dict) or not isinstance(found.get("context"), str):
+            raise ServerUnreachable("POST /recall: the answer is not a recall")
+        return found
+
     def put_turn(
         self,
         task_id: str,
