@@ -136,12 +136,26 @@ def test_other_tenant_and_other_project_never_see_acme_web(
                     pytest.fail(f"{who} read {url}")
 
 
-def test_reader_cannot_write_anywhere(client: FlaskClient, tokens: Tokens, setup) -> None:  # noqa: ANN001
+def test_reader_cannot_write_anywhere(
+    app: Flask, client: FlaskClient, tokens: Tokens, setup
+) -> None:  # noqa: ANN001
+    # A view marked as reading (app/web/auth.py ``reads``: POST /recall, whose prompt goes in
+    # a body rather than a URL) is a reader's too; every other POST, PUT, PATCH or DELETE
+    # is refused to a reader.
+    reading = {
+        rule.rule
+        for rule in app.url_map.iter_rules()
+        if getattr(app.view_functions[rule.endpoint], "__reads__", False)
+    }
+    assert reading, "no view is marked as reading: the exemption below would be dead"
     for method, url in setup:
         # Every MCP call is a POST, readers' too: /mcp (and its alias under the API prefix)
         # refuses a reader's write tool in the tool's result, naming the role
         # (tests/api/test_mcp.py, tests/agents/test_mcp_sdk.py).
-        if method in WRITE and not url.endswith("/mcp"):
+        if url in reading:
+            resp = _send(client, method, url, tokens.headers("reader"))
+            assert resp.status_code != 403, (method, url, resp.status_code)
+        elif method in WRITE and not url.endswith("/mcp"):
             resp = _send(client, method, url, tokens.headers("reader"))
             assert resp.status_code == 403, (method, url, resp.status_code)
 
