@@ -23,7 +23,7 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
-from app.storage.core.quota import QuotaSource, SecretPolicySource
+from app.storage.core.quota import PriceSource, QuotaSource, SecretPolicySource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.secret_policy import DEFAULT_POLICY
 from app.storage.core.sweep import (
@@ -101,6 +101,8 @@ class PgStorage:
         self.usage_counters = pgu.PgUsage(self.db, QuotaSource(self.limits()))
         # What each project does with the secrets of a write (services/secrets.py).
         self.secret_policies = SecretPolicySource(self.limits(), default=secrets_policy)
+        # What each project's ledger prices tokens at (core/ledger.py).
+        self.ledger_prices = PriceSource(self.limits())
         self.tasks = PgTaskStore(
             self.db,
             self.blobs,

@@ -26,6 +26,7 @@ from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
 from app.storage.core.quota import (
     DEFAULT_MIN_FREE_INODES,
     FreeSpace,
+    PriceSource,
     QuotaSource,
     SecretPolicySource,
 )
@@ -94,6 +95,8 @@ class TreeStorage:
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
         # What each project does with the secrets of a write (services/secrets.py).
         self.secret_policies = SecretPolicySource(limits, default=secrets_policy)
+        # What each project's ledger prices tokens at (core/ledger.py).
+        self.ledger_prices = PriceSource(limits)
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,

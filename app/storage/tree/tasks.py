@@ -19,18 +19,19 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from ulid import ULID
 
-from app.storage.core import digest as digest_mod, task_list, task_rules
+from app.storage.core import digest as digest_mod, ledger as lg, task_list, task_rules
 from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, NotFound
+from app.storage.core.ledger import entry_of
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
@@ -67,7 +68,7 @@ from app.storage.tree.fs.sync import (
     fsync_dir,
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
-from app.storage.tree.listing_fill import open_listing
+from app.storage.tree.listing_fill import open_ledger, open_listing
 from app.storage.tree.records import (
     index_from_json,
     index_with_turn,
@@ -80,6 +81,7 @@ from app.storage.tree.records import (
 )
 from app.storage.tree.removal import TaskRemovals
 from app.storage.tree.sqlite.db import check_write_room
+from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import turn_text
 from app.storage.tree.usage import TreeUsage
@@ -130,6 +132,15 @@ class TaskStore:
         return open_listing(
             self.layout, scope, timeout=self.lock_timeout, clock=self.clock, below=below
         )
+
+    def ledger(self, scope: Scope, *, below: Path | None = None) -> Ledger:
+        """The project's ledger (made from the records when it is new or of another schema
+        version); ``below``: the project dir, when the caller just checked it."""
+        return open_ledger(self.layout, scope, timeout=self.lock_timeout, below=below)
+
+    def ledger_exists(self, scope: Scope) -> bool:
+        """Whether the project has a ledger file (a project never written has none)."""
+        return self.layout.tree.lstat(self.layout.ledger(scope)) is not None
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
@@ -188,6 +199,11 @@ class TaskStore:
             usage = turn_usage(record)
         owed = listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
+        if summary:
+            # An artifact's write changes nothing the ledger reads (meta, created_at).
+            self.ledger(scope, below=task_dir.parent).put_turn(
+                task_id, record.turn, entry_of(record)
+            )
         if owed.due:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.
@@ -246,6 +262,41 @@ class TaskStore:
             pass
         obj = rebuild_index(self.layout.tree, task_dir, task_id)
         return None if obj is None else index_from_json(obj, path, self.now_us())
+
+    # -- the ledger (core/ledger.py) -----------------------------------------------------------
+    def read_ledger(
+        self, scope: Scope, query: lg.LedgerQuery, prices: lg.PriceTable
+    ) -> lg.LedgerPage:
+        """The project's ledger: totals and a page of rows summed from its rollups."""
+        issued = lg.ledger_issued_for(query)
+        after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
+        totals, rows = lg.ledger_sql(query, prices, after, mark=_mark)
+        found_totals: Sequence[Any] = [None] * lg.SUM_COUNT
+        found_rows: list[tuple[Any, ...]] = []
+        if self.listing(scope).exists():  # else nothing was ever written to the project
+            (found_totals,), found_rows = self.ledger(scope).queries(totals, rows)
+        return lg.ledger_page(
+            query,
+            found_totals,
+            found_rows,
+            lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
+        )
+
+    def read_timeline(
+        self, scope: Scope, query: lg.TimelineQuery, prices: lg.PriceTable
+    ) -> lg.TimelinePage:
+        """A page of the project's turns across tasks, newest first."""
+        issued = query.filters.to_json()
+        after = lg.decode_cursor(self.cursors, scope, "timeline", issued, query.cursor)
+        rows: list[tuple[Any, ...]] = []
+        if self.listing(scope).exists():
+            rows = self.ledger(scope).query(lg.timeline_sql(query, after, mark=_mark))
+        return lg.timeline_page(
+            query,
+            rows,
+            prices,
+            lambda key: lg.encode_cursor(self.cursors, scope, "timeline", issued, key),
+        )
 
     def list_tasks(
         self,
@@ -415,3 +466,8 @@ class TaskStore:
     repair_task = repair.repair_task
     heal_search = repair.heal_search
     rebuild_search = repair.rebuild_search
+
+
+def _mark(name: str) -> str:
+    """A named parameter as sqlite3 spells it."""
+    return f":{name}"
