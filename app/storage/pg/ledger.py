@@ -118,8 +118,8 @@ def differing_rollups(conn: psycopg.Connection[Any]) -> list[tuple[Scope, str, i
     )
     for table, have, want in checks:
         for tenant, project, count in conn.execute(
-            f"SELECT tenant, project, count(*) FROM (({have} EXCEPT {want})"
-            f" UNION ALL ({want} EXCEPT {have})) d GROUP BY tenant, project ORDER BY 1, 2"
+            f"SELECT tenant, project, count(*) FROM ((({have}) EXCEPT ({want}))"
+            f" UNION ALL (({want}) EXCEPT ({have}))) d GROUP BY tenant, project ORDER BY 1, 2"
         ):
             found.append((Scope(tenant, project), table, int(count)))
     return found

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound, NotOwner, StorageError
 from app.storage.core.files import os_errors
+from app.storage.core.ledger import LedgerTurn
 from app.storage.core.models import TaskIndex, TurnRecord
 from app.storage.core.names import (
     PREV_PREFIX,
@@ -75,6 +76,16 @@ class TaskParts(Protocol):
     def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
 
     def ledger(self, scope: Scope, *, below: Path | None = None) -> Ledger: ...
+
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None: ...
 
     def live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None: ...
 
@@ -127,7 +138,7 @@ class TaskRemovals:
                 txn.begin()
                 trashed = tasks.trash(task_dir)
                 tasks.listing(scope).set_task(task_id, [])
-                tasks.ledger(scope).set_task(task_id, [])
+                tasks.ledger_task(scope, task_id, [], only_if_made=True)
             tasks.layout.tree.remove(trashed)
             tasks.usage.freed()
 
@@ -171,7 +182,7 @@ class TaskRemovals:
                     # not removed yet go with it), as a task delete.
                     trashed = tasks.trash(task_dir)
                     tasks.listing(scope).set_task(task_id, [])
-                    tasks.ledger(scope).set_task(task_id, [])
+                    tasks.ledger_task(scope, task_id, [], only_if_made=True)
                 else:
                     trashed = tasks.trash(task_dir / turn_dirname(turn))
                     tasks.repair_task(scope, task_id)

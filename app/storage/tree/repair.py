@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, LockTimeout
-from app.storage.core.ledger import entry_of
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -44,7 +44,6 @@ from app.storage.tree.records import (
     turn_dirs,
     write_json,
 )
-from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import TurnText, turn_text
 
@@ -60,7 +59,15 @@ class TaskRepairs(Protocol):
 
     def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
 
-    def ledger(self, scope: Scope, *, below: Path | None = None) -> Ledger: ...
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None: ...
 
     def task_dir_checked(self, scope: Scope, task_id: str) -> Path: ...
 
@@ -98,8 +105,7 @@ def repair_task(store: TaskRepairs, scope: Scope, task_id: str) -> None:
             tree.unlink(task_dir / TASK_INDEX)
         if tree.lstat(layout.listing(scope)) is not None:
             store.listing(scope).set_task(task_id, [])
-        if tree.lstat(layout.ledger(scope)) is not None:
-            store.ledger(scope).set_task(task_id, [])
+        store.ledger_task(scope, task_id, [], only_if_made=True)
         return
     texts: dict[int, TurnText] = {}
     records: list[TurnRecord] = []
@@ -124,7 +130,7 @@ def repair_task(store: TaskRepairs, scope: Scope, task_id: str) -> None:
         write_json(task_dir / TASK_INDEX, index, durable=False)
     section = store.section(scope, task_id, index, store.now_us(), tuple(records))
     store.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
-    store.ledger(scope).set_task(task_id, [entry_of(r) for r in records])
+    store.ledger_task(scope, task_id, [entry_of(r) for r in records])
 
 
 def heal_search(store: TaskRepairs, scope: Scope, budget: SearchBudget | None = None) -> int | None:

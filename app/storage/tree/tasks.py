@@ -19,6 +19,7 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, NotFound
-from app.storage.core.ledger import entry_of
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
@@ -86,6 +87,8 @@ from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import turn_text
 from app.storage.tree.usage import TreeUsage
 
+log = logging.getLogger("app.storage")
+
 
 class TaskStore:
     """Durable per-task turn history of every tenant/project under one storage root."""
@@ -138,9 +141,25 @@ class TaskStore:
         version); ``below``: the project dir, when the caller just checked it."""
         return open_ledger(self.layout, scope, timeout=self.lock_timeout, below=below)
 
-    def ledger_exists(self, scope: Scope) -> bool:
-        """Whether the project has a ledger file (a project never written has none)."""
-        return self.layout.tree.lstat(self.layout.ledger(scope)) is not None
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None:
+        """Make the task's ledger entries ``entries`` (its records' entry_of), under the
+        task's lock; ``only_if_made``: not when the project has no ledger yet (a removal:
+        the one its first open makes holds nothing of the task). A damaged ledger is left
+        for fsck --repair (logged): the records and the other derived files are written."""
+        if only_if_made and self.layout.tree.lstat(self.layout.ledger(scope)) is None:
+            return
+        try:
+            self.ledger(scope, below=below).set_task(task_id, entries)
+        except Corrupt as exc:
+            log.warning("%s/%s: ledger not written (%s)", scope.tenant, scope.project, exc)
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
@@ -201,9 +220,12 @@ class TaskStore:
         ticket.settled()
         if summary:
             # An artifact's write changes nothing the ledger reads (meta, created_at).
-            self.ledger(scope, below=task_dir.parent).put_turn(
-                task_id, record.turn, entry_of(record)
-            )
+            try:
+                self.ledger(scope, below=task_dir.parent).put_turn(
+                    task_id, record.turn, entry_of(record)
+                )
+            except Corrupt as exc:  # the records and the other files are written: fsck
+                log.warning("%s/%s: ledger not written (%s)", scope.tenant, scope.project, exc)
         if owed.due:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.

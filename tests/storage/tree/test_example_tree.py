@@ -113,7 +113,9 @@ def test_the_example_is_what_the_generator_writes_today(tmp_path: Path) -> None:
     d = Ledger(fresh / ledger, timeout=5.0)
     try:
         assert a.all_tasks() == b.all_tasks()
-        assert [c.task_entries(t) for t in c.task_ids()] == [d.task_entries(t) for t in d.task_ids()]
+        assert [c.task_entries(t) for t in c.task_ids()] == [
+            d.task_entries(t) for t in d.task_ids()
+        ]
     finally:
         Listing.forget(a.path)
         Listing.forget(b.path)

@@ -154,13 +154,24 @@ class Ledger:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        with self._use() as conn, write_txn(conn, "ledger"):
+        with self._damaged(), self._use() as conn, write_txn(conn, "ledger"):
             yield conn
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        with self._use() as conn, read_txn(conn):
+        with self._damaged(), self._use() as conn, read_txn(conn):
             yield conn
+
+    @contextlib.contextmanager
+    def _damaged(self) -> Iterator[None]:
+        """A file SQLite finds damaged is Corrupt (a 500 naming fsck, which makes it again
+        from the records); a busy or full one stays what it is (503, 507)."""
+        try:
+            yield
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise Corrupt(f"{self.path}: damaged ({exc}): run fsck --repair") from None
 
     # -- writes ----------------------------------------------------------------------------
     def put_turn(self, task_id: str, turn: int, entry: LedgerTurn | None) -> None:
@@ -197,12 +208,11 @@ class Ledger:
         with self.read() as conn:
             return _entries(conn, task_id)
 
-    def task_ids(self) -> Iterator[str]:
+    def task_ids(self) -> list[str]:
         """Every task id with entries, in id order."""
         with self.read() as conn:
             rows = conn.execute("SELECT DISTINCT task_id FROM ledger_turns ORDER BY 1").fetchall()
-        for (task_id,) in rows:
-            yield str(task_id)
+        return [str(task_id) for (task_id,) in rows]
 
     def rollup_faults(self) -> list[str]:
         """How the rollups and session homes differ from a recount of the entries (one
