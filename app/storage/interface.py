@@ -368,9 +368,7 @@ class LimitsStore(Protocol):
 
     def prices(self) -> PriceSettings: ...
 
-    def set_prices(
-        self, tenant: str, project: str, table: dict[str, Price]
-    ) -> dict[str, Price]: ...
+    def set_prices(self, tenant: str, project: str, table: object) -> dict[str, Price]: ...
 
     def set_secrets(
         self, tenant: str, project: str | None, change: SecretsOverride

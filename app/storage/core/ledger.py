@@ -67,7 +67,7 @@ COLUMNS = {
 COARSE = frozenset(("day", "agent", "model", "branch"))
 # A text value (agent, model, branch, session) is kept to its first this many bytes of UTF-8:
 # it is part of a rollup's key, which an index must hold.
-MAX_VALUE_BYTES = 200
+MAX_VALUE_BYTES = 256
 MAX_COMMIT_CHARS = 64
 # Bounds of one turn's figures: beyond them a meta value counts as absent (tokens, cost) or
 # is cut (wall time), so that no sum of a project's turns can overflow 64 bits.
@@ -311,6 +311,13 @@ def entry_from(task_id: str, turn: int, meta: Mapping[str, Any], created_at: str
 # -- the price table --------------------------------------------------------------------------
 PRICES = "prices"  # its section in an entry of the limits document (core/limits.py)
 MAX_PRICED_MODELS = 256
+# A model name in a price table: no longer than the ledger keeps one (MAX_VALUE_BYTES of
+# UTF-8 hold any 64 characters).
+MAX_MODEL_CHARS = 64
+# An agent, model or branch filter: one longer than the ledger keeps matches nothing.
+MAX_FILTER_CHARS = 256
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_FREE_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 MAX_PRICE = 1_000_000.0  # US dollars per million tokens
 PRICE_UNIT = "USD per million tokens"
 
@@ -343,26 +350,30 @@ class PriceTableError(ValueError):
     """A price table breaks the rules of :func:`prices_from_json` (the message says which)."""
 
 
+def _name_fault(value: object, most: int) -> str | None:
+    """Why ``value`` is not a model name or filter value (1 to ``most`` characters, none a
+    control character), or None."""
+    if not isinstance(value, str) or not 1 <= len(value) <= most:
+        return f"has 1 to {most} characters"
+    if CONTROL_RE.search(value):
+        return "holds a control character"
+    return None
+
+
 def prices_from_json(obj: object, where: str = "prices") -> dict[str, Price]:
     """Check a price table: an object of at most MAX_PRICED_MODELS model names (1 to
-    MAX_VALUE_BYTES bytes, no control character), each an object of the token kinds it
-    prices (``input``, ``output``, ``cache_read``, ``cache_creation``; an absent one costs
-    nothing), each a number of dollars per million tokens in 0..MAX_PRICE."""
+    MAX_MODEL_CHARS characters, none a control character), each an object of the token
+    kinds it prices (``input``, ``output``, ``cache_read``, ``cache_creation``; an absent one
+    costs nothing), each a number of dollars per million tokens in 0..MAX_PRICE."""
     if not isinstance(obj, dict):
         raise PriceTableError(f"{where}: must be an object of model names")
     if len(obj) > MAX_PRICED_MODELS:
         raise PriceTableError(f"{where}: at most {MAX_PRICED_MODELS} models")
     table: dict[str, Price] = {}
     for model, kinds in obj.items():
-        if (
-            not isinstance(model, str)
-            or not model
-            or len(model.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES
-            or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in model)
-        ):
-            raise PriceTableError(
-                f"{where}: a model name has 1 to {MAX_VALUE_BYTES} bytes and no control character"
-            )
+        fault = _name_fault(model, MAX_MODEL_CHARS)
+        if fault:
+            raise PriceTableError(f"{where}: a model name {fault}")
         if not isinstance(kinds, dict):
             raise PriceTableError(f"{where}.{model}: must be an object of token kinds")
         unknown = sorted(set(kinds) - set(TOKEN_KINDS))
@@ -433,29 +444,30 @@ def parse_when(text: str, now_us: int) -> int:
 
 
 def check_filter(field_name: str, value: str | None) -> str | None:
-    """An ``agent``/``model``/``branch`` filter: the value as the ledger keeps it (an exact
-    match); InvalidName for one longer than the ledger keeps or holding a control
-    character."""
-    if value is None:
-        return None
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise InvalidName(field_name, value, "must hold no control character")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
-        raise InvalidName(field_name, value, f"must be at most {MAX_VALUE_BYTES} bytes")
+    """An ``agent``/``model``/``branch`` filter: matched exactly against the value the ledger
+    keeps; InvalidName for one of more than MAX_FILTER_CHARS characters or holding a control
+    character ("" selects the turns that name none)."""
+    if value is None or value == "":
+        return value
+    fault = _name_fault(value, MAX_FILTER_CHARS)
+    if fault:
+        raise InvalidName(field_name, value, f"{fault.replace('has', 'must have', 1)}")
     return value
 
 
+GROUP_BY_PATTERN = f"^(?:(?:{'|'.join(DIMENSIONS)})(?:,(?:{'|'.join(DIMENSIONS)}))*)?$"
+
+
 def group_by_of(text: str | None) -> tuple[str, ...]:
-    """``group_by``: dimensions separated by commas, each once (none: the totals alone)."""
+    """``group_by``: dimensions separated by commas, in the order the rows are sorted by (one
+    named twice counts once); "" for the totals alone. InvalidName otherwise."""
     if text is None or text == "":
         return ()
-    names = tuple(n.strip() for n in text.split(","))
+    names = text.split(",")
     for name in names:
         if name not in DIMENSIONS:
             raise InvalidName("group_by", text, f"each must be one of {', '.join(DIMENSIONS)}")
-    if len(set(names)) != len(names):
-        raise InvalidName("group_by", text, "names a dimension twice")
-    return names
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True, slots=True)

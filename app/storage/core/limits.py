@@ -495,12 +495,12 @@ class LimitEdits:
         left out (``skipped``)."""
         return price_settings_of(self.document())
 
-    def set_prices(self, tenant: str, project: str, table: dict[str, Price]) -> dict[str, Price]:
-        """Replace a project's price table (an empty one removes it); return it as written.
-        InvalidLimit for a table that breaks core/ledger.py's rules."""
+    def set_prices(self, tenant: str, project: str, table: object) -> dict[str, Price]:
+        """Replace a project's price table with ``table`` (its JSON; an empty one removes
+        it); return it as written. InvalidLimit for one that breaks core/ledger.py's rules."""
         section, key = self._entry_path(tenant, project)
         where = f"{section}.{key}.{PRICES}"
-        written: dict[str, Price] = _asked(prices_from_json, ledger.prices_to_json(table), where)
+        written: dict[str, Price] = _asked(prices_from_json, table, where)
         with self._changing() as doc:
             entry = _entry_of(doc, section, key)
             if written:

@@ -37,7 +37,7 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
-from app.storage.pg import usage as pgu
+from app.storage.pg import ledger as pgl, usage as pgu
 from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
 from app.storage.pg.blobs import BlobStore
@@ -122,6 +122,10 @@ class PgStorage:
             waiting=search_waiting,
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
+        # Turns written before the ledger (a database of an earlier release) get their
+        # entries now, before this process serves a read of it.
+        with translated("ledger"):
+            self.migrations += pgl.fill_lacking(self.db)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
         self.oauth = PgOAuth(self.db)

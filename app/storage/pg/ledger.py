@@ -18,6 +18,7 @@ import psycopg
 from app.storage.core import ledger as lg
 from app.storage.core.ledger import LedgerTurn
 from app.storage.core.names import Scope
+from app.storage.pg.db import Database, advisory_xact_lock
 
 _KEY = ("tenant", "project", "task_id", "turn")
 _COLUMNS = (*_KEY, *lg.TURN_COLUMNS)
@@ -148,3 +149,71 @@ def rebuild_rollups(conn: psycopg.Connection[Any], scope: Scope) -> None:
             f" {lg.recount_sql(table, SCOPE_COLUMNS, SCOPE_WHERE)}",
             params,
         )
+
+
+# -- turns written before the ledger ---------------------------------------------------------
+def lacking_projects(conn: psycopg.Connection[Any]) -> list[Scope]:
+    """The projects whose turn counter differs from the turns their ledger counts (a database
+    from before the ledger, an import stopped short): a sum of rollup rows per project."""
+    rows = conn.execute(
+        "SELECT p.tenant, p.project FROM projects p WHERE p.turns <> coalesce((SELECT"
+        " sum(l.turns) FROM ledger l WHERE l.tenant = p.tenant AND l.project = p.project), 0)"
+        " ORDER BY 1, 2"
+    ).fetchall()
+    return [Scope(t, p) for t, p in rows]
+
+
+def fill(db: Database, scope: Scope, batch: int = 200) -> int:
+    """Write the entries the project's turns lack, ``batch`` tasks per transaction, each
+    task's from its turns under its lock; how many tasks were filled. Every task lock of a
+    batch is taken (in key order) before its first entry moves a sum, which holds the
+    project's row: a writer holds one task lock before that row too, so none waits in a
+    circle."""
+    filled, after = 0, ""
+    while True:
+        with db.snapshot("ledger") as conn:
+            lacking = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT t.task_id FROM turns t WHERE t.tenant = %(tenant)s"
+                    " AND t.project = %(project)s AND t.task_id > %(after)s AND NOT EXISTS"
+                    " (SELECT 1 FROM ledger_turns l WHERE l.tenant = t.tenant"
+                    " AND l.project = t.project AND l.task_id = t.task_id AND l.turn = t.turn)"
+                    " ORDER BY 1 LIMIT %(batch)s",
+                    {**scope_params(scope), "after": after, "batch": batch},
+                )
+            ]
+        if not lacking:
+            return filled
+        with db.transaction("ledger") as conn:
+            for task_id in lacking:
+                advisory_xact_lock(conn, "task", scope.tenant, scope.project, task_id)
+            for task_id in lacking:
+                rows = conn.execute(
+                    "SELECT turn, meta, created_at FROM turns WHERE tenant = %s AND project = %s"
+                    " AND task_id = %s ORDER BY turn",
+                    (scope.tenant, scope.project, task_id),
+                ).fetchall()
+                set_task(
+                    conn,
+                    scope,
+                    task_id,
+                    [lg.entry_from(task_id, int(t), json.loads(m), c) for t, m, c in rows],
+                )
+        filled += len(lacking)
+        after = lacking[-1]
+
+
+def fill_lacking(db: Database) -> list[str]:
+    """:func:`fill` every project :func:`lacking_projects` names; a line for each one."""
+    with db.snapshot("ledger") as conn:
+        scopes = lacking_projects(conn)
+    lines = []
+    for scope in scopes:
+        count = fill(db, scope)
+        if count:
+            lines.append(
+                f"ledger: {count} task(s) of {scope.tenant}/{scope.project} written before it"
+                " filled from their turns"
+            )
+    return lines
