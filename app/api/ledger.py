@@ -28,6 +28,7 @@ timeline_out = s.Timeline()
 prices_out = s.LedgerPrices()
 prices_in = s.LedgerPricesRequest()
 
+
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault("openapi_schemas", []).extend(
