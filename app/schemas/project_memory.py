@@ -339,9 +339,8 @@ class LedgerFigures(Schema):
     )
 
 
-class LedgerRow(LedgerFigures):
-    """One group of group_by: its key (each dimension it groups by; null where the turns name
-    none), then its figures."""
+class LedgerKey(Schema):
+    """A ledger row's key: each dimension it groups by (null where the turns name none)."""
 
     day = fields.String(metadata={"description": "A UTC day, YYYY-MM-DD."})
     agent = fields.String(allow_none=True)
@@ -349,6 +348,10 @@ class LedgerRow(LedgerFigures):
     branch = fields.String(allow_none=True)
     task = fields.String(allow_none=True, metadata={"description": "A task id."})
     session = fields.String(allow_none=True)
+
+
+class LedgerRow(LedgerFigures, LedgerKey):
+    """One group of group_by: its key, then its figures."""
 
 
 class LedgerReport(Schema):
