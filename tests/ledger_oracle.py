@@ -199,7 +199,7 @@ def expected_ledger(
     rows = []
     for key in sorted(groups, key=lambda k: _sort_key(k, group_by)):
         names = {n: (v or None) for n, v in zip(group_by, key, strict=True)}
-        rows.append({"key": names, **figures(groups[key], homes, prices)})
+        rows.append({**names, **figures(groups[key], homes, prices)})
     return totals, rows
 
 
@@ -220,7 +220,7 @@ def read_ledger(
             scope, LedgerQuery(group_by, filters, limit=limit, cursor=cursor), prices or {}
         )
         totals = page.totals.to_json()
-        rows += [{"key": r.key, **r.figures.to_json()} for r in page.rows]
+        rows += page.rows
         cursor = page.next_cursor
         if cursor is None:
             return totals, rows

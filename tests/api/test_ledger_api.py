@@ -4,6 +4,7 @@ its unit; bad input is the seed's 422, never a 500; another project's turns neve
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -244,3 +245,16 @@ def test_the_routes_need_a_token_and_are_beyond_the_seed(client: FlaskClient) ->
         ("/ledger/prices", "put"),
     ):
         assert paths[f"{PM}{path}"][method]["x-beyond-seed"] is True
+
+
+def test_the_answers_are_in_their_schemas_shape(client: FlaskClient, tokens: Tokens) -> None:
+    """The views build their bodies by hand (a schema's dump of a page costs more than the
+    read): each is what its schema dumps of it (a row's keys come in group_by's order)."""
+    from app.schemas import project_memory as s
+
+    seed(client, tokens)
+    for group_by in ("day,model", "task,session,branch,agent", ""):
+        body = get(client, tokens, "ledger", group_by=group_by)
+        assert s.LedgerReport().dump(body) == body
+    body = get(client, tokens, "timeline")
+    assert json.dumps(s.Timeline().dump(body)) == json.dumps(body)  # key order too

@@ -118,7 +118,7 @@ def test_a_cursor_resumes_only_the_question_it_was_issued_for(
     page = tasks.read_ledger(WEB, LedgerQuery(("model",), limit=2), {})
     assert page.next_cursor is not None
     later = tasks.read_ledger(WEB, LedgerQuery(("model",), limit=2, cursor=page.next_cursor), {})
-    assert [r.key["model"] for r in page.rows + later.rows] == ["m0", "m1", "m2", "m3"]
+    assert [r["model"] for r in page.rows + later.rows] == ["m0", "m1", "m2", "m3"]
     for other in (
         LedgerQuery(("agent",), limit=2, cursor=page.next_cursor),
         LedgerQuery(("model",), Filters(agent="x"), limit=2, cursor=page.next_cursor),
@@ -150,7 +150,7 @@ def test_cost_is_reported_or_priced_at_the_read(backend: StorageBackend) -> None
     priced = tasks.read_ledger(WEB, LedgerQuery(("model",)), {"opus": Price(15, 75)})
     assert priced.totals.cost_usd == pytest.approx(2.5 + 15 + 7.5)
     assert priced.totals.unpriced_turns == 1
-    assert {r.key["model"]: r.figures.cost_usd for r in priced.rows} == {
+    assert {r["model"]: r["cost_usd"] for r in priced.rows} == {
         "haiku": 0.0,
         "opus": pytest.approx(25.0),
     }

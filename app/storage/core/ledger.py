@@ -4,15 +4,18 @@ Each turn contributes one :class:`LedgerTurn`, read from its record alone (:func
 its agent, model, branch and session, its tokens (input, output, cache read, cache
 creation), the cost its meta reports, its wall time and its exit code, at one moment, ``at``.
 Both engines keep those entries beside the turns (``ledger_turns``) and, as each is written,
-replaced or removed, move the sums of two rollups by the difference, in the same transaction
-(the tree's ``_ledger.sqlite3``, PostgreSQL's tables of the same names):
+replaced or removed, move the sums of three rollups (:data:`ROLLUPS`) by the difference, in
+the same transaction (the tree's ``_ledger.sqlite3``, PostgreSQL's tables of the same names):
 
+* ``ledger_models``: one row per UTC day, agent and model (a few a day), which answers every
+  total and grouping of those three without a branch;
 * ``ledger``: one row per UTC day, agent, model and branch, which answers every grouping of
-  those four and every total;
+  those four;
 * ``ledger_tasks``: one row per task, session, day, agent, model and branch, which answers
   the groupings by task or session.
 
-A read sums rollup rows, never turns: its cost follows the rows of the window it asks for.
+A read sums the rows of the smallest rollup that holds its grouping and filters, in the days
+it asks for, never turns: its cost follows those rows, not the project's turns.
 Both are derived: fsck compares them with a recount of the records and ``--repair`` rebuilds
 them.
 
@@ -39,9 +42,10 @@ ones too. A turn with neither counts in ``unpriced_turns`` and adds nothing to `
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +67,21 @@ COLUMNS = {
     "task": "task_id",
     "session": "session",
 }
-# The groupings the coarse rollup (``ledger``) answers; any other needs ``ledger_tasks``.
-COARSE = frozenset(("day", "agent", "model", "branch"))
+# Each rollup and the key of its rows, smallest first (rows kept per day: a few, the branches
+# times that, the tasks times that).
+ROLLUPS: dict[str, tuple[str, ...]] = {
+    "ledger_models": ("day", "agent", "model"),
+    "ledger": ("day", "agent", "model", "branch"),
+    "ledger_tasks": ("task_id", "session", "day", "agent", "model", "branch"),
+}
+
+
+def rollup_for(columns: Iterable[str]) -> str:
+    """The smallest rollup whose key holds ``columns`` (those grouped and filtered by)."""
+    wanted = set(columns)
+    return next(name for name, key in ROLLUPS.items() if wanted <= set(key))
+
+
 # A text value (agent, model, branch, session) is kept to its first this many bytes of UTF-8:
 # it is part of a rollup's key, which an index must hold.
 MAX_VALUE_BYTES = 256
@@ -499,9 +516,10 @@ class LedgerQuery:
     cursor: str | None = None
 
     @property
-    def coarse(self) -> bool:
-        """Whether the coarse rollup answers it (no grouping by task or session)."""
-        return set(self.group_by) <= COARSE
+    def filtered(self) -> list[str]:
+        """The columns its filters compare (the day always)."""
+        f = self.filters
+        return ["day", *(n for n in ("agent", "model", "branch") if getattr(f, n) is not None)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,18 +562,14 @@ class Figures:
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerRow:
-    key: dict[str, Any]  # dimension -> value: "day" an ISO date, others a text or None
-    figures: Figures
-
-
-@dataclass(frozen=True, slots=True)
 class LedgerPage:
     group_by: tuple[str, ...]
     since_day: int | None
     until_day: int | None  # the last day counted (inclusive)
     totals: Figures
-    rows: list[LedgerRow]
+    # Each row as answered: its key (each dimension of group_by: "day" an ISO date, any other
+    # a text or None), then its figures (Figures.to_json's names).
+    rows: list[dict[str, Any]]
     next_cursor: str | None
 
 
@@ -591,6 +605,7 @@ class TimelinePage:
     next_cursor: str | None
 
 
+@functools.lru_cache(maxsize=4096)
 def day_iso(day: int) -> str:
     return iso_us(day * DAY_US)[:10]
 
@@ -662,6 +677,30 @@ def figures_of(values: Sequence[Any]) -> Figures:
     )
 
 
+def row_json(group_by: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+    """One row as answered, from its columns (``ledger_sql``'s: the key, then the sums): a
+    page holds hundreds, so it is built in one pass, without a Figures between."""
+    out: dict[str, Any] = {}
+    for name, value in zip(group_by, values, strict=False):
+        out[name] = day_iso(value) if name == "day" else (value or None)
+    (turns, sessions, i, o, r, c, cost_nusd, priced, unpriced, wall, nonzero) = values[
+        len(group_by) :
+    ]
+    reported = int(cost_nusd) / NANO
+    out["turns"] = int(turns)
+    out["sessions"] = int(sessions)
+    out["input_tokens"] = int(i)
+    out["output_tokens"] = int(o)
+    out["cache_read_tokens"] = int(r)
+    out["cache_creation_tokens"] = int(c)
+    out["cost_usd"] = round(reported + float(priced) / 1_000_000, 9)
+    out["reported_cost_usd"] = round(reported, 9)
+    out["unpriced_turns"] = int(unpriced)
+    out["wall_seconds"] = int(wall) / 1_000_000
+    out["nonzero_exits"] = int(nonzero)
+    return out
+
+
 def _where(filters: Filters, params: dict[str, Any], mark: Mark, scope_where: str) -> list[str]:
     terms = [scope_where] if scope_where else []
     first, last = filters.days
@@ -702,20 +741,21 @@ def ledger_sql(
     scope_where: str = "",
     scope_params: Mapping[str, Any] | None = None,
 ) -> tuple[Sql, Sql]:
-    """(the totals, the page of rows) of ``query``: sums of the coarse rollup for the
-    totals, and of whichever rollup holds its grouping for the rows, newest day first and
-    each other key in byte order, after the key ``after``."""
+    """(the totals, the page of rows) of ``query``: sums of the smallest rollup that holds
+    its filters for the totals, and of the smallest that holds its grouping too for the rows,
+    newest day first and each other key in byte order, after the key ``after``."""
     params: dict[str, Any] = dict(scope_params or {})
     cte = "WITH " + _prices_cte(prices, params, mark)
     terms = _where(query.filters, params, mark, scope_where)
     where = (" WHERE " + " AND ".join(terms)) if terms else ""
     join = " LEFT JOIN prices p ON p.pm = c.model"
-    totals = Sql(f"{cte} SELECT {_SUMS} FROM ledger c{join}{where}", dict(params))
+    table = rollup_for(query.filtered)
+    totals = Sql(f"{cte} SELECT {_SUMS} FROM {table} c{join}{where}", dict(params))
     columns = [f"c.{COLUMNS[d]}" for d in query.group_by]
     if not columns:
         return totals, Sql("", {})
-    table = "ledger" if query.coarse else "ledger_tasks"
     names = [COLUMNS[d] for d in query.group_by]
+    table = rollup_for([*names, *query.filtered])
     descending = [d == "day" for d in query.group_by]
     rows_terms = list(terms)
     if after is not None:
@@ -775,12 +815,10 @@ def _scoped(scope_columns: Sequence[str]) -> str:
 
 
 def recount_sql(table: str, scope_columns: Sequence[str] = (), scope_where: str = "") -> str:
-    """The rows ``table`` (``ledger`` or ``ledger_tasks``) should hold, recounted from
-    ``ledger_turns`` (fsck): ``scope_columns``, the key, then FIGURES, in key order.
-    ``scope_columns``: the engine's project columns (none on the tree)."""
-    keys = ["day", "agent", "model", "branch"]
-    if table == "ledger_tasks":
-        keys = ["task_id", "session", *keys]
+    """The rows rollup ``table`` (of ROLLUPS) should hold, recounted from ``ledger_turns``
+    (fsck): ``scope_columns``, the key, then FIGURES, in key order. ``scope_columns``: the
+    engine's project columns (none on the tree)."""
+    keys = ROLLUPS[table]
     lead = _scoped(scope_columns)
     key = ", ".join(f"c.{k}" for k in keys)
     sums = ", ".join(f"sum({expr})" for expr in CONTRIBUTION_SQL)
@@ -842,17 +880,6 @@ def ledger_issued_for(query: LedgerQuery) -> list[Any]:
     return [list(query.group_by), query.filters.to_json()]
 
 
-def key_json(group_by: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
-    """A row's key as answered: the day as an ISO date, "" (absent) as None."""
-    out: dict[str, Any] = {}
-    for name, value in zip(group_by, values, strict=True):
-        if name == "day":
-            out[name] = day_iso(int(value))
-        else:
-            out[name] = value or None
-    return out
-
-
 def ledger_page(
     query: LedgerQuery,
     totals: Sequence[Any],
@@ -861,10 +888,9 @@ def ledger_page(
 ) -> LedgerPage:
     """The answer to ``query`` from the rows its SQL read (``ledger_sql``)."""
     width = len(query.group_by)
-    found = [LedgerRow(key_json(query.group_by, r[:width]), figures_of(r[width:])) for r in rows]
+    found = [row_json(query.group_by, r) for r in rows[: query.limit]]
     cursor = None
-    if len(found) > query.limit:
-        found = found[: query.limit]
+    if len(rows) > query.limit:
         cursor = next_cursor(rows[query.limit - 1][:width])
     first, last = query.filters.days
     return LedgerPage(query.group_by, first, last, figures_of(totals), found, cursor)

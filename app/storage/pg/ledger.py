@@ -33,9 +33,7 @@ _PUT = (
 )
 SCOPE_WHERE = "c.tenant = %(tenant)s AND c.project = %(project)s"
 SCOPE_COLUMNS = ("tenant", "project")
-CELL = ("day", "agent", "model", "branch")
-TASK_CELL = ("task_id", "session", *CELL)
-HOME = ("session", "at_us", "task_id", "turn", *CELL)
+HOME = ("session", "at_us", "task_id", "turn", "day", "agent", "model", "branch")
 
 
 def mark(name: str) -> str:
@@ -108,7 +106,7 @@ def differing_rollups(conn: psycopg.Connection[Any]) -> list[tuple[Scope, str, i
     home_columns = ", ".join((*SCOPE_COLUMNS, *HOME))
     checks = [
         (table, _rows(table, keys), lg.recount_sql(table, SCOPE_COLUMNS))
-        for table, keys in (("ledger", CELL), ("ledger_tasks", TASK_CELL))
+        for table, keys in lg.ROLLUPS.items()
     ]
     checks.append(
         (
@@ -142,7 +140,7 @@ def rebuild_rollups(conn: psycopg.Connection[Any], scope: Scope) -> None:
         f" {lg.homes_sql(SCOPE_COLUMNS, SCOPE_WHERE)}",
         params,
     )
-    for table, keys in (("ledger", CELL), ("ledger_tasks", TASK_CELL)):
+    for table, keys in lg.ROLLUPS.items():
         conn.execute(f"DELETE FROM {table} WHERE {scoped}", params)
         conn.execute(
             f"INSERT INTO {table} ({', '.join((*SCOPE_COLUMNS, *keys, *lg.FIGURES))})"
@@ -157,7 +155,7 @@ def lacking_projects(conn: psycopg.Connection[Any]) -> list[Scope]:
     from before the ledger, an import stopped short): a sum of rollup rows per project."""
     rows = conn.execute(
         "SELECT p.tenant, p.project FROM projects p WHERE p.turns <> coalesce((SELECT"
-        " sum(l.turns) FROM ledger l WHERE l.tenant = p.tenant AND l.project = p.project), 0)"
+        " sum(l.turns) FROM ledger_models l WHERE l.tenant = p.tenant AND l.project = p.project), 0)"
         " ORDER BY 1, 2"
     ).fetchall()
     return [Scope(t, p) for t, p in rows]

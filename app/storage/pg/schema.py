@@ -498,7 +498,30 @@ CREATE INDEX ledger_turns_branch ON ledger_turns
 -- A session's first turn, when one of its turns changes.
 CREATE INDEX ledger_turns_session ON ledger_turns (tenant, project, session, at_us, task_id, turn)
     WHERE session <> '';
--- The sums by day, agent, model and branch (every total, and every grouping of those four).
+-- The sums by day, agent and model (every total and grouping of those three, a few rows a day).
+CREATE TABLE ledger_models (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    turns bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    cost_nusd bigint NOT NULL DEFAULT 0,
+    costed_turns bigint NOT NULL DEFAULT 0,
+    open_input_tokens bigint NOT NULL DEFAULT 0,
+    open_output_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_read_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    wall_us bigint NOT NULL DEFAULT 0,
+    nonzero_exits bigint NOT NULL DEFAULT 0,
+    sessions bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, project, day, agent, model)
+);
+-- The sums by day, agent, model and branch (every grouping of those four).
 CREATE TABLE ledger (
     tenant text COLLATE "C" NOT NULL,
     project text COLLATE "C" NOT NULL,
@@ -572,6 +595,30 @@ DECLARE
     open_ constant integer := sign * (1 - costed);
     failed constant integer := (coalesce(r.exit_code, 0) <> 0)::integer;
 BEGIN
+    INSERT INTO ledger_models AS c (tenant, project, day, agent, model,
+        turns, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+        cost_nusd, costed_turns, open_input_tokens, open_output_tokens,
+        open_cache_read_tokens, open_cache_creation_tokens, wall_us, nonzero_exits)
+    VALUES (r.tenant, r.project, r.day, r.agent, r.model,
+        sign, sign * r.input_tokens, sign * r.output_tokens, sign * r.cache_read_tokens,
+        sign * r.cache_creation_tokens, sign * coalesce(r.cost_nusd, 0), sign * costed,
+        open_ * r.input_tokens, open_ * r.output_tokens, open_ * r.cache_read_tokens,
+        open_ * r.cache_creation_tokens, sign * r.wall_us, sign * failed)
+    ON CONFLICT (tenant, project, day, agent, model) DO UPDATE SET
+        turns = c.turns + excluded.turns,
+        input_tokens = c.input_tokens + excluded.input_tokens,
+        output_tokens = c.output_tokens + excluded.output_tokens,
+        cache_read_tokens = c.cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = c.cache_creation_tokens + excluded.cache_creation_tokens,
+        cost_nusd = c.cost_nusd + excluded.cost_nusd,
+        costed_turns = c.costed_turns + excluded.costed_turns,
+        open_input_tokens = c.open_input_tokens + excluded.open_input_tokens,
+        open_output_tokens = c.open_output_tokens + excluded.open_output_tokens,
+        open_cache_read_tokens = c.open_cache_read_tokens + excluded.open_cache_read_tokens,
+        open_cache_creation_tokens
+            = c.open_cache_creation_tokens + excluded.open_cache_creation_tokens,
+        wall_us = c.wall_us + excluded.wall_us,
+        nonzero_exits = c.nonzero_exits + excluded.nonzero_exits;
     INSERT INTO ledger AS c (tenant, project, day, agent, model, branch,
         turns, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
         cost_nusd, costed_turns, open_input_tokens, open_output_tokens,
@@ -643,6 +690,9 @@ BEGIN
         RETURN;
     END IF;
     IF had THEN
+        UPDATE ledger_models c SET sessions = c.sessions - 1 WHERE c.tenant = t
+            AND c.project = p AND c.day = was.day AND c.agent = was.agent
+            AND c.model = was.model;
         UPDATE ledger c SET sessions = c.sessions - 1 WHERE c.tenant = t AND c.project = p
             AND c.day = was.day AND c.agent = was.agent AND c.model = was.model
             AND c.branch = was.branch;
@@ -653,6 +703,9 @@ BEGIN
         DELETE FROM ledger_sessions h WHERE h.tenant = t AND h.project = p AND h.session = s;
     END IF;
     IF has THEN
+        UPDATE ledger_models c SET sessions = c.sessions + 1 WHERE c.tenant = t
+            AND c.project = p AND c.day = home.day AND c.agent = home.agent
+            AND c.model = home.model;
         UPDATE ledger c SET sessions = c.sessions + 1 WHERE c.tenant = t AND c.project = p
             AND c.day = home.day AND c.agent = home.agent AND c.model = home.model
             AND c.branch = home.branch;
@@ -688,6 +741,9 @@ BEGIN
     END IF;
     IF TG_OP <> 'INSERT' THEN
         -- Rows left with no turn go (a session is counted only where it has one).
+        DELETE FROM ledger_models c WHERE c.tenant = OLD.tenant AND c.project = OLD.project
+            AND c.day = OLD.day AND c.agent = OLD.agent AND c.model = OLD.model
+            AND c.turns = 0;
         DELETE FROM ledger c WHERE c.tenant = OLD.tenant AND c.project = OLD.project
             AND c.day = OLD.day AND c.agent = OLD.agent AND c.model = OLD.model
             AND c.branch = OLD.branch AND c.turns = 0;

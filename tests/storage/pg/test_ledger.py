@@ -56,11 +56,12 @@ def storage(backend_kind: str, backend_settings: dict[str, Any]) -> Any:
     [
         "UPDATE ledger SET turns = turns + 1, cost_nusd = 5",
         "UPDATE ledger_tasks SET sessions = 7",
+        "UPDATE ledger_models SET wall_us = 1",
         "DELETE FROM ledger_sessions WHERE session = 's1'",
         "UPDATE ledger_turns SET input_tokens = 1 WHERE task_id = 't2'",
         "DELETE FROM ledger_turns WHERE task_id = 't3' AND turn = 0",
         # The whole ledger gone (TRUNCATE moves no sum: the trigger is per row).
-        "TRUNCATE ledger, ledger_tasks, ledger_sessions, ledger_turns",
+        "TRUNCATE ledger, ledger_models, ledger_tasks, ledger_sessions, ledger_turns",
     ],
 )
 def test_fsck_repairs_a_ledger_changed_by_hand(

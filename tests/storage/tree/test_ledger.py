@@ -157,12 +157,20 @@ def test_fsck_repairs_entries_and_sums_changed_by_hand(tmp_path: Path, clock: Fi
     with sqlite3.connect(storage.layout.ledger(WEB)) as conn:
         conn.execute("UPDATE ledger SET turns = turns + 1, cost_nusd = 5 WHERE day > 0")
         conn.execute("UPDATE ledger_tasks SET sessions = 7")
+        conn.execute("UPDATE ledger_models SET wall_us = 1")
         conn.execute("DELETE FROM ledger_sessions WHERE session = 's1'")
         conn.execute("UPDATE ledger_turns SET input_tokens = 1 WHERE task_id = 't2'")
         conn.execute("DELETE FROM ledger_turns WHERE task_id = 't3' AND turn = 0")
     report = storage.fsck()
     found = "\n".join(report.problems)
-    for what in ("ledger:", "ledger_tasks:", "ledger_sessions:", "task t2", "task t3"):
+    for what in (
+        "ledger:",
+        "ledger_models:",
+        "ledger_tasks:",
+        "ledger_sessions:",
+        "task t2",
+        "task t3",
+    ):
         assert what in found, (what, found)
     storage.fsck(repair=True)
     assert storage.fsck().clean

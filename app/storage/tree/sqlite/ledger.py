@@ -23,6 +23,7 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,7 @@ from app.storage.tree.sqlite.pool import Pool, file_identity
 
 log = logging.getLogger("app.storage")
 
-VERSION = 1
-_CELL = ("day", "agent", "model", "branch")
-_TASK_CELL = ("task_id", "session", *_CELL)
+VERSION = 2
 _FIGURES_DDL = ", ".join(f"{f} INTEGER NOT NULL DEFAULT 0" for f in lg.FIGURES)
 SCHEMA = (
     """CREATE TABLE ledger_turns (
@@ -55,6 +54,8 @@ SCHEMA = (
     # A session's first turn, when one of its turns changes.
     "CREATE INDEX ledger_turns_session ON ledger_turns (session, at_us, task_id, turn)"
     " WHERE session <> ''",
+    f"""CREATE TABLE ledger_models (day INTEGER NOT NULL, agent TEXT NOT NULL,
+    model TEXT NOT NULL, {_FIGURES_DDL}, PRIMARY KEY (day, agent, model)) WITHOUT ROWID""",
     f"""CREATE TABLE ledger (day INTEGER NOT NULL, agent TEXT NOT NULL, model TEXT NOT NULL,
     branch TEXT NOT NULL, {_FIGURES_DDL}, PRIMARY KEY (day, agent, model, branch)) WITHOUT ROWID""",
     f"""CREATE TABLE ledger_tasks (task_id TEXT NOT NULL, session TEXT NOT NULL,
@@ -79,9 +80,18 @@ def _upsert(table: str, keys: Sequence[str]) -> str:
     )
 
 
-_UPSERT_CELL = _upsert("ledger", _CELL)
-_UPSERT_TASK_CELL = _upsert("ledger_tasks", _TASK_CELL)
+def _matching(key: Sequence[str]) -> str:
+    return " AND ".join(f"{k} = ?" for k in key)
+
+
+_UPSERTS = {table: _upsert(table, key) for table, key in lg.ROLLUPS.items()}
+# A row of each rollup left with no turn goes (a session is counted only where it has one).
+_EMPTIED = {t: f"DELETE FROM {t} WHERE {_matching(k)} AND turns = 0" for t, k in lg.ROLLUPS.items()}
+_SESSIONS = {
+    t: f"UPDATE {t} SET sessions = sessions + ? WHERE {_matching(k)}" for t, k in lg.ROLLUPS.items()
+}
 _HOME = "at_us, task_id, turn, day, agent, model, branch"
+_HOME_COLUMNS = ("at_us", "task_id", "turn", "day", "agent", "model", "branch")
 
 # Writes every task's entries into a ledger made just now, through the connection given,
 # inside its write transaction (tree/listing_fill.py); the number of tasks written.
@@ -219,7 +229,7 @@ class Ledger:
         snapshot); none when they agree."""
         faults = []
         with self.read() as conn:
-            for table, keys in (("ledger", _CELL), ("ledger_tasks", _TASK_CELL)):
+            for table, keys in lg.ROLLUPS.items():
                 have = conn.execute(
                     f"SELECT {', '.join(keys)}, {', '.join(lg.FIGURES)} FROM {table}"
                     f" ORDER BY {', '.join(keys)}"
@@ -296,24 +306,19 @@ def change(conn: sqlite3.Connection, old: list[LedgerTurn], new: list[LedgerTurn
     for session in sorted({e.session for e in (*gone, *made) if e.session}):
         _settle_home(conn, session)
     for entry in gone:
-        cell = (entry.day, entry.agent, entry.model, entry.branch)
-        conn.execute(
-            "DELETE FROM ledger WHERE day = ? AND agent = ? AND model = ? AND branch = ?"
-            " AND turns = 0",
-            cell,
-        )
-        conn.execute(
-            "DELETE FROM ledger_tasks WHERE task_id = ? AND session = ? AND day = ?"
-            " AND agent = ? AND model = ? AND branch = ? AND turns = 0",
-            (entry.task_id, entry.session, *cell),
-        )
+        for table, key in lg.ROLLUPS.items():
+            conn.execute(_EMPTIED[table], _key_of(entry, key))
+
+
+def _key_of(entry: LedgerTurn | dict[str, Any], key: Sequence[str]) -> tuple[Any, ...]:
+    get = entry.get if isinstance(entry, dict) else partial(getattr, entry)
+    return tuple(get(k) for k in key)
 
 
 def _move(conn: sqlite3.Connection, entry: LedgerTurn, sign: int) -> None:
     figures = [sign * v for v in entry.contribution()]
-    cell = (entry.day, entry.agent, entry.model, entry.branch)
-    conn.execute(_UPSERT_CELL, (*cell, *figures))
-    conn.execute(_UPSERT_TASK_CELL, (entry.task_id, entry.session, *cell, *figures))
+    for table, key in lg.ROLLUPS.items():
+        conn.execute(_UPSERTS[table], (*_key_of(entry, key), *figures))
 
 
 def _settle_home(conn: sqlite3.Connection, session: str) -> None:
@@ -329,17 +334,9 @@ def _settle_home(conn: sqlite3.Connection, session: str) -> None:
     for found, sign in ((was, -1), (home, 1)):
         if found is None:
             continue
-        _, task_id, _, *cell = found
-        conn.execute(
-            "UPDATE ledger SET sessions = sessions + ? WHERE day = ? AND agent = ?"
-            " AND model = ? AND branch = ?",
-            (sign, *cell),
-        )
-        conn.execute(
-            "UPDATE ledger_tasks SET sessions = sessions + ? WHERE task_id = ? AND session = ?"
-            " AND day = ? AND agent = ? AND model = ? AND branch = ?",
-            (sign, task_id, session, *cell),
-        )
+        place = {"session": session, **dict(zip(_HOME_COLUMNS, found, strict=True))}
+        for table, key in lg.ROLLUPS.items():
+            conn.execute(_SESSIONS[table], (sign, *_key_of(place, key)))
     if home is None:
         conn.execute("DELETE FROM ledger_sessions WHERE session = ?", (session,))
     else:
@@ -355,7 +352,7 @@ def rebuild_rollups(conn: sqlite3.Connection) -> None:
     ``ledger_turns`` (inside a write transaction)."""
     conn.execute("DELETE FROM ledger_sessions")
     conn.execute(f"INSERT INTO ledger_sessions (session, {_HOME}) {lg.homes_sql()}")
-    for table, keys in (("ledger", _CELL), ("ledger_tasks", _TASK_CELL)):
+    for table, keys in lg.ROLLUPS.items():
         conn.execute(f"DELETE FROM {table}")
         conn.execute(
             f"INSERT INTO {table} ({', '.join(keys)}, {', '.join(lg.FIGURES)})"
