@@ -67,10 +67,11 @@ COLUMNS = {
     "task": "task_id",
     "session": "session",
 }
-# Each rollup and the key of its rows, smallest first (rows kept per day: a few, the branches
-# times that, the tasks times that).
+# Each rollup and the key of its rows (its index's order: by day, then model, the grouping a
+# report asks for most), smallest first (rows kept per day: a few, the branches times that,
+# the tasks times that).
 ROLLUPS: dict[str, tuple[str, ...]] = {
-    "ledger_models": ("day", "agent", "model"),
+    "ledger_models": ("day", "model", "agent"),
     "ledger": ("day", "agent", "model", "branch"),
     "ledger_tasks": ("task_id", "session", "day", "agent", "model", "branch"),
 }
@@ -435,7 +436,8 @@ NO_PRICES = PriceSettings()
 
 
 # -- reads ------------------------------------------------------------------------------------
-LEDGER_LIMIT = 100
+# A month by model, or by agent and model, is one page.
+LEDGER_LIMIT = 200
 MAX_LEDGER_LIMIT = 1000
 TIMELINE_LIMIT = 50
 MAX_TIMELINE_LIMIT = 500
@@ -644,20 +646,34 @@ def _prices_cte(prices: PriceTable, params: dict[str, Any], mark: Mark) -> str:
     return "prices (pm, pi, po, pr, pc) AS (" + " UNION ALL ".join(rows) + ")"
 
 
-_SUMS = (
-    "sum(c.turns), sum(c.sessions), sum(c.input_tokens), sum(c.output_tokens),"
-    " sum(c.cache_read_tokens), sum(c.cache_creation_tokens), sum(c.cost_nusd),"
-    " sum(c.open_input_tokens * coalesce(p.pi, 0) + c.open_output_tokens * coalesce(p.po, 0)"
+# Whole numbers as BIGINT: PostgreSQL's sum of a bigint is a numeric, which Python reads as a
+# Decimal; SQLite's is an integer already.
+_COUNTS = ", ".join(
+    f"CAST(sum(c.{n}) AS BIGINT)"
+    for n in (
+        "turns",
+        "sessions",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_creation_tokens",
+        "cost_nusd",
+    )
+)
+_PRICED = (
+    ", sum(c.open_input_tokens * coalesce(p.pi, 0) + c.open_output_tokens * coalesce(p.po, 0)"
     " + c.open_cache_read_tokens * coalesce(p.pr, 0)"
     " + c.open_cache_creation_tokens * coalesce(p.pc, 0)),"
-    " sum(CASE WHEN p.pm IS NULL THEN c.turns - c.costed_turns ELSE 0 END),"
-    " sum(c.wall_us), sum(c.nonzero_exits)"
+    " CAST(sum(CASE WHEN p.pm IS NULL THEN c.turns - c.costed_turns ELSE 0 END) AS BIGINT),"
 )
+# Without a price table nothing is priced: no join, every turn without a cost unpriced.
+_UNPRICED = ", 0, CAST(sum(c.turns - c.costed_turns) AS BIGINT),"
+_REST = " CAST(sum(c.wall_us) AS BIGINT), CAST(sum(c.nonzero_exits) AS BIGINT)"
 SUM_COUNT = 11
 
 
 def figures_of(values: Sequence[Any]) -> Figures:
-    """Figures from the _SUMS columns of one row (None where nothing was summed)."""
+    """Figures from the sums of one row of ``ledger_sql`` (None where nothing was summed)."""
     (turns, sessions, i, o, r, c, cost_nusd, priced, unpriced, wall, nonzero) = (
         0 if v is None else v for v in values
     )
@@ -686,18 +702,20 @@ def row_json(group_by: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     (turns, sessions, i, o, r, c, cost_nusd, priced, unpriced, wall, nonzero) = values[
         len(group_by) :
     ]
-    reported = int(cost_nusd) / NANO
-    out["turns"] = int(turns)
-    out["sessions"] = int(sessions)
-    out["input_tokens"] = int(i)
-    out["output_tokens"] = int(o)
-    out["cache_read_tokens"] = int(r)
-    out["cache_creation_tokens"] = int(c)
-    out["cost_usd"] = round(reported + float(priced) / 1_000_000, 9)
-    out["reported_cost_usd"] = round(reported, 9)
-    out["unpriced_turns"] = int(unpriced)
-    out["wall_seconds"] = int(wall) / 1_000_000
-    out["nonzero_exits"] = int(nonzero)
+    reported = cost_nusd / NANO
+    out.update(
+        turns=turns,
+        sessions=sessions,
+        input_tokens=i,
+        output_tokens=o,
+        cache_read_tokens=r,
+        cache_creation_tokens=c,
+        cost_usd=round(reported + priced / 1_000_000, 9),
+        reported_cost_usd=round(reported, 9),
+        unpriced_turns=unpriced,
+        wall_seconds=wall / 1_000_000,
+        nonzero_exits=nonzero,
+    )
     return out
 
 
@@ -745,12 +763,15 @@ def ledger_sql(
     its filters for the totals, and of the smallest that holds its grouping too for the rows,
     newest day first and each other key in byte order, after the key ``after``."""
     params: dict[str, Any] = dict(scope_params or {})
-    cte = "WITH " + _prices_cte(prices, params, mark)
+    cte, join, sums = "", "", _COUNTS + _UNPRICED + _REST
+    if prices:
+        cte = "WITH " + _prices_cte(prices, params, mark) + " "
+        join = " LEFT JOIN prices p ON p.pm = c.model"
+        sums = _COUNTS + _PRICED + _REST
     terms = _where(query.filters, params, mark, scope_where)
     where = (" WHERE " + " AND ".join(terms)) if terms else ""
-    join = " LEFT JOIN prices p ON p.pm = c.model"
     table = rollup_for(query.filtered)
-    totals = Sql(f"{cte} SELECT {_SUMS} FROM {table} c{join}{where}", dict(params))
+    totals = Sql(f"{cte}SELECT {sums} FROM {table} c{join}{where}", dict(params))
     columns = [f"c.{COLUMNS[d]}" for d in query.group_by]
     if not columns:
         return totals, Sql("", {})
@@ -766,7 +787,7 @@ def ledger_sql(
     )
     params["limit"] = query.limit + 1
     rows = Sql(
-        f"{cte} SELECT {', '.join(columns)}, {_SUMS} FROM {table} c{join}{rows_where}"
+        f"{cte}SELECT {', '.join(columns)}, {sums} FROM {table} c{join}{rows_where}"
         f" GROUP BY {', '.join(columns)} ORDER BY {order} LIMIT {mark('limit')}",
         params,
     )
@@ -880,14 +901,27 @@ def ledger_issued_for(query: LedgerQuery) -> list[Any]:
     return [list(query.group_by), query.filters.to_json()]
 
 
+def needs_totals(query: LedgerQuery, rows: Sequence[Sequence[Any]]) -> bool:
+    """Whether the totals must be read apart: unless the rows read are every row of the
+    answer (its first and only page), whose sums they are, every figure being a sum."""
+    return not query.group_by or query.cursor is not None or len(rows) > query.limit
+
+
 def ledger_page(
     query: LedgerQuery,
-    totals: Sequence[Any],
+    totals: Sequence[Any] | None,
     rows: Sequence[Sequence[Any]],
     next_cursor: Callable[[Sequence[Any]], str],
 ) -> LedgerPage:
-    """The answer to ``query`` from the rows its SQL read (``ledger_sql``)."""
+    """The answer to ``query`` from the rows its SQL read (``ledger_sql``); ``totals`` None:
+    the sums of ``rows`` (:func:`needs_totals`)."""
     width = len(query.group_by)
+    if totals is None:
+        sums: list[Any] = [0] * SUM_COUNT
+        for row in rows:
+            for i, value in enumerate(row[width:]):
+                sums[i] += value or 0
+        totals = sums
     found = [row_json(query.group_by, r) for r in rows[: query.limit]]
     cursor = None
     if len(rows) > query.limit:

@@ -519,7 +519,7 @@ CREATE TABLE ledger_models (
     wall_us bigint NOT NULL DEFAULT 0,
     nonzero_exits bigint NOT NULL DEFAULT 0,
     sessions bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, project, day, agent, model)
+    PRIMARY KEY (tenant, project, day, model, agent)
 );
 -- The sums by day, agent, model and branch (every grouping of those four).
 CREATE TABLE ledger (
@@ -604,7 +604,7 @@ BEGIN
         sign * r.cache_creation_tokens, sign * coalesce(r.cost_nusd, 0), sign * costed,
         open_ * r.input_tokens, open_ * r.output_tokens, open_ * r.cache_read_tokens,
         open_ * r.cache_creation_tokens, sign * r.wall_us, sign * failed)
-    ON CONFLICT (tenant, project, day, agent, model) DO UPDATE SET
+    ON CONFLICT (tenant, project, day, model, agent) DO UPDATE SET
         turns = c.turns + excluded.turns,
         input_tokens = c.input_tokens + excluded.input_tokens,
         output_tokens = c.output_tokens + excluded.output_tokens,

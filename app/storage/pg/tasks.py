@@ -269,12 +269,14 @@ class PgTaskStore:
             scope_where=pgl.SCOPE_WHERE,
             scope_params=pgl.scope_params(scope),
         )
+        found_totals = None
         with self.db.snapshot("ledger") as conn:
-            found_totals = conn.execute(totals.text, totals.params).fetchone()
             found_rows = conn.execute(rows.text, rows.params).fetchall() if rows.text else []
+            if lg.needs_totals(query, found_rows):
+                found_totals = conn.execute(totals.text, totals.params).fetchone()
         return lg.ledger_page(
             query,
-            found_totals or [None] * lg.SUM_COUNT,
+            found_totals,
             found_rows,
             lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
         )

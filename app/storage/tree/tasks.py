@@ -293,10 +293,14 @@ class TaskStore:
         issued = lg.ledger_issued_for(query)
         after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
         totals, rows = lg.ledger_sql(query, prices, after, mark=_mark)
-        found_totals: Sequence[Any] = [None] * lg.SUM_COUNT
+        found_totals: Sequence[Any] | None = None
         found_rows: list[tuple[Any, ...]] = []
         if self.listing(scope).exists():  # else nothing was ever written to the project
-            (found_totals,), found_rows = self.ledger(scope).queries(totals, rows)
+            with self.ledger(scope).read() as conn:  # one snapshot
+                if rows.text:
+                    found_rows = conn.execute(rows.text, rows.params).fetchall()
+                if lg.needs_totals(query, found_rows):
+                    found_totals = conn.execute(totals.text, totals.params).fetchone()
         return lg.ledger_page(
             query,
             found_totals,

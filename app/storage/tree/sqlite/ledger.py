@@ -35,7 +35,7 @@ from app.storage.tree.sqlite.pool import Pool, file_identity
 
 log = logging.getLogger("app.storage")
 
-VERSION = 2
+VERSION = 3
 _FIGURES_DDL = ", ".join(f"{f} INTEGER NOT NULL DEFAULT 0" for f in lg.FIGURES)
 SCHEMA = (
     """CREATE TABLE ledger_turns (
@@ -55,7 +55,7 @@ SCHEMA = (
     "CREATE INDEX ledger_turns_session ON ledger_turns (session, at_us, task_id, turn)"
     " WHERE session <> ''",
     f"""CREATE TABLE ledger_models (day INTEGER NOT NULL, agent TEXT NOT NULL,
-    model TEXT NOT NULL, {_FIGURES_DDL}, PRIMARY KEY (day, agent, model)) WITHOUT ROWID""",
+    model TEXT NOT NULL, {_FIGURES_DDL}, PRIMARY KEY (day DESC, model, agent)) WITHOUT ROWID""",
     f"""CREATE TABLE ledger (day INTEGER NOT NULL, agent TEXT NOT NULL, model TEXT NOT NULL,
     branch TEXT NOT NULL, {_FIGURES_DDL}, PRIMARY KEY (day, agent, model, branch)) WITHOUT ROWID""",
     f"""CREATE TABLE ledger_tasks (task_id TEXT NOT NULL, session TEXT NOT NULL,
