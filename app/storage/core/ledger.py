@@ -838,17 +838,28 @@ def _scoped(scope_columns: Sequence[str]) -> str:
 def recount_sql(table: str, scope_columns: Sequence[str] = (), scope_where: str = "") -> str:
     """The rows rollup ``table`` (of ROLLUPS) should hold, recounted from ``ledger_turns``
     (fsck): ``scope_columns``, the key, then FIGURES, in key order. ``scope_columns``: the
-    engine's project columns (none on the tree)."""
+    engine's project columns (none on the tree). One pass: each entry is marked as its
+    session's home by a window over the entries, never a join (which a planner without
+    statistics may run as a nested loop over every pair)."""
     keys = ROLLUPS[table]
     lead = _scoped(scope_columns)
     key = ", ".join(f"c.{k}" for k in keys)
     sums = ", ".join(f"sum({expr})" for expr in CONTRIBUTION_SQL)
-    where = f" WHERE {scope_where}" if scope_where else ""
-    on = " AND ".join([f"h.{k} = c.{k}" for k in (*scope_columns, "task_id", "turn")])
     return (
-        f"SELECT {lead}{key}, {sums}, count(h.session) FROM ledger_turns c"
-        f" LEFT JOIN ({homes_sql(scope_columns, scope_where)}) h ON {on}"
-        f"{where} GROUP BY {lead}{key} ORDER BY {lead}{key}"
+        f"SELECT {lead}{key}, {sums}, sum(c.home) FROM ({_marked(scope_columns, scope_where)})"
+        f" c GROUP BY {lead}{key} ORDER BY {lead}{key}"
+    )
+
+
+def _marked(scope_columns: Sequence[str], scope_where: str) -> str:
+    """Every entry, with ``home`` 1 for its session's first turn (earliest ``at``, then task
+    id, then turn) and 0 for any other (or a turn of no session), and ``n`` its rank."""
+    lead = _scoped(scope_columns)
+    where = f" WHERE {scope_where}" if scope_where else ""
+    rank = f"row_number() OVER (PARTITION BY {lead}c.session ORDER BY c.at_us, c.task_id, c.turn)"
+    return (
+        f"SELECT c.*, CASE WHEN c.session <> '' AND {rank} = 1 THEN 1 ELSE 0 END AS home"
+        f" FROM ledger_turns c{where}"
     )
 
 
@@ -856,12 +867,9 @@ def homes_sql(scope_columns: Sequence[str] = (), scope_where: str = "") -> str:
     """Each session's first turn (its home: earliest ``at``, then task id, then turn), as
     rows of ``scope_columns``, session, at_us, task_id, turn, day, agent, model, branch."""
     lead = _scoped(scope_columns)
-    where = " AND ".join(t for t in (scope_where, "c.session <> ''") if t)
     return (
         f"SELECT {lead}c.session, c.at_us, c.task_id, c.turn, c.day, c.agent, c.model, c.branch"
-        f" FROM (SELECT c.*, row_number() OVER (PARTITION BY {lead}c.session"
-        f" ORDER BY c.at_us, c.task_id, c.turn) AS n FROM ledger_turns c WHERE {where}) c"
-        " WHERE c.n = 1"
+        f" FROM ({_marked(scope_columns, scope_where)}) c WHERE c.home = 1"
     )
 
 
