@@ -258,3 +258,25 @@ def test_the_answers_are_in_their_schemas_shape(client: FlaskClient, tokens: Tok
         assert s.LedgerReport().dump(body) == body
     body = get(client, tokens, "timeline")
     assert json.dumps(s.Timeline().dump(body)) == json.dumps(body)  # key order too
+
+
+def test_a_cursor_resumes_under_a_relative_since_the_clock_moved(
+    client: FlaskClient, tokens: Tokens, clock: FixedClock
+) -> None:
+    seed(client, tokens)
+    first = get(client, tokens, "timeline", since="2d", limit=1)
+    ledger = get(client, tokens, "ledger", group_by="day,model", since="2d", limit=1)
+    clock.advance(minutes=5)  # "2d" now names another moment: the same question all the same
+    rest = get(client, tokens, "timeline", since="2d", limit=5, cursor=first["next_cursor"])
+    more = get(
+        client, tokens, "ledger", group_by="day,model", since="2d", cursor=ledger["next_cursor"]
+    )
+    assert [t["turn"] for t in first["turns"] + rest["turns"]] == [1, 0, 0]
+    assert [r["model"] for r in ledger["rows"] + more["rows"]] == ["opus", "gpt-5"]
+    # Another filter is another question.
+    r = client.get(
+        f"{PM}/timeline",
+        headers=tokens.headers("reader"),
+        query_string={"agent": "codex", "cursor": first["next_cursor"]},
+    )
+    assert r.status_code == 422

@@ -499,8 +499,11 @@ class Filters:
     model: str | None = None
     branch: str | None = None
 
-    def to_json(self) -> list[Any]:
-        return [self.since_us, self.until_us, self.agent, self.model, self.branch]
+    def selecting(self) -> list[Any]:
+        """What a cursor is issued for besides its grouping: the values selected. Not the
+        moments: a relative since (7d) moves with the clock between two pages, and the key a
+        page resumes after holds wherever the range now starts."""
+        return [self.agent, self.model, self.branch]
 
     @property
     def days(self) -> tuple[int | None, int | None]:
@@ -906,7 +909,7 @@ def decode_cursor(
 
 
 def ledger_issued_for(query: LedgerQuery) -> list[Any]:
-    return [list(query.group_by), query.filters.to_json()]
+    return [list(query.group_by), query.filters.selecting()]
 
 
 def needs_totals(query: LedgerQuery, rows: Sequence[Sequence[Any]]) -> bool:

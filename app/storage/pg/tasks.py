@@ -285,7 +285,7 @@ class PgTaskStore:
         self, scope: Scope, query: lg.TimelineQuery, prices: lg.PriceTable
     ) -> lg.TimelinePage:
         """A page of the project's turns across tasks, newest first."""
-        issued = query.filters.to_json()
+        issued = query.filters.selecting()
         after = lg.decode_cursor(self.cursors, scope, "timeline", issued, query.cursor)
         sql = lg.timeline_sql(
             query,

@@ -312,7 +312,7 @@ class TaskStore:
         self, scope: Scope, query: lg.TimelineQuery, prices: lg.PriceTable
     ) -> lg.TimelinePage:
         """A page of the project's turns across tasks, newest first."""
-        issued = query.filters.to_json()
+        issued = query.filters.selecting()
         after = lg.decode_cursor(self.cursors, scope, "timeline", issued, query.cursor)
         rows: list[tuple[Any, ...]] = []
         if self.listing(scope).exists():
