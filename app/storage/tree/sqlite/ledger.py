@@ -6,8 +6,8 @@ the listing's transaction, before the write in flight is cleared (tree/tasks.py
 ``write_derived``, repair.py, removal.py, retention.py): a writer killed in between leaves
 its write in flight, and the task's repair sets its entries from the records again. Each
 change is one transaction that sets the entries of ``ledger_turns`` and moves the rollups
-(``ledger``, ``ledger_tasks``) and the session homes (``ledger_sessions``) by the
-difference, so the file agrees with itself whatever the moment a process dies.
+(core/ledger.py ROLLUPS) and the session homes (``ledger_sessions``) by the difference, so
+the file agrees with itself whatever the moment a process dies.
 
 A file that is new, of another schema version, or was replaced or removed by hand since a
 connection opened it, is made again and filled from the records by the first connection that
