@@ -119,6 +119,23 @@ def test_fsck_remakes_a_ledger_removed_by_hand(tmp_path: Path, clock: FixedClock
     agrees(storage)
 
 
+def test_the_start_makes_a_missing_ledger_before_serving(tmp_path: Path, clock: FixedClock) -> None:
+    """A release that brings the ledger (or changes its format) finds projects without one:
+    the start-up recovery makes each from its records, not the project's first write."""
+    storage = make(tmp_path, clock)
+    seed(storage)
+    path = storage.layout.ledger(WEB)
+    Ledger.forget(path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    report = make(tmp_path, clock).recover(Plan(True, False))
+    assert "acme/web: ledger made from the records (4 task(s))" in report.lines()
+    assert path.exists()
+    again = make(tmp_path, clock).recover(Plan(True, False))
+    assert not any("ledger" in line for line in again.lines())
+    agrees(storage)
+
+
 def test_a_removed_ledger_is_made_again_at_its_next_use(tmp_path: Path, clock: FixedClock) -> None:
     storage = make(tmp_path, clock)
     seed(storage)

@@ -108,6 +108,14 @@ class Ledger:
         self.path = path
         self.timeout = timeout
         self.fill = fill
+        self.made: int | None = None  # the tasks filled in, when this object made the file
+
+    def ready(self) -> int | None:
+        """Open the file, making it from the records if it has to be (see the module); how
+        many tasks that filled in, None when it was there already."""
+        with self._damaged(), self._use():
+            pass
+        return self.made
 
     # -- connections -----------------------------------------------------------------------
     def _open(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
@@ -143,6 +151,7 @@ class Ledger:
             conn.execute(f"PRAGMA user_version = {VERSION}")
             count = self.fill(conn) if self.fill is not None else 0
             rebuild_rollups(conn)
+        self.made = count
         # A new project's ledger holds the task being written; any other was lost or stale.
         log.log(
             logging.WARNING if found or count > 1 else logging.DEBUG,
