@@ -45,7 +45,16 @@ def create_app(overrides: Mapping[str, Any] | None = None, *, http: bool = True)
 def _serve_http(app: Flask) -> None:
     """The routes of both APIs and the console, and what every request passes through."""
     from app import console
-    from app.api import mcp, memory_stores, memory_tool, metrics, oauth, project_memory, public
+    from app.api import (
+        ledger as _ledger,  # noqa: F401 - its routes join project_memory's blueprint
+        mcp,
+        memory_stores,
+        memory_tool,
+        metrics,
+        oauth,
+        project_memory,
+        public,
+    )
     from app.schemas.memory_stores import OPENAPI_SCHEMAS as MEMORY_STORES_SCHEMAS
     from app.schemas.usage import OPENAPI_SCHEMAS as USAGE_SCHEMAS
     from app.web import body, oauth_server, ratelimit, requestlog, traffic

@@ -26,6 +26,7 @@ SMOKE: dict[str, list[str]] = {
     "digest_head": ["--sizes", "20", "--reps", "1", "--backends", "tree,pg"],
     "fts_purge": ["--sizes", "20", "--purges", "2"],
     "growth": ["--quick", "--reps", "1"],
+    "ledger": ["--tasks", "200", "--reps", "3", "--backends", "tree,pg"],
     "loader": ["{tmp}/root", "acme", "web", "20"],
     "micro": ["--n", "5"],
     "neighbour": ["--rate", "5", "--reps", "1", "--duration", "0.5", "--workloads", "record"],

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.storage.core.names import LOCKS_DIR, TRASH_DIR, Scope  # noqa: E402
+from app.storage.tree.sqlite.ledger import Ledger  # noqa: E402
 from app.storage.tree.sqlite.listing import Listing  # noqa: E402
 from app.storage.tree.tasks import TaskStore  # noqa: E402
 
@@ -107,8 +108,10 @@ def build(dest: Path) -> None:
     )
     fh, _ = store.open_digest(SCOPE)  # render _project.md now, as a first read would
     fh.close()
-    # Close the listing so SQLite checkpoints its WAL into the one file that is kept.
+    # Close the listing and the ledger so SQLite checkpoints their WALs into the one file
+    # of each that is kept.
     Listing.forget(store.layout.listing(SCOPE))
+    Ledger.forget(store.layout.ledger(SCOPE))
     for name in LEFT_OUT:
         path = dest / name
         if path.is_dir():

@@ -10,17 +10,21 @@ may be given in seconds since the epoch.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from flask import request
 
 from app.api.common import strict_int
 from app.storage.core.clock import EPOCH_SECONDS_PATTERN, parse_time_us
 from app.storage.core.errors import InvalidName
+from app.storage.core.ledger import parse_when
 from app.storage.core.names import validate_id
 from app.web.errors import RequestValidationError, validation_error
 
 _EPOCH = re.compile(EPOCH_SECONDS_PATTERN, re.ASCII)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,36 @@ def query_time_us(name: str, dialect: Dialect = SEED) -> int | None:
         return parse_time_us(raw, query=True)
     except ValueError:
         raise validation_error(["query", name], dialect.time, "value_error", raw[:200]) from None
+
+
+def query_when(name: str, now_us: int) -> int | None:
+    """Query parameter ``name`` as a moment of core/ledger.py ``parse_when`` (an RFC 3339
+    time, ``7d``, ``yesterday``...); None when absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    try:
+        return parse_when(raw, now_us)
+    except ValueError:
+        raise validation_error(
+            ["query", name],
+            "Input should be an RFC 3339 time (UTC when it names no offset), a count of"
+            " minutes, hours, days or weeks before now (30m, 12h, 7d, 2w), today or yesterday",
+            "value_error",
+            raw[:200],
+        ) from None
+
+
+def query_checked(name: str, check: Callable[[str], T]) -> T | None:
+    """Query parameter ``name`` as ``check`` reads it (InvalidName: a 422 at the parameter);
+    None when absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    try:
+        return check(raw)
+    except InvalidName as exc:
+        raise validation_error(["query", name], exc.message, "value_error", raw[:200]) from None
 
 
 def query_task_id(name: str = "task_id") -> str:

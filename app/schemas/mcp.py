@@ -20,6 +20,8 @@ from app.schemas import rules
 from app.schemas.common import StrictInteger, StrictString
 from app.schemas.project_memory import MemoryArtifact, SearchHit, TaskSummary, TurnMeta
 from app.services.memory_tool import COMMANDS
+from app.storage.core import ledger
+from app.storage.core.clock import time_pattern
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, MAX_CONTENT_TYPE_CHARS
@@ -32,6 +34,11 @@ SEARCH_DEFAULT_LIMIT = 10
 SEARCH_MAX_LIMIT = 100  # the REST search's own bound
 LIST_DEFAULT_LIMIT = 20
 LIST_MAX_LIMIT = 100  # rows of about 100 characters: a full page stays under OUTPUT_CHARS
+TIMELINE_DEFAULT_LIMIT = 20
+# Each turn of read_timeline shows the start of its summary (TIMELINE_SUMMARY_CHARS): a
+# full page stays under OUTPUT_CHARS.
+TIMELINE_MAX_LIMIT = 50
+TIMELINE_SUMMARY_CHARS = 200
 # record_turn's artifacts travel inside the JSON-RPC message (at most MAX_JSON_BYTES, 4 MiB
 # by default): 1 MiB of them in all, as base64 (4/3 of it) beside a summary of up to
 # 1 MiB, stays well inside it. A larger file goes up with the CLI or the REST API.
@@ -97,6 +104,40 @@ class ListTasks(Schema):
         load_default=LIST_DEFAULT_LIMIT, validate=validate.Range(min=1, max=LIST_MAX_LIMIT)
     )
     cursor = _cursor()
+
+
+def _when(what: str) -> StrictString:
+    return StrictString(
+        metadata={
+            "description": f"{what}: an RFC 3339 time (2026-01-31T09:00:00Z; a date alone is"
+            " its midnight, UTC), a count of minutes, hours, days or weeks before now (30m,"
+            " 12h, 7d, 2w), or today / yesterday (their midnight, UTC).",
+            "pattern": f"^(?:{time_pattern(query=False)}|{ledger.RELATIVE_PATTERN})$",
+        }
+    )
+
+
+def _exactly(what: str) -> StrictString:
+    return StrictString(
+        validate=validate.Length(max=ledger.MAX_FILTER_CHARS),
+        metadata={
+            "description": f"Only the turns whose {what} is exactly this.",
+            "pattern": ledger.CONTROL_FREE_PATTERN,
+        },
+    )
+
+
+class ReadTimeline(Schema):
+    since = _when("From this moment on")
+    until = _when("Before this moment")
+    agent = _exactly("agent (meta agent_id: claude-code, codex...)")
+    model = _exactly("model")
+    branch = _exactly("git branch")
+    limit = StrictInteger(
+        load_default=TIMELINE_DEFAULT_LIMIT,
+        validate=validate.Range(min=1, max=TIMELINE_MAX_LIMIT),
+    )
+    cursor = _cursor("From a previous result's 'more' line (same filters).")
 
 
 class ReadTask(Schema):
@@ -326,4 +367,43 @@ class RecordedTurn(Schema):
         fields.Nested(MemoryArtifact),
         required=True,
         metadata={"description": "Those sent with this call, as stored."},
+    )
+
+
+class TimelineTurn(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    at = fields.String(
+        required=True, metadata={"description": "Its started_at, else its first write."}
+    )
+    agent = fields.String(required=True, allow_none=True)
+    model = fields.String(required=True, allow_none=True)
+    branch = fields.String(required=True, allow_none=True)
+    session = fields.String(required=True, allow_none=True)
+    commit = fields.String(required=True, allow_none=True)
+    input_tokens = fields.Integer(required=True)
+    output_tokens = fields.Integer(required=True)
+    cache_read_tokens = fields.Integer(required=True)
+    cache_creation_tokens = fields.Integer(required=True)
+    cost_usd = fields.Float(required=True, allow_none=True)
+    wall_seconds = fields.Float(required=True)
+    exit_code = fields.Integer(required=True, allow_none=True)
+    summary = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": f"The start of its summary (at most {TIMELINE_SUMMARY_CHARS}"
+            " characters; read_turn reads it whole); null when it was removed since."
+        },
+    )
+
+
+class TimelineResult(Schema):
+    turns = fields.List(
+        fields.Nested(TimelineTurn), required=True, metadata={"description": "Newest first."}
+    )
+    next_cursor = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "Pass as cursor (with the same filters) for older turns."},
     )

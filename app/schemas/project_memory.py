@@ -373,3 +373,137 @@ class SecretPolicy(Schema):
     policy = fields.String(required=True, metadata={"enum": list(POLICIES)})
     allow_patterns = fields.List(fields.String(), required=True)
     allow_fingerprints = fields.List(fields.String(), required=True)
+
+
+# -- the turn ledger (core/ledger.py) ---------------------------------------------------------
+class LedgerFigures(Schema):
+    """What some turns add up to, each figure in the unit its name says."""
+
+    turns = fields.Integer(required=True)
+    sessions = fields.Integer(
+        required=True,
+        metadata={
+            "description": "Sessions whose first turn is among these turns: each session counts"
+            " once, where it started, so rows add up to the totals."
+        },
+    )
+    input_tokens = fields.Integer(required=True)
+    output_tokens = fields.Integer(required=True)
+    cache_read_tokens = fields.Integer(required=True)
+    cache_creation_tokens = fields.Integer(required=True)
+    cost_usd = fields.Float(
+        required=True,
+        metadata={
+            "description": "US dollars: the cost turns report in their meta (`cost`), and the"
+            " tokens of the others priced by the project's price table (GET ledger/prices)."
+        },
+    )
+    reported_cost_usd = fields.Float(
+        required=True, metadata={"description": "The part of cost_usd the turns' meta reports."}
+    )
+    unpriced_turns = fields.Integer(
+        required=True,
+        metadata={
+            "description": "Turns with no cost of their own whose model the price table does"
+            " not price: nothing of theirs is in cost_usd."
+        },
+    )
+    wall_seconds = fields.Float(
+        required=True, metadata={"description": "The sum of each turn's ended_at - started_at."}
+    )
+    nonzero_exits = fields.Integer(
+        required=True, metadata={"description": "Turns whose exit_code is not 0."}
+    )
+
+
+class LedgerKey(Schema):
+    """A ledger row's key: each dimension it groups by (null where the turns name none)."""
+
+    day = fields.String(metadata={"description": "A UTC day, YYYY-MM-DD."})
+    agent = fields.String(allow_none=True)
+    model = fields.String(allow_none=True)
+    branch = fields.String(allow_none=True)
+    task = fields.String(allow_none=True, metadata={"description": "A task id."})
+    session = fields.String(allow_none=True)
+
+
+class LedgerRow(LedgerFigures, LedgerKey):
+    """One group of group_by: its key, then its figures."""
+
+
+class LedgerReport(Schema):
+    group_by = fields.List(fields.String(), required=True)
+    since = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "The first UTC day counted (YYYY-MM-DD); null: no bound."},
+    )
+    until = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "The last UTC day counted (YYYY-MM-DD); null: no bound."},
+    )
+    totals = fields.Nested(LedgerFigures, required=True)
+    rows = fields.List(fields.Nested(LedgerRow), required=True)
+    next_cursor = fields.String(
+        allow_none=True,
+        metadata={"description": "Pass back as ?cursor= (with the same question) for more rows."},
+    )
+
+
+class TimelineTurn(Schema):
+    task_id = fields.String(required=True)
+    turn = fields.Integer(required=True)
+    at = fields.String(
+        required=True,
+        metadata={
+            "description": "When the turn happened: its started_at, else its first write (UTC)."
+        },
+    )
+    agent = fields.String(required=True, allow_none=True)
+    model = fields.String(required=True, allow_none=True)
+    branch = fields.String(required=True, allow_none=True)
+    session = fields.String(required=True, allow_none=True)
+    commit = fields.String(required=True, allow_none=True)
+    input_tokens = fields.Integer(required=True)
+    output_tokens = fields.Integer(required=True)
+    cache_read_tokens = fields.Integer(required=True)
+    cache_creation_tokens = fields.Integer(required=True)
+    cost_usd = fields.Float(
+        required=True,
+        allow_none=True,
+        metadata={"description": "Reported, else priced; null when neither."},
+    )
+    wall_seconds = fields.Float(required=True)
+    exit_code = fields.Integer(required=True, allow_none=True)
+
+
+class Timeline(Schema):
+    turns = fields.List(fields.Nested(TimelineTurn), required=True)
+    next_cursor = fields.String(
+        allow_none=True,
+        metadata={"description": "Pass back as ?cursor= (with the same filters) for older turns."},
+    )
+
+
+class ModelPrice(Schema):
+    input = fields.Float(required=True)
+    output = fields.Float(required=True)
+    cache_read = fields.Float(required=True)
+    cache_creation = fields.Float(required=True)
+
+
+class LedgerPrices(Schema):
+    """The project's price table: what a million tokens of each kind cost with each model."""
+
+    unit = fields.String(required=True, metadata={"enum": ["USD per million tokens"]})
+    models = fields.Dict(keys=fields.String(), values=fields.Nested(ModelPrice), required=True)
+
+
+class LedgerPricesRequest(Schema):
+    """The project's new price table, whole (core/ledger.py checks each entry)."""
+
+    class Meta:
+        unknown = RAISE
+
+    models = fields.Dict(required=True)

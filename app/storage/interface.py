@@ -20,6 +20,15 @@ from typing import IO, Any, BinaryIO, Protocol
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.audit import AuditLog
 from app.storage.core.clock import Clock
+from app.storage.core.ledger import (
+    LedgerPage,
+    LedgerQuery,
+    Price,
+    PriceSettings,
+    PriceTable,
+    TimelinePage,
+    TimelineQuery,
+)
 from app.storage.core.limits import QuotaOverride, Quotas, RateOverride, RateOverrides
 from app.storage.core.models import (
     ArtifactInfo,
@@ -34,7 +43,7 @@ from app.storage.core.models import (
 )
 from app.storage.core.names import Scope
 from app.storage.core.oauth import GrantStore
-from app.storage.core.quota import SecretPolicySource
+from app.storage.core.quota import PriceSource, SecretPolicySource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.secret_policy import SecretSettings, SecretsOverride
 from app.storage.core.store_models import (
@@ -108,6 +117,18 @@ class TaskBackend(Protocol):
 
     def task_summary(self, scope: Scope, task_id: str) -> TaskSummary:
         """A live task as the task list shows it (owner, size, meta facts); NotFound."""
+        ...
+
+    def read_ledger(self, scope: Scope, query: LedgerQuery, prices: PriceTable) -> LedgerPage:
+        """What the project's turns add up to (core/ledger.py): the totals of the turns
+        ``query`` selects and a page of its rows, each a sum of rollup rows kept by every
+        write (never a walk of the turns); cost priced with ``prices``. InvalidName on
+        ``cursor`` for one issued for another question."""
+        ...
+
+    def read_timeline(self, scope: Scope, query: TimelineQuery, prices: PriceTable) -> TimelinePage:
+        """A page of the project's turns across tasks, newest first, as the ledger keeps
+        them (one index range, whatever the project's size)."""
         ...
 
     def delete_task(self, scope: Scope, task_id: str, *, only_owner: str | None = None) -> None: ...
@@ -345,6 +366,10 @@ class LimitsStore(Protocol):
 
     def secrets(self) -> SecretSettings: ...
 
+    def prices(self) -> PriceSettings: ...
+
+    def set_prices(self, tenant: str, project: str, table: object) -> dict[str, Price]: ...
+
     def set_secrets(
         self, tenant: str, project: str | None, change: SecretsOverride
     ) -> SecretsOverride: ...
@@ -420,6 +445,11 @@ class StorageBackend(Protocol):
     @property
     def secret_policies(self) -> SecretPolicySource:
         """What each project does with the secrets of a write (core/secret_policy.py)."""
+        ...
+
+    @property
+    def ledger_prices(self) -> PriceSource:
+        """What each project's ledger prices the tokens of each model at (core/ledger.py)."""
         ...
 
     def sweep(self, *, now: datetime, dry_run: bool = False, force: bool = False) -> SweepOutcome:

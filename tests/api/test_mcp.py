@@ -1213,6 +1213,7 @@ def test_each_output_schema_is_generated_from_its_result_schema_self_contained()
         "search",
         "read_digest",
         "list_tasks",
+        "read_timeline",
         "read_task",
         "read_turn",
         "read_artifact",

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from app.storage.core.clock import parse_iso_us
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import TMP_PREFIX, TURN_SUMMARY, Scope, validate_id
 from app.storage.tree.records import index_rows, read_json, read_turn, rebuild_index, turn_dirs
@@ -227,10 +228,12 @@ def listing_rows(store: TaskStore, scope: Scope) -> tuple[dict[str, list[TurnRow
 
 
 def assert_consistent(store: TaskStore, scope: Scope) -> None:
-    """index.json, summary.md, the listing rows and project.md equal a rebuild from the records,
-    once the upkeep the last write or delete started (a purge, a compaction) has run."""
+    """index.json, summary.md, the listing rows, the ledger and project.md equal a rebuild from
+    the records, once the upkeep the last write or delete started (a purge, a compaction) has
+    run."""
     upkeep_done(store)
     expected_rows: dict[str, list[TurnRow]] = {}
+    expected_entries: dict[str, list[LedgerTurn]] = {}
     for task_id in task_ids_on_disk(store, scope):
         task_dir = store.layout.task_dir(scope, task_id)
         rebuilt = rebuild_index(store.layout.tree, task_dir, task_id)
@@ -239,7 +242,9 @@ def assert_consistent(store: TaskStore, scope: Scope) -> None:
         if rebuilt is None:
             continue
         expected_rows[task_id] = index_rows(rebuilt)
-        for rec in records_of(store, scope, task_id):
+        records = sorted(records_of(store, scope, task_id), key=lambda r: r.turn)
+        expected_entries[task_id] = [entry_of(r) for r in records]
+        for rec in records:
             summary = (task_dir / f"{rec.turn:04d}-turn" / TURN_SUMMARY).read_bytes()
             assert summary == rec.summary_md.encode(), f"summary.md of {task_id}/{rec.turn}"
     rows, counter = listing_rows(store, scope)
@@ -247,6 +252,11 @@ def assert_consistent(store: TaskStore, scope: Scope) -> None:
     assert counter == len(expected_rows)
     assert read_digest(store, scope) == expected_digest(store, scope)
     assert temp_files(store.layout.root) == []
+    if store.layout.ledger(scope).exists():
+        ledger = store.ledger(scope)
+        have = {task_id: ledger.task_entries(task_id) for task_id in ledger.task_ids()}
+        assert have == {k: v for k, v in expected_entries.items() if v}, "ledger entries"
+        assert ledger.rollup_faults() == []
 
 
 def snapshot(root: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from marshmallow import Schema, ValidationError
 from app.schemas import mcp as shapes
 from app.schemas.mcp import BASE64, OUTPUT_CHARS, TEXT
 from app.schemas.project_memory import PutTurnRequest
-from app.services import access, stores, tasks
+from app.services import access, ledger, stores, tasks
 from app.services.access import Principal
 from app.services.framing import frame, frame_room, neutral
 from app.services.mcp.arguments import Arguments, ToolFailure, messages
@@ -48,7 +48,8 @@ from app.services.mcp.text import (
 )
 from app.services.memory_tool import AUDITED as CHANGES_A_STORE
 from app.services.secrets import Screen
-from app.storage.core.errors import InvalidName
+from app.storage.core.errors import InvalidName, NotFound
+from app.storage.core.ledger import TimelineQuery
 from app.storage.core.names import STORE_ID_RE, validate_artifact_name
 from app.storage.core.store_models import MemoryStore
 from app.storage.interface import StorageBackend
@@ -154,6 +155,18 @@ TOOLS: tuple[ToolSpec, ...] = (
         " see the next page.",
         shapes.ListTasks,
         shapes.TaskListResult,
+    ),
+    ToolSpec(
+        "read_timeline",
+        "Read the project's timeline",
+        "What the team did, newest first, across every task: each turn with when it"
+        " happened, which agent and model, its branch and commit, its tokens, cost, wall"
+        " time and exit code, and the start of its summary. Filter by since / until (an"
+        " RFC 3339 time, 7d, 12h, yesterday), agent, model and branch: 'what happened on"
+        " this branch since yesterday 09:00' is one call. Pass the cursor a result gives for"
+        " older turns; read_turn reads a turn whole.",
+        shapes.ReadTimeline,
+        shapes.TimelineResult,
     ),
     ToolSpec(
         "read_task",
@@ -369,6 +382,61 @@ class McpTools:
         if page.next_cursor:
             items.append(f"More: call list_tasks with cursor {page.next_cursor!r}.")
         return ToolOutput("\n".join(head + items), structured=listed)
+
+    def _read_timeline(self, args: Arguments) -> ToolOutput:
+        try:
+            filters = ledger.filters(
+                self.storage,
+                since=args.optional_text("since"),
+                until=args.optional_text("until"),
+                agent=args.optional_text("agent"),
+                model=args.optional_text("model"),
+                branch=args.optional_text("branch"),
+            )
+            query = TimelineQuery(filters, args.integer("limit"), args.optional_text("cursor"))
+            page = ledger.timeline(self.storage, self.principal, query)
+        except ValueError as exc:
+            raise ToolFailure(
+                f"{exc}: not a time; give an RFC 3339 time (2026-01-31T09:00:00Z), a count"
+                " before now (30m, 12h, 7d, 2w), today or yesterday."
+            ) from None
+        except InvalidName as exc:
+            raise ToolFailure(f"{exc.field}: {exc.message}") from None
+        turns = []
+        items = []
+        for entry in page.entries:
+            found = entry.to_json()
+            found["summary"] = self._summary_start(entry.turn.task_id, entry.turn.turn)
+            turns.append(found)
+            items.append(_timeline_line(found))
+        listed = {"turns": turns, "next_cursor": page.next_cursor}
+        if not turns:
+            text = "No turn matches." if query.cursor is None else "No older turns."
+            return ToolOutput(text, structured=listed)
+        head = [f"{len(turns)} turn(s), newest first (read_turn reads one whole):"]
+        if page.next_cursor:
+            items.append(f"Older: call read_timeline with cursor {page.next_cursor!r}.")
+        text, shown = fit_lines(
+            head,
+            items,
+            lambda shown: (
+                f"… {len(turns) - shown} more turn(s) not shown; ask for a smaller limit."
+            ),
+        )
+        if shown < len(turns):
+            listed = {"turns": turns[:shown], "next_cursor": page.next_cursor}
+        return ToolOutput(text, structured=listed)
+
+    def _summary_start(self, task_id: str, turn: int) -> str | None:
+        """The first lines of a turn's summary, up to TIMELINE_SUMMARY_CHARS (None: gone)."""
+        try:
+            record = self.storage.tasks.get_turn(self.scope, task_id, turn)
+        except NotFound:
+            return None
+        text = " ".join(
+            line.strip().lstrip("#").strip() for line in record.summary_md.splitlines()
+        ).strip()
+        return text[: shapes.TIMELINE_SUMMARY_CHARS]
 
     def _read_task(self, args: Arguments) -> ToolOutput:
         task_id = args.task_id()
@@ -661,3 +729,24 @@ class McpTools:
             + (" …" if len(names) > 20 else "")
             + "."
         )
+
+
+def _timeline_line(turn: dict[str, Any]) -> str:
+    """One turn of read_timeline's text: its facts, then the start of its summary framed."""
+    facts = [turn["agent"] or "an unnamed agent", turn["model"] or "no model named"]
+    if turn["branch"]:
+        facts.append(f"branch {turn['branch']}")
+    if turn["commit"]:
+        facts.append(f"commit {turn['commit'][:12]}")
+    facts.append(f"{turn['input_tokens']:,} in / {turn['output_tokens']:,} out tokens")
+    if turn["cost_usd"] is not None:
+        facts.append(f"${turn['cost_usd']:.4f}")
+    if turn["wall_seconds"]:
+        facts.append(f"{turn['wall_seconds']:.0f} s")
+    if turn["exit_code"] is not None:
+        facts.append(f"exit {turn['exit_code']}")
+    source = f"turn {turn['turn']} of task {turn['task_id']}"
+    line = f"- {turn['at']} {source}: " + neutral(", ".join(facts))
+    if turn["summary"]:
+        line += "\n  " + frame(turn["summary"], source, inline=True)
+    return line

@@ -12,8 +12,9 @@
     }
 
 An entry holds one section per kind of limit: ``"rate"`` (the rate limits, app/web/ratelimit/),
-``"quota"`` (the storage quotas, core/usage.py) and ``"secrets"`` (what a write's secrets
-become, core/secret_policy.py). Each command changes only its
+``"quota"`` (the storage quotas, core/usage.py), ``"secrets"`` (what a write's secrets
+become, core/secret_policy.py) and, in a project's entry, ``"prices"`` (what its ledger
+prices each model's tokens at, core/ledger.py). Each command changes only its
 own section and keeps every other section (and every other top-level key) as it found it. Changes are made under a lock in the lock tree and written
 atomically (temp file, rename); readers never lock. A server re-reads the file when its
 inode, size or mtime changes (:meth:`LimitsFile.stamp`).
@@ -46,9 +47,10 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.storage.core import secret_policy
+from app.storage.core import ledger, secret_policy
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import InvalidName, StorageError
+from app.storage.core.ledger import Price, PriceSettings
 from app.storage.core.names import validate_id
 from app.storage.core.secret_policy import SecretSettings, SecretsOverride
 
@@ -56,6 +58,7 @@ VERSION = 1
 RATE = "rate"
 QUOTA = "quota"
 SECRETS = "secrets"
+PRICES = ledger.PRICES
 #: Upper bounds of the rate fields, and the longest an empty budget may take to refill.
 MAX_RPS = 1_000_000
 MAX_BURST = 1_000_000
@@ -323,6 +326,26 @@ def secret_settings_of(doc: object, *, strict: bool = False) -> SecretSettings:
     return SecretSettings(*_kind_sections(doc, SECRETS, secrets_from_json, strict))
 
 
+def price_settings_of(doc: object, *, strict: bool = False) -> PriceSettings:
+    """A whole document's price tables (core/ledger.py), left out and named in ``skipped``
+    as :func:`check_sections` leaves out the others; a tenant's entry holds none."""
+    tenants, projects, skipped = _kind_sections(doc, PRICES, prices_from_json, strict)
+    for tenant in tenants:
+        fault = f"tenants.{tenant}: prices are set per project"
+        if strict:
+            raise LimitsFileError(fault)
+        skipped += (fault,)
+    return PriceSettings(projects, skipped)
+
+
+def prices_from_json(obj: object, where: str) -> dict[str, Price]:
+    """Check a ``"prices"`` section as the other kinds are checked (LimitsFileError)."""
+    try:
+        return ledger.prices_from_json(obj, where)
+    except ledger.PriceTableError as exc:
+        raise LimitsFileError(str(exc)) from None
+
+
 def secrets_from_json(obj: object, where: str) -> SecretsOverride:
     """Check a ``"secrets"`` section as the other kinds are checked (LimitsFileError)."""
     try:
@@ -466,6 +489,27 @@ class LimitEdits:
         """Every secrets section of the document (core/secret_policy.py), the entries that
         break the rules left out (``skipped``)."""
         return secret_settings_of(self.document())
+
+    def prices(self) -> PriceSettings:
+        """Every project's price table (core/ledger.py), the entries that break the rules
+        left out (``skipped``)."""
+        return price_settings_of(self.document())
+
+    def set_prices(self, tenant: str, project: str, table: object) -> dict[str, Price]:
+        """Replace a project's price table with ``table`` (its JSON; an empty one removes
+        it); return it as written. InvalidLimit for one that breaks core/ledger.py's rules."""
+        section, key = self._entry_path(tenant, project)
+        where = f"{section}.{key}.{PRICES}"
+        written: dict[str, Price] = _asked(prices_from_json, table, where)
+        with self._changing() as doc:
+            entry = _entry_of(doc, section, key)
+            if written:
+                entry[PRICES] = ledger.prices_to_json(written)
+            else:
+                entry.pop(PRICES, None)
+                if not entry:
+                    del doc[section][key]
+        return written
 
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:

@@ -39,6 +39,7 @@ ARTIFACTS_DIR = "artifacts"
 TASK_INDEX = "index.json"
 PROJECT_DIGEST = "_project.md"
 PROJECT_LISTING = "_listing.sqlite3"
+PROJECT_LEDGER = "_ledger.sqlite3"  # the turn ledger: tree/sqlite/ledger.py
 STORES_DIR = "_stores"
 STORE_RECORD = "store.json"
 VERSIONS_DIR = "versions"

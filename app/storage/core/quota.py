@@ -8,11 +8,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from app.storage.core.errors import InsufficientStorage, StorageError
+from app.storage.core.ledger import NO_PRICES, Price, PriceSettings
 from app.storage.core.limits import NO_QUOTAS, QuotaOverride, Quotas, human_bytes, parse_bytes
 from app.storage.core.names import Scope
 from app.storage.core.secret_policy import (
@@ -129,6 +130,22 @@ class QuotaSource(WatchedSection[Quotas]):
 
     def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
         return self.current().of(scope.tenant, scope.project)
+
+
+class PricesDocument(LimitsDocument, Protocol):
+    def prices(self) -> PriceSettings: ...
+
+
+class PriceSource(WatchedSection[PriceSettings]):
+    """The price tables of the limits document (core/ledger.py), looked at (its stamp) at
+    most once a second: what a ledger read prices tokens at."""
+
+    def __init__(self, document: PricesDocument | None, *, check_every: float = QUOTA_CHECK_EVERY):
+        read = document.prices if document is not None else (lambda: NO_PRICES)
+        super().__init__(document, read, NO_PRICES, "ledger prices", check_every=check_every)
+
+    def of(self, scope: Scope) -> Mapping[str, Price]:
+        return self.current().of(scope)
 
 
 class SecretsDocument(LimitsDocument, Protocol):

@@ -23,7 +23,7 @@ from app.storage.core.cursor import CursorCodec
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
-from app.storage.core.quota import QuotaSource, SecretPolicySource
+from app.storage.core.quota import PriceSource, QuotaSource, SecretPolicySource
 from app.storage.core.recovery import Plan, Report
 from app.storage.core.secret_policy import DEFAULT_POLICY
 from app.storage.core.sweep import (
@@ -37,7 +37,7 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
-from app.storage.pg import usage as pgu
+from app.storage.pg import ledger as pgl, usage as pgu
 from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
 from app.storage.pg.blobs import BlobStore
@@ -101,6 +101,8 @@ class PgStorage:
         self.usage_counters = pgu.PgUsage(self.db, QuotaSource(self.limits()))
         # What each project does with the secrets of a write (services/secrets.py).
         self.secret_policies = SecretPolicySource(self.limits(), default=secrets_policy)
+        # What each project's ledger prices tokens at (core/ledger.py).
+        self.ledger_prices = PriceSource(self.limits())
         self.tasks = PgTaskStore(
             self.db,
             self.blobs,
@@ -120,6 +122,10 @@ class PgStorage:
             waiting=search_waiting,
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
+        # Turns written before the ledger (a database of an earlier release) get their
+        # entries now, before this process serves a read of it.
+        with translated("ledger"):
+            self.migrations += pgl.fill_lacking(self.db)
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
         self.oauth = PgOAuth(self.db)

@@ -7,13 +7,15 @@ the lock its writers take. Missing bytes cannot be rebuilt: they are reported.""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from app.storage.core.ledger import entry_from
 from app.storage.core.models import FsckReport
 from app.storage.core.names import ARTIFACTS_DIR, Scope, turn_dirname
-from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg import digest as pgd, ledger as pgl, usage as pgu
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, advisory_xact_lock
 
@@ -91,6 +93,7 @@ class PgFsck:
                 with self.db.transaction("fsck") as conn:
                     pgd.set_counters(conn, scope)
                 report.repaired.append(problem)
+        self._fsck_ledger(report, repair)
         for tenant, project, task_id, turn, name, size, blob in artifacts:
             found = self.blobs.size(blob)
             if found != size:
@@ -104,6 +107,47 @@ class PgFsck:
                 report.unrepairable.append(problem)
         del grace
         return report
+
+    def _fsck_ledger(self, report: FsckReport, repair: bool) -> None:
+        """Each turn's ledger entry against its turn, then each project's rollups against a
+        recount of its entries (after the entries were repaired, which moved them)."""
+        with self.db.snapshot("fsck") as conn:
+            stale = pgl.differing_entries(conn)
+        for scope, task_id in stale:
+            problem = (
+                f"{scope.tenant}/{scope.project}/{task_id}: ledger entries differ from its turns"
+            )
+            report.problems.append(problem)
+            if repair:
+                self._ledger_task(scope, task_id)
+                report.repaired.append(problem)
+        with self.db.snapshot("fsck") as conn:
+            rollups = pgl.differing_rollups(conn)
+        for scope, table, count in rollups:
+            problem = (
+                f"{scope.tenant}/{scope.project}: {table}: {count} row(s) differ from a"
+                " recount of the ledger entries"
+            )
+            report.problems.append(problem)
+            if repair:
+                with self.db.transaction("fsck") as conn:
+                    pgl.rebuild_rollups(conn, scope)
+                report.repaired.append(problem)
+
+    def _ledger_task(self, scope: Scope, task_id: str) -> None:
+        """Set a task's ledger entries from its turns, under its lock."""
+        with self.tasks.transaction(scope, task_id) as conn:
+            rows = conn.execute(
+                "SELECT turn, meta, created_at FROM turns WHERE tenant = %s AND project = %s"
+                " AND task_id = %s ORDER BY turn",
+                (scope.tenant, scope.project, task_id),
+            ).fetchall()
+            pgl.set_task(
+                conn,
+                scope,
+                task_id,
+                [entry_from(task_id, int(t), json.loads(m), c) for t, m, c in rows],
+            )
 
     def _settle(self, scope: Scope, task_id: str) -> None:
         """Set a task's listing row and project.md section from its turns, under its lock

@@ -26,6 +26,7 @@ from app.storage.core.archive import ArchiveError, BackupReader, ImportSummary, 
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.encoding import dumps_compact
 from app.storage.core.errors import StorageError
+from app.storage.core.ledger import TURN_COLUMNS, entry_of
 from app.storage.core.models import ArtifactInfo, TurnRecord
 from app.storage.core.names import (
     CURSOR_KEY,
@@ -61,6 +62,7 @@ CREATE TEMP TABLE staged_tasks (
     PRIMARY KEY (tenant, project, task_id)
 );
 CREATE TEMP TABLE staged_turns (LIKE turns INCLUDING DEFAULTS INCLUDING INDEXES);
+CREATE TEMP TABLE staged_ledger_turns (LIKE ledger_turns INCLUDING DEFAULTS);
 CREATE TEMP TABLE staged_artifacts (LIKE artifacts INCLUDING DEFAULTS INCLUDING INDEXES);
 CREATE TEMP TABLE staged_stores (LIKE stores INCLUDING DEFAULTS INCLUDING INDEXES);
 CREATE TEMP TABLE staged_versions (LIKE versions INCLUDING DEFAULTS INCLUDING INDEXES);
@@ -74,6 +76,8 @@ _TURN_INSERT = (
     "tenant, project, task_id, turn, meta, summary, created_at, updated_at, retain_until,"
     " updated_us, retain_until_us, model, agent_id, exit_code"
 )
+# Each turn's ledger entry (core/ledger.py): its trigger moves the rollups as it lands.
+_LEDGER_INSERT = ", ".join(("tenant", "project", "task_id", "turn", *TURN_COLUMNS))
 _ARTIFACT_INSERT = (
     "tenant, project, task_id, turn, name, content_type, size, sha256, updated_at, updated_us, blob"
 )
@@ -219,6 +223,12 @@ class _Importer(Restore):
                 agent_id,
                 exit_code,
             ),
+        )
+
+        entry = entry_of(record)
+        self.conn.execute(
+            f"INSERT INTO staged_ledger_turns ({_LEDGER_INSERT}) VALUES ({marks(_LEDGER_INSERT)})",
+            (scope.tenant, scope.project, entry.task_id, entry.turn, *entry.values()),
         )
 
     def _stage_version(self, store_id: str, name: MemberName, record: VersionRecord) -> None:
@@ -390,6 +400,10 @@ class _Importer(Restore):
             f" FROM staged_turns t WHERE {_SAME_TASK} ORDER BY turn DESC LIMIT 1) l"
         )
         conn.execute(f"INSERT INTO turns ({_TURN_INSERT}) SELECT {_TURN_INSERT} FROM staged_turns")
+        conn.execute(
+            f"INSERT INTO ledger_turns ({_LEDGER_INSERT})"
+            f" SELECT {_LEDGER_INSERT} FROM staged_ledger_turns"
+        )
         conn.execute(
             f"INSERT INTO artifacts ({_ARTIFACT_INSERT})"
             f" SELECT {_ARTIFACT_INSERT} FROM staged_artifacts"

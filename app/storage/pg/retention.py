@@ -19,7 +19,7 @@ from app.storage.core.clock import iso_us, to_us
 from app.storage.core.errors import NotFound, StorageError
 from app.storage.core.names import Scope
 from app.storage.core.sweep import Census, ProjectSweep, SweepOutcome, SweepReport, VersionSweep
-from app.storage.pg import digest as pgd, usage as pgu
+from app.storage.pg import digest as pgd, ledger as pgl, usage as pgu
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, backup_running
 
@@ -95,6 +95,7 @@ class PgRetention:
         uploads, orphans, orphan_bytes = self._sweep_orphans(now, dry_run, grace, errors)
         if not dry_run:
             self._fill_sections(errors)
+            self._fill_ledger(errors)
         return SweepReport(
             now=iso_us(now_us),
             dry_run=dry_run,
@@ -122,6 +123,14 @@ class PgRetention:
                 pgd.fill(self.db, Scope(tenant, project), self.tasks.now_us)
             except StorageError as exc:
                 errors.append(f"{tenant}/{project}: project.md sections: {exc}")
+
+    def _fill_ledger(self, errors: list[str]) -> None:
+        """Write the ledger entries that turns loaded without them lack (an import stopped
+        short, a database from before the ledger: pg/ledger.py fill)."""
+        try:
+            pgl.fill_lacking(self.db)
+        except StorageError as exc:
+            errors.append(f"ledger: {exc}")
 
     def _sweep_task(self, scope: Scope, task_id: str, now_us: int, dry_run: bool) -> _TaskSweep:
         tasks = self.tasks

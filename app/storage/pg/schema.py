@@ -459,6 +459,305 @@ CREATE TABLE oauth_clients (
 CREATE INDEX oauth_clients_by_address ON oauth_clients (registered_from, created_at);
 """,
     ),
+    (
+        10,
+        "the turn ledger: each turn's tokens, cost and times, and their sums by day and key",
+        r"""
+-- Each turn's entry (core/ledger.py entry_of), written with the turn and gone with it.
+CREATE TABLE ledger_turns (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    at_us bigint NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    branch text COLLATE "C" NOT NULL,
+    session text COLLATE "C" NOT NULL,
+    git_commit text NOT NULL,
+    input_tokens bigint NOT NULL,
+    output_tokens bigint NOT NULL,
+    cache_read_tokens bigint NOT NULL,
+    cache_creation_tokens bigint NOT NULL,
+    cost_nusd bigint,
+    wall_us bigint NOT NULL,
+    exit_code bigint,
+    PRIMARY KEY (tenant, project, task_id, turn),
+    FOREIGN KEY (tenant, project, task_id, turn) REFERENCES turns ON DELETE CASCADE
+);
+-- The timeline, newest first, whole or of one agent, model or branch.
+CREATE INDEX ledger_turns_recent ON ledger_turns
+    (tenant, project, at_us DESC, task_id DESC, turn DESC);
+CREATE INDEX ledger_turns_agent ON ledger_turns
+    (tenant, project, agent, at_us DESC, task_id DESC, turn DESC);
+CREATE INDEX ledger_turns_model ON ledger_turns
+    (tenant, project, model, at_us DESC, task_id DESC, turn DESC);
+CREATE INDEX ledger_turns_branch ON ledger_turns
+    (tenant, project, branch, at_us DESC, task_id DESC, turn DESC);
+-- A session's first turn, when one of its turns changes.
+CREATE INDEX ledger_turns_session ON ledger_turns (tenant, project, session, at_us, task_id, turn)
+    WHERE session <> '';
+-- The sums by day, agent and model (every total and grouping of those three, a few rows a day).
+CREATE TABLE ledger_models (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    turns bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    cost_nusd bigint NOT NULL DEFAULT 0,
+    costed_turns bigint NOT NULL DEFAULT 0,
+    open_input_tokens bigint NOT NULL DEFAULT 0,
+    open_output_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_read_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    wall_us bigint NOT NULL DEFAULT 0,
+    nonzero_exits bigint NOT NULL DEFAULT 0,
+    sessions bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, project, day, model, agent)
+);
+-- The sums by day, agent, model and branch (every grouping of those four).
+CREATE TABLE ledger (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    branch text COLLATE "C" NOT NULL,
+    turns bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    cost_nusd bigint NOT NULL DEFAULT 0,
+    costed_turns bigint NOT NULL DEFAULT 0,
+    open_input_tokens bigint NOT NULL DEFAULT 0,
+    open_output_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_read_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    wall_us bigint NOT NULL DEFAULT 0,
+    nonzero_exits bigint NOT NULL DEFAULT 0,
+    sessions bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, project, day, agent, model, branch)
+);
+-- The sums by task and session as well (the groupings by task or session).
+CREATE TABLE ledger_tasks (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    session text COLLATE "C" NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    branch text COLLATE "C" NOT NULL,
+    turns bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0,
+    output_tokens bigint NOT NULL DEFAULT 0,
+    cache_read_tokens bigint NOT NULL DEFAULT 0,
+    cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    cost_nusd bigint NOT NULL DEFAULT 0,
+    costed_turns bigint NOT NULL DEFAULT 0,
+    open_input_tokens bigint NOT NULL DEFAULT 0,
+    open_output_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_read_tokens bigint NOT NULL DEFAULT 0,
+    open_cache_creation_tokens bigint NOT NULL DEFAULT 0,
+    wall_us bigint NOT NULL DEFAULT 0,
+    nonzero_exits bigint NOT NULL DEFAULT 0,
+    sessions bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, project, task_id, session, day, agent, model, branch)
+);
+CREATE INDEX ledger_tasks_day ON ledger_tasks (tenant, project, day);
+CREATE INDEX ledger_tasks_session ON ledger_tasks (tenant, project, session, task_id);
+-- Where each session is counted: its first turn (earliest at_us, then task id, then turn).
+CREATE TABLE ledger_sessions (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    session text COLLATE "C" NOT NULL,
+    at_us bigint NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    day integer NOT NULL,
+    agent text COLLATE "C" NOT NULL,
+    model text COLLATE "C" NOT NULL,
+    branch text COLLATE "C" NOT NULL,
+    PRIMARY KEY (tenant, project, session)
+);
+-- Move the sums of one entry's rows by its figures times ``sign``.
+CREATE FUNCTION ledger_move(r ledger_turns, sign integer) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    costed constant integer := (r.cost_nusd IS NOT NULL)::integer;
+    open_ constant integer := sign * (1 - costed);
+    failed constant integer := (coalesce(r.exit_code, 0) <> 0)::integer;
+BEGIN
+    INSERT INTO ledger_models AS c (tenant, project, day, agent, model,
+        turns, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+        cost_nusd, costed_turns, open_input_tokens, open_output_tokens,
+        open_cache_read_tokens, open_cache_creation_tokens, wall_us, nonzero_exits)
+    VALUES (r.tenant, r.project, r.day, r.agent, r.model,
+        sign, sign * r.input_tokens, sign * r.output_tokens, sign * r.cache_read_tokens,
+        sign * r.cache_creation_tokens, sign * coalesce(r.cost_nusd, 0), sign * costed,
+        open_ * r.input_tokens, open_ * r.output_tokens, open_ * r.cache_read_tokens,
+        open_ * r.cache_creation_tokens, sign * r.wall_us, sign * failed)
+    ON CONFLICT (tenant, project, day, model, agent) DO UPDATE SET
+        turns = c.turns + excluded.turns,
+        input_tokens = c.input_tokens + excluded.input_tokens,
+        output_tokens = c.output_tokens + excluded.output_tokens,
+        cache_read_tokens = c.cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = c.cache_creation_tokens + excluded.cache_creation_tokens,
+        cost_nusd = c.cost_nusd + excluded.cost_nusd,
+        costed_turns = c.costed_turns + excluded.costed_turns,
+        open_input_tokens = c.open_input_tokens + excluded.open_input_tokens,
+        open_output_tokens = c.open_output_tokens + excluded.open_output_tokens,
+        open_cache_read_tokens = c.open_cache_read_tokens + excluded.open_cache_read_tokens,
+        open_cache_creation_tokens
+            = c.open_cache_creation_tokens + excluded.open_cache_creation_tokens,
+        wall_us = c.wall_us + excluded.wall_us,
+        nonzero_exits = c.nonzero_exits + excluded.nonzero_exits;
+    INSERT INTO ledger AS c (tenant, project, day, agent, model, branch,
+        turns, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+        cost_nusd, costed_turns, open_input_tokens, open_output_tokens,
+        open_cache_read_tokens, open_cache_creation_tokens, wall_us, nonzero_exits)
+    VALUES (r.tenant, r.project, r.day, r.agent, r.model, r.branch,
+        sign, sign * r.input_tokens, sign * r.output_tokens, sign * r.cache_read_tokens,
+        sign * r.cache_creation_tokens, sign * coalesce(r.cost_nusd, 0), sign * costed,
+        open_ * r.input_tokens, open_ * r.output_tokens, open_ * r.cache_read_tokens,
+        open_ * r.cache_creation_tokens, sign * r.wall_us, sign * failed)
+    ON CONFLICT (tenant, project, day, agent, model, branch) DO UPDATE SET
+        turns = c.turns + excluded.turns,
+        input_tokens = c.input_tokens + excluded.input_tokens,
+        output_tokens = c.output_tokens + excluded.output_tokens,
+        cache_read_tokens = c.cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = c.cache_creation_tokens + excluded.cache_creation_tokens,
+        cost_nusd = c.cost_nusd + excluded.cost_nusd,
+        costed_turns = c.costed_turns + excluded.costed_turns,
+        open_input_tokens = c.open_input_tokens + excluded.open_input_tokens,
+        open_output_tokens = c.open_output_tokens + excluded.open_output_tokens,
+        open_cache_read_tokens = c.open_cache_read_tokens + excluded.open_cache_read_tokens,
+        open_cache_creation_tokens
+            = c.open_cache_creation_tokens + excluded.open_cache_creation_tokens,
+        wall_us = c.wall_us + excluded.wall_us,
+        nonzero_exits = c.nonzero_exits + excluded.nonzero_exits;
+    INSERT INTO ledger_tasks AS c (tenant, project, task_id, session, day, agent, model, branch,
+        turns, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+        cost_nusd, costed_turns, open_input_tokens, open_output_tokens,
+        open_cache_read_tokens, open_cache_creation_tokens, wall_us, nonzero_exits)
+    VALUES (r.tenant, r.project, r.task_id, r.session, r.day, r.agent, r.model, r.branch,
+        sign, sign * r.input_tokens, sign * r.output_tokens, sign * r.cache_read_tokens,
+        sign * r.cache_creation_tokens, sign * coalesce(r.cost_nusd, 0), sign * costed,
+        open_ * r.input_tokens, open_ * r.output_tokens, open_ * r.cache_read_tokens,
+        open_ * r.cache_creation_tokens, sign * r.wall_us, sign * failed)
+    ON CONFLICT (tenant, project, task_id, session, day, agent, model, branch) DO UPDATE SET
+        turns = c.turns + excluded.turns,
+        input_tokens = c.input_tokens + excluded.input_tokens,
+        output_tokens = c.output_tokens + excluded.output_tokens,
+        cache_read_tokens = c.cache_read_tokens + excluded.cache_read_tokens,
+        cache_creation_tokens = c.cache_creation_tokens + excluded.cache_creation_tokens,
+        cost_nusd = c.cost_nusd + excluded.cost_nusd,
+        costed_turns = c.costed_turns + excluded.costed_turns,
+        open_input_tokens = c.open_input_tokens + excluded.open_input_tokens,
+        open_output_tokens = c.open_output_tokens + excluded.open_output_tokens,
+        open_cache_read_tokens = c.open_cache_read_tokens + excluded.open_cache_read_tokens,
+        open_cache_creation_tokens
+            = c.open_cache_creation_tokens + excluded.open_cache_creation_tokens,
+        wall_us = c.wall_us + excluded.wall_us,
+        nonzero_exits = c.nonzero_exits + excluded.nonzero_exits;
+END $$;
+-- Count session ``s`` in the rows of its first turn, and nowhere else.
+CREATE FUNCTION ledger_settle_home(t text, p text, s text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    was ledger_sessions%ROWTYPE;
+    had boolean;
+    home record;
+    has boolean;
+BEGIN
+    SELECT * INTO was FROM ledger_sessions h
+    WHERE h.tenant = t AND h.project = p AND h.session = s;
+    had := FOUND;
+    SELECT u.at_us, u.task_id, u.turn, u.day, u.agent, u.model, u.branch INTO home
+    FROM ledger_turns u WHERE u.tenant = t AND u.project = p AND u.session = s
+    ORDER BY u.at_us, u.task_id, u.turn LIMIT 1;
+    has := FOUND;
+    IF had AND has AND (was.at_us, was.task_id, was.turn, was.day, was.agent, was.model,
+        was.branch) = (home.at_us, home.task_id, home.turn, home.day, home.agent, home.model,
+        home.branch) THEN
+        RETURN;
+    END IF;
+    IF had THEN
+        UPDATE ledger_models c SET sessions = c.sessions - 1 WHERE c.tenant = t
+            AND c.project = p AND c.day = was.day AND c.agent = was.agent
+            AND c.model = was.model;
+        UPDATE ledger c SET sessions = c.sessions - 1 WHERE c.tenant = t AND c.project = p
+            AND c.day = was.day AND c.agent = was.agent AND c.model = was.model
+            AND c.branch = was.branch;
+        UPDATE ledger_tasks c SET sessions = c.sessions - 1 WHERE c.tenant = t
+            AND c.project = p AND c.task_id = was.task_id AND c.session = s
+            AND c.day = was.day AND c.agent = was.agent AND c.model = was.model
+            AND c.branch = was.branch;
+        DELETE FROM ledger_sessions h WHERE h.tenant = t AND h.project = p AND h.session = s;
+    END IF;
+    IF has THEN
+        UPDATE ledger_models c SET sessions = c.sessions + 1 WHERE c.tenant = t
+            AND c.project = p AND c.day = home.day AND c.agent = home.agent
+            AND c.model = home.model;
+        UPDATE ledger c SET sessions = c.sessions + 1 WHERE c.tenant = t AND c.project = p
+            AND c.day = home.day AND c.agent = home.agent AND c.model = home.model
+            AND c.branch = home.branch;
+        UPDATE ledger_tasks c SET sessions = c.sessions + 1 WHERE c.tenant = t
+            AND c.project = p AND c.task_id = home.task_id AND c.session = s
+            AND c.day = home.day AND c.agent = home.agent AND c.model = home.model
+            AND c.branch = home.branch;
+        INSERT INTO ledger_sessions VALUES (t, p, s, home.at_us, home.task_id, home.turn,
+            home.day, home.agent, home.model, home.branch);
+    END IF;
+END $$;
+-- Every change of an entry (a write, a delete, a cascade from its turn or task) moves the
+-- sums in its own transaction. It first holds the project's row, as the usage counters do:
+-- writers of one project change the rows they share one at a time, never in an order that
+-- could deadlock.
+CREATE FUNCTION ledger_turns_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM projects WHERE tenant = coalesce(NEW.tenant, OLD.tenant)
+        AND project = coalesce(NEW.project, OLD.project) FOR NO KEY UPDATE;
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM ledger_move(OLD, -1);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM ledger_move(NEW, 1);
+    END IF;
+    IF TG_OP <> 'INSERT' AND OLD.session <> '' THEN
+        PERFORM ledger_settle_home(OLD.tenant, OLD.project, OLD.session);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.session <> ''
+        AND (TG_OP = 'INSERT' OR NEW.session <> OLD.session) THEN
+        PERFORM ledger_settle_home(NEW.tenant, NEW.project, NEW.session);
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        -- Rows left with no turn go (a session is counted only where it has one).
+        DELETE FROM ledger_models c WHERE c.tenant = OLD.tenant AND c.project = OLD.project
+            AND c.day = OLD.day AND c.agent = OLD.agent AND c.model = OLD.model
+            AND c.turns = 0;
+        DELETE FROM ledger c WHERE c.tenant = OLD.tenant AND c.project = OLD.project
+            AND c.day = OLD.day AND c.agent = OLD.agent AND c.model = OLD.model
+            AND c.branch = OLD.branch AND c.turns = 0;
+        DELETE FROM ledger_tasks c WHERE c.tenant = OLD.tenant AND c.project = OLD.project
+            AND c.task_id = OLD.task_id AND c.session = OLD.session AND c.day = OLD.day
+            AND c.agent = OLD.agent AND c.model = OLD.model AND c.branch = OLD.branch
+            AND c.turns = 0;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER ledger_turns_changed AFTER INSERT OR UPDATE OR DELETE ON ledger_turns
+    FOR EACH ROW EXECUTE FUNCTION ledger_turns_changed();
+""",
+    ),
 )
 
 

@@ -29,7 +29,7 @@ from typing import IO, Any, BinaryIO
 import psycopg
 from ulid import ULID
 
-from app.storage.core import task_list, task_rules
+from app.storage.core import ledger as lg, task_list, task_rules
 from app.storage.core.clock import Clock, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.errors import NotFound
@@ -54,7 +54,7 @@ from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.task_rules import (
     DEFAULT_MAX_ARTIFACT_BYTES,
 )
-from app.storage.pg import digest as pgd, turns, usage as pgu
+from app.storage.pg import digest as pgd, ledger as pgl, turns, usage as pgu
 from app.storage.pg.artifacts import PgArtifacts
 from app.storage.pg.blobs import BlobStore
 from app.storage.pg.db import Database, advisory_xact_lock, backup_running
@@ -253,6 +253,55 @@ class PgTaskStore:
                 f"SELECT owner FROM tasks WHERE {KEY}", task_key(scope, task_id)
             ).fetchone()
         return None if row is None else row[0]
+
+    # -- the ledger (core/ledger.py, pg/ledger.py) --------------------------------------------
+    def read_ledger(
+        self, scope: Scope, query: lg.LedgerQuery, prices: lg.PriceTable
+    ) -> lg.LedgerPage:
+        """The project's ledger: totals and a page of rows summed from its rollups."""
+        issued = lg.ledger_issued_for(query)
+        after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
+        totals, rows = lg.ledger_sql(
+            query,
+            prices,
+            after,
+            mark=pgl.mark,
+            scope_where=pgl.SCOPE_WHERE,
+            scope_params=pgl.scope_params(scope),
+        )
+        found_totals = None
+        with self.db.snapshot("ledger") as conn:
+            found_rows = conn.execute(rows.text, rows.params).fetchall() if rows.text else []
+            if lg.needs_totals(query, found_rows):
+                found_totals = conn.execute(totals.text, totals.params).fetchone()
+        return lg.ledger_page(
+            query,
+            found_totals,
+            found_rows,
+            lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
+        )
+
+    def read_timeline(
+        self, scope: Scope, query: lg.TimelineQuery, prices: lg.PriceTable
+    ) -> lg.TimelinePage:
+        """A page of the project's turns across tasks, newest first."""
+        issued = query.filters.selecting()
+        after = lg.decode_cursor(self.cursors, scope, "timeline", issued, query.cursor)
+        sql = lg.timeline_sql(
+            query,
+            after,
+            mark=pgl.mark,
+            scope_where=pgl.SCOPE_WHERE,
+            scope_params=pgl.scope_params(scope),
+        )
+        with self.db.snapshot("timeline") as conn:
+            rows = conn.execute(sql.text, sql.params).fetchall()
+        return lg.timeline_page(
+            query,
+            rows,
+            prices,
+            lambda key: lg.encode_cursor(self.cursors, scope, "timeline", issued, key),
+        )
 
     def list_tasks(
         self,

@@ -20,6 +20,7 @@ import psycopg
 from app.storage.core import task_rules
 from app.storage.core.clock import iso_us
 from app.storage.core.encoding import dumps_compact
+from app.storage.core.ledger import entry_of
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactUpload,
@@ -35,7 +36,7 @@ from app.storage.core.task_rules import (
     written_turn,
 )
 from app.storage.core.usage import Ticket
-from app.storage.pg import usage as pgu
+from app.storage.pg import ledger as pgl, usage as pgu
 from app.storage.pg.artifacts import PgArtifacts, TaskRows, forget_superseded, name_artifact
 from app.storage.pg.blobs import Written
 from app.storage.pg.listing import KEY, task_key
@@ -212,6 +213,7 @@ def _put_turn(
         )
         for upload, info in zip(sorted(staged, key=lambda u: u.name), added, strict=True):
             name_artifact(conn, scope, task_id, turn, info, updated_us, upload.handle.key)
+        pgl.put(conn, scope, entry_of(record))
         store.recompute(conn, scope, task_id, record)
         store.add_tasks(conn, scope, created)
         pgu.add(

@@ -26,6 +26,7 @@ from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
 from app.storage.core.quota import (
     DEFAULT_MIN_FREE_INODES,
     FreeSpace,
+    PriceSource,
     QuotaSource,
     SecretPolicySource,
 )
@@ -94,6 +95,8 @@ class TreeStorage:
         limits = self._limits = LimitsFile(root, lock_timeout=lock_timeout)
         # What each project does with the secrets of a write (services/secrets.py).
         self.secret_policies = SecretPolicySource(limits, default=secrets_policy)
+        # What each project's ledger prices tokens at (core/ledger.py).
+        self.ledger_prices = PriceSource(limits)
         usage = TreeUsage(
             limits.layout,
             lock_timeout=lock_timeout,
@@ -211,9 +214,30 @@ class TreeStorage:
         # A crash may have cut an index's write short where SQLite cannot see it (FTS5's
         # structure against its segments): after one, each gets FTS5's own check too.
         report.search = heal_search_indexes(self.tasks, self.stores, thorough=not plan.clean)
+        report.schema += self._ledgers_ready()
         if plan.full:
             self.recovery.mark_recovering(plan.reason)
         return report
+
+    def _ledgers_ready(self) -> list[str]:
+        """Open every project's ledger before serving: one a release brings, or one of
+        another schema version, is made from the records now rather than under a project's
+        first write (whose writers would wait for it). A line for each one made, or that
+        cannot be opened (fsck reports and remakes it)."""
+        lines = []
+        for scope in self.layout.projects([]):
+            if self.layout.tree.lstat(self.layout.listing(scope)) is None:
+                continue  # nothing written yet
+            try:
+                made = self.tasks.ledger(scope).ready()
+            except (StorageError, sqlite3.Error) as exc:
+                lines.append(f"{scope.tenant}/{scope.project}: ledger not opened ({exc})")
+                continue
+            if made is not None:
+                lines.append(
+                    f"{scope.tenant}/{scope.project}: ledger made from the records ({made} task(s))"
+                )
+        return lines
 
     def repair_dead_writers(self) -> list[str]:
         """Repair the writes a process that died left in flight (a worker its master just

@@ -5,7 +5,8 @@ everything else (``summary.md``, ``index.json``, the listing index, ``_project.m
 derived and must equal a rebuild from the records. fsck reports every difference and, with
 ``repair``, rebuilds the derived files under the same locks writers take. This module walks
 the tree and reports; each task is checked by fsck_tasks.py, each project's listing
-database by fsck_listing.py, the usage counters by fsck_usage.py.
+database by fsck_listing.py, its ledger by fsck_ledger.py, the usage counters by
+fsck_usage.py.
 
 What cannot be rebuilt is never guessed at: a torn ``meta.json`` moves its turn directory
 to ``<root>/.lost+found/`` (so the tree is consistent again and a person can inspect the
@@ -42,6 +43,7 @@ from app.storage.core.models import DEFAULT_GRACE, FsckReport
 from app.storage.core.names import (
     LOCKS_DIR,
     PROJECT_DIGEST,
+    PROJECT_LEDGER,
     PROJECT_LISTING,
     TMP_PREFIX,
     TRASH_DIR,
@@ -52,10 +54,10 @@ from app.storage.tree.fs.atomic import make_dirs
 from app.storage.tree.fs.sync import fsync_dir
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.fs.walk import Entry, Tree
+from app.storage.tree.fsck_ledger import LedgerCheck
 from app.storage.tree.fsck_listing import ListingCheck
-from app.storage.tree.fsck_tasks import NOT_READ, TaskCheck
+from app.storage.tree.fsck_tasks import NOT_READ, Expected, TaskCheck
 from app.storage.tree.recovery import Recovery
-from app.storage.tree.sqlite.listing_sql import TurnRow
 from app.storage.tree.tasks import TaskStore
 
 LOST_FOUND = ".lost+found"
@@ -63,7 +65,11 @@ LOST_FOUND = ".lost+found"
 # long the grace period: only a CLI command writing in process (an import, the memory tool
 # in a test) could still own one, and none takes that long.
 NO_SERVER_GRACE = 60.0
-_LISTING_FILES = frozenset(PROJECT_LISTING + suffix for suffix in ("", "-wal", "-shm", "-journal"))
+_LISTING_FILES = frozenset(
+    name + suffix
+    for name in (PROJECT_LISTING, PROJECT_LEDGER)
+    for suffix in ("", "-wal", "-shm", "-journal")
+)
 
 
 def age_seconds(tree: Tree, path: Path, wall_now: float) -> float:
@@ -112,6 +118,7 @@ class _Fsck:
         self.report = report
         self.wall_now = time.time()
         self.listings = ListingCheck(self)
+        self.ledgers = LedgerCheck(self)
         self.tasks = TaskCheck(self)
         # With no server on the root, no write is in flight inside a task (every other
         # writer takes the task's lock, which the check holds there): a temp file in it is
@@ -295,6 +302,7 @@ class _Fsck:
             self.project_entry(other)
         names = _TaskNames(self.tree, path)
         listing = self.listings.open_listing(scope)
+        ledger = self.ledgers.open(scope)
         searched = listing is not None and self.listings.search_ready(scope, listing)
         with_rows = False
         # One walk of every subdirectory: the tasks, and the directories that are none.
@@ -306,14 +314,20 @@ class _Fsck:
                 continue
             if not _TaskNames.holds(name):
                 continue
-            rows, texts = self.task(scope, name)
+            rows, texts, entries = self.task(scope, name)
             if rows is NOT_READ:
                 continue  # reported; its rows are left as they are
             with_rows = with_rows or bool(rows)
+            if ledger is not None:
+                self.ledgers.task(scope, ledger, name, entries)
             if listing is not None:
                 self.listings.listing_task(scope, listing, name, rows)
                 if searched:
                     self.listings.search_task(scope, listing, name, texts)
+        if ledger is not None:
+            self.ledgers.rest(scope, ledger, names)
+        elif with_rows:
+            self.ledgers.missing(scope)
         if listing is None:
             path = self.layout.listing(scope)
             if with_rows and self.tree.lstat(path) is None:
@@ -341,8 +355,9 @@ class _Fsck:
         # A write a dead writer left in flight is reported (and repaired) by the check.
         return self.store.txns.locked(Key(scope, task_id), repair=False)
 
-    def task(self, scope: Scope, task_id: str) -> tuple[list[TurnRow] | None, dict[int, str]]:
-        """The task's listing rows and search-text digests as its records say."""
+    def task(self, scope: Scope, task_id: str) -> Expected:
+        """The task's listing rows, search-text digests and ledger entries as its records
+        say."""
         return self.tasks.task(scope, task_id)
 
     def rebuild_all(self, scope: Scope, task_ids: Iterable[str]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from app.storage.core.errors import Corrupt, InvalidName, LockTimeout, Unreadable, UnsafePath
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -53,6 +54,9 @@ from app.storage.tree.tasks import TaskStore
 # What a task's check returns when something in it could not be read: nothing about it is
 # compared or repaired, its listing and search rows included.
 NOT_READ: list[TurnRow] = []
+# What a task's records say its derived rows are: listing rows (None: no task), search-text
+# digests by turn, ledger entries in turn order.
+Expected = tuple[list[TurnRow] | None, dict[int, str], list[LedgerTurn]]
 
 
 class TaskWalk(Protocol):
@@ -97,8 +101,9 @@ class TaskCheck:
         self.tree = check.tree
         self.store = check.store
 
-    def task(self, scope: Scope, task_id: str) -> tuple[list[TurnRow] | None, dict[int, str]]:
-        """The task's listing rows and search-text digests as its records say."""
+    def task(self, scope: Scope, task_id: str) -> Expected:
+        """The task's listing rows, search-text digests and ledger entries as its records
+        say."""
         try:
             with self.check.task_locked(scope, task_id):
                 return self._check_locked(scope, task_id)
@@ -109,8 +114,8 @@ class TaskCheck:
             self.check.fault(f"{scope.tenant}/{scope.project}/{task_id}: not checked ({exc})")
         except Unreadable as exc:
             self.check.unreadable(exc, f"task {task_id} was neither checked nor changed")
-            return NOT_READ, {}
-        return None, {}
+            return NOT_READ, {}, []
+        return None, {}, []
 
     def rebuild(self, scope: Scope, task_id: str) -> None:
         """Rebuild the task's derived files from its records and clear a write a dead writer
@@ -126,12 +131,10 @@ class TaskCheck:
         self.store.repair_task(scope, task_id)
         self.store.txns.settle(Key(scope, task_id))
 
-    def _check_locked(
-        self, scope: Scope, task_id: str
-    ) -> tuple[list[TurnRow] | None, dict[int, str]]:
+    def _check_locked(self, scope: Scope, task_id: str) -> Expected:
         task_dir = self.layout.task_dir(scope, task_id)
         if not self.tree.is_dir(task_dir):
-            return None, {}
+            return None, {}, []
         rel = self.check.rel(task_dir)
         rebuild = lambda: self.rebuild(scope, task_id)  # noqa: E731
         if self.store.txns.is_pending(Key(scope, task_id)):
@@ -157,7 +160,7 @@ class TaskCheck:
             self.check.unindexed(task_dir, "a task directory without any turn record")
             if self.check.repair:
                 self.rebuild(scope, task_id)  # drop its listing rows
-            return None, {}
+            return None, {}, []
         index = build_index(task_id, task_record, records)
         try:
             current = read_json(task_dir / TASK_INDEX)
@@ -176,7 +179,11 @@ class TaskCheck:
                 self.check.fault(
                     f"{self.check.rel(turn_dir)}/{TURN_SUMMARY}: differs from meta.json", rebuild
                 )
-        return index_rows(index), {r.turn: turn_search.turn_text(r).digest() for r in records}
+        return (
+            index_rows(index),
+            {r.turn: turn_search.turn_text(r).digest() for r in records},
+            [entry_of(r) for r in sorted(records, key=lambda r: r.turn)],
+        )
 
     def task_record(
         self, task_id: str, task_dir: Path, records: list[TurnRecord]

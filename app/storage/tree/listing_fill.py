@@ -1,5 +1,6 @@
-"""What a project's listing holds, read from the records alone: how a listing whose schema
-version is not this code's is rebuilt (tree/sqlite/listing.py, ``Listing._make``).
+"""What a project's listing and ledger hold, read from the records alone: how a listing whose
+schema version is not this code's is rebuilt (tree/sqlite/listing.py, ``Listing._make``), and
+how a ledger is made (tree/sqlite/ledger.py, ``Ledger._make``).
 
 Every task directory of the project gives its listing rows, digest section, search text and
 usage rows (``task.json`` and each turn's ``meta.json``, as fsck reads them), and every
@@ -14,16 +15,19 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from functools import partial
 from pathlib import Path
 
 from app.storage.core import digest
 from app.storage.core.clock import Clock, to_us
 from app.storage.core.errors import StorageError
+from app.storage.core.ledger import entry_of
 from app.storage.core.names import STORE_ID_RE, Scope, is_id
 from app.storage.core.records import turn_usage
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.records import index_of, index_rows, read_records
-from app.storage.tree.sqlite import listing_sql, listing_usage
+from app.storage.tree.sqlite import ledger as ledger_db, listing_sql, listing_usage
+from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Fill, Listing
 from app.storage.tree.sqlite.store_index import StoreIndex
 from app.storage.tree.sqlite.turn_search import turn_text
@@ -39,6 +43,36 @@ def open_listing(
     # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
     path = layout.check_inside(layout.listing(scope), below=below)
     return Listing(path, timeout=timeout, fill=filler(layout, scope, clock, timeout))
+
+
+def open_ledger(
+    layout: Layout, scope: Scope, *, timeout: float, below: Path | None = None
+) -> Ledger:
+    """The project's ledger, made from its records when it is new or of another schema
+    version; ``below``: the project dir, when the caller just checked it."""
+    # SQLite follows symlinks: refuse a linked tenant/project dir or ledger file here.
+    path = layout.check_inside(layout.ledger(scope), below=below)
+    return Ledger(path, timeout=timeout, fill=partial(_fill_ledger, layout, scope))
+
+
+def _fill_ledger(layout: Layout, scope: Scope, conn: sqlite3.Connection) -> int:
+    """Every task's ledger entries from its records (a task that cannot be read now is left
+    out, and fsck reports it)."""
+    count = 0
+    for name in layout.tree.sorted_subdir_names(layout.project_dir(scope)):
+        if not is_id(name) or name.startswith((".", "_")):
+            continue
+        try:
+            task_dir = layout.check_inside(layout.task_dir(scope, name))
+            records = read_records(layout.tree, task_dir)
+        except (StorageError, OSError) as exc:
+            log.warning("%s/%s/%s: not in the ledger (%s)", scope.tenant, scope.project, name, exc)
+            continue
+        entries = [entry_of(r) for r in records if r.task_id == name]
+        if entries:
+            ledger_db.fill_entries(conn, entries)
+            count += 1
+    return count
 
 
 def filler(layout: Layout, scope: Scope, clock: Clock, timeout: float) -> Fill:

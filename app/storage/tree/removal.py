@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound, NotOwner, StorageError
 from app.storage.core.files import os_errors
+from app.storage.core.ledger import LedgerTurn
 from app.storage.core.models import TaskIndex, TurnRecord
 from app.storage.core.names import (
     PREV_PREFIX,
@@ -52,6 +53,7 @@ from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import commit_point
 from app.storage.tree.fs.txn import Txn
 from app.storage.tree.records import load_index, read_turn, write_json
+from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.usage import TreeUsage
 
@@ -72,6 +74,18 @@ class TaskParts(Protocol):
     def transaction(self, scope: Scope, task_id: str) -> AbstractContextManager[Txn]: ...
 
     def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
+
+    def ledger(self, scope: Scope, *, below: Path | None = None) -> Ledger: ...
+
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None: ...
 
     def live_index(self, task_dir: Path, task_id: str) -> TaskIndex | None: ...
 
@@ -124,6 +138,7 @@ class TaskRemovals:
                 txn.begin()
                 trashed = tasks.trash(task_dir)
                 tasks.listing(scope).set_task(task_id, [])
+                tasks.ledger_task(scope, task_id, [], only_if_made=True)
             tasks.layout.tree.remove(trashed)
             tasks.usage.freed()
 
@@ -167,6 +182,7 @@ class TaskRemovals:
                     # not removed yet go with it), as a task delete.
                     trashed = tasks.trash(task_dir)
                     tasks.listing(scope).set_task(task_id, [])
+                    tasks.ledger_task(scope, task_id, [], only_if_made=True)
                 else:
                     trashed = tasks.trash(task_dir / turn_dirname(turn))
                     tasks.repair_task(scope, task_id)
@@ -244,20 +260,32 @@ class TaskRemovals:
         from the records first; one whose structure grew past its bound is compacted
         (fts_purge.purge). ``only_pending``: the sweep's, which also purges replaced text."""
         tasks = self.tasks
+        # The ledger's rows of what was removed leave its WAL too (its file's pages were
+        # zeroed by secure_delete): a reader's snapshot may keep it, until the next purge.
+        ledger_clear = True
+        if tasks.layout.tree.lstat(tasks.layout.ledger(scope)) is not None:
+            try:
+                ledger_clear = tasks.ledger(scope).checkpoint()
+            except (StorageError, sqlite3.Error) as exc:  # damaged: fsck rebuilds it
+                log.warning(
+                    "cannot purge the ledger of %s/%s: %s", scope.tenant, scope.project, exc
+                )
         listing_path = tasks.layout.listing(scope)
         if tasks.layout.tree.lstat(listing_path) is None:
-            return True
+            return ledger_clear
         tasks.heal_search(scope)
         listing = tasks.listing(scope)
         marks = listing.search_upkeep()
         if not (only_pending or marks.owed or marks.compacting):
-            return True
+            return ledger_clear
         if marks.owed:
             # The base file may hold a section that is gone: rewritten without it first, and
             # its rows' writes then leave the WAL with the rest.
             tasks.compact_digest(scope)
         try:
-            return listing.purge_search(patience=patience, only_pending=only_pending)
+            return (
+                listing.purge_search(patience=patience, only_pending=only_pending) and ledger_clear
+            )
         except sqlite3.DatabaseError:
             # The purge found the index damaged and marked it: rebuilt (which drops the old
             # one, text and all), then purged.

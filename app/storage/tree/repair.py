@@ -5,7 +5,7 @@ A task's repair runs under its lock: by the next holder of the lock after a writ
 mid-write (tree/fs/txn.py), by fsck --repair, by a turn delete and by the retention sweep.
 It removes what a write left before its commit point (nothing of it was acknowledged), then
 writes ``summary.md``, ``index.json`` and the task's listing, search, usage and digest rows
-again from the turn records.
+and its ledger entries again from the turn records.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, LockTimeout
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -58,6 +59,16 @@ class TaskRepairs(Protocol):
 
     def listing(self, scope: Scope, *, below: Path | None = None) -> Listing: ...
 
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None: ...
+
     def task_dir_checked(self, scope: Scope, task_id: str) -> Path: ...
 
     def section(
@@ -94,6 +105,7 @@ def repair_task(store: TaskRepairs, scope: Scope, task_id: str) -> None:
             tree.unlink(task_dir / TASK_INDEX)
         if tree.lstat(layout.listing(scope)) is not None:
             store.listing(scope).set_task(task_id, [])
+        store.ledger_task(scope, task_id, [], only_if_made=True)
         return
     texts: dict[int, TurnText] = {}
     records: list[TurnRecord] = []
@@ -118,6 +130,7 @@ def repair_task(store: TaskRepairs, scope: Scope, task_id: str) -> None:
         write_json(task_dir / TASK_INDEX, index, durable=False)
     section = store.section(scope, task_id, index, store.now_us(), tuple(records))
     store.listing(scope).set_task(task_id, index_rows(index), section, texts, usage)
+    store.ledger_task(scope, task_id, [entry_of(r) for r in records])
 
 
 def heal_search(store: TaskRepairs, scope: Scope, budget: SearchBudget | None = None) -> int | None:

@@ -40,6 +40,7 @@ from app.storage.core.digest import Section
 from app.storage.core.encoding import dumps
 from app.storage.core.errors import StorageError
 from app.storage.core.files import DIR_MODE, FILE_MODE
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import (
     ARTIFACTS_DIR,
@@ -226,6 +227,7 @@ class _Importer(Restore):
             rows: dict[str, tuple[list[TurnRow], Section | None]] = {}
             texts: dict[str, dict[int, TurnText]] = {}
             usage: dict[str, list[TurnUsage]] = {}
+            entries: dict[str, list[LedgerTurn]] = {}
             with (
                 group_commit(layout.root),
                 layout.tree.opened(staged_project) as src,
@@ -242,9 +244,11 @@ class _Importer(Restore):
                     # listing rows.
                     texts[task_id] = {r.turn: turn_text(r) for r in records}
                     usage[task_id] = [turn_usage(r) for r in records]
+                    entries[task_id] = [entry_of(r) for r in records]
                 # The renames are durable before any listing row names them.
                 fsync_dir_fd(dst)
             tasks.listing(scope).set_tasks(rows, texts=texts, usage=usage)
+            tasks.ledger(scope).set_tasks(entries)
         # Tasks it replaced (--overwrite): their text leaves the files, as after a delete.
         tasks.removals.purge(scope)
         tasks.compact_digest(scope)

@@ -153,6 +153,7 @@ class _Sweep:
                 size = self.tree.size(task_dir)
                 trashed.append(self.store.trash(task_dir))
                 self.store.listing(scope).set_task(task_id, [])
+                self.store.ledger_task(scope, task_id, [], only_if_made=True)
                 return len(gone), 1, size
             size = 0
             for turn_dir in gone:

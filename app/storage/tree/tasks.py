@@ -19,18 +19,20 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from ulid import ULID
 
-from app.storage.core import digest as digest_mod, task_list, task_rules
+from app.storage.core import digest as digest_mod, ledger as lg, task_list, task_rules
 from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, NotFound
+from app.storage.core.ledger import LedgerTurn, entry_of
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
@@ -67,7 +69,7 @@ from app.storage.tree.fs.sync import (
     fsync_dir,
 )
 from app.storage.tree.fs.txn import Key, Transactions, Txn
-from app.storage.tree.listing_fill import open_listing
+from app.storage.tree.listing_fill import open_ledger, open_listing
 from app.storage.tree.records import (
     index_from_json,
     index_with_turn,
@@ -80,9 +82,12 @@ from app.storage.tree.records import (
 )
 from app.storage.tree.removal import TaskRemovals
 from app.storage.tree.sqlite.db import check_write_room
+from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.sqlite.turn_search import turn_text
 from app.storage.tree.usage import TreeUsage
+
+log = logging.getLogger("app.storage")
 
 
 class TaskStore:
@@ -130,6 +135,31 @@ class TaskStore:
         return open_listing(
             self.layout, scope, timeout=self.lock_timeout, clock=self.clock, below=below
         )
+
+    def ledger(self, scope: Scope, *, below: Path | None = None) -> Ledger:
+        """The project's ledger (made from the records when it is new or of another schema
+        version); ``below``: the project dir, when the caller just checked it."""
+        return open_ledger(self.layout, scope, timeout=self.lock_timeout, below=below)
+
+    def ledger_task(
+        self,
+        scope: Scope,
+        task_id: str,
+        entries: list[LedgerTurn],
+        *,
+        below: Path | None = None,
+        only_if_made: bool = False,
+    ) -> None:
+        """Make the task's ledger entries ``entries`` (its records' entry_of), under the
+        task's lock; ``only_if_made``: not when the project has no ledger yet (a removal:
+        the one its first open makes holds nothing of the task). A damaged ledger is left
+        for fsck --repair (logged): the records and the other derived files are written."""
+        if only_if_made and self.layout.tree.lstat(self.layout.ledger(scope)) is None:
+            return
+        try:
+            self.ledger(scope, below=below).set_task(task_id, entries)
+        except Corrupt as exc:
+            log.warning("%s/%s: ledger not written (%s)", scope.tenant, scope.project, exc)
 
     @contextlib.contextmanager
     def transaction(self, scope: Scope, task_id: str) -> Iterator[Txn]:
@@ -188,6 +218,14 @@ class TaskStore:
             usage = turn_usage(record)
         owed = listing.put_turn(task_id, row, section, text, usage, release=ticket.id)
         ticket.settled()
+        if summary:
+            # An artifact's write changes nothing the ledger reads (meta, created_at).
+            try:
+                self.ledger(scope, below=task_dir.parent).put_turn(
+                    task_id, record.turn, entry_of(record)
+                )
+            except Corrupt as exc:  # the records and the other files are written: fsck
+                log.warning("%s/%s: ledger not written (%s)", scope.tenant, scope.project, exc)
         if owed.due:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.
@@ -246,6 +284,45 @@ class TaskStore:
             pass
         obj = rebuild_index(self.layout.tree, task_dir, task_id)
         return None if obj is None else index_from_json(obj, path, self.now_us())
+
+    # -- the ledger (core/ledger.py) -----------------------------------------------------------
+    def read_ledger(
+        self, scope: Scope, query: lg.LedgerQuery, prices: lg.PriceTable
+    ) -> lg.LedgerPage:
+        """The project's ledger: totals and a page of rows summed from its rollups."""
+        issued = lg.ledger_issued_for(query)
+        after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
+        totals, rows = lg.ledger_sql(query, prices, after, mark=_mark)
+        found_totals: Sequence[Any] | None = None
+        found_rows: list[tuple[Any, ...]] = []
+        if self.listing(scope).exists():  # else nothing was ever written to the project
+            with self.ledger(scope).read() as conn:  # one snapshot
+                if rows.text:
+                    found_rows = conn.execute(rows.text, rows.params).fetchall()
+                if lg.needs_totals(query, found_rows):
+                    found_totals = conn.execute(totals.text, totals.params).fetchone()
+        return lg.ledger_page(
+            query,
+            found_totals,
+            found_rows,
+            lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
+        )
+
+    def read_timeline(
+        self, scope: Scope, query: lg.TimelineQuery, prices: lg.PriceTable
+    ) -> lg.TimelinePage:
+        """A page of the project's turns across tasks, newest first."""
+        issued = query.filters.selecting()
+        after = lg.decode_cursor(self.cursors, scope, "timeline", issued, query.cursor)
+        rows: list[tuple[Any, ...]] = []
+        if self.listing(scope).exists():
+            rows = self.ledger(scope).query(lg.timeline_sql(query, after, mark=_mark))
+        return lg.timeline_page(
+            query,
+            rows,
+            prices,
+            lambda key: lg.encode_cursor(self.cursors, scope, "timeline", issued, key),
+        )
 
     def list_tasks(
         self,
@@ -415,3 +492,8 @@ class TaskStore:
     repair_task = repair.repair_task
     heal_search = repair.heal_search
     rebuild_search = repair.rebuild_search
+
+
+def _mark(name: str) -> str:
+    """A named parameter as sqlite3 spells it."""
+    return f":{name}"

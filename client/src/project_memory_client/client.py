@@ -751,6 +751,64 @@ class Client:
         params = {"hours": hours} if hours is not None else None
         return UsageReport.from_json(self._json("GET", "/usage", params=params))
 
+    def ledger(
+        self,
+        *,
+        group_by: Sequence[str] = ("day",),
+        since: str | None = None,
+        until: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        branch: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """What the project's turns add up to (GET /ledger): ``totals`` and ``rows`` grouped
+        by ``group_by`` (day, agent, model, branch, task, session), each figure named with
+        its unit; ``since`` / ``until`` an RFC 3339 time, ``7d``, ``12h``, ``yesterday``."""
+        params = _present(
+            group_by=",".join(group_by),
+            since=since,
+            until=until,
+            agent=agent,
+            model=model,
+            branch=branch,
+            limit=limit,
+            cursor=cursor,
+        )
+        found: dict[str, Any] = self._json("GET", "/ledger", params=params)
+        return found
+
+    def timeline(
+        self,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        agent: str | None = None,
+        model: str | None = None,
+        branch: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """The project's turns across tasks, newest first (GET /timeline): ``turns`` and
+        ``next_cursor``; the filters as :meth:`ledger` takes them."""
+        params = _present(
+            since=since,
+            until=until,
+            agent=agent,
+            model=model,
+            branch=branch,
+            limit=limit,
+            cursor=cursor,
+        )
+        found: dict[str, Any] = self._json("GET", "/timeline", params=params)
+        return found
+
     def whoami(self) -> WhoAmI:
         """The token's id, name, role and expiry, and the tenant/project it acts in."""
         return WhoAmI.from_json(self._json("GET", "/whoami"))
+
+
+def _present(**params: Any) -> dict[str, Any]:
+    """The query parameters that were given (None: left out)."""
+    return {k: v for k, v in params.items() if v is not None}

@@ -42,6 +42,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("digest", "project_memory_client.commands.digest:register", "print project.md, one section per task"),
     Command("search", "project_memory_client.commands.search:register", "search the project's turns and memories"),
     Command("usage", "project_memory_client.commands.usage:register", "what the project stores, its quotas and traffic"),
+    Command("ledger", "project_memory_client.commands.ledger:register_ledger", "turns, tokens, cost and time, summed by day, model, branch..."),
+    Command("timeline", "project_memory_client.commands.ledger:register_timeline", "the project's turns across tasks, newest first"),
     Command("whoami", "project_memory_client.commands.whoami:register", "the token's role and scope"),
     Command("mount", "project_memory_client.mount.cli:register", "keep a local directory in sync with memory stores"),
     Command("import", "project_memory_client.memfiles.cli:register_import", "read agents' memory files (CLAUDE.md, AGENTS.md, ...) into a memory store"),

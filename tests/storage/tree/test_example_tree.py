@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from app.storage.core.names import Scope
+from app.storage.tree.sqlite.ledger import Ledger
 from app.storage.tree.sqlite.listing import Listing
 from app.storage.tree.tasks import TaskStore
 from tests.storage._helpers import assert_consistent, expected_digest, read_digest, snapshot
@@ -99,18 +100,27 @@ def test_the_example_is_what_the_generator_writes_today(tmp_path: Path) -> None:
         {k: v for k, v in snapshot(tree).items() if v is not None} for tree in (EXAMPLE, fresh)
     )
     listing = "acme/webshop/_listing.sqlite3"
+    ledger = "acme/webshop/_ledger.sqlite3"
     for tree in (ours, theirs):
         tree.pop(listing)  # compared by content below, not byte for byte
+        tree.pop(ledger)
     assert ours == theirs
     # Opened from a copy: opening a listing may write to it, and the example stays as committed.
     copy = _clone(tmp_path / "copy")
     a = Listing(copy / listing, timeout=5.0)
     b = Listing(fresh / listing, timeout=5.0)
+    c = Ledger(copy / ledger, timeout=5.0)
+    d = Ledger(fresh / ledger, timeout=5.0)
     try:
         assert a.all_tasks() == b.all_tasks()
+        assert [c.task_entries(t) for t in c.task_ids()] == [
+            d.task_entries(t) for t in d.task_ids()
+        ]
     finally:
         Listing.forget(a.path)
         Listing.forget(b.path)
+        Ledger.forget(c.path)
+        Ledger.forget(d.path)
     # Nothing engine-private or per-root made it into the committed example.
     assert not any(name in ours for name in (".locks", ".trash", ".cursor-key"))
     assert not [k for k in ours if os.path.basename(k).startswith(".~tmp-")]

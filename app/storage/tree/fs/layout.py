@@ -50,6 +50,7 @@ from app.storage.core.names import (
     LOCKS_DIR,
     MEMORIES_DIR,
     PROJECT_DIGEST,
+    PROJECT_LEDGER,
     PROJECT_LISTING,
     RECOVERING,
     SENTINEL,
@@ -100,6 +101,9 @@ class Layout:
 
     def listing(self, scope: Scope) -> Path:
         return self.project_dir(scope) / PROJECT_LISTING
+
+    def ledger(self, scope: Scope) -> Path:
+        return self.project_dir(scope) / PROJECT_LEDGER
 
     # -- task level ----------------------------------------------------------------------
     def task_dir(self, scope: Scope, task_id: str) -> Path:

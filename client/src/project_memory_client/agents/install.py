@@ -61,7 +61,15 @@ from .._files import fsync_dir
 SERVER = "project-memory"
 # The server's tools that only read (app/services/mcp/tools.py: read_only, no writes). Only
 # these are allowed without asking: a delete, a rename or a write is the person's to approve.
-READ_TOOLS = ("search", "read_digest", "list_tasks", "read_task", "read_turn", "read_artifact")
+READ_TOOLS = (
+    "search",
+    "read_digest",
+    "list_tasks",
+    "read_timeline",
+    "read_task",
+    "read_turn",
+    "read_artifact",
+)
 PERMISSIONS = tuple(f"mcp__{SERVER}__{tool}" for tool in READ_TOOLS)
 LEGACY_PERMISSION = f"mcp__{SERVER}"  # every tool of the server, as older installs allowed
 API_PREFIX = "/sandbox/memory/v1"

@@ -1,0 +1,82 @@
+"""The turn ledger's use cases (core/ledger.py): what a project's turns add up to, its
+timeline, and the price table its cost is computed with. Every door (REST, the MCP tools, the
+CLI through REST) comes through here.
+
+Reads are any token's of the project (a reader's too): one storage call, priced with the
+project's table as this process has it (looked at once a second, at once after a change made
+here). The price table is a project_admin's (and above) to set; each change is audited.
+"""
+
+from __future__ import annotations
+
+from app.services import access, audit
+from app.services.access import Principal, Who, token_of
+from app.storage.core import ledger as lg
+from app.storage.core.clock import to_us
+from app.storage.core.ledger import Filters, LedgerPage, LedgerQuery, Price, TimelinePage
+from app.storage.core.names import Scope
+from app.storage.interface import StorageBackend
+
+
+def filters(
+    storage: StorageBackend,
+    *,
+    since: str | None = None,
+    until: str | None = None,
+    agent: str | None = None,
+    model: str | None = None,
+    branch: str | None = None,
+) -> Filters:
+    """The filters a request names, relative times read on the storage's clock; ValueError
+    naming the parameter for a time that cannot be read, InvalidName for a bad value."""
+    now_us = to_us(storage.tasks.clock())
+    found: dict[str, int | None] = {}
+    for name, text in (("since", since), ("until", until)):
+        try:
+            found[name] = None if text is None else lg.parse_when(text, now_us)
+        except ValueError:
+            raise ValueError(name) from None
+    return Filters(
+        found["since"],
+        found["until"],
+        lg.check_filter("agent", agent),
+        lg.check_filter("model", model),
+        lg.check_filter("branch", branch),
+    )
+
+
+def report(storage: StorageBackend, principal: Principal, query: LedgerQuery) -> LedgerPage:
+    """What the project's turns add up to: totals and a page of rows (any role)."""
+    scope = principal.scope
+    return storage.tasks.read_ledger(scope, query, storage.ledger_prices.of(scope))
+
+
+def timeline(
+    storage: StorageBackend, principal: Principal, query: lg.TimelineQuery
+) -> TimelinePage:
+    """The project's turns across tasks, newest first (any role)."""
+    scope = principal.scope
+    return storage.tasks.read_timeline(scope, query, storage.ledger_prices.of(scope))
+
+
+def prices_of(storage: StorageBackend, scope: Scope) -> dict[str, Price]:
+    """The project's price table as stored now (what an answer shows)."""
+    return dict(storage.limits().prices().of(scope))
+
+
+def set_prices(storage: StorageBackend, by: Who, scope: Scope, table: object) -> None:
+    """Replace the project's price table with ``table`` (JSON: model -> kind -> price), a
+    project_admin's and above; InvalidLimit for one that breaks core/ledger.py's rules.
+    Audited with the models it prices."""
+    access.require_manage(by, "setting the ledger's prices")
+    done = storage.limits().set_prices(scope.tenant, scope.project, table)
+    audit.record(
+        storage,
+        scope.tenant,
+        scope.project,
+        actor=token_of(by).id,
+        kind="limits",
+        action="set",
+        subject="ledger prices",
+        detail={"models": sorted(done)[:10], "count": len(done)},
+    )
