@@ -105,6 +105,13 @@ def site(server: Server) -> Site:
             headers={"Content-Type": "text/plain"},
         )
         assert r.status_code == 200, r.text
+        store = s.post(f"{site.url}/v1/memory_stores", json={"name": "Team notes"}).json()
+        r = s.post(
+            f"{site.url}/v1/memory_stores/{store['id']}/memories",
+            json={"path": "/style/format.md", "content": "Use black."},
+        )
+        assert r.status_code == 200, r.text
+        site.ids["store"] = store["id"]
     return site
 
 
@@ -221,4 +228,24 @@ def test_markup_in_a_model_branch_or_agent_is_text_and_runs_nothing(
     assert EVIL_BRANCH in tab.locator("table[data-of=branch]").inner_text()
     assert EVIL_MODEL in tab.locator("p.legend").inner_text()
     assert dialogs == []
+    watch.assert_clean()
+
+
+def test_folders_and_files_are_drawn_with_our_svg_icons(
+    page: tuple[Any, Watch], site: Site
+) -> None:
+    tab, watch = page
+    sign_in(tab, site, "Ada (project admin)")
+    loaded: list[tuple[str, int]] = []
+    tab.on("response", lambda r: loaded.append((r.url, r.status)))
+    tab.goto(f"{site.url}{WEB}/stores/{site.ids['store']}")
+    before = "(el) => { const s = getComputedStyle(el, '::before');"
+    before += " return [s.content, s.backgroundImage, s.width]; }"
+    folder = tab.locator("li.folder a").first.evaluate(before)
+    assert folder[0] == '""' and "icon-folder.svg" in folder[1] and folder[2] == "16px"
+    go(tab, "li.folder a")
+    file = tab.locator("li.file a").first.evaluate(before)
+    assert file[0] == '""' and "icon-file.svg" in file[1]
+    icons = {u.rsplit("/", 1)[-1]: status for u, status in loaded if "/icon-" in u}
+    assert icons == {"icon-folder.svg": 200, "icon-file.svg": 200}
     watch.assert_clean()
