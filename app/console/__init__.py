@@ -8,6 +8,7 @@ from __future__ import annotations
 from app.console import (  # noqa: F401
     admin,
     audit,
+    compare,
     ledger,
     memories,
     oauth,
