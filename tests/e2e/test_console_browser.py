@@ -633,6 +633,12 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         # Charts of our own drawing: the only SVG a page may hold.
         f"{WEB}/usage",
         "/console/projects",
+        # The ledger's pages: models, agents and commits as labels, filters, keys of charts.
+        f"{WEB}/ledger",
+        f"{WEB}/ledger?model={requests.utils.quote(SCRIPTS[0])}",
+        f"{WEB}/timeline",
+        f"{WEB}/timeline?agent={requests.utils.quote(SCRIPTS[1])}",
+        f"{WEB}/compare?a=xss&b=xss&b_turn=0",
         # Snippets of everything above, with the matches highlighted; a hostile query too.
         f"{WEB}/search?q=pwned",
         f"{WEB}/search?q=script",

@@ -201,6 +201,7 @@ def test_markup_in_a_model_branch_or_agent_is_text_and_runs_nothing(
         f"{WEB}/timeline",
         f"{WEB}/timeline?model={q(EVIL_MODEL)}",
         f"{WEB}/tasks/xss/turns/0",
+        f"{WEB}/compare?a=xss&a_turn=0&b=task-00-0&b_turn=0",
     ):
         response = tab.goto(site.url + url)
         assert response is not None and response.status == 200, url
@@ -248,4 +249,46 @@ def test_folders_and_files_are_drawn_with_our_svg_icons(
     assert file[0] == '""' and "icon-file.svg" in file[1]
     icons = {u.rsplit("/", 1)[-1]: status for u, status in loaded if "/icon-" in u}
     assert icons == {"icon-folder.svg": 200, "icon-file.svg": 200}
+    watch.assert_clean()
+
+
+def test_a_turn_and_a_comparison_on_a_desktop_and_a_phone(
+    page: tuple[Any, Watch], site: Site, tmp_path: Path
+) -> None:
+    tab, watch = page
+    sign_in(tab, site, "Ada (project admin)")
+    tab.goto(f"{site.url}{WEB}/tasks/task-00-0/turns/0")
+    commit = tab.locator("p.turn-head code.commit")
+    full = commit.get_attribute("title")
+    assert full == "0000" + "c0ffee" * 6  # task-00-0, turn 0
+    assert commit.inner_text() == full  # all of it is there to select and copy
+    box = commit.bounding_box()
+    assert box is not None and box["width"] < 100  # shown short
+    card = tab.locator("li[data-artifact='test-output.txt']")
+    assert "text/plain" in card.inner_text() and "All 212 tests passed." in card.inner_text()
+    assert SCRIPTS[0] in card.locator("pre").inner_text()  # escaped, shown as text
+    assert tab.evaluate(PROBE) is None
+    screenshot(tab, "console-turn.png", tmp_path)
+    tab.set_viewport_size(PHONE)
+    assert header_height(tab) <= PHONE["height"] * 0.15
+    assert tab.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    screenshot(tab, "console-turn-phone.png", tmp_path)
+    tab.set_viewport_size(DESKTOP)
+
+    # Compare it with the task's next turn, from the next turn's page.
+    tab.goto(f"{site.url}{WEB}/tasks/task-07-0/turns/1")
+    go(tab, "a:has-text('Compare with turn 0')")
+    at(tab, "Compare · web")
+    assert tab.locator("table.compare tbody tr").count() >= 10
+    assert tab.locator("pre.diff .add").inner_text().startswith("+Worked on task-07-0, turn 1")
+    screenshot(tab, "console-compare.png", tmp_path)
+    tab.set_viewport_size(PHONE)
+    assert header_height(tab) <= PHONE["height"] * 0.15
+    assert tab.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    screenshot(tab, "console-compare-phone.png", tmp_path)
+    tab.set_viewport_size(DESKTOP)
+    # Two tasks, one of them with markup in every field.
+    tab.goto(f"{site.url}{WEB}/compare?a=xss&b=task-00-0")
+    assert EVIL_MODEL in tab.locator("table.compare").inner_text()
+    assert tab.evaluate(PROBE) is None
     watch.assert_clean()
