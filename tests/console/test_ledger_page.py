@@ -162,3 +162,27 @@ def test_markup_in_a_model_or_branch_is_text(
         page = text(console("reader").get(f"{WEB}/{path}"))
         assert "<img src=x" not in page and "<script>x" not in page
         assert "&lt;img src=x onerror=" in page
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ledger?since=999999w",
+        "ledger?until=0001-01-01",
+        "ledger?since=9999-12-31T23:59:59Z",
+        "ledger?since=2026-01-02&until=2025-01-01",
+        "timeline?since=999999w",
+        "timeline?until=0001-01-01",
+    ],
+)
+def test_far_or_empty_ranges_are_pages_not_errors(
+    client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser], query: str
+) -> None:
+    seed(client, tokens)
+    r = console("reader").get(f"{WEB}/{query}")
+    assert r.status_code == 200
+    # A chart never spans more than a year of days (the clock is 2026-01-01), whatever the range.
+    days = re.findall(r'class="tick" x="[\d.]+" y="\d+">(\d{4}-\d\d-\d\d)<', text(r))
+    assert all("2025-01-01" <= d <= "2026-01-01" for d in days), days[:3]
+    if query == "ledger?since=999999w":
+        assert days and min(days) == "2025-01-01"  # the last MOST_DAYS days, today's included
