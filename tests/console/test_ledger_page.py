@@ -114,6 +114,9 @@ def test_the_timeline_is_newest_first_and_pages_with_the_apis_cursor(
     assert 'title="0123456789abcdef0123">01234567</code>' in first
     nxt = re.search(r'href="([^"]+)" rel="next"', first)
     assert nxt is not None
+    # The API's cursor for the same question: one may go from the page to the API and back.
+    api = client.get(f"{API}/timeline?limit=2", headers=tokens.headers("reader")).get_json()
+    assert f"cursor={api['next_cursor']}" in html.unescape(nxt.group(1))
     second = text(browser.get(html.unescape(nxt.group(1))))
     assert re.findall(r'data-task="([^"]+)" data-turn="(\d+)"', second) == [("ci", "0")]
     assert 'rel="next"' not in second

@@ -428,6 +428,9 @@ def test_browse_page_diff_delete_redact_and_sign_out(
     ):
         tab.goto(site.url + url)
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390, url
+        # The header leaves the screen to the page: at most 15% of its height.
+        header = tab.locator("header.top").bounding_box()
+        assert header is not None and header["height"] <= 800 * 0.15, (url, header)
     tab.set_viewport_size({"width": 1200, "height": 900})
 
     go(tab, "button:has-text('Sign out')")
