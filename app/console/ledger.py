@@ -87,15 +87,21 @@ def _charts(view: ledger.Overview) -> tuple[Any, Any, list[tuple[str, str]]]:
     """Cost and tokens per day, stacked by model; the legend (model, CSS class)."""
     page = view.by_day
     days = [_day(r["day"]) for r in page.rows]
-    last = page.until_day if page.until_day is not None else max([view.today, *days])
+    # From the range's first day (else the first turn's) to its last, never past today (or
+    # the last turn, should a clock run ahead): an "until" in the future draws no empty year.
+    last = max([view.today, *days])
+    if page.until_day is not None:
+        last = min(last, page.until_day)
     first = page.since_day if page.since_day is not None else min([last, *days])
     first = max(first, last - MOST_DAYS + 1)
     slots = [lg.day_iso(d) for d in range(first, last + 1)]
-    cost_by_model: dict[str, float] = {}
+    # The costliest models get the colours; among those that cost nothing, the busiest.
+    weight: dict[str, tuple[float, int]] = {}
     for r in page.rows:
         model = r["model"] or ""
-        cost_by_model[model] = cost_by_model.get(model, 0.0) + r["cost_usd"] + r["turns"] * 1e-12
-    ranked = sorted(cost_by_model, key=lambda m: -cost_by_model[m])
+        spent, turns = weight.get(model, (0.0, 0))
+        weight[model] = (spent + r["cost_usd"], turns + r["turns"])
+    ranked = sorted(weight, key=lambda m: (-weight[m][0], -weight[m][1], m))
     coloured = (
         ranked[:MODEL_COLOURS] if len(ranked) <= MODEL_COLOURS else ranked[: MODEL_COLOURS - 1]
     )

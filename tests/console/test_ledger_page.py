@@ -189,3 +189,17 @@ def test_far_or_empty_ranges_are_pages_not_errors(
     assert all("2025-01-01" <= d <= "2026-01-01" for d in days), days[:3]
     if query == "ledger?since=999999w":
         assert days and min(days) == "2025-01-01"  # the last MOST_DAYS days, today's included
+
+
+def test_an_until_in_the_future_draws_up_to_today(
+    client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    seed(client, tokens)
+    page = text(console("reader").get(f"{WEB}/ledger?since=2025-12-25&until=2030-01-01"))
+    chart = re.search(r'<svg[^>]*aria-label="Cost per day.*?</svg>', page, re.S)
+    assert chart is not None
+    days = re.findall(r"<title>(\d{4}-\d\d-\d\d):", chart.group(0))
+    assert days and max(days) <= "2026-01-01"
+    # 2025-12-25 to 2026-01-01: eight slots, so each is an eighth of the width.
+    widths = {float(w) for w in re.findall(r'<rect[^>]* width="([\d.]+)"', chart.group(0))}
+    assert widths == {90 - 1}
