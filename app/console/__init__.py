@@ -8,6 +8,8 @@ from __future__ import annotations
 from app.console import (  # noqa: F401
     admin,
     audit,
+    compare,
+    ledger,
     memories,
     oauth,
     secrets,

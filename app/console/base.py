@@ -2,8 +2,9 @@
 interface, the signed-in principal, links within the project, the small request helpers.
 
 The page modules (views.py, signin.py, tasks.py, stores.py, memories.py, admin.py, usage.py,
-audit.py) register their routes on :data:`bp`; views.py holds the guard every request passes
-first (the session, the scope, the POST checks and the rate limits).
+audit.py, ledger.py, compare.py) register their routes on :data:`bp`; views.py holds the
+guard every request passes first (the session, the scope, the POST checks and the rate
+limits).
 """
 
 from __future__ import annotations

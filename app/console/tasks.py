@@ -22,6 +22,7 @@ from werkzeug.wsgi import wrap_file
 from app.console import base, render
 from app.services import tasks as task_service
 from app.services.access import may_delete_task
+from app.storage.core import ledger as lg
 from app.storage.core.clock import parse_iso
 from app.storage.core.errors import Corrupt, InvalidName, StorageError
 from app.storage.core.models import TaskSummary
@@ -34,6 +35,8 @@ TASKS_PER_PAGE = 50
 TURNS_PER_PAGE = 20
 TIMELINE_SUMMARY_CHARS = 16_000  # per turn on a task's timeline; its turn page shows it all
 EXPIRING_SOON = timedelta(days=3)
+TURN_PREVIEWS = 5  # text artifacts previewed on a turn's page
+TURN_PREVIEW_BYTES = 4096  # of each
 
 _tasks = base.tasks
 _principal = base.principal
@@ -238,8 +241,34 @@ def turn(tenant: str, project: str, task_id: str, turn: int) -> ResponseReturnVa
     return render_template(
         "console/turn.html",
         turn=_turn_view(record, timeline=False),
+        facts=lg.entry_of(record),
+        previews=_previews(store, record),
         may_delete=may_delete_task(_principal(), summary.owner if summary else None),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    text: str
+    shown: int  # bytes of the artifact the text is made of
+
+
+def _previews(store: Any, record: Any) -> dict[str, Preview]:
+    """The start of the turn's first few text artifacts, by name: a turn of many large logs
+    costs a bounded read (TURN_PREVIEWS of TURN_PREVIEW_BYTES), the rest is a click away."""
+    found: dict[str, Preview] = {}
+    for info in record.artifacts:
+        if len(found) >= TURN_PREVIEWS:
+            break
+        if render.artifact_kind(info.content_type) != "text" or info.size == 0:
+            continue
+        opened = store.open_artifact(_scope(), record.task_id, record.turn, info.name)
+        with opened.file:
+            head = opened.file.read(TURN_PREVIEW_BYTES)
+        text = render.text_preview(head)
+        if text is not None:
+            found[info.name] = Preview(text, len(head))
+    return found
 
 
 def _deletable_turn(task_id: str, turn: int) -> Any:

@@ -9,7 +9,8 @@ page and the static assets are public.
 This module holds what every page passes through (the guard, the headers, the template
 context, the error pages) and the pages of no subject of their own: the project menu,
 search, project.md. The others register their routes on the same blueprint (base.py):
-signin.py, tasks.py, stores.py, memories.py, admin.py, usage.py, audit.py.
+signin.py, tasks.py, stores.py, memories.py, admin.py, usage.py, audit.py, ledger.py (the
+ledger and the timeline), compare.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ here). The price table is a project_admin's (and above) to set; each change is a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from app.services import access, audit
 from app.services.access import Principal, Who, token_of
 from app.storage.core import ledger as lg
@@ -79,4 +82,52 @@ def set_prices(storage: StorageBackend, by: Who, scope: Scope, table: object) ->
         action="set",
         subject="ledger prices",
         detail={"models": sorted(done)[:10], "count": len(done)},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """What the console's ledger page shows: the project's cost and tokens by day and model,
+    and its sessions, branches and tasks by cost (each list the ``top`` most costly of the
+    first :data:`lg.MAX_LEDGER_LIMIT` keys; ``partial`` names the lists that had more)."""
+
+    by_day: LedgerPage  # grouped by day and model, the totals with it
+    sessions: list[dict[str, Any]]
+    branches: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+    failing: list[dict[str, Any]]  # tasks with a non-zero exit code, the most failures first
+    partial: frozenset[str]
+    today: int  # the storage clock's UTC day, where a range with no end stops
+
+
+def overview(
+    storage: StorageBackend, principal: Principal, filters: Filters, *, top: int = 10
+) -> Overview:
+    """The ledger's rollups a dashboard needs, from :func:`report` alone (any role)."""
+    by_day = report(storage, principal, LedgerQuery(("day", "model"), filters, lg.MAX_LEDGER_LIMIT))
+    ranked: dict[str, list[dict[str, Any]]] = {}
+    partial = set()
+    for name in ("session", "branch", "task"):
+        page = report(storage, principal, LedgerQuery((name,), filters, lg.MAX_LEDGER_LIMIT))
+        if page.next_cursor is not None:
+            partial.add(name)
+        ranked[name] = page.rows
+    if by_day.next_cursor is not None:
+        partial.add("day")
+
+    def costliest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda r: (-r["cost_usd"], -r["turns"]))[:top]
+
+    failing = sorted(
+        (r for r in ranked["task"] if r["nonzero_exits"]),
+        key=lambda r: (-r["nonzero_exits"], r["task"] or ""),
+    )[:top]
+    return Overview(
+        by_day,
+        costliest(ranked["session"]),
+        costliest(ranked["branch"]),
+        costliest(ranked["task"]),
+        failing,
+        frozenset(partial),
+        to_us(storage.tasks.clock()) // lg.DAY_US,
     )

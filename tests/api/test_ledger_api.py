@@ -280,3 +280,27 @@ def test_a_cursor_resumes_under_a_relative_since_the_clock_moved(
         query_string={"agent": "codex", "cursor": first["next_cursor"]},
     )
     assert r.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("query", "since", "until", "turns"),
+    [
+        ({"since": "999999w"}, "1970-01-01", None, 3),
+        ({"since": "0001-01-01"}, "1970-01-01", None, 3),
+        ({"until": "0001-01-01"}, None, "1969-12-31", 0),
+    ],
+)
+def test_a_moment_before_the_epoch_reads_as_the_epoch(
+    client: FlaskClient,
+    tokens: Tokens,
+    query: dict[str, str],
+    since: str | None,
+    until: str | None,
+    turns: int,
+) -> None:
+    seed(client, tokens)
+    for path in ("ledger", "timeline"):
+        r = client.get(f"{PM}/{path}", headers=tokens.headers("reader"), query_string=query)
+        assert r.status_code == 200, (path, r.json)
+    body = get(client, tokens, "ledger", **query)
+    assert (body["since"], body["until"], body["totals"]["turns"]) == (since, until, turns)

@@ -94,3 +94,19 @@ def test_the_projects_page_has_counts_activity_and_sparklines(
     assert len(spark) == 1
     days = re.findall(r'data-requests="(\d+)"', spark[0])
     assert len(days) == 14 and int(days[-1]) == traffic
+
+
+def test_a_new_project_says_how_to_fill_it_instead_of_empty_charts(
+    console: Callable[[str], Browser],
+) -> None:
+    page = text(console("reader").get(f"{WEB}/usage"))
+    assert 'id="nothing-yet"' in page and "project-memory agent install" in page
+    assert [c for c in svgs(page) if 'class="chart"' in c] == []
+
+
+def test_the_panel_goes_once_something_is_recorded(
+    traffic: int, console: Callable[[str], Browser]
+) -> None:
+    page = text(console("reader").get(f"{WEB}/usage"))
+    assert 'id="nothing-yet"' not in page
+    assert len([c for c in svgs(page) if 'class="chart"' in c]) == 2

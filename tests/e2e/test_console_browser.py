@@ -428,6 +428,9 @@ def test_browse_page_diff_delete_redact_and_sign_out(
     ):
         tab.goto(site.url + url)
         assert tab.evaluate("document.documentElement.scrollWidth") <= 390, url
+        # The header leaves the screen to the page: at most 15% of its height.
+        header = tab.locator("header.top").bounding_box()
+        assert header is not None and header["height"] <= 800 * 0.15, (url, header)
     tab.set_viewport_size({"width": 1200, "height": 900})
 
     go(tab, "button:has-text('Sign out')")
@@ -633,6 +636,12 @@ def test_nothing_an_agent_wrote_runs_or_loads_anything(
         # Charts of our own drawing: the only SVG a page may hold.
         f"{WEB}/usage",
         "/console/projects",
+        # The ledger's pages: models, agents and commits as labels, filters, keys of charts.
+        f"{WEB}/ledger",
+        f"{WEB}/ledger?model={requests.utils.quote(SCRIPTS[0])}",
+        f"{WEB}/timeline",
+        f"{WEB}/timeline?agent={requests.utils.quote(SCRIPTS[1])}",
+        f"{WEB}/compare?a=xss&b=xss&b_turn=0",
         # Snippets of everything above, with the matches highlighted; a hostile query too.
         f"{WEB}/search?q=pwned",
         f"{WEB}/search?q=script",

@@ -451,15 +451,19 @@ def parse_when(text: str, now_us: int) -> int:
     """A ``since`` / ``until`` in microseconds since the epoch: an RFC 3339 time (a date
     alone is its midnight; no offset is UTC), ``Nm``, ``Nh``, ``Nd`` or ``Nw`` (that many
     minutes, hours, days or weeks before ``now_us``), ``today`` or ``yesterday`` (the
-    midnight, UTC, that starts them). ValueError otherwise."""
+    midnight, UTC, that starts them). ValueError otherwise.
+
+    A moment before the epoch reads as the epoch: no turn is placed before it (a turn with
+    no time counts at it), so the answer is the same, and the day it reports stays a day a
+    date can name (999999w before now is before the year 1)."""
     if text == "today":
         return now_us // DAY_US * DAY_US
     if text == "yesterday":
         return (now_us // DAY_US - 1) * DAY_US
     match = RELATIVE_RE.fullmatch(text)
     if match:
-        return now_us - int(match.group(1)) * _UNIT_US[match.group(2)]
-    return parse_time_us(text, query=True)
+        return max(0, now_us - int(match.group(1)) * _UNIT_US[match.group(2)])
+    return max(0, parse_time_us(text, query=True))
 
 
 def check_filter(field_name: str, value: str | None) -> str | None:
