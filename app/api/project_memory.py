@@ -585,7 +585,7 @@ def get_whoami() -> ResponseReturnValue:
 
 
 @bp.get("/secrets/policy")
-@doc(responses={200: s.SecretPolicy, **ERRORS})
+@doc(responses={200: s.SecretPolicy, **ERRORS}, beyond_seed=True)
 def get_secret_policy() -> ResponseReturnValue:
     """What this project does with the secrets a write holds: its policy and allowlists
 
@@ -601,7 +601,7 @@ def get_secret_policy() -> ResponseReturnValue:
 
 
 @bp.put("/secrets/policy")
-@doc(body=s.SecretPolicyRequest, responses={200: s.SecretPolicy, **ERRORS})
+@doc(body=s.SecretPolicyRequest, responses={200: s.SecretPolicy, **ERRORS}, beyond_seed=True)
 def put_secret_policy() -> ResponseReturnValue:
     """Set this project's secret policy or allowlists (project_admin and above)
 

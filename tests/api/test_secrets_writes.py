@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -433,3 +434,14 @@ def test_an_import_masks_what_the_backup_held_unless_the_project_allows_it(
     )
     assert done.exit_code == 0 and "masked" not in done.output, done.output
     assert secret.value in client.get(f"{PM}/tasks/kept/turns/0", headers=h).get_data(as_text=True)
+
+
+def test_the_policy_routes_are_in_the_openapi_document_as_beyond_the_seed(
+    client: FlaskClient,
+) -> None:
+    spec = yaml.safe_load(client.get(f"{PM}/openapi.yaml").data)
+    route = spec["paths"][f"{PM}/secrets/policy"]
+    assert {method: op.get("x-beyond-seed") for method, op in route.items()} == {
+        "get": True,
+        "put": True,
+    }
