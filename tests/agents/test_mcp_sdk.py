@@ -292,6 +292,7 @@ def test_structured_results_validate_against_their_output_schemas(
         ("search", {"query": "resolver"}),
         ("read_digest", {"max_chars": 2000}),
         ("list_tasks", {"limit": 1}),
+        ("read_timeline", {"since": "1d", "limit": 5}),
         ("read_task", {"task_id": "sdk-records"}),
         ("read_turn", {"task_id": "sdk-records", "turn": 0, "offset": 4}),
         ("read_artifact", {"task_id": "sdk-records", "turn": 0, "name": "a.log"}),
@@ -317,6 +318,7 @@ def test_structured_results_validate_against_their_output_schemas(
         assert any(h["task_id"] == "sdk-records" for h in out["search"][1]["hits"])
         assert "## sdk-records" in out["read_digest"][1]["digest"]
         assert len(out["list_tasks"][1]["tasks"]) == 1
+        assert out["read_timeline"][1]["turns"][0]["task_id"] == "sdk-records"
         assert out["read_task"][1]["turns"][0]["meta"]["tokens"] == {"input": 3}
         assert out["read_turn"][1]["summary_md"] == "ed the resolver."
         assert out["read_artifact"][1]["content"] == "ok\n"
