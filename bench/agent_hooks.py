@@ -183,6 +183,30 @@ class SlowRelay:
 
 
 @contextlib.contextmanager
+def server_states(url: str, slow_seconds: float) -> Iterator[dict[str, str]]:
+    """The addresses a hook is timed against: ``up`` (the server), ``slow`` (a relay that
+    answers after ``slow_seconds``), ``hung`` (the kernel accepts, nobody answers) and
+    ``down`` (a port bound but not listening)."""
+    host, port = url.removeprefix("http://").split(":")
+    slow = SlowRelay((host, int(port)), slow_seconds)
+    hung = socket.socket()
+    try:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(1024)
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            yield {
+                "up": url,
+                "slow": slow.url,
+                "hung": f"http://127.0.0.1:{hung.getsockname()[1]}",
+                "down": f"http://127.0.0.1:{closed.getsockname()[1]}",
+            }
+    finally:
+        slow.close()
+        hung.close()
+
+
+@contextlib.contextmanager
 def hogs(n: int) -> Iterator[None]:
     procs = [
         subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -264,19 +288,7 @@ def main() -> None:
             )  # fmt: skip
         if args.share_memory:
             share_memory(sides["shared"], work, repo, server.url, token)
-        host, port = server.url.removeprefix("http://").split(":")
-        slow = SlowRelay((host, int(port)), SLOW_SECONDS)
-        hung = socket.socket()
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(1024)  # the kernel accepts; nobody answers
-        with socket.socket() as closed:
-            closed.bind(("127.0.0.1", 0))
-            urls = {
-                "up": server.url,
-                "slow": slow.url,
-                "hung": f"http://127.0.0.1:{hung.getsockname()[1]}",
-                "down": f"http://127.0.0.1:{closed.getsockname()[1]}",  # bound, not listening
-            }
+        with server_states(server.url, SLOW_SECONDS) as urls:
             base = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
             # Each side its own session and transcript: the turns one records are its own.
             paths = {side: work / f"t-{side}.jsonl" for side in sides}
@@ -318,8 +330,6 @@ def main() -> None:
                             figures[side].setdefault(name, []).append(wall)
                             figures[side].setdefault(f"{name} (cpu)", []).append(cpu)
                             loads.append(os.getloadavg()[0])
-        slow.close()
-        hung.close()
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.agent_hooks import SlowRelay, client_venv, hogs, pct, run_once
+from bench.agent_hooks import client_venv, hogs, pct, run_once, server_states
 from bench.servers import REPO, start_ours
 
 API = "/sandbox/memory/v1"
@@ -133,19 +132,7 @@ def main() -> None:
         seed(server.url, token, args.turns)
         repo = work / "repo"
         repo.mkdir()
-        host, port = server.url.removeprefix("http://").split(":")
-        slow = SlowRelay((host, int(port)), args.slow)
-        hung = socket.socket()
-        hung.bind(("127.0.0.1", 0))
-        hung.listen(1024)  # the kernel accepts; nobody answers
-        with socket.socket() as closed:
-            closed.bind(("127.0.0.1", 0))
-            urls = {
-                "up": server.url,
-                "slow": slow.url,
-                "hung": f"http://127.0.0.1:{hung.getsockname()[1]}",
-                "down": f"http://127.0.0.1:{closed.getsockname()[1]}",  # bound, not listening
-            }
+        with server_states(server.url, args.slow) as urls:
             base = {k: v for k, v in os.environ.items() if not k.startswith("PROJECT_MEMORY_")}
             plan = [
                 ("off", "up", PROMPT, {"PROJECT_MEMORY_PROMPT_CONTEXT": "off"}),
@@ -176,8 +163,6 @@ def main() -> None:
                         figures.setdefault(name, []).append(wall)
                         figures.setdefault(f"{name} (cpu)", []).append(cpu)
                         loads.append(os.getloadavg()[0])
-        slow.close()
-        hung.close()
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
