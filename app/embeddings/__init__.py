@@ -1,0 +1,1 @@
+"""Embedders: text to vectors, for the semantic half of search. Plain Python, no Flask."""
