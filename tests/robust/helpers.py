@@ -134,7 +134,10 @@ class Live:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
+            # Longer than gunicorn's graceful_timeout (30 s): a worker still finishing then is
+            # killed by its master, which goes on to its on_exit (the clean stop's sentinel
+            # removal). Killing the master at the same moment would make it an unclean stop.
+            self.proc.wait(timeout=45)
         except subprocess.TimeoutExpired:
             self.kill_all()
         # Workers of a stopped master must be gone before the tree is inspected.
