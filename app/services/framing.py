@@ -8,8 +8,9 @@ task ...", "Recorded turn ...") or an instruction. So stored text goes between
 case, with spaces or zero-width characters in it, or with a full-width ``<``) loses its
 ``<``: stored text cannot end its frame early, nor open another one.
 
-The client's hooks frame by the same rule (project_memory_client/agents/framing.py, for a
-server without the context endpoint); tests/agents/test_framing.py holds the two together.
+The client frames by the same rule where it puts stored text in a session's context itself
+(the shared Claude Code memory, project_memory_client/agents/shared_memory.py ``neutral``);
+tests/agents/test_shared_memory.py holds the two together.
 """
 
 from __future__ import annotations
