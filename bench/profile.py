@@ -29,6 +29,8 @@ def summarize(path: Path, top: int) -> None:
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_s = line.rpartition(" ")
+        if not count_s.isdigit():
+            continue  # the tail of a frame name that held a line break, not a stack
         count = int(count_s)
         frames = stack.split(";")
         # Only request-handling threads: skip the gunicorn main loop and idle pollers.

@@ -135,13 +135,13 @@ def decode_cursor(codec: CursorCodec, scope: Scope, order: TaskOrder, cursor: st
 class PageWindow:
     """The rows of a page in its order and whether a page follows and one comes before."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Sequence[Any]]
     more_after: bool
     more_before: bool
 
 
 def window(
-    rows: list[dict[str, Any]], limit: int, *, backward: bool, from_cursor: bool
+    rows: list[Sequence[Any]], limit: int, *, backward: bool, from_cursor: bool
 ) -> PageWindow:
     """The page in ``rows`` (``limit`` + 1 read, in the order they were read). Read forward
     from a cursor, a page comes before it; read backward, a page comes after it."""
@@ -181,19 +181,14 @@ def task_page(
 ) -> TaskPage:
     """The page of ``rows`` (``limit`` + 1 of them read in the page's order, or backward),
     with the cursors of the pages after and before it."""
-    found = window(
-        [dict(zip(ROW_FIELDS, r, strict=True)) for r in rows],
-        limit,
-        backward=backward,
-        from_cursor=from_cursor,
-    )
-    tasks = tuple(summary([r[f] for f in ROW_FIELDS]) for r in found.rows)
+    found = window(list(rows), limit, backward=backward, from_cursor=from_cursor)
+    tasks = tuple(map(summary, found.rows))
     first, last = (found.rows[0], found.rows[-1]) if found.rows else (None, None)
     next_cursor = prev_cursor = None
     if last is not None and found.more_after:
-        next_cursor = encode_cursor(codec, scope, order, _typed(order.key_of(last)))
+        next_cursor = encode_cursor(codec, scope, order, _typed(order.key_of(_named(last))))
     if first is not None and found.more_before:
-        prev_cursor = encode_cursor(codec, scope, order, _typed(order.key_of(first)))
+        prev_cursor = encode_cursor(codec, scope, order, _typed(order.key_of(_named(first))))
     return TaskPage(
         tasks,
         total,
@@ -204,20 +199,25 @@ def task_page(
 
 
 def summary(row: Sequence[Any]) -> TaskSummary:
-    """A task as a page shows it, from its row of ROW_FIELDS."""
-    r = dict(zip(ROW_FIELDS, row, strict=True))
+    """A task as a page shows it, from its row of ROW_FIELDS (unpacked by position, not made
+    a dict: a page makes up to a hundred of these)."""
+    task_id, updated, retain, turns, latest, owner, model, agent_id, exit_code, size = row
     return TaskSummary(
-        task_id=r["task_id"],
-        latest_turn=None if r["latest_turn"] is None else int(r["latest_turn"]),
-        turn_count=int(r["turn_count"]),
-        updated_at=iso_us(int(r["updated_us"])),
-        retain_until=iso_us(int(r["retain_until_us"])),
-        owner=r["owner"],
-        model=r["model"],
-        agent_id=r["agent_id"],
-        exit_code=None if r["exit_code"] is None else int(r["exit_code"]),
-        bytes=int(r["bytes"]),
+        task_id=task_id,
+        latest_turn=None if latest is None else int(latest),
+        turn_count=int(turns),
+        updated_at=iso_us(int(updated)),
+        retain_until=iso_us(int(retain)),
+        owner=owner,
+        model=model,
+        agent_id=agent_id,
+        exit_code=None if exit_code is None else int(exit_code),
+        bytes=int(size),
     )
+
+
+def _named(row: Sequence[Any]) -> dict[str, Any]:
+    return dict(zip(ROW_FIELDS, row, strict=True))
 
 
 def _typed(key: list[Any]) -> list[Any]:
