@@ -323,6 +323,9 @@ def _load_sso_file(config: Any, overrides: Mapping[str, Any]) -> None:
 
 def validate_config(config: dict[str, Any]) -> None:
     """Coerce each setting to its type and refuse values the service cannot run with."""
+    # from_prefixed_env has already parsed a JSON list of rules: keep it as its JSON text.
+    if isinstance(config.get("ROLE_RULES"), list | dict):
+        config["ROLE_RULES"] = json.dumps(config["ROLE_RULES"])
     for name, (_, kind, _) in SETTINGS.items():
         value = config[name]
         try:

@@ -82,10 +82,15 @@ class OidcProvider:
     """oidc-provider on 127.0.0.1, with one confidential client for ``redirect_uris``."""
 
     def __init__(
-        self, directory: Path, redirect_uris: list[str], *, id_token_ttl: int = 3600
+        self,
+        directory: Path,
+        redirect_uris: list[str],
+        *,
+        id_token_ttl: int = 3600,
+        port: int | None = None,
     ) -> None:
         self.directory = directory
-        self.port = free_port()
+        self.port = port or free_port()
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.accounts_file = directory / "accounts.json"
         self.accounts: dict[str, dict[str, Any]] = {}
