@@ -208,6 +208,7 @@ def _revoke(
 def disable(storage: StorageBackend, registry: TokenStore, by: Token, uid: str) -> User:
     """Disable a user: no further sign-in, and their console sessions, tokens and OAuth
     grants end now, each recorded in the audit log."""
+    access.require_manage_user(by, by.tenant)  # a manager of users at all, before the lookup
     found = storage.users.get(uid)
     if found is None:
         raise NotFound(f"no user {uid[:60]}")
@@ -231,6 +232,7 @@ def disable(storage: StorageBackend, registry: TokenStore, by: Token, uid: str) 
 
 def enable(storage: StorageBackend, registry: TokenStore, by: Token, uid: str) -> User:
     """Let a disabled user sign in again (their old tokens stay revoked)."""
+    access.require_manage_user(by, by.tenant)  # a manager of users at all, before the lookup
     found = storage.users.get(uid)
     if found is None:
         raise NotFound(f"no user {uid[:60]}")
@@ -294,8 +296,10 @@ def mint(
 
 def revoke_own(storage: StorageBackend, registry: TokenStore, by: Token, token_id: str) -> None:
     """Revoke one of the signed-in person's own minted tokens."""
+    if by.user is None:
+        raise Forbidden("only a person signed in through the identity provider has tokens here")
     target = registry.get(token_id)
-    if target is None or by.user is None or target.user != by.user:
+    if target is None or target.user != by.user:
         raise NotFound(f"no token {token_id[:60]} of yours")
     if target.name == CONSOLE_TOKEN_NAME:
         raise Forbidden("sign out to end the console's token")
