@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
+from ipaddress import IPv4Network, IPv6Network, ip_network
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -13,6 +16,7 @@ from app.storage.core.limits import PAIRS, parse_bytes, rate_fault
 from app.storage.core.quota import parse_floor, parse_inode_floor
 from app.storage.core.record_rules import MAX_RETENTION_DAYS
 from app.storage.core.secret_policy import POLICIES
+from app.storage.core.users import parse_rules
 from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
@@ -21,6 +25,23 @@ MiB = 1 << 20
 
 class Bytes(int):
     """A byte count; the environment may give it with a unit (10MiB, 1.5GB, 512k)."""
+
+
+class Proxies(str):
+    """A number of proxies, or a comma-separated list of their addresses and networks."""
+
+
+def parse_proxies(value: object) -> tuple[int, tuple[IPv4Network | IPv6Network, ...]]:
+    """The proxy count and the networks proxy headers are believed from (none: any peer)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, ()
+    text = str(value).strip()
+    if text.isdigit():
+        return int(text), ()
+    nets = tuple(ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip())
+    if not nets:
+        raise ValueError("no address")
+    return 1, nets
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -158,8 +179,62 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     ),
     "TRUSTED_PROXIES": (
         0,
+        Proxies,
+        "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes: a count, or the proxy's addresses and networks (10.0.0.5,fd00::/8), which are believed from those peers only, as is `MEMORY_PROXY_USER_HEADER`.",
+    ),
+    "SSO_FILE": (
+        "",
+        str,
+        "A JSON file of single sign-on settings (docs/sso.md): keys named as the OIDC_*, ROLE_RULES and PROXY_* settings in lower case; the environment wins over it.",
+    ),
+    "OIDC_ISSUER": (
+        "",
+        str,
+        "The OpenID Connect provider's issuer URL (discovery at <issuer>/.well-known/openid-configuration); empty: no OIDC sign-in (docs/sso.md).",
+    ),
+    "OIDC_CLIENT_ID": ("", str, "The console's client id at the OpenID Connect provider."),
+    "OIDC_CLIENT_SECRET_FILE": (
+        "",
+        str,
+        "A file holding the client secret (read once at start); never the secret itself in the environment.",
+    ),
+    "OIDC_SCOPES": (
+        "openid email profile",
+        str,
+        "The scopes asked of the provider (openid first).",
+    ),
+    "OIDC_ALGORITHMS": (
+        "RS256",
+        str,
+        "The ID token signature algorithms taken, comma-separated (RS256, ES256, PS256, EdDSA...; never none or HS*).",
+    ),
+    "OIDC_CLOCK_SKEW": (
+        60,
         int,
-        "Reverse proxies in front whose X-Forwarded-Proto/-Host the console believes.",
+        "Seconds of clock difference with the provider allowed when checking an ID token's times (at most 300).",
+    ),
+    "OIDC_GROUPS_CLAIM": ("groups", str, "The ID token claim that lists a person's groups."),
+    "OIDC_NAME": ("single sign-on", str, "What the sign-in button calls the provider."),
+    "ROLE_RULES": (
+        "",
+        str,
+        'The claim -> role rules, a JSON list (docs/sso.md): e.g. [{"claim": "groups", "equals": "eng", "role": "writer", "tenant": "acme", "project": "*"}].',
+    ),
+    "ROLE_RULES_FILE": ("", str, "A JSON file of the claim -> role rules (instead of ROLE_RULES)."),
+    "PROXY_USER_HEADER": (
+        "",
+        str,
+        "A header naming the signed-in person (X-Forwarded-Email from oauth2-proxy, Cf-Access-Authenticated-User-Email, Tailscale-User-Login), believed only from the addresses in MEMORY_TRUSTED_PROXIES; empty: off.",
+    ),
+    "PROXY_GROUPS_HEADER": (
+        "",
+        str,
+        "A header listing that person's groups, comma-separated (X-Forwarded-Groups), for the role rules.",
+    ),
+    "CONSOLE_TOKEN_SIGNIN": (
+        "on",
+        str,
+        "Signing in to the console with a pasted token: on, admins (admin and tenant_admin tokens only) or off.",
     ),
     "OAUTH_ACCESS_SECONDS": (
         3600,
@@ -204,11 +279,53 @@ def load_config(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     app.config.from_prefixed_env(PREFIX)
     if overrides:
         app.config.update(overrides)
+    _load_sso_file(app.config, overrides or {})
     validate_config(app.config)
+
+
+# The settings a MEMORY_SSO_FILE may hold.
+SSO_KEYS = (
+    "OIDC_ISSUER",
+    "OIDC_CLIENT_ID",
+    "OIDC_CLIENT_SECRET_FILE",
+    "OIDC_SCOPES",
+    "OIDC_ALGORITHMS",
+    "OIDC_CLOCK_SKEW",
+    "OIDC_GROUPS_CLAIM",
+    "OIDC_NAME",
+    "ROLE_RULES",
+    "PROXY_USER_HEADER",
+    "PROXY_GROUPS_HEADER",
+    "CONSOLE_TOKEN_SIGNIN",
+)
+
+
+def _load_sso_file(config: Any, overrides: Mapping[str, Any]) -> None:
+    """Fill the single sign-on settings from MEMORY_SSO_FILE, where neither the environment
+    nor the overrides set them."""
+    path = str(config.get("SSO_FILE") or "")
+    if not path:
+        return
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{PREFIX}_SSO_FILE {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{PREFIX}_SSO_FILE {path}: a JSON object of settings")
+    for key, value in data.items():
+        name = str(key).upper()
+        if name not in SSO_KEYS:
+            raise ConfigError(f"{PREFIX}_SSO_FILE {path}: unknown setting {key!r}")
+        if f"{PREFIX}_{name}" in os.environ or name in overrides:
+            continue
+        config[name] = json.dumps(value) if name == "ROLE_RULES" else value
 
 
 def validate_config(config: dict[str, Any]) -> None:
     """Coerce each setting to its type and refuse values the service cannot run with."""
+    # from_prefixed_env has already parsed a JSON list of rules: keep it as its JSON text.
+    if isinstance(config.get("ROLE_RULES"), list | dict):
+        config["ROLE_RULES"] = json.dumps(config["ROLE_RULES"])
     for name, (_, kind, _) in SETTINGS.items():
         value = config[name]
         try:
@@ -220,6 +337,8 @@ def validate_config(config: dict[str, Any]) -> None:
                 value = str(value)
             elif kind is Bytes:
                 value = parse_bytes(value)
+            elif kind is Proxies:
+                parse_proxies(value)
             elif kind is bool:
                 value = parse_bool(value)
             else:
@@ -277,8 +396,11 @@ def validate_config(config: dict[str, Any]) -> None:
             config["PUBLIC_URL"] = public_origin(config["PUBLIC_URL"])
         except ValueError as exc:
             raise ConfigError(f"{PREFIX}_PUBLIC_URL {exc} (got {config['PUBLIC_URL']!r})") from None
-    if not 0 <= config["TRUSTED_PROXIES"] <= 16:
+    count, nets = parse_proxies(config["TRUSTED_PROXIES"])
+    if not 0 <= count <= 16:
         raise ConfigError(f"{PREFIX}_TRUSTED_PROXIES must be between 0 and 16")
+    config["TRUSTED_PROXIES"], config["TRUSTED_PROXY_NETS"] = count, nets
+    _validate_sso(config)
     if config["METRICS"] not in ("off", "token"):
         raise ConfigError(f"{PREFIX}_METRICS must be 'off' or 'token'")
     if config["FIRST_TOKEN"] not in ("print", "off"):
@@ -335,3 +457,67 @@ def _validate_rate_limits(config: dict[str, Any]) -> None:
         fault = rate_fault(rate_field, config[rate], burst_field, config[burst])
         if fault:
             raise ConfigError(f"{PREFIX}_{rate} / {PREFIX}_{burst}: {fault}")
+
+
+SIGNIN_MODES = ("on", "admins", "off")
+# Never taken for an ID token: no signature, or one keyed with the client secret, which the
+# client itself (and so anyone who has it) could make.
+_REFUSED_ALGORITHMS = frozenset({"none", "HS256", "HS384", "HS512"})
+
+
+def _validate_sso(config: dict[str, Any]) -> None:
+    """The single sign-on settings (docs/sso.md): the OIDC client's, the role rules and the
+    trusted proxy's header; reads the client secret and the rules file once, here."""
+    if config["CONSOLE_TOKEN_SIGNIN"] not in SIGNIN_MODES:
+        raise ConfigError(f"{PREFIX}_CONSOLE_TOKEN_SIGNIN must be one of {', '.join(SIGNIN_MODES)}")
+    if not 0 <= config["OIDC_CLOCK_SKEW"] <= 300:
+        raise ConfigError(f"{PREFIX}_OIDC_CLOCK_SKEW must be between 0 and 300 seconds")
+    algorithms = tuple(a.strip() for a in config["OIDC_ALGORITHMS"].split(",") if a.strip())
+    refused = [a for a in algorithms if a in _REFUSED_ALGORITHMS or a.lower() == "none"]
+    if not algorithms or refused:
+        raise ConfigError(
+            f"{PREFIX}_OIDC_ALGORITHMS must name asymmetric signature algorithms (not none or HS*)"
+        )
+    config["OIDC_ALGORITHM_LIST"] = algorithms
+    config["OIDC_CLIENT_SECRET"] = ""
+    if config["OIDC_ISSUER"]:
+        issuer = config["OIDC_ISSUER"]
+        if not issuer.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+            raise ConfigError(f"{PREFIX}_OIDC_ISSUER must be an https:// URL (got {issuer!r})")
+        if not config["OIDC_CLIENT_ID"]:
+            raise ConfigError(f"{PREFIX}_OIDC_ISSUER is set: set {PREFIX}_OIDC_CLIENT_ID too")
+        if "openid" not in config["OIDC_SCOPES"].split():
+            raise ConfigError(f"{PREFIX}_OIDC_SCOPES must include openid")
+        secret_file = config["OIDC_CLIENT_SECRET_FILE"]
+        if secret_file:
+            try:
+                config["OIDC_CLIENT_SECRET"] = Path(secret_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigError(f"{PREFIX}_OIDC_CLIENT_SECRET_FILE: {exc}") from None
+            if not config["OIDC_CLIENT_SECRET"]:
+                raise ConfigError(f"{PREFIX}_OIDC_CLIENT_SECRET_FILE {secret_file} is empty")
+    rules_text = config["ROLE_RULES"]
+    if config["ROLE_RULES_FILE"]:
+        if rules_text:
+            raise ConfigError(f"set {PREFIX}_ROLE_RULES or {PREFIX}_ROLE_RULES_FILE, not both")
+        try:
+            rules_text = Path(config["ROLE_RULES_FILE"]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{PREFIX}_ROLE_RULES_FILE: {exc}") from None
+    try:
+        config["ROLE_RULE_LIST"] = parse_rules(json.loads(rules_text)) if rules_text else ()
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}_ROLE_RULES: {exc}") from None
+    header = config["PROXY_USER_HEADER"]
+    if header:
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", header):
+            raise ConfigError(f"{PREFIX}_PROXY_USER_HEADER must be a header name")
+        if not config["TRUSTED_PROXY_NETS"]:
+            raise ConfigError(
+                f"{PREFIX}_PROXY_USER_HEADER needs {PREFIX}_TRUSTED_PROXIES to list the proxy's"
+                " addresses: a header from anyone else names no one"
+            )
+    if config["PROXY_GROUPS_HEADER"] and not re.fullmatch(
+        r"[A-Za-z0-9-]{1,64}", config["PROXY_GROUPS_HEADER"]
+    ):
+        raise ConfigError(f"{PREFIX}_PROXY_GROUPS_HEADER must be a header name")

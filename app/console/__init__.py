@@ -12,6 +12,7 @@ from app.console import (  # noqa: F401
     ledger,
     memories,
     oauth,
+    people,
     secrets,
     signin,
     stores,

@@ -7,10 +7,12 @@ up again, so a revoked or expired one, or a sign-out, ends it at once.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
-from flask import g, render_template, request, url_for
+from flask import current_app, g, render_template, request, url_for
 from flask.typing import ResponseReturnValue
+from werkzeug.exceptions import Forbidden
 from werkzeug.wrappers import Response
 
 from app.console import session as sessions
@@ -30,6 +32,16 @@ def signed_in_token() -> Token | None:
     if sessions.ended_by_sign_out(current, token):
         return None
     return token
+
+
+def signin_options() -> dict[str, Any]:
+    """What the sign-in page offers: the identity provider's button, the token form (on,
+    admins only, or off: MEMORY_CONSOLE_TOKEN_SIGNIN)."""
+    config = current_app.config
+    return {
+        "oidc_name": config["OIDC_NAME"] if config["OIDC_ISSUER"] else None,
+        "token_signin": config["CONSOLE_TOKEN_SIGNIN"],
+    }
 
 
 def safe_next(target: str | None) -> str | None:
@@ -59,22 +71,35 @@ def signin() -> ResponseReturnValue:
     elif request.args.get("out"):
         notice = "Signed out."
     return render_template(
-        "console/signin.html", notice=notice, error=None, next=safe_next(request.args.get("next"))
+        "console/signin.html",
+        notice=notice,
+        error=None,
+        next=safe_next(request.args.get("next")),
+        **signin_options(),
     )
 
 
 @bp.post("/signin")
 def signin_post() -> ResponseReturnValue:
+    mode = current_app.config["CONSOLE_TOKEN_SIGNIN"]
+    if mode == "off":
+        raise Forbidden("signing in with a token is turned off here: use single sign-on")
     secret = request.form.get("token", "").strip()
-    token = admin_service.sign_in(storage(), registry(), secret)
+    token = admin_service.sign_in(storage(), registry(), secret, admins_only=mode == "admins")
     target = safe_next(request.form.get("next"))
     if token is None:
         g.console_new_session = sessions.new(None)
+        why = (
+            "wrong, expired or revoked"
+            if mode == "on"
+            else "wrong, expired, revoked or not an admin's"
+        )
         body = render_template(
             "console/signin.html",
             notice=None,
-            error="That token is not valid (wrong, expired or revoked).",
+            error=f"That token is not valid ({why}).",
             next=target,
+            **signin_options(),
         )
         return Response(body, status=403, mimetype="text/html")
     g.console_new_session = sessions.new(token.id)

@@ -25,13 +25,15 @@ from werkzeug.exceptions import Forbidden, HTTPException, NotFound
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import wrap_file
 
-from app.console import admin, base, charts, render, session as sessions
+from app.console import admin, base, charts, people, render, session as sessions
 from app.console.signin import safe_next, signed_in_token
+from app.services import users as users_service
 from app.services.access import (
     Principal,
     covers,
     manages_tenant,
     may_manage,
+    may_manage_user,
     may_write,
     sees_everything,
 )
@@ -50,7 +52,14 @@ bp = base.bp
 # The routes that answer without a session: the sign-in form and the assets it needs, and
 # "/" (a redirect to /console/).
 PUBLIC_ENDPOINTS = frozenset(
-    {"console.signin", "console.signin_post", "console.static", "console_root"}
+    {
+        "console.signin",
+        "console.signin_post",
+        "console.static",
+        "console_root",
+        "console.oidc_start",
+        "console.oidc_callback",
+    }
 )
 
 CSP = (
@@ -87,7 +96,7 @@ def _guard() -> ResponseReturnValue | None:
         if request.method == "POST" and not sessions.csrf_ok(g.console_session):
             raise Forbidden("the form expired or did not come from this console; try again")
         return None
-    token = signed_in_token()
+    token = people.proxy_sign_in(signed_in_token())
     if token is None:
         ended = g.console_session is not None and g.console_session.token_id is not None
         target = request.full_path if request.method == "GET" else None
@@ -172,6 +181,7 @@ def _template_context() -> dict[str, Any]:
         "can_admin": principal is not None and may_manage(principal),
         "tenant_page": g.get("tenant") if principal is None else None,
         "manages_tenant": _manages_tenant(g.get("console_token")),
+        "manages_users": _manages_users(g.get("console_token")),
         "many_projects": _covers_many(g.get("console_token")),
         "ts": render.time_tag,
         "size": render.size,
@@ -184,6 +194,10 @@ def _template_context() -> dict[str, Any]:
 
 def _manages_tenant(token: Token | None) -> bool:
     return token is not None and token.tenant is not None and manages_tenant(token, token.tenant)
+
+
+def _manages_users(token: Token | None) -> bool:
+    return token is not None and may_manage_user(token, token.tenant)
 
 
 def _covers_many(token: Token | None) -> bool:
@@ -201,7 +215,9 @@ def _token_label(token_id: Any) -> Markup:
     token = seen[token_id]
     if token is None or not token.name:
         return Markup("<span>{}</span>").format(token_id)
-    return Markup('<span title="{}">{}</span>').format(token_id, token.name)
+    # A person's token is named with them: "ana via laptop".
+    name = users_service.label(_storage(), token) if token.user else token.name
+    return Markup('<span title="{}">{}</span>').format(token_id, name)
 
 
 # -- errors: HTML pages for the console's own routes ---------------------------------------

@@ -27,12 +27,14 @@ the MCP tools say them as a tool's refusal.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from app.storage.core.errors import Forbidden
 from app.storage.core.names import Scope
 from app.storage.core.tokens import ROLES, Token, role_rank
+from app.storage.core.users import Binding, Rule
 
 READER, WRITER, PROJECT_ADMIN, TENANT_ADMIN, ADMIN = ROLES
 # Who manages a project: its tokens, its limits, its audit log, other tokens' tasks.
@@ -257,3 +259,48 @@ def may_see_grant(who: Who, token_id: str, tenant: str, project: str) -> bool:
     """Whether ``who`` sees (and may revoke) a grant: the person whose token made it, or a
     manager of that project's tokens."""
     return token_of(who).id == token_id or may_manage_tokens(who, tenant, project)
+
+
+# -- users -------------------------------------------------------------------------------------
+def may_manage_user(who: Who, tenant: str | None) -> bool:
+    """Whether ``who`` lists and disables the users whose role is in ``tenant``: its
+    tenant_admins and the admins (a user of no tenant, an admin or one no rule matched, is
+    the admins' alone)."""
+    if sees_everything(who):
+        return True
+    return tenant is not None and manages_tenant(who, tenant)
+
+
+def require_manage_user(who: Who, tenant: str | None) -> None:
+    if not may_manage_user(who, tenant):
+        raise Forbidden("only a tenant_admin of the user's tenant or an admin may do this")
+
+
+def mintable_roles(token: Token) -> list[str]:
+    """The roles a signed-in person may give a token of their own: up to the role their
+    identity gives them, in the same tenant and project (an admin: admin tokens alone, as any
+    other needs a tenant to be bound to)."""
+    if token.user is None:
+        return []
+    if token.tenant is None:
+        return [ADMIN] if token.role == ADMIN else []
+    allowed = TENANT_ROLES if token.project is None else PROJECT_ROLES
+    return [r for r in allowed if role_rank(r) <= role_rank(token.role)]
+
+
+def require_mint(token: Token, role: str) -> None:
+    if token.user is None:
+        raise Forbidden("only a person signed in through the identity provider mints tokens here")
+    if role not in mintable_roles(token):
+        raise Forbidden(f"role {token.role} may not mint a {role} token")
+
+
+def binding_of_claims(rules: Iterable[Rule], claims: Mapping[str, Any]) -> Binding | None:
+    """The binding a sign-in's claims earn: the highest role of the rules that match (the
+    first of equals), None when none matches. One binding per user keeps "what may Ana do"
+    one line."""
+    best: Binding | None = None
+    for rule in rules:
+        if rule.matches(claims) and (best is None or role_rank(rule.role) > role_rank(best.role)):
+            best = rule.binding
+    return best

@@ -137,10 +137,15 @@ def clear_rate(storage: StorageBackend, by: Who, tenant: str, project: str | Non
 
 
 # -- console sessions ------------------------------------------------------------------------
-def sign_in(storage: StorageBackend, registry: TokenStore, secret: str) -> Token | None:
+def sign_in(
+    storage: StorageBackend, registry: TokenStore, secret: str, *, admins_only: bool = False
+) -> Token | None:
     """The token ``secret`` is the secret of, while it may act, with its sign-in recorded;
-    None for a secret of no usable token (which records nothing: it names no one)."""
+    None for a secret of no usable token (which records nothing: it names no one), and with
+    ``admins_only`` for one below tenant_admin (the others sign in through the provider)."""
     token = registry.authenticate(secret)
+    if token is not None and admins_only and not access.sees_tenant(token):
+        return None
     if token is not None:
         _session_event(storage, token, "signed_in")
     return token

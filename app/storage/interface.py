@@ -58,6 +58,7 @@ from app.storage.core.sweep import SweepOutcome
 from app.storage.core.tokens import Token
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.core.users import UserStore
 
 
 class TaskBackend(Protocol):
@@ -335,6 +336,7 @@ class TokenStore(Protocol):
         project: str | None = None,
         name: str = "",
         expires_in: timedelta | None = None,
+        user: str | None = None,
     ) -> tuple[Token, str]: ...
 
     def revoke(self, token_id: str) -> Token: ...
@@ -578,6 +580,11 @@ class StorageBackend(Protocol):
     @property
     def oauth(self) -> GrantStore:
         """OAuth grants and registered clients (core/oauth.py)."""
+        ...
+
+    @property
+    def users(self) -> UserStore:
+        """The people who sign in through an identity provider (core/users.py)."""
         ...
 
     def describe(self) -> dict[str, Path | str]: ...

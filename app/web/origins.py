@@ -10,6 +10,7 @@ itself believes none (gunicorn.conf.py), so this is the one place that decides.
 
 from __future__ import annotations
 
+from ipaddress import ip_address
 from urllib.parse import urlsplit
 
 from flask import current_app, request
@@ -27,10 +28,24 @@ def public_origin(url: str) -> str:
     return f"{parts.scheme}://{host}"
 
 
+def from_trusted_proxy() -> bool:
+    """Whether this request's peer is one of the proxies ``MEMORY_TRUSTED_PROXIES`` lists by
+    address (False when it gives a count: then no peer is known to be the proxy)."""
+    nets = current_app.config.get("TRUSTED_PROXY_NETS") or ()
+    try:
+        peer = ip_address((request.remote_addr or "").split("%", 1)[0])
+    except ValueError:
+        return False  # a unix socket's peer: no address to hold to the list
+    return any(peer in net for net in nets)
+
+
 def forwarded(header: str) -> str | None:
-    """The value the outermost trusted proxy set; None without trusted proxies."""
+    """The value the outermost trusted proxy set; None without trusted proxies (or from a
+    peer not among the addresses they are listed by)."""
     trusted: int = current_app.config["TRUSTED_PROXIES"]
     if trusted < 1:
+        return None
+    if current_app.config.get("TRUSTED_PROXY_NETS") and not from_trusted_proxy():
         return None
     values = [v.strip() for v in request.headers.get(header, "").split(",") if v.strip()]
     return values[-trusted] if len(values) >= trusted else None

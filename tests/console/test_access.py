@@ -33,6 +33,7 @@ ADMIN_PAGES = frozenset(
         "console.tenant_tokens",
         "console.tenant_limits",
         "console.secrets_page",
+        "console.users",
     }
 )
 
@@ -59,6 +60,7 @@ def ids(client: FlaskClient, tokens: Tokens) -> dict[str, str]:
         "memory_id": mem["id"],
         "version_id": mem["memory_version_id"],
         "grant_id": "grt_01M90JVR6JF58RV0V8GWJ11G1F",  # no such grant
+        "user_id": "usr_" + "0" * 32,  # no such user
         "rest": "nowhere",
     }
 

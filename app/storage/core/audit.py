@@ -38,6 +38,7 @@ KINDS = (
     "limits",
     "oauth",
     "secrets",
+    "user",
 )
 KEEP_DAYS = 400  # a year of history, and the month before it
 MAX_DETAIL_BYTES = 4096

@@ -60,6 +60,7 @@ LIMITS_FILE = ".limits.json"  # rate limit (and other limit) overrides: core/lim
 TRAFFIC_DB = ".traffic.sqlite3"  # requests and bytes per hour, project and token: tree/usage.py
 AUDIT_DB = ".audit.sqlite3"  # who did what, per project: tree/audit.py
 OAUTH_DIR = ".oauth"  # OAuth grants and registered clients: tree/oauth.py
+USERS_DIR = ".users"  # the people who sign in with an identity provider: tree/users.py
 OAUTH_KEY = ".oauth-key"  # signs OAuth access tokens
 TMP_PREFIX = ".~tmp-"
 # An artifact's acknowledged bytes, kept (hard-linked) while a replacement is between

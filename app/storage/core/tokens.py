@@ -45,6 +45,8 @@ class Token:
     sha256: str = ""
     # When the console was last signed out with this token: its sessions from before end.
     console_signed_out_at: str | None = None
+    # The user (core/users.py) this token acts for: its console sign-in, or one it minted.
+    user: str | None = None
 
     def usable(self, now: datetime) -> bool:
         if self.revoked_at is not None:
@@ -60,6 +62,7 @@ def new_token(
     project: str | None,
     name: str,
     expires_in: timedelta | None,
+    user: str | None = None,
 ) -> tuple[Token, str]:
     """A new token and its secret, checked by the rules every registry shares (ValueError)."""
     if role not in ROLES:
@@ -84,6 +87,7 @@ def new_token(
         created_at=iso(now),
         expires_at=iso(now + expires_in) if expires_in else None,
         sha256=hash_secret(secret),
+        user=user,
     )
     return token, secret
 
@@ -132,6 +136,7 @@ class TokenRegistryBase:
         project: str | None = None,
         name: str = "",
         expires_in: timedelta | None = None,
+        user: str | None = None,
     ) -> tuple[Token, str]:
         """Create a token; return it with its secret (shown once, never stored)."""
         token, secret = new_token(
@@ -141,6 +146,7 @@ class TokenRegistryBase:
             project=project,
             name=name,
             expires_in=expires_in,
+            user=user,
         )
         self._add(token)
         return token, secret

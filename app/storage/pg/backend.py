@@ -54,6 +54,7 @@ from app.storage.pg.search import PgSearch
 from app.storage.pg.stores import PgMemoryStores
 from app.storage.pg.tasks import PgTaskStore
 from app.storage.pg.tokens import PgTokenRegistry
+from app.storage.pg.users import PgUsers
 
 
 def redacted_url(url: str) -> str:
@@ -129,6 +130,7 @@ class PgStorage:
         self.checks = PgFsck(self.db, self.blobs, self.tasks)
         self.audit_log = audit.AuditLog(PgAudit(self.db), cursors, self.tasks.now_us)
         self.oauth = PgOAuth(self.db)
+        self.users = PgUsers(self.db)
 
     # -- the database ----------------------------------------------------------------------
     def recover(self, plan: Plan) -> Report:

@@ -758,6 +758,20 @@ CREATE TRIGGER ledger_turns_changed AFTER INSERT OR UPDATE OR DELETE ON ledger_t
     FOR EACH ROW EXECUTE FUNCTION ledger_turns_changed();
 """,
     ),
+    (
+        11,
+        "users signed in through an identity provider, and the user each token acts for",
+        """
+CREATE TABLE users (
+    id text COLLATE "C" PRIMARY KEY,
+    issuer text NOT NULL,
+    subject text NOT NULL,
+    record text NOT NULL
+);
+ALTER TABLE tokens ADD COLUMN user_id text COLLATE "C";
+CREATE INDEX tokens_by_user ON tokens (user_id) WHERE user_id IS NOT NULL;
+""",
+    ),
 )
 
 

@@ -13,7 +13,7 @@ from app.storage.pg.db import Database
 
 _TOKEN_COLUMNS = (
     "id, role, tenant, project, name, created_at, expires_at, revoked_at, sha256,"  # noqa: S105
-    " console_signed_out_at"
+    " console_signed_out_at, user_id"
 )
 
 
@@ -52,7 +52,7 @@ class PgTokenRegistry(TokenRegistryBase):
         with self.db.transaction("tokens") as conn:
             conn.execute(
                 f"INSERT INTO tokens ({_TOKEN_COLUMNS})"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (
                     token.id,
                     token.role,
@@ -64,6 +64,7 @@ class PgTokenRegistry(TokenRegistryBase):
                     token.revoked_at,
                     token.sha256,
                     token.console_signed_out_at,
+                    token.user,
                 ),
             )
 

@@ -65,6 +65,7 @@ from app.storage.tree.stores.retention import sweep_versions
 from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
 from app.storage.tree.usage import TreeTraffic, TreeUsage
+from app.storage.tree.users import UserFiles
 
 
 class TreeStorage:
@@ -121,6 +122,7 @@ class TreeStorage:
         self.usage_counters = usage
         self.layout = self.tasks.layout
         self.oauth = OAuthFiles(self.layout, lock_timeout=lock_timeout)
+        self.users = UserFiles(self.layout, lock_timeout=lock_timeout)
         self.traffic_log = TreeTraffic(self.layout, lock_timeout=lock_timeout)
         self.audit_log = audit.AuditLog(
             TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us
