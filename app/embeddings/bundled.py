@@ -176,6 +176,7 @@ class FastCodeEmbedder:
         """Embed ``texts`` (queries and documents alike: the vectors have no instructions)."""
         import numpy as np
 
+        self._load()  # EmbedderUnavailable before anything else when the package is absent
         rows = np.zeros((len(texts), FCE_DIMS), dtype=np.float32)
         for i, text in enumerate(texts):
             tokens = self._tokens(text)

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.embeddings.base import EmbedderUnavailable, Kind, ModelId
 from app.embeddings.breaker import CircuitBreaker
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 # Bytes of an answer read at most: 64 texts of 4,096 floats as JSON fit with room to spare.
 MAX_ANSWER_BYTES = 64 * 2**20
+_PIECE = 2**16
 
 
 class BadAnswer(EmbedderUnavailable):
@@ -147,7 +148,7 @@ class OpenAICompatibleEmbedder:
             if left <= 0:
                 raise EmbedderUnavailable(f"embeddings server {self.url} took too long")
             try:
-                return self._parse(self._post(texts, min(self.timeout, left)), len(texts))
+                return self._parse(self._post(texts, end), len(texts))
             except _Transient as e:
                 pause = self.backoff * 2**attempt
                 attempt += 1
@@ -157,7 +158,7 @@ class OpenAICompatibleEmbedder:
                     ) from None
                 time.sleep(pause)
 
-    def _post(self, texts: list[str], timeout: float) -> bytes:
+    def _post(self, texts: list[str], end: float) -> bytes:
         body = json.dumps({"model": self.model_name, "input": texts}).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
@@ -165,8 +166,8 @@ class OpenAICompatibleEmbedder:
         # The scheme was checked to be http(s) when the embedder was made.
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")  # noqa: S310
         try:
-            with self._opener.open(request, timeout=timeout) as answer:
-                data: bytes = answer.read(MAX_ANSWER_BYTES + 1)
+            with self._opener.open(request, timeout=self._left(end)) as answer:
+                data = self._read(answer, end)
         except urllib.error.HTTPError as e:
             e.close()
             if e.code in _RETRY_STATUS:
@@ -175,9 +176,29 @@ class OpenAICompatibleEmbedder:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise _Transient(f"{type(reason).__name__}: {reason}") from None
-        if len(data) > MAX_ANSWER_BYTES:
-            raise BadAnswer(f"embeddings server {self.url} answered more than allowed")
         return data
+
+    def _left(self, end: float) -> float:
+        left = min(self.timeout, end - time.monotonic())
+        if left <= 0:
+            raise _Transient("the deadline passed")
+        return left
+
+    def _read(self, answer: Any, end: float) -> bytes:
+        """The body, as it comes: a server trickling bytes is stopped within one timeout of the
+        deadline (the socket timeout alone bounds each read, not their sum)."""
+        pieces: list[bytes] = []
+        size = 0
+        while True:
+            piece = answer.read1(_PIECE)
+            if not piece:
+                return b"".join(pieces)
+            size += len(piece)
+            if size > MAX_ANSWER_BYTES:
+                raise BadAnswer(f"embeddings server {self.url} answered more than allowed")
+            pieces.append(piece)
+            if time.monotonic() >= end:
+                raise _Transient("the answer was still coming at the deadline")
 
     def _parse(self, data: bytes, n: int) -> npt.NDArray[np.float32]:
         import numpy as np

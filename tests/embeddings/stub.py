@@ -5,8 +5,8 @@ adds +-1 at a position its hash picks), so texts sharing words are near and text
 are far, with no model. They are answered unnormalised (scaled) so a client must normalise.
 
 Switch its behaviour while a test runs: ``mode`` is "ok", "slow" (answers after ``delay``
-seconds), "fail" (HTTP 500), "hang" (answers nothing until the server stops), "garbage" (200
-with no vectors in it) or "down" (the port refuses connections: :meth:`down`, then :meth:`up`).
+seconds), "fail" (HTTP 500), "hang" (answers nothing until the server stops), "trickle" (a
+byte every 50 ms), "garbage" (200 with no vectors in it) or "down" (the port refuses connections: :meth:`down`, then :meth:`up`).
 ``fail_next`` fails that many requests with 500 and then answers again; ``dims`` may be changed
 to play a server whose model was swapped.
 
@@ -117,6 +117,18 @@ class StubEmbeddingsServer:
             self._release.wait(self.delay)
         if mode == "fail":
             self._send(handler, 500, {"error": {"message": "the stub was told to fail"}})
+            return
+        if mode == "trickle":
+            raw = json.dumps({"data": [{"index": 0, "embedding": [1.0] * self.dims}]}).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(raw)))
+            handler.end_headers()
+            for at in range(len(raw)):
+                if self._release.wait(0.05):
+                    return
+                handler.wfile.write(raw[at : at + 1])
+                handler.wfile.flush()
             return
         if mode == "garbage":
             self._send(handler, 200, {"data": [{"index": 0, "embedding": "not a vector"}]})

@@ -90,6 +90,17 @@ def test_a_hung_server_costs_the_timeout_and_no_more_than_the_deadline(
     assert 0.3 <= time.monotonic() - t0 < 1.5
 
 
+def test_a_server_trickling_its_answer_is_stopped_at_the_deadline(
+    embeddings_server: StubEmbeddingsServer,
+) -> None:
+    embeddings_server.mode = "trickle"  # each byte well within the socket timeout
+    emb = make(embeddings_server, timeout=0.5, retries=0, deadline=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(EmbedderUnavailable, match="deadline"):
+        emb.embed(["hello"], kind="query")
+    assert time.monotonic() - t0 < 1.6
+
+
 def test_a_slow_server_times_out(embeddings_server: StubEmbeddingsServer) -> None:
     embeddings_server.mode, embeddings_server.delay = "slow", 2.0
     emb = make(embeddings_server, timeout=0.2, retries=0)
