@@ -70,7 +70,9 @@ class OpenAICompatibleEmbedder:
     ``dims`` is learned from the first answer when not given (``model.dims`` is 0 until
     then); an answer of another width afterwards is a :class:`BadAnswer`. ``timeout`` bounds
     each socket operation of a request; ``deadline`` (default: three timeouts) bounds one
-    ``embed`` call, retries and back-off included. ``batch`` texts go in one request.
+    ``embed`` call, retries and back-off included (it may overrun by one read, at most
+    ``timeout``). ``batch`` texts go in one request; ``retries`` more tries follow a failure
+    worth retrying, after ``backoff`` seconds, then twice that, and so on.
     """
 
     def __init__(
