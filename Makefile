@@ -9,7 +9,7 @@ RUN_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 
-.PHONY: venv run test slow faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale sweep fsck deploy-check clean
+.PHONY: venv run test slow faults soak powerloss conformance lint fmt typecheck bench bench-peer bench-scale bench-recall sweep fsck deploy-check clean
 
 # The server, and the client distribution (client/: the project-memory CLI and the agents'
 # hooks), so that `make run` is all a first try needs.
@@ -125,6 +125,14 @@ bench: $(DEV_STAMP)
 
 bench-peer: $(DEV_STAMP) $(MLFLOW_STAMP)
 	$(BIN)/python -m bench.run --peer $(BENCH_ARGS)
+
+# Retrieval quality of keyword, semantic and hybrid search per embedder on a generated labelled
+# set, with the semantic ranking's latency at 10k and 100k chunks and RSS (bench/README.md,
+# "Recall"); RECALL_ARGS="--remote http://127.0.0.1:11434/v1 nomic-embed-text" adds a server.
+RECALL_ARGS ?=
+
+bench-recall: $(DEV_STAMP)
+	$(BIN)/python -m bench.recall $(RECALL_ARGS)
 
 # What grows with the tree (bench/README.md, "Scale rows"), for this checkout as it stands;
 # BENCH_SIZES=1000,10000,50000 for the full table, SCALE_ARGS="--reps 5" for more repetitions.
