@@ -71,7 +71,7 @@ class OpenAICompatibleEmbedder:
     then); an answer of another width afterwards is a :class:`BadAnswer`. ``timeout`` bounds
     each socket operation of a request; ``deadline`` (default: three timeouts) bounds one
     ``embed`` call, retries and back-off included (it may overrun by one read, at most
-    ``timeout``). ``batch`` texts go in one request; ``retries`` more tries follow a failure
+    ``timeout``); a query's call, the shorter of it and ``query_deadline``. ``batch`` texts go in one request; ``retries`` more tries follow a failure
     worth retrying, after ``backoff`` seconds, then twice that, and so on.
     """
 
@@ -87,13 +87,14 @@ class OpenAICompatibleEmbedder:
         retries: int = 2,
         backoff: float = 0.25,
         deadline: float | None = None,
+        query_deadline: float = 2.0,
         breaker: CircuitBreaker | None = None,
     ) -> None:
         if not model or not model.strip():
             raise ValueError("an embeddings model name is required")
         if dims is not None and dims < 1:
             raise ValueError("dims must be positive")
-        if timeout <= 0 or batch < 1 or retries < 0 or backoff < 0:
+        if timeout <= 0 or batch < 1 or retries < 0 or backoff < 0 or query_deadline <= 0:
             raise ValueError("timeout and batch must be positive, retries and backoff not negative")
         self.url = embeddings_url(url)
         self.model_name = model
@@ -105,6 +106,7 @@ class OpenAICompatibleEmbedder:
         self.retries = retries
         self.backoff = backoff
         self.deadline = deadline if deadline is not None else 3 * timeout
+        self.query_deadline = query_deadline
         self.breaker = breaker or CircuitBreaker()
         self._lock = threading.Lock()
         # No proxy from the environment: the server is named by its URL, and a proxy would
@@ -126,7 +128,11 @@ class OpenAICompatibleEmbedder:
                 f"embeddings server {self.url} is failing; next try in"
                 f" {self.breaker.retry_after():.0f} s"
             )
-        end = time.monotonic() + self.deadline
+        # A query is embedded while a search waits: it gets the shorter deadline, and a search
+        # whose embedder is slow answers keyword results instead. Documents are embedded in the
+        # background and may wait the whole deadline.
+        deadline = min(self.deadline, self.query_deadline) if kind == "query" else self.deadline
+        end = time.monotonic() + deadline
         try:
             parts = [
                 self._batch(list(texts[at : at + self.batch]), end)

@@ -229,3 +229,18 @@ def test_the_key_is_sent_and_never_shown(
 def test_no_texts_ask_nothing(embeddings_server: StubEmbeddingsServer) -> None:
     assert make(embeddings_server).embed([], kind="query").shape == (0, 0)
     assert embeddings_server.requests == []
+
+
+def test_a_query_waits_its_own_shorter_deadline_and_a_document_the_whole_one(
+    embeddings_server: StubEmbeddingsServer,
+) -> None:
+    embeddings_server.mode, embeddings_server.delay = "slow", 1.2
+    emb = make(embeddings_server, timeout=5.0, retries=0, deadline=5.0, query_deadline=0.4)
+    t0 = time.monotonic()
+    with pytest.raises(EmbedderUnavailable):
+        emb.embed(["hello"], kind="query")
+    assert time.monotonic() - t0 < 1.0
+    emb.breaker.success()  # the query's failure must not keep the document from trying
+    t0 = time.monotonic()
+    assert emb.embed(["hello"], kind="document").shape == (1, emb.model.dims)
+    assert time.monotonic() - t0 >= 1.2
