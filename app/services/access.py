@@ -12,7 +12,12 @@ every change needs writer. On top of that:
 * tokens and limits are managed by a project_admin and above, who grants at most its own
   role; the whole tenant's usage is a tenant_admin's, every tenant's an admin's;
 * a tenant as a whole (its tokens, its projects' limits) is managed by its tenant_admins
-  (bound to no project) and the admins; a tenant's own limits by the admins alone.
+  (bound to no project) and the admins; a tenant's own limits by the admins alone;
+* a user's private space in a project (core/names.py ``private_scope``) is theirs alone:
+  only a token of that user covers it, whatever its role (a project_admin, a tenant_admin
+  and an admin of the project included), and a request reaches it only by asking for its
+  own (``private_space``). A tenant_admin may delete what one holds, for compliance
+  (``compliance_space``), and read nothing of it.
 
 The role rules read the token's role alone, so each takes a principal or a bare token (a
 tenant's own pages act in no project, and have no principal).
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.storage.core.errors import Forbidden
-from app.storage.core.names import Scope
+from app.storage.core.names import Scope, private_scope
 from app.storage.core.tokens import ROLES, Token, role_rank
 from app.storage.core.users import Binding, Rule
 
@@ -70,6 +75,8 @@ def covers(token: Token, scope: Scope) -> bool:
     An admin acts anywhere; any other token only in its tenant, and in its project when it
     names one.
     """
+    if scope.owner is not None:
+        return token.user == scope.owner and covers(token, scope.team)
     if token.role == ADMIN:
         return True
     if token.tenant != scope.tenant:
@@ -231,6 +238,41 @@ def require_set_limits(who: Who, tenant: str, project: str | None) -> None:
         if project is None:
             raise Forbidden("only an admin sets a tenant's own limits")
         raise Forbidden("only a tenant_admin of this tenant or an admin may do this")
+
+
+# -- private spaces ---------------------------------------------------------------------------
+PRIVATE = "private"
+PROJECT = "project"
+VISIBILITIES = (PROJECT, PRIVATE)
+
+
+def private_space(principal: Principal) -> Principal:
+    """The principal acting in its own user's private space of its project: a token that
+    belongs to no user has none (Forbidden)."""
+    user = principal.token.user
+    if user is None:
+        raise Forbidden(
+            "only a token that belongs to a user (a person's sign-in, or a token they minted)"
+            " has a private space"
+        )
+    return Principal(principal.token, private_scope(principal.scope, user))
+
+
+def compliance_space(principal: Principal, user: str) -> Principal:
+    """The principal acting in ``user``'s private space to delete what it holds: a
+    tenant_admin of the tenant (bound to no project) or an admin. Every other change and
+    every read stay the owner's (the doors allow this one for deletes alone)."""
+    if not manages_tenant(principal, principal.scope.tenant):
+        raise Forbidden(
+            "only a tenant_admin of this tenant or an admin deletes from a private space"
+        )
+    return Principal(principal.token, private_scope(principal.scope, user))
+
+
+def is_compliance(principal: Principal) -> bool:
+    """Whether ``principal`` acts in a private space not its own (a compliance delete)."""
+    owner = principal.scope.owner
+    return owner is not None and principal.token.user != owner
 
 
 # -- OAuth consent ----------------------------------------------------------------------------

@@ -49,18 +49,24 @@ def tenant_entries(
 ) -> list[dict[str, Any]]:
     """Per tenant: its projects' usage and quotas, their sum and the tenant's quota."""
     by_tenant: dict[str, list[tuple[Scope, Usage]]] = {}
+    private: dict[str, Usage] = {}
     for scope, usage in sorted(
         storage.usages(tenants).items(), key=lambda kv: (kv[0].tenant, kv[0].project)
     ):
+        if scope.owner is not None:
+            # A user's private space counts in its tenant's sum (the quota is the tenant's)
+            # and is named to no one: not even its size per user leaves it.
+            private[scope.tenant] = private.get(scope.tenant, ZERO) + usage
+            continue
         by_tenant.setdefault(scope.tenant, []).append((scope, usage))
-    for tenant in tenants or ():
+    for tenant in (*(tenants or ()), *private):
         by_tenant.setdefault(tenant, [])
     out = []
     for tenant, rows in sorted(by_tenant.items()):
         out.append(
             {
                 "tenant": tenant,
-                "usage": sum((u for _, u in rows), ZERO).to_json(),
+                "usage": sum((u for _, u in rows), private.get(tenant, ZERO)).to_json(),
                 "quota": quota_json(quotas.tenants.get(tenant)),
                 "projects": [project_entry(s, u, quotas) for s, u in rows],
             }
