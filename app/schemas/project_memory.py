@@ -281,6 +281,24 @@ class WhoAmI(Schema):
     project = fields.String(
         required=True, metadata={"description": "The project this request acts in."}
     )
+    visibility = fields.String(
+        required=True,
+        metadata={
+            "enum": ["project", "private"],
+            "description": "The space of the project this request acts in: the team's, or"
+            " the user's own private space (?visibility=private).",
+        },
+    )
+    user = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "The user the token belongs to (usr_...); null: none."},
+    )
+    user_name = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "That user's name (else email); null: no user."},
+    )
     token_tenant = fields.String(
         allow_none=True,
         required=True,

@@ -141,14 +141,17 @@ def require_manage_tenant(who: Who, tenant: str) -> None:
 
 
 def only_owner(principal: Principal) -> str | None:
-    """The token a task or store change is limited to (None: this principal may change any)."""
-    return None if may_manage(principal) else principal.token.id
+    """The token a task or store change is limited to (None: this principal may change any).
+    In their private space a user changes anything, whichever of their tokens made it."""
+    if may_manage(principal) or owns_space(principal):
+        return None
+    return principal.token.id
 
 
 def may_delete_task(principal: Principal, owner: str | None) -> bool:
     """The task's owner (a writer at least) or a project_admin and above: what a page shows
     before asking; the storage call re-checks it under the lock (``only_owner``)."""
-    if may_manage(principal):
+    if may_manage(principal) or (owns_space(principal) and may_write(principal)):
         return True
     return may_write(principal) and owner is not None and owner == principal.token.id
 
@@ -267,6 +270,12 @@ def compliance_space(principal: Principal, user: str) -> Principal:
             "only a tenant_admin of this tenant or an admin deletes from a private space"
         )
     return Principal(principal.token, private_scope(principal.scope, user))
+
+
+def owns_space(principal: Principal) -> bool:
+    """Whether ``principal`` acts in its own user's private space."""
+    owner = principal.scope.owner
+    return owner is not None and principal.token.user == owner
 
 
 def is_compliance(principal: Principal) -> bool:

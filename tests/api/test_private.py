@@ -418,3 +418,15 @@ def test_a_private_space_works_under_its_projects_secret_policy(world: World) ->
     assert team.status_code == private.status_code == 422, (team.json, private.json)
     r = world.call("ana", "GET", f"{PM}/secrets/policy", PRIVATE)
     assert r.json["policy"] == "reject"
+
+
+def test_in_her_space_any_of_her_tokens_changes_what_another_made(world: World) -> None:
+    """Owners of a private space's tasks and stores are its user, not one token of hers."""
+    world.tokens.add("ana2", role="writer", tenant="acme", project="web", user=ANA)
+    r = world.call("ana2", "DELETE", f"{PM}/tasks/ana-task", PRIVATE)
+    assert r.status_code == 204, r.get_data(as_text=True)
+    r = world.call("ana2", "DELETE", f"{STORES}/{world.ana_store}", PRIVATE)
+    assert r.status_code == 200, r.json
+    # In the team's project her tokens are tokens like any other's.
+    r = world.call("ana2", "DELETE", f"{PM}/tasks/team-task", {})
+    assert r.status_code == 403
