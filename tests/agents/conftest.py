@@ -117,6 +117,9 @@ class Switch:
             self._close()
 
 
+ANA = "usr_" + "a" * 32
+
+
 @dataclass
 class Memory:
     """The server behind its switch, and tokens: a writer's and a reader's of acme/web, and a
@@ -127,6 +130,8 @@ class Memory:
     writer: str
     reader: str
     tenant_writer: str
+    # A writer's of acme/web that belongs to a user (ANA): one with a private space.
+    ana: str
 
     @property
     def url(self) -> str:
@@ -168,12 +173,13 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     writer = registry.create(role="writer", tenant="acme", project="web")[1]
     reader = registry.create(role="reader", tenant="acme", project="web")[1]
     tenant_writer = registry.create(role="writer", tenant="acme")[1]
+    ana = registry.create(role="writer", tenant="acme", project="web", user=ANA, name="laptop")[1]
     server = start_server(base, workers=2, threads=4)
     host, port = server.url.removeprefix("http://").split(":")
     switch = Switch((host, int(port)))
     switch.set("up")
     try:
-        yield Memory(server, switch, writer, reader, tenant_writer)
+        yield Memory(server, switch, writer, reader, tenant_writer, ana)
     finally:
         switch.close()
         server.stop()
