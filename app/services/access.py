@@ -33,13 +33,13 @@ the MCP tools say them as a tool's refusal.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.storage.core.errors import Forbidden
 from app.storage.core.names import Scope, private_scope
 from app.storage.core.tokens import ROLES, Token, role_rank
-from app.storage.core.users import Binding, Rule
+from app.storage.core.users import Binding, Rule, UserStore
 
 READER, WRITER, PROJECT_ADMIN, TENANT_ADMIN, ADMIN = ROLES
 # Who manages a project: its tokens, its limits, its audit log, other tokens' tasks.
@@ -344,6 +344,26 @@ def require_mint(token: Token, role: str) -> None:
         raise Forbidden("only a person signed in through the identity provider mints tokens here")
     if role not in mintable_roles(token):
         raise Forbidden(f"role {token.role} may not mint a {role} token")
+
+
+def acting_token(token: Token, users: UserStore) -> Token | None:
+    """``token`` as it may act now: a person's token acts at most in the role their identity
+    gives them today (a demoted user's tokens, minted when the role was higher, are capped at
+    each use, not only at mint), and not at all once the user is disabled, gone, given no
+    role, or bound elsewhere. A token of no user is itself."""
+    if token.user is None:
+        return token
+    user = users.get(token.user)
+    binding = None if user is None or user.disabled_at is not None else user.binding
+    if binding is None:
+        return None
+    if binding.tenant is not None and (
+        token.tenant != binding.tenant
+        or (binding.project is not None and token.project != binding.project)
+    ):
+        return None
+    role = lower_role(token.role, binding.role)
+    return token if role == token.role else replace(token, role=role)
 
 
 def binding_of_claims(rules: Iterable[Rule], claims: Mapping[str, Any]) -> Binding | None:

@@ -17,6 +17,7 @@ from app.services.access import (
     PROJECT,
     VISIBILITIES,
     Principal,
+    acting_token,
     compliance_space,
     may_write,
     private_space,
@@ -84,9 +85,14 @@ def authenticate() -> Token:
     secret = presented_secret()
     if secret is None:
         raise _unauthorized("missing credential: send 'Authorization: Bearer <token>'")
-    token = registry().authenticate(secret)
-    if token is None:
+    found = registry().authenticate(secret)
+    if found is None:
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
+    token = acting_token(found, current_app.extensions["storage"].users)
+    if token is None:
+        raise _unauthorized(
+            "this token's user is disabled or no longer has a role here", "invalid_token"
+        )
     # The request log names who asked, also when the scope is then refused.
     g.token_id, g.tenant = token.id, token.tenant
     return token

@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 import requests
 
+from app.storage.core.users import User, user_id
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.tokens import TokenRegistry
+from app.storage.tree.users import UserFiles
 from tests.agents.harness import EgressProbe
 from tests.e2e.conftest import Server, start_server
 
@@ -117,7 +120,7 @@ class Switch:
             self._close()
 
 
-ANA = "usr_" + "a" * 32
+ANA = user_id("https://idp.example", "ana")
 
 
 @dataclass
@@ -174,6 +177,14 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     reader = registry.create(role="reader", tenant="acme", project="web")[1]
     tenant_writer = registry.create(role="writer", tenant="acme")[1]
     ana = registry.create(role="writer", tenant="acme", project="web", user=ANA, name="laptop")[1]
+    # Her user record, as her first sign-in leaves it: the role her tokens act in at most.
+    UserFiles(Layout(base / "storage")).change(
+        ANA,
+        lambda _: User(
+            ANA, "https://idp.example", "ana", "ana@example.com", "Ana", "2026-01-01T00:00:00Z",
+            role="writer", tenant="acme", project="web",
+        ),
+    )  # fmt: skip
     server = start_server(base, workers=2, threads=4)
     host, port = server.url.removeprefix("http://").split(":")
     switch = Switch((host, int(port)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from project_memory_client.mount.sync import MARKER, StoreSync, marker_text
 from werkzeug.test import TestResponse
 
 from app.storage.core.names import Scope
+from app.storage.core.users import User, user_id
 from tests.api.test_mcp import Mcp
 from tests.conftest import Tokens
 from tests.console.conftest import sign_in
@@ -31,8 +33,9 @@ from tests.console.conftest import sign_in
 pytestmark = pytest.mark.all_backends
 PM = "/sandbox/memory/v1"
 STORES = "/v1/memory_stores"
-ANA = "usr_" + "a" * 32
-BOB = "usr_" + "b" * 32
+ISSUER = "https://idp.example"
+ANA = user_id(ISSUER, "ana")
+BOB = user_id(ISSUER, "bob")
 SECRET = "zebracorn"  # in every text Ana keeps private, and nowhere else
 TEAM = "teamword"  # in every text the team keeps
 PRIVATE = {"visibility": "private"}
@@ -41,6 +44,15 @@ VIEWERS = ("writer", "project_admin", "tenant_admin", "bob")
 HEADERS = {"tenant_admin": {"X-Sandbox-Project-Id": "web"}}
 MISSING_TASK = "never-was"
 MISSING_STORE = "memstore_01JZZZZZZZZZZZZZZZZZZZZZZZ"
+
+
+def add_user(app: Flask, uid: str, subject: str, role: str = "writer") -> None:
+    """A user as their sign-in leaves them: a writer of acme/web by the rules."""
+    app.extensions["storage"].users.change(
+        uid,
+        lambda _: User(uid, ISSUER, subject, f"{subject}@example.com", subject.title(),
+                       "2026-01-01T00:00:00Z", role=role, tenant="acme", project="web"),
+    )  # fmt: skip
 
 
 class ScopedMcp(Mcp):
@@ -55,6 +67,8 @@ class World:
 
     def __init__(self, app: Flask, client: FlaskClient, tokens: Tokens) -> None:
         self.app, self.client, self.tokens = app, client, tokens
+        for uid, subject in ((ANA, "ana"), (BOB, "bob")):
+            add_user(app, uid, subject)
         tokens.add("ana", role="writer", tenant="acme", project="web", user=ANA)
         tokens.add("bob", role="writer", tenant="acme", project="web", user=BOB)
         self.put_turn("ana", "ana-task", PRIVATE, f"{SECRET} plans", {"model": SECRET})
@@ -430,3 +444,19 @@ def test_in_her_space_any_of_her_tokens_changes_what_another_made(world: World) 
     # In the team's project her tokens are tokens like any other's.
     r = world.call("ana2", "DELETE", f"{PM}/tasks/team-task", {})
     assert r.status_code == 403
+
+
+def test_a_demoted_users_tokens_act_in_the_role_they_have_now(app: Flask, world: World) -> None:
+    """A token minted while its user was a writer reads only once the rules make them a
+    reader, at its next use; and none acts once they have no role here."""
+    add_user(app, ANA, "ana", role="reader")
+    r = world.call(
+        "ana", "PUT", f"{PM}/tasks/t/turns/0", PRIVATE, json={"meta": {}, "summary_md": "x"}
+    )
+    assert r.status_code == 403, r.json
+    assert world.call("ana", "GET", f"{PM}/tasks", PRIVATE).status_code == 200
+    assert world.call("ana", "GET", f"{PM}/whoami", {}).json["role"] == "reader"
+    app.extensions["storage"].users.change(
+        ANA, lambda u: replace(u, role=None, tenant=None, project=None)
+    )
+    assert world.call("ana", "GET", f"{PM}/tasks", {}).status_code == 401

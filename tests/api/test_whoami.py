@@ -76,7 +76,17 @@ def test_whoami_names_the_user_behind_a_token_and_the_space_it_acts_in(
     ana = user_id("https://idp.example", "ana")
     storage.users.change(
         ana,
-        lambda _: User(ana, "https://idp.example", "ana", "ana@example.com", "Ana", "2026-01-01"),
+        lambda _: User(
+            ana,
+            "https://idp.example",
+            "ana",
+            "ana@example.com",
+            "Ana",
+            "2026-01-01",
+            role="writer",
+            tenant="acme",
+            project="web",
+        ),  # fmt: skip
     )
     tokens.add("ana", role="writer", tenant="acme", project="web", user=ana)
     body = client.get(f"{PM}/whoami", headers=tokens.headers("ana")).get_json()
