@@ -334,6 +334,12 @@ def test_the_owner_sees_hers_with_the_same_paths(world: World) -> None:
     assert "ana-task" in get(f"{PM}/search", q=SECRET)
     assert SECRET in get(f"{PM}/project.md")
     assert "ana-task" in get(f"{PM}/timeline", since="2025-12-01")
+    # Her console lists her space, and its pages show hers.
+    browser = sign_in(world.app, world.tokens.secrets["ana"])
+    assert 'web <span class="muted">(your private space)' in text_of(
+        browser.get("/console/projects")
+    )
+    assert "ana-task" in text_of(browser.get(f"/console/p/acme/web..{ANA}/tasks"))
     assert [s["id"] for s in json.loads(get(STORES))["data"]] == [world.ana_store]
     # Without asking for her space she is a member of the team like any other.
     shows_team_only(text_of(world.call("ana", "GET", f"{PM}/tasks", {})))
