@@ -443,6 +443,17 @@ class LedgerKey(Schema):
     branch = fields.String(allow_none=True)
     task = fields.String(allow_none=True, metadata={"description": "A task id."})
     session = fields.String(allow_none=True)
+    owner = fields.String(
+        allow_none=True,
+        metadata={"description": "The token that created the tasks (tok_...); null: unknown."},
+    )
+    owner_name = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "How that token is named: its person's name and its own (\"ana via"
+            " laptop\") for a person's token, else its name; null: a token no longer on record."
+        },
+    )
 
 
 class LedgerRow(LedgerFigures, LedgerKey):
