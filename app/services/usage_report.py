@@ -102,12 +102,14 @@ def report(
         (p["usage"] for p in tenant["projects"] if p["project"] == scope.project),
         ZERO.to_json(),
     )
+    if scope.owner is not None:  # a private space: its own counters, named by its project
+        usage = storage.usage(scope).to_json()
     free = storage.free_space()
     return {
         "tenant": scope.tenant,
-        "project": scope.project,
+        "project": scope.team.project,
         "usage": usage,
-        "quota": quota_json(quotas.projects.get((scope.tenant, scope.project))),
+        "quota": quota_json(quotas.projects.get((scope.tenant, scope.team.project))),
         "tenant_usage": tenant["usage"],
         "tenant_quota": tenant["quota"],
         "projects": tenant["projects"] if whole_tenant else [],
@@ -236,7 +238,8 @@ def project_usage(
     """A project's usage page: counters and quotas, its last ``hours`` of traffic hour by
     hour, and its ``top`` largest tasks."""
     quotas = storage.limits().quotas()
-    project_quota, tenant_quota = quotas.of(scope.tenant, scope.project)
+    # A private space answers to its project's quota (core/quota.py QuotaSource.of).
+    project_quota, tenant_quota = quotas.of(scope.tenant, scope.team.project)
     tenant_usage = sum(storage.usages([scope.tenant]).values(), ZERO)
     first = hour_now() - hours + 1
     traffic = storage.traffic(scope.tenant, scope.project, since_hour=first)

@@ -466,3 +466,14 @@ def test_a_demoted_users_tokens_act_in_the_role_they_have_now(app: Flask, world:
         ANA, lambda u: replace(u, role=None, tenant=None, project=None)
     )
     assert world.call("ana", "GET", f"{PM}/tasks", {}).status_code == 401
+
+
+def test_her_usage_is_her_spaces_named_by_its_project(world: World) -> None:
+    """GET /usage in her space: what the space stores, under the project's name and quota;
+    the project's own usage counts none of it."""
+    mine = world.call("ana", "GET", f"{PM}/usage", PRIVATE).json
+    team = world.call("writer", "GET", f"{PM}/usage", {}).json
+    assert mine["project"] == team["project"] == "web"
+    assert mine["usage"]["tasks"] == 1 and team["usage"]["tasks"] == 1
+    assert mine["tenant_usage"] == team["tenant_usage"]
+    assert team["tenant_usage"]["tasks"] == 2
