@@ -150,3 +150,15 @@ def test_share_memory_private_binds_the_auto_memory_to_a_store_of_her_space(
     assert r.status_code == 404
     log = Path(env["PROJECT_MEMORY_STATE_DIR"]) / "hook.log"
     assert not log.exists() or log.read_text() == ""
+
+
+def test_status_says_the_turns_are_private(memory_up: Memory, work: Work) -> None:
+    env = as_ana(work.env, memory_up)
+    assert cli(env, "agent", "install", "codex", "--private", cwd=work.repo).returncode == 0
+    status = cli(env, "agent", "status", "--json", cwd=work.repo)
+    data = json.loads(status.stdout)["data"]
+    assert data["private"] is True and data["shared_memory"] is None
+    assert "private space" in cli(env, "agent", "status", cwd=work.repo).stdout
+    assert cli(env, "agent", "uninstall", "codex", cwd=work.repo).returncode == 0
+    data = json.loads(cli(env, "agent", "status", "--json", cwd=work.repo).stdout)["data"]
+    assert data["private"] is False

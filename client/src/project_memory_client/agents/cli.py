@@ -280,18 +280,24 @@ def _status(ctx: Context) -> Output:
                 f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'}{signs_in})",
             )
         )
+    from .share_record import is_private
     from .shared_memory import linked
 
-    share = linked(state_dir(), root)
+    record = linked(state_dir(), root)
+    share = record if record is not None and "store_id" in record else None
     data["shared_memory"] = share
+    data["private"] = is_private(record)
     if share is not None:
+        where = "your private space's" if share.get("store_private") else "the"
         pairs.append(
             (
                 "shared memory",
-                f"Claude Code's auto-memory {share.get('folder')}, synced with the memory store"
-                f" {share.get('store_name')!r} ({share.get('store_id')})",
+                f"Claude Code's auto-memory {share.get('folder')}, synced with {where} memory"
+                f" store {share.get('store_name')!r} ({share.get('store_id')})",
             )
         )
+    if data["private"]:
+        pairs.append(("turns", "to your private space of the project (installed with --private)"))
     answer = "answers" if server["answers"] else "does not answer"
     pairs.append(("server", f"{server['url'] or '(no URL)'} {answer}: {server['detail']}"))
     from .doctor import age
