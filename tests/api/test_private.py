@@ -477,3 +477,22 @@ def test_her_usage_is_her_spaces_named_by_its_project(world: World) -> None:
     assert mine["usage"]["tasks"] == 1 and team["usage"]["tasks"] == 1
     assert mine["tenant_usage"] == team["tenant_usage"]
     assert team["tenant_usage"]["tasks"] == 2
+
+
+@pytest.mark.tree_only
+def test_a_private_spaces_derived_files_are_rebuilt_from_its_own_records(
+    app: Flask, world: World
+) -> None:
+    """A private space's derived files are its own, made again from its own records: with
+    its ledger gone, her timeline comes back whole, and the team's holds none of it."""
+    storage = app.extensions["storage"]
+    assert storage.fsck().clean
+    space = Path(app.config["STORAGE_ROOT"]) / "acme" / f"web..{ANA}"
+    gone = [p for p in space.glob("_ledger.sqlite3*") if p.is_file()]
+    assert gone
+    for path in gone:
+        path.unlink()
+    mine = world.call("ana", "GET", f"{PM}/timeline", {**PRIVATE, "since": "2025-12-01"}).json
+    assert [t["task_id"] for t in mine["turns"]] == ["ana-task"]
+    shows_team_only(text_of(world.call("writer", "GET", f"{PM}/timeline", {"since": "2025-12-01"})))
+    assert storage.fsck().clean
