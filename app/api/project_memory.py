@@ -42,7 +42,7 @@ from app.api.params import (
 )
 from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import recall, secrets, session_context, tasks, usage_report, users
+from app.services import recall, secrets, session_context, spaces, tasks, usage_report, users
 from app.services.access import sees_everything, sees_tenant
 from app.services.secrets import Screen
 from app.storage.core.errors import PayloadTooLarge
@@ -77,7 +77,7 @@ recall_out = s.Recall()
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault("openapi_schemas", []).extend(
-        [s.WhoAmI, s.SessionContext, s.Recall, s.SecretPolicy]
+        [s.WhoAmI, s.EmptiedSpace, s.SessionContext, s.Recall, s.SecretPolicy]
     )
 
 
@@ -204,6 +204,20 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     task_id = path_task_id(task_id)
     tasks.delete_task(storage(), current_principal(), task_id)
     return Response(status=204)
+
+
+@bp.delete("/space")
+@doc(responses={200: s.EmptiedSpace, **ERRORS}, beyond_seed=True)
+def delete_space() -> ResponseReturnValue:
+    """Empty a private space: every task and memory store in it
+
+    Beyond the seed's API. Only a private space (?visibility=private): its owner's, or with
+    private_to=usr_... another user's, for a tenant_admin's compliance delete. Each task and
+    store is deleted and audited as it would be alone. The team's project is never emptied
+    (403).
+    """
+    emptied = spaces.empty_space(storage(), current_principal())
+    return json_response({"deleted_tasks": emptied.tasks, "deleted_stores": emptied.stores})
 
 
 @bp.delete("/tasks/<task_id>/turns/<turn>")

@@ -266,6 +266,13 @@ class Recall(Schema):
     hits = fields.List(fields.Nested(RecallHit), required=True)
 
 
+class EmptiedSpace(Schema):
+    """What emptying a private space deleted."""
+
+    deleted_tasks = fields.Integer(required=True)
+    deleted_stores = fields.Integer(required=True)
+
+
 class WhoAmI(Schema):
     """The token a request was made with (never its secret) and the scope it acts in."""
 

@@ -496,3 +496,37 @@ def test_a_private_spaces_derived_files_are_rebuilt_from_its_own_records(
     assert [t["task_id"] for t in mine["turns"]] == ["ana-task"]
     shows_team_only(text_of(world.call("writer", "GET", f"{PM}/timeline", {"since": "2025-12-01"})))
     assert storage.fsck().clean
+
+
+def test_a_private_space_is_emptied_whole_by_its_owner_or_for_compliance(
+    app: Flask, world: World
+) -> None:
+    """DELETE /space: every task and store of a private space, by its owner or (another
+    user's) a tenant_admin, each audited; never the team's project, never by anyone else."""
+    world.put_turn("ana", "ana-task-2", PRIVATE, "more", {})
+    # The team's project is never emptied; another user's space only for compliance.
+    for who, query in (
+        ("project_admin", {}),
+        ("tenant_admin", {}),
+        ("writer", {}),
+        ("bob", {**PRIVATE, "private_to": ANA}),
+        ("project_admin", {**PRIVATE, "private_to": ANA}),
+    ):
+        assert world.call(who, "DELETE", f"{PM}/space", query).status_code == 403, who
+    assert [t["task_id"] for t in world.call("writer", "GET", f"{PM}/tasks", {}).json["tasks"]] == [
+        "team-task"
+    ]
+    r = world.call("tenant_admin", "DELETE", f"{PM}/space", {**PRIVATE, "private_to": ANA})
+    assert r.status_code == 200, r.json
+    assert r.json == {"deleted_tasks": 2, "deleted_stores": 1}
+    assert world.call("ana", "GET", f"{PM}/tasks", PRIVATE).json["tasks"] == []
+    assert world.call("ana", "GET", STORES, PRIVATE).json["data"] == []
+    # The team's things stay; the log says what went, and whose it was.
+    assert world.call("writer", "GET", f"{PM}/tasks/team-task", {}).status_code == 200
+    events = app.extensions["storage"].audit_log.page(Scope("acme", "web"), limit=100).events
+    done = {(e.kind, e.subject) for e in events if (e.detail or {}).get("private_to") == ANA}
+    assert done == {("task", "ana-task"), ("task", "ana-task-2"), ("store", world.ana_store)}
+    # Her own space, by her.
+    world.put_turn("ana", "again", PRIVATE, "x", {})
+    r = world.call("ana", "DELETE", f"{PM}/space", PRIVATE)
+    assert r.status_code == 200 and r.json == {"deleted_tasks": 1, "deleted_stores": 0}
