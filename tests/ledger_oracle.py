@@ -96,8 +96,12 @@ def entries(tasks: TaskBackend, scope: Scope) -> list[dict[str, Any]]:
     """Every live turn's entry, read record by record."""
     out = []
     for task_id in all_task_ids(tasks, scope):
-        for entry in tasks.get_task(scope, task_id).turns:
-            out.append(expected(tasks.get_turn(scope, task_id, entry.turn)))
+        index = tasks.get_task(scope, task_id)
+        for entry in index.turns:
+            found = expected(tasks.get_turn(scope, task_id, entry.turn))
+            # The token that created the task (its record's), what a grouping by owner sums by.
+            found["owner"] = index.owner or ""
+            out.append(found)
     return out
 
 

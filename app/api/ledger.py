@@ -21,7 +21,7 @@ from app.services import ledger
 from app.storage.core import ledger as lg
 from app.storage.core.clock import time_pattern, to_us
 from app.storage.core.ledger import Filters, LedgerQuery, TimelineQuery
-from app.web.auth import current_principal
+from app.web.auth import current_principal, registry
 
 prices_out = s.LedgerPrices()
 prices_in = s.LedgerPricesRequest()
@@ -119,7 +119,8 @@ def _filters() -> Filters:
 def get_ledger() -> ResponseReturnValue:
     """What the project's turns add up to: turns, sessions, tokens, cost, wall time, failures
 
-    Totals and rows by UTC day, agent, model, branch, task or session (any of them together),
+    Totals and rows by UTC day, agent, model, branch, task, session or owner (any of them
+    together; owner: the token that created each task, named with its person in owner_name),
     summed from rollups every write keeps (never a walk of the turns): a request costs what
     the rows of its days hold. Tokens, wall time and exit codes come from each turn's meta
     (docs/api.md, "The ledger"); cost is the meta's own, else the tokens priced by the
@@ -132,7 +133,7 @@ def get_ledger() -> ResponseReturnValue:
         query_int("limit", lg.LEDGER_LIMIT, 1, lg.MAX_LEDGER_LIMIT),
         request.args.get("cursor") or None,
     )
-    page = ledger.report(storage(), current_principal(), query)
+    page = ledger.report(storage(), current_principal(), query, registry())
     body = {
         "group_by": list(page.group_by),
         "since": None if page.since_day is None else lg.day_iso(page.since_day),

@@ -42,7 +42,7 @@ from app.api.params import (
 )
 from app.api.query import query_int, query_task_id, query_time_us
 from app.schemas import project_memory as s, rules, usage as us
-from app.services import recall, secrets, session_context, tasks, usage_report
+from app.services import recall, secrets, session_context, spaces, tasks, usage_report, users
 from app.services.access import sees_everything, sees_tenant
 from app.services.secrets import Screen
 from app.storage.core.errors import PayloadTooLarge
@@ -77,7 +77,7 @@ recall_out = s.Recall()
 @bp.record_once
 def _register_schemas(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault("openapi_schemas", []).extend(
-        [s.WhoAmI, s.SessionContext, s.Recall, s.SecretPolicy]
+        [s.WhoAmI, s.EmptiedSpace, s.SessionContext, s.Recall, s.SecretPolicy]
     )
 
 
@@ -204,6 +204,20 @@ def delete_task(task_id: str) -> ResponseReturnValue:
     task_id = path_task_id(task_id)
     tasks.delete_task(storage(), current_principal(), task_id)
     return Response(status=204)
+
+
+@bp.delete("/space")
+@doc(responses={200: s.EmptiedSpace, **ERRORS}, beyond_seed=True)
+def delete_space() -> ResponseReturnValue:
+    """Empty a private space: every task and memory store in it
+
+    Beyond the seed's API. Only a private space (?visibility=private): its owner's, or with
+    private_to=usr_... another user's, for a tenant_admin's compliance delete. Each task and
+    store is deleted and audited as it would be alone. The team's project is never emptied
+    (403).
+    """
+    emptied = spaces.empty_space(storage(), current_principal())
+    return json_response({"deleted_tasks": emptied.tasks, "deleted_stores": emptied.stores})
 
 
 @bp.delete("/tasks/<task_id>/turns/<turn>")
@@ -566,16 +580,22 @@ def get_whoami() -> ResponseReturnValue:
 
     Beyond the seed's API: what a client shows as "who am I" (project-memory whoami). The
     tenant and project are the ones this request resolved to, from the token and the
-    X-Sandbox-Tenant-Id / X-Sandbox-Project-Id headers.
+    X-Sandbox-Tenant-Id / X-Sandbox-Project-Id headers; visibility, the space of the project
+    (the team's, or the user's private one); user, the person the token belongs to.
     """
     principal = current_principal()
     token = principal.token
+    user = users.user_of(storage(), token)
     body = {
         "token_id": token.id,
         "name": token.name,
         "role": token.role,
         "tenant": principal.scope.tenant,
-        "project": principal.scope.project,
+        # A private space is named by its project and the visibility, never by its own name.
+        "project": principal.scope.team.project,
+        "visibility": "private" if principal.scope.owner is not None else "project",
+        "user": token.user,
+        "user_name": user.display if user is not None else None,
         "token_tenant": token.tenant,
         "token_project": token.project,
         "created_at": token.created_at,

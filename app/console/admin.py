@@ -294,7 +294,7 @@ def tenant_tokens(tenant: str) -> ResponseReturnValue:
 
 
 def _tenant_projects(tenant: str) -> list[str]:
-    return sorted(s.project for s in storage().projects([tenant]))
+    return sorted(s.project for s in storage().projects([tenant]) if s.owner is None)
 
 
 @bp.get("/t/<tenant>/tokens/new")

@@ -18,6 +18,7 @@ from werkzeug.wrappers import Response
 from app.console import session as sessions
 from app.console.base import bp, registry, see_other, storage
 from app.services import admin as admin_service
+from app.services.access import acting_token
 from app.storage.core.tokens import Token
 
 
@@ -31,7 +32,7 @@ def signed_in_token() -> Token | None:
         return None
     if sessions.ended_by_sign_out(current, token):
         return None
-    return token
+    return acting_token(token, storage().users)
 
 
 def signin_options() -> dict[str, Any]:

@@ -120,6 +120,9 @@ def _guard() -> ResponseReturnValue | None:
         except InvalidName:
             raise NotFound("no such project") from None
         if not covers(token, scope):
+            if scope.owner is not None:
+                # Another user's private space answers as a project that does not exist.
+                raise NotFound("no such project")
             raise Forbidden(f"this token may not act in {scope.tenant}/{scope.project}")
         g.principal = Principal(token, scope)
         g.tenant, g.project = scope.tenant, scope.project

@@ -266,6 +266,13 @@ class Recall(Schema):
     hits = fields.List(fields.Nested(RecallHit), required=True)
 
 
+class EmptiedSpace(Schema):
+    """What emptying a private space deleted."""
+
+    deleted_tasks = fields.Integer(required=True)
+    deleted_stores = fields.Integer(required=True)
+
+
 class WhoAmI(Schema):
     """The token a request was made with (never its secret) and the scope it acts in."""
 
@@ -280,6 +287,24 @@ class WhoAmI(Schema):
     )
     project = fields.String(
         required=True, metadata={"description": "The project this request acts in."}
+    )
+    visibility = fields.String(
+        required=True,
+        metadata={
+            "enum": ["project", "private"],
+            "description": "The space of the project this request acts in: the team's, or"
+            " the user's own private space (?visibility=private).",
+        },
+    )
+    user = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "The user the token belongs to (usr_...); null: none."},
+    )
+    user_name = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "That user's name (else email); null: no user."},
     )
     token_tenant = fields.String(
         allow_none=True,
@@ -425,6 +450,17 @@ class LedgerKey(Schema):
     branch = fields.String(allow_none=True)
     task = fields.String(allow_none=True, metadata={"description": "A task id."})
     session = fields.String(allow_none=True)
+    owner = fields.String(
+        allow_none=True,
+        metadata={"description": "The token that created the tasks (tok_...); null: unknown."},
+    )
+    owner_name = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "How that token is named: its person's name and its own (\"ana via"
+            " laptop\") for a person's token, else its name; null: a token no longer on record."
+        },
+    )
 
 
 class LedgerRow(LedgerFigures, LedgerKey):

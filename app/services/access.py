@@ -12,7 +12,12 @@ every change needs writer. On top of that:
 * tokens and limits are managed by a project_admin and above, who grants at most its own
   role; the whole tenant's usage is a tenant_admin's, every tenant's an admin's;
 * a tenant as a whole (its tokens, its projects' limits) is managed by its tenant_admins
-  (bound to no project) and the admins; a tenant's own limits by the admins alone.
+  (bound to no project) and the admins; a tenant's own limits by the admins alone;
+* a user's private space in a project (core/names.py ``private_scope``) is theirs alone:
+  only a token of that user covers it, whatever its role (a project_admin, a tenant_admin
+  and an admin of the project included), and a request reaches it only by asking for its
+  own (``private_space``). A tenant_admin may delete what one holds, for compliance
+  (``compliance_space``), and read nothing of it.
 
 The role rules read the token's role alone, so each takes a principal or a bare token (a
 tenant's own pages act in no project, and have no principal).
@@ -28,13 +33,13 @@ the MCP tools say them as a tool's refusal.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.storage.core.errors import Forbidden
-from app.storage.core.names import Scope
+from app.storage.core.names import Scope, private_scope
 from app.storage.core.tokens import ROLES, Token, role_rank
-from app.storage.core.users import Binding, Rule
+from app.storage.core.users import Binding, Rule, UserStore
 
 READER, WRITER, PROJECT_ADMIN, TENANT_ADMIN, ADMIN = ROLES
 # Who manages a project: its tokens, its limits, its audit log, other tokens' tasks.
@@ -70,6 +75,8 @@ def covers(token: Token, scope: Scope) -> bool:
     An admin acts anywhere; any other token only in its tenant, and in its project when it
     names one.
     """
+    if scope.owner is not None:
+        return token.user == scope.owner and covers(token, scope.team)
     if token.role == ADMIN:
         return True
     if token.tenant != scope.tenant:
@@ -134,14 +141,17 @@ def require_manage_tenant(who: Who, tenant: str) -> None:
 
 
 def only_owner(principal: Principal) -> str | None:
-    """The token a task or store change is limited to (None: this principal may change any)."""
-    return None if may_manage(principal) else principal.token.id
+    """The token a task or store change is limited to (None: this principal may change any).
+    In their private space a user changes anything, whichever of their tokens made it."""
+    if may_manage(principal) or owns_space(principal):
+        return None
+    return principal.token.id
 
 
 def may_delete_task(principal: Principal, owner: str | None) -> bool:
     """The task's owner (a writer at least) or a project_admin and above: what a page shows
     before asking; the storage call re-checks it under the lock (``only_owner``)."""
-    if may_manage(principal):
+    if may_manage(principal) or (owns_space(principal) and may_write(principal)):
         return True
     return may_write(principal) and owner is not None and owner == principal.token.id
 
@@ -233,6 +243,47 @@ def require_set_limits(who: Who, tenant: str, project: str | None) -> None:
         raise Forbidden("only a tenant_admin of this tenant or an admin may do this")
 
 
+# -- private spaces ---------------------------------------------------------------------------
+PRIVATE = "private"
+PROJECT = "project"
+VISIBILITIES = (PROJECT, PRIVATE)
+
+
+def private_space(principal: Principal) -> Principal:
+    """The principal acting in its own user's private space of its project: a token that
+    belongs to no user has none (Forbidden)."""
+    user = principal.token.user
+    if user is None:
+        raise Forbidden(
+            "only a token that belongs to a user (a person's sign-in, or a token they minted)"
+            " has a private space"
+        )
+    return Principal(principal.token, private_scope(principal.scope, user))
+
+
+def compliance_space(principal: Principal, user: str) -> Principal:
+    """The principal acting in ``user``'s private space to delete what it holds: a
+    tenant_admin of the tenant (bound to no project) or an admin. Every other change and
+    every read stay the owner's (the doors allow this one for deletes alone)."""
+    if not manages_tenant(principal, principal.scope.tenant):
+        raise Forbidden(
+            "only a tenant_admin of this tenant or an admin deletes from a private space"
+        )
+    return Principal(principal.token, private_scope(principal.scope, user))
+
+
+def owns_space(principal: Principal) -> bool:
+    """Whether ``principal`` acts in its own user's private space."""
+    owner = principal.scope.owner
+    return owner is not None and principal.token.user == owner
+
+
+def is_compliance(principal: Principal) -> bool:
+    """Whether ``principal`` acts in a private space not its own (a compliance delete)."""
+    owner = principal.scope.owner
+    return owner is not None and principal.token.user != owner
+
+
 # -- OAuth consent ----------------------------------------------------------------------------
 def consent_roles(who: Who) -> list[str]:
     """The roles a person signed in with ``who`` may give an OAuth client: any project role up
@@ -293,6 +344,26 @@ def require_mint(token: Token, role: str) -> None:
         raise Forbidden("only a person signed in through the identity provider mints tokens here")
     if role not in mintable_roles(token):
         raise Forbidden(f"role {token.role} may not mint a {role} token")
+
+
+def acting_token(token: Token, users: UserStore) -> Token | None:
+    """``token`` as it may act now: a person's token acts at most in the role their identity
+    gives them today (a demoted user's tokens, minted when the role was higher, are capped at
+    each use, not only at mint), and not at all once the user is disabled, gone, given no
+    role, or bound elsewhere. A token of no user is itself."""
+    if token.user is None:
+        return token
+    user = users.get(token.user)
+    binding = None if user is None or user.disabled_at is not None else user.binding
+    if binding is None:
+        return None
+    if binding.tenant is not None and (
+        token.tenant != binding.tenant
+        or (binding.project is not None and token.project != binding.project)
+    ):
+        return None
+    role = lower_role(token.role, binding.role)
+    return token if role == token.role else replace(token, role=role)
 
 
 def binding_of_claims(rules: Iterable[Rule], claims: Mapping[str, Any]) -> Binding | None:

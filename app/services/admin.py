@@ -143,7 +143,8 @@ def sign_in(
     """The token ``secret`` is the secret of, while it may act, with its sign-in recorded;
     None for a secret of no usable token (which records nothing: it names no one), and with
     ``admins_only`` for one below tenant_admin (the others sign in through the provider)."""
-    token = registry.authenticate(secret)
+    found = registry.authenticate(secret)
+    token = None if found is None else access.acting_token(found, storage.users)
     if token is not None and admins_only and not access.sees_tenant(token):
         return None
     if token is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.services.access import Principal
+from app.services.access import Principal, is_compliance
 from app.storage.core.errors import StorageError
 from app.storage.interface import StorageBackend
 
@@ -62,7 +62,15 @@ def event(
     project: str | None = None,
 ) -> None:
     """Record that ``principal`` did ``action`` in its scope (``project``: another project
-    of its tenant, which an admin change named)."""
+    of its tenant, which an admin change named).
+
+    An owner's change in their private space goes to that space's log, which only they
+    read; a tenant_admin's compliance delete there goes to the team project's log, naming
+    whose space it was, so that the project's managers can see it was done."""
+    if is_compliance(principal):
+        owner = principal.scope.owner
+        detail = {**(detail or {}), "private_to": owner, "compliance": True}
+        project = project or principal.scope.team.project
     record(
         storage,
         principal.scope.tenant,

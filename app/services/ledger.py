@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.services import access, audit
+from app.services import access, audit, users
 from app.services.access import Principal, Who, token_of
 from app.storage.core import ledger as lg
 from app.storage.core.clock import to_us
 from app.storage.core.ledger import Filters, LedgerPage, LedgerQuery, Price, TimelinePage
 from app.storage.core.names import Scope
-from app.storage.interface import StorageBackend
+from app.storage.interface import StorageBackend, TokenStore
 
 
 def filters(
@@ -48,10 +48,26 @@ def filters(
     )
 
 
-def report(storage: StorageBackend, principal: Principal, query: LedgerQuery) -> LedgerPage:
-    """What the project's turns add up to: totals and a page of rows (any role)."""
+def report(
+    storage: StorageBackend,
+    principal: Principal,
+    query: LedgerQuery,
+    registry: TokenStore | None = None,
+) -> LedgerPage:
+    """What the project's turns add up to: totals and a page of rows (any role). Grouped
+    by owner, each row names the person behind the token as well (``owner_name``: "ana via
+    laptop", users.label), read from ``registry``."""
     scope = principal.scope
-    return storage.tasks.read_ledger(scope, query, storage.ledger_prices.of(scope))
+    page = storage.tasks.read_ledger(scope, query, storage.ledger_prices.of(scope))
+    if registry is not None and lg.OWNER in query.group_by:
+        names: dict[str, str | None] = {}
+        for row in page.rows:
+            owner = str(row.get(lg.OWNER) or "")
+            if owner not in names:
+                token = registry.get(owner) if owner else None
+                names[owner] = None if token is None else users.label(storage, token)
+            row["owner_name"] = names[owner]
+    return page
 
 
 def timeline(

@@ -115,11 +115,14 @@ def consent(
     return grant, code
 
 
-def _parent_usable(registry: TokenStore, grant: Grant, now: datetime) -> Token | None:
+def _parent_usable(
+    storage: StorageBackend, registry: TokenStore, grant: Grant, now: datetime
+) -> Token | None:
+    """The token that consented to ``grant``, as it may act now (its user's role today)."""
     parent = registry.get(grant.token_id)
     if parent is None or not parent.usable(now):
         return None
-    return parent
+    return access.acting_token(parent, storage.users)
 
 
 def spend(
@@ -148,7 +151,7 @@ def spend(
         return None
     except (Refused, StorageError):
         return None
-    if _parent_usable(registry, grant, now) is None:
+    if _parent_usable(storage, registry, grant, now) is None:
         revoke(storage, None, grant.id, now=now, reason=REVOKED_PARENT)
         return None
     return grant
@@ -225,7 +228,7 @@ def principal_of(
     grant = _recent.get(storage, grant_id)
     if grant is None or not grant.usable(now):
         return None
-    parent = _parent_usable(registry, grant, now)
+    parent = _parent_usable(storage, registry, grant, now)
     if parent is None:
         return None
     role = access.lower_role(grant.role, parent.role)

@@ -321,8 +321,10 @@ class _MaskingStream:
 # -- the policy ------------------------------------------------------------------------------
 def policy_of(storage: StorageBackend, tenant: str, project: str) -> SecretPolicy:
     """The policy ``tenant/project`` works under now, read from the document itself (what an
-    answer shows; writes use the per-process copy, at most a second old)."""
-    return storage.limits().secrets().of(tenant, project, storage.secret_policies.default)
+    answer shows; writes use the per-process copy, at most a second old). A private space
+    works under its project's."""
+    team = Scope(tenant, project).team
+    return storage.limits().secrets().of(team.tenant, team.project, storage.secret_policies.default)
 
 
 def set_policy(

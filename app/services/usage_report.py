@@ -49,18 +49,24 @@ def tenant_entries(
 ) -> list[dict[str, Any]]:
     """Per tenant: its projects' usage and quotas, their sum and the tenant's quota."""
     by_tenant: dict[str, list[tuple[Scope, Usage]]] = {}
+    private: dict[str, Usage] = {}
     for scope, usage in sorted(
         storage.usages(tenants).items(), key=lambda kv: (kv[0].tenant, kv[0].project)
     ):
+        if scope.owner is not None:
+            # A user's private space counts in its tenant's sum (the quota is the tenant's)
+            # and is named to no one: not even its size per user leaves it.
+            private[scope.tenant] = private.get(scope.tenant, ZERO) + usage
+            continue
         by_tenant.setdefault(scope.tenant, []).append((scope, usage))
-    for tenant in tenants or ():
+    for tenant in (*(tenants or ()), *private):
         by_tenant.setdefault(tenant, [])
     out = []
     for tenant, rows in sorted(by_tenant.items()):
         out.append(
             {
                 "tenant": tenant,
-                "usage": sum((u for _, u in rows), ZERO).to_json(),
+                "usage": sum((u for _, u in rows), private.get(tenant, ZERO)).to_json(),
                 "quota": quota_json(quotas.tenants.get(tenant)),
                 "projects": [project_entry(s, u, quotas) for s, u in rows],
             }
@@ -96,12 +102,14 @@ def report(
         (p["usage"] for p in tenant["projects"] if p["project"] == scope.project),
         ZERO.to_json(),
     )
+    if scope.owner is not None:  # a private space: its own counters, named by its project
+        usage = storage.usage(scope).to_json()
     free = storage.free_space()
     return {
         "tenant": scope.tenant,
-        "project": scope.project,
+        "project": scope.team.project,
         "usage": usage,
-        "quota": quota_json(quotas.projects.get((scope.tenant, scope.project))),
+        "quota": quota_json(quotas.projects.get((scope.tenant, scope.team.project))),
         "tenant_usage": tenant["usage"],
         "tenant_quota": tenant["quota"],
         "projects": tenant["projects"] if whole_tenant else [],
@@ -230,7 +238,8 @@ def project_usage(
     """A project's usage page: counters and quotas, its last ``hours`` of traffic hour by
     hour, and its ``top`` largest tasks."""
     quotas = storage.limits().quotas()
-    project_quota, tenant_quota = quotas.of(scope.tenant, scope.project)
+    # A private space answers to its project's quota (core/quota.py QuotaSource.of).
+    project_quota, tenant_quota = quotas.of(scope.tenant, scope.team.project)
     tenant_usage = sum(storage.usages([scope.tenant]).values(), ZERO)
     first = hour_now() - hours + 1
     traffic = storage.traffic(scope.tenant, scope.project, since_hour=first)

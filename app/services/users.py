@@ -307,11 +307,16 @@ def revoke_own(storage: StorageBackend, registry: TokenStore, by: Token, token_i
         _revoke(storage, registry, target, actor=by.id, reason="revoked by its user")
 
 
+def user_of(storage: StorageBackend, token: Token) -> User | None:
+    """The user ``token`` belongs to (None: none, or one no longer on record)."""
+    return None if token.user is None else storage.users.get(token.user)
+
+
 def label(storage: StorageBackend, token: Token) -> str:
     """How pages name a token: "ana via laptop" for a person's, else its name."""
     if token.user is None:
         return token.name
-    user = storage.users.get(token.user)
+    user = user_of(storage, token)
     who = user.display if user is not None else token.user
     return f"{who} via {token.name}"
 

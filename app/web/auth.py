@@ -12,9 +12,18 @@ from typing import Any, TypeVar
 
 from flask import current_app, g, request
 
-from app.services.access import Principal, may_write
+from app.services.access import (
+    PRIVATE,
+    PROJECT,
+    VISIBILITIES,
+    Principal,
+    acting_token,
+    compliance_space,
+    may_write,
+    private_space,
+)
 from app.storage.core.errors import InvalidName
-from app.storage.core.names import Scope, validate_id
+from app.storage.core.names import Scope, is_reserved_project, validate_id
 from app.storage.core.tokens import Token
 from app.storage.interface import TokenStore
 from app.web import oauth_server
@@ -22,6 +31,11 @@ from app.web.errors import ApiError, validation_error
 
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
 PROJECT_HEADER = "X-Sandbox-Project-Id"
+# The space a request acts in (``_space``): the team's project or a private space.
+VISIBILITY_PARAM = "visibility"
+# The same, as a header: what a client sets once for all its requests, as it does the project.
+VISIBILITY_HEADER = "X-Sandbox-Visibility"
+OWNER_PARAM = "private_to"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,9 +85,14 @@ def authenticate() -> Token:
     secret = presented_secret()
     if secret is None:
         raise _unauthorized("missing credential: send 'Authorization: Bearer <token>'")
-    token = registry().authenticate(secret)
-    if token is None:
+    found = registry().authenticate(secret)
+    if found is None:
         raise _unauthorized("invalid, expired or revoked token", "invalid_token")
+    token = acting_token(found, current_app.extensions["storage"].users)
+    if token is None:
+        raise _unauthorized(
+            "this token's user is disabled or no longer has a role here", "invalid_token"
+        )
     # The request log names who asked, also when the scope is then refused.
     g.token_id, g.tenant = token.id, token.tenant
     return token
@@ -119,7 +138,54 @@ def resolve_scope(token: Token) -> Scope:
         project = project_header or token.project
     if project is None:
         raise validation_error(["header", PROJECT_HEADER], "required for this token", "missing")
+    if is_reserved_project(project):
+        # A private space is reached by asking for one's own (``?visibility=private``), never
+        # by its name: a name would let any token of the tenant try another's.
+        raise validation_error(
+            ["header", PROJECT_HEADER],
+            "names a private space; ask for your own with ?visibility=private",
+            "value_error",
+        )
     return Scope(tenant, project)
+
+
+def _space(principal: Principal) -> Principal:
+    """The principal in the space the request asks for (``?visibility=`` or the
+    ``X-Sandbox-Visibility`` header): the team's project
+    (``project``, the default) or the caller's own private space (``private``); with
+    ``private_to=<user>`` as well, another user's, for a tenant_admin's compliance delete."""
+    visibility = request.args.get(VISIBILITY_PARAM)
+    sent = request.environ.get("HTTP_X_SANDBOX_VISIBILITY")
+    if sent is not None:
+        if visibility is not None and visibility != sent:
+            raise validation_error(
+                ["header", VISIBILITY_HEADER],
+                f"says {sent[:40]!r} but the query's visibility says {visibility[:40]!r}",
+                "value_error",
+                sent[:200],
+            )
+        visibility = sent
+    owner = request.args.get(OWNER_PARAM)
+    if principal.scope.owner is not None:
+        raise ApiError(403, "this credential names a private space; it cannot be used")
+    if visibility in (None, PROJECT):
+        if owner is not None:
+            raise validation_error(
+                ["query", OWNER_PARAM], "needs visibility=private", "value_error", owner[:200]
+            )
+        return principal
+    if visibility != PRIVATE:
+        raise validation_error(
+            ["query", VISIBILITY_PARAM],
+            f"must be one of {', '.join(VISIBILITIES)}",
+            "value_error",
+            visibility[:200],
+        )
+    if owner is None or owner == principal.token.user:
+        return private_space(principal)
+    if request.method != "DELETE":
+        raise ApiError(403, "another user's private space may only be deleted from, never read")
+    return compliance_space(principal, owner)
 
 
 def resolve_principal() -> Principal:
@@ -127,11 +193,12 @@ def resolve_principal() -> Principal:
     answers readers' POSTs and refuses writes tool by tool)."""
     secret = presented_secret()
     if secret is not None and oauth_server.looks_like_jwt(secret) and oauth_server.path_is_mcp():
-        return _oauth_principal(secret)
-    token = authenticate()
-    scope = resolve_scope(token)
-    g.tenant, g.project = scope.tenant, scope.project
-    return Principal(token, scope)
+        principal = _space(_oauth_principal(secret))
+    else:
+        token = authenticate()
+        principal = _space(Principal(token, resolve_scope(token)))
+    g.tenant, g.project = principal.scope.tenant, principal.scope.project
+    return principal
 
 
 def _oauth_principal(secret: str) -> Principal:

@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 import requests
 
+from app.storage.core.users import User, user_id
+from app.storage.tree.fs.layout import Layout
 from app.storage.tree.tokens import TokenRegistry
+from app.storage.tree.users import UserFiles
 from tests.agents.harness import EgressProbe
 from tests.e2e.conftest import Server, start_server
 
@@ -117,6 +120,9 @@ class Switch:
             self._close()
 
 
+ANA = user_id("https://idp.example", "ana")
+
+
 @dataclass
 class Memory:
     """The server behind its switch, and tokens: a writer's and a reader's of acme/web, and a
@@ -127,6 +133,8 @@ class Memory:
     writer: str
     reader: str
     tenant_writer: str
+    # A writer's of acme/web that belongs to a user (ANA): one with a private space.
+    ana: str
 
     @property
     def url(self) -> str:
@@ -168,12 +176,21 @@ def memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
     writer = registry.create(role="writer", tenant="acme", project="web")[1]
     reader = registry.create(role="reader", tenant="acme", project="web")[1]
     tenant_writer = registry.create(role="writer", tenant="acme")[1]
+    ana = registry.create(role="writer", tenant="acme", project="web", user=ANA, name="laptop")[1]
+    # Her user record, as her first sign-in leaves it: the role her tokens act in at most.
+    UserFiles(Layout(base / "storage")).change(
+        ANA,
+        lambda _: User(
+            ANA, "https://idp.example", "ana", "ana@example.com", "Ana", "2026-01-01T00:00:00Z",
+            role="writer", tenant="acme", project="web",
+        ),
+    )  # fmt: skip
     server = start_server(base, workers=2, threads=4)
     host, port = server.url.removeprefix("http://").split(":")
     switch = Switch((host, int(port)))
     switch.set("up")
     try:
-        yield Memory(server, switch, writer, reader, tenant_writer)
+        yield Memory(server, switch, writer, reader, tenant_writer, ana)
     finally:
         switch.close()
         server.stop()

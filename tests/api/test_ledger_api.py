@@ -12,6 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from app.storage.core.names import Scope
+from app.storage.core.users import User, user_id
 from tests.conftest import FixedClock, Tokens
 
 pytestmark = pytest.mark.all_backends
@@ -304,3 +305,49 @@ def test_a_moment_before_the_epoch_reads_as_the_epoch(
         assert r.status_code == 200, (path, r.json)
     body = get(client, tokens, "ledger", **query)
     assert (body["since"], body["until"], body["totals"]["turns"]) == (since, until, turns)
+
+
+def test_the_ledger_by_owner_names_the_person_behind_each_token(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    """group_by=owner sums each task's turns under the token that created the task, and
+    names it as pages do ("Ana via laptop" for a person's token), paged like any grouping."""
+    ana = user_id("https://idp.example", "ana")
+    app.extensions["storage"].users.change(
+        ana,
+        lambda _: User(ana, "https://idp.example", "ana", "ana@example.com", "Ana", "2026-01-01",
+                       role="writer", tenant="acme", project="web"),
+    )  # fmt: skip
+    made, secret = tokens.registry.create(
+        role="writer", tenant="acme", project="web", name="laptop", user=ana
+    )
+    tokens.secrets["ana"], tokens.ids["ana"] = secret, made.id
+    seed(client, tokens)  # the writer's: fix-login (2 turns), ci (1 turn)
+    for turn in (0, 1):
+        r = client.put(
+            f"{PM}/tasks/ana-task/turns/{turn}",
+            headers=tokens.headers("ana"),
+            json={"meta": {"model": "opus", "tokens": {"input": 5, "output": 1},
+                           "started_at": "2025-12-31T11:00:00Z"}, "summary_md": "x"},
+        )  # fmt: skip
+        assert r.status_code == 200, r.json
+    body = get(client, tokens, "ledger", group_by="owner")
+    by_owner = {r["owner"]: r for r in body["rows"]}
+    assert set(by_owner) == {tokens.ids["writer"], made.id}
+    assert by_owner[made.id]["owner_name"] == "Ana via laptop"
+    assert by_owner[made.id]["turns"] == 2 and by_owner[made.id]["input_tokens"] == 10
+    assert by_owner[tokens.ids["writer"]]["turns"] == 3
+    assert by_owner[tokens.ids["writer"]]["input_tokens"] == 3000
+    assert body["totals"]["turns"] == 5 == sum(r["turns"] for r in body["rows"])
+    # Paged: one owner a page, in byte order, the totals on every page.
+    first = get(client, tokens, "ledger", group_by="owner", limit=1)
+    rest = get(client, tokens, "ledger", group_by="owner", limit=1, cursor=first["next_cursor"])
+    assert [r["owner"] for r in first["rows"] + rest["rows"]] == sorted(by_owner)
+    assert rest["next_cursor"] is None and rest["totals"] == body["totals"]
+    # With other dimensions: by owner and model.
+    mixed = get(client, tokens, "ledger", group_by="owner,model")
+    assert {(r["owner"], r["model"], r["turns"]) for r in mixed["rows"]} == {
+        (made.id, "opus", 2),
+        (tokens.ids["writer"], "gpt-5", 1),
+        (tokens.ids["writer"], "opus", 2),
+    }

@@ -13,6 +13,7 @@ from flask.testing import FlaskClient
 
 from app import create_app
 from app.storage.core.limits import RateOverride
+from app.storage.core.users import User, user_id
 from app.storage.tree.tokens import TokenRegistry
 from app.web.ratelimit import Limiter
 from tests.conftest import FixedClock
@@ -277,3 +278,23 @@ def test_a_bad_entry_in_the_stored_limits_never_fails_another_projects_requests(
         200,
         429,
     ]
+
+
+def test_a_private_space_spends_its_projects_budget(limited: Client) -> None:
+    """A user's requests in their private space count against the project's budget as
+    theirs in the project do: a private space is no way round the project's limit."""
+    ana = user_id("https://idp.example", "ana")
+    limited.app.extensions["storage"].users.change(
+        ana,
+        lambda _: User(ana, "https://idp.example", "ana", "", "Ana", "2026-01-01",
+                       role="writer", tenant="acme", project="web"),
+    )  # fmt: skip
+    for name in ("ana", "ana2"):
+        _, limited.secrets[name] = limited.registry.create(
+            role="writer", tenant="acme", project="web", user=ana
+        )
+    # Two tokens of hers, each within its own budget, spend the project's two at once.
+    for name in ("ana", "ana2"):
+        assert limited.get(f"{API}/tasks?visibility=private", name).status_code == 200
+    refused = limited.get(f"{API}/tasks", "w")
+    assert refused.status_code == 429, refused.get_data(as_text=True)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import yaml
+from flask import Flask
 from flask.testing import FlaskClient
 
+from app.storage.core.users import User, user_id
 from tests.conftest import Tokens
 
 PM = "/sandbox/memory/v1"
@@ -24,6 +26,9 @@ def test_whoami_names_the_token_and_the_scope_it_acts_in(
         "role": "writer",
         "tenant": "acme",
         "project": "web",
+        "visibility": "project",
+        "user": None,
+        "user_name": None,
         "token_tenant": "acme",
         "token_project": "web",
         "created_at": body["created_at"],
@@ -59,3 +64,33 @@ def test_whoami_is_in_the_openapi_document_marked_beyond_the_seed(client: FlaskC
         "$ref": "#/components/schemas/WhoAmI"
     }
     assert "token_id" in spec["components"]["schemas"]["WhoAmI"]["properties"]
+
+
+def test_whoami_names_the_user_behind_a_token_and_the_space_it_acts_in(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    """A person's token: whoami names them ("ana via laptop"), and in their private space
+    says so by the visibility, the project being the team's (a private space's own name is
+    never given out)."""
+    storage = app.extensions["storage"]
+    ana = user_id("https://idp.example", "ana")
+    storage.users.change(
+        ana,
+        lambda _: User(
+            ana,
+            "https://idp.example",
+            "ana",
+            "ana@example.com",
+            "Ana",
+            "2026-01-01",
+            role="writer",
+            tenant="acme",
+            project="web",
+        ),  # fmt: skip
+    )
+    tokens.add("ana", role="writer", tenant="acme", project="web", user=ana)
+    body = client.get(f"{PM}/whoami", headers=tokens.headers("ana")).get_json()
+    assert (body["user"], body["user_name"], body["visibility"]) == (ana, "Ana", "project")
+    private = client.get(f"{PM}/whoami?visibility=private", headers=tokens.headers("ana"))
+    assert private.get_json()["visibility"] == "private"
+    assert private.get_json()["project"] == "web"

@@ -155,3 +155,17 @@ def test_a_value_no_header_can_carry_is_a_settings_error(
             assert "Traceback" not in ran.stderr and "holds a character" in ran.stderr
         if key == "token":
             assert "cret" not in ran.stdout + ran.stderr
+
+
+def test_visibility_private_puts_every_request_in_the_users_private_space(tmp_path: Path) -> None:
+    path = _config(tmp_path / "project-memory" / "config.toml", 'visibility = "private"\n')
+    env = {"XDG_CONFIG_HOME": str(tmp_path), "PROJECT_MEMORY_TOKEN": "pm_x"}
+    s = load_settings(env=env)
+    assert s.visibility == "private" and s.sources["visibility"] == f"config {path}"
+    assert s.headers()["X-Sandbox-Visibility"] == "private"
+    # "project" (the team's) is the default, and sends nothing.
+    s = load_settings(env={**env, "PROJECT_MEMORY_VISIBILITY": "project"})
+    assert s.visibility is None and "X-Sandbox-Visibility" not in s.headers()
+    assert s.with_overrides(visibility="private").headers()["X-Sandbox-Visibility"] == "private"
+    with pytest.raises(SettingsError, match="visibility must be one of project, private"):
+        load_settings(env={**env, "PROJECT_MEMORY_VISIBILITY": "secret"})

@@ -58,7 +58,7 @@ from app.storage.core.task_rules import listed_text, scope_tag
 
 DAY_US = 86_400_000_000
 # Group keys a read may ask for, and the column each is kept in.
-DIMENSIONS = ("day", "agent", "model", "branch", "task", "session")
+DIMENSIONS = ("day", "agent", "model", "branch", "task", "session", "owner")
 COLUMNS = {
     "day": "day",
     "agent": "agent",
@@ -67,6 +67,10 @@ COLUMNS = {
     "task": "task_id",
     "session": "session",
 }
+# The owner of a task (the token that created it, the listing's) is no column of a rollup: a
+# grouping by owner reads the rows by task of its days and sums them by their tasks' owners
+# (:func:`by_task_for_owners`, :func:`owner_page`): it costs a row per task of those days.
+OWNER = "owner"
 # Each rollup and the key of its rows (its index's order: by day, then model, the grouping a
 # report asks for most), smallest first (rows kept per day: a few, the branches times that,
 # the tasks times that).
@@ -943,6 +947,75 @@ def ledger_page(
         cursor = next_cursor(rows[query.limit - 1][:width])
     first, last = query.filters.days
     return LedgerPage(query.group_by, first, last, figures_of(totals), found, cursor)
+
+
+def by_owner(query: LedgerQuery) -> bool:
+    """Whether ``query`` groups by the tasks' owners (read by :func:`owner_page`)."""
+    return OWNER in query.group_by
+
+
+def by_task_for_owners(query: LedgerQuery) -> LedgerQuery:
+    """The question an owner grouping is answered from: every row of its days by task (the
+    owner's place) and its other dimensions, whole (no cursor, no limit)."""
+    names = ["task" if name == OWNER else name for name in query.group_by]
+    return LedgerQuery(tuple(dict.fromkeys(names)), query.filters, 2**62, None)
+
+
+def owner_page(
+    query: LedgerQuery,
+    task_rows: Sequence[Sequence[Any]],
+    owners: Mapping[str, str | None],
+    after: Sequence[Any] | None,
+    next_cursor: Callable[[Sequence[Any]], str],
+) -> LedgerPage:
+    """The answer to ``query`` (which groups by owner) from ``task_rows``, the rows of
+    :func:`by_task_for_owners`'s question, and ``owners``, each task's owner: summed by
+    owner in the order and the pages the SQL of any other grouping gives ("" for a task of
+    no known owner, first, as SQL orders an empty text)."""
+    inner = by_task_for_owners(query).group_by
+    task_at = inner.index("task")
+    width = len(inner)
+    sums: dict[tuple[Any, ...], list[Any]] = {}
+    for row in task_rows:
+        key = tuple(
+            (owners.get(row[task_at]) or "") if name == OWNER else row[inner.index(name)]
+            for name in query.group_by
+        )
+        found = sums.get(key)
+        if found is None:
+            sums[key] = [value or 0 for value in row[width:]]
+        else:
+            for i, value in enumerate(row[width:]):
+                found[i] += value or 0
+    descending = [name == "day" for name in query.group_by]
+
+    def order(key: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(-v if down else _text_key(v) for v, down in zip(key, descending, strict=True))
+
+    keys = sorted(sums, key=order)
+    totals: list[Any] = [0] * SUM_COUNT
+    for figures in sums.values():
+        for i, value in enumerate(figures):
+            totals[i] += value or 0
+    if after is not None:
+        resume = order(tuple(after))
+        keys = [k for k in keys if order(k) > resume]
+    rows = [(*key, *sums[key]) for key in keys[: query.limit + 1]]
+    found = [row_json(query.group_by, r) for r in rows[: query.limit]]
+    cursor = (
+        next_cursor(rows[query.limit - 1][: len(query.group_by)])
+        if len(rows) > query.limit
+        else None
+    )
+    first, last = query.filters.days
+    return LedgerPage(query.group_by, first, last, figures_of(totals), found, cursor)
+
+
+def _text_key(value: Any) -> tuple[int, Any]:
+    """A key value in SQL's byte order of its text (None, then any text)."""
+    if value is None:
+        return (0, b"")
+    return (1, value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value)
 
 
 def timeline_page(

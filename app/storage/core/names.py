@@ -139,3 +139,53 @@ class Scope:
     def __post_init__(self) -> None:
         validate_id("tenant", self.tenant)
         validate_id("project", self.project)
+
+    @property
+    def owner(self) -> str | None:
+        """The user whose private space this is (None: the team's project)."""
+        return private_owner(self.project)
+
+    @property
+    def team(self) -> Scope:
+        """The team's project this scope is in: itself, or the project of a private space."""
+        found = _PRIVATE_RE.fullmatch(self.project)
+        return self if found is None else Scope(self.tenant, found["project"])
+
+
+# -- private spaces --------------------------------------------------------------------------
+# A user's private space in a project is a project of its own, named after both: every task,
+# store, listing, search index, digest and ledger of it lives apart from the team's, on both
+# backends, so no read of the team's project can meet it, whatever the read. The name is an
+# ordinary id (the walks, fsck, backups and retention cover it as any project), reserved: no
+# request, token or rule may name it (access.py chooses it from the token's user alone).
+PRIVATE_SEPARATOR = ".."
+USER_ID_PATTERN = r"usr_[0-9a-f]{32}"
+_PRIVATE_RE = re.compile(rf"(?P<project>.+)\.\.(?P<user>{USER_ID_PATTERN})")
+# The longest team project name a private space can be made for: the space's name is an id too.
+MAX_PRIVATE_BASE = 128 - len(PRIVATE_SEPARATOR) - len("usr_") - 32
+
+
+def private_owner(project: str) -> str | None:
+    """The user whose private space ``project`` names, None for any other project."""
+    found = _PRIVATE_RE.fullmatch(project)
+    return None if found is None else found["user"]
+
+
+def is_reserved_project(project: str) -> bool:
+    """Whether ``project`` is a private space's name, which no request may name itself."""
+    return private_owner(project) is not None
+
+
+def private_scope(scope: Scope, user: str) -> Scope:
+    """The private space of ``user`` in ``scope``'s project (InvalidName: a project name too
+    long to have one, or a user id that is not one)."""
+    team = scope.team
+    if not re.fullmatch(USER_ID_PATTERN, user):
+        raise InvalidName("user", user, f"must match {USER_ID_PATTERN}")
+    if len(team.project) > MAX_PRIVATE_BASE:
+        raise InvalidName(
+            "project",
+            team.project,
+            f"a private space needs a project name of at most {MAX_PRIVATE_BASE} characters",
+        )
+    return Scope(team.tenant, f"{team.project}{PRIVATE_SEPARATOR}{user}")

@@ -129,7 +129,10 @@ class QuotaSource(WatchedSection[Quotas]):
         super().__init__(document, read, NO_QUOTAS, "quotas", check_every=check_every)
 
     def of(self, scope: Scope) -> tuple[QuotaOverride | None, QuotaOverride | None]:
-        return self.current().of(scope.tenant, scope.project)
+        # A private space answers to its project's settings (here and below): it is the
+        # project's, kept apart, and no one may set anything for it by its name.
+        team = scope.team
+        return self.current().of(team.tenant, team.project)
 
 
 class PricesDocument(LimitsDocument, Protocol):
@@ -145,7 +148,7 @@ class PriceSource(WatchedSection[PriceSettings]):
         super().__init__(document, read, NO_PRICES, "ledger prices", check_every=check_every)
 
     def of(self, scope: Scope) -> Mapping[str, Price]:
-        return self.current().of(scope)
+        return self.current().of(scope.team)
 
 
 class SecretsDocument(LimitsDocument, Protocol):
@@ -168,7 +171,8 @@ class SecretPolicySource(WatchedSection[SecretSettings]):
         self.default = default  # a project's whose policy (and its tenant's) is not set
 
     def of(self, scope: Scope) -> SecretPolicy:
-        return self.current().of(scope.tenant, scope.project, self.default)
+        team = scope.team
+        return self.current().of(team.tenant, team.project, self.default)
 
 
 # -- the free-space floor ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from ulid import ULID
 
 from app.storage.core.clock import Clock, iso, parse_iso
-from app.storage.core.names import validate_id
+from app.storage.core.names import is_reserved_project, validate_id
 
 ROLES = ("reader", "writer", "project_admin", "tenant_admin", "admin")
 SECRET_PREFIX = "pm_"  # noqa: S105 - a prefix, not a secret
@@ -71,6 +71,8 @@ def new_token(
         validate_id("tenant", tenant)
     if project is not None:
         validate_id("project", project)
+        if is_reserved_project(project):
+            raise ValueError("a token cannot be bound to a private space")
         if tenant is None:
             raise ValueError("a token with a project needs a tenant")
     if tenant is None and role != "admin":

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from app.storage.core.errors import Corrupt
-from app.storage.core.names import validate_id
+from app.storage.core.names import is_reserved_project, validate_id
 from app.storage.core.tokens import ROLES
 
 USER_ID_PREFIX = "usr_"
@@ -182,6 +182,8 @@ def parse_rules(data: Any) -> tuple[Rule, ...]:
             except Exception as exc:  # noqa: BLE001 - InvalidName, said as the rule's fault
                 raise ValueError(f"{where}: {exc}") from None
             project = None if project == "*" else project
+            if project is not None and is_reserved_project(project):
+                raise ValueError(f"{where}: a rule cannot name a private space")
             if project is not None and role == "tenant_admin":
                 raise ValueError(f"{where}: a tenant_admin covers the whole tenant: project *")
         domain = item.get("email_domain", "")

@@ -22,7 +22,7 @@ deletes removal.py's, as on the tree.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import IO, Any, BinaryIO
 
@@ -261,6 +261,8 @@ class PgTaskStore:
         """The project's ledger: totals and a page of rows summed from its rollups."""
         issued = lg.ledger_issued_for(query)
         after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
+        if lg.by_owner(query):
+            return self._ledger_by_owner(scope, query, prices, issued, after)
         totals, rows = lg.ledger_sql(
             query,
             prices,
@@ -278,6 +280,44 @@ class PgTaskStore:
             query,
             found_totals,
             found_rows,
+            lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
+        )
+
+    def _ledger_by_owner(
+        self,
+        scope: Scope,
+        query: lg.LedgerQuery,
+        prices: lg.PriceTable,
+        issued: list[Any],
+        after: Sequence[Any] | None,
+    ) -> lg.LedgerPage:
+        """A grouping by owner: the rows by task, then each task's owner, in one snapshot
+        (core/ledger.py owner_page)."""
+        _, rows = lg.ledger_sql(
+            lg.by_task_for_owners(query),
+            prices,
+            None,
+            mark=pgl.mark,
+            scope_where=pgl.SCOPE_WHERE,
+            scope_params=pgl.scope_params(scope),
+        )
+        with self.db.snapshot("ledger") as conn:
+            found = conn.execute(rows.text, rows.params).fetchall()
+            tasks = sorted(
+                {row[lg.by_task_for_owners(query).group_by.index("task")] for row in found}
+            )
+            owners = dict(
+                conn.execute(
+                    "SELECT task_id, owner FROM tasks"
+                    " WHERE tenant = %s AND project = %s AND task_id = ANY(%s)",
+                    (scope.tenant, scope.project, tasks),
+                ).fetchall()
+            )
+        return lg.owner_page(
+            query,
+            found,
+            owners,
+            after,
             lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
         )
 

@@ -19,6 +19,7 @@ was published by an atomic rename, so it is the old version or the new one.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
@@ -292,6 +293,8 @@ class TaskStore:
         """The project's ledger: totals and a page of rows summed from its rollups."""
         issued = lg.ledger_issued_for(query)
         after = lg.decode_cursor(self.cursors, scope, "ledger", issued, query.cursor)
+        if lg.by_owner(query):
+            return self._ledger_by_owner(scope, query, prices, issued, after)
         totals, rows = lg.ledger_sql(query, prices, after, mark=_mark)
         found_totals: Sequence[Any] | None = None
         found_rows: list[tuple[Any, ...]] = []
@@ -305,6 +308,40 @@ class TaskStore:
             query,
             found_totals,
             found_rows,
+            lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
+        )
+
+    def _ledger_by_owner(
+        self,
+        scope: Scope,
+        query: lg.LedgerQuery,
+        prices: lg.PriceTable,
+        issued: list[Any],
+        after: Sequence[Any] | None,
+    ) -> lg.LedgerPage:
+        """A grouping by owner: the rows by task, then each task's owner from the listing
+        (core/ledger.py owner_page)."""
+        _, rows = lg.ledger_sql(lg.by_task_for_owners(query), prices, None, mark=_mark)
+        found: list[tuple[Any, ...]] = []
+        owners: dict[str, str | None] = {}
+        if self.listing(scope).exists():
+            with self.ledger(scope).read() as conn:
+                found = conn.execute(rows.text, rows.params).fetchall()
+            at = lg.by_task_for_owners(query).group_by.index("task")
+            tasks = json.dumps(sorted({row[at] for row in found}))
+            with self.listing(scope).read() as conn:
+                owners = dict(
+                    conn.execute(
+                        "SELECT task_id, owner FROM tasks"
+                        " WHERE task_id IN (SELECT value FROM json_each(?))",
+                        (tasks,),
+                    ).fetchall()
+                )
+        return lg.owner_page(
+            query,
+            found,
+            owners,
+            after,
             lambda key: lg.encode_cursor(self.cursors, scope, "ledger", issued, key),
         )
 

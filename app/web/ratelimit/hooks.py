@@ -38,7 +38,8 @@ def check_request() -> None:
     req = request._get_current_object()  # type: ignore[attr-defined]
     limiter: Limiter = current_app.extensions["rate_limiter"]
     principal = ctx.principal
-    token, scope = principal.token, principal.scope
+    # A private space spends its project's budgets: it is the project's, kept apart.
+    token, scope = principal.token, principal.scope.team
     upload: int | None = None  # no body
     environ = req.environ
     if environ["REQUEST_METHOD"] not in READ_METHODS:

@@ -396,6 +396,11 @@ class WhoAmI(_Model):
     token_project: str | None = None
     created_at: str | None = None
     expires_at: str | None = None
+    # The space of the project ("project", or "private": the user's own), and the user the
+    # token belongs to (None: a token of no user, or a server older than them).
+    visibility: str = "project"
+    user: str | None = None
+    user_name: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WhoAmI:
@@ -409,4 +414,7 @@ class WhoAmI(_Model):
             token_project=_opt_str(data.get("token_project")),
             created_at=_opt_str(data.get("created_at")),
             expires_at=_opt_str(data.get("expires_at")),
+            visibility=str(data.get("visibility") or "project"),
+            user=_opt_str(data.get("user")),
+            user_name=_opt_str(data.get("user_name")),
         )

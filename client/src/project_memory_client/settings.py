@@ -9,6 +9,7 @@ variable, the config file. The config file is
     tenant = "acme"      # optional: for a token that covers several
     project = "web"      # optional
     timeout = 30         # optional, seconds
+    visibility = "private"  # optional: act in your own private space of the project
 
 It holds a secret, so it is refused unless it is a regular file owned by the user with
 mode 0600 or stricter (as ssh treats its keys). The token never appears in a repr, a log
@@ -37,13 +38,19 @@ TOKEN_ENV = "PROJECT_MEMORY_TOKEN"  # noqa: S105 - the variable's name
 TENANT_ENV = "PROJECT_MEMORY_TENANT"
 PROJECT_ENV = "PROJECT_MEMORY_PROJECT"
 TIMEOUT_ENV = "PROJECT_MEMORY_TIMEOUT"
+VISIBILITY_ENV = "PROJECT_MEMORY_VISIBILITY"
 CONFIG_ENV = "PROJECT_MEMORY_CONFIG"  # another config file than the default one
 DEFAULT_TIMEOUT = 30.0
 API_PREFIX = "/sandbox/memory/v1"
 # How tenant and project go on the wire (both APIs), for a token that covers several.
 TENANT_HEADER = "X-Sandbox-Tenant-Id"
 PROJECT_HEADER = "X-Sandbox-Project-Id"
-_KEYS = ("url", "token", "tenant", "project", "timeout")
+# Which space of the project a request acts in: the team's (the default) or the user's own
+# private one (docs/api.md "Private spaces"), for a token that belongs to a user.
+VISIBILITY_HEADER = "X-Sandbox-Visibility"
+PRIVATE = "private"
+VISIBILITIES = ("project", PRIVATE)
+_KEYS = ("url", "token", "tenant", "project", "timeout", "visibility")
 
 
 class Settings:
@@ -53,12 +60,14 @@ class Settings:
     dataclasses module and a dataclass's generated code cost start-up time (agents/hooks.py).
     """
 
-    __slots__ = ("url", "token", "tenant", "project", "timeout", "sources")
+    __slots__ = ("url", "token", "tenant", "project", "timeout", "visibility", "sources")
     url: str | None
     token: str | None
     tenant: str | None
     project: str | None
     timeout: float
+    # "private": every request acts in the user's private space; None: the team's project.
+    visibility: str | None
     # Where each value came from ("flag", "env PROJECT_MEMORY_URL", "config <path>"): for
     # messages that say what to fix.
     sources: Mapping[str, str]
@@ -70,14 +79,19 @@ class Settings:
         tenant: str | None = None,
         project: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        visibility: str | None = None,
         sources: Mapping[str, str] | None = None,
     ) -> None:
+        if visibility not in (None, *VISIBILITIES):
+            raise SettingsError(f"visibility must be one of {', '.join(VISIBILITIES)}")
+        visibility = None if visibility == "project" else visibility
         for name, value in (
             ("url", url),
             ("token", token),
             ("tenant", tenant),
             ("project", project),
             ("timeout", timeout),
+            ("visibility", visibility),
             ("sources", dict(sources or {})),
         ):
             object.__setattr__(self, name, value)
@@ -86,7 +100,7 @@ class Settings:
         raise AttributeError(f"Settings are immutable: use with_overrides() to change {name}")
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.url, self.token, self.tenant, self.project, self.timeout)
+        return (self.url, self.token, self.tenant, self.project, self.timeout, self.visibility)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Settings) and self._key() == other._key()
@@ -97,7 +111,7 @@ class Settings:
     def __repr__(self) -> str:
         return (
             f"Settings(url={self.url!r}, tenant={self.tenant!r}, project={self.project!r},"
-            f" timeout={self.timeout!r})"
+            f" timeout={self.timeout!r}, visibility={self.visibility!r})"
         )
 
     def require(self) -> Settings:
@@ -139,6 +153,8 @@ class Settings:
             headers[TENANT_HEADER] = self.tenant
         if self.project:
             headers[PROJECT_HEADER] = self.project
+        if self.visibility:
+            headers[VISIBILITY_HEADER] = self.visibility
         return headers
 
     @overload
@@ -293,6 +309,7 @@ def load_settings(
     tenant: str | None = None,
     project: str | None = None,
     timeout: float | None = None,
+    visibility: str | None = None,
     env: Mapping[str, str] | None = None,
     config_path: Path | None = None,
 ) -> Settings:
@@ -304,13 +321,21 @@ def load_settings(
     env = os.environ if env is None else env
     path = config_path or default_config_path(env)
     config = read_config(path)
-    flags = {"url": url, "token": token, "tenant": tenant, "project": project, "timeout": timeout}
+    flags = {
+        "url": url,
+        "token": token,
+        "tenant": tenant,
+        "project": project,
+        "timeout": timeout,
+        "visibility": visibility,
+    }
     env_names = {
         "url": (URL_ENV, URL_ENV_ALIAS),
         "token": (TOKEN_ENV,),
         "tenant": (TENANT_ENV,),
         "project": (PROJECT_ENV,),
         "timeout": (TIMEOUT_ENV,),
+        "visibility": (VISIBILITY_ENV,),
     }
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -329,4 +354,8 @@ def load_settings(
         values["timeout"] = _timeout(values["timeout"], sources["timeout"])
     if "url" in values:
         values["url"] = normalise_url(str(values["url"]))
+    if values.get("visibility") not in (None, *VISIBILITIES):
+        raise SettingsError(
+            f"{sources['visibility']}: visibility must be one of {', '.join(VISIBILITIES)}"
+        )
     return Settings(**values, sources=sources)

@@ -59,6 +59,15 @@ def register(parser: argparse.ArgumentParser) -> None:
                 " auto-memory', created if missing): its folder, kept in your state directory,"
                 " is synced at each session's start and after each turn (docs/agents.md)",
             )
+            child.add_argument(
+                "--private",
+                action="store_true",
+                help="this repository's turns go to your private space of the project (the"
+                " hooks read their context from it too), and with --share-memory the store is"
+                " found or made there: no one else in the project sees them. Needs a token"
+                " that belongs to you (a user); recorded in your state directory, not in the"
+                " repository, so teammates' hooks are unchanged",
+            )
     status = leaf(
         sub, "status", _status, help="what is installed, whether the server answers, the spool"
     )
@@ -81,6 +90,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "event", choices=("session-start", "stop", "pre-compact", "user-prompt-submit")
     )
     hook.add_argument("--agent", choices=("claude-code", "codex"), default="claude-code")
+    hook.add_argument(
+        "--private",
+        action="store_true",
+        help="write the turns to (and read the context from) your private space of the"
+        " project: a token that belongs to you (a user) is needed",
+    )
     configure(hook, _hook)
 
 
@@ -102,10 +117,15 @@ def _install(ctx: Context) -> Output:
     url = settings.url if settings is not None else None
     root = _root(ctx)
     share = None
+    private = bool(ctx.args.private)
+    if private:
+        _check_private(settings)
     if ctx.args.share_memory is not None:
         from .shared_memory import share_for_install
 
-        share = share_for_install(ctx.args.agent, root, settings, ctx.args.share_memory)
+        share = share_for_install(
+            ctx.args.agent, root, settings, ctx.args.share_memory, private=private
+        )
     try:
         change = install(
             ctx.args.agent,
@@ -119,7 +139,56 @@ def _install(ctx: Context) -> Output:
         raise CommandError(str(exc), exit_code=2, kind="install") from None
     if share is not None:
         share.installed(change)
+    else:
+        _record_private(root, private, change)
     return Output(change.to_dict(), _describe(change, "installed"))
+
+
+def _check_private(settings: Any) -> None:
+    """``--private`` needs a token of a user: asked of the server (whoami), which would
+    refuse every private write of another."""
+    from ..errors import ClientError, SettingsError
+
+    if settings is None:
+        raise CommandError(
+            "--private needs the server's URL and your token (a user's)", exit_code=2
+        )
+    from ..client import Client
+
+    try:
+        with Client(settings=settings.require()) as client:
+            me = client.whoami()
+    except SettingsError as exc:
+        raise CommandError(str(exc), exit_code=2) from None
+    except ClientError as exc:
+        raise CommandError(
+            f"--private: cannot ask the server who you are: {exc}", exit_code=3
+        ) from None
+    if not me.user:
+        raise CommandError(
+            "--private needs a token that belongs to you (minted in the console after signing"
+            " in, or your sign-in's): this one belongs to no user",
+            exit_code=2,
+        )
+
+
+def _record_private(root: Path, private: bool, change: Any) -> None:
+    """Record (or clear) that ``root``'s turns go to the user's private space."""
+    from .shared_memory import set_private
+    from .spool import state_dir
+
+    try:
+        set_private(state_dir(), root, private)
+    except OSError as exc:
+        if private:
+            change.warnings.append(f"the private setting cannot be recorded ({exc}): install again")
+        return
+    if private:
+        change.notes.append(
+            "This repository's turns now go to your private space of the project (no one else"
+            " sees them); the session's context comes from there. Install again without"
+            " --private to share them with the team again."
+        )
 
 
 def _uninstall(ctx: Context) -> Output:
@@ -211,18 +280,24 @@ def _status(ctx: Context) -> Output:
                 f"{state} ({', '.join(k for k, v in parts.items() if v) or 'nothing'}{signs_in})",
             )
         )
+    from .share_record import is_private
     from .shared_memory import linked
 
-    share = linked(state_dir(), root)
+    record = linked(state_dir(), root)
+    share = record if record is not None and "store_id" in record else None
     data["shared_memory"] = share
+    data["private"] = is_private(record)
     if share is not None:
+        where = "your private space's" if share.get("store_private") else "the"
         pairs.append(
             (
                 "shared memory",
-                f"Claude Code's auto-memory {share.get('folder')}, synced with the memory store"
-                f" {share.get('store_name')!r} ({share.get('store_id')})",
+                f"Claude Code's auto-memory {share.get('folder')}, synced with {where} memory"
+                f" store {share.get('store_name')!r} ({share.get('store_id')})",
             )
         )
+    if data["private"]:
+        pairs.append(("turns", "to your private space of the project (installed with --private)"))
     answer = "answers" if server["answers"] else "does not answer"
     pairs.append(("server", f"{server['url'] or '(no URL)'} {answer}: {server['detail']}"))
     from .doctor import age
@@ -258,7 +333,11 @@ def _flush(ctx: Context) -> Output:
     settings = ctx.settings().require()
     spool = Spool(state_dir())
     outcome = spool.flush(
-        ctx.client(), url=settings.url or "", tenant=settings.tenant, project=settings.project
+        ctx.client(),
+        url=settings.url or "",
+        tenant=settings.tenant,
+        project=settings.project,
+        visibility=settings.visibility,
     )
     data = {
         "sent": outcome.sent,
@@ -286,7 +365,7 @@ def _hook(ctx: Context) -> Output:
     if ctx.args.event == "user-prompt-submit":
         from .prompt import main as prompt_hook
 
-        raise SystemExit(prompt_hook(ctx.args.agent))
+        raise SystemExit(prompt_hook(ctx.args.agent, ctx.args.private))
     from .hooks import main
 
-    raise SystemExit(main(ctx.args.agent, ctx.args.event))
+    raise SystemExit(main(ctx.args.agent, ctx.args.event, ctx.args.private))

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .wire import HookClient
 
 EVENTS = ("session-start", "stop", "pre-compact")
+PRIVATE_FLAG = "--private"  # the turns go to the user's private space of the project
 AGENTS = ("claude-code", "codex")
 TASK_ENV = "PROJECT_MEMORY_TASK"
 HOOKS_ENV = "PROJECT_MEMORY_HOOKS"  # "off": every hook does nothing
@@ -228,8 +229,18 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
 class Hook:
     """One hook run: the event, its JSON, the settings, the state directory, a time limit."""
 
-    def __init__(self, agent: str, event: str, data: dict[str, Any], env: Mapping[str, str]):
+    def __init__(
+        self,
+        agent: str,
+        event: str,
+        data: dict[str, Any],
+        env: Mapping[str, str],
+        *,
+        private: bool = False,
+    ):
         self.agent = agent
+        # The turns go to the user's private space (``--private``, or install's record).
+        self.private = private
         self.event = event
         self.data = data
         self.env = env
@@ -272,7 +283,10 @@ class Hook:
         if self._settings is None:
             from ..settings import load_settings
 
-            self._settings = load_settings(env=self.env).require()
+            loaded = load_settings(env=self.env).require()
+            if self.private:
+                loaded = loaded.with_overrides(visibility="private")
+            self._settings = loaded
         return self._settings
 
     def client(self) -> HookClient:
@@ -300,6 +314,7 @@ class Hook:
             url=settings.url or "",
             tenant=settings.tenant,
             project=settings.project,
+            visibility=settings.visibility,
             deadline=deadline,
         )
         if outcome.rejected:
@@ -497,6 +512,7 @@ class Hook:
             meta=meta,
             summary_md=mask(summary_of(facts), secret),
             created_at=created,
+            visibility=settings.visibility,
         )
 
     def _facts(self, state: dict[str, Any]) -> list[TurnFacts]:
@@ -575,8 +591,11 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
-    """Run one hook; its stdout text. Never raises."""
+def run(
+    agent: str, event: str, stdin: str, env: Mapping[str, str], *, private: bool = False
+) -> str:
+    """Run one hook; its stdout text. Never raises. ``private``: the turns go to the
+    user's private space (as when install recorded ``--private`` for the repository)."""
     if env.get(HOOKS_ENV, "").lower() in ("off", "0", "false", "no"):
         return ""
     try:
@@ -585,9 +604,15 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         data = {}
     if not isinstance(data, dict):
         data = {}
-    hook = Hook(agent, event, data, env)
+    hook = Hook(agent, event, data, env, private=private)
     out = ""
     try:
+        from .share_record import Share, find_record, is_private
+
+        # What install recorded for the repository: the store its memory is shared through,
+        # and whether its turns are private. Read before the turn is, which it decides.
+        record = find_record(hook.root, hook.cwd, env.get("CLAUDE_PROJECT_DIR"))
+        hook.private = private or is_private(record)
         # The local part first, with no clock running: a turn is never lost because the
         # machine was slow to start the process or to read the transcript.
         recorded = None
@@ -598,10 +623,8 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
         else:
             recorded = hook.record()
         share = None
-        if agent == "claude-code" and event in ("session-start", "stop"):
-            from .share_record import find
-
-            share = find(hook.root, hook.cwd, env.get("CLAUDE_PROJECT_DIR"))
+        if agent == "claude-code" and event in ("session-start", "stop") and record:
+            share = Share.from_dict(record) if "store_id" in record else None
         # Then the network part, from when its first request can start.
         with deadline_after(hook.start_clock()):
             if event == "session-start":
@@ -632,10 +655,14 @@ def run(agent: str, event: str, stdin: str, env: Mapping[str, str]) -> str:
     return out
 
 
-def parse_argv(argv: list[str], events: tuple[str, ...] = EVENTS) -> tuple[str, str] | None:
-    """(agent, event) of ``EVENT [--agent AGENT]``, one of ``events``; None for another form."""
+def parse_argv(argv: list[str], events: tuple[str, ...] = EVENTS) -> tuple[str, str, bool] | None:
+    """(agent, event, private) of ``EVENT [--agent AGENT] [--private]``, one of ``events``;
+    None for another form."""
     agent = "claude-code"
     rest = list(argv)
+    private = PRIVATE_FLAG in rest
+    if private:
+        rest.remove(PRIVATE_FLAG)
     if len(rest) == 3 and rest[1] == "--agent":
         agent = rest.pop(2)
         rest.pop(1)
@@ -643,7 +670,7 @@ def parse_argv(argv: list[str], events: tuple[str, ...] = EVENTS) -> tuple[str, 
         agent = rest.pop(1).split("=", 1)[1]
     if len(rest) != 1 or rest[0] not in events or agent not in AGENTS:
         return None
-    return agent, rest[0]
+    return agent, rest[0], private
 
 
 def main_argv(argv: list[str]) -> int | None:
@@ -654,11 +681,11 @@ def main_argv(argv: list[str]) -> int | None:
     return None if parsed is None else main(*parsed)
 
 
-def main(agent: str, event: str) -> int:
+def main(agent: str, event: str, private: bool = False) -> int:
     """Run the hook the agent started; always 0: whatever happens (an unreadable stdin, an
     agent that closed our stdout), the agent's session goes on."""
     try:
-        out = run(agent, event, sys.stdin.read(), os.environ)
+        out = run(agent, event, sys.stdin.read(), os.environ, private=private)
         if out:
             sys.stdout.write(out + "\n")
             sys.stdout.flush()

@@ -65,9 +65,10 @@ def _chars(env: Mapping[str, str]) -> int:
     return max(MIN_CHARS, min(MAX_CHARS, value))
 
 
-def run(stdin: str, env: Mapping[str, str]) -> str:
+def run(stdin: str, env: Mapping[str, str], *, private: bool = False) -> str:
     """The hook's stdout text for one prompt ("" for none), the same for both agents (they
-    read the same ``hookSpecificOutput``). Never raises."""
+    read the same ``hookSpecificOutput``). Never raises. ``private`` (or install's record
+    for the repository): recalled from the user's private space, where the turns go."""
     if env.get(HOOKS_ENV, "").lower() in OFF or env.get(PROMPT_ENV, "").lower() in OFF:
         return ""
     try:
@@ -84,10 +85,14 @@ def run(stdin: str, env: Mapping[str, str]) -> str:
     try:
         with deadline_after(started + LIMIT - time.monotonic()):
             from ..settings import load_settings
+            from .share_record import find_record, is_private
             from .wire import HookClient
 
             settings = load_settings(env=env).require()
             cwd = str(data.get("cwd") or os.getcwd())
+            record = find_record(state_dir(dict(env)), cwd, env.get("CLAUDE_PROJECT_DIR"))
+            if private or is_private(record):
+                settings = settings.with_overrides(visibility="private")
             task_id = task_id_for(env, git_info(cwd), str(data.get("session_id") or "unknown"))
             client = HookClient(settings, deadline=started + LIMIT)
             found = client.recall(prompt[:PROMPT_CHARS], task_id=task_id, max_chars=_chars(env))
@@ -126,16 +131,17 @@ def _why(exc: Exception) -> str:
 
 
 def main_argv(argv: list[str]) -> int | None:
-    """``user-prompt-submit [--agent AGENT]``, read without argparse (hooks.main_argv)."""
+    """``user-prompt-submit [--agent AGENT] [--private]``, read without argparse
+    (hooks.main_argv)."""
     parsed = parse_argv(argv, (EVENT,))
-    return None if parsed is None else main(parsed[0])
+    return None if parsed is None else main(parsed[0], parsed[2])
 
 
-def main(agent: str) -> int:
+def main(agent: str, private: bool = False) -> int:
     """Run the hook for ``agent``; always 0: the prompt goes on to the model whatever
     happens here."""
     try:
-        out = run(sys.stdin.read(), os.environ)
+        out = run(sys.stdin.read(), os.environ, private=private)
         if out:
             sys.stdout.write(out + "\n")
             sys.stdout.flush()

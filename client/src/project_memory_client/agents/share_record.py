@@ -1,5 +1,6 @@
-"""Which memory store a repository shares Claude Code's auto-memory through, as install
-recorded it (agents/shared_memory.py), and finding that record from a hook.
+"""Which memory store a repository shares Claude Code's auto-memory through, and whether
+its turns go to the user's private space, as install recorded them (agents/shared_memory.py),
+and finding that record from a hook.
 
 Every Claude Code hook loads this module to ask whether its repository shares its memory:
 it is small and loads nothing but the standard library's basics, so that a repository that
@@ -23,7 +24,7 @@ MEMORY_DIR = "memory"
 class Share:
     """One repository's shared memory: the server, scope and store, and where its folder is."""
 
-    __slots__ = ("url", "tenant", "project", "scoped", "store_id", "store_name", "home")
+    __slots__ = ("url", "tenant", "project", "scoped", "store_id", "store_name", "home", "private")
 
     def __init__(
         self,
@@ -35,6 +36,7 @@ class Share:
         store_id: str,
         store_name: str,
         home: Path,
+        private: bool = False,
     ) -> None:
         self.url = url
         self.tenant = tenant
@@ -43,6 +45,8 @@ class Share:
         self.store_id = store_id
         self.store_name = store_name
         self.home = home
+        # The store is in the user's private space: every call to it says so.
+        self.private = private
 
     @property
     def folder(self) -> Path:
@@ -61,6 +65,7 @@ class Share:
             "store_id": self.store_id,
             "store_name": self.store_name,
             "folder": str(self.folder),
+            "store_private": self.private,
         }
 
     @classmethod
@@ -75,6 +80,7 @@ class Share:
                 store_id=str(data["store_id"]),
                 store_name=str(data.get("store_name") or ""),
                 home=folder.parent,
+                private=data.get("store_private") is True,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -93,9 +99,20 @@ def link_path(state: Path, root: Path) -> Path:
 
 
 def find(state: Path, cwd: str, project_dir: str | None = None) -> Share | None:
-    """The share of the repository the session runs in: Claude Code's project directory,
-    else the session's folder or the nearest folder above it that has one. One ``open``
-    per folder when there is none."""
+    """The share of the repository the session runs in (find_record's)."""
+    record = find_record(state, cwd, project_dir)
+    return None if record is None or "store_id" not in record else Share.from_dict(record)
+
+
+def is_private(record: Mapping[str, Any] | None) -> bool:
+    """Whether install recorded that the repository's turns go to the user's private space."""
+    return record is not None and record.get("private") is True
+
+
+def find_record(state: Path, cwd: str, project_dir: str | None = None) -> dict[str, Any] | None:
+    """The record install wrote for the repository the session runs in: Claude Code's
+    project directory, else the session's folder or the nearest folder above it that has
+    one. One ``open`` per folder when there is none."""
     candidates = [Path(project_dir)] if project_dir else []
     here = Path(cwd)
     candidates += [here, *here.parents]
@@ -112,6 +129,6 @@ def find(state: Path, cwd: str, project_dir: str | None = None) -> Share | None:
         except (OSError, ValueError, RecursionError):
             return None
         if isinstance(data, dict) and data.get("root") == str(candidate):
-            return Share.from_dict(data)
+            return data
         return None
     return None

@@ -130,14 +130,36 @@ def linked(state: Path, root: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("root") == str(root) else None
 
 
-def link(state: Path, root: Path, share: Share, previous: tuple[bool, Any]) -> None:
+def link(
+    state: Path, root: Path, share: Share, previous: tuple[bool, Any], *, private: bool = False
+) -> None:
     """Record that ``root`` shares ``share``, and the setting's value before install
-    (``(False, None)``: it had none), for uninstall."""
-    from .spool import private_dir, write_private
-
+    (``(False, None)``: it had none), for uninstall; ``private``: its turns go to the
+    user's private space (share_record.is_private)."""
     record = {"root": str(root), **share.to_dict(), "before": {"set": previous[0]}}
     if previous[0]:
         record["before"]["value"] = previous[1]
+    if private:
+        record["private"] = True
+    _write_record(state, root, record)
+
+
+def set_private(state: Path, root: Path, private: bool) -> None:
+    """Record whether ``root``'s turns go to the user's private space, keeping the rest of
+    its record (a share); a record that would say nothing else is removed."""
+    record = linked(state, root) or {"root": str(root)}
+    record.pop("private", None)
+    if private:
+        record["private"] = True
+    if set(record) == {"root"}:
+        unlink(state, root)
+    else:
+        _write_record(state, root, record)
+
+
+def _write_record(state: Path, root: Path, record: dict[str, Any]) -> None:
+    from .spool import private_dir, write_private
+
     path = link_path(state, root)
     private_dir(path.parent)
     write_private(path, json.dumps(record, indent=1).encode())
@@ -377,6 +399,7 @@ def prepare(settings: Settings, state: Path, store: str | None) -> Share:
         store_id=str(found["id"]),
         store_name=str(found.get("name") or ""),
         home=home_for(state, url, str(scope.get("tenant")), str(scope.get("project")), found["id"]),
+        private=settings.visibility == "private",
     )
     from .spool import private_dir
 
@@ -410,8 +433,16 @@ class PendingShare:
     before install writes the setting; :meth:`installed` records the share and syncs once."""
 
     def __init__(
-        self, share: Share, root: Path, settings: Settings, state: Path, before: tuple[bool, Any]
+        self,
+        share: Share,
+        root: Path,
+        settings: Settings,
+        state: Path,
+        before: tuple[bool, Any],
+        *,
+        private: bool = False,
     ) -> None:
+        self.private = private  # the repository's turns go to the user's private space
         self.share = share
         self.root = root
         self.settings = settings
@@ -425,7 +456,7 @@ class PendingShare:
     def installed(self, change: Any) -> None:
         share = self.share
         try:
-            link(self.state, self.root, share, self.before)
+            link(self.state, self.root, share, self.before, private=self.private)
         except OSError as exc:
             change.warnings.append(
                 f"the shared memory's record cannot be written ({exc}): the hooks will not"
@@ -435,14 +466,22 @@ class PendingShare:
         said: list[str] = []
         why = first_sync(share, self.settings, self.state, said.append)
         change.notes += said
-        change.notes.append(
-            f"Claude Code's auto-memory for this repository is now {share.folder} (yours, outside"
-            f" the repository), shared with the team through the memory store"
-            f" {share.store_name!r} ({share.store_id}): the hooks sync it when a session"
-            " starts and after each turn. Whatever Claude Code remembers there goes to"
-            " everyone who shares the store, what it learns about you included; and what"
-            " they write there is loaded into your sessions as memory."
-        )
+        if share.private:
+            change.notes.append(
+                f"Claude Code's auto-memory for this repository is now {share.folder} (yours,"
+                f" outside the repository), kept in the memory store {share.store_name!r}"
+                f" ({share.store_id}) of your private space of the project: no one else sees"
+                " it. The hooks sync it when a session starts and after each turn."
+            )
+        else:
+            change.notes.append(
+                f"Claude Code's auto-memory for this repository is now {share.folder} (yours,"
+                f" outside the repository), shared with the team through the memory store"
+                f" {share.store_name!r} ({share.store_id}): the hooks sync it when a session"
+                " starts and after each turn. Whatever Claude Code remembers there goes to"
+                " everyone who shares the store, what it learns about you included; and what"
+                " they write there is loaded into your sessions as memory."
+            )
         change.notes.append(
             "Interactive claude uses it once you have trusted this folder (its trust dialog"
             " names autoMemoryDirectory); `claude -p` uses it at once."
@@ -452,9 +491,10 @@ class PendingShare:
 
 
 def share_for_install(
-    agent: str, root: Path, settings: Settings | None, store: str
+    agent: str, root: Path, settings: Settings | None, store: str, *, private: bool = False
 ) -> PendingShare:
-    """The share ``--share-memory [STORE]`` asks for; CommandError when it cannot be."""
+    """The share ``--share-memory [STORE]`` asks for; CommandError when it cannot be. With
+    ``private``, the store is found or made in the user's private space."""
     from ..commands import CommandError
     from .install import InstallError
     from .spool import state_dir
@@ -472,6 +512,8 @@ def share_for_install(
         current = _current_setting(root)
     except InstallError as exc:
         raise CommandError(str(exc), exit_code=2, kind="install") from None
+    if private:
+        settings = settings.with_overrides(visibility="private")
     try:
         share = prepare(settings, state, store or None)
     except SharedMemoryError as exc:
@@ -481,7 +523,7 @@ def share_for_install(
     ours = restore_args(state, root, current)
     if ours is not None and ours[0] == current:
         before = ours[1]  # installed before: what was there then
-    return PendingShare(share, root, settings, state, before)
+    return PendingShare(share, root, settings, state, before, private=private)
 
 
 class Unshare:
@@ -668,6 +710,8 @@ def _locked_sync(
     propagated, logger.propagate = logger.propagate, False
     if share.scoped:
         settings = settings.with_overrides(tenant=share.tenant, project=share.project)
+    # The store lives in the space it was found or made in, whatever the turns' is now.
+    settings = settings.with_overrides(visibility="private" if share.private else "project")
     wire = StoreWire(settings, url=share.url, deadline=deadline)
     try:
         sync = StoreSync(

@@ -153,6 +153,7 @@ ENTRY_FIELDS = (
     "summary_md",
     "created_at",
     "artifacts",
+    "visibility",
 )
 
 
@@ -172,6 +173,7 @@ class Entry:
         summary_md: str,
         created_at: float | None = None,
         artifacts: list[dict[str, str]] | None = None,
+        visibility: str | None = None,
     ) -> None:
         self.record_id = record_id
         self.agent = agent
@@ -183,6 +185,9 @@ class Entry:
         self.summary_md = summary_md
         self.created_at = time.time() if created_at is None else created_at
         self.artifacts = [] if artifacts is None else artifacts
+        # "private": the turn goes to its user's private space (settings.VISIBILITY_HEADER),
+        # and only a flush acting there sends it.
+        self.visibility = visibility
 
     def to_json(self) -> bytes:
         value = {k: getattr(self, k) for k in ENTRY_FIELDS}
@@ -193,9 +198,9 @@ class Entry:
         value = json.loads(data)
         return cls(**{k: value[k] for k in ENTRY_FIELDS if k in value})
 
-    def task_key(self) -> tuple[str, str | None, str | None, str]:
+    def task_key(self) -> tuple[str, str | None, str | None, str | None, str]:
         """The task the turn goes to, on its server and in its scope."""
-        return (self.url.rstrip("/"), self.tenant, self.project, self.task_id)
+        return (self.url.rstrip("/"), self.tenant, self.project, self.visibility, self.task_id)
 
 
 class Outcome:
@@ -377,10 +382,11 @@ class Spool:
         url: str,
         tenant: str | None = None,
         project: str | None = None,
+        visibility: str | None = None,
         deadline: float | None = None,
     ) -> Outcome:
         """Send every entry for the server at ``url`` and the scope ``client`` acts in
-        (``tenant``, ``project``: its settings), oldest first, until ``deadline``
+        (``tenant``, ``project``, ``visibility``: its settings), oldest first, until ``deadline``
         (``time.monotonic()``); entries for another server or scope are left for it.
 
         A task's turns keep their order: once an entry of a task is not sent (another
@@ -389,7 +395,7 @@ class Spool:
 
         outcome = Outcome()
         self.remove_stale_temps()
-        waiting: set[tuple[str, str | None, str | None, str]] = set()  # tasks held back
+        waiting: set[tuple[str, str | None, str | None, str | None, str]] = set()  # held back
         for path in self.paths():
             if deadline is not None and time.monotonic() >= deadline:
                 outcome.kept += 1
@@ -405,10 +411,11 @@ class Spool:
                     outcome.rejected += 1
                     outcome.rejections.append(f"{path.name}: {entry}")
                     continue
-                if (entry.url.rstrip("/"), entry.tenant, entry.project) != (
+                if (entry.url.rstrip("/"), entry.tenant, entry.project, entry.visibility) != (
                     url.rstrip("/"),
                     tenant,
                     project,
+                    visibility,
                 ):
                     outcome.kept += 1
                     continue

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import Context, Output, add_common_options, configure, table
 
-DIMENSIONS = ("day", "agent", "model", "branch", "task", "session")
+DIMENSIONS = ("day", "agent", "model", "branch", "task", "session", "owner")
 FIGURES = (
     ("turns", "turns"),
     ("sessions", "sessions"),
@@ -95,6 +95,13 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _key(row: dict[str, Any], name: str) -> Any:
+    """A row's key as the table shows it: an owner by the name of its person and token."""
+    if name == "owner":
+        return row.get("owner_name") or row.get("owner")
+    return row.get(name)
+
+
 def show_ledger(ctx: Context) -> Output:
     by: list[str] = ctx.args.by
     report = ctx.client().ledger(group_by=by, **_filter_values(ctx))
@@ -102,7 +109,7 @@ def show_ledger(ctx: Context) -> Output:
     totals = report["totals"]
     total = [_figure(k, totals[k]) for k, _ in FIGURES]
     rows = [
-        [row.get(d) for d in by] + [_figure(k, row[k]) for k, _ in FIGURES]
+        [_key(row, d) for d in by] + [_figure(k, row[k]) for k, _ in FIGURES]
         for row in report["rows"]
     ]
     # The totals last, under the first key column ("total" alone without a grouping).

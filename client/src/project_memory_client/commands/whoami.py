@@ -20,9 +20,13 @@ def whoami(ctx: Context) -> Output:
         [
             ("server", client.url),
             ("token", f"{me.token_id} ({me.name})" if me.name else me.token_id),
+            ("user", f"{me.user_name or me.user} ({me.user})" if me.user else "none"),
             ("role", me.role),
             ("tenant", me.tenant),
-            ("project", me.project),
+            (
+                "project",
+                me.project + (" (your private space)" if me.visibility == "private" else ""),
+            ),
             ("expires", me.expires_at or "never"),
         ]
     )
