@@ -208,6 +208,38 @@ def test_repaired_listing_and_digest_serve_the_records(populated: TaskStore, sco
         assert b"## beta" in fh.read()
 
 
+def _remove_listing(store: TaskStore, scope: Scope) -> Path:
+    listing = store.layout.listing(scope)
+    for path in listing.parent.glob(listing.name + "*"):  # with its WAL and shared memory
+        path.unlink()
+    return listing
+
+
+def test_a_listing_removed_by_hand_is_made_again_from_the_records(
+    populated: TaskStore, scope: Scope
+) -> None:
+    # The store's pooled connections still hold the removed file: none of them may serve.
+    assert populated.list_tasks(scope, limit=10).total == 3
+    listing = _remove_listing(populated, scope)
+    page = populated.list_tasks(scope, limit=10)
+    assert sorted(t.task_id for t in page.tasks) == ["alpha", "beta", "gamma"]
+    assert listing.exists()
+    populated.put_turn(scope, "delta", 0, meta={}, summary_md="delta turn 0\n")
+    again = TaskStore(populated.layout.root, clock=populated.clock, lock_timeout=5.0)
+    assert again.list_tasks(scope, limit=10).total == 4
+    assert fsck(again).problems == []
+
+
+def test_fsck_repair_makes_a_removed_listing_again(populated: TaskStore, scope: Scope) -> None:
+    listing = _remove_listing(populated, scope)
+    fresh = TaskStore(populated.layout.root, clock=populated.clock, lock_timeout=5.0)
+    report = fsck(fresh, repair=True)
+    assert report.repaired == [f"{scope.tenant}/{scope.project}/_listing.sqlite3: missing"]
+    assert listing.exists()
+    assert fresh.list_tasks(scope, limit=10).total == 3
+    assert fsck(fresh).problems == []
+
+
 def test_repairing_a_write_in_flight_makes_the_record_visible(
     populated: TaskStore, scope: Scope
 ) -> None:

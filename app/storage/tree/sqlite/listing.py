@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -36,6 +37,7 @@ from typing import Any
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import Corrupt, LockTimeout, StorageError
 from app.storage.core.models import TaskFilter
+from app.storage.core.names import is_id
 from app.storage.core.query import SearchBudget
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
@@ -59,7 +61,7 @@ from app.storage.tree.sqlite.listing_sql import (
     filter_terms,
     set_task,
 )
-from app.storage.tree.sqlite.pool import Pool
+from app.storage.tree.sqlite.pool import Pool, file_identity
 from app.storage.tree.sqlite.turn_search import TurnText
 
 # Filters matching more tasks than this are walked in page order (the order's index) rather
@@ -90,7 +92,7 @@ POOL_LIMIT = 32
 class Listing:
     """Open the listing index of one project; cheap to construct (connections are pooled)."""
 
-    _pool: Pool[None] = Pool(POOL_LIMIT)
+    _pool: Pool[tuple[int, int] | None] = Pool(POOL_LIMIT)
 
     def __init__(self, path: Path, *, timeout: float, fill: Fill | None = None) -> None:
         """``fill``: how the task engine writes the rows of a listing of another schema
@@ -100,7 +102,7 @@ class Listing:
         self.fill = fill
 
     # -- connections -----------------------------------------------------------------------
-    def _open(self) -> tuple[sqlite3.Connection, None]:
+    def _open(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
         key = str(self.path)
         create_file(key)
         conn = open_index(key, timeout=self.timeout)
@@ -115,7 +117,7 @@ class Listing:
         except BaseException:
             conn.close()
             raise
-        return conn, None
+        return conn, file_identity(key)
 
     def _make(self, conn: sqlite3.Connection) -> None:
         """Make the listing of the current version: the schema in a new file; in a file of
@@ -126,7 +128,14 @@ class Listing:
             if found == sql.VERSION:
                 return  # made by another process while this one waited
             if sql.is_empty(conn):
+                # A new file: a new project's (its fill finds the task being written, if
+                # any), or one removed by hand, which the records make again.
                 sql.create(conn)
+                count = self.fill(conn) if self.fill is not None else 0
+                if count > 1:
+                    log.warning(
+                        "%s: listing made again from the records (%d tasks)", self.path, count
+                    )
                 return
             if self.fill is None:
                 raise Corrupt(
@@ -149,7 +158,10 @@ class Listing:
 
     def _use(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """A pooled connection to this index for the length of a block."""
-        return self._pool.use(str(self.path), self._open)
+        key = str(self.path)
+        # A file replaced or removed by hand since a connection opened it is made again: a
+        # pooled connection would go on reading and writing the removed one.
+        return self._pool.use(key, self._open, accept=lambda tag: tag == file_identity(key))
 
     @classmethod
     def forget(cls, path: Path) -> None:
@@ -191,7 +203,16 @@ class Listing:
         return open_index(str(self.path), timeout=self.timeout)
 
     def exists(self) -> bool:
-        return self.path.exists()
+        """Whether the project has a listing: the file, or one made now from the records when
+        the file was removed by hand while the project holds tasks. A project never written
+        to has none, and a read does not make one."""
+        if self.path.exists():
+            return True
+        if self.fill is None or not _holds_a_task(self.path.parent):
+            return False
+        with self._use():  # opening a new file fills it
+            pass
+        return True
 
     # -- writes ----------------------------------------------------------------------------
     def set_task(
@@ -581,3 +602,17 @@ class Listing:
             conn.execute(
                 "UPDATE counters SET value = (SELECT count(*) FROM tasks) WHERE name = 'tasks'"
             )
+
+
+def _holds_a_task(project: Path) -> bool:
+    """Whether ``project`` has a task directory (links are not looked through)."""
+    try:
+        with os.scandir(project) as entries:
+            return any(
+                is_id(e.name)
+                and not e.name.startswith((".", "_"))
+                and e.is_dir(follow_symlinks=False)
+                for e in entries
+            )
+    except OSError:
+        return False
