@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -121,6 +121,9 @@ class TaskStore:
             group_commit=group_commit,
         )
         self.later = Later()
+        # Called after a write changed a project's search text: the embedding queue's
+        # drain (tree/embedding.py), when an embedder is configured.
+        self.text_written: Callable[[Scope], object] | None = None
         self.artifacts = TaskArtifacts(self)
         self.removals = TaskRemovals(self)
         self.digests = Digests(self)
@@ -230,6 +233,8 @@ class TaskStore:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.
             self.removals.purge_later(scope)
+        if summary and self.text_written is not None:
+            self.text_written(scope)
 
     def section(
         self,

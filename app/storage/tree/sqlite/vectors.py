@@ -1,0 +1,207 @@
+"""Vectors beside the search text, and the queue of what still needs embedding, in the same
+SQLite file as the search index (a project's listing, a store's index)::
+
+    search_vectors   (doc, ordinal) -> model key, float32 bytes: one row per chunk
+    search_embedded  doc -> the model key its vectors were made with (a text with no chunk
+                     has a row here and none in search_vectors)
+    embed_queue      doc -> gen: the doc's text changed and is not embedded yet; gen counts
+                     the changes, so a worker that embedded an older text stores nothing
+
+**A write never loses embedding work.** Every change of a row's text (fts.put_text) queues
+the row and drops its old vectors in the same transaction as the text itself, and every
+removal (fts.delete_text) drops its vectors and queue entry there too: a process killed
+after the commit leaves the row queued, and a killed worker stores nothing (its write
+transaction never committed), so the next drain embeds it. Removed vectors leave the file
+as removed text does: ``secure_delete`` zeroes their pages and the index's purge truncates
+the WAL (fts.removed marks the purge owed in the same transaction).
+
+The worker stores a row's vectors only if its queue entry still has the generation it read,
+inside one write transaction: a row changed or removed while it was being embedded keeps its
+newer state.
+"""
+
+# ruff: noqa: S608 - table names are module constants; every value is bound.
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+# The search index's own tables (fts.DOCS, fts.TEXT, which imports this module).
+DOCS = "search_docs"
+TEXT = "search_text"
+VECTORS = "search_vectors"
+EMBEDDED = "search_embedded"
+QUEUE = "embed_queue"
+SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {VECTORS} (doc INTEGER NOT NULL, ordinal INTEGER NOT NULL,"
+    " model TEXT NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (doc, ordinal)) WITHOUT ROWID",
+    f"CREATE TABLE IF NOT EXISTS {EMBEDDED} (doc INTEGER PRIMARY KEY, model TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {QUEUE} (doc INTEGER PRIMARY KEY, gen INTEGER NOT NULL)",
+)
+
+
+def has_schema(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (QUEUE,))
+    return row.fetchone() is not None
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables (inside the caller's write transaction)."""
+    for statement in SCHEMA:
+        conn.execute(statement)
+
+
+# -- writes inside the text's own transaction (fts.put_text, fts.delete_text) ----------------
+def queue(conn: sqlite3.Connection, doc: int) -> None:
+    """Row ``doc`` has new text: its old vectors go, and it waits to be embedded."""
+    if not has_schema(conn):
+        return
+    _drop_vectors(conn, doc)
+    conn.execute(
+        f"INSERT INTO {QUEUE} (doc, gen) VALUES (?, 1)"
+        " ON CONFLICT (doc) DO UPDATE SET gen = gen + 1",
+        (doc,),
+    )
+
+
+def drop(conn: sqlite3.Connection, doc: int) -> None:
+    """Row ``doc``'s text is removed: its vectors go with it. Its queue entry stays (a text
+    replaced is removed, then put: the entry's generation moves on); :func:`forget` drops it
+    with the row."""
+    if not has_schema(conn):
+        return
+    _drop_vectors(conn, doc)
+
+
+def forget(conn: sqlite3.Connection, doc: int) -> None:
+    """Row ``doc`` is gone: its queue entry goes too."""
+    if has_schema(conn):
+        conn.execute(f"DELETE FROM {QUEUE} WHERE doc = ?", (doc,))
+
+
+def _drop_vectors(conn: sqlite3.Connection, doc: int) -> None:
+    conn.execute(f"DELETE FROM {VECTORS} WHERE doc = ?", (doc,))
+    conn.execute(f"DELETE FROM {EMBEDDED} WHERE doc = ?", (doc,))
+
+
+def clear(conn: sqlite3.Connection) -> None:
+    """Every vector and queue entry goes (the index is recreated empty)."""
+    if not has_schema(conn):
+        return
+    for table in (VECTORS, EMBEDDED, QUEUE):
+        conn.execute(f"DELETE FROM {table}")
+
+
+def queue_stale(conn: sqlite3.Connection, model: str) -> int:
+    """Queue every row not embedded with ``model`` (new tables, a changed model, vectors
+    lost); how many were queued. Their vectors of another model stay, never ranked with
+    ``model``'s, until each row is embedded again."""
+    before = conn.total_changes
+    conn.execute(
+        f"INSERT INTO {QUEUE} (doc, gen) SELECT d.doc, 1 FROM {DOCS} d"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {EMBEDDED} e WHERE e.doc = d.doc AND e.model = ?)"
+        f" AND NOT EXISTS (SELECT 1 FROM {QUEUE} q WHERE q.doc = d.doc)",
+        (model,),
+    )
+    return conn.total_changes - before
+
+
+# -- the worker --------------------------------------------------------------------------------
+def batch(
+    conn: sqlite3.Connection, columns: Sequence[str], limit: int
+) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(doc, gen, text values of ``columns``) of up to ``limit`` queued rows, in doc order
+    (one read transaction: the caller's). A queued doc without text is dropped from the queue
+    by :func:`store` (its gen check still holds, and it stores no vector)."""
+    rows = conn.execute(
+        f"SELECT q.doc, q.gen, {', '.join('t.' + c for c in columns)} FROM {QUEUE} q"
+        f" LEFT JOIN {TEXT} t ON t.rowid = q.doc ORDER BY q.doc LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [(int(r[0]), int(r[1]), tuple("" if v is None else str(v) for v in r[2:])) for r in rows]
+
+
+def store(
+    conn: sqlite3.Connection,
+    model: str,
+    done: Iterable[tuple[int, int, list[tuple[int, bytes]]]],
+) -> int:
+    """Store each (doc, gen, chunks) whose queue entry still has ``gen`` and whose text is
+    still there (inside the caller's write transaction); how many were stored."""
+    stored = 0
+    for doc, gen, chunks in done:
+        row = conn.execute(f"SELECT gen FROM {QUEUE} WHERE doc = ?", (doc,)).fetchone()
+        if row is None or int(row[0]) != gen:
+            continue  # changed or removed meanwhile: its newer state stands
+        conn.execute(f"DELETE FROM {QUEUE} WHERE doc = ?", (doc,))
+        alive = conn.execute(f"SELECT 1 FROM {DOCS} WHERE doc = ?", (doc,)).fetchone()
+        if alive is None:
+            continue
+        _drop_vectors(conn, doc)
+        conn.executemany(
+            f"INSERT INTO {VECTORS} (doc, ordinal, model, vec) VALUES (?, ?, ?, ?)",
+            [(doc, ordinal, model, vec) for ordinal, vec in chunks],
+        )
+        conn.execute(f"INSERT INTO {EMBEDDED} (doc, model) VALUES (?, ?)", (doc, model))
+        stored += 1
+    return stored
+
+
+def queued(conn: sqlite3.Connection) -> int:
+    if not has_schema(conn):
+        return 0
+    (count,) = conn.execute(f"SELECT count(*) FROM {QUEUE}").fetchone()
+    return int(count)
+
+
+def missing(conn: sqlite3.Connection, model: str) -> int:
+    """Rows with text that have no vectors of ``model`` (queued or not: fsck's count)."""
+    if not has_schema(conn):
+        (count,) = conn.execute(f"SELECT count(*) FROM {DOCS}").fetchone()
+        return int(count)
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM {DOCS} d WHERE NOT EXISTS"
+        f" (SELECT 1 FROM {EMBEDDED} e WHERE e.doc = d.doc AND e.model = ?)",
+        (model,),
+    ).fetchone()
+    return int(count)
+
+
+def orphans(conn: sqlite3.Connection) -> int:
+    """Vectors or queue entries of rows that no longer exist (a fault; fsck reports them)."""
+    if not has_schema(conn):
+        return 0
+    (count,) = conn.execute(
+        f"SELECT (SELECT count(*) FROM {VECTORS} WHERE doc NOT IN (SELECT doc FROM {DOCS}))"
+        f" + (SELECT count(*) FROM {QUEUE} WHERE doc NOT IN (SELECT doc FROM {DOCS}))"
+    ).fetchone()
+    return int(count)
+
+
+def drop_orphans(conn: sqlite3.Connection) -> None:
+    for table in (VECTORS, EMBEDDED, QUEUE):
+        conn.execute(f"DELETE FROM {table} WHERE doc NOT IN (SELECT doc FROM {DOCS})")
+
+
+# -- ranking -----------------------------------------------------------------------------------
+def ranked_rows(
+    conn: sqlite3.Connection,
+    model: str,
+    limit: int,
+    *,
+    joins: str = "",
+    where: str = "1",
+    params: dict[str, object] | None = None,
+) -> list[tuple[int, bytes]]:
+    """(doc, vector) of up to ``limit`` chunks of ``model``, the newest rows first;
+    ``joins``/``where``: what else a live row must satisfy, with named ``params``."""
+    if not has_schema(conn):
+        return []
+    return [
+        (int(doc), bytes(vec))
+        for doc, vec in conn.execute(
+            f"SELECT v.doc, v.vec FROM {VECTORS} v {joins}"
+            f" WHERE v.model = :model AND {where} ORDER BY v.doc DESC, v.ordinal LIMIT :limit",
+            {**(params or {}), "model": model, "limit": limit},
+        )
+    ]
