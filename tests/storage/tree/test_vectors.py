@@ -1,3 +1,4 @@
+# ruff: noqa: S608 - table names are module constants; test SQL only.
 """Vectors beside the search text on the tree: the crash-safe embedding queue, hybrid and
 semantic ranking, the embedder's fallback, a changed model, removal from every file, fsck."""
 
@@ -77,8 +78,7 @@ def settle(storage: TreeStorage) -> None:
         upkeep_done(storage.tasks)
         upkeep_done(storage.stores.search_upkeep)
         if storage.embedding is None or storage.embedding.idle():
-            if storage.embedding is None or not storage.tasks.later.busy():
-                return
+            return
         assert time.monotonic() < deadline, "embedding did not finish"
         time.sleep(0.01)
 
