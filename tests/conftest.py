@@ -264,6 +264,9 @@ def app(
             "CLOCK": clock,
             "LOCK_TIMEOUT": 5.0,
             "THREADS": 4,
+            # Keyword search unless a module asks for an embedder (its app_overrides): the
+            # suites that do not test vectors load no model and start no embedding thread.
+            "EMBEDDER": "off",
             **app_overrides,
             **backend_config,
         }

@@ -303,7 +303,11 @@ class SearchHit(Schema):
         metadata={"enum": ["turn", "memory"], "description": "A turn of a task, or a memory."},
     )
     score = fields.Float(
-        required=True, metadata={"description": "Relevance (bm25); higher is better."}
+        required=True,
+        metadata={
+            "description": "Relevance, higher is better: bm25 (keyword), the reciprocal-rank"
+            " fusion sum (hybrid), the cosine similarity (semantic)."
+        },
     )
     snippet = fields.String(
         required=True,
@@ -332,6 +336,19 @@ class SearchResults(Schema):
         required=True,
         metadata={
             "description": "Memory stores beyond the per-search bound (the newest are searched)."
+        },
+    )
+    modes = fields.List(
+        fields.String(metadata={"enum": ["keyword", "semantic"]}),
+        required=True,
+        metadata={"description": "The rankings that ran: keyword, semantic, or both (hybrid)."},
+    )
+    fallback = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "Why vectors were asked for and not used (the embedder unavailable,"
+            " none configured): the hits are keyword results. Null otherwise."
         },
     )
 

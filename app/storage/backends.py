@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from app.embeddings.factory import make_embedder
 from app.storage.core.clock import system_clock
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.core.secret_policy import DEFAULT_POLICY
@@ -59,6 +60,8 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         group_commit=settings.get("GROUP_COMMIT", True),
         min_free=settings.get("MIN_FREE_BYTES"),
         min_free_inodes=settings.get("MIN_FREE_INODES", "2%"),
+        # Vectors beside the text (tree/embedding.py); PostgreSQL answers keyword search.
+        embedder=make_embedder(settings),
         **common,
     )
 

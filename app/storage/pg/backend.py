@@ -9,6 +9,7 @@ and ``MEMORY_BLOB_URL``; docs/scaling.md says which data lives where and why.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,6 +21,7 @@ from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
@@ -37,6 +39,7 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.core.vectors import MODES
 from app.storage.pg import ledger as pgl, usage as pgu
 from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
@@ -63,6 +66,9 @@ def redacted_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+PG_KEYWORD_ONLY = "vectors are not stored on PostgreSQL yet: keyword results only"
 
 
 class PgStorage:
@@ -203,12 +209,23 @@ class PgStorage:
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
-        """Search the project's live turns and memories (pg/search.py)."""
+        """Search the project's live turns and memories (pg/search.py). Keyword search only:
+        a hybrid or semantic search answers keyword results and says why."""
+        if mode is not None and mode not in MODES:
+            raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
             return nothing
-        return self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
+        page = self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
+        if mode in ("hybrid", "semantic"):
+            return replace(page, fallback=PG_KEYWORD_ONLY)
+        return page
+
+    def search_modes(self) -> tuple[str, ...]:
+        """The modes a search may ask for, the default first."""
+        return ("keyword",)
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)

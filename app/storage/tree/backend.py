@@ -208,18 +208,27 @@ class TreeStorage:
                 report.problems.append(f"{scope.tenant}/{scope.project}: vectors unreadable: {exc}")
                 continue
             for state in found:
+                where = os.path.relpath(state.name, self.layout.root)
+                if state.waiting:
+                    report.notes.append(
+                        f"{where}: {state.waiting} row(s) wait to be embedded with"
+                        f" {self.embedding.model}"
+                    )
+                if not (state.missing or state.orphans):
+                    continue
                 what = (
-                    f"{os.path.relpath(state.name, self.layout.root)}:"
-                    f" {state.missing} row(s) without vectors of {self.embedding.model},"
-                    f" {state.orphans} vector(s) of rows gone"
+                    f"{where}: {state.missing} row(s) without vectors and not queued,"
+                    f" {state.orphans} vector(s) or queue entries of rows gone"
                 )
                 report.problems.append(what)
                 if repair:
                     left = [
-                        s for s in self.embedding.check(scope, repair=False) if s.name == state.name
+                        s
+                        for s in self.embedding.check(scope, repair=False)
+                        if s.name == state.name and (s.missing or s.orphans)
                     ]
                     if left:
-                        report.unrepairable.append(f"{what} (still missing: the embedder?)")
+                        report.unrepairable.append(what)
                     else:
                         report.repaired.append(what)
 

@@ -63,8 +63,9 @@ class VectorState:
     """What fsck says of one index's vectors."""
 
     name: str
-    missing: int
+    missing: int  # neither queued nor embedded: lost (a fault)
     orphans: int
+    waiting: int = 0  # queued, or embedded with another model: the next drain's
 
 
 class Embedding:
@@ -163,16 +164,16 @@ class Embedding:
 
     # -- fsck --------------------------------------------------------------------------------
     def check(self, scope: Scope, *, repair: bool) -> list[VectorState]:
-        """Each index of the project whose rows lack vectors of the current model or that
-        holds vectors of rows gone; with ``repair``, orphans are dropped and every missing
-        row is queued and embedded now (EmbedderUnavailable: they stay queued)."""
+        """Each index of the project with rows that lack vectors of the current model (lost,
+        or waiting for a drain) or vectors of rows gone; with ``repair``, orphans are dropped
+        and every row without vectors is queued and embedded now (an unavailable embedder:
+        they stay queued)."""
         found = []
         for index in self._indexes(scope):
             with index.read() as conn:
-                state = VectorState(
-                    index.name, vectors.missing(conn, self.model), vectors.orphans(conn)
-                )
-            if state.missing or state.orphans:
+                lost, waiting = vectors.missing(conn, self.model)
+                state = VectorState(index.name, lost, vectors.orphans(conn), waiting)
+            if state.missing or state.orphans or state.waiting:
                 found.append(state)
                 if repair:
                     with index.write() as conn:

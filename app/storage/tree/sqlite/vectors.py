@@ -154,17 +154,22 @@ def queued(conn: sqlite3.Connection) -> int:
     return int(count)
 
 
-def missing(conn: sqlite3.Connection, model: str) -> int:
-    """Rows with text that have no vectors of ``model`` (queued or not: fsck's count)."""
+def missing(conn: sqlite3.Connection, model: str) -> tuple[int, int]:
+    """Rows with text and no vectors of ``model``: (lost: neither queued nor embedded with
+    any model, a fault fsck reports; waiting: queued, or embedded with another model, which
+    the next drain embeds)."""
     if not has_schema(conn):
         (count,) = conn.execute(f"SELECT count(*) FROM {DOCS}").fetchone()
-        return int(count)
-    (count,) = conn.execute(
-        f"SELECT count(*) FROM {DOCS} d WHERE NOT EXISTS"
-        f" (SELECT 1 FROM {EMBEDDED} e WHERE e.doc = d.doc AND e.model = ?)",
+        return 0, int(count)
+    lost, waiting = conn.execute(
+        f"SELECT count(*) FILTER (WHERE q.doc IS NULL AND e.doc IS NULL),"
+        f" count(*) FILTER (WHERE q.doc IS NOT NULL OR e.doc IS NOT NULL)"
+        f" FROM {DOCS} d LEFT JOIN {QUEUE} q ON q.doc = d.doc"
+        f" LEFT JOIN {EMBEDDED} e ON e.doc = d.doc"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {EMBEDDED} x WHERE x.doc = d.doc AND x.model = ?)",
         (model,),
     ).fetchone()
-    return int(count)
+    return int(lost or 0), int(waiting or 0)
 
 
 def orphans(conn: sqlite3.Connection) -> int:

