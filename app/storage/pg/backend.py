@@ -89,6 +89,7 @@ class PgStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        resident_bytes: int = 256 << 20,
         secrets_policy: str = DEFAULT_POLICY,
     ) -> None:
         self.database_url = database_url

@@ -88,6 +88,7 @@ class TreeStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        resident_bytes: int = 256 << 20,
         secrets_policy: str = DEFAULT_POLICY,
         embedder: Embedder | None = None,
     ) -> None:
@@ -140,6 +141,7 @@ class TreeStorage:
             slots=search_slots,
             waiting=search_waiting,
             embedding=self.embedding,
+            resident_bytes=resident_bytes,
         )
         self.recovery = Recovery(self.layout)
         self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only

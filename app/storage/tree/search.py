@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.embeddings.base import EmbedderUnavailable
 from app.embeddings.fusion import rrf
-from app.storage.core import snippets, vectors as vec
+from app.storage.core import resident, snippets, vectors as vec
 from app.storage.core.errors import (
     InvalidName,
     NotFound,
@@ -56,6 +56,7 @@ from app.storage.core.query import (
     fts5_term,
     parse_query,
 )
+from app.storage.core.resident import ResidentVectors
 from app.storage.tree.sqlite import fts, turn_search, vectors
 from app.storage.tree.sqlite.store_index import IndexReader
 from app.storage.tree.stores.engine import MemoryStoreEngine
@@ -67,6 +68,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("app.storage.search")
 
 MAX_STORES = 64
+# Bytes of resident vector matrices a process keeps (MEMORY_VECTOR_CACHE_MB).
+DEFAULT_RESIDENT_BYTES = 256 << 20
 NO_EMBEDDER = "no embedder is configured (MEMORY_EMBEDDER=off): keyword results only"
 TURNS = "0"  # the turn index sorts before every store ("1:<store id>")
 T = TypeVar("T")
@@ -205,20 +208,23 @@ class _Turns:
             found = fts.texts(conn, docs, turn_search.SNIPPET_COLUMNS)
         return _cut(found, terms, budget, start)
 
-    def vectors(self, model: str, limit: int, budget: SearchBudget) -> _Vectors:
-        """The chunk vectors of ``model`` of live turns (at most ``limit``, the newest turns'
-        first), and how many rows wait to be embedded."""
-        with self.listing.search_read() as conn, fts.bounded(conn, budget):
-            rows = vectors.ranked_rows(
-                conn,
-                model,
-                limit,
-                joins=f"JOIN {fts.DOCS} d ON d.doc = v.doc"
-                " JOIN turns u ON u.task_id = d.task_id AND u.turn = d.turn",
-                where="u.retain_until_us > :now",
-                params={"now": self.now_us},
+    def rank(self, ask: _Near) -> _Ranked:
+        """The best live turns by cosine (over at most ``ask.room`` chunks, the newest
+        turns'), and how many rows wait to be embedded."""
+        with self.listing.search_read() as conn, fts.bounded(conn, ask.budget):
+            snap = ask.resident.snapshot(
+                self.scope, self.source, ask.model, ask.dims, vectors.LogChanges(conn)
             )
-            return _Vectors(rows, vectors.queued(conn))
+            want = ask.want
+            while True:
+                best = resident.best(ask.query, snap, want, ask.room)
+                # Turns past their retention (not swept yet) are left out after ranking.
+                live = turn_search.live(conn, [doc for doc, _ in best], self.now_us)
+                found = [(doc, score) for doc, score in best if doc in live]
+                if len(found) >= ask.want or len(best) < want:
+                    break
+                want *= 4
+            return _Ranked(found[: ask.want], min(len(snap), ask.room), vectors.queued(conn))
 
     def fields(self, docs: list[int], budget: SearchBudget) -> dict[int, tuple[str, Any]]:
         with self.listing.search_read() as conn, fts.bounded(conn, budget):
@@ -295,22 +301,41 @@ class _Store:
         found = self._read(lambda r: r.search_texts(docs), budget) or {}
         return _cut(found, terms, budget, start)
 
-    def vectors(self, model: str, limit: int, budget: SearchBudget) -> _Vectors:
-        """The chunk vectors of ``model`` of the store's live memories (at most ``limit``)."""
+    def rank(self, ask: _Near) -> _Ranked:
+        """The best live memories of the store by cosine (over at most ``ask.room`` chunks)."""
 
-        def run(reader: IndexReader) -> _Vectors:
+        def run(reader: IndexReader) -> _Ranked:
             conn = reader.conn
-            return _Vectors(vectors.ranked_rows(conn, model, limit), vectors.queued(conn))
+            snap = ask.resident.snapshot(
+                self.scope, self.source, ask.model, ask.dims, vectors.LogChanges(conn)
+            )
+            best = resident.best(ask.query, snap, ask.want, ask.room)
+            return _Ranked(best, min(len(snap), ask.room), vectors.queued(conn))
 
-        return self._read(run, budget) or _Vectors([], 0)
+        return self._read(run, ask.budget) or _Ranked([], 0, 0)
 
     def fields(self, docs: list[int], budget: SearchBudget) -> dict[int, tuple[str, Any]]:
         return self._read(lambda r: r.search_fields(docs), budget) or {}
 
 
 @dataclass(frozen=True, slots=True)
-class _Vectors:
-    rows: list[tuple[int, bytes]]
+class _Near:
+    """What a semantic search asks every index: its ``want`` best rows by cosine with
+    ``query``, over at most ``room`` chunks of ``model``."""
+
+    query: Any
+    model: str
+    dims: int
+    want: int
+    room: int
+    budget: SearchBudget
+    resident: ResidentVectors
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    best: list[tuple[int, float]]  # (doc, cosine), best first
+    chunks: int  # chunks ranked
     queued: int
 
 
@@ -353,8 +378,11 @@ class TreeSearch:
         slots: int = 4,
         waiting: int = 0,
         embedding: Embedding | None = None,
+        resident_bytes: int = DEFAULT_RESIDENT_BYTES,
     ) -> None:
         self.tasks = tasks
+        # The stored vectors kept in memory between queries (core/resident.py).
+        self.resident = ResidentVectors(resident_bytes)
         self.stores = stores
         self.embedding = embedding
         self.max_stores = max_stores
@@ -516,21 +544,22 @@ class TreeSearch:
         wait to be embedded."""
         assert self.embedding is not None
         model = self.embedding.embedder.model
-        keys: list[tuple[str, int]] = []
-        blobs: list[bytes] = []
+        found: list[tuple[float, str, int]] = []
         queued = 0
+        room = vec.MAX_RANKED_CHUNKS
         for source in sources:
-            room = vec.MAX_RANKED_CHUNKS - len(blobs)
             if room <= 0:
                 break
-            found = source.vectors(model.key(), room, budget)
-            queued += found.queued
-            keys += [(source.source, doc) for doc, _ in found.rows]
-            blobs += [blob for _, blob in found.rows]
+            ranked = source.rank(
+                _Near(query, model.key(), model.dims, want, room, budget, self.resident)
+            )
+            room -= ranked.chunks
+            queued += ranked.queued
+            found += [(score, source.source, doc) for doc, score in ranked.best]
         budget.check()
-        best = vec.best_docs(query, keys, vec.from_blobs(blobs, model.dims), want)
-        ranked = [key for key, _ in best]
-        return ranked, dict(best), queued
+        found.sort(key=lambda f: (-f[0], f[1], f[2]))
+        best = [((source, doc), score) for score, source, doc in found[:want]]
+        return [key for key, _ in best], dict(best), queued
 
     def _encode_offset(self, scope: Scope, query: SearchQuery, mode: str, offset: int) -> str:
         return encode_cursor(

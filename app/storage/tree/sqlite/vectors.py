@@ -15,6 +15,12 @@ transaction never committed), so the next drain embeds it. Removed vectors leave
 as removed text does: ``secure_delete`` zeroes their pages and the index's purge truncates
 the WAL (fts.removed marks the purge owed in the same transaction).
 
+**A change log for the resident matrices** (core/resident.py): every statement that stores
+or drops a row's vectors appends the row's doc to ``vector_log`` in its transaction; its
+AUTOINCREMENT counter is the index's change counter, and ``vector_epoch`` changes when the
+tables are cleared. The log holds doc numbers only (no text, no vector) and keeps its last
+:data:`LOG_KEEP` entries: a process further behind loads the index's vectors again.
+
 The worker stores a row's vectors only if its queue entry still has the generation it read,
 inside one write transaction: a row changed or removed while it was being embedded keeps its
 newer state.
@@ -32,11 +38,20 @@ TEXT = "search_text"
 VECTORS = "search_vectors"
 EMBEDDED = "search_embedded"
 QUEUE = "embed_queue"
+LOG = "vector_log"
+EPOCH = "vector_epoch"
+# Change log entries kept: a resident matrix further behind is loaded again.
+LOG_KEEP = 50_000
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {VECTORS} (doc INTEGER NOT NULL, ordinal INTEGER NOT NULL,"
     " model TEXT NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (doc, ordinal)) WITHOUT ROWID",
     f"CREATE TABLE IF NOT EXISTS {EMBEDDED} (doc INTEGER PRIMARY KEY, model TEXT NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {QUEUE} (doc INTEGER PRIMARY KEY, gen INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {LOG} (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " doc INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {EPOCH} (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " epoch TEXT NOT NULL)",
+    f"INSERT OR IGNORE INTO {EPOCH} (id, epoch) VALUES (1, lower(hex(randomblob(8))))",
 )
 
 
@@ -80,16 +95,18 @@ def forget(conn: sqlite3.Connection, doc: int) -> None:
 
 
 def _drop_vectors(conn: sqlite3.Connection, doc: int) -> None:
-    conn.execute(f"DELETE FROM {VECTORS} WHERE doc = ?", (doc,))
+    if conn.execute(f"DELETE FROM {VECTORS} WHERE doc = ?", (doc,)).rowcount:
+        conn.execute(f"INSERT INTO {LOG} (doc) VALUES (?)", (doc,))
     conn.execute(f"DELETE FROM {EMBEDDED} WHERE doc = ?", (doc,))
 
 
 def clear(conn: sqlite3.Connection) -> None:
-    """Every vector and queue entry goes (the index is recreated empty)."""
+    """Every vector and queue entry goes (the index is recreated empty): a new epoch."""
     if not has_schema(conn):
         return
-    for table in (VECTORS, EMBEDDED, QUEUE):
+    for table in (VECTORS, EMBEDDED, QUEUE, LOG):
         conn.execute(f"DELETE FROM {table}")
+    conn.execute(f"UPDATE {EPOCH} SET epoch = lower(hex(randomblob(8)))")
 
 
 def queue_stale(conn: sqlite3.Connection, model: str) -> int:
@@ -143,7 +160,12 @@ def store(
             [(doc, ordinal, model, vec) for ordinal, vec in chunks],
         )
         conn.execute(f"INSERT INTO {EMBEDDED} (doc, model) VALUES (?, ?)", (doc, model))
+        conn.execute(f"INSERT INTO {LOG} (doc) VALUES (?)", (doc,))
         stored += 1
+    if stored:
+        conn.execute(
+            f"DELETE FROM {LOG} WHERE seq <= (SELECT max(seq) FROM {LOG}) - ?", (LOG_KEEP,)
+        )
     return stored
 
 
@@ -184,29 +206,65 @@ def orphans(conn: sqlite3.Connection) -> int:
 
 
 def drop_orphans(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"INSERT INTO {LOG} (doc) SELECT DISTINCT doc FROM {VECTORS}"
+        f" WHERE doc NOT IN (SELECT doc FROM {DOCS})"
+    )
     for table in (VECTORS, EMBEDDED, QUEUE):
         conn.execute(f"DELETE FROM {table} WHERE doc NOT IN (SELECT doc FROM {DOCS})")
 
 
-# -- ranking -----------------------------------------------------------------------------------
-def ranked_rows(
-    conn: sqlite3.Connection,
-    model: str,
-    limit: int,
-    *,
-    joins: str = "",
-    where: str = "1",
-    params: dict[str, object] | None = None,
-) -> list[tuple[int, bytes]]:
-    """(doc, vector) of up to ``limit`` chunks of ``model``, the newest rows first;
-    ``joins``/``where``: what else a live row must satisfy, with named ``params``."""
-    if not has_schema(conn):
-        return []
-    return [
-        (int(doc), bytes(vec))
-        for doc, vec in conn.execute(
-            f"SELECT v.doc, v.vec FROM {VECTORS} v {joins}"
-            f" WHERE v.model = :model AND {where} ORDER BY v.doc DESC, v.ordinal LIMIT :limit",
-            {**(params or {}), "model": model, "limit": limit},
-        )
-    ]
+# -- the resident matrices (core/resident.py) ------------------------------------------------
+class LogChanges:
+    """An index's change log as core/resident.py reads it, inside the caller's read."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def version(self) -> tuple[str, int]:
+        if not has_schema(self.conn) or not _exists(self.conn, EPOCH):
+            return "", 0
+        row = self.conn.execute(
+            f"SELECT (SELECT epoch FROM {EPOCH}),"
+            f" (SELECT seq FROM sqlite_sequence WHERE name = '{LOG}')"
+        ).fetchone()
+        return str(row[0] or ""), int(row[1] or 0)
+
+    def changed(self, since: int) -> list[int] | None:
+        (first,) = self.conn.execute(f"SELECT min(seq) FROM {LOG}").fetchone()
+        if first is None or int(first) > since + 1:
+            return None  # pruned past ``since`` (or cleared): load everything again
+        return [
+            int(doc)
+            for (doc,) in self.conn.execute(
+                f"SELECT DISTINCT doc FROM {LOG} WHERE seq > ?", (since,)
+            )
+        ]
+
+    def rows(self, model: str, docs: Sequence[int] | None) -> list[tuple[int, bytes]]:
+        if not has_schema(self.conn):
+            return []
+        if docs is None:
+            found = self.conn.execute(
+                f"SELECT doc, vec FROM {VECTORS} WHERE model = ? ORDER BY doc, ordinal", (model,)
+            )
+            return [(int(d), bytes(v)) for d, v in found]
+        out: list[tuple[int, bytes]] = []
+        wanted = sorted(set(docs))
+        for at in range(0, len(wanted), 500):
+            part = wanted[at : at + 500]
+            marks = ", ".join("?" * len(part))
+            out += [
+                (int(d), bytes(v))
+                for d, v in self.conn.execute(
+                    f"SELECT doc, vec FROM {VECTORS} WHERE model = ? AND doc IN ({marks})"
+                    " ORDER BY doc, ordinal",
+                    (model, *part),
+                )
+            ]
+        return out
+
+
+def _exists(conn: sqlite3.Connection, table: str) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    return row.fetchone() is not None
