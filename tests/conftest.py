@@ -207,6 +207,8 @@ def backend_settings(
         "MAX_ARTIFACT_BYTES": 1 << 20,
         "CLOCK": clock,
         "THREADS": 4,
+        # Keyword search unless a test passes an embedder: no model loaded, no drain.
+        "EMBEDDER": "off",
         **backend_config,
     }
 

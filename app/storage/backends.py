@@ -51,6 +51,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
             s3_endpoint_url=settings.get("S3_ENDPOINT_URL") or None,
             # A connection per request thread, and one spare for the sweeper's reads.
             pool_size=int(settings.get("THREADS", 8)) + 1,
+            embedder=make_embedder(settings),
             **common,
         )
     from app.storage.tree.backend import TreeStorage
@@ -61,7 +62,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         group_commit=settings.get("GROUP_COMMIT", True),
         min_free=settings.get("MIN_FREE_BYTES"),
         min_free_inodes=settings.get("MIN_FREE_INODES", "2%"),
-        # Vectors beside the text (tree/embedding.py); PostgreSQL answers keyword search.
+        # Vectors beside the text (tree/embedding.py, pg/vectors.py).
         embedder=make_embedder(settings),
         **common,
     )

@@ -37,6 +37,8 @@ def make_backend(
             "MAX_ARTIFACT_BYTES": 50 * MiB,
             "CLOCK": clock,
             "THREADS": 4,
+            # Keyword search unless a test passes an embedder: no model loaded, no drain.
+            "EMBEDDER": "off",
             **backend_config,
             **overrides,
         }
@@ -64,6 +66,7 @@ def other_backend(
             "LOCK_TIMEOUT": 5.0,
             "MAX_ARTIFACT_BYTES": 50 * MiB,
             "CLOCK": clock,
+            "EMBEDDER": "off",
         }
         if backend_kind != "tree":
             settings.update(request.getfixturevalue("services").settings())

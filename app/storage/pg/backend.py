@@ -9,7 +9,6 @@ and ``MEMORY_BLOB_URL``; docs/scaling.md says which data lives where and why.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -17,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from app.embeddings.base import Embedder
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
@@ -57,6 +57,7 @@ from app.storage.pg.search import PgSearch
 from app.storage.pg.stores import PgMemoryStores
 from app.storage.pg.tasks import PgTaskStore
 from app.storage.pg.tokens import PgTokenRegistry
+from app.storage.pg.vectors import PgEmbedding
 
 
 def redacted_url(url: str) -> str:
@@ -66,9 +67,6 @@ def redacted_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-PG_KEYWORD_ONLY = "vectors are not stored on PostgreSQL yet: keyword results only"
 
 
 class PgStorage:
@@ -91,6 +89,7 @@ class PgStorage:
         search_waiting: int = 0,
         resident_bytes: int = 256 << 20,
         secrets_policy: str = DEFAULT_POLICY,
+        embedder: Embedder | None = None,
     ) -> None:
         self.database_url = database_url
         self.clock_guard = clock_guard
@@ -120,6 +119,10 @@ class PgStorage:
             usage=self.usage_counters,
         )
         self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
+        # The embedding queue's worker (pg/vectors.py): None, keyword search only.
+        self.embedding = None if embedder is None else PgEmbedding(self.db, embedder)
+        if self.embedding is not None:
+            self.tasks.text_written = self.stores.text_written = self.embedding.later
         self.searcher = PgSearch(
             self.db,
             cursors,
@@ -127,6 +130,8 @@ class PgStorage:
             timeout=search_timeout,
             slots=search_slots,
             waiting=search_waiting,
+            embedding=self.embedding,
+            resident_bytes=resident_bytes,
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         # Turns written before the ledger (a database of an earlier release) get their
@@ -212,21 +217,19 @@ class PgStorage:
         any_term: bool = False,
         mode: str | None = None,
     ) -> SearchPage:
-        """Search the project's live turns and memories (pg/search.py). Keyword search only:
-        a hybrid or semantic search answers keyword results and says why."""
-        if mode is not None and mode not in MODES:
-            raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
+        """Search the project's live turns and memories (pg/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
+            if mode is not None and mode not in MODES:
+                raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
             return nothing
-        page = self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
-        if mode in ("hybrid", "semantic"):
-            return replace(page, fallback=PG_KEYWORD_ONLY)
-        return page
+        return self.searcher.search(
+            scope, query, limit=limit, cursor=cursor, any_term=any_term, mode=mode
+        )
 
     def search_modes(self) -> tuple[str, ...]:
         """The modes a search may ask for, the default first."""
-        return ("keyword",)
+        return ("keyword",) if self.embedding is None else ("hybrid", "keyword", "semantic")
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)
@@ -301,7 +304,12 @@ class PgStorage:
         )
         if why:
             return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
-        return self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+        outcome = self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+        if self.embedding is not None and not dry_run:
+            # What a killed process left queued, and rows a changed model re-embeds.
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return outcome
 
     def mark_sweep_clock(self, now: datetime) -> None:
         """A server's start: the clock the sweep's guard compares with, when none is kept yet
@@ -319,7 +327,30 @@ class PgStorage:
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check the derived columns against the rows they derive from, and that every
         artifact row's bytes are in the object store with the recorded size."""
-        return self.checks.fsck(repair=repair, grace=grace)
+        report = self.checks.fsck(repair=repair, grace=grace)
+        if self.embedding is not None:
+            self._fsck_vectors(report, repair=repair)
+        return report
+
+    def _fsck_vectors(self, report: FsckReport, *, repair: bool) -> None:
+        """Texts without a queue entry or vectors (lost), and those waiting for a drain;
+        ``repair`` queues and embeds them (pg/vectors.py)."""
+        assert self.embedding is not None
+        for scope in self.projects():
+            state = self.embedding.check(scope, repair=repair)
+            where = f"{scope.tenant}/{scope.project}"
+            if state.waiting:
+                report.notes.append(
+                    f"{where}: {state.waiting} text(s) wait to be embedded with"
+                    f" {self.embedding.model}"
+                )
+            if not state.missing:
+                continue
+            what = f"{where}: {state.missing} text(s) without vectors and not queued"
+            report.problems.append(what)
+            if repair:
+                left = self.embedding.check(scope, repair=False).missing
+                (report.unrepairable if left else report.repaired).append(what)
 
     # -- usage and traffic -----------------------------------------------------------------
     def usage(self, scope: Scope) -> Usage:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.embeddings.base import Embedder, EmbedderUnavailable
+from app.storage.core.background import Later
 from app.storage.core.errors import StorageError
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.vectors import EMBED_BATCH, embed_documents, embed_text
-from app.storage.tree.background import Later
 from app.storage.tree.fs.locks import try_locked
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.sqlite import vectors

@@ -28,6 +28,7 @@ from typing import IO, Any, BinaryIO
 from ulid import ULID
 
 from app.storage.core import digest as digest_mod, ledger as lg, task_list, task_rules
+from app.storage.core.background import Later
 from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
@@ -59,7 +60,6 @@ from app.storage.core.task_rules import (
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
 from app.storage.tree import repair, turns
 from app.storage.tree.artifacts import TaskArtifacts
-from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
 from app.storage.tree.fs.atomic import make_dirs, write_atomic

@@ -13,7 +13,8 @@ import pytest
 from app.storage.core.names import Scope
 from app.storage.tree.sqlite import vectors
 from tests.conftest import FixedClock
-from tests.storage.tree.test_vectors import HashEmbedder, open_tree, settle, write_corpus
+from tests.storage._embedders import HashEmbedder
+from tests.storage.tree.test_vectors import open_tree, settle, write_corpus
 
 SCOPE = Scope("acme", "web")
 OTHER = Scope("acme", "api")

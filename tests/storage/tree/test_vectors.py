@@ -4,23 +4,19 @@ semantic ranking, the embedder's fallback, a changed model, removal from every f
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
-from app.embeddings.base import EmbedderUnavailable, Kind, ModelId
 from app.embeddings.bundled import WordLlamaEmbedder
 from app.storage.core.errors import InvalidName
 from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from app.storage.tree.sqlite import vectors
 from tests.conftest import FixedClock
+from tests.storage._embedders import DownEmbedder, GarbageEmbedder, HashEmbedder
 from tests.storage._helpers import upkeep_done
 
 SCOPE = Scope("acme", "web")
@@ -37,34 +33,6 @@ CORPUS = {
 def wordllama() -> WordLlamaEmbedder:
     """One loaded model for the whole module."""
     return WordLlamaEmbedder()
-
-
-class HashEmbedder:
-    """Deterministic vectors from each word's hash: texts sharing words are close."""
-
-    def __init__(self, name: str = "test:hash", dims: int = 32) -> None:
-        self.model = ModelId(name, dims)
-        self.calls = 0
-
-    def embed(self, texts: Sequence[str], *, kind: Kind) -> npt.NDArray[np.float32]:
-        self.calls += 1
-        out = np.zeros((len(texts), self.model.dims), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split():
-                h = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "little")
-                out[i, h % self.model.dims] += 1.0
-            out[i, 0] += 1e-3
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-class DownEmbedder(HashEmbedder):
-    def embed(self, texts: Sequence[str], *, kind: Kind) -> npt.NDArray[np.float32]:
-        raise EmbedderUnavailable("connection refused")
-
-
-class GarbageEmbedder(HashEmbedder):
-    def embed(self, texts: Sequence[str], *, kind: Kind) -> npt.NDArray[np.float32]:
-        return np.full((len(texts), 3), np.nan, dtype=np.float32)
 
 
 def open_tree(root: Path, clock: FixedClock, embedder: object | None) -> TreeStorage:

@@ -9,10 +9,10 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from app.storage.core.background import Later
 from app.storage.core.errors import StorageError
 from app.storage.core.names import Scope
 from app.storage.core.query import SearchBudget
-from app.storage.tree.background import Later
 from app.storage.tree.fs.txn import Key, Transactions
 from app.storage.tree.stores.files import StoreFiles
 
