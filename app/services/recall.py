@@ -93,6 +93,9 @@ class Recall:
     chars: int
     terms: list[str]
     hits: list[RecallHit]
+    # The rankings the search ran, and why vectors were not used (SearchPage's).
+    modes: tuple[str, ...] = ("keyword",)
+    fallback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +167,11 @@ def recall(
     if not terms:
         return Recall("", 0, [], [])
     query = " ".join(t.query for t in terms)
-    page = storage.search(scope, query, limit=SEARCH_LIMIT, any_term=True)
+    # Hybrid when the server has an embedder: a prompt that says in other words what a turn
+    # says finds it; its keywords need any one of them to match.
+    page = storage.search(
+        scope, query, limit=SEARCH_LIMIT, any_term=True, mode=storage.search_modes()[0]
+    )
     own = [h for h in page.hits if h.kind == "turn" and h.task_id == task_id]
     own.sort(key=lambda h: -(h.turn or 0))
     others = [h for h in page.hits if not (h.kind == "turn" and h.task_id == task_id)]
@@ -190,7 +197,7 @@ def recall(
         body += entry
         shown.append(_public(hit, task_id))
     context = head + body if body else ""
-    return Recall(context, len(context), [t.query for t in terms], shown)
+    return Recall(context, len(context), [t.query for t in terms], shown, page.modes, page.fallback)
 
 
 def _read(

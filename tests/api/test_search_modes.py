@@ -11,7 +11,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from app.services.mcp.tools import TOOLS
+from tests.api.test_mcp import Mcp
 from tests.conftest import Tokens
+
+TOOLS_BY_NAME = {t.name: t for t in TOOLS}
 
 BASE = "/sandbox/memory/v1"
 
@@ -79,3 +83,54 @@ def test_without_an_embedder_a_hybrid_search_answers_keywords_and_says_why(
     assert body["modes"] == ["keyword"] and "no embedder" in body["fallback"]
     assert [h["task_id"] for h in body["hits"]] == ["t"]
     assert search(client, tokens, q="npm")["fallback"] is None  # keyword: the default
+
+
+# -- the other doors: MCP, recall (the console's is tests/console/test_search_page.py) --------
+def test_the_mcp_search_tool_takes_a_mode_and_says_which_ran(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    seed(app, client, tokens)
+    mcp = Mcp(client, tokens, "reader")
+    mode = TOOLS_BY_NAME["search"].input_schema["properties"]["mode"]
+    assert mode["enum"] == ["hybrid", "keyword", "semantic"]  # derived from app/schemas
+    text, found = mcp.records("search", query="authentication")
+    assert found["modes"] == ["keyword", "semantic"] and found["fallback"] is None
+    assert found["hits"][0]["task_id"] == "auth" and "Ranked by keyword and semantic" in text
+    text, found = mcp.records("search", query="authentication", mode="keyword")
+    assert found["hits"] == [] and found["modes"] == ["keyword"] and "No hits" in text
+    _, found = mcp.records("search", query="authentication", mode="semantic")
+    assert found["modes"] == ["semantic"] and found["hits"][0]["task_id"] == "auth"
+    assert "mode" in mcp.err("search", query="x", mode="fuzzy")
+
+
+@pytest.mark.parametrize("app_overrides", [{"EMBEDDER": "off"}])
+def test_the_mcp_search_tool_says_when_it_fell_back_to_keywords(
+    client: FlaskClient, tokens: Tokens
+) -> None:
+    client.put(
+        f"{BASE}/tasks/t/turns/0",
+        json={"summary_md": "npm cache"},
+        headers=tokens.headers("writer"),
+    )
+    text, found = Mcp(client, tokens, "reader").records("search", query="npm", mode="hybrid")
+    assert found["modes"] == ["keyword"] and "no embedder" in found["fallback"]
+    assert "Keyword results only: no embedder" in text and found["hits"][0]["task_id"] == "t"
+
+
+def test_recall_finds_by_meaning_with_its_any_term_keywords(
+    app: Flask, client: FlaskClient, tokens: Tokens
+) -> None:
+    seed(app, client, tokens)
+    r = client.post(
+        f"{BASE}/recall",
+        json={"prompt": "why did the authentication break?"},
+        headers=tokens.headers("reader"),
+    )
+    assert r.status_code == 200, r.json
+    assert r.json["modes"] == ["keyword", "semantic"] and r.json["fallback"] is None
+    assert r.json["hits"][0]["task_id"] == "auth" and "session TTL" in r.json["context"]
+    # Any one keyword is enough on the keyword side, as before.
+    r = client.post(
+        f"{BASE}/recall", json={"prompt": "npm and zebras"}, headers=tokens.headers("reader")
+    )
+    assert r.json["hits"][0]["task_id"] == "ci"
