@@ -11,6 +11,7 @@ rows first): its cost is bounded whatever the project's size.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -118,6 +119,35 @@ def embed_query(embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
     matrix = checked(embedder.embed([query], kind="query"), 1, embedder.model.dims)
     row: npt.NDArray[np.float32] = matrix[0]
     return row
+
+
+class QueryEmbedding:
+    """Embeds a search's query within a share of its time budget: an embedder slower than
+    that (a remote server that hangs) makes the search answer keyword results in time, not a
+    503. At most ``workers`` queries are embedded at once per process; a call still running
+    past its share finishes in its thread (bounded by the embedder's own timeout) and the
+    next query waits behind it, falling back in turn, so a hung server never takes more than
+    ``workers`` threads."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="query")
+
+    def embed(self, embedder: Embedder, query: str, seconds: float) -> npt.NDArray[np.float32]:
+        """The query's unit vector; EmbedderUnavailable when the embedder cannot answer or
+        did not within ``seconds``."""
+        future = self.pool.submit(embed_query, embedder, query)
+        try:
+            return future.result(timeout=max(0.0, seconds))
+        except FutureTimeout:
+            future.cancel()
+            raise EmbedderUnavailable(
+                f"it did not answer within {seconds:.2g} s, its share of the search's budget"
+            ) from None
+
+
+# The share of a search's time budget its query's embedding may take; the keyword half and
+# the ranking have the rest.
+QUERY_SHARE = 0.5
 
 
 def best_docs(

@@ -159,6 +159,8 @@ class PgSearch:
         self.embedding = embedding
         # The stored vectors kept in memory between queries (core/resident.py).
         self.resident = ResidentVectors(resident_bytes)
+        # The query's embedding, within its share of the budget (core/vectors.py).
+        self.query_embedding = vec.QueryEmbedding(slots)
         self.cursors = cursors
         self.now_us = now_us
         self.timeout = timeout
@@ -210,7 +212,9 @@ class PgSearch:
         depth = min(vec.FUSE_DEPTH, offset + limit + 1)
         fallback: str | None = None
         try:
-            query_vector = vec.embed_query(embedding.embedder, query)
+            query_vector = self.query_embedding.embed(
+                embedding.embedder, query, budget.left() * vec.QUERY_SHARE
+            )
         except EmbedderUnavailable as exc:
             fallback = f"the embedder is unavailable ({exc}): keyword results only"
         budget.check()

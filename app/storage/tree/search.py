@@ -383,6 +383,8 @@ class TreeSearch:
         self.tasks = tasks
         # The stored vectors kept in memory between queries (core/resident.py).
         self.resident = ResidentVectors(resident_bytes)
+        # The query's embedding, within its share of the budget (core/vectors.py).
+        self.query_embedding = vec.QueryEmbedding(slots)
         self.stores = stores
         self.embedding = embedding
         self.max_stores = max_stores
@@ -483,7 +485,9 @@ class TreeSearch:
         embedding = self.embedding
         fallback: str | None = None
         try:
-            query_vector = vec.embed_query(embedding.embedder, query)
+            query_vector = self.query_embedding.embed(
+                embedding.embedder, query, budget.left() * vec.QUERY_SHARE
+            )
         except EmbedderUnavailable as exc:
             fallback = f"the embedder is unavailable ({exc}): keyword results only"
         budget.check()
