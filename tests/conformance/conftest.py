@@ -58,7 +58,7 @@ def other_backend(
     """A backend of the same kind for another deployment (its own root, or database schema)."""
     made: list[StorageBackend] = []
 
-    def make() -> StorageBackend:
+    def make(**overrides: Any) -> StorageBackend:
         settings: dict[str, Any] = {
             "STORAGE_ROOT": str(tmp_path / "other-root"),
             "TOKENS_FILE": str(tmp_path / "other-tokens.json"),
@@ -70,7 +70,7 @@ def other_backend(
         }
         if backend_kind != "tree":
             settings.update(request.getfixturevalue("services").settings())
-        found = open_backend(settings)
+        found = open_backend({**settings, **overrides})
         made.append(found)
         return found
 

@@ -8,6 +8,7 @@ waits through fsck, the Protocol's own report, until nothing waits to be embedde
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,30 @@ def test_without_an_embedder_search_is_keyword_only_and_says_so(make_backend: Fa
     assert backend.search(SCOPE, "database").fallback is None
     page = backend.search(SCOPE, "database", mode="hybrid")
     assert page.modes == ("keyword",) and "no embedder" in (page.fallback or "")
+
+
+def test_a_restored_project_gets_its_vectors_back(
+    backend: StorageBackend, other_backend: Factory, tmp_path: Path
+) -> None:
+    """Backups carry no vectors (docs/search.md): a restore queues every row it brings, and
+    the restored server embeds them."""
+    write(backend)
+    store = backend.stores.create_store(SCOPE, name="prefs").id
+    backend.stores.create_memory(
+        SCOPE, store, path="/ops/keys.md", content="rotate the deploy key monthly", actor=None
+    )
+    settle(backend)
+    archive = tmp_path / "backup.tar"
+    backend.export(archive)
+    restored = other_backend(EMBEDDER=HashEmbedder())
+    with open(archive, "rb") as fh:
+        restored.import_(fh)
+    settle(restored)
+    assert backend.fsck().clean and restored.fsck().clean
+    for query in (QUERY, "deploy key rotation schedule"):
+        mine = backend.search(SCOPE, query, mode="semantic").hits
+        theirs = restored.search(SCOPE, query, mode="semantic").hits
+        assert [(h.kind, h.task_id, h.path) for h in theirs] == [
+            (h.kind, h.task_id, h.path) for h in mine
+        ]
+        assert theirs[0].score == pytest.approx(mine[0].score)

@@ -265,8 +265,13 @@ class PgStorage:
         overwrite: bool = False,
     ) -> ImportSummary:
         """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
-        of one project)."""
-        return import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        of one project). A backup carries no vectors: what it brought is queued, and
+        embedded now in the background."""
+        summary = import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        if self.embedding is not None:
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return summary
 
     # -- retention -------------------------------------------------------------------------
     def scrub_replaced(self, scope: Scope) -> bool:

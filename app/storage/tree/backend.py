@@ -410,8 +410,13 @@ class TreeStorage:
         overwrite: bool = False,
     ) -> ImportSummary:
         """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
-        of one project)."""
-        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        of one project). A backup carries no vectors: what it brought is queued, and
+        embedded now in the background."""
+        summary = import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        if self.embedding is not None:
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return summary
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list(self.layout.projects([], tenants))
