@@ -74,9 +74,14 @@ def vectors_of(db: Path, where: str) -> list[bytes]:
     finally:
         conn.close()
     assert found, where  # the checks of their absence below can fail
-    # A vector of more than about 1,000 bytes spills onto an overflow page: its first and
-    # last 64 bytes are each stored whole.
-    return [part for (v,) in found for part in (bytes(v)[:64], bytes(v)[-64:])]
+    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
+    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
+    # of a sparse test vector could be another's too).
+    return [
+        part
+        for (v,) in found
+        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
+    ]
 
 
 def files_with_bytes(root: Path, blobs: list[bytes]) -> list[str]:

@@ -19,7 +19,7 @@ from app.embeddings.base import Embedder
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
-from app.storage.core.errors import StorageError
+from app.storage.core.errors import InvalidName, StorageError
 from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
@@ -45,6 +45,7 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.core.vectors import MODES
 from app.storage.tree.audit import TreeAudit
 from app.storage.tree.backup import export_tree
 from app.storage.tree.control import Lease, load_state, root_key, save_state
@@ -247,6 +248,8 @@ class TreeStorage:
         """Search the project's turns and memories (tree/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
+            if mode is not None and mode not in MODES:
+                raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
             return nothing
         return self.searcher.search(
             scope, query, limit=limit, cursor=cursor, any_term=any_term, mode=mode
