@@ -570,6 +570,7 @@ def post_recall() -> ResponseReturnValue:
         data["prompt"],
         task_id=data["task_id"],
         max_chars=data["max_chars"],
+        mode=data["mode"],
     )
     return json_response(recall_out.dump(found))
 

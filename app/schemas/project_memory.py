@@ -21,6 +21,7 @@ from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_id
 from app.storage.core.secret_policy import POLICIES
 from app.storage.core.task_rules import MAX_SUMMARY_BYTES
+from app.storage.core.vectors import MODES as SEARCH_MODES
 
 TIME_METADATA = {
     "description": "ISO 8601 or epoch: an RFC 3339 time (a date alone, or one without an offset"
@@ -227,6 +228,16 @@ class RecallRequest(Schema):
         load_default=recall.DEFAULT_CHARS,
         validate=Range(min=recall.MIN_CHARS, max=recall.MAX_CHARS),
         metadata={"description": "The context's budget, in characters."},
+    )
+    mode = StrictString(
+        load_default="keyword",
+        validate=OneOf(SEARCH_MODES),
+        metadata={
+            "description": "keyword (the default): texts that hold any of the prompt's words;"
+            " hybrid: ranked by meaning too; semantic: by meaning alone. A ranking by meaning"
+            " always has a nearest text, so with hybrid or semantic a prompt that matches"
+            " nothing still gets context."
+        },
     )
 
 

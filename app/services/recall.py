@@ -160,18 +160,19 @@ def recall(
     *,
     task_id: str | None = None,
     max_chars: int = DEFAULT_CHARS,
+    mode: str = "keyword",
 ) -> Recall:
     """What the project's memory holds about ``prompt``, at most ``max_chars`` characters;
-    ``task_id``'s own turns first."""
+    ``task_id``'s own turns first. ``mode``: keyword (any of its words), or hybrid or
+    semantic (by meaning too; a server without an embedder answers keyword results and says
+    so)."""
     terms = _terms(prompt)
     if not terms:
         return Recall("", 0, [], [])
     query = " ".join(t.query for t in terms)
-    # Hybrid when the server has an embedder: a prompt that says in other words what a turn
-    # says finds it; its keywords need any one of them to match.
-    page = storage.search(
-        scope, query, limit=SEARCH_LIMIT, any_term=True, mode=storage.search_modes()[0]
-    )
+    # Keyword unless asked: a ranking by meaning always has a nearest text, so every prompt
+    # would get context, the unrelated ones too (no relevance floor holds for every model).
+    page = storage.search(scope, query, limit=SEARCH_LIMIT, any_term=True, mode=mode)
     own = [h for h in page.hits if h.kind == "turn" and h.task_id == task_id]
     own.sort(key=lambda h: -(h.turn or 0))
     others = [h for h in page.hits if not (h.kind == "turn" and h.task_id == task_id)]

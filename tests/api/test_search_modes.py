@@ -117,20 +117,32 @@ def test_the_mcp_search_tool_says_when_it_fell_back_to_keywords(
     assert "Keyword results only: no embedder" in text and found["hits"][0]["task_id"] == "t"
 
 
-def test_recall_finds_by_meaning_with_its_any_term_keywords(
+def test_recall_finds_by_meaning_when_asked_with_its_any_term_keywords(
     app: Flask, client: FlaskClient, tokens: Tokens
 ) -> None:
     seed(app, client, tokens)
-    r = client.post(
-        f"{BASE}/recall",
-        json={"prompt": "why did the authentication break?"},
-        headers=tokens.headers("reader"),
-    )
-    assert r.status_code == 200, r.json
-    assert r.json["modes"] == ["keyword", "semantic"] and r.json["fallback"] is None
-    assert r.json["hits"][0]["task_id"] == "auth" and "session TTL" in r.json["context"]
+
+    def recall(**body: str) -> Any:
+        r = client.post(f"{BASE}/recall", json=body, headers=tokens.headers("reader"))
+        assert r.status_code == 200, r.json
+        return r.json
+
+    prompt = "why did the authentication break?"
+    # Keyword by default: a prompt whose words no text holds gets nothing.
+    assert recall(prompt=prompt) == {
+        "context": "",
+        "chars": 0,
+        "terms": ["authentication*", "break*"],
+        "hits": [],
+        "modes": ["keyword"],
+        "fallback": None,
+    }
+    found = recall(prompt=prompt, mode="hybrid")
+    assert found["modes"] == ["keyword", "semantic"] and found["fallback"] is None
+    assert found["hits"][0]["task_id"] == "auth" and "session TTL" in found["context"]
     # Any one keyword is enough on the keyword side, as before.
+    assert recall(prompt="npm and zebras", mode="hybrid")["hits"][0]["task_id"] == "ci"
     r = client.post(
-        f"{BASE}/recall", json={"prompt": "npm and zebras"}, headers=tokens.headers("reader")
+        f"{BASE}/recall", json={"prompt": "x", "mode": "fuzzy"}, headers=tokens.headers("reader")
     )
-    assert r.json["hits"][0]["task_id"] == "ci"
+    assert r.status_code == 422 and r.json["detail"][0]["loc"] == ["body", "mode"]

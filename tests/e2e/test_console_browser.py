@@ -338,7 +338,12 @@ def test_browse_page_diff_delete_redact_and_sign_out(
     at(tab, "Search · web")
     go(tab, "li.hit a:has-text('fix-login · turn 0')")
     at(tab, "Turn 0 · fix-login")
+    # By meaning (the server's default), the project's nearest texts: never the other's.
     tab.goto(f"{site.url}{WEB}/search?q=mobile")
+    assert tab.locator("input[name=mode][value=hybrid]").is_checked()
+    hits = tab.locator("li.hit > a:first-child").all_inner_texts()
+    assert not any("mobile" in h for h in hits), hits
+    tab.goto(f"{site.url}{WEB}/search?q=mobile&mode=keyword")
     assert "Nothing matches" in tab.locator("main").inner_text()
     tab.goto(f"{site.url}{WEB}/tasks")
 
