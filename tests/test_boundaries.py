@@ -155,9 +155,16 @@ def broken_rules(name: str, target: str) -> list[str]:
     if (
         _within(name, "app.storage")
         and _within(target, "app")
-        and not _within(target, "app.storage")
+        and not _within(target, "app.storage", "app.embeddings")
     ):
         rules.append("storage imports nothing of the app above it")
+    if (
+        _within(name, "app.embeddings")
+        and _within(target, "app")
+        and not _within(target, "app.embeddings")
+    ):
+        # Storage ranks and stores vectors with it: it stays a leaf below storage.
+        rules.append("embeddings/ imports nothing of the app")
     if _within(name, *(f"app.{layer}" for layer in ABOVE_STORAGE)) and _within(target, *BACKENDS):
         rules.append("above storage, only the interface and core/ (never a backend)")
     if target == "app.storage.backends" and name != "app":

@@ -50,6 +50,7 @@ from app.storage.core.models import ArtifactUpload, TurnRecord
 from app.storage.core.names import ID_PATTERN
 from app.storage.core.query import MAX_QUERY_CHARS, MAX_TERMS
 from app.storage.core.secret_policy import SecretsOverride
+from app.storage.core.vectors import MODES as SEARCH_MODES
 from app.storage.interface import TaskBackend
 from app.web.auth import current_principal, reads, require_principal
 from app.web.errors import validation_error
@@ -464,12 +465,21 @@ def get_usage() -> ResponseReturnValue:
             "required": False,
             "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
         },
-        cursor_param("next_cursor (of the same q)"),
+        {
+            "name": "mode",
+            "in": "query",
+            "required": False,
+            "description": "hybrid: keyword and vector rankings fused (the default when the"
+            " server has an embedder); keyword: full text only (the default without one);"
+            " semantic: by meaning alone. The answer's modes say which ran.",
+            "schema": {"type": "string", "enum": ["hybrid", "keyword", "semantic"]},
+        },
+        cursor_param("next_cursor (of the same q and mode)"),
     ],
     responses={200: s.SearchResults, 501: "HTTPError", **ERRORS},
 )
 def search_project() -> ResponseReturnValue:
-    """Search the project's turns and memories (full text, best first)
+    """Search the project's turns and memories (keywords and meaning, best first)
 
     Finds live turns by task id, meta values and summary, and live memories of the project's
     memory stores by path and content. Deleted, replaced and expired text is never found.
@@ -479,7 +489,12 @@ def search_project() -> ResponseReturnValue:
         raise validation_error(["query", "q"], "Field required", "missing")
     limit = query_int("limit", 20, 1, 100)
     cursor = request.args.get("cursor") or None
-    page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor)
+    mode = request.args.get("mode") or None
+    if mode is not None and mode not in SEARCH_MODES:
+        raise validation_error(
+            ["query", "mode"], f"must be one of {', '.join(SEARCH_MODES)}", "enum", mode
+        )
+    page = storage().search(current_principal().scope, query, limit=limit, cursor=cursor, mode=mode)
     return json_response(search_out.dump(page))
 
 
@@ -569,6 +584,7 @@ def post_recall() -> ResponseReturnValue:
         data["prompt"],
         task_id=data["task_id"],
         max_chars=data["max_chars"],
+        mode=data["mode"],
     )
     return json_response(recall_out.dump(found))
 

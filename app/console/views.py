@@ -328,22 +328,27 @@ def search(tenant: str, project: str) -> ResponseReturnValue:
     """Search the project's turns and memories."""
     query = request.args.get("q", "")
     cursor = request.args.get("cursor") or None
+    modes = _storage().search_modes()
+    # An unknown mode is the server's default: a link from an older page still searches.
+    mode = request.args.get("mode") if request.args.get("mode") in modes else modes[0]
     page, error = None, None
     if query.strip():
         try:
-            page = _storage().search(_scope(), query, limit=HITS_PER_PAGE, cursor=cursor)
+            page = _storage().search(_scope(), query, limit=HITS_PER_PAGE, cursor=cursor, mode=mode)
         except InvalidName as exc:
             # A query outside the syntax, or a cursor of another search: say so on the page.
             error = exc.message if exc.field == "q" else f"{exc.field}: {exc.message}"
     next_url = None
     if page is not None and page.next_cursor:
-        next_url = _purl("search", q=query, cursor=page.next_cursor)
+        next_url = _purl("search", q=query, mode=mode, cursor=page.next_cursor)
     return render_template(
         "console/search.html",
         query=query,
+        mode=mode,
+        modes=modes,
         page=page,
         error=error,
-        first_url=_purl("search", q=query) if cursor else None,
+        first_url=_purl("search", q=query, mode=mode) if cursor else None,
         next_url=next_url,
     )
 

@@ -70,7 +70,8 @@ class WordLlamaEmbedder:
         self._lock = threading.Lock()
         self._inference: object | None = None
 
-    def _load(self) -> object:
+    def load(self) -> object:
+        """The loaded model (loaded once, on first use)."""
         with self._lock:
             if self._inference is None:
                 try:
@@ -88,7 +89,7 @@ class WordLlamaEmbedder:
         """Embed ``texts`` (queries and documents alike: the model has no instructions)."""
         import numpy as np
 
-        inference = self._load()
+        inference = self.load()
         raw = inference.embed(list(texts), norm=False)  # type: ignore[attr-defined]
         return _unit_rows(np.asarray(raw, dtype=np.float32).reshape(len(texts), WORDLLAMA_DIMS))
 
@@ -196,3 +197,11 @@ def default_embedder() -> Embedder | None:
     if importlib.util.find_spec("wordllama") is None:
         return None
     return WordLlamaEmbedder()
+
+
+def preload() -> None:
+    """Load the default embedder's weights now. Called in gunicorn's master before it forks:
+    the workers then share the weights' pages instead of each loading a copy of its own."""
+    embedder = default_embedder()
+    if isinstance(embedder, WordLlamaEmbedder):
+        embedder.load()

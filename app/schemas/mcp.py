@@ -25,6 +25,7 @@ from app.storage.core.clock import time_pattern
 from app.storage.core.names import ARTIFACT_NAME_PATTERN, MAX_TURN
 from app.storage.core.query import MAX_QUERY_CHARS
 from app.storage.core.task_rules import MAX_ARTIFACTS_PER_WRITE, MAX_CONTENT_TYPE_CHARS
+from app.storage.core.vectors import MODES as SEARCH_MODES
 
 # Claude Code warns above 10,000 tokens of tool output and cuts at 25,000: 20,000 characters
 # (about 5,000 tokens) leave room for several calls in one context.
@@ -90,7 +91,15 @@ class Search(Schema):
     limit = StrictInteger(
         load_default=SEARCH_DEFAULT_LIMIT, validate=validate.Range(min=1, max=SEARCH_MAX_LIMIT)
     )
-    cursor = _cursor("From a previous result's 'more hits' line (same query).")
+    mode = StrictString(
+        validate=validate.OneOf(SEARCH_MODES),
+        metadata={
+            "description": "hybrid: keywords and meaning together (the default when the"
+            " server has an embedder); keyword: every word must match; semantic: by meaning"
+            " alone. The result says which ran, and why it fell back to keywords."
+        },
+    )
+    cursor = _cursor("From a previous result's 'more hits' line (same query and mode).")
 
 
 class ReadDigest(Schema):
@@ -276,6 +285,19 @@ class SearchResult(Schema):
     stores_skipped = fields.Integer(
         required=True,
         metadata={"description": "Memory stores beyond the per-search bound (not searched)."},
+    )
+    modes = fields.List(
+        fields.String(validate=validate.OneOf(["keyword", "semantic"])),
+        required=True,
+        metadata={"description": "The rankings that ran: keyword, semantic, or both (hybrid)."},
+    )
+    fallback = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "Why meaning was asked for and not used (the embedder down, none"
+            " configured): the hits are keyword results. Null otherwise."
+        },
     )
 
 

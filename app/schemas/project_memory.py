@@ -21,6 +21,7 @@ from app.storage.core.errors import InvalidName
 from app.storage.core.names import validate_id
 from app.storage.core.secret_policy import POLICIES
 from app.storage.core.task_rules import MAX_SUMMARY_BYTES
+from app.storage.core.vectors import MODES as SEARCH_MODES
 
 TIME_METADATA = {
     "description": "ISO 8601 or epoch: an RFC 3339 time (a date alone, or one without an offset"
@@ -228,6 +229,16 @@ class RecallRequest(Schema):
         validate=Range(min=recall.MIN_CHARS, max=recall.MAX_CHARS),
         metadata={"description": "The context's budget, in characters."},
     )
+    mode = StrictString(
+        load_default="keyword",
+        validate=OneOf(SEARCH_MODES),
+        metadata={
+            "description": "keyword (the default): texts that hold any of the prompt's words;"
+            " hybrid: ranked by meaning too; semantic: by meaning alone. A ranking by meaning"
+            " always has a nearest text, so with hybrid or semantic a prompt that matches"
+            " nothing still gets context."
+        },
+    )
 
 
 class RecallHit(Schema):
@@ -264,6 +275,19 @@ class Recall(Schema):
         metadata={"description": "What the prompt was searched for (word, or prefix*)."},
     )
     hits = fields.List(fields.Nested(RecallHit), required=True)
+    modes = fields.List(
+        fields.String(metadata={"enum": ["keyword", "semantic"]}),
+        required=True,
+        metadata={"description": "The rankings the search ran: keyword, semantic, or both."},
+    )
+    fallback = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "Why meaning was not used (the embedder down, none configured):"
+            " keyword results only. Null otherwise."
+        },
+    )
 
 
 class EmptiedSpace(Schema):
@@ -328,7 +352,11 @@ class SearchHit(Schema):
         metadata={"enum": ["turn", "memory"], "description": "A turn of a task, or a memory."},
     )
     score = fields.Float(
-        required=True, metadata={"description": "Relevance (bm25); higher is better."}
+        required=True,
+        metadata={
+            "description": "Relevance, higher is better: bm25 (keyword), the reciprocal-rank"
+            " fusion sum (hybrid), the cosine similarity (semantic)."
+        },
     )
     snippet = fields.String(
         required=True,
@@ -357,6 +385,19 @@ class SearchResults(Schema):
         required=True,
         metadata={
             "description": "Memory stores beyond the per-search bound (the newest are searched)."
+        },
+    )
+    modes = fields.List(
+        fields.String(metadata={"enum": ["keyword", "semantic"]}),
+        required=True,
+        metadata={"description": "The rankings that ran: keyword, semantic, or both (hybrid)."},
+    )
+    fallback = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "Why vectors were asked for and not used (the embedder unavailable,"
+            " none configured): the hits are keyword results. Null otherwise."
         },
     )
 

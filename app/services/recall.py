@@ -93,6 +93,9 @@ class Recall:
     chars: int
     terms: list[str]
     hits: list[RecallHit]
+    # The rankings the search ran, and why vectors were not used (SearchPage's).
+    modes: tuple[str, ...] = ("keyword",)
+    fallback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,14 +160,19 @@ def recall(
     *,
     task_id: str | None = None,
     max_chars: int = DEFAULT_CHARS,
+    mode: str = "keyword",
 ) -> Recall:
     """What the project's memory holds about ``prompt``, at most ``max_chars`` characters;
-    ``task_id``'s own turns first."""
+    ``task_id``'s own turns first. ``mode``: keyword (any of its words), or hybrid or
+    semantic (by meaning too; a server without an embedder answers keyword results and says
+    so)."""
     terms = _terms(prompt)
     if not terms:
         return Recall("", 0, [], [])
     query = " ".join(t.query for t in terms)
-    page = storage.search(scope, query, limit=SEARCH_LIMIT, any_term=True)
+    # Keyword unless asked: a ranking by meaning always has a nearest text, so every prompt
+    # would get context, the unrelated ones too (no relevance floor holds for every model).
+    page = storage.search(scope, query, limit=SEARCH_LIMIT, any_term=True, mode=mode)
     own = [h for h in page.hits if h.kind == "turn" and h.task_id == task_id]
     own.sort(key=lambda h: -(h.turn or 0))
     others = [h for h in page.hits if not (h.kind == "turn" and h.task_id == task_id)]
@@ -190,7 +198,7 @@ def recall(
         body += entry
         shown.append(_public(hit, task_id))
     context = head + body if body else ""
-    return Recall(context, len(context), [t.query for t in terms], shown)
+    return Recall(context, len(context), [t.query for t in terms], shown, page.modes, page.fallback)
 
 
 def _read(

@@ -127,7 +127,8 @@ def _turns(
 def _hits(storage: StorageBackend, scope: Scope, task_id: str, room: int) -> tuple[str, int]:
     """Other turns and memories that name the task; nothing when search cannot answer now."""
     try:
-        page = storage.search(scope, f'"{task_id}"', limit=HIT_LIMIT + 3)
+        # Where the task id is written: a keyword search (by meaning, every text is near).
+        page = storage.search(scope, f'"{task_id}"', limit=HIT_LIMIT + 3, mode="keyword")
     except (InvalidName, NotSupported, SearchTimeout, SearchRebuilding):
         return "", 0
     out = f"\n## Elsewhere in this project's memory, `{task_id}` is mentioned in\n\n"

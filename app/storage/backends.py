@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from app.embeddings.factory import make_embedder
 from app.storage.core.clock import system_clock
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT
 from app.storage.core.secret_policy import DEFAULT_POLICY
@@ -39,6 +40,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         "search_slots": _search_slots(settings),
         "search_waiting": max(0, int(settings.get("THREADS", 8)) - _search_slots(settings)),
         "secrets_policy": settings.get("SECRETS_POLICY", DEFAULT_POLICY),
+        "resident_bytes": int(settings.get("VECTOR_CACHE_MB", 256)) << 20,
     }
     if settings.get("DATABASE_URL"):
         from app.storage.pg.backend import PgStorage
@@ -49,6 +51,7 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
             s3_endpoint_url=settings.get("S3_ENDPOINT_URL") or None,
             # A connection per request thread, and one spare for the sweeper's reads.
             pool_size=int(settings.get("THREADS", 8)) + 1,
+            embedder=make_embedder(settings),
             **common,
         )
     from app.storage.tree.backend import TreeStorage
@@ -59,6 +62,8 @@ def open_backend(settings: Mapping[str, Any]) -> StorageBackend:
         group_commit=settings.get("GROUP_COMMIT", True),
         min_free=settings.get("MIN_FREE_BYTES"),
         min_free_inodes=settings.get("MIN_FREE_INODES", "2%"),
+        # Vectors beside the text (tree/embedding.py, pg/vectors.py).
+        embedder=make_embedder(settings),
         **common,
     )
 

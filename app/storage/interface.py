@@ -510,6 +510,7 @@ class StorageBackend(Protocol):
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
         """Full-text search over the project's live turns (task id, meta values, summary) and
         the live memories (path, content) of its stores, best first.
@@ -519,8 +520,16 @@ class StorageBackend(Protocol):
         (InvalidName on ``cursor`` otherwise); ``any_term``: a hit matches at least one of
         the terms instead of all of them (a recall). Snippets mark matches with
         query.MARK_START / MARK_END. Text of another project is never found; deleted,
-        replaced and expired text never matches.
+        replaced and expired text never matches. ``mode`` (core/vectors.py): ``keyword``,
+        ``semantic`` (by vectors alone) or ``hybrid`` (both, fused by RRF); None: hybrid when
+        an embedder is configured, else keyword. ``SearchPage.modes`` says which ran and
+        ``fallback`` why vectors were not used (never an error). InvalidName on ``mode``
+        for another value.
         """
+        ...
+
+    def search_modes(self) -> tuple[str, ...]:
+        """The modes a search may ask for, the default first."""
         ...
 
     def export(

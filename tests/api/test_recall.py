@@ -36,7 +36,7 @@ def recall(client: FlaskClient, tokens: Tokens, body: dict[str, Any], who: str =
     r = client.post(f"{API}/recall", json=body, headers=tokens.headers(who))
     assert r.status_code == 200, r.get_data(as_text=True)
     found = r.json
-    assert set(found) == {"context", "chars", "terms", "hits"}
+    assert set(found) == {"context", "chars", "terms", "hits", "modes", "fallback"}
     assert found["chars"] == len(found["context"])
     return found
 
@@ -123,6 +123,8 @@ def test_nothing_matching_gives_nothing_at_all(client: FlaskClient, tokens: Toke
         "chars": 0,
         "terms": ["refactor*", "zebra*", "paddock*", "generator*"],
         "hits": [],
+        "modes": ["keyword"],
+        "fallback": None,
     }
     for prompt in ("", "  ", "please do it now, thanks!", "?? !!", "a b c"):
         assert recall(client, tokens, {"prompt": prompt}) == {
@@ -130,6 +132,8 @@ def test_nothing_matching_gives_nothing_at_all(client: FlaskClient, tokens: Toke
             "chars": 0,
             "terms": [],
             "hits": [],
+            "modes": ["keyword"],
+            "fallback": None,
         }
 
 
@@ -238,7 +242,7 @@ def test_any_token_of_the_project_may_ask_none_without_one(
     operation = build_spec(app)["paths"][f"{API}/recall"]["post"]
     assert operation["x-beyond-seed"] is True and operation["operationId"] == "post_recall"
     schema = build_spec(app)["components"]["schemas"]["Recall"]
-    assert set(schema["properties"]) == {"context", "chars", "terms", "hits"}
+    assert set(schema["properties"]) == {"context", "chars", "terms", "hits", "modes", "fallback"}
 
 
 def test_a_prompt_becomes_bounded_terms() -> None:

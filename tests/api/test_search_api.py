@@ -45,7 +45,15 @@ def test_search_returns_ranked_hits_of_both_kinds_with_marked_snippets(
     )
     assert r.status_code == 200, r.json
     body = r.json
-    assert set(body) == {"hits", "next_cursor", "stores_searched", "stores_skipped"}
+    assert set(body) == {
+        "hits",
+        "next_cursor",
+        "stores_searched",
+        "stores_skipped",
+        "modes",
+        "fallback",
+    }
+    assert (body["modes"], body["fallback"]) == (["keyword"], None)  # no embedder here
     assert (body["next_cursor"], body["stores_searched"], body["stores_skipped"]) == (None, 1, 0)
     hits = body["hits"]
     assert {(h["kind"], h["task_id"] or h["path"]) for h in hits} == {

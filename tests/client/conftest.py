@@ -27,7 +27,13 @@ CLI = str(Path(sys.executable).parent / "project-memory")
 
 @pytest.fixture(scope="session")
 def pm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from serving(tmp_path_factory, "client-server", workers=2, threads=4)
+    yield from serving(
+        tmp_path_factory,
+        "client-server",
+        workers=2,
+        threads=4,
+        env_extra={"MEMORY_EMBEDDER": "bundled"},  # the default of a server, searched by mode
+    )
 
 
 @pytest.fixture(scope="session")

@@ -93,7 +93,7 @@ def test_json_envelope_of_every_command(golden_cli: Cli, pm_server: Server, tmp_
         "tasks --all": (["tasks", "--all", "--limit", "1"], None, 0),
         "task show": (["task", "show", "g-task"], None, 0),
         "digest": (["digest"], None, 0),
-        "search": (["search", "golden"], None, 0),
+        "search": (["search", "golden", "--mode", "keyword"], None, 0),
         "usage": (["usage"], None, 0),
         "mount": (["mount", "--once", "--store", store, "mnt"], None, 0),
         "artifact delete": (["artifact", "delete", "g-task", "0", "run.log"], None, 0),

@@ -37,6 +37,8 @@ def make_backend(
             "MAX_ARTIFACT_BYTES": 50 * MiB,
             "CLOCK": clock,
             "THREADS": 4,
+            # Keyword search unless a test passes an embedder: no model loaded, no drain.
+            "EMBEDDER": "off",
             **backend_config,
             **overrides,
         }
@@ -56,7 +58,7 @@ def other_backend(
     """A backend of the same kind for another deployment (its own root, or database schema)."""
     made: list[StorageBackend] = []
 
-    def make() -> StorageBackend:
+    def make(**overrides: Any) -> StorageBackend:
         settings: dict[str, Any] = {
             "STORAGE_ROOT": str(tmp_path / "other-root"),
             "TOKENS_FILE": str(tmp_path / "other-tokens.json"),
@@ -64,10 +66,11 @@ def other_backend(
             "LOCK_TIMEOUT": 5.0,
             "MAX_ARTIFACT_BYTES": 50 * MiB,
             "CLOCK": clock,
+            "EMBEDDER": "off",
         }
         if backend_kind != "tree":
             settings.update(request.getfixturevalue("services").settings())
-        found = open_backend(settings)
+        found = open_backend({**settings, **overrides})
         made.append(found)
         return found
 

@@ -4,11 +4,15 @@ snippets escaped before the matches are highlighted."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
+import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 from app.console.render import snippet
+from app.embeddings.base import EmbedderUnavailable, ModelId
 from tests.conftest import Tokens
 from tests.console.conftest import API, Browser
 
@@ -97,3 +101,66 @@ def test_snippet_escapes_first_then_marks() -> None:
     assert snippet("a \x02<b>\x03 & \x02x\x03") == "a <mark>&lt;b&gt;</mark> &amp; <mark>x</mark>"
     # Unpaired markers never become markup.
     assert snippet("\x02<i>") == "&lt;i&gt;" and snippet("x\x03\x02") == "x"
+
+
+def _seed_meaning(app: Flask, client: FlaskClient, tokens: Tokens) -> None:
+    for task, summary in [
+        ("auth", "The session TTL expired and the login cookie was dropped."),
+        ("ci", "The deploy pipeline caches npm packages between builds."),
+    ]:
+        r = client.put(
+            f"{API}/tasks/{task}/turns/0",
+            json={"summary_md": summary},
+            headers=tokens.headers("writer"),
+        )
+        assert r.status_code == 200
+    embedding = app.extensions["storage"].embedding
+    deadline = time.monotonic() + 60
+    while not embedding.idle():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("app_overrides", [{"EMBEDDER": "bundled"}])
+def test_the_search_page_offers_each_mode_and_keeps_the_chosen_one(
+    app: Flask, client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    _seed_meaning(app, client, tokens)
+    browser = console("reader")
+    html = browser.get(f"{WEB}/search?q=authentication").get_data(as_text=True)
+    # Hybrid, the default with an embedder: found by meaning, the choice shown checked.
+    assert 'value="hybrid" checked' in html and f'href="{WEB}/tasks/auth/turns/0"' in html
+    html = browser.get(f"{WEB}/search?q=authentication&mode=keyword").get_data(as_text=True)
+    assert 'value="keyword" checked' in html and "Nothing matches" in html
+    html = browser.get(f"{WEB}/search?q=authentication&mode=semantic").get_data(as_text=True)
+    assert 'value="semantic" checked' in html and f'href="{WEB}/tasks/auth/turns/0"' in html
+    assert "Keyword results only" not in html
+
+
+def test_without_an_embedder_the_page_has_no_mode_choice(
+    client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    _seed(client, tokens)
+    html = console("reader").get(f"{WEB}/search?q=login&mode=semantic").get_data(as_text=True)
+    assert 'name="mode"' not in html and "fix-login" in html
+    assert "Keyword results only" not in html  # the server's only mode: nothing fell back
+
+
+class _Down:
+    """An embedder that cannot answer (its server down)."""
+
+    model = ModelId("test:down", 8)
+
+    def embed(self, texts: object, *, kind: str) -> object:
+        raise EmbedderUnavailable("connection refused")
+
+
+@pytest.mark.parametrize("app_overrides", [{"EMBEDDER": "bundled"}])
+def test_a_fallback_to_keywords_is_said_on_the_page(
+    app: Flask, client: FlaskClient, tokens: Tokens, console: Callable[[str], Browser]
+) -> None:
+    _seed(client, tokens)
+    app.extensions["storage"].embedding.embedder = _Down()  # its server went down
+    html = console("reader").get(f"{WEB}/search?q=login").get_data(as_text=True)
+    assert 'role="status">Keyword results only: the embedder is unavailable' in html
+    assert "fix-login" in html

@@ -66,7 +66,13 @@ def _browser_or_fail() -> Any:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     _browser_or_fail()  # before starting anything
-    yield from serving(tmp_path_factory, "console", workers=2, threads=4)
+    yield from serving(
+        tmp_path_factory,
+        "console",
+        workers=2,
+        threads=4,
+        env_extra={"MEMORY_EMBEDDER": "bundled"},  # the default: search by meaning too
+    )
 
 
 @dataclass
@@ -338,7 +344,12 @@ def test_browse_page_diff_delete_redact_and_sign_out(
     at(tab, "Search · web")
     go(tab, "li.hit a:has-text('fix-login · turn 0')")
     at(tab, "Turn 0 · fix-login")
+    # By meaning (the server's default), the project's nearest texts: never the other's.
     tab.goto(f"{site.url}{WEB}/search?q=mobile")
+    assert tab.locator("input[name=mode][value=hybrid]").is_checked()
+    hits = tab.locator("li.hit > a:first-child").all_inner_texts()
+    assert not any("mobile" in h for h in hits), hits
+    tab.goto(f"{site.url}{WEB}/search?q=mobile&mode=keyword")
     assert "Nothing matches" in tab.locator("main").inner_text()
     tab.goto(f"{site.url}{WEB}/tasks")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,50 @@ def files_with(root: Path, word: str) -> list[str]:
     )
 
 
+@pytest.fixture
+def app_overrides() -> dict[str, Any]:
+    # The server's default: vectors beside the text, which must leave the files with it.
+    return {"EMBEDDER": "bundled"}
+
+
 def quiet(app: Flask) -> None:
-    """Wait for the upkeep a request started after its answer (a purge, a compaction)."""
-    upkeep_done(app.extensions["storage"].tasks)
+    """Wait for the upkeep a request started after its answer (a purge, a compaction, the
+    embedding of what it wrote)."""
+    storage = app.extensions["storage"]
+    deadline = time.monotonic() + 60
+    while not storage.embedding.idle():
+        assert time.monotonic() < deadline, "embedding did not finish"
+        time.sleep(0.01)
+    upkeep_done(storage.tasks)
+    upkeep_done(storage.stores.search_upkeep)
+
+
+def vectors_of(db: Path, where: str) -> list[bytes]:
+    """The vector bytes of the index rows ``where`` selects (of search_docs ``d``)."""
+    conn = sqlite3.connect(db)
+    try:
+        found = conn.execute(
+            f"SELECT v.vec FROM search_vectors v JOIN search_docs d ON d.doc = v.doc WHERE {where}"  # noqa: S608 - the tests' own fixed conditions
+        ).fetchall()
+    finally:
+        conn.close()
+    assert found, where  # the checks of their absence below can fail
+    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
+    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
+    # of a sparse test vector could be another's too).
+    return [
+        part
+        for (v,) in found
+        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
+    ]
+
+
+def files_with_bytes(root: Path, blobs: list[bytes]) -> list[str]:
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and any(b in p.read_bytes() for b in blobs)
+    )
 
 
 @pytest.fixture
@@ -134,13 +176,24 @@ def test_text_removed_under_a_held_reader_leaves_every_file_afterwards(
     project_with_a_leak(client, tokens)
     assert files_with(root, SECRET)  # the grep below can fail
     listing = root / "acme" / "web" / "_listing.sqlite3"
+    quiet(app)
+    leaked = vectors_of(listing, "d.task_id = 'leak' AND d.turn = 1")
+    assert files_with_bytes(root, leaked)
     reader = held(listing)
     r = REMOVALS[removal](client, tokens)
     assert r.status_code == 204, r.json
     quiet(app)
     # The answers never show it, at once.
-    found = client.get(f"{PM}/search", headers=tokens.headers("reader"), query_string={"q": SECRET})
+    found = client.get(
+        f"{PM}/search",
+        headers=tokens.headers("reader"),
+        query_string={"q": SECRET, "mode": "keyword"},
+    )
     assert found.json["hits"] == []
+    # Nor by its vectors: every other turn may be near, the removed one is not there.
+    found = client.get(f"{PM}/search", headers=tokens.headers("reader"), query_string={"q": SECRET})
+    assert found.json["modes"] == ["keyword", "semantic"]
+    assert [h for h in found.json["hits"] if (h["task_id"], h["turn"]) == ("leak", 1)] == []
     assert SECRET not in client.get(f"{PM}/project.md", headers=tokens.headers("reader")).get_data(
         as_text=True
     )
@@ -159,6 +212,7 @@ def test_text_removed_under_a_held_reader_leaves_every_file_afterwards(
         code, out = fsck_output(app, "--repair")
         assert code in (0, 1), out
     assert files_with(root, SECRET) == []
+    assert files_with_bytes(root, leaked) == []  # its vectors, WAL included
     code, out = fsck_output(app)
     assert code == 0, out
 
@@ -200,6 +254,9 @@ def test_a_redaction_under_a_held_reader_leaves_the_store_index_afterwards(
         f"{MS}/{store}/memories", headers=h, json={"path": "/k.md", "content": f"key {SECRET}"}
     ).json
     old_version = memory["memory_version_id"]
+    quiet(app)
+    index = next(root.rglob("index.sqlite3"))
+    leaked = vectors_of(index, f"d.memory_id = '{memory['id']}'")
     r = client.post(f"{MS}/{store}/memories/{memory['id']}", headers=h, json={"content": "gone"})
     assert r.status_code == 200, r.json
     index = next(root.rglob("index.sqlite3"))
@@ -214,3 +271,4 @@ def test_a_redaction_under_a_held_reader_leaves_the_store_index_afterwards(
     client.post(f"{MS}/{store}/memories", headers=h, json={"path": "/z.md", "content": "next"})
     quiet(app)
     assert files_with(root, SECRET) == []
+    assert files_with_bytes(root, leaked) == []

@@ -52,6 +52,7 @@ from app.storage.core.errors import InvalidName, NotFound
 from app.storage.core.ledger import TimelineQuery
 from app.storage.core.names import STORE_ID_RE, validate_artifact_name
 from app.storage.core.store_models import MemoryStore
+from app.storage.core.vectors import MODES as SEARCH_MODES
 from app.storage.interface import StorageBackend
 
 META_CHARS = 4_000  # a turn's meta as read_turn shows it
@@ -128,10 +129,12 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "search",
         "Search project memory",
-        "Full-text search over this project's memory: the turns every agent recorded (task id,"
-        " meta values, summary) and the project's memory stores (path, content). Use it"
-        " before starting work to find earlier decisions, fixes and notes. Every word must"
-        ' match; "a quoted phrase" matches as a phrase; prefix* matches word starts (2+'
+        "Search this project's memory by keywords and meaning: the turns every agent recorded"
+        " (task id, meta values, summary) and the project's memory stores (path, content)."
+        " Use it before starting work to find earlier decisions, fixes and notes. mode"
+        " hybrid (the default when the server has an embedder) also finds text that says"
+        " the same in other words; keyword: every word must match;"
+        ' "a quoted phrase" matches as a phrase; prefix* matches word starts (2+'
         " letters). Case and accents are ignored; OR/NOT are not supported. Hits come best"
         " first with a snippet in which matches are **bold**; read_turn or the memory tool"
         " reads a hit in full.",
@@ -298,8 +301,11 @@ class McpTools:
         query = args.text("query")
         limit = args.integer("limit")
         cursor = args.optional_text("cursor")
+        mode = args.optional_text("mode")
+        if mode is not None and mode not in SEARCH_MODES:
+            raise ToolFailure(f"mode must be one of {', '.join(SEARCH_MODES)}.")
         try:
-            page = self.storage.search(self.scope, query, limit=limit, cursor=cursor)
+            page = self.storage.search(self.scope, query, limit=limit, cursor=cursor, mode=mode)
         except InvalidName as exc:
             argument = "query" if exc.field == "q" else exc.field
             raise ToolFailure(f"{argument}: {exc.message}") from None
@@ -309,11 +315,17 @@ class McpTools:
             "next_cursor": page.next_cursor,
             "stores_searched": page.stores_searched,
             "stores_skipped": page.stores_skipped,
+            "modes": list(page.modes),
+            "fallback": page.fallback,
         }
+        ran = f"Ranked by {' and '.join(page.modes)}."
+        if page.fallback:
+            ran += f" Keyword results only: {page.fallback}."
         if not page.hits:
             return ToolOutput(
-                f"No hits for {query!r}. Every word must match: try fewer or other words, or"
-                " a prefix* (read_digest gives an overview of recent work).",
+                f"No hits for {query!r}. {ran} Every word must match a keyword search: try"
+                " fewer or other words, or a prefix* (read_digest gives an overview of"
+                " recent work).",
                 structured=found,
             )
         items = []
@@ -338,7 +350,7 @@ class McpTools:
                 f"{page.stores_skipped} memory store(s) were not searched (beyond the"
                 " per-search bound; the newest are searched)."
             )
-        head = [f"{len(page.hits)} hit(s) for {query!r}, best first:"]
+        head = [f"{len(page.hits)} hit(s) for {query!r}, best first. {ran}"]
         text, shown = fit_lines(
             head,
             items,

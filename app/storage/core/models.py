@@ -178,12 +178,17 @@ class SearchHit:
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     """A page of hits, best first. ``stores_skipped``: stores of the project left out of this
-    search (beyond the per-request bound, newest searched first)."""
+    search (beyond the per-request bound, newest searched first). ``score``: bm25 for a
+    keyword search, the RRF sum for a hybrid one, the cosine for a semantic one."""
 
     hits: tuple[SearchHit, ...]
     next_cursor: str | None
     stores_searched: int = 0
     stores_skipped: int = 0
+    # Which rankings ran ("keyword", "semantic"), and why vectors were asked for and not
+    # used (the embedder unavailable: keyword results only).
+    modes: tuple[str, ...] = ("keyword",)
+    fallback: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

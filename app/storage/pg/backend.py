@@ -16,10 +16,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import CURSOR_KEY, Scope
 from app.storage.core.query import DEFAULT_SEARCH_TIMEOUT, nothing_to_find
@@ -37,6 +39,7 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.core.vectors import MODES
 from app.storage.pg import ledger as pgl, usage as pgu
 from app.storage.pg.audit import PgAudit
 from app.storage.pg.backup import export_pg
@@ -55,6 +58,7 @@ from app.storage.pg.stores import PgMemoryStores
 from app.storage.pg.tasks import PgTaskStore
 from app.storage.pg.tokens import PgTokenRegistry
 from app.storage.pg.users import PgUsers
+from app.storage.pg.vectors import PgEmbedding
 
 
 def redacted_url(url: str) -> str:
@@ -84,7 +88,9 @@ class PgStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        resident_bytes: int = 256 << 20,
         secrets_policy: str = DEFAULT_POLICY,
+        embedder: Embedder | None = None,
     ) -> None:
         self.database_url = database_url
         self.clock_guard = clock_guard
@@ -114,6 +120,10 @@ class PgStorage:
             usage=self.usage_counters,
         )
         self.stores = PgMemoryStores(self.db, cursors, clock=clock, usage=self.usage_counters)
+        # The embedding queue's worker (pg/vectors.py): None, keyword search only.
+        self.embedding = None if embedder is None else PgEmbedding(self.db, embedder)
+        if self.embedding is not None:
+            self.tasks.text_written = self.stores.text_written = self.embedding.later
         self.searcher = PgSearch(
             self.db,
             cursors,
@@ -121,6 +131,8 @@ class PgStorage:
             timeout=search_timeout,
             slots=search_slots,
             waiting=search_waiting,
+            embedding=self.embedding,
+            resident_bytes=resident_bytes,
         )
         self.retention = PgRetention(self.db, self.blobs, self.tasks, self.stores)
         # Turns written before the ledger (a database of an earlier release) get their
@@ -205,12 +217,21 @@ class PgStorage:
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
         """Search the project's live turns and memories (pg/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
+            if mode is not None and mode not in MODES:
+                raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
             return nothing
-        return self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
+        return self.searcher.search(
+            scope, query, limit=limit, cursor=cursor, any_term=any_term, mode=mode
+        )
+
+    def search_modes(self) -> tuple[str, ...]:
+        """The modes a search may ask for, the default first."""
+        return ("keyword",) if self.embedding is None else ("hybrid", "keyword", "semantic")
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         wanted = None if tenants is None else list(tenants)
@@ -246,8 +267,13 @@ class PgStorage:
         overwrite: bool = False,
     ) -> ImportSummary:
         """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
-        of one project)."""
-        return import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        of one project). A backup carries no vectors: what it brought is queued, and
+        embedded now in the background."""
+        summary = import_pg(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        if self.embedding is not None:
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return summary
 
     # -- retention -------------------------------------------------------------------------
     def scrub_replaced(self, scope: Scope) -> bool:
@@ -285,7 +311,12 @@ class PgStorage:
         )
         if why:
             return SweepOutcome(SweepReport(iso_us(now_us), dry_run), VersionSweep(), why)
-        return self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+        outcome = self.retention.sweep(now=now, dry_run=dry_run, grace=grace)
+        if self.embedding is not None and not dry_run:
+            # What a killed process left queued, and rows a changed model re-embeds.
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return outcome
 
     def mark_sweep_clock(self, now: datetime) -> None:
         """A server's start: the clock the sweep's guard compares with, when none is kept yet
@@ -303,7 +334,34 @@ class PgStorage:
     def fsck(self, *, repair: bool = False, grace: timedelta = DEFAULT_GRACE) -> FsckReport:
         """Check the derived columns against the rows they derive from, and that every
         artifact row's bytes are in the object store with the recorded size."""
-        return self.checks.fsck(repair=repair, grace=grace)
+        report = self.checks.fsck(repair=repair, grace=grace)
+        if self.embedding is not None:
+            self._fsck_vectors(report, repair=repair)
+        return report
+
+    def _fsck_vectors(self, report: FsckReport, *, repair: bool) -> None:
+        """Texts without a queue entry or vectors (lost), and those waiting for a drain;
+        ``repair`` queues and embeds them (pg/vectors.py)."""
+        assert self.embedding is not None
+        for scope in self.projects():
+            try:
+                state = self.embedding.check(scope, repair=repair)
+            except EmbedderUnavailable as exc:
+                report.notes.append(f"{scope.tenant}/{scope.project}: vectors not checked: {exc}")
+                continue
+            where = f"{scope.tenant}/{scope.project}"
+            if state.waiting:
+                report.notes.append(
+                    f"{where}: {state.waiting} text(s) wait to be embedded with"
+                    f" {self.embedding.model}"
+                )
+            if not state.missing:
+                continue
+            what = f"{where}: {state.missing} text(s) without vectors and not queued"
+            report.problems.append(what)
+            if repair:
+                left = self.embedding.check(scope, repair=False).missing
+                (report.unrepairable if left else report.repaired).append(what)
 
     # -- usage and traffic -----------------------------------------------------------------
     def usage(self, scope: Scope) -> Usage:

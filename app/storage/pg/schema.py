@@ -772,6 +772,182 @@ ALTER TABLE tokens ADD COLUMN user_id text COLLATE "C";
 CREATE INDEX tokens_by_user ON tokens (user_id) WHERE user_id IS NOT NULL;
 """,
     ),
+    (
+        12,
+        "vectors beside the search text: chunk vectors, the embedding queue, their change log",
+        r"""
+-- Which text of a turn, or of a memory's head version, is embedded with which model: a row
+-- per text, queued (its text changed: gen counts the changes, so a worker that embedded an
+-- older text stores nothing) or embedded (model). Written by the triggers below in the
+-- transaction that writes the text; gone with the row (ON DELETE CASCADE).
+CREATE TABLE turn_embeds (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    gen bigint NOT NULL DEFAULT 1,
+    queued boolean NOT NULL DEFAULT true,
+    model text,
+    PRIMARY KEY (tenant, project, task_id, turn),
+    FOREIGN KEY (tenant, project, task_id, turn) REFERENCES turns ON DELETE CASCADE
+);
+CREATE INDEX turn_embeds_queued ON turn_embeds (tenant, project) WHERE queued;
+CREATE TABLE memory_embeds (
+    store_id text COLLATE "C" NOT NULL,
+    version_id text COLLATE "C" NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    gen bigint NOT NULL DEFAULT 1,
+    queued boolean NOT NULL DEFAULT true,
+    model text,
+    PRIMARY KEY (store_id, version_id),
+    FOREIGN KEY (store_id, version_id) REFERENCES versions ON DELETE CASCADE
+);
+CREATE INDEX memory_embeds_queued ON memory_embeds (tenant, project) WHERE queued;
+-- One row per chunk: little-endian float32 bytes and the model key they were made with.
+-- ``id`` names one embedding of one text (all its chunks); a new text gets a new id.
+CREATE SEQUENCE vector_ids;
+CREATE TABLE turn_vectors (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    task_id text COLLATE "C" NOT NULL,
+    turn integer NOT NULL,
+    ordinal integer NOT NULL,
+    id bigint NOT NULL,
+    model text NOT NULL,
+    vec bytea NOT NULL,
+    PRIMARY KEY (tenant, project, task_id, turn, ordinal),
+    FOREIGN KEY (tenant, project, task_id, turn) REFERENCES turns ON DELETE CASCADE
+);
+CREATE INDEX turn_vectors_ids ON turn_vectors (tenant, project, id);
+CREATE TABLE memory_vectors (
+    store_id text COLLATE "C" NOT NULL,
+    version_id text COLLATE "C" NOT NULL,
+    ordinal integer NOT NULL,
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    id bigint NOT NULL,
+    model text NOT NULL,
+    vec bytea NOT NULL,
+    PRIMARY KEY (store_id, version_id, ordinal),
+    FOREIGN KEY (store_id, version_id) REFERENCES versions ON DELETE CASCADE
+);
+CREATE INDEX memory_vectors_ids ON memory_vectors (tenant, project, id);
+-- The change log the workers' resident matrices follow (core/resident.py): the id of each
+-- embedding stored or dropped, numbered per project at commit (a deferred trigger takes the
+-- project's vector_heads row last), so the numbers follow the commit order and a reader
+-- that saw number n saw every change up to n.
+CREATE TABLE vector_heads (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (tenant, project)
+);
+CREATE TABLE vector_changes (
+    tenant text COLLATE "C" NOT NULL,
+    project text COLLATE "C" NOT NULL,
+    id bigint NOT NULL,
+    xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    seq bigint
+);
+CREATE INDEX vector_changes_seq ON vector_changes (tenant, project, seq);
+CREATE INDEX vector_changes_unnumbered ON vector_changes (tenant, project, xid)
+    WHERE seq IS NULL;
+
+CREATE FUNCTION vectors_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    IF r.ordinal = 0 THEN
+        INSERT INTO vector_changes (tenant, project, id) VALUES (r.tenant, r.project, r.id);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER turn_vectors_changed AFTER INSERT OR DELETE ON turn_vectors
+    FOR EACH ROW EXECUTE FUNCTION vectors_changed();
+CREATE TRIGGER memory_vectors_changed AFTER INSERT OR DELETE ON memory_vectors
+    FOR EACH ROW EXECUTE FUNCTION vectors_changed();
+
+CREATE FUNCTION vector_changes_numbered() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM vector_changes WHERE tenant = NEW.tenant
+            AND project = NEW.project AND seq IS NULL AND xid = pg_current_xact_id()) THEN
+        RETURN NULL;  -- numbered by an earlier event of this transaction
+    END IF;
+    INSERT INTO vector_heads AS h (tenant, project, seq) VALUES (NEW.tenant, NEW.project, 1)
+        ON CONFLICT (tenant, project) DO UPDATE SET seq = h.seq + 1
+        RETURNING h.seq INTO n;
+    UPDATE vector_changes SET seq = n WHERE tenant = NEW.tenant AND project = NEW.project
+        AND seq IS NULL AND xid = pg_current_xact_id();
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER vector_changes_numbered AFTER INSERT ON vector_changes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION vector_changes_numbered();
+
+-- A turn's text written: queued (its old vectors go).
+CREATE FUNCTION turns_text_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO turn_embeds AS e (tenant, project, task_id, turn)
+        VALUES (NEW.tenant, NEW.project, NEW.task_id, NEW.turn)
+        ON CONFLICT (tenant, project, task_id, turn)
+        DO UPDATE SET gen = e.gen + 1, queued = true, model = NULL;
+    IF TG_OP = 'UPDATE' THEN
+        DELETE FROM turn_vectors WHERE tenant = NEW.tenant AND project = NEW.project
+            AND task_id = NEW.task_id AND turn = NEW.turn;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER turns_text_written AFTER INSERT ON turns
+    FOR EACH ROW EXECUTE FUNCTION turns_text_changed();
+CREATE TRIGGER turns_text_changed AFTER UPDATE OF meta, summary ON turns
+    FOR EACH ROW WHEN (OLD.meta IS DISTINCT FROM NEW.meta
+        OR OLD.summary IS DISTINCT FROM NEW.summary)
+    EXECUTE FUNCTION turns_text_changed();
+
+-- A memory's head: its text is embedded; a head that moves on or goes takes its vectors.
+CREATE FUNCTION memories_head_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM memory_embeds WHERE store_id = OLD.store_id AND version_id = OLD.head;
+        DELETE FROM memory_vectors WHERE store_id = OLD.store_id AND version_id = OLD.head;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        INSERT INTO memory_embeds AS e (store_id, version_id, tenant, project)
+            SELECT NEW.store_id, NEW.head, s.tenant, s.project FROM stores s
+            WHERE s.id = NEW.store_id
+            ON CONFLICT (store_id, version_id)
+            DO UPDATE SET gen = e.gen + 1, queued = true, model = NULL;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memories_head_changed AFTER INSERT OR DELETE OR UPDATE OF head ON memories
+    FOR EACH ROW EXECUTE FUNCTION memories_head_changed();
+
+-- A version's content removed (a redaction): its vectors go now; a head is embedded again
+-- from what is left.
+CREATE FUNCTION versions_content_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM memory_vectors WHERE store_id = NEW.store_id AND version_id = NEW.id;
+    UPDATE memory_embeds SET gen = gen + 1, queued = true, model = NULL
+        WHERE store_id = NEW.store_id AND version_id = NEW.id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER versions_content_changed AFTER UPDATE OF path, content ON versions
+    FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content
+        OR OLD.path IS DISTINCT FROM NEW.path)
+    EXECUTE FUNCTION versions_content_changed();
+
+-- What is there already waits to be embedded.
+INSERT INTO turn_embeds (tenant, project, task_id, turn)
+    SELECT tenant, project, task_id, turn FROM turns;
+INSERT INTO memory_embeds (store_id, version_id, tenant, project)
+    SELECT m.store_id, m.head, s.tenant, s.project
+    FROM memories m JOIN stores s ON s.id = m.store_id;
+""",
+    ),
 )
 
 

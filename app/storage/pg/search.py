@@ -28,14 +28,17 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from app.storage.core import snippets
+from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.fusion import rrf
+from app.storage.core import resident, snippets, vectors as vec
 from app.storage.core.cursor import CursorCodec
+from app.storage.core.errors import InvalidName
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import Scope
 from app.storage.core.query import (
@@ -51,8 +54,16 @@ from app.storage.core.query import (
     meta_text,
     parse_query,
 )
+from app.storage.core.resident import ResidentVectors
 from app.storage.pg.db import Database
+from app.storage.pg.vectors import PgChanges
 
+if TYPE_CHECKING:
+    from app.storage.pg.vectors import PgEmbedding
+
+NO_EMBEDDER = "no embedder is configured (MEMORY_EMBEDDER=off): keyword results only"
+# Every vector of a project is one resident matrix (pg/vectors.py PgChanges).
+_INDEX = "pg"
 TURNS = "0"  # turns sort before every store ("1:<store id>") at an equal score
 # ts_rank's weights of D, C, B, A: task id and path 3, meta values 2, summary and content 1,
 # as the tree's bm25 column weights. Normalization 1 divides by 1 + log(the text's length).
@@ -103,6 +114,18 @@ _MEMORY_TEXTS = (
     " JOIN versions v ON v.store_id = m.store_id AND v.id = m.head"
 )
 _STORES = "SELECT id, record FROM stores WHERE tenant = %s AND project = %s"
+# The owners of embeddings ranked by cosine that are live: a turn within its retention, a
+# memory whose head the embedding is of.
+_VECTOR_TURNS = (
+    "SELECT DISTINCT v.id, v.task_id, v.turn FROM turn_vectors v JOIN turns t"
+    " USING (tenant, project, task_id, turn) WHERE v.tenant = %(tenant)s"
+    " AND v.project = %(project)s AND v.id = ANY(%(ids)s) AND t.retain_until_us > %(now)s"
+)
+_VECTOR_MEMORIES = (
+    "SELECT DISTINCT v.id, m.store_id, m.id, m.path FROM memory_vectors v JOIN memories m"
+    " ON m.store_id = v.store_id AND m.head = v.version_id WHERE v.tenant = %(tenant)s"
+    " AND v.project = %(project)s AND v.id = ANY(%(ids)s)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +152,15 @@ class PgSearch:
         timeout: float = DEFAULT_SEARCH_TIMEOUT,
         slots: int = 4,
         waiting: int = 0,
+        embedding: PgEmbedding | None = None,
+        resident_bytes: int = 256 << 20,
     ) -> None:
         self.db = db
+        self.embedding = embedding
+        # The stored vectors kept in memory between queries (core/resident.py).
+        self.resident = ResidentVectors(resident_bytes)
+        # The query's embedding, within its share of the budget (core/vectors.py).
+        self.query_embedding = vec.QueryEmbedding(slots)
         self.cursors = cursors
         self.now_us = now_us
         self.timeout = timeout
@@ -146,11 +176,141 @@ class PgSearch:
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query, any_term=any_term)
+        embedder = self.embedding.embedder if self.embedding is not None else None
+        try:
+            run = vec.resolve_mode(mode, embedder)
+        except ValueError as exc:
+            raise InvalidName("mode", mode, str(exc)) from None
         with self.slots.taken(scope):
-            return self._search(scope, parsed, limit, cursor)
+            if run == "keyword":
+                return self._search(scope, parsed, limit, cursor)
+            if self.embedding is None:
+                return replace(self._search(scope, parsed, limit, cursor), fallback=NO_EMBEDDER)
+            return self._fused(scope, query, parsed, limit, cursor, run)
+
+    # -- hybrid and semantic ---------------------------------------------------------------
+    def _fused(
+        self,
+        scope: Scope,
+        query: str,
+        parsed: SearchQuery,
+        limit: int,
+        cursor: str | None,
+        mode: vec.Mode,
+    ) -> SearchPage:
+        """A hybrid search (keyword and vector rankings fused by RRF) or a semantic one, as
+        the tree's (tree/search.py): at most vec.FUSE_DEPTH hits paged by an offset. When
+        the embedder cannot answer, the keyword hits and the reason."""
+        assert self.embedding is not None
+        embedding = self.embedding
+        offset = self._decode_offset(scope, parsed, mode, cursor) if cursor else 0
+        budget = SearchBudget(self.timeout)
+        depth = min(vec.FUSE_DEPTH, offset + limit + 1)
+        fallback: str | None = None
+        try:
+            query_vector = self.query_embedding.embed(
+                embedding.embedder, query, budget.left() * vec.QUERY_SHARE
+            )
+        except EmbedderUnavailable as exc:
+            fallback = f"the embedder is unavailable ({exc}): keyword results only"
+        budget.check()
+        model = embedding.embedder.model
+        with self.db.snapshot("search") as conn, _bounded(conn, budget):
+            stores = {
+                str(i): _store_name(record)
+                for i, record in conn.execute(_STORES, (scope.tenant, scope.project))
+            }
+            params: dict[str, Any] = {
+                "tenant": scope.tenant,
+                "project": scope.project,
+                "now": self.now_us(),
+                "limit": depth,
+            }
+            keyword: list[_Hit] = []
+            if mode == "hybrid" or fallback is not None:
+                tsquery = _tsquery(conn, parsed)
+                if tsquery is not None:
+                    params["q"] = tsquery
+                    keyword = _hits(conn, _TURN_HITS, TURNS, None, params)
+                    if stores:
+                        keyword += _hits(conn, _MEMORY_HITS, "1", None, params)
+                    keyword.sort(key=_Hit.order)
+                    keyword = keyword[:depth]
+            found = {_key(h): h for h in keyword}
+            rankings = [[_key(h) for h in keyword]]
+            cosine: dict[tuple[str, str, int], float] = {}
+            semantic: list[tuple[str, str, int]] = []
+            if fallback is None:
+                snap = self.resident.snapshot(
+                    scope, _INDEX, model.key(), model.dims, PgChanges(conn, scope)
+                )
+                want = depth
+                while True:
+                    best = resident.best(query_vector, snap, want, vec.MAX_RANKED_CHUNKS)
+                    owners = _owners(conn, params, [i for i, _ in best])
+                    semantic = []
+                    for ident, score in best:
+                        hit = owners.get(ident)
+                        if hit is not None and _key(hit) not in cosine:
+                            cosine[_key(hit)] = score
+                            semantic.append(_key(hit))
+                            found.setdefault(_key(hit), replace(hit, score=score))
+                    if len(semantic) >= depth or len(best) < want:
+                        break
+                    want *= 4
+                semantic = semantic[:depth]
+                rankings = [*rankings, semantic] if mode == "hybrid" else [semantic]
+                if queued_rows(conn, scope):
+                    embedding.later(scope)  # rows a killed process left queued, say
+            if fallback is None and mode == "semantic":
+                fused = [(k, cosine[k]) for k in semantic]
+            else:
+                fused = rrf([r for r in rankings if r])
+            page_keys = fused[offset : offset + limit]
+            page = [replace(found[k], score=score) for k, score in page_keys]
+            texts = _texts(conn, scope, page)
+        by_vector = {k for k, _ in page_keys} - {_key(h) for h in keyword}
+        words = snippets.terms_of(parsed.terms)
+        out = []
+        for hit in page:
+            budget.check()
+            if _key(hit) in by_vector:
+                # Found by meaning alone: the start of its text, unmarked.
+                filled = [t for t in texts.get(_key(hit), ()) if t]
+                texts[_key(hit)] = (*filled, filled[0]) if filled else ()
+            out.append(_public(hit, texts, stores, words))
+        more = len(fused) > offset + limit and offset + limit < vec.FUSE_DEPTH
+        modes = (
+            ("keyword",)
+            if fallback
+            else (("keyword", "semantic") if mode == "hybrid" else ("semantic",))
+        )
+        return SearchPage(
+            hits=tuple(out),
+            next_cursor=self._encode_offset(scope, parsed, mode, offset + limit) if more else None,
+            stores_searched=len(stores),
+            stores_skipped=0,
+            modes=modes,
+            fallback=fallback,
+        )
+
+    def _encode_offset(self, scope: Scope, query: SearchQuery, mode: str, offset: int) -> str:
+        return encode_cursor(self.cursors, "search-fused", scope, query, {"m": mode, "o": offset})
+
+    def _decode_offset(self, scope: Scope, query: SearchQuery, mode: str, cursor: str) -> int:
+        def position(body: Mapping[str, Any]) -> int:
+            offset = body["o"]
+            if body["m"] != mode or not isinstance(offset, int) or isinstance(offset, bool):
+                raise ValueError("position")
+            if not 0 < offset < vec.FUSE_DEPTH:
+                raise ValueError("position")
+            return int(offset)
+
+        return decode_cursor(self.cursors, "search-fused", scope, query, cursor, position)
 
     def _search(
         self, scope: Scope, parsed: SearchQuery, limit: int, cursor: str | None
@@ -265,6 +425,37 @@ def _hits(
 
 
 _Texts = dict[tuple[str, str, int], tuple[str, ...]]
+
+
+def _key(hit: _Hit) -> tuple[str, str, int]:
+    return (hit.source, hit.name, hit.turn)
+
+
+def _owners(
+    conn: psycopg.Connection[Any], params: dict[str, Any], ids: list[int]
+) -> dict[int, _Hit]:
+    """The live turn or memory each embedding id is of (an id of a row gone has none)."""
+    if not ids:
+        return {}
+    args = {**params, "ids": ids}
+    out = {
+        int(i): _Hit(0.0, TURNS, str(task_id), int(turn), None)
+        for i, task_id, turn in conn.execute(_VECTOR_TURNS, args)
+    }
+    for i, store_id, memory_id, path in conn.execute(_VECTOR_MEMORIES, args):
+        out[int(i)] = _Hit(0.0, f"1:{store_id}", str(memory_id), 0, str(path))
+    return out
+
+
+def queued_rows(conn: psycopg.Connection[Any], scope: Scope) -> bool:
+    """Whether any text of the project waits to be embedded."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM turn_embeds WHERE tenant = %(t)s AND project = %(p)s"
+        " AND queued) OR EXISTS (SELECT 1 FROM memory_embeds WHERE tenant = %(t)s"
+        " AND project = %(p)s AND queued)",
+        {"t": scope.tenant, "p": scope.project},
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _texts(conn: psycopg.Connection[Any], scope: Scope, page: list[_Hit]) -> _Texts:

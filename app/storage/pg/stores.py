@@ -17,7 +17,7 @@ answer here as from the tree's engine (tree/stores/).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -88,6 +88,9 @@ class PgMemoryStores:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
+        # Called after a write committed: the embedding queue's drain (pg/vectors.py), when
+        # an embedder is configured.
+        self.text_written: Callable[[Scope], object] | None = None
         # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.cursors = cursors
@@ -124,6 +127,8 @@ class PgMemoryStores:
         with self.db.transaction(f"memory store {store_id}") as conn:
             record, state = self._store(conn, scope, store_id, lock=True)
             yield conn, record, state
+        if self.text_written is not None:
+            self.text_written(scope)
 
     @contextmanager
     def _read(

@@ -22,7 +22,7 @@ deletes removal.py's, as on the tree.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from typing import IO, Any, BinaryIO
 
@@ -36,6 +36,7 @@ from app.storage.core.errors import NotFound
 from app.storage.core.models import (
     ArtifactInfo,
     ArtifactStream,
+    ArtifactUpload,
     TaskFilter,
     TaskIndex,
     TaskPage,
@@ -89,6 +90,9 @@ class PgTaskStore:
         usage: pgu.PgUsage | None = None,
     ) -> None:
         self.db = db
+        # Called after a turn write committed: the embedding queue's drain (pg/vectors.py),
+        # when an embedder is configured.
+        self.text_written: Callable[[Scope], object] | None = None
         # Counters and quotas (pg/usage.py).
         self.usage = usage or pgu.PgUsage(db, QuotaSource(None))
         self.blobs = blobs
@@ -195,7 +199,37 @@ class PgTaskStore:
 
     # -- turns -----------------------------------------------------------------------------
     # The write of a turn, with its artifacts, is pg/turns.py's.
-    put_turn = turns.put_turn
+    def put_turn(
+        self,
+        scope: Scope,
+        task_id: str,
+        turn: int,
+        *,
+        meta: dict[str, Any],
+        summary_md: str,
+        actor: str | None = None,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        artifacts: Iterable[ArtifactUpload] = (),
+        size: int | None = None,
+    ) -> TurnRecord:
+        """Create or replace one turn (pg/turns.py); its text waits to be embedded."""
+        record = turns.put_turn(
+            self,
+            scope,
+            task_id,
+            turn,
+            meta=meta,
+            summary_md=summary_md,
+            actor=actor,
+            if_match=if_match,
+            if_none_match=if_none_match,
+            artifacts=artifacts,
+            size=size,
+        )
+        if self.text_written is not None:
+            self.text_written(scope)
+        return record
 
     def get_turn(self, scope: Scope, task_id: str, turn: int) -> TurnRecord:
         """Read one live turn."""

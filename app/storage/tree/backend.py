@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.storage.core import audit
 from app.storage.core.archive import ExportSummary, ImportSummary
 from app.storage.core.clock import Clock, iso_us, system_clock, to_us
-from app.storage.core.errors import StorageError
+from app.storage.core.errors import InvalidName, StorageError
 from app.storage.core.files import is_no_space
 from app.storage.core.models import DEFAULT_GRACE, FsckReport, SearchPage
 from app.storage.core.names import TMP_PREFIX, Scope
@@ -44,9 +45,11 @@ from app.storage.core.sweep import (
 from app.storage.core.task_rules import DEFAULT_MAX_ARTIFACT_BYTES
 from app.storage.core.traffic import TrafficRow
 from app.storage.core.usage import Usage
+from app.storage.core.vectors import MODES
 from app.storage.tree.audit import TreeAudit
 from app.storage.tree.backup import export_tree
 from app.storage.tree.control import Lease, load_state, root_key, save_state
+from app.storage.tree.embedding import Embedding
 from app.storage.tree.fs.atomic import remove_quietly, write_atomic
 from app.storage.tree.fs.locks import locked
 from app.storage.tree.fs.sync import flush_derived
@@ -87,7 +90,9 @@ class TreeStorage:
         search_timeout: float = DEFAULT_SEARCH_TIMEOUT,
         search_slots: int = 4,
         search_waiting: int = 0,
+        resident_bytes: int = 256 << 20,
         secrets_policy: str = DEFAULT_POLICY,
+        embedder: Embedder | None = None,
     ) -> None:
         self.clock_guard = clock_guard
         self.sweep_clock = SweepClock(self.load_state, self.save_state)
@@ -127,12 +132,19 @@ class TreeStorage:
         self.audit_log = audit.AuditLog(
             TreeAudit(self.layout, lock_timeout=lock_timeout), self.tasks.cursors, self.tasks.now_us
         )
+        # The embedding queue's worker (tree/embedding.py): None, keyword search only.
+        self.embedding = None if embedder is None else Embedding(self.tasks, self.stores, embedder)
+        if self.embedding is not None:
+            self.tasks.text_written = self.embedding.later
+            self.stores.search_upkeep.text_written = self.embedding.later
         self.searcher = TreeSearch(
             self.tasks,
             self.stores,
             timeout=search_timeout,
             slots=search_slots,
             waiting=search_waiting,
+            embedding=self.embedding,
+            resident_bytes=resident_bytes,
         )
         self.recovery = Recovery(self.layout)
         self.tasks.txns.refuse = self.stores.txns.refuse = self._read_only
@@ -170,6 +182,10 @@ class TreeStorage:
             sweep_versions(self.stores, now=now, dry_run=dry_run),
         )
         self.usage_counters.freed()
+        if self.embedding is not None and not dry_run:
+            # What a killed process left queued, and rows a changed model re-embeds.
+            for scope in self.layout.projects([]):
+                self.embedding.later(scope)
         return outcome
 
     def mark_sweep_clock(self, now: datetime) -> None:
@@ -182,7 +198,47 @@ class TreeStorage:
         report = fsck(self.tasks, repair=repair, grace=grace)
         fsck_stores(self.stores, report, repair=repair)
         fsck_usage(self.tasks, self.stores, report, repair=repair)
+        if self.embedding is not None:
+            self._fsck_vectors(report, repair=repair)
         return report
+
+    def _fsck_vectors(self, report: FsckReport, *, repair: bool) -> None:
+        """Rows without vectors of the current model (queued or lost), vectors of rows gone;
+        ``repair`` embeds them now (tree/embedding.py)."""
+        assert self.embedding is not None
+        for scope in self.layout.projects([]):
+            try:
+                found = self.embedding.check(scope, repair=repair)
+            except EmbedderUnavailable as exc:
+                report.notes.append(f"{scope.tenant}/{scope.project}: vectors not checked: {exc}")
+                continue
+            except (StorageError, sqlite3.Error, OSError) as exc:
+                report.problems.append(f"{scope.tenant}/{scope.project}: vectors unreadable: {exc}")
+                continue
+            for state in found:
+                where = os.path.relpath(state.name, self.layout.root)
+                if state.waiting:
+                    report.notes.append(
+                        f"{where}: {state.waiting} row(s) wait to be embedded with"
+                        f" {self.embedding.model}"
+                    )
+                if not (state.missing or state.orphans):
+                    continue
+                what = (
+                    f"{where}: {state.missing} row(s) without vectors and not queued,"
+                    f" {state.orphans} vector(s) or queue entries of rows gone"
+                )
+                report.problems.append(what)
+                if repair:
+                    left = [
+                        s
+                        for s in self.embedding.check(scope, repair=False)
+                        if s.name == state.name and (s.missing or s.orphans)
+                    ]
+                    if left:
+                        report.unrepairable.append(what)
+                    else:
+                        report.repaired.append(what)
 
     def search(
         self,
@@ -192,12 +248,21 @@ class TreeStorage:
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
         """Search the project's turns and memories (tree/search.py)."""
         nothing = nothing_to_find(query, limit)
         if nothing is not None:
+            if mode is not None and mode not in MODES:
+                raise InvalidName("mode", mode, f"must be one of {', '.join(MODES)}")
             return nothing
-        return self.searcher.search(scope, query, limit=limit, cursor=cursor, any_term=any_term)
+        return self.searcher.search(
+            scope, query, limit=limit, cursor=cursor, any_term=any_term, mode=mode
+        )
+
+    def search_modes(self) -> tuple[str, ...]:
+        """The modes a search may ask for, the default first."""
+        return ("keyword",) if self.embedding is None else ("hybrid", "keyword", "semantic")
 
     def recover(self, plan: Plan) -> Report:
         """Repair what the last server left (the caller holds the root lock): the deletions a
@@ -353,8 +418,13 @@ class TreeStorage:
         overwrite: bool = False,
     ) -> ImportSummary:
         """Restore a backup, all of it or nothing (into ``tenant``/``project`` for a backup
-        of one project)."""
-        return import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        of one project). A backup carries no vectors: what it brought is queued, and
+        embedded now in the background."""
+        summary = import_tree(self, archive, tenant=tenant, project=project, overwrite=overwrite)
+        if self.embedding is not None:
+            for scope in self.projects():
+                self.embedding.later(scope)
+        return summary
 
     def projects(self, tenants: Iterable[str] | None = None) -> list[Scope]:
         return list(self.layout.projects([], tenants))

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from app.storage.core import digest as text
+from app.storage.core.background import Later
 from app.storage.core.clock import parse_iso_us
 from app.storage.core.digest import Section
 from app.storage.core.errors import Corrupt, LockTimeout, StorageError, Unreadable, UnsafePath
 from app.storage.core.files import os_errors
 from app.storage.core.models import TurnRecord
 from app.storage.core.names import TURN_META, Scope
-from app.storage.tree.background import Later
 from app.storage.tree.fs.atomic import atomic_file
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.locks import locked

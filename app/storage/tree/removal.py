@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from app.storage.core.background import Later
 from app.storage.core.clock import iso_us
 from app.storage.core.errors import NotFound, NotOwner, StorageError
 from app.storage.core.files import os_errors
@@ -47,7 +48,6 @@ from app.storage.core.names import (
 from app.storage.core.query import SearchBudget
 from app.storage.core.records import turn_to_json
 from app.storage.core.task_rules import NOT_OWNER, check_preconditions
-from app.storage.tree.background import Later
 from app.storage.tree.fs.atomic import remove_quietly
 from app.storage.tree.fs.layout import Layout
 from app.storage.tree.fs.sync import commit_point

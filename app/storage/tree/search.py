@@ -28,11 +28,19 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from app.storage.core import snippets
-from app.storage.core.errors import NotFound, SearchRebuilding, SearchTimeout, StorageError
+from app.embeddings.base import EmbedderUnavailable
+from app.embeddings.fusion import rrf
+from app.storage.core import resident, snippets, vectors as vec
+from app.storage.core.errors import (
+    InvalidName,
+    NotFound,
+    SearchRebuilding,
+    SearchTimeout,
+    StorageError,
+)
 from app.storage.core.models import SearchHit, SearchPage
 from app.storage.core.names import STORE_ID_RE, Scope
 from app.storage.core.query import (
@@ -48,14 +56,21 @@ from app.storage.core.query import (
     fts5_term,
     parse_query,
 )
-from app.storage.tree.sqlite import fts, turn_search
+from app.storage.core.resident import ResidentVectors
+from app.storage.tree.sqlite import fts, turn_search, vectors
 from app.storage.tree.sqlite.store_index import IndexReader
 from app.storage.tree.stores.engine import MemoryStoreEngine
 from app.storage.tree.tasks import TaskStore
 
+if TYPE_CHECKING:
+    from app.storage.tree.embedding import Embedding
+
 log = logging.getLogger("app.storage.search")
 
 MAX_STORES = 64
+# Bytes of resident vector matrices a process keeps (MEMORY_VECTOR_CACHE_MB).
+DEFAULT_RESIDENT_BYTES = 256 << 20
+NO_EMBEDDER = "no embedder is configured (MEMORY_EMBEDDER=off): keyword results only"
 TURNS = "0"  # the turn index sorts before every store ("1:<store id>")
 T = TypeVar("T")
 
@@ -183,11 +198,37 @@ class _Turns:
         return own, hits[: ask.want]
 
     def snippets(
-        self, terms: list[snippets.Term], docs: list[int], budget: SearchBudget
+        self,
+        terms: list[snippets.Term],
+        docs: list[int],
+        budget: SearchBudget,
+        start: frozenset[int] = frozenset(),
     ) -> dict[int, str]:
         with self.listing.search_read() as conn, fts.bounded(conn, budget):
             found = fts.texts(conn, docs, turn_search.SNIPPET_COLUMNS)
-        return _cut(found, terms, budget)
+        return _cut(found, terms, budget, start)
+
+    def rank(self, ask: _Near) -> _Ranked:
+        """The best live turns by cosine (over at most ``ask.room`` chunks, the newest
+        turns'), and how many rows wait to be embedded."""
+        with self.listing.search_read() as conn, fts.bounded(conn, ask.budget):
+            snap = ask.resident.snapshot(
+                self.scope, self.source, ask.model, ask.dims, vectors.LogChanges(conn)
+            )
+            want = ask.want
+            while True:
+                best = resident.best(ask.query, snap, want, ask.room)
+                # Turns past their retention (not swept yet) are left out after ranking.
+                live = turn_search.live(conn, [doc for doc, _ in best], self.now_us)
+                found = [(doc, score) for doc, score in best if doc in live]
+                if len(found) >= ask.want or len(best) < want:
+                    break
+                want *= 4
+            return _Ranked(found[: ask.want], min(len(snap), ask.room), vectors.queued(conn))
+
+    def fields(self, docs: list[int], budget: SearchBudget) -> dict[int, tuple[str, Any]]:
+        with self.listing.search_read() as conn, fts.bounded(conn, budget):
+            return turn_search.fields(conn, docs)
 
 
 class _Store:
@@ -251,19 +292,68 @@ class _Store:
         return self._read(run, ask.budget)
 
     def snippets(
-        self, terms: list[snippets.Term], docs: list[int], budget: SearchBudget
+        self,
+        terms: list[snippets.Term],
+        docs: list[int],
+        budget: SearchBudget,
+        start: frozenset[int] = frozenset(),
     ) -> dict[int, str]:
         found = self._read(lambda r: r.search_texts(docs), budget) or {}
-        return _cut(found, terms, budget)
+        return _cut(found, terms, budget, start)
+
+    def rank(self, ask: _Near) -> _Ranked:
+        """The best live memories of the store by cosine (over at most ``ask.room`` chunks)."""
+
+        def run(reader: IndexReader) -> _Ranked:
+            conn = reader.conn
+            snap = ask.resident.snapshot(
+                self.scope, self.source, ask.model, ask.dims, vectors.LogChanges(conn)
+            )
+            best = resident.best(ask.query, snap, ask.want, ask.room)
+            return _Ranked(best, min(len(snap), ask.room), vectors.queued(conn))
+
+        return self._read(run, ask.budget) or _Ranked([], 0, 0)
+
+    def fields(self, docs: list[int], budget: SearchBudget) -> dict[int, tuple[str, Any]]:
+        return self._read(lambda r: r.search_fields(docs), budget) or {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Near:
+    """What a semantic search asks every index: its ``want`` best rows by cosine with
+    ``query``, over at most ``room`` chunks of ``model``."""
+
+    query: Any
+    model: str
+    dims: int
+    want: int
+    room: int
+    budget: SearchBudget
+    resident: ResidentVectors
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    best: list[tuple[int, float]]  # (doc, cosine), best first
+    chunks: int  # chunks ranked
+    queued: int
 
 
 def _cut(
-    found: dict[int, tuple[str, ...]], terms: list[snippets.Term], budget: SearchBudget
+    found: dict[int, tuple[str, ...]],
+    terms: list[snippets.Term],
+    budget: SearchBudget,
+    start: frozenset[int] = frozenset(),
 ) -> dict[int, str]:
-    """The snippet of each row (each costs a bounded window of its text: core/snippets.py)."""
+    """The snippet of each row (each costs a bounded window of its text: core/snippets.py);
+    a row of ``start`` (found by its vectors alone) without a term in it gets the start of
+    its first text that is not empty (a turn's summary, else its meta values)."""
     out = {}
     for doc, text in found.items():
         budget.check()
+        if doc in start:
+            filled = [t for t in text if t]
+            text = (*filled, filled[0]) if filled else text
         out[doc] = snippets.snippet(text, terms)
     return out
 
@@ -287,9 +377,16 @@ class TreeSearch:
         timeout: float = DEFAULT_SEARCH_TIMEOUT,
         slots: int = 4,
         waiting: int = 0,
+        embedding: Embedding | None = None,
+        resident_bytes: int = DEFAULT_RESIDENT_BYTES,
     ) -> None:
         self.tasks = tasks
+        # The stored vectors kept in memory between queries (core/resident.py).
+        self.resident = ResidentVectors(resident_bytes)
+        # The query's embedding, within its share of the budget (core/vectors.py).
+        self.query_embedding = vec.QueryEmbedding(slots)
         self.stores = stores
+        self.embedding = embedding
         self.max_stores = max_stores
         self.timeout = timeout
         self.slots = SearchSlots(
@@ -304,20 +401,49 @@ class TreeSearch:
         limit: int = 20,
         cursor: str | None = None,
         any_term: bool = False,
+        mode: str | None = None,
     ) -> SearchPage:
         check_limit(limit)
         parsed = parse_query(query, any_term=any_term)
+        embedder = self.embedding.embedder if self.embedding is not None else None
+        try:
+            run = vec.resolve_mode(mode, embedder)
+        except ValueError as exc:
+            raise InvalidName("mode", mode, str(exc)) from None
         with self.slots.taken(scope):
-            return self._search(scope, parsed, limit, cursor)
+            if run == "keyword":
+                return self._search(scope, parsed, limit, cursor)
+            if self.embedding is None:
+                page = self._search(scope, parsed, limit, cursor)
+                return replace(page, fallback=NO_EMBEDDER)
+            return self._fused(scope, query, parsed, limit, cursor, run)
 
     def _search(
         self, scope: Scope, parsed: SearchQuery, limit: int, cursor: str | None
     ) -> SearchPage:
-        terms = [fts5_term(t) for t in parsed.terms]
         after = self._decode(scope, parsed, cursor) if cursor else None
         budget = SearchBudget(self.timeout)
-        ask = _Ask(terms, fts5_match(parsed), limit + 1, after, budget, parsed)
         sources, skipped = self._sources(scope)
+        hits, project, answers = self._keyword(sources, parsed, limit + 1, after, budget)
+        page, more = hits[:limit], len(hits) > limit
+        return SearchPage(
+            hits=self._hits(scope, sources, page, snippets.terms_of(parsed.terms), budget),
+            next_cursor=self._encode(scope, parsed, page[-1], project) if more else None,
+            stores_searched=sum(s.source in answers for s in sources if isinstance(s, _Store)),
+            stores_skipped=skipped,
+        )
+
+    def _keyword(
+        self,
+        sources: list[_Source],
+        parsed: SearchQuery,
+        want: int,
+        after: _After | None,
+        budget: SearchBudget,
+    ) -> tuple[list[_Hit], _Stats, dict[str, tuple[_Stats, list[_Hit]]]]:
+        """The best ``want`` keyword hits of ``sources`` after ``after``, best first."""
+        terms = [fts5_term(t) for t in parsed.terms]
+        ask = _Ask(terms, fts5_match(parsed), want, after, budget, parsed)
         # One read of each index: its statistics and its best rows after the cursor.
         answers = {s.source: found for s in sources if (found := s.ask(ask)) is not None}
         if after is not None:
@@ -336,13 +462,122 @@ class TreeSearch:
                 for h in found
             ]
         hits.sort(key=lambda h: (h.key, h.source, h.doc))
-        page, more = hits[:limit], len(hits) > limit
-        return SearchPage(
-            hits=self._hits(scope, sources, page, snippets.terms_of(parsed.terms), budget),
-            next_cursor=self._encode(scope, parsed, page[-1], project) if more else None,
-            stores_searched=sum(s.source in answers for s in sources if isinstance(s, _Store)),
-            stores_skipped=skipped,
+        return hits, project, answers
+
+    # -- hybrid and semantic ---------------------------------------------------------------
+    def _fused(
+        self,
+        scope: Scope,
+        query: str,
+        parsed: SearchQuery,
+        limit: int,
+        cursor: str | None,
+        mode: vec.Mode,
+    ) -> SearchPage:
+        """A hybrid search (keyword and vector rankings fused by RRF) or a semantic one: a
+        list of at most vec.FUSE_DEPTH hits, paged by an offset into it. When the embedder
+        cannot answer, the same list of keyword hits, and the reason."""
+        offset = self._decode_offset(scope, parsed, mode, cursor) if cursor else 0
+        budget = SearchBudget(self.timeout)
+        sources, skipped = self._sources(scope)
+        depth = min(vec.FUSE_DEPTH, offset + limit + 1)
+        assert self.embedding is not None
+        embedding = self.embedding
+        fallback: str | None = None
+        try:
+            query_vector = self.query_embedding.embed(
+                embedding.embedder, query, budget.left() * vec.QUERY_SHARE
+            )
+        except EmbedderUnavailable as exc:
+            fallback = f"the embedder is unavailable ({exc}): keyword results only"
+        budget.check()
+        keyword: list[_Hit] = []
+        searched: set[str] = set()
+        if mode == "hybrid" or fallback is not None:
+            keyword, _, answers = self._keyword(sources, parsed, depth, None, budget)
+            searched.update(answers)
+        found: dict[tuple[str, int], _Hit] = {(h.source, h.doc): h for h in keyword}
+        rankings = [[(h.source, h.doc) for h in keyword]]
+        semantic: list[tuple[str, int]] = []
+        cosine: dict[tuple[str, int], float] = {}
+        if fallback is None:
+            semantic, cosine, queued = self._semantic(sources, query_vector, depth, budget)
+            searched.update(s for s, _ in semantic)
+            rankings = [*rankings, semantic] if mode == "hybrid" else [semantic]
+            if queued:
+                embedding.later(scope)  # rows a killed process left queued, say
+        modes = (
+            ("keyword",)
+            if fallback
+            else (("keyword", "semantic") if mode == "hybrid" else ("semantic",))
         )
+        if fallback is None and mode == "semantic":
+            fused = [(key, cosine[key]) for key in semantic]
+        else:
+            fused = rrf([r for r in rankings if r])
+        page_keys = fused[offset : offset + limit]
+        missing = [key for key, _ in page_keys if key not in found]
+        for source in sources:
+            docs = [doc for s, doc in missing if s == source.source]
+            if docs:
+                for doc, fields in source.fields(docs, budget).items():
+                    found[(source.source, doc)] = _Hit(0.0, source.source, doc, fields)
+        page = [
+            _Hit(-score, key[0], key[1], found[key].fields)
+            for key, score in page_keys
+            if key in found  # removed since it was ranked
+        ]
+        by_vector = {key for key, _ in page_keys} - {(h.source, h.doc) for h in keyword}
+        more = len(fused) > offset + limit and offset + limit < vec.FUSE_DEPTH
+        return SearchPage(
+            hits=self._hits(
+                scope, sources, page, snippets.terms_of(parsed.terms), budget, by_vector
+            ),
+            next_cursor=self._encode_offset(scope, parsed, mode, offset + limit) if more else None,
+            stores_searched=sum(s.source in searched for s in sources if isinstance(s, _Store)),
+            stores_skipped=skipped,
+            modes=modes,
+            fallback=fallback,
+        )
+
+    def _semantic(
+        self, sources: list[_Source], query: Any, want: int, budget: SearchBudget
+    ) -> tuple[list[tuple[str, int]], dict[tuple[str, int], float], int]:
+        """The ``want`` best rows by cosine over at most vec.MAX_RANKED_CHUNKS chunks of the
+        current model (turns first, then the newest stores), their cosines, and how many rows
+        wait to be embedded."""
+        assert self.embedding is not None
+        model = self.embedding.embedder.model
+        found: list[tuple[float, str, int]] = []
+        queued = 0
+        room = vec.MAX_RANKED_CHUNKS
+        for source in sources:
+            if room <= 0:
+                break
+            ranked = source.rank(
+                _Near(query, model.key(), model.dims, want, room, budget, self.resident)
+            )
+            room -= ranked.chunks
+            queued += ranked.queued
+            found += [(score, source.source, doc) for doc, score in ranked.best]
+        budget.check()
+        found.sort(key=lambda f: (-f[0], f[1], f[2]))
+        best = [((source, doc), score) for score, source, doc in found[:want]]
+        return [key for key, _ in best], dict(best), queued
+
+    def _encode_offset(self, scope: Scope, query: SearchQuery, mode: str, offset: int) -> str:
+        return encode_cursor(
+            self.tasks.cursors, "search-fused", scope, query, {"m": mode, "o": offset}
+        )
+
+    def _decode_offset(self, scope: Scope, query: SearchQuery, mode: str, cursor: str) -> int:
+        def position(body: Mapping[str, Any]) -> int:
+            offset = body["o"]
+            if body["m"] != mode or not _is_int(offset) or not 0 < offset < vec.FUSE_DEPTH:
+                raise ValueError("position")
+            return int(offset)
+
+        return decode_cursor(self.tasks.cursors, "search-fused", scope, query, cursor, position)
 
     def _sources(self, scope: Scope) -> tuple[list[_Source], int]:
         sources: list[_Source] = []
@@ -362,6 +597,7 @@ class TreeSearch:
         page: list[_Hit],
         terms: list[snippets.Term],
         budget: SearchBudget,
+        by_vector: set[tuple[str, int]] | None = None,
     ) -> tuple[SearchHit, ...]:
         snippets: dict[tuple[str, int], str] = {}
         names: dict[str, str | None] = {}
@@ -369,7 +605,8 @@ class TreeSearch:
             docs = [h.doc for h in page if h.source == source.source]
             if not docs:
                 continue
-            for doc, text in source.snippets(terms, docs, budget).items():
+            start = frozenset(d for s, d in by_vector or () if s == source.source)
+            for doc, text in source.snippets(terms, docs, budget, start).items():
                 snippets[(source.source, doc)] = text
             if isinstance(source, _Store):
                 try:

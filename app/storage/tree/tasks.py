@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -29,6 +29,7 @@ from typing import IO, Any, BinaryIO
 from ulid import ULID
 
 from app.storage.core import digest as digest_mod, ledger as lg, task_list, task_rules
+from app.storage.core.background import Later
 from app.storage.core.clock import Clock, parse_iso_us, system_clock, to_us
 from app.storage.core.cursor import CursorCodec
 from app.storage.core.digest import Section
@@ -60,7 +61,6 @@ from app.storage.core.task_rules import (
 from app.storage.core.usage import NO_TICKET, Ticket, TurnUsage
 from app.storage.tree import repair, turns
 from app.storage.tree.artifacts import TaskArtifacts
-from app.storage.tree.background import Later
 from app.storage.tree.control import load_key
 from app.storage.tree.digest import Digests
 from app.storage.tree.fs.atomic import make_dirs, write_atomic
@@ -122,6 +122,9 @@ class TaskStore:
             group_commit=group_commit,
         )
         self.later = Later()
+        # Called after a write changed a project's search text: the embedding queue's
+        # drain (tree/embedding.py), when an embedder is configured.
+        self.text_written: Callable[[Scope], object] | None = None
         self.artifacts = TaskArtifacts(self)
         self.removals = TaskRemovals(self)
         self.digests = Digests(self)
@@ -231,6 +234,8 @@ class TaskStore:
             # A purge a reader's snapshot stopped (this write is the next chance), an index
             # this write found damaged, a rebuild or compaction to finish.
             self.removals.purge_later(scope)
+        if summary and self.text_written is not None:
+            self.text_written(scope)
 
     def section(
         self,

@@ -725,22 +725,33 @@ class Client:
 
     # -- search, usage, who am I ---------------------------------------------------------
     def search_page(
-        self, query: str, *, limit: int = 20, cursor: str | None = None
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        cursor: str | None = None,
+        mode: str | None = None,
     ) -> SearchResults:
-        """One page of hits for ``query``, best first (``limit`` 1..100)."""
+        """One page of hits for ``query``, best first (``limit`` 1..100). ``mode``: hybrid,
+        keyword or semantic (None: the server's default); the page says which ran
+        (``modes``) and why it fell back to keywords (``fallback``)."""
         params: dict[str, Any] = {"q": query, "limit": limit}
         if cursor:
             params["cursor"] = cursor
+        if mode:
+            params["mode"] = mode
         return SearchResults.from_json(self._json("GET", "/search", params=params))
 
-    def search(self, query: str, *, page_size: int = 20) -> Iterator[SearchHit]:
+    def search(
+        self, query: str, *, page_size: int = 20, mode: str | None = None
+    ) -> Iterator[SearchHit]:
         """Every hit for ``query``, best first, fetched a page at a time.
 
-        Every word must match; ``"a phrase"``; ``prefix*``. Turns and memories both.
+        Keywords: every word must match; ``"a phrase"``; ``prefix*``. Turns and memories both.
         """
         cursor: str | None = None
         while True:
-            page = self.search_page(query, limit=page_size, cursor=cursor)
+            page = self.search_page(query, limit=page_size, cursor=cursor, mode=mode)
             yield from page.hits
             if not page.next_cursor:
                 return

@@ -265,6 +265,9 @@ class SearchResults(_Model):
     stores_searched: int
     stores_skipped: int
     next_cursor: str | None = None
+    # The rankings that ran, and why meaning was not used (a server before modes: keyword).
+    modes: tuple[str, ...] = ("keyword",)
+    fallback: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SearchResults:
@@ -273,6 +276,8 @@ class SearchResults(_Model):
             stores_searched=int(data.get("stores_searched") or 0),
             stores_skipped=int(data.get("stores_skipped") or 0),
             next_cursor=_opt_str(data.get("next_cursor")),
+            modes=tuple(str(m) for m in data.get("modes") or ("keyword",)),
+            fallback=_opt_str(data.get("fallback")),
         )
 
 

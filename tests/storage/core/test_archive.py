@@ -56,6 +56,8 @@ def make(
                 "MAX_ARTIFACT_BYTES": 50 * MiB,
                 "CLOCK": clock,
                 "THREADS": 2,
+                # No background embedding: a refused import must leave every byte as it was.
+                "EMBEDDER": "off",
             }
             if backend_kind != "tree":
                 settings[name].update(request.getfixturevalue("services").settings())

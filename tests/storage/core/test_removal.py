@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from app.storage.backends import open_backend
+from app.storage.core.background import Later
 from app.storage.core.names import Scope
 from app.storage.interface import StorageBackend
-from app.storage.tree.background import Later
 from tests.storage._helpers import upkeep_done
 
 pytestmark = pytest.mark.all_backends

@@ -4,7 +4,9 @@ expired turns and memories leaving the database files, and fsck of its indexes."
 
 from __future__ import annotations
 
+import io
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from app.storage.tree.fsck import fsck
 from app.storage.tree.search import TreeSearch
 from app.storage.tree.sqlite.store_index import StoreIndex
 from tests.conftest import FixedClock
+from tests.storage._embedders import HashEmbedder
 from tests.storage._helpers import open_fds, upkeep_done
 
 pytestmark = pytest.mark.all_backends
@@ -44,6 +47,48 @@ def storage(
     backend.close()
 
 
+@pytest.fixture
+def embedded(tmp_path: Path, clock: FixedClock) -> TreeStorage:
+    """A tree with an embedder: its vectors must leave the files with the text."""
+    return TreeStorage(tmp_path / "root", clock=clock, lock_timeout=5.0, embedder=HashEmbedder())
+
+
+def embedded_now(storage: TreeStorage) -> None:
+    """Wait until what the writes queued is embedded (and the purges they started ran)."""
+    assert storage.embedding is not None
+    deadline = time.monotonic() + 60
+    while not storage.embedding.idle():
+        assert time.monotonic() < deadline, "embedding did not finish"
+        time.sleep(0.01)
+    upkeep_done(storage.tasks)
+    upkeep_done(storage.stores.search_upkeep)
+
+
+def vectors_of(db: Path, where: str) -> list[bytes]:
+    """The vector bytes of the index rows ``where`` selects (of search_docs ``d``)."""
+    conn = sqlite3.connect(db)
+    try:
+        found = conn.execute(
+            f"SELECT v.vec FROM search_vectors v JOIN search_docs d ON d.doc = v.doc WHERE {where}"  # noqa: S608 - the tests' own fixed conditions
+        ).fetchall()
+    finally:
+        conn.close()
+    assert found, where  # the checks of their absence below can fail
+    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
+    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
+    # of a sparse test vector could be another's too).
+    return [
+        part
+        for (v,) in found
+        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
+    ]
+
+
+def root_holds(storage: TreeStorage, blobs: list[bytes]) -> bool:
+    files = [p for p in storage.layout.root.rglob("*") if p.is_file()]
+    return any(blob in p.read_bytes() for p in files for blob in blobs)
+
+
 def turn(
     storage: StorageBackend, task: str, n: int, summary: str, scope: Scope = SCOPE, **meta: object
 ) -> None:
@@ -61,7 +106,7 @@ def found(storage: StorageBackend, query: str, scope: Scope = SCOPE) -> list[tup
     """(kind, where) of every hit, best first, all pages."""
     out, cursor = [], None
     while True:
-        page = storage.search(scope, query, limit=3, cursor=cursor)
+        page = storage.search(scope, query, limit=3, cursor=cursor, mode="keyword")
         out += [where(h) for h in page.hits]
         cursor = page.next_cursor
         if cursor is None:
@@ -361,13 +406,17 @@ def holds(data: bytes, word: str) -> bool:
 
 @pytest.mark.tree_only("reads the listing's bytes")
 def test_a_deleted_tasks_text_leaves_the_listing_file_and_its_wal(
-    storage: TreeStorage,
+    embedded: TreeStorage,
 ) -> None:
+    storage = embedded
     for i in range(30):
         turn(storage, f"keep-{i}", 0, f"Ordinary summary number {i} about the upload.")
     turn(storage, "leak", 0, f"The token is {SECRET} do not keep.", note=SECRET)
+    embedded_now(storage)
     listing = storage.tasks.layout.listing(SCOPE)
     assert holds(db_bytes(listing), SECRET)  # the check below can fail
+    leaked = vectors_of(listing, "d.task_id = 'leak'")
+    assert root_holds(storage, leaked)
     storage.tasks.delete_task(SCOPE, "leak")
     assert not found(storage, SECRET)  # at once
     upkeep_done(storage.tasks)  # the file's purge runs right after the answer
@@ -376,75 +425,121 @@ def test_a_deleted_tasks_text_leaves_the_listing_file_and_its_wal(
     assert not any(
         holds(p.read_bytes(), SECRET) for p in storage.layout.root.rglob("*") if p.is_file()
     )
+    assert not root_holds(storage, leaked)  # its vectors, WAL included
+
+
+@pytest.mark.tree_only("reads the listing's bytes")
+def test_a_deleted_turns_and_artifacts_vectors_leave_the_files(embedded: TreeStorage) -> None:
+    storage = embedded
+    for i in range(10):
+        turn(storage, f"keep-{i}", 0, f"Ordinary summary number {i}.")
+    turn(storage, "t", 0, "The turn that stays.")
+    turn(storage, "t", 1, f"The token is {SECRET}.")
+    embedded_now(storage)
+    listing = storage.tasks.layout.listing(SCOPE)
+    leaked = vectors_of(listing, "d.task_id = 't' AND d.turn = 1")
+    kept = vectors_of(listing, "d.task_id = 't' AND d.turn = 0")
+    storage.tasks.delete_turn(SCOPE, "t", 1)
+    upkeep_done(storage.tasks)
+    assert not root_holds(storage, leaked) and root_holds(storage, kept)
+    # An artifact's delete rewrites its turn, whose text (and vectors) stay as they were.
+    storage.tasks.put_artifact(
+        SCOPE, "t", 0, "env.txt", io.BytesIO(b"TOKEN=x"), content_type="text/plain"
+    )
+    storage.tasks.delete_artifact(SCOPE, "t", 0, "env.txt")
+    embedded_now(storage)
+    assert root_holds(storage, kept) and not root_holds(storage, leaked)
 
 
 @pytest.mark.tree_only("reads the listing's bytes")
 def test_an_expired_turns_text_leaves_the_files_at_the_sweep(
-    storage: TreeStorage, clock: FixedClock
+    embedded: TreeStorage, clock: FixedClock
 ) -> None:
+    storage = embedded
     turn(storage, "t", 0, f"First turn with {SECRET}.")
+    embedded_now(storage)
+    listing = storage.tasks.layout.listing(SCOPE)
+    leaked = vectors_of(listing, "d.task_id = 't' AND d.turn = 0")
     clock.advance(days=20)
     for i in range(10):
         turn(storage, f"other-{i}", 0, "Other text.")
     turn(storage, "t", 1, "Second turn, still live.")
     clock.advance(days=11)
-    listing = storage.tasks.layout.listing(SCOPE)
     assert found(storage, SECRET) == [] and holds(db_bytes(listing), SECRET)
+    assert root_holds(storage, leaked)
     report = storage.sweep(now=clock())
     assert report.tasks.turns == 1 and not report.errors
+    embedded_now(storage)
     assert not holds(db_bytes(listing), SECRET)
     assert not any(
         holds(p.read_bytes(), SECRET) for p in storage.layout.root.rglob("*") if p.is_file()
     )
+    assert not root_holds(storage, leaked)
     assert found(storage, "second") == [("turn", "t/1")]
 
 
 @pytest.mark.tree_only("reads the listing's bytes")
 def test_a_replaced_summary_leaves_the_listing_file_at_the_next_sweep(
-    storage: TreeStorage, clock: FixedClock
+    embedded: TreeStorage, clock: FixedClock
 ) -> None:
+    storage = embedded
     turn(storage, "t", 0, f"Draft with {SECRET}.")
-    turn(storage, "t", 0, "Final text.")
+    embedded_now(storage)
     listing = storage.tasks.layout.listing(SCOPE)
+    leaked = vectors_of(listing, "d.task_id = 't'")
+    turn(storage, "t", 0, "Final text.")
     assert found(storage, SECRET) == []
     storage.sweep(now=clock())
+    embedded_now(storage)
     assert not holds(db_bytes(listing), SECRET)
+    assert not root_holds(storage, leaked)
 
 
 @pytest.mark.tree_only("reads the store index's bytes")
 def test_a_deleted_memorys_text_leaves_the_store_index_and_redaction_the_store(
-    storage: TreeStorage, clock: FixedClock
+    embedded: TreeStorage, clock: FixedClock
 ) -> None:
+    storage = embedded
     store_id = store_with(storage, SCOPE, "s", {f"/n{i}.md": f"note {i}" for i in range(20)})
     memory = storage.stores.create_memory(
         SCOPE, store_id, path="/secret.md", content=f"key {MEMORY_SECRET}", actor=None
     )
+    embedded_now(storage)
     store_dir = storage.stores.layout.store_dir(SCOPE, store_id)
     index = storage.stores.layout.store_index(store_dir)
     assert holds(db_bytes(index), MEMORY_SECRET)
+    leaked = vectors_of(index, f"d.memory_id = '{memory.id}'")
     storage.stores.delete_memory(SCOPE, store_id, memory.id, actor=None)
     assert found(storage, MEMORY_SECRET) == [] and found(storage, "note") != []
+    embedded_now(storage)
     assert not holds(db_bytes(index), MEMORY_SECRET)
+    assert not root_holds(storage, leaked)
     # The version records keep it (history) until redaction removes it from them too.
     storage.stores.redact_version(SCOPE, store_id, memory.memory_version_id, actor=None)
     assert not any(
         holds(p.read_bytes(), MEMORY_SECRET) for p in store_dir.rglob("*") if p.is_file()
     )
+    assert not root_holds(storage, leaked)
 
 
 @pytest.mark.tree_only("reads the store index's bytes")
 def test_a_replaced_memory_content_leaves_the_index_at_the_version_sweep(
-    storage: TreeStorage, clock: FixedClock
+    embedded: TreeStorage, clock: FixedClock
 ) -> None:
+    storage = embedded
     store_id = store_with(storage, SCOPE, "s", {"/a.md": "a"})
     memory = storage.stores.create_memory(
         SCOPE, store_id, path="/k.md", content=f"key {MEMORY_SECRET}", actor=None
     )
-    storage.stores.update_memory(SCOPE, store_id, memory.id, content="rotated", actor=None)
+    embedded_now(storage)
     index = storage.stores.layout.store_index(storage.stores.layout.store_dir(SCOPE, store_id))
+    leaked = vectors_of(index, f"d.memory_id = '{memory.id}'")
+    storage.stores.update_memory(SCOPE, store_id, memory.id, content="rotated", actor=None)
     assert found(storage, MEMORY_SECRET) == []
     storage.sweep(now=clock())
+    embedded_now(storage)
     assert not holds(db_bytes(index), MEMORY_SECRET)
+    assert not root_holds(storage, leaked)
 
 
 # -- fsck --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ On disk (``<root>`` is MEMORY_STORAGE_ROOT)::
     <root>/.locks/_tasks.inflight, _stores.inflight       the write in flight on each stripe
     <root>/.locks/<tenant>/<project>/project.lock         the digest's render lock
     <root>/.locks/<tenant>/<project>/search.lock          held by the rebuild of its search index
+    <root>/.locks/<tenant>/<project>/embed.lock           held by the worker embedding its queue
     <root>/.locks/_server.lock, _canary, _recovering      the root lock and the recovery's state
     <root>/.server-running                                the running sentinel (tree/recovery.py)
     <root>/.trash/                                        deletions in progress
@@ -182,6 +183,10 @@ class Layout:
     def search_lock(self, scope: Scope) -> Path:
         """Held by the one process rebuilding the project's search index from the records."""
         return self.locks_dir() / scope.tenant / scope.project / "search.lock"
+
+    def embed_lock(self, scope: Scope) -> Path:
+        """Held by the one process embedding the project's queued rows (tree/embedding.py)."""
+        return self.locks_dir() / scope.tenant / scope.project / "embed.lock"
 
     def tenant_usage_lock(self, tenant: str) -> Path:
         """Held while a write checks and reserves against its tenant's quota."""

@@ -36,12 +36,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from app.storage.core.query import SearchBudget
+from app.storage.tree.sqlite import vectors
 from app.storage.tree.sqlite.db import full_disk, is_busy, write_txn
 
 log = logging.getLogger("app.storage.search")
 
-DOCS = "search_docs"
-TEXT = "search_text"
+DOCS = vectors.DOCS
+TEXT = vectors.TEXT
 STATE = "search_state"
 # The compaction's copy, renamed to TEXT once it holds every row.
 NEXT = "search_next"
@@ -89,6 +90,7 @@ def create_schema(conn: sqlite3.Connection, docs: str, columns: str) -> None:
     conn.execute(f"CREATE TABLE IF NOT EXISTS {DOCS} ({docs})")
     if not _exists(conn, TEXT):
         create_text(conn, TEXT, columns)
+    vectors.create_schema(conn)
     conn.execute(STATE_SCHEMA)
     conn.execute(_SET, ("pending", 0))
     conn.execute(_SET, ("backfill", 0))
@@ -201,17 +203,21 @@ def _tables(conn: sqlite3.Connection, doc: int) -> tuple[str, ...]:
 def put_text(
     conn: sqlite3.Connection, doc: int, columns: Sequence[str], values: Sequence[str]
 ) -> None:
-    """Index ``values`` (of ``columns``) as row ``doc``, which holds no text."""
+    """Index ``values`` (of ``columns``) as row ``doc``, which holds no text; the row waits to
+    be embedded (vectors.py), queued in this same transaction."""
     names = ", ".join(columns)
     marks = ", ".join("?" * len(columns))
     for table in _tables(conn, doc):
         conn.execute(f"INSERT INTO {table} (rowid, {names}) VALUES (?, {marks})", (doc, *values))
+    vectors.queue(conn, doc)
 
 
 def delete_text(conn: sqlite3.Connection, doc: int) -> None:
-    """Remove row ``doc``'s text (its purge is the caller's to count: :func:`removed`)."""
+    """Remove row ``doc``'s text and its vectors (its purge is the caller's to count:
+    :func:`removed`)."""
     for table in _tables(conn, doc):
         conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (doc,))
+    vectors.drop(conn, doc)
 
 
 def removed(conn: sqlite3.Connection, *, owed: bool = True) -> None:
@@ -225,6 +231,7 @@ def removed(conn: sqlite3.Connection, *, owed: bool = True) -> None:
 def delete_doc(conn: sqlite3.Connection, doc: int) -> None:
     delete_text(conn, doc)
     conn.execute(f"DELETE FROM {DOCS} WHERE doc = ?", (doc,))
+    vectors.forget(conn, doc)
     removed(conn)
 
 
@@ -291,6 +298,7 @@ def recreate(conn: sqlite3.Connection, columns: str) -> None:
     drop_table(conn, NEXT)
     conn.execute(f"DELETE FROM {STATE} WHERE name = 'copied'")
     conn.execute(f"DELETE FROM {DOCS}")
+    vectors.clear(conn)
     create_text(conn, TEXT, columns)
     set_state(conn, "damaged", 0)
     removed(conn)
@@ -379,6 +387,8 @@ def drop_orphans(conn: sqlite3.Connection) -> None:
     ).fetchall():
         delete_text(conn, int(doc))
     conn.execute(f"DELETE FROM {DOCS} WHERE doc NOT IN (SELECT rowid FROM {TEXT})")
+    if vectors.has_schema(conn):
+        vectors.drop_orphans(conn)
     removed(conn)
 
 

@@ -63,7 +63,7 @@ INSERT OR IGNORE INTO counters VALUES ('tasks', 0), ('generation', 0);
 # transaction (listing.py). Each task row keeps aggregates of its turn rows (turn count,
 # latest turn, earliest expiry, bytes, and the owner, model, agent_id and exit_code of the
 # highest turn), so that a page, the console's orders and its filters are index lookups.
-VERSION = 7
+VERSION = 8
 _OF_TASK = "FROM turns u WHERE u.task_id = tasks.task_id"
 _LATEST = f"{_OF_TASK} ORDER BY u.turn DESC LIMIT 1"
 _AGGREGATES = (

@@ -253,6 +253,20 @@ class IndexReader:
         """What a snippet of each row is cut from: its content, else its path."""
         return fts.texts(self.conn, docs, ("content", "path"))
 
+    def search_fields(self, docs: list[int]) -> dict[int, tuple[str, str]]:
+        """doc -> (memory id, path) of the rows ``docs`` (a semantic hit's memory)."""
+        if not docs:
+            return {}
+        marks = ", ".join("?" * len(docs))
+        return {
+            int(doc): (str(memory_id), str(path))
+            for doc, memory_id, path in self.conn.execute(
+                f"SELECT d.doc, m.id, m.path FROM {DOCS} d JOIN memories m ON m.id = d.memory_id"
+                f" WHERE d.doc IN ({marks})",
+                docs,
+            )
+        }
+
     def search_rows(self) -> dict[str, tuple[str, str]]:
         """memory id -> (path, content) as indexed (fsck's comparison with the records)."""
         return {

@@ -129,6 +129,34 @@ def hits(conn: sqlite3.Connection, params: dict[str, object]) -> list[tuple[floa
     ]
 
 
+def fields(conn: sqlite3.Connection, docs: list[int]) -> dict[int, tuple[str, int]]:
+    """doc -> (task_id, turn) of the rows ``docs`` (a semantic hit's owner)."""
+    if not docs:
+        return {}
+    marks = ", ".join("?" * len(docs))
+    return {
+        int(doc): (str(task_id), int(turn))
+        for doc, task_id, turn in conn.execute(
+            f"SELECT doc, task_id, turn FROM {DOCS} WHERE doc IN ({marks})", docs
+        )
+    }
+
+
+def live(conn: sqlite3.Connection, docs: list[int], now_us: int) -> set[int]:
+    """The rows of ``docs`` whose turn is still within its retention."""
+    if not docs:
+        return set()
+    marks = ", ".join("?" * len(docs))
+    return {
+        int(doc)
+        for (doc,) in conn.execute(
+            f"SELECT d.doc FROM {DOCS} d JOIN turns u ON u.task_id = d.task_id"
+            f" AND u.turn = d.turn WHERE d.doc IN ({marks}) AND u.retain_until_us > ?",
+            (*docs, now_us),
+        )
+    }
+
+
 def digests(conn: sqlite3.Connection, task_id: str | None = None) -> dict[str, dict[int, str]]:
     """task id -> turn -> digest of its indexed text (fsck's comparison with the records)."""
     where, args = ("WHERE d.task_id = ?", (task_id,)) if task_id is not None else ("", ())

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
+from app.storage.core.background import Later
 from app.storage.core.errors import StorageError
 from app.storage.core.names import Scope
 from app.storage.core.query import SearchBudget
-from app.storage.tree.background import Later
 from app.storage.tree.fs.txn import Key, Transactions
 from app.storage.tree.stores.files import StoreFiles
 
@@ -27,6 +28,9 @@ class SearchUpkeep:
         self.txns = txns
         # Upkeep a request asks for but need not wait for: search index rebuilds.
         self.later = Later()
+        # Called after a write changed a store's search text: the embedding queue's drain
+        # (tree/embedding.py), when an embedder is configured.
+        self.text_written: Callable[[Scope], object] | None = None
 
     def purge(self, scope: Scope, store_id: str, store_dir: Path) -> None:
         """Removed text leaves the search index's file too (tree/sqlite/fts.py), not only its

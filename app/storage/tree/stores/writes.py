@@ -104,6 +104,8 @@ class StoreWriter:
             self.search.purge(txn.scope, txn.store_id, txn.dir)
         if due.damaged or due.backfill:
             self.search.rebuild_later(txn.scope, txn.store_id)
+        if record.operation != "deleted" and self.search.text_written is not None:
+            self.search.text_written(txn.scope)
 
     def redact(self, txn: StoreTxn, version_id: str, redacted: VersionRecord) -> None:
         """Rewrite version ``version_id`` as ``redacted`` (its content cleared), then its index

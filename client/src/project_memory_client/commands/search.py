@@ -18,6 +18,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="QUERY",
         help='every word must match; "a phrase"; prefix* (quote it for the shell)',
     )
+    parser.add_argument(
+        "--mode",
+        choices=("hybrid", "keyword", "semantic"),
+        help="hybrid: keywords and meaning (the server's default when it has an embedder);"
+        " keyword: every word must match; semantic: meaning alone",
+    )
     paging_options(parser, default=20, high=100)
     configure(parser, search)
 
@@ -31,18 +37,26 @@ def search(ctx: Context) -> Output:
     a = ctx.args
     client = ctx.client()
     if a.all:
-        hits = list(client.search(a.query, page_size=a.limit))
+        first = client.search_page(a.query, limit=a.limit, mode=a.mode)
+        hits = list(first.hits)
+        cursor = first.next_cursor
+        while cursor:
+            page = client.search_page(a.query, limit=a.limit, cursor=cursor, mode=a.mode)
+            hits += page.hits
+            cursor = page.next_cursor
         data = {
             "query": a.query,
             "hits": [h.to_dict() for h in hits],
             "next_cursor": None,
+            "modes": list(first.modes),
+            "fallback": first.fallback,
         }
-        more = None
+        more, fallback = None, first.fallback
     else:
-        page = client.search_page(a.query, limit=a.limit, cursor=a.cursor)
+        page = client.search_page(a.query, limit=a.limit, cursor=a.cursor, mode=a.mode)
         hits = list(page.hits)
         data = {"query": a.query, **page.to_dict()}
-        more = page.next_cursor
+        more, fallback = page.next_cursor, page.fallback
     rows = []
     for h in hits:
         where = f"{h.task_id} #{h.turn}" if h.kind == "turn" else f"{h.store_name}: {h.path}"
@@ -51,4 +65,6 @@ def search(ctx: Context) -> Output:
     text += f"\n{len(hits)} hit(s)"
     if more:
         text += f"; more: --cursor {more}"
+    if fallback:
+        text += f"\nkeyword results only: {fallback}"
     return Output(data, text)
