@@ -89,6 +89,8 @@ SMOKE: dict[str, list[str]] = {
     "storage_ab": ["--base", ".", "--reps", "1", "--n", "60"],
     "stores_scale": ["--stores", "3", "--ops", "3", "--reps", "1"],
     "suite_timeline": ["{tmp}"],
+    "vector_rank": ["--sizes", "200", "--reps", "2"],
+    "vector_rank_pg": ["--sizes", "200", "--reps", "2"],
 }
 # Modules that are not scripts (the others' parts), and what a script needs that CI lacks.
 NOT_RUN = {

@@ -66,6 +66,7 @@ def ids(client: FlaskClient, tokens: Tokens) -> dict[str, str]:
         "version_id": old,  # not the head: it may be redacted or restored
         "token_id": victim[0].id,
         "grant_id": "grt_01M90JVR6JF58RV0V8GWJ11G1F",  # no such grant
+        "user_id": "usr_" + "0" * 32,  # no such user
         "rest": "nowhere",
     }
 

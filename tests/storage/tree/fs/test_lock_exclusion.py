@@ -88,7 +88,9 @@ def test_processes_and_their_threads_hold_the_lock_one_at_a_time(tmp_path: Path)
 
 def test_without_the_lock_the_check_sees_overlaps_and_lost_updates(tmp_path: Path) -> None:
     total, overlaps = hammer(tmp_path, processes=3, threads=3, rounds=40, lock=False)
-    assert overlaps > 0 and total < 3 * 3 * 40
+    # Lost updates, or a counter two unguarded writes garbled into another number (one
+    # process's "9" written over another's "961"): either way not the count of increments.
+    assert overlaps > 0 and total != 3 * 3 * 40
 
 
 def test_a_lock_held_when_a_process_forks_is_not_the_childs(tmp_path: Path) -> None:
