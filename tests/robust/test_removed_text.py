@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.conftest import Tokens
-from tests.storage._helpers import upkeep_done
+from tests.storage._helpers import embedded_now, vectors_of
 
 pytestmark = pytest.mark.tree_only("greps the tree's files")
 
@@ -50,38 +49,6 @@ def files_with(root: Path, word: str) -> list[str]:
 def app_overrides() -> dict[str, Any]:
     # The server's default: vectors beside the text, which must leave the files with it.
     return {"EMBEDDER": "bundled"}
-
-
-def quiet(app: Flask) -> None:
-    """Wait for the upkeep a request started after its answer (a purge, a compaction, the
-    embedding of what it wrote)."""
-    storage = app.extensions["storage"]
-    deadline = time.monotonic() + 60
-    while not storage.embedding.idle():
-        assert time.monotonic() < deadline, "embedding did not finish"
-        time.sleep(0.01)
-    upkeep_done(storage.tasks)
-    upkeep_done(storage.stores.search_upkeep)
-
-
-def vectors_of(db: Path, where: str) -> list[bytes]:
-    """The vector bytes of the index rows ``where`` selects (of search_docs ``d``)."""
-    conn = sqlite3.connect(db)
-    try:
-        found = conn.execute(
-            f"SELECT v.vec FROM search_vectors v JOIN search_docs d ON d.doc = v.doc WHERE {where}"  # noqa: S608 - the tests' own fixed conditions
-        ).fetchall()
-    finally:
-        conn.close()
-    assert found, where  # the checks of their absence below can fail
-    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
-    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
-    # of a sparse test vector could be another's too).
-    return [
-        part
-        for (v,) in found
-        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
-    ]
 
 
 def files_with_bytes(root: Path, blobs: list[bytes]) -> list[str]:
@@ -176,13 +143,13 @@ def test_text_removed_under_a_held_reader_leaves_every_file_afterwards(
     project_with_a_leak(client, tokens)
     assert files_with(root, SECRET)  # the grep below can fail
     listing = root / "acme" / "web" / "_listing.sqlite3"
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     leaked = vectors_of(listing, "d.task_id = 'leak' AND d.turn = 1")
     assert files_with_bytes(root, leaked)
     reader = held(listing)
     r = REMOVALS[removal](client, tokens)
     assert r.status_code == 204, r.json
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     # The answers never show it, at once.
     found = client.get(
         f"{PM}/search",
@@ -204,7 +171,7 @@ def test_text_removed_under_a_held_reader_leaves_every_file_afterwards(
     reader.close()
     if then == "next write":
         write(client, tokens, "later", 0, "an unrelated write")
-        quiet(app)
+        embedded_now(app.extensions["storage"])
     elif then == "sweep":
         result = app.test_cli_runner().invoke(args=["sweep", "--now", NOW])
         assert result.exit_code == 0, result.output
@@ -235,7 +202,7 @@ def test_an_artifact_delete_leaves_no_copy_of_its_bytes(
         f"{PM}/tasks/leak/turns/1/artifacts/env.txt", headers=tokens.headers("writer")
     )
     assert r.status_code == 204
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     assert files_with(root, SECRET) == []
 
 
@@ -254,7 +221,7 @@ def test_a_redaction_under_a_held_reader_leaves_the_store_index_afterwards(
         f"{MS}/{store}/memories", headers=h, json={"path": "/k.md", "content": f"key {SECRET}"}
     ).json
     old_version = memory["memory_version_id"]
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     index = next(root.rglob("index.sqlite3"))
     leaked = vectors_of(index, f"d.memory_id = '{memory['id']}'")
     r = client.post(f"{MS}/{store}/memories/{memory['id']}", headers=h, json={"content": "gone"})
@@ -263,12 +230,12 @@ def test_a_redaction_under_a_held_reader_leaves_the_store_index_afterwards(
     reader = held(index)
     r = client.post(f"{MS}/{store}/memory_versions/{old_version}/redact", headers=h, json={})
     assert r.status_code == 200, r.json
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     if files_with(root, SECRET):
         code, out = fsck_output(app)
         assert code == 1 and "removed text" in out, out
     reader.close()
     client.post(f"{MS}/{store}/memories", headers=h, json={"path": "/z.md", "content": "next"})
-    quiet(app)
+    embedded_now(app.extensions["storage"])
     assert files_with(root, SECRET) == []
     assert files_with_bytes(root, leaked) == []

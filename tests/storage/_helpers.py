@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -152,6 +153,39 @@ def upkeep_done(store: object, timeout: float = 30.0) -> None:
     while later is not None and later.busy():
         assert time.monotonic() < deadline, "background upkeep did not finish"
         time.sleep(0.01)
+
+
+def embedded_now(storage: Any, timeout: float = 60.0) -> None:
+    """Wait until what the writes queued is embedded (a tree storage's drains) and the purges
+    and compactions they started ran."""
+    embedding = getattr(storage, "embedding", None)
+    deadline = time.monotonic() + timeout
+    while embedding is not None and not embedding.idle():
+        assert time.monotonic() < deadline, "embedding did not finish"
+        time.sleep(0.01)
+    upkeep_done(storage.tasks)
+    upkeep_done(storage.stores.search_upkeep)
+
+
+def vectors_of(db: Path, where: str) -> list[bytes]:
+    """The vector bytes of the index rows ``where`` selects (of search_docs ``d``), as a byte
+    search of the files can find them."""
+    conn = sqlite3.connect(db)
+    try:
+        found = conn.execute(
+            f"SELECT v.vec FROM search_vectors v JOIN search_docs d ON d.doc = v.doc WHERE {where}"  # noqa: S608 - the tests' own fixed conditions
+        ).fetchall()
+    finally:
+        conn.close()
+    assert found, where  # the checks of their absence below can fail
+    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
+    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
+    # of a sparse test vector could be another's too).
+    return [
+        part
+        for (v,) in found
+        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
+    ]
 
 
 def temp_files(root: Path) -> list[Path]:

@@ -12,7 +12,7 @@ from app.storage.core.names import Scope
 from app.storage.tree.backend import TreeStorage
 from tests.conftest import FixedClock
 from tests.embeddings.stub import DIMS, StubEmbeddingsServer, embeddings_server
-from tests.storage.tree.test_vectors import settle
+from tests.storage._helpers import embedded_now
 
 __all__ = ["embeddings_server"]  # the fixture, imported to be used here
 
@@ -41,7 +41,7 @@ def test_a_remote_models_vectors_keep_its_width_and_a_restart_reembeds_nothing(
     first = open_tree(root, clock, embeddings_server)
     first.tasks.put_turn(SCOPE, "login", 0, meta={}, summary_md="session cookie expired", actor="t")
     first.tasks.put_turn(SCOPE, "css", 0, meta={}, summary_md="button colours", actor="t")
-    settle(first)
+    embedded_now(first)
     listing = first.layout.listing(SCOPE)
     assert models(listing) == [(f"openai:stub/{DIMS}",)]
     # A new process: its embedder has not answered yet, and must not take every stored
@@ -49,7 +49,7 @@ def test_a_remote_models_vectors_keep_its_width_and_a_restart_reembeds_nothing(
     again = open_tree(root, clock, embeddings_server)
     assert again.embedding is not None
     assert again.embedding.drain(SCOPE) == 0
-    settle(again)
+    embedded_now(again)
     assert again.embedding.queued(SCOPE) == 0
     assert again.fsck().clean
     found = again.search(SCOPE, "session cookie")

@@ -14,7 +14,8 @@ from app.storage.core.names import Scope
 from app.storage.tree.sqlite import vectors
 from tests.conftest import FixedClock
 from tests.storage._embedders import HashEmbedder
-from tests.storage.tree.test_vectors import open_tree, settle, write_corpus
+from tests.storage._helpers import embedded_now
+from tests.storage.tree.test_vectors import open_tree, write_corpus
 
 SCOPE = Scope("acme", "web")
 OTHER = Scope("acme", "api")
@@ -36,7 +37,7 @@ def test_a_delete_leaves_the_next_answer_though_its_vectors_were_in_memory(
     storage = open_tree(root, clock, HashEmbedder())
     write_corpus(storage)
     storage.tasks.put_turn(SCOPE, "twin", 0, meta={}, summary_md=CORPUS_LOGIN, actor="tok")
-    settle(storage)
+    embedded_now(storage)
     assert set(found(storage)[:2]) == {"login", "twin"}
     assert storage.searcher.resident.held() == [SCOPE]
     storage.tasks.delete_task(SCOPE, "login")
@@ -47,7 +48,7 @@ def test_a_delete_leaves_the_next_answer_though_its_vectors_were_in_memory(
     page = storage.search(SCOPE, QUERY, mode="semantic")
     assert all(h.score < 0.3 for h in page.hits if h.task_id == "twin")
     storage.tasks.put_turn(SCOPE, "db", 0, meta={}, summary_md=CORPUS_LOGIN, actor="tok")
-    settle(storage)
+    embedded_now(storage)
     assert found(storage)[0] == "db"
 
 
@@ -58,11 +59,11 @@ def test_another_processs_writes_reach_a_warm_matrix(root: Path, clock: FixedClo
     reader = open_tree(root, clock, HashEmbedder())
     writer = open_tree(root, clock, HashEmbedder())
     write_corpus(writer)
-    settle(writer)
+    embedded_now(writer)
     assert found(reader)[0] == "login"
     writer.tasks.delete_task(SCOPE, "login")
     writer.tasks.put_turn(SCOPE, "new", 0, meta={}, summary_md=CORPUS_LOGIN, actor="tok")
-    settle(writer)
+    embedded_now(writer)
     assert found(reader)[0] == "new" and "login" not in found(reader)
 
 
@@ -72,14 +73,14 @@ def test_a_matrix_behind_a_pruned_log_or_a_cleared_index_is_loaded_again(
     reader = open_tree(root, clock, HashEmbedder())
     writer = open_tree(root, clock, HashEmbedder())
     write_corpus(writer)
-    settle(writer)
+    embedded_now(writer)
     assert found(reader)[0] == "login"
     monkeypatch.setattr(vectors, "LOG_KEEP", 1)
     writer.tasks.delete_task(SCOPE, "login")
     for i in range(3):
         writer.tasks.put_turn(SCOPE, f"n{i}", 0, meta={}, summary_md=f"note {i}", actor="t")
     writer.tasks.put_turn(SCOPE, "new", 0, meta={}, summary_md=CORPUS_LOGIN, actor="tok")
-    settle(writer)
+    embedded_now(writer)
     listing = writer.layout.listing(SCOPE)
     conn = sqlite3.connect(listing)
     assert conn.execute(f"SELECT count(*) FROM {vectors.LOG}").fetchone()[0] <= 2
@@ -95,7 +96,7 @@ def test_projects_keep_their_own_matrices(root: Path, clock: FixedClock) -> None
     storage = open_tree(root, clock, HashEmbedder())
     write_corpus(storage, OTHER)
     storage.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="unrelated words", actor="t")
-    settle(storage)
+    embedded_now(storage)
     assert found(storage, OTHER)[0] == "login"
     assert set(found(storage)) <= {"mine"}
     assert storage.searcher.resident.held() == [OTHER, SCOPE]

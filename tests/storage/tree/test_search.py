@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from app.storage.tree.search import TreeSearch
 from app.storage.tree.sqlite.store_index import StoreIndex
 from tests.conftest import FixedClock
 from tests.storage._embedders import HashEmbedder
-from tests.storage._helpers import open_fds, upkeep_done
+from tests.storage._helpers import embedded_now, open_fds, upkeep_done, vectors_of
 
 pytestmark = pytest.mark.all_backends
 SCOPE = Scope("acme", "web")
@@ -51,37 +50,6 @@ def storage(
 def embedded(tmp_path: Path, clock: FixedClock) -> TreeStorage:
     """A tree with an embedder: its vectors must leave the files with the text."""
     return TreeStorage(tmp_path / "root", clock=clock, lock_timeout=5.0, embedder=HashEmbedder())
-
-
-def embedded_now(storage: TreeStorage) -> None:
-    """Wait until what the writes queued is embedded (and the purges they started ran)."""
-    assert storage.embedding is not None
-    deadline = time.monotonic() + 60
-    while not storage.embedding.idle():
-        assert time.monotonic() < deadline, "embedding did not finish"
-        time.sleep(0.01)
-    upkeep_done(storage.tasks)
-    upkeep_done(storage.stores.search_upkeep)
-
-
-def vectors_of(db: Path, where: str) -> list[bytes]:
-    """The vector bytes of the index rows ``where`` selects (of search_docs ``d``)."""
-    conn = sqlite3.connect(db)
-    try:
-        found = conn.execute(
-            f"SELECT v.vec FROM search_vectors v JOIN search_docs d ON d.doc = v.doc WHERE {where}"  # noqa: S608 - the tests' own fixed conditions
-        ).fetchall()
-    finally:
-        conn.close()
-    assert found, where  # the checks of their absence below can fail
-    # A vector of more than about 1,000 bytes spills onto an overflow page: then its first
-    # and last 128 bytes are each stored whole (a shorter one is searched for whole: a part
-    # of a sparse test vector could be another's too).
-    return [
-        part
-        for (v,) in found
-        for part in ((bytes(v),) if len(v) <= 512 else (bytes(v)[:128], bytes(v)[-128:]))
-    ]
 
 
 def root_holds(storage: TreeStorage, blobs: list[bytes]) -> bool:

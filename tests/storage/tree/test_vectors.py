@@ -5,7 +5,6 @@ semantic ranking, the embedder's fallback, a changed model, removal from every f
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from app.storage.tree.backend import TreeStorage
 from app.storage.tree.sqlite import vectors
 from tests.conftest import FixedClock
 from tests.storage._embedders import DownEmbedder, GarbageEmbedder, HashEmbedder
-from tests.storage._helpers import upkeep_done
+from tests.storage._helpers import embedded_now
 
 SCOPE = Scope("acme", "web")
 OTHER = Scope("acme", "api")
@@ -37,18 +36,6 @@ def wordllama() -> WordLlamaEmbedder:
 
 def open_tree(root: Path, clock: FixedClock, embedder: object | None) -> TreeStorage:
     return TreeStorage(root, clock=clock, lock_timeout=5.0, embedder=embedder)  # type: ignore[arg-type]
-
-
-def settle(storage: TreeStorage) -> None:
-    """Wait for the purges and the embedding drains the writes started."""
-    deadline = time.monotonic() + 60
-    while True:
-        upkeep_done(storage.tasks)
-        upkeep_done(storage.stores.search_upkeep)
-        if storage.embedding is None or storage.embedding.idle():
-            return
-        assert time.monotonic() < deadline, "embedding did not finish"
-        time.sleep(0.01)
 
 
 def write_corpus(storage: TreeStorage, scope: Scope = SCOPE) -> None:
@@ -96,7 +83,7 @@ def test_hybrid_finds_by_meaning_what_keywords_miss(
 ) -> None:  # type: ignore[no-untyped-def]
     storage = open_tree(root, clock, wordllama)
     write_corpus(storage)
-    settle(storage)
+    embedded_now(storage)
     keyword = storage.search(SCOPE, "authentication", mode="keyword")
     assert keyword.hits == () and keyword.modes == ("keyword",)
     hybrid = storage.search(SCOPE, "authentication")  # hybrid: the default with an embedder
@@ -114,7 +101,7 @@ def test_hybrid_pages_by_offset_and_refuses_a_keyword_cursor(root: Path, clock: 
     storage = open_tree(root, clock, HashEmbedder())
     for i in range(7):
         storage.tasks.put_turn(SCOPE, f"t{i}", 0, meta={}, summary_md=f"note {i}", actor="tok")
-    settle(storage)
+    embedded_now(storage)
     seen, cursor = [], None
     while True:
         page = storage.search(SCOPE, "note", limit=3, cursor=cursor)
@@ -135,7 +122,7 @@ def test_an_unavailable_embedder_answers_keyword_results_and_says_why(
 ) -> None:
     storage = open_tree(root, clock, DownEmbedder())
     write_corpus(storage)
-    settle(storage)
+    embedded_now(storage)
     page = storage.search(SCOPE, "database")
     assert page.modes == ("keyword",) and "unavailable" in (page.fallback or "")
     assert [h.task_id for h in page.hits] == ["db"]
@@ -146,7 +133,7 @@ def test_an_unavailable_embedder_answers_keyword_results_and_says_why(
 def test_garbage_from_the_embedder_stores_nothing(root: Path, clock: FixedClock) -> None:
     storage = open_tree(root, clock, GarbageEmbedder())
     write_corpus(storage)
-    settle(storage)
+    embedded_now(storage)
     listing = storage.layout.listing(SCOPE)
     assert rows(listing, "SELECT count(*) FROM search_vectors") == [(0,)]
     assert rows(listing, "SELECT count(*) FROM embed_queue") == [(4,)]
@@ -158,7 +145,7 @@ def test_a_changed_model_reembeds_and_never_ranks_two_models_together(
 ) -> None:
     old = open_tree(root, clock, HashEmbedder("test:old", 32))
     write_corpus(old)
-    settle(old)
+    embedded_now(old)
     listing = old.layout.listing(SCOPE)
     assert rows(listing, "SELECT DISTINCT model FROM search_vectors") == [("test:old/32",)]
     new = open_tree(root, clock, HashEmbedder("test:new", 64))
@@ -176,7 +163,7 @@ def test_a_project_never_finds_another_projects_vectors(root: Path, clock: Fixed
     storage.tasks.put_turn(SCOPE, "mine", 0, meta={}, summary_md="unrelated words", actor="t")
     other_tenant = Scope("globex", "web")
     write_corpus(storage, other_tenant)
-    settle(storage)
+    embedded_now(storage)
     for mode in ("semantic", "hybrid"):
         hits = storage.search(SCOPE, "session cookie login", mode=mode).hits
         assert {h.task_id for h in hits} <= {"mine"}
@@ -188,7 +175,7 @@ def test_memories_are_embedded_and_found_by_meaning(root: Path, clock: FixedCloc
     storage.stores.create_memory(
         SCOPE, store, path="/ops/keys.md", content="rotate the deploy key monthly", actor=None
     )
-    settle(storage)
+    embedded_now(storage)
     page = storage.search(SCOPE, "deploy key rotation schedule", mode="semantic")
     assert [(h.kind, h.path) for h in page.hits] == [("memory", "/ops/keys.md")]
     assert page.stores_searched == 1
@@ -206,9 +193,9 @@ def test_a_deleted_tasks_vectors_leave_every_file_and_the_wal(
     storage = open_tree(root, clock, HashEmbedder())
     for i in range(20):
         storage.tasks.put_turn(SCOPE, f"keep-{i}", 0, meta={}, summary_md=f"keep {i}", actor="t")
-    settle(storage)
+    embedded_now(storage)
     storage.tasks.put_turn(SCOPE, "leak", 0, meta={}, summary_md="Qqzx leaked words", actor="t")
-    settle(storage)
+    embedded_now(storage)
     listing = storage.layout.listing(SCOPE)
     (blob,) = (
         b
@@ -220,7 +207,7 @@ def test_a_deleted_tasks_vectors_leave_every_file_and_the_wal(
     )
     assert isinstance(blob, bytes) and blob in files_bytes(root)  # the check below can fail
     storage.tasks.delete_task(SCOPE, "leak")
-    settle(storage)
+    embedded_now(storage)
     assert blob not in files_bytes(root)
 
 
@@ -234,7 +221,7 @@ def test_a_deleted_memorys_vectors_leave_the_store_index_and_its_wal(
     memory = storage.stores.create_memory(
         SCOPE, store, path="/secret.md", content="Qqzx secret words", actor=None
     )
-    settle(storage)
+    embedded_now(storage)
     index = storage.stores.layout.store_index(storage.stores.layout.store_dir(SCOPE, store))
     (blob,) = (
         b
@@ -246,14 +233,14 @@ def test_a_deleted_memorys_vectors_leave_the_store_index_and_its_wal(
     )
     assert isinstance(blob, bytes) and blob in files_bytes(root)
     storage.stores.delete_memory(SCOPE, store, memory.id, actor=None)
-    settle(storage)
+    embedded_now(storage)
     assert blob not in files_bytes(root)
 
 
 def test_fsck_reports_lost_vectors_and_repair_rebuilds_them(root: Path, clock: FixedClock) -> None:
     storage = open_tree(root, clock, HashEmbedder())
     write_corpus(storage)
-    settle(storage)
+    embedded_now(storage)
     listing = storage.layout.listing(SCOPE)
     conn = sqlite3.connect(listing)
     with conn:
