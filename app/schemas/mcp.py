@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from marshmallow import Schema, fields, validate
 
-from app.schemas import rules
+from app.schemas import project_memory, rules
 from app.schemas.common import StrictInteger, StrictString
 from app.schemas.project_memory import MemoryArtifact, SearchHit, TaskSummary, TurnMeta
 from app.services.memory_tool import COMMANDS
@@ -392,24 +392,9 @@ class RecordedTurn(Schema):
     )
 
 
-class TimelineTurn(Schema):
-    task_id = fields.String(required=True)
-    turn = fields.Integer(required=True)
-    at = fields.String(
-        required=True, metadata={"description": "Its started_at, else its first write."}
-    )
-    agent = fields.String(required=True, allow_none=True)
-    model = fields.String(required=True, allow_none=True)
-    branch = fields.String(required=True, allow_none=True)
-    session = fields.String(required=True, allow_none=True)
-    commit = fields.String(required=True, allow_none=True)
-    input_tokens = fields.Integer(required=True)
-    output_tokens = fields.Integer(required=True)
-    cache_read_tokens = fields.Integer(required=True)
-    cache_creation_tokens = fields.Integer(required=True)
-    cost_usd = fields.Float(required=True, allow_none=True)
-    wall_seconds = fields.Float(required=True)
-    exit_code = fields.Integer(required=True, allow_none=True)
+class TimelineTurn(project_memory.TimelineTurn):
+    """A turn of the REST timeline, with the start of its summary."""
+
     summary = fields.String(
         required=True,
         allow_none=True,

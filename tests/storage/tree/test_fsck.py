@@ -230,6 +230,19 @@ def test_a_listing_removed_by_hand_is_made_again_from_the_records(
     assert fsck(again).problems == []
 
 
+def test_a_listing_is_not_made_through_a_project_swapped_for_a_link(
+    populated: TaskStore, scope: Scope, tmp_path: Path
+) -> None:
+    listing = populated.listing(scope)  # checked inside the root here, swapped below
+    project = listing.path.parent
+    _remove_listing(populated, scope)
+    outside = tmp_path / "outside"
+    project.rename(outside)
+    project.symlink_to(outside, target_is_directory=True)
+    assert not listing.exists()
+    assert not (outside / listing.path.name).exists()
+
+
 def test_fsck_repair_makes_a_removed_listing_again(populated: TaskStore, scope: Scope) -> None:
     listing = _remove_listing(populated, scope)
     fresh = TaskStore(populated.layout.root, clock=populated.clock, lock_timeout=5.0)

@@ -30,6 +30,7 @@ import itertools
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -605,8 +606,12 @@ class Listing:
 
 
 def _holds_a_task(project: Path) -> bool:
-    """Whether ``project`` has a task directory (links are not looked through)."""
+    """Whether ``project`` has a task directory. A project directory replaced by a link since
+    the listing was opened is not entered (nor is a linked entry looked through): the
+    listing would be made through it."""
     try:
+        if stat.S_ISLNK(os.lstat(project).st_mode):
+            return False
         with os.scandir(project) as entries:
             return any(
                 is_id(e.name)
