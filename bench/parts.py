@@ -6,7 +6,8 @@ Records turns in process (Flask test client, one thread: PUT turn + PUT a 16 KiB
 as `make bench` does) with the engine as shipped, and with one part at a time replaced by
 nothing or by a bare equivalent, **in this process only**: the filelock task lock by a bare
 flock, the fsyncs, the index.json rewrite, the listing row, the containment walks, the dirty
-flag. Each variant runs in a fresh process and storage root under $TMPDIR, the variants
+flag, the search text, the ledger, the secret scan, the embedder (and so the embedding its
+drains do, which the run waits for). Each variant runs in a fresh process and storage root under $TMPDIR, the variants
 interleaved round after round; it prints the median user and system CPU per record. This
 is how bench/HISTORY.md ("What a recorded turn's parts cost") prices the parts a record
 cannot do without: none of the variants is a configuration of the service.
@@ -23,12 +24,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 VARIANTS = ["as shipped", "bare flock", "no fsync", "no index.json", "no listing row"]
-VARIANTS += ["no containment walk", "no dirty flag"]
+VARIANTS += ["no containment walk", "no dirty flag", "no search text", "no ledger"]
+VARIANTS += ["no secret scan", "no embedder"]
 
 
 def _patch(variant: str) -> None:
@@ -70,6 +73,27 @@ def _patch(variant: str) -> None:
 
         txn.Journal.set = txn.Journal.clear = lambda self, *args: None  # type: ignore[method-assign]
         txn.Journal.get = lambda self, stripe: None  # type: ignore[method-assign]
+    elif variant == "no search text":
+        from app.storage.tree.sqlite import turn_search
+
+        turn_search.put = lambda conn, turn, text: None  # type: ignore[assignment]
+    elif variant == "no ledger":
+        from app.storage.tree.sqlite import ledger
+
+        ledger.Ledger.put_turn = lambda self, *args: None  # type: ignore[method-assign]
+    elif variant == "no secret scan":
+        from app.services import secrets
+
+        secrets.Screen.active = property(lambda self: False)  # type: ignore[method-assign,assignment]
+    elif variant == "no embedder":
+        os.environ["MEMORY_EMBEDDER"] = "off"
+
+
+def quiet(client: Any) -> None:
+    """Wait until the background embedding of what was written has run."""
+    embedding = getattr(client.application.extensions["storage"], "embedding", None)
+    while embedding is not None and not embedding.idle():
+        time.sleep(0.01)
 
 
 def _child(variant: str, records: int) -> None:
@@ -94,8 +118,10 @@ def _child(variant: str, records: int) -> None:
         for i in range(100):
             record(i)
         before = os.times()
+        quiet(client)
         for i in range(100, 100 + records):
             record(i)
+        quiet(client)  # the embedding the records queued is theirs
         after = os.times()
         user = (after.user - before.user) / records * 1e3
         system = (after.system - before.system) / records * 1e3

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -25,12 +26,14 @@ class _Runs:
     job: Callable[[], object]
     current: threading.Event = field(default_factory=threading.Event)
     rerun: threading.Event | None = None
+    started: bool = False  # the current run's job has begun (a request now needs a rerun)
 
 
 class Later:
-    def __init__(self) -> None:
+    def __init__(self, settle: float = 0.0) -> None:
         self._running: dict[Hashable, _Runs] = {}
         self._guard = threading.Lock()
+        self._settle = settle
 
     def run(self, key: Hashable, job: Callable[[], object], what: str) -> threading.Event:
         """Start ``job`` in a thread, or have it run again after the run of ``key`` under way;
@@ -39,6 +42,8 @@ class Later:
             runs = self._running.get(key)
             if runs is not None:
                 runs.job = job
+                if not runs.started:
+                    return runs.current  # still settling: this request is folded into it
                 if runs.rerun is None:
                     runs.rerun = threading.Event()
                 return runs.rerun
@@ -47,6 +52,10 @@ class Later:
 
         def work() -> None:
             while True:
+                if self._settle > 0:
+                    time.sleep(self._settle)
+                with self._guard:
+                    runs.started = True
                 try:
                     runs.job()
                 except Exception:
@@ -56,7 +65,7 @@ class Later:
                     if rerun is None:
                         del self._running[key]
                     else:
-                        runs.current, runs.rerun = rerun, None
+                        runs.current, runs.rerun, runs.started = rerun, None, False
                 ended.set()
                 if rerun is None:
                     return

@@ -34,6 +34,11 @@ MAX_RANKED_CHUNKS = 100_000
 FUSE_DEPTH = 200
 # Texts embedded per call of the background worker.
 EMBED_BATCH = 64
+# Seconds a drain waits after the first write that asks for it (background.Later's settle):
+# the writes of a busy moment are embedded in one drain, whose lock, reads and write
+# transaction then cost once for all of them rather than once per write. A text is searchable
+# by its words at once; by its meaning this much later.
+EMBED_SETTLE = 0.25
 
 
 @dataclass(frozen=True, slots=True)

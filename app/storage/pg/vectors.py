@@ -33,7 +33,13 @@ from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.storage.core.background import Later
 from app.storage.core.names import Scope
 from app.storage.core.query import meta_text
-from app.storage.core.vectors import EMBED_BATCH, embed_documents, embed_text, model_key
+from app.storage.core.vectors import (
+    EMBED_BATCH,
+    EMBED_SETTLE,
+    embed_documents,
+    embed_text,
+    model_key,
+)
 from app.storage.pg.db import Database, lock_key, translated
 
 log = logging.getLogger("app.storage.embedding")
@@ -72,7 +78,7 @@ class PgEmbedding:
     def __init__(self, db: Database, embedder: Embedder) -> None:
         self.db = db
         self.embedder = embedder
-        self.later_runs = Later()
+        self.later_runs = Later(settle=EMBED_SETTLE)
         self._swept: set[Scope] = set()
         self._guard = threading.Lock()
 

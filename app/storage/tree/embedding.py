@@ -32,7 +32,13 @@ from app.embeddings.base import Embedder, EmbedderUnavailable
 from app.storage.core.background import Later
 from app.storage.core.errors import StorageError
 from app.storage.core.names import STORE_ID_RE, Scope
-from app.storage.core.vectors import EMBED_BATCH, embed_documents, embed_text, model_key
+from app.storage.core.vectors import (
+    EMBED_BATCH,
+    EMBED_SETTLE,
+    embed_documents,
+    embed_text,
+    model_key,
+)
 from app.storage.tree.fs.locks import try_locked
 from app.storage.tree.fs.txn import Key
 from app.storage.tree.sqlite import vectors
@@ -75,7 +81,7 @@ class Embedding:
         self.tasks = tasks
         self.stores = stores
         self.embedder = embedder
-        self.later_runs = Later()
+        self.later_runs = Later(settle=EMBED_SETTLE)
         # Indexes this process already queued every stale row of (see the module).
         self._swept: set[str] = set()
         self._guard = threading.Lock()

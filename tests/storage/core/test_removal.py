@@ -120,3 +120,36 @@ def test_a_job_asked_for_while_it_runs_runs_again_after_it() -> None:
     while later.busy():
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_settling_job_folds_every_request_made_before_it_starts() -> None:
+    later = Later(settle=0.3)
+    runs: list[int] = []
+    seen_at: list[float] = []
+    asked = time.monotonic()
+    events = []
+    for n in range(5):
+        events.append(
+            later.run(
+                "k", lambda n=n: (runs.append(n), seen_at.append(time.monotonic())), "a test job"
+            )
+        )
+    # Every request before the start shares the one run, which runs the latest job.
+    assert all(e is events[0] for e in events)
+    assert not events[0].is_set()
+    assert events[0].wait(10)
+    assert runs == [4] and seen_at[0] - asked >= 0.3
+    # A request made while a run is under way still gets a run after it, settled too.
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        started.set()
+        release.wait(10)
+        runs.append(10)
+
+    later.run("k", slow, "a test job")
+    assert started.wait(10)
+    again = later.run("k", lambda: runs.append(11), "a test job")
+    release.set()
+    assert again.wait(10)
+    assert runs == [4, 10, 11]
