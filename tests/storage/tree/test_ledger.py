@@ -194,6 +194,28 @@ def test_fsck_repairs_entries_and_sums_changed_by_hand(tmp_path: Path, clock: Fi
     agrees(storage)
 
 
+def test_fsck_counts_the_rollup_rows_that_differ_from_a_recount(
+    tmp_path: Path, clock: FixedClock
+) -> None:
+    storage = make(tmp_path, clock)
+    seed(storage)
+    with sqlite3.connect(storage.layout.ledger(WEB)) as conn:
+        key = conn.execute("SELECT day, model, agent FROM ledger_models LIMIT 1").fetchone()
+        conn.execute(
+            "UPDATE ledger_models SET wall_us = wall_us + 1"
+            " WHERE day = ? AND model = ? AND agent = ?",
+            key,
+        )
+        conn.execute("DELETE FROM ledger_sessions WHERE session = 's1'")
+    found = "\n".join(storage.fsck().problems)
+    # A changed row is one the recount lacks and one it has; a lost session is one.
+    assert "ledger_models: 2 row(s) differ from a recount" in found, found
+    assert "ledger_sessions: 1 session(s) misplaced" in found, found
+    assert "ledger_tasks:" not in found and "ledger:" not in found.replace("ledger_", ""), found
+    storage.fsck(repair=True)
+    assert storage.fsck().clean
+
+
 def test_a_linked_ledger_is_never_followed(tmp_path: Path, clock: FixedClock) -> None:
     storage = make(tmp_path, clock)
     seed(storage, 2)

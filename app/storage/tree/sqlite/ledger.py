@@ -235,23 +235,20 @@ class Ledger:
 
     def rollup_faults(self) -> list[str]:
         """How the rollups and session homes differ from a recount of the entries (one
-        snapshot); none when they agree."""
+        snapshot); none when they agree. SQLite compares them, in its sorter (which spills
+        to a temporary file), so fsck's memory does not grow with the project."""
         faults = []
         with self.read() as conn:
             for table, keys in lg.ROLLUPS.items():
-                have = conn.execute(
-                    f"SELECT {', '.join(keys)}, {', '.join(lg.FIGURES)} FROM {table}"
-                    f" ORDER BY {', '.join(keys)}"
-                ).fetchall()
-                want = conn.execute(lg.recount_sql(table)).fetchall()
-                if have != want:
-                    faults.append(f"{table}: {_differ(have, want)} row(s) differ from a recount")
-            have = conn.execute(
-                f"SELECT session, {_HOME} FROM ledger_sessions ORDER BY session"
-            ).fetchall()
-            want = conn.execute(f"SELECT * FROM ({lg.homes_sql()}) ORDER BY 1").fetchall()
-            if have != want:
-                faults.append(f"ledger_sessions: {_differ(have, want)} session(s) misplaced")
+                columns = (*keys, *lg.FIGURES)
+                have = f"SELECT {', '.join(columns)} FROM {table}"
+                differ = _differing(conn, columns, have, lg.recount_sql(table))
+                if differ:
+                    faults.append(f"{table}: {differ} row(s) differ from a recount")
+            have = f"SELECT session, {_HOME} FROM ledger_sessions"
+            differ = _differing(conn, ("session", *_HOME_COLUMNS), have, lg.homes_sql())
+            if differ:
+                faults.append(f"ledger_sessions: {differ} session(s) misplaced")
         return faults
 
     def rebuild_rollups(self) -> None:
@@ -281,8 +278,16 @@ def _drop_all(conn: sqlite3.Connection) -> None:
         conn.execute('DROP TABLE IF EXISTS "' + str(name).replace('"', '""') + '"')
 
 
-def _differ(have: list[Any], want: list[Any]) -> int:
-    return len(set(have) ^ set(want))
+def _differing(conn: sqlite3.Connection, columns: Sequence[str], have: str, want: str) -> int:
+    """How many rows are in one of the queries ``have`` and ``want`` (each of ``columns``,
+    no row twice) and not in the other."""
+    names = ", ".join(columns)
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT {names} FROM"
+        f" (SELECT * FROM ({have}) UNION ALL SELECT * FROM ({want}))"
+        f" GROUP BY {names} HAVING count(*) = 1)"
+    ).fetchone()
+    return int(count)
 
 
 def _entries(conn: sqlite3.Connection, task_id: str, turn: int | None = None) -> list[LedgerTurn]:
