@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ from app.storage.tree.backend import TreeStorage
 
 from .loader import unsafe_fast_mode
 from .recall_set import LabelledSet, generate
+from .search import percentile, timed
 
 SCOPE = Scope("bench", "recall")
 K = 10
@@ -191,20 +192,6 @@ def print_table(
                 f"{table[mode][k][0]:>8.3f} / {table[mode][k][1]:.3f}" for k in (*KINDS, "all")
             )
             print(f"  {mode:<12} {cells}")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def timed(fn: Callable[[], object], reps: int) -> list[float]:
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def semantic_latency(vectors: Vectors, sizes: Sequence[int], reps: int) -> str:

@@ -250,12 +250,17 @@ def default_timeout(env: dict[str, str]) -> dict[str, str]:
 
 
 def run_hook(
-    env: dict[str, str], event: str, payload: dict[str, Any], agent: str = "claude-code"
+    env: dict[str, str],
+    event: str,
+    payload: dict[str, Any],
+    agent: str = "claude-code",
+    flags: tuple[str, ...] = (),
 ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run one hook as the agent does; the process and its wall time."""
+    """Run one hook as the agent does (with ``flags`` after its own); the process and its
+    wall time."""
     started = time.monotonic()
     done = subprocess.run(
-        [CLI, "agent", "hook", event, "--agent", agent],
+        [CLI, "agent", "hook", event, "--agent", agent, *flags],
         input=json.dumps(payload),
         capture_output=True,
         text=True,

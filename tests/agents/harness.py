@@ -29,6 +29,7 @@ import socketserver
 import subprocess
 import threading
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -69,18 +70,24 @@ def agent_cli(name: str) -> Path:
 
 def npm_installed() -> Path:
     """The directory the pinned npm packages are installed in (on first use)."""
+    root = npm_cache()
+    npm_ci(NPM_PINS, root, "the pinned agent CLIs", missing)
+    return root
+
+
+def npm_ci(pins: Path, root: Path, what: str, fail: Callable[[str], None]) -> None:
+    """Install ``pins``' package.json and lock file into ``root`` with ``npm ci``, once per
+    lock file (a stamp of its hash), under a file lock; ``fail`` says why it could not."""
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
-        missing("node and npm are needed to install the pinned agent CLIs")
-    root = npm_cache()
+        fail(f"node and npm are needed to install {what}")
     root.mkdir(parents=True, exist_ok=True)
-    lock = (NPM_PINS / "package-lock.json").read_bytes()
     stamp = root / ".installed"
-    wanted = hashlib.sha256(lock).hexdigest()
+    wanted = hashlib.sha256((pins / "package-lock.json").read_bytes()).hexdigest()
     with FileLock(str(root / ".install.lock"), timeout=600):
         if not stamp.exists() or stamp.read_text() != wanted:
             for pin in ("package.json", "package-lock.json"):
-                shutil.copyfile(NPM_PINS / pin, root / pin)
+                shutil.copyfile(pins / pin, root / pin)
             done = subprocess.run(
                 [str(npm), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
                 cwd=root,
@@ -90,9 +97,8 @@ def npm_installed() -> Path:
                 check=False,
             )
             if done.returncode != 0:
-                missing(f"npm ci of the pinned agent CLIs failed:\n{done.stderr[-2000:]}")
+                fail(f"npm ci of {what} failed:\n{done.stderr[-2000:]}")
             stamp.write_text(wanted)
-    return root
 
 
 def pinned(name: str, version: str) -> Path:

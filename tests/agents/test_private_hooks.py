@@ -5,7 +5,6 @@ against a real server (gunicorn), the hooks as processes as the agents run them.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.agents.conftest import CLI, Memory, Work, cli, git_repo, run_hook
+from tests.agents.conftest import Memory, Work, cli, git_repo, run_hook
 
 pytestmark = pytest.mark.e2e
 PRIVATE = {"X-Sandbox-Visibility": "private"}
@@ -89,16 +88,7 @@ def test_the_hook_flag_and_a_spooled_private_turn_go_only_to_her_space(
 
 
 def _hook_private(env: dict[str, str], payload: dict[str, Any]) -> Any:
-    return subprocess.run(
-        [CLI, "agent", "hook", "stop", "--agent", "claude-code", "--private"],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=payload.get("cwd"),
-        timeout=30,
-        check=False,
-    )
+    return run_hook(env, "stop", payload, flags=("--private",))[0]
 
 
 def test_install_private_needs_a_token_of_a_user(memory_up: Memory, work: Work) -> None:

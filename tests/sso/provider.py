@@ -12,7 +12,6 @@ provider's login form, its redirect back, as a browser would.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,6 +24,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import pytest
 import requests
 from filelock import FileLock
+
+from tests.agents.harness import free_port, npm_ci
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = Path(__file__).resolve().parent / "npm"
@@ -39,43 +40,16 @@ def cache() -> Path:
 
 def installed() -> Path:
     """The directory oidc-provider is installed in (on first use)."""
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.fail("node and npm are needed to run oidc-provider (.ci/run installs them)")
     root = cache()
-    root.mkdir(parents=True, exist_ok=True)
-    wanted = hashlib.sha256((PINS / "package-lock.json").read_bytes()).hexdigest()
-    stamp = root / ".installed"
+    npm_ci(PINS, root, "oidc-provider (.ci/run installs node and npm)", pytest.fail)
+    # An ES module finds its imports beside itself (NODE_PATH is CommonJS only).
     with FileLock(str(root / ".install.lock"), timeout=600):
-        if not stamp.exists() or stamp.read_text() != wanted:
-            for pin in ("package.json", "package-lock.json"):
-                shutil.copyfile(PINS / pin, root / pin)
-            done = subprocess.run(
-                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            if done.returncode != 0:
-                pytest.fail(f"npm ci of oidc-provider failed:\n{done.stderr[-2000:]}")
-            stamp.write_text(wanted)
-        # An ES module finds its imports beside itself (NODE_PATH is CommonJS only).
         if (
             not (root / SCRIPT.name).exists()
             or (root / SCRIPT.name).read_bytes() != SCRIPT.read_bytes()
         ):
             shutil.copyfile(SCRIPT, root / SCRIPT.name)
     return root
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OidcProvider:

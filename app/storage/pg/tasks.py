@@ -327,8 +327,9 @@ class PgTaskStore:
     ) -> lg.LedgerPage:
         """A grouping by owner: the rows by task, then each task's owner, in one snapshot
         (core/ledger.py owner_page)."""
+        by_task = lg.by_task_for_owners(query)
         _, rows = lg.ledger_sql(
-            lg.by_task_for_owners(query),
+            by_task,
             prices,
             None,
             mark=pgl.mark,
@@ -337,9 +338,8 @@ class PgTaskStore:
         )
         with self.db.snapshot("ledger") as conn:
             found = conn.execute(rows.text, rows.params).fetchall()
-            tasks = sorted(
-                {row[lg.by_task_for_owners(query).group_by.index("task")] for row in found}
-            )
+            at = by_task.group_by.index("task")
+            tasks = sorted({row[at] for row in found})
             owners = dict(
                 conn.execute(
                     "SELECT task_id, owner FROM tasks"

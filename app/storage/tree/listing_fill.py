@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -42,7 +43,30 @@ def open_listing(
     ``below``: the project dir, when the caller just checked it."""
     # SQLite follows symlinks: refuse a linked tenant/project dir or listing file here.
     path = layout.check_inside(layout.listing(scope), below=below)
-    return Listing(path, timeout=timeout, fill=filler(layout, scope, clock, timeout))
+    return Listing(
+        path,
+        timeout=timeout,
+        fill=filler(layout, scope, clock, timeout),
+        has_tasks=partial(_has_tasks, layout, scope),
+    )
+
+
+def _is_task_name(name: str) -> bool:
+    return is_id(name) and not name.startswith((".", "_"))
+
+
+def _task_names(layout: Layout, scope: Scope) -> Iterator[str]:
+    """The names of the project's task directories, in sorted order."""
+    return filter(_is_task_name, layout.tree.sorted_subdir_names(layout.project_dir(scope)))
+
+
+def _has_tasks(layout: Layout, scope: Scope) -> bool:
+    """Whether the project holds a task directory. A project directory that is or passes
+    through a link is not entered (UnsafePath): a listing would be made through it."""
+    try:
+        return any(map(_is_task_name, layout.tree.subdir_names(layout.project_dir(scope))))
+    except (StorageError, OSError):
+        return False
 
 
 def open_ledger(
@@ -59,9 +83,7 @@ def _fill_ledger(layout: Layout, scope: Scope, conn: sqlite3.Connection) -> int:
     """Every task's ledger entries from its records (a task that cannot be read now is left
     out, and fsck reports it)."""
     count = 0
-    for name in layout.tree.sorted_subdir_names(layout.project_dir(scope)):
-        if not is_id(name) or name.startswith((".", "_")):
-            continue
+    for name in _task_names(layout, scope):
         try:
             task_dir = layout.check_inside(layout.task_dir(scope, name))
             records = read_records(layout.tree, task_dir)
@@ -82,13 +104,8 @@ def filler(layout: Layout, scope: Scope, clock: Clock, timeout: float) -> Fill:
     def fill(conn: sqlite3.Connection) -> int:
         now_us = to_us(clock())
         count = 0
-        project = layout.project_dir(scope)
-        for name in layout.tree.sorted_subdir_names(project):
-            if (
-                is_id(name)
-                and not name.startswith((".", "_"))
-                and _fill_task(layout, scope, name, now_us, conn)
-            ):
+        for name in _task_names(layout, scope):
+            if _fill_task(layout, scope, name, now_us, conn):
                 count += 1
         _fill_stores(layout, scope, conn, timeout)
         return count

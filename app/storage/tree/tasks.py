@@ -326,13 +326,14 @@ class TaskStore:
     ) -> lg.LedgerPage:
         """A grouping by owner: the rows by task, then each task's owner from the listing
         (core/ledger.py owner_page)."""
-        _, rows = lg.ledger_sql(lg.by_task_for_owners(query), prices, None, mark=_mark)
+        by_task = lg.by_task_for_owners(query)
+        _, rows = lg.ledger_sql(by_task, prices, None, mark=_mark)
         found: list[tuple[Any, ...]] = []
         owners: dict[str, str | None] = {}
         if self.listing(scope).exists():
             with self.ledger(scope).read() as conn:
                 found = conn.execute(rows.text, rows.params).fetchall()
-            at = lg.by_task_for_owners(query).group_by.index("task")
+            at = by_task.group_by.index("task")
             tasks = json.dumps(sorted({row[at] for row in found}))
             with self.listing(scope).read() as conn:
                 owners = dict(

@@ -28,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import os
 import sqlite3
-import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,6 @@ from typing import Any
 from app.storage.core.digest import DigestRow, Section
 from app.storage.core.errors import Corrupt, LockTimeout, StorageError
 from app.storage.core.models import TaskFilter
-from app.storage.core.names import is_id
 from app.storage.core.query import SearchBudget
 from app.storage.core.task_list import TaskOrder, substring_values
 from app.storage.core.usage import Reserved, StoreUsage, TurnUsage, Usage
@@ -95,12 +92,22 @@ class Listing:
 
     _pool: Pool[tuple[int, int] | None] = Pool(POOL_LIMIT)
 
-    def __init__(self, path: Path, *, timeout: float, fill: Fill | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        timeout: float,
+        fill: Fill | None = None,
+        has_tasks: Callable[[], bool] | None = None,
+    ) -> None:
         """``fill``: how the task engine writes the rows of a listing of another schema
-        version from the records; without it such a listing is refused (Corrupt)."""
+        version from the records; without it such a listing is refused (Corrupt).
+        ``has_tasks``: whether the project holds a task directory (a listing removed by hand
+        is made again only then)."""
         self.path = path
         self.timeout = timeout
         self.fill = fill
+        self.has_tasks = has_tasks
 
     # -- connections -----------------------------------------------------------------------
     def _open(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
@@ -209,7 +216,7 @@ class Listing:
         to has none, and a read does not make one."""
         if self.path.exists():
             return True
-        if self.fill is None or not _holds_a_task(self.path.parent):
+        if self.fill is None or self.has_tasks is None or not self.has_tasks():
             return False
         with self._use():  # opening a new file fills it
             pass
@@ -603,21 +610,3 @@ class Listing:
             conn.execute(
                 "UPDATE counters SET value = (SELECT count(*) FROM tasks) WHERE name = 'tasks'"
             )
-
-
-def _holds_a_task(project: Path) -> bool:
-    """Whether ``project`` has a task directory. A project directory replaced by a link since
-    the listing was opened is not entered (nor is a linked entry looked through): the
-    listing would be made through it."""
-    try:
-        if stat.S_ISLNK(os.lstat(project).st_mode):
-            return False
-        with os.scandir(project) as entries:
-            return any(
-                is_id(e.name)
-                and not e.name.startswith((".", "_"))
-                and e.is_dir(follow_symlinks=False)
-                for e in entries
-            )
-    except OSError:
-        return False
